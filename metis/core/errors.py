@@ -1,0 +1,108 @@
+"""Typed domain errors raised by core.
+
+Core never knows which surface called it; each surface maps these classes to its own wire
+errors in exactly one table (`metis/server/errors.py`, `metis/aap/errors.py`). `details` holds
+the machine-readable facts a surface may render; it never contains secrets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class DomainError(Exception):
+    """Base of every expected failure of a core operation."""
+
+    def __init__(self, message: str = "", **details: Any) -> None:
+        super().__init__(message or self.__class__.__name__)
+        self.message = message or self.__class__.__name__
+        self.details: dict[str, Any] = details
+
+
+class ConfigError(DomainError):
+    """A configuration file is invalid; `message` names file, line and key."""
+
+
+class InvalidContent(DomainError):
+    def __init__(self, errors: list[dict[str, Any]]) -> None:
+        text = "; ".join(e["msg"] for e in errors[:5])
+        super().__init__(f"invalid content: {text}", errors=errors)
+        self.errors = errors
+
+
+class SessionNotFound(DomainError):
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id} not found", session_id=session_id)
+
+
+class SessionAlreadyEnded(DomainError):
+    def __init__(self, session_id: str, ended_at: str | None = None) -> None:
+        details = {"ended_at": ended_at} if ended_at else {}
+        super().__init__(f"session {session_id} has ended", **details)
+
+
+class WorkspaceNotFound(DomainError):
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"workspace {path!r} is not usable: {reason}", reason=reason)
+
+
+class ModelNotConfigured(DomainError):
+    """An explicit model reference that cannot be used (unknown, no key, offline forced)."""
+
+
+class SurfaceMismatch(DomainError):
+    def __init__(self, message: str, surface: str) -> None:
+        super().__init__(message, surface=surface)
+
+
+class TurnInFlight(DomainError):
+    def __init__(self, session_id: str, current_turn_id: str) -> None:
+        super().__init__(
+            f"session {session_id} already has turn {current_turn_id} in flight",
+            current_turn_id=current_turn_id,
+        )
+
+
+class TurnNotFound(DomainError):
+    def __init__(self, turn_id: str) -> None:
+        super().__init__(f"turn {turn_id} not found", turn_id=turn_id)
+
+
+class TurnAlreadyCompleted(DomainError):
+    def __init__(self, turn_id: str, status: str) -> None:
+        super().__init__(f"turn {turn_id} is already {status}", status=status)
+
+
+class RoutingFailed(DomainError):
+    """No model can serve the turn; details follow routing.md §5."""
+
+
+class ConfirmationNotFound(DomainError):
+    def __init__(self, request_id: str) -> None:
+        super().__init__(f"confirmation {request_id} not found", request_id=request_id)
+
+
+class ConfirmationAlreadyResolved(DomainError):
+    def __init__(self, resolution: str, resolved_at: str | None) -> None:
+        super().__init__(
+            f"confirmation already resolved ({resolution})",
+            resolution=resolution,
+            resolved_at=resolved_at,
+        )
+
+
+class ConfirmationPolicyMismatch(DomainError):
+    """A suspend-policy request answered through the wait-policy path."""
+
+
+class CursorNotFound(DomainError):
+    def __init__(self, cursor: str) -> None:
+        super().__init__(f"cursor {cursor} names no event of this session", cursor=cursor)
+
+
+class UnknownEventType(DomainError):
+    pass
+
+
+class EventValidationError(DomainError):
+    pass

@@ -1,0 +1,181 @@
+"""Safe YAML loading that keeps positions, for diagnostics naming file, line and key.
+
+`config.yaml`, `models.yaml` and `routing.yaml` are all read through `load_yaml_bytes`, so every
+configuration error in metis has the same shape and the same rules: read as bytes with a size
+limit, UTF-8 (a leading BOM tolerated), duplicate keys are errors (never last-wins), and every
+mapping and sequence remembers the 1-based line and column of itself and of each key.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+MAX_YAML_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    severity: str  # "error" | "warning"
+    code: str
+    path: str
+    line: int | None
+    column: int | None
+    message: str
+
+    def render(self) -> str:
+        """`<message> (line L)`; file-level problems without a position omit the suffix."""
+        return self.message if self.line is None else f"{self.message} (line {self.line})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "severity": self.severity,
+            "code": self.code,
+            "path": self.path,
+            "line": self.line,
+            "column": self.column,
+            "message": self.message,
+        }
+
+
+class MarkedDict(dict):  # type: ignore[type-arg]
+    """A mapping that knows where it and each of its keys stand in the source."""
+
+    line: int | None = None
+    column: int | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.key_marks: dict[Any, tuple[int, int]] = {}
+
+    def key_line(self, key: Any) -> int | None:
+        mark = self.key_marks.get(key)
+        return mark[0] if mark else self.line
+
+
+class MarkedList(list):  # type: ignore[type-arg]
+    line: int | None = None
+    column: int | None = None
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.item_marks: list[tuple[int, int]] = []
+
+    def item_line(self, index: int) -> int | None:
+        if 0 <= index < len(self.item_marks):
+            return self.item_marks[index][0]
+        return self.line
+
+
+@dataclass
+class YamlDocument:
+    data: Any
+    errors: list[Diagnostic] = field(default_factory=list)
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: Any, line: int, column: int) -> None:
+        self.key, self.line, self.column = key, line, column
+
+
+def _marked_loader(duplicates: list[tuple[str, Any, int, int]]) -> type[yaml.SafeLoader]:
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def construct_mapping(loader: Loader, node: yaml.MappingNode, deep: bool = False) -> Any:
+        loader.flatten_mapping(node)
+        result = MarkedDict()
+        result.line, result.column = node.start_mark.line + 1, node.start_mark.column + 1
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            try:
+                hash(key)
+            except TypeError:
+                key = str(key)
+            mark = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+            if key in result:
+                duplicates.append(("", key, *mark))
+                continue
+            result[key] = loader.construct_object(value_node, deep=True)
+            result.key_marks[key] = mark
+        return result
+
+    def construct_sequence(loader: Loader, node: yaml.SequenceNode, deep: bool = False) -> Any:
+        result = MarkedList(loader.construct_object(child, deep=True) for child in node.value)
+        result.line, result.column = node.start_mark.line + 1, node.start_mark.column + 1
+        result.item_marks = [(c.start_mark.line + 1, c.start_mark.column + 1) for c in node.value]
+        return result
+
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, construct_sequence)
+    return Loader
+
+
+def load_yaml_bytes(raw: bytes, *, max_bytes: int = MAX_YAML_BYTES) -> YamlDocument:
+    """Parse YAML source; problems come back as diagnostics, never as exceptions."""
+    if len(raw) > max_bytes:
+        return YamlDocument(
+            None,
+            [Diagnostic("error", "too_large", "", None, None, f"file exceeds {max_bytes} bytes")],
+        )
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return YamlDocument(
+            None,
+            [Diagnostic("error", "not_utf8", "", None, None, f"file is not UTF-8 ({exc.reason})")],
+        )
+    duplicates: list[tuple[str, Any, int, int]] = []
+    try:
+        data = yaml.load(text, Loader=_marked_loader(duplicates))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        line = mark.line + 1 if mark else None
+        column = mark.column + 1 if mark else None
+        problem = exc.problem or "invalid YAML"
+        return YamlDocument(
+            None, [Diagnostic("error", "yaml_syntax", "", line, column, f"YAML syntax: {problem}")]
+        )
+    except yaml.YAMLError as exc:
+        return YamlDocument(None, [Diagnostic("error", "yaml_syntax", "", None, None, str(exc))])
+    errors = [
+        Diagnostic("error", "duplicate_key", str(key), line, col, f"duplicate key '{key}'")
+        for _, key, line, col in duplicates
+    ]
+    return YamlDocument(data, errors)
+
+
+def read_yaml_file(path: Path, *, max_bytes: int = MAX_YAML_BYTES) -> YamlDocument:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        return YamlDocument(
+            None,
+            [
+                Diagnostic(
+                    "error", "unreadable", "", None, None, f"cannot read {path}: {exc.strerror}"
+                )
+            ],
+        )
+    return load_yaml_bytes(raw, max_bytes=max_bytes)
+
+
+def suggest(key: str, allowed: list[str] | tuple[str, ...]) -> str:
+    """`; did you mean 'x'?` when a close allowed key exists, else ""."""
+    match = difflib.get_close_matches(key, list(allowed), n=1, cutoff=0.75)
+    return f"; did you mean '{match[0]}'?" if match else ""
+
+
+def line_of(container: Any, key: Any = None) -> int | None:
+    """Best-known line of a key (for a MarkedDict) or item (for a MarkedList)."""
+    if isinstance(container, MarkedDict):
+        return container.key_line(key) if key is not None else container.line
+    if isinstance(container, MarkedList):
+        return container.item_line(key) if isinstance(key, int) else container.line
+    return None
