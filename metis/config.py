@@ -1,0 +1,226 @@
+"""Daemon settings: where data lives, how the daemon binds, and every tunable limit.
+
+Precedence is CLI flag > environment > `METIS_HOME/config.yaml` > default. Every number the
+contracts call "a setting" lives here so tests can lower it instead of sleeping. A bad
+`config.yaml` stops start-up with a message naming the file, line and key.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from metis.core.errors import ConfigError
+from metis.core.yamlsrc import MarkedDict, line_of, read_yaml_file, suggest
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8421
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+SHIPPED_CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LimitsSettings(_Section):
+    max_request_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    max_image_bytes: int = Field(default=5 * 1024 * 1024, ge=1)
+    max_output_tokens_per_call: int = Field(default=8192, ge=1)
+    turn_release_wait_s: float = Field(default=2.0, ge=0)
+    shutdown_grace_s: float = Field(default=30.0, ge=0)
+
+
+class WebSocketSettings(_Section):
+    attach_token_ttl_s: float = Field(default=60.0, gt=0)
+    attach_tokens_per_session_max: int = Field(default=100, ge=1)
+    subscribe_timeout_s: float = Field(default=10.0, gt=0)
+    queue_max_events: int = Field(default=1000, ge=1)
+    replay_max_events: int = Field(default=10_000, ge=1)
+    snapshot_messages: int = Field(default=50, ge=1)
+    ping_interval_s: float = Field(default=30.0, gt=0)
+    ping_missed_max: int = Field(default=3, ge=1)
+    close_timeout_s: float = Field(default=5.0, gt=0)
+    max_inbound_frame_bytes: int = Field(default=65536, ge=1024)
+
+
+class EventsSettings(_Section):
+    strict: bool = False
+    flush_batch_events: int = Field(default=100, ge=1)
+    flush_interval_ms: int = Field(default=50, ge=1)
+    max_batch_events: int = Field(default=500, ge=1)
+    writer_warn_pending: int = Field(default=10_000, ge=1)
+    writer_max_pending: int = Field(default=100_000, ge=1)
+
+
+class FileSettings(_Section):
+    """The schema of `config.yaml` (every key optional)."""
+
+    host: str = DEFAULT_HOST
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
+    allowed_origins: tuple[str, ...] = ()
+    allowed_workspace_roots: tuple[str, ...] = ()
+    log_level: str = "INFO"
+    limits: LimitsSettings = LimitsSettings()
+    websocket: WebSocketSettings = WebSocketSettings()
+    events: EventsSettings = EventsSettings()
+
+
+class Settings(BaseModel):
+    """Effective settings of one daemon process (file settings plus paths and overrides)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    home: Path
+    host: str
+    port: int
+    requested_host: str
+    offline: bool
+    api_key: str | None = Field(default=None, repr=False, exclude=True)
+    file: FileSettings
+
+    @property
+    def db_path(self) -> Path:
+        return self.home / "metis.db"
+
+    @property
+    def config_path(self) -> Path:
+        return self.home / "config.yaml"
+
+    @property
+    def routing_path(self) -> Path:
+        return self.home / "routing.yaml"
+
+    @property
+    def models_path(self) -> Path:
+        """The user's `models.yaml`, else the shipped default."""
+        user = self.home / "models.yaml"
+        return user if user.exists() else SHIPPED_CONFIG_DIR / "models.yaml"
+
+    @property
+    def shipped_routing_path(self) -> Path:
+        return SHIPPED_CONFIG_DIR / "routing.yaml"
+
+    @property
+    def limits(self) -> LimitsSettings:
+        return self.file.limits
+
+    @property
+    def websocket(self) -> WebSocketSettings:
+        return self.file.websocket
+
+    @property
+    def events(self) -> EventsSettings:
+        return self.file.events
+
+    @property
+    def allowed_workspace_roots(self) -> tuple[Path, ...]:
+        return tuple(Path(p).expanduser().resolve() for p in self.file.allowed_workspace_roots)
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("METIS_HOME") or Path.home() / ".metis").expanduser()
+
+
+def ensure_home(home: Path) -> Path:
+    """Create METIS_HOME with mode 0700 (it holds the API key and the trace store)."""
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        home.chmod(0o700)
+    except OSError:  # pragma: no cover - foreign ownership; still usable
+        log.warning("could not set mode 0700 on %s", home)
+    return home
+
+
+def _loc_to_message(path: Path, data: Any, error: dict[str, Any]) -> str:
+    """Render one pydantic error as `file:line: key: problem`, never echoing the value."""
+    loc = [str(p) for p in error["loc"]]
+    node, line = data, None
+    for part in error["loc"]:
+        if (isinstance(node, MarkedDict) and part in node) or (
+            isinstance(node, list) and isinstance(part, int) and part < len(node)
+        ):
+            line = line_of(node, part) or line
+            node = node[part]
+        else:
+            if isinstance(node, MarkedDict):
+                line = line_of(node, part) or node.line or line
+            break
+    key = ".".join(loc) or "(root)"
+    problem = error["msg"]
+    if error["type"] == "extra_forbidden":
+        parent = FileSettings
+        for part in error["loc"][:-1]:
+            field = parent.model_fields.get(str(part))
+            annotation = field.annotation if field else None
+            parent = annotation if isinstance(annotation, type) else parent  # type: ignore[assignment]
+        problem = f"unknown key{suggest(loc[-1], list(parent.model_fields))}"
+    where = f"{path}:{line}" if line else str(path)
+    return f"{where}: {key}: {problem}"
+
+
+def load_file_settings(path: Path) -> FileSettings:
+    """Parse `config.yaml`; raise ConfigError naming file, line and key on any problem."""
+    if not path.exists():
+        return FileSettings()
+    doc = read_yaml_file(path)
+    if doc.errors:
+        raise ConfigError("; ".join(f"{path}:{d.line or '?'}: {d.message}" for d in doc.errors))
+    if doc.data is None:
+        return FileSettings()
+    if not isinstance(doc.data, dict):
+        raise ConfigError(f"{path}:1: the top level must be a mapping")
+    try:
+        return FileSettings.model_validate(doc.data)
+    except ValidationError as exc:
+        messages = [_loc_to_message(path, doc.data, e) for e in exc.errors()]
+        raise ConfigError("\n".join(messages)) from None
+
+
+def load_settings(
+    *,
+    home: Path | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> Settings:
+    """Effective settings: CLI arguments > environment > config.yaml > defaults.
+
+    `overrides` (tests) are merged into the file settings section by section.
+    """
+    home = ensure_home(home or default_home())
+    file_settings = load_file_settings(home / "config.yaml")
+    if overrides:
+        merged = file_settings.model_dump()
+        for key, value in overrides.items():
+            if isinstance(value, dict) and isinstance(merged.get(key), dict):
+                merged[key] = {**merged[key], **value}
+            else:
+                merged[key] = value
+        file_settings = FileSettings.model_validate(merged)
+    env_port = os.environ.get("METIS_PORT")
+    requested_host = host or os.environ.get("METIS_HOST") or file_settings.host
+    effective_port = port if port is not None else int(env_port) if env_port else file_settings.port
+    bound_host = requested_host
+    if requested_host not in LOOPBACK_HOSTS:
+        log.error(
+            "refusing to bind non-loopback host %r; binding %s instead",
+            requested_host,
+            DEFAULT_HOST,
+        )
+        bound_host = DEFAULT_HOST
+    return Settings(
+        home=home,
+        host=bound_host,
+        port=effective_port,
+        requested_host=requested_host,
+        offline=os.environ.get("METIS_OFFLINE") == "1",
+        api_key=os.environ.get("METIS_API_KEY") or None,
+        file=file_settings,
+    )

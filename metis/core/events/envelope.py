@@ -1,0 +1,67 @@
+"""Event envelopes: persisted bus events and streaming-only (transient) events (events.md §3)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from metis.core.canonical import format_us
+from metis.core.events.catalog import sensitivity_of
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A persisted catalog event; `seq` orders its stream, `id` is the client-facing cursor."""
+
+    id: str
+    seq: int
+    timestamp_us: int
+    session_id: str
+    turn_id: str | None
+    parent_event_id: str | None
+    type: str
+    actor: str
+    payload: dict[str, Any]
+
+    transient = False
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "seq": self.seq,
+            "timestamp": format_us(self.timestamp_us),
+            "session_id": self.session_id,
+            "turn_id": self.turn_id,
+            "parent_event_id": self.parent_event_id,
+            "type": self.type,
+            "actor": self.actor,
+            "payload": self.payload,
+            "sensitivity": sensitivity_of(self.type),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TransientEvent:
+    """A streaming-only event: no id, seq, timestamp or sensitivity; never persisted."""
+
+    session_id: str
+    turn_id: str
+    parent_event_id: str | None
+    type: str
+    payload: dict[str, Any]
+    actor: str = "agent"
+
+    transient = True
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "turn_id": self.turn_id,
+            "parent_event_id": self.parent_event_id,
+            "type": self.type,
+            "actor": self.actor,
+            "payload": self.payload,
+        }
+
+
+AnyEvent = Event | TransientEvent

@@ -1,0 +1,139 @@
+"""Startup recovery, before the port is bound (events.md §6.7).
+
+A crash can leave turns `running`, tool uses without results, `wait` confirmations pending and
+model swaps queued. Each is repaired here into a state a client can understand: the turn is
+`failed` with `turn.failed{daemon_restart}` at the next seq, every interrupted tool use has a
+stored error result, and holes in a stream's seq become visible `bus.gap_detected` events.
+"""
+
+from __future__ import annotations
+
+import logging
+from decimal import Decimal
+
+from metis.core.canonical import (
+    Message,
+    MessageMetadata,
+    TextBlock,
+    ToolResultBlock,
+    new_ulid,
+    now_us,
+)
+from metis.core.events.bus import EventBus
+from metis.core.events.costs import QUARTET, CostAccumulator, Totals
+from metis.core.store.db import Database
+from metis.core.store.events import EventStore
+from metis.core.store.messages import insert_message
+
+log = logging.getLogger(__name__)
+
+INTERRUPTED_TEXT = "Tool call interrupted: metis stopped before the tool finished"
+
+
+async def seed_from_store(db: Database, bus: EventBus, costs: CostAccumulator) -> None:
+    """Continue every stream's seq and every session's spend where the store left them."""
+    bus.seed(await EventStore(db).max_seqs())
+    for row in await db.fetchall(
+        "SELECT id, cost_so_far_usd, input_tokens, cache_read_tokens, cache_write_tokens, "
+        "output_tokens FROM sessions"
+    ):
+        costs.seed_session(row["id"], {k: row[k] for k in QUARTET}, Decimal(row["cost_so_far_usd"]))
+
+
+async def report_gaps(db: Database, bus: EventBus) -> int:
+    gaps = await EventStore(db).find_gaps()
+    for stream, first, last in gaps:
+        log.warning("stream %s is missing seq %d..%d", stream, first, last)
+        bus.emit(
+            stream,
+            "bus.gap_detected",
+            {"missing_from_seq": first, "missing_to_seq": last, "detected_by": "startup_scan"},
+            actor="system",
+        )
+    return len(gaps)
+
+
+async def fail_orphaned_turns(db: Database, bus: EventBus, costs: CostAccumulator) -> list[str]:
+    """Mark every `running` turn failed and close what it left open; returns the turn ids."""
+    turns = await db.fetchall("SELECT * FROM turns WHERE status='running' ORDER BY id")
+    for turn in turns:
+        await _close_interrupted_tools(db, turn["session_id"], turn["id"])
+        await _apply_pending_swap(db, turn["session_id"])
+        started = await db.fetchone(
+            "SELECT id FROM events WHERE turn_id=? AND type='turn.started'", (turn["id"],)
+        )
+        totals = Totals(
+            {k: int(turn[k]) for k in QUARTET},
+            Decimal(turn["cost_usd"]),
+            int(turn["llm_call_count"]),
+            int(turn["tool_call_count"]),
+        )
+        costs.seed_turn(turn["id"], totals)
+        wall_ms = max(0, (now_us() - int(turn["started_at_us"])) // 1000)
+        bus.emit(
+            turn["session_id"],
+            "turn.failed",
+            {
+                **costs.end_turn(turn["id"]).turn_payload(wall_ms),
+                "reason": "daemon_restart",
+                "error_class": None,
+                "message": "metis stopped while this turn was running",
+            },
+            actor="system",
+            turn_id=turn["id"],
+            parent_event_id=started["id"] if started else None,
+        )
+        log.warning(
+            "turn %s of %s was interrupted by a restart; marked failed",
+            turn["id"],
+            turn["session_id"],
+        )
+    return [t["id"] for t in turns]
+
+
+async def _close_interrupted_tools(db: Database, session_id: str, turn_id: str) -> None:
+    """Store an error result for every tool use of the turn (or resumed by it) left without one."""
+    rows = await db.fetchall(
+        "SELECT id FROM tool_calls WHERE result_message_id IS NULL AND session_id=? AND "
+        "(turn_id=? OR id IN (SELECT tool_use_id FROM confirmations WHERE resolved_in_turn_id=?)) "
+        "ORDER BY id",
+        (session_id, turn_id, turn_id),
+    )
+    stamp = now_us()
+    async with db.write() as conn:
+        for row in rows:
+            message = Message(
+                id=new_ulid(),
+                session_id=session_id,
+                turn_id=turn_id,
+                role="tool",
+                content=[
+                    ToolResultBlock(
+                        tool_use_id=row["id"],
+                        content=[TextBlock(text=INTERRUPTED_TEXT)],
+                        is_error=True,
+                    )
+                ],
+                created_at_us=stamp,
+                metadata=MessageMetadata(tool_use_id=row["id"]),
+            )
+            await insert_message(conn, message)
+            await conn.execute(
+                "UPDATE tool_calls SET status='failed', error_class='internal_error', is_error=1, "
+                "result_message_id=?, ended_at_us=? WHERE id=?",
+                (message.id, stamp, row["id"]),
+            )
+        await conn.execute(
+            "UPDATE confirmations SET status='expired', resolved_at_us=? "
+            "WHERE turn_id=? AND policy='wait' AND status='pending'",
+            (stamp, turn_id),
+        )
+
+
+async def _apply_pending_swap(db: Database, session_id: str) -> None:
+    async with db.write() as conn:
+        await conn.execute(
+            "UPDATE sessions SET active_model=pending_model, pending_model_set=0, pending_model=NULL, "
+            "updated_at_us=? WHERE id=? AND pending_model_set=1",
+            (now_us(), session_id),
+        )

@@ -1,0 +1,51 @@
+"""Turn slots: which turn holds each session, and in which state (in-memory, per process).
+
+The slot is claimed and released in synchronous steps (no await between check and set), which
+is what makes "exactly one 202 among concurrent submits" hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Literal
+
+SlotStatus = Literal["in_flight", "cancelling", "completing"]
+
+
+@dataclass(eq=False)
+class TurnSlot:
+    session_id: str
+    turn_id: str
+    status: SlotStatus = "in_flight"
+    cancel_event: asyncio.Event = field(default_factory=asyncio.Event)
+    cancel_reason: str | None = None
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+    terminal_emitted: bool = False
+
+
+class TurnSlots:
+    def __init__(self) -> None:
+        self._by_session: dict[str, TurnSlot] = {}
+
+    def get(self, session_id: str) -> TurnSlot | None:
+        return self._by_session.get(session_id)
+
+    def claim(self, session_id: str, turn_id: str) -> TurnSlot | None:
+        """Register `turn_id` as the session's turn; None if another turn holds the slot."""
+        if session_id in self._by_session:
+            return None
+        slot = TurnSlot(session_id, turn_id)
+        self._by_session[session_id] = slot
+        return slot
+
+    def release(self, slot: TurnSlot) -> None:
+        if self._by_session.get(slot.session_id) is slot:
+            del self._by_session[slot.session_id]
+        slot.released.set()
+
+    def __len__(self) -> int:
+        return len(self._by_session)
+
+    def all(self) -> list[TurnSlot]:
+        return list(self._by_session.values())

@@ -1,0 +1,105 @@
+"""The metis REST error envelope and the one table mapping domain errors to wire errors.
+
+Every non-2xx response of the metis surface is `{"error": {"code", "message", "details"}}` with a
+code from the closed table of rest-api.md §5; nothing outside that table may be sent.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from metis.core import errors as core
+
+# code -> HTTP status: the closed table (rest-api.md §5). Adding a code is a contract change.
+ERROR_CODES: dict[str, int] = {
+    "validation_error": 400,
+    "invalid_content": 400,
+    "workspace_not_found": 400,
+    "model_not_configured": 400,
+    "attach_token_invalid": 401,
+    "host_not_allowed": 403,
+    "origin_not_allowed": 403,
+    "attach_token_wrong_session": 403,
+    "route_not_found": 404,
+    "session_not_found": 404,
+    "turn_not_found": 404,
+    "confirmation_not_found": 404,
+    "method_not_allowed": 405,
+    "session_already_ended": 409,
+    "surface_mismatch": 409,
+    "turn_in_flight": 409,
+    "turn_already_completed": 409,
+    "confirmation_already_resolved": 409,
+    "payload_too_large": 413,
+    "unsupported_media_type": 415,
+    "upgrade_required": 426,
+    "internal_error": 500,
+    "routing_failed": 503,
+    "service_shutting_down": 503,
+}
+
+# Domain error class -> wire code. Subclasses resolve through the MRO.
+_DOMAIN_CODES: dict[type[core.DomainError], str] = {
+    core.InvalidContent: "invalid_content",
+    core.WorkspaceNotFound: "workspace_not_found",
+    core.ModelNotConfigured: "model_not_configured",
+    core.SessionNotFound: "session_not_found",
+    core.SessionAlreadyEnded: "session_already_ended",
+    core.SurfaceMismatch: "surface_mismatch",
+    core.TurnInFlight: "turn_in_flight",
+    core.TurnNotFound: "turn_not_found",
+    core.TurnAlreadyCompleted: "turn_already_completed",
+    core.RoutingFailed: "routing_failed",
+    core.ConfirmationNotFound: "confirmation_not_found",
+    core.ConfirmationAlreadyResolved: "confirmation_already_resolved",
+    core.ConfirmationPolicyMismatch: "surface_mismatch",
+}
+
+
+class ApiError(Exception):
+    """A wire error raised by the surface itself (validation, media type, routing of requests)."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        if code not in ERROR_CODES:
+            raise ValueError(f"{code!r} is not in the closed error table")
+        super().__init__(message)
+        self.code = code
+        self.status = ERROR_CODES[code]
+        self.message = message
+        self.details = details or {}
+        self.headers = headers or {}
+
+
+def from_domain(exc: core.DomainError) -> ApiError:
+    for cls in type(exc).__mro__:
+        code = _DOMAIN_CODES.get(cls)  # type: ignore[arg-type]
+        if code is not None:
+            details = dict(exc.details)
+            if isinstance(exc, core.ConfirmationPolicyMismatch):
+                details = {"surface": "aap"}
+            return ApiError(code, exc.message, details)
+    return ApiError("internal_error", "internal error")
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+def error_response(error: ApiError) -> web.Response:
+    body = {"error": {"code": error.code, "message": error.message, "details": error.details}}
+    return web.Response(
+        status=error.status,
+        text=dumps(body),
+        content_type="application/json",
+        charset="utf-8",
+        headers=error.headers,
+    )

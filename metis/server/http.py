@@ -1,0 +1,169 @@
+"""Request/response plumbing shared by every metis route: the route table (which also feeds the
+OpenAPI document), JSON bodies, query strings and JSON responses.
+
+Handlers stay translation-only: parse into a pydantic wire model, call core, render.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar, get_args, get_origin
+
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from metis.server.errors import ApiError, dumps
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+BodyPolicy = Literal["none", "optional", "required"]
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class RouteSpec:
+    method: str
+    path: str
+    handler: Handler
+    summary: str
+    status: int = 200
+    body: BodyPolicy = "none"
+    request_model: type[BaseModel] | None = None
+    query_model: type[BaseModel] | None = None
+    response_model: type[BaseModel] | None = None
+    errors: tuple[str, ...] = ()
+    tag: str = "metis"
+    websocket: bool = False
+
+
+@dataclass
+class RouteTable:
+    """All routes of one surface, declared once with their wire models."""
+
+    specs: list[RouteSpec] = field(default_factory=list)
+
+    def route(self, method: str, path: str, **kwargs: Any) -> Callable[[Handler], Handler]:
+        def decorator(handler: Handler) -> Handler:
+            summary = kwargs.pop("summary", None) or (handler.__doc__ or "").strip().split("\n")[0]
+            self.specs.append(RouteSpec(method, path, handler, summary, **kwargs))
+            return handler
+
+        return decorator
+
+
+ROUTE_SPEC_KEY = web.AppKey("metis.route_specs", dict)
+
+
+def spec_of(request: web.Request) -> RouteSpec | None:
+    specs = request.app.get(ROUTE_SPEC_KEY)
+    if specs is None:
+        return None
+    return specs.get(request.match_info.route)
+
+
+def json_response(
+    data: Any, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
+    if isinstance(data, BaseModel):
+        data = data.model_dump(mode="json")
+    return web.Response(
+        status=status,
+        text=dumps(data),
+        content_type="application/json",
+        charset="utf-8",
+        headers=headers,
+    )
+
+
+def _pydantic_errors(exc: ValidationError, where: str) -> list[dict[str, Any]]:
+    """pydantic errors as `{loc, msg, type}`; the input value is never echoed (may be a secret)."""
+    return [
+        {"loc": [where, *e["loc"]], "msg": e["msg"], "type": e["type"]}
+        for e in exc.errors(include_input=False, include_url=False, include_context=False)
+    ]
+
+
+def validation_error(
+    errors: list[dict[str, Any]], message: str = "request validation failed"
+) -> ApiError:
+    return ApiError("validation_error", message, {"errors": errors})
+
+
+async def read_json(request: web.Request, *, required: bool) -> Any:
+    """The decoded JSON body, or None when an optional body is absent."""
+    raw = await request.read()
+    if not raw:
+        if required:
+            raise validation_error(
+                [{"loc": ["body"], "msg": "a JSON body is required", "type": "missing"}]
+            )
+        return None
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise validation_error(
+            [{"loc": ["body"], "msg": "body is not UTF-8", "type": "utf8"}]
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise validation_error(
+            [
+                {
+                    "loc": ["body"],
+                    "msg": f"malformed JSON at line {exc.lineno} column {exc.colno}",
+                    "type": "json_invalid",
+                }
+            ]
+        ) from None
+
+
+async def read_body(request: web.Request, model: type[M], *, required: bool = True) -> M | None:
+    data = await read_json(request, required=required)
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise validation_error(
+            [{"loc": ["body"], "msg": "body must be a JSON object", "type": "dict_type"}]
+        )
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(_pydantic_errors(exc, "body")) from None
+
+
+def _is_bool_field(annotation: Any) -> bool:
+    if annotation is bool:
+        return True
+    return get_origin(annotation) is not None and bool in get_args(annotation)
+
+
+def parse_query(request: web.Request, model: type[M]) -> M:
+    """Known parameters only; repeated, unparseable or out-of-range ones → 400 (never clamped)."""
+    data: dict[str, Any] = {}
+    errors: list[dict[str, Any]] = []
+    for name, info in model.model_fields.items():
+        key = info.alias or name
+        values = request.query.getall(key, [])
+        if not values:
+            continue
+        if len(values) > 1:
+            errors.append(
+                {"loc": ["query", key], "msg": "parameter given more than once", "type": "repeated"}
+            )
+            continue
+        value: Any = values[0]
+        if _is_bool_field(info.annotation):
+            lowered = value.lower()
+            if lowered not in ("true", "false"):
+                errors.append(
+                    {"loc": ["query", key], "msg": "must be true or false", "type": "bool_parsing"}
+                )
+                continue
+            value = lowered == "true"
+        data[key] = value
+    if errors:
+        raise validation_error(errors)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(_pydantic_errors(exc, "query")) from None

@@ -1,0 +1,127 @@
+"""Request guards in the precedence order of rest-api.md §1.6, the error envelope, and access logs.
+
+Order: host_not_allowed → service_shutting_down → route_not_found / method_not_allowed →
+origin_not_allowed → payload_too_large → unsupported_media_type → (handler: validation_error …).
+A refused request reaches no handler, so it writes no row and no event.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from metis.core.errors import DomainError
+from metis.server.errors import ApiError, error_response, from_domain
+from metis.server.http import spec_of
+from metis.server.state import STATE_KEY, ServerState
+
+log = logging.getLogger("metis.access")
+errlog = logging.getLogger(__name__)
+
+_STATE_CHANGING = frozenset({"POST", "PATCH", "DELETE", "PUT"})
+
+
+def host_allowed(host: str | None, port: int) -> bool:
+    """Only loopback names/addresses with the bound port (DNS-rebinding defence)."""
+    if not host:
+        return False
+    host = host.lower()
+    return host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}")
+
+
+def origin_allowed(origin: str, state: ServerState) -> bool:
+    port = state.port
+    own = {f"http://127.0.0.1:{port}", f"http://localhost:{port}", f"http://[::1]:{port}"}
+    return origin.lower() in own or origin in state.settings.file.allowed_origins
+
+
+def is_websocket_upgrade(request: web.Request) -> bool:
+    return request.headers.get("Upgrade", "").lower() == "websocket"
+
+
+def _check_preconditions(request: web.Request, state: ServerState) -> None:
+    if not host_allowed(request.headers.get("Host"), state.port):
+        raise ApiError("host_not_allowed", "Host header is not an allowed loopback name")
+    if state.shutting_down:
+        raise ApiError("service_shutting_down", "metis is shutting down")
+    http_exc = request.match_info.http_exception
+    if http_exc is not None:
+        if isinstance(http_exc, web.HTTPMethodNotAllowed):
+            allowed = sorted(http_exc.allowed_methods)
+            raise ApiError(
+                "method_not_allowed",
+                f"{request.method} is not allowed on {request.path}",
+                {"allowed": allowed},
+                headers={"Allow": ", ".join(allowed)},
+            )
+        raise ApiError("route_not_found", f"no route for {request.path}", {"path": request.path})
+    origin = request.headers.get("Origin")
+    guarded = request.method in _STATE_CHANGING or is_websocket_upgrade(request)
+    if origin is not None and guarded and not origin_allowed(origin, state):
+        raise ApiError("origin_not_allowed", "Origin is not allowed", {"origin": origin})
+    spec = spec_of(request)
+    if spec is None or spec.body == "none":
+        return
+    max_bytes = state.settings.limits.max_request_bytes
+    length = request.content_length
+    if length is not None and length > max_bytes:
+        raise ApiError(
+            "payload_too_large", f"body exceeds {max_bytes} bytes", {"max_bytes": max_bytes}
+        )
+    present = (length or 0) > 0 or request.headers.get("Transfer-Encoding", "").lower() == "chunked"
+    if present or spec.body == "required":
+        content_type = request.headers.get("Content-Type")
+        if content_type is None or request.content_type.lower() != "application/json":
+            raise ApiError(
+                "unsupported_media_type",
+                "the body must be application/json",
+                {"content_type": content_type},
+            )
+
+
+@web.middleware
+async def metis_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    state: ServerState = request.app[STATE_KEY]
+    started = time.perf_counter()
+    try:
+        _check_preconditions(request, state)
+        response = await handler(request)
+    except ApiError as exc:
+        response = error_response(exc)
+    except DomainError as exc:
+        response = error_response(from_domain(exc))
+    except web.HTTPRequestEntityTooLarge:
+        max_bytes = state.settings.limits.max_request_bytes
+        response = error_response(
+            ApiError(
+                "payload_too_large", f"body exceeds {max_bytes} bytes", {"max_bytes": max_bytes}
+            )
+        )
+    except web.HTTPException as exc:
+        errlog.error("unexpected aiohttp HTTP exception %s on %s", exc.status, request.path)
+        response = error_response(ApiError("internal_error", "internal error"))
+    except Exception:
+        errlog.exception("unhandled error on %s %s", request.method, request.path)
+        response = error_response(ApiError("internal_error", "internal error"))
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    log.info(
+        "request method=%s path=%s status=%s ms=%.2f",
+        request.method,
+        request.path,
+        response.status,
+        elapsed_ms,
+    )
+    return response
+
+
+async def add_security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """on_response_prepare: headers every metis response carries (rest-api.md §1.1)."""
+    if isinstance(response, web.WebSocketResponse):
+        return
+    response.headers.setdefault("Cache-Control", "no-store")
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")

@@ -1,0 +1,79 @@
+"""GET /health, /server/version and /openapi.json (rest-api.md §3.13)."""
+
+from __future__ import annotations
+
+from importlib.metadata import version as package_version
+
+from aiohttp import web
+from pydantic import BaseModel
+
+from metis.core.canonical import SCHEMA_VERSION, format_us
+from metis.server.http import RouteTable, json_response
+from metis.server.state import STATE_KEY
+
+routes = RouteTable()
+OPENAPI_KEY = web.AppKey("metis.openapi", dict)
+
+
+class HealthResponse(BaseModel):
+    status: str
+    started_at: str
+    uptime_seconds: float
+    active_sessions: int
+    active_turns: int
+
+
+class SchemaVersions(BaseModel):
+    canonical_message: int
+    events: int
+    routing_policy: int
+    storage: int
+
+
+class VersionResponse(BaseModel):
+    version: str
+    schema_versions: SchemaVersions
+    streaming_protocol: int
+
+
+def metis_version() -> str:
+    return package_version("metis")
+
+
+@routes.route("GET", "/health", response_model=HealthResponse, errors=("service_shutting_down",))
+async def health(request: web.Request) -> web.Response:
+    """Liveness and load: O(1), from in-memory counters only (never scans the store)."""
+    core = request.app[STATE_KEY].core
+    return json_response(
+        {
+            "status": "ok",
+            "started_at": format_us(core.started_at_us),
+            "uptime_seconds": round(core.uptime_seconds, 3),
+            "active_sessions": core.active_session_count(),
+            "active_turns": core.active_turn_count(),
+        }
+    )
+
+
+@routes.route("GET", "/server/version", response_model=VersionResponse)
+async def server_version(request: web.Request) -> web.Response:
+    """Package version and the schema versions clients may check."""
+    core = request.app[STATE_KEY].core
+    return json_response(
+        {
+            "version": metis_version(),
+            "schema_versions": {
+                "canonical_message": SCHEMA_VERSION,
+                "events": 1,
+                "routing_policy": 1,
+                "storage": core.db.schema_version,
+            },
+            "streaming_protocol": 1,
+        }
+    )
+
+
+@routes.route("GET", "/openapi.json")
+async def openapi(request: web.Request) -> web.Response:
+    """The OpenAPI 3.1 document generated at start-up from the routes' pydantic models."""
+    return json_response(request.app[OPENAPI_KEY])

@@ -1,0 +1,84 @@
+"""Running the daemon: bind loopback, start core before accepting, shut down in contract order.
+
+Used by `metis serve` and by the integration tests alike, so tests exercise the real start-up
+and shutdown paths (not a test-only server).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+
+from aiohttp import web
+
+from metis.config import Settings
+from metis.server.app import create_app, new_state
+from metis.server.state import ServerState
+
+log = logging.getLogger(__name__)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host if host != "localhost" else "127.0.0.1", port))
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+class Daemon:
+    """One daemon instance: `await start()` returns once it accepts connections."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.state: ServerState = new_state(settings)
+        self.app = create_app(self.state)
+        self._runner: web.AppRunner | None = None
+        self._stopped = asyncio.Event()
+
+    @property
+    def core(self):  # type: ignore[no-untyped-def]
+        return self.state.core
+
+    @property
+    def port(self) -> int:
+        return self.state.port
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.state.base_host}:{self.state.port}"
+
+    async def start(self) -> None:
+        # config → registry → SQLite → subscribers → tools happen in Core.start, before bind.
+        await self.state.core.start()
+        sock = _bind(self.state.host, self.settings.port)
+        self.state.port = sock.getsockname()[1]
+        self._runner = web.AppRunner(
+            self.app,
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=self.settings.limits.shutdown_grace_s,
+        )
+        await self._runner.setup()
+        await web.SockSite(self._runner, sock).start()
+        log.info("metis listening on %s", self.base_url)
+
+    async def stop(self) -> None:
+        """503 for new requests → cancel turns → close sockets → drain → close pools and SQLite."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        self.state.shutting_down = True
+        grace = self.settings.limits.shutdown_grace_s
+        try:
+            await asyncio.wait_for(self._shutdown(), timeout=grace)
+        except TimeoutError:
+            log.error("shutdown exceeded %.0f s grace; stopping anyway", grace)
+
+    async def _shutdown(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        await self.state.core.stop()

@@ -1,0 +1,27 @@
+"""Per-app server state: the core it fronts, the bound address and the shutdown flag."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from metis.config import Settings
+from metis.core.runtime import Core
+
+
+@dataclass
+class ServerState:
+    settings: Settings
+    core: Core
+    host: str
+    port: int
+    shutting_down: bool = False
+
+    @property
+    def base_host(self) -> str:
+        """The bound host as it appears in URLs (IPv6 in brackets)."""
+        return f"[{self.host}]" if ":" in self.host else self.host
+
+
+STATE_KEY = web.AppKey("metis.state", ServerState)

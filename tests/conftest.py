@@ -1,0 +1,56 @@
+"""Shared fixtures: a temp METIS_HOME, settings, and the real daemon on a loopback port."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from metis.config import Settings, load_settings
+from metis.server.runner import Daemon
+
+STRICT = {"events": {"strict": True}}
+
+
+@pytest.fixture
+def metis_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "metis-home"
+    monkeypatch.setenv("METIS_HOME", str(home))
+    for var in (
+        "ANTHROPIC_API_KEY",
+        "OPENAI_API_KEY",
+        "METIS_API_KEY",
+        "METIS_OFFLINE",
+        "METIS_HOST",
+        "METIS_PORT",
+    ):
+        monkeypatch.delenv(var, raising=False)
+    return home
+
+
+@pytest.fixture
+def make_settings(metis_home: Path) -> Callable[..., Settings]:
+    def make(**overrides: Any) -> Settings:
+        merged: dict[str, Any] = {**STRICT, **overrides}
+        return load_settings(home=metis_home, port=0, overrides=merged)
+
+    return make
+
+
+@pytest.fixture
+async def daemon(make_settings: Callable[..., Settings]) -> AsyncIterator[Daemon]:
+    d = Daemon(make_settings())
+    await d.start()
+    try:
+        yield d
+    finally:
+        await d.stop()
+
+
+@pytest.fixture
+async def http(daemon: Daemon) -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(base_url=daemon.base_url) as session:
+        yield session

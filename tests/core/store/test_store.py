@@ -1,0 +1,260 @@
+"""SQLite store: migrations, batched trace writes with projections, gap scan and recovery."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from metis.config import Settings
+from metis.core.errors import ConfigError
+from metis.core.runtime import Core
+from metis.core.store.db import Database
+from metis.core.store.migrations import LATEST_VERSION
+from tests.helpers import insert_running_turn, insert_session
+
+GAP = {"missing_from_seq": 1, "missing_to_seq": 1, "detected_by": "writer"}
+
+
+@pytest.fixture
+async def core(make_settings: Callable[..., Settings]) -> AsyncIterator[Core]:
+    c = Core(make_settings())
+    await c.start()
+    try:
+        yield c
+    finally:
+        await c.stop()
+
+
+async def test_migration_creates_the_schema_from_an_empty_file(tmp_path: Path) -> None:
+    db = Database(tmp_path / "m.db")
+    await db.open()
+    tables = {
+        r["name"] for r in await db.fetchall("SELECT name FROM sqlite_master WHERE type='table'")
+    }
+    assert {"sessions", "messages", "turns", "events", "tool_calls", "confirmations"} <= tables
+    assert (await db.fetchone("PRAGMA journal_mode"))[0] == "wal"
+    assert (await db.fetchone("PRAGMA user_version"))[0] == LATEST_VERSION
+    await db.close()
+    db2 = Database(tmp_path / "m.db")
+    await db2.open()  # re-open an existing file: no migration, data intact
+    assert db2.schema_version == LATEST_VERSION
+    await db2.close()
+
+
+async def test_a_newer_schema_refuses_to_start(tmp_path: Path) -> None:
+    path = tmp_path / "n.db"
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {LATEST_VERSION + 1}")
+    conn.close()
+    with pytest.raises(ConfigError, match="newer"):
+        await Database(path).open()
+
+
+async def test_reader_connection_is_query_only(core: Core) -> None:
+    with pytest.raises(sqlite3.OperationalError):
+        await core.db.fetchall("DELETE FROM sessions")
+
+
+async def test_thousand_events_flush_in_few_transactions(core: Core) -> None:
+    sid = await insert_session(core.db)
+    before = core.writer.transactions
+    for _ in range(1000):
+        core.bus.emit(sid, "bus.gap_detected", GAP, actor="system")
+    await core.flush()
+    assert core.writer.transactions - before <= 12
+    row = await core.db.fetchone(
+        "SELECT COUNT(*) AS n, MAX(seq) AS m FROM events WHERE session_id=?", (sid,)
+    )
+    assert row["n"] == 1000 and row["m"] == 1000
+
+
+async def test_timer_flushes_without_an_explicit_flush(core: Core) -> None:
+    sid = await insert_session(core.db)
+    core.bus.emit(sid, "bus.gap_detected", GAP, actor="system")
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        if (await core.db.fetchone("SELECT COUNT(*) FROM events WHERE session_id=?", (sid,)))[0]:
+            return
+    pytest.fail("event was not flushed by the timer")
+
+
+async def test_a_raising_or_slow_subscriber_does_not_delay_the_writer(core: Core) -> None:
+    sid = await insert_session(core.db)
+    gate = asyncio.Event()
+
+    def broken(event: object) -> None:
+        raise RuntimeError("boom")
+
+    async def slow(event: object) -> None:
+        await gate.wait()
+
+    core.bus.subscribe("broken", broken)
+    core.bus.subscribe_queued("slow", slow)
+    for _ in range(50):
+        core.bus.emit(sid, "bus.gap_detected", GAP, actor="system")
+    await asyncio.wait_for(core.writer.flush(), 2)
+    assert (await core.db.fetchone("SELECT COUNT(*) FROM events WHERE session_id=?", (sid,)))[
+        0
+    ] == 50
+    gate.set()
+
+
+async def test_failed_flush_past_retries_becomes_a_visible_gap(core: Core) -> None:
+    sid = await insert_session(core.db)
+
+    async def no_sleep(_: float) -> None:
+        return None
+
+    core.writer.sleep = no_sleep
+    core.bus.emit(sid, "bus.gap_detected", GAP, actor="system")
+    await core.flush()
+    core.writer.fail_next_flushes = 4  # the first try and all three retries
+    core.bus.emit(sid, "bus.gap_detected", GAP, actor="system")
+    core.bus.emit(sid, "bus.gap_detected", GAP, actor="system")
+    await core.flush()
+    rows = await core.db.fetchall(
+        "SELECT seq, payload_json FROM events WHERE session_id=? ORDER BY seq", (sid,)
+    )
+    assert [r["seq"] for r in rows] == [1, 4]
+    assert json.loads(rows[1]["payload_json"]) == {
+        "missing_from_seq": 2,
+        "missing_to_seq": 3,
+        "detected_by": "writer",
+    }
+
+
+def _llm_completed(turn_id: str, cost: str) -> dict:
+    return {
+        "request_id": "r",
+        "attempt": 1,
+        "message_id": "m",
+        "model": "local:scripted",
+        "provider": "local",
+        "stop_reason": "end_turn",
+        "input_tokens": 10,
+        "cache_read_tokens": 1,
+        "cache_write_tokens": 2,
+        "output_tokens": 5,
+        "cost_usd": cost,
+        "pricing_version": "p",
+        "latency_ms": 1,
+        "first_token_ms": 1,
+        "tool_use_count": 0,
+        "thinking_block_count": 0,
+        "usage_estimated": False,
+    }
+
+
+async def test_projections_sum_tokens_and_decimal_cost_per_turn_and_session(core: Core) -> None:
+    sid = await insert_session(core.db)
+    tid = await insert_running_turn(core.db, sid)
+    started = {
+        "request_id": "r",
+        "attempt": 1,
+        "message_id": "m",
+        "model": "m",
+        "provider": "p",
+        "estimated_input_tokens": 1,
+        "max_output_tokens": 1,
+    }
+    for cost in ("0.0000001", "0.1", "0.0000891"):
+        core.bus.emit(sid, "llm.call_started", started, actor="agent", turn_id=tid)
+        core.bus.emit(
+            sid, "llm.call_completed", _llm_completed(tid, cost), actor="agent", turn_id=tid
+        )
+    totals = core.costs.turn(tid).turn_payload(5)
+    core.bus.emit(
+        sid, "turn.completed", {**totals, "stop_reason": "end_turn"}, actor="agent", turn_id=tid
+    )
+    await core.flush()
+    turn = await core.db.fetchone("SELECT * FROM turns WHERE id=?", (tid,))
+    session = await core.db.fetchone("SELECT * FROM sessions WHERE id=?", (sid,))
+    assert turn["status"] == "completed" and turn["stop_reason"] == "end_turn"
+    assert turn["cost_usd"] == "0.1000892" == session["cost_so_far_usd"]
+    assert (
+        turn["llm_call_count"] == 3
+        and turn["input_tokens"] == 30
+        and session["output_tokens"] == 15
+    )
+    assert core.costs.session(sid).cost == Decimal("0.1000892")
+
+
+async def test_startup_gap_scan_reports_each_hole_once(
+    make_settings: Callable[..., Settings],
+) -> None:
+    settings = make_settings()
+    core = Core(settings)
+    await core.start()
+    sid = await insert_session(core.db)
+    for _ in range(5):
+        core.bus.emit(sid, "bus.gap_detected", GAP, actor="system")
+    await core.stop()
+    conn = sqlite3.connect(settings.db_path)
+    conn.execute("DELETE FROM events WHERE session_id=? AND seq=3", (sid,))
+    conn.commit()
+    conn.close()
+    for _ in range(2):  # a second restart must not report the same hole again
+        core = Core(settings)
+        await core.start()
+        await core.stop()
+    conn = sqlite3.connect(settings.db_path)
+    rows = conn.execute(
+        "SELECT seq, payload_json FROM events WHERE session_id=? AND payload_json LIKE '%startup_scan%'",
+        (sid,),
+    ).fetchall()
+    conn.close()
+    assert len(rows) == 1
+    assert json.loads(rows[0][1])["missing_from_seq"] == 3 and rows[0][0] == 6
+
+
+async def test_running_turn_fails_at_restart_with_daemon_restart(
+    make_settings: Callable[..., Settings],
+) -> None:
+    settings = make_settings()
+    core = Core(settings)
+    await core.start()
+    sid = await insert_session(core.db)
+    tid = await insert_running_turn(core.db, sid)
+    async with core.db.write() as conn:
+        await conn.execute(
+            "UPDATE sessions SET pending_model_set=1, pending_model='local:scripted' WHERE id=?",
+            (sid,),
+        )
+        await conn.execute(
+            "INSERT INTO tool_calls (id, session_id, turn_id, message_id, name, status, input_sha256, created_at_us) "
+            "VALUES ('tu_x', ?, ?, 'm', 'shell', 'running', 'h', 1)",
+            (sid, tid),
+        )
+    core.bus.emit(sid, "bus.gap_detected", GAP, actor="system")
+    await core.flush()
+    await core.db.close()  # simulate a crash: no orderly stop
+    core = Core(settings)
+    await core.start()
+    try:
+        turn = await core.db.fetchone("SELECT status, end_reason FROM turns WHERE id=?", (tid,))
+        assert (turn["status"], turn["end_reason"]) == ("failed", "daemon_restart")
+        events = await core.db.fetchall(
+            "SELECT seq, type FROM events WHERE session_id=? ORDER BY seq", (sid,)
+        )
+        assert [(e["seq"], e["type"]) for e in events] == [
+            (1, "bus.gap_detected"),
+            (2, "turn.failed"),
+        ]
+        session = await core.db.fetchone(
+            "SELECT active_model, pending_model_set FROM sessions WHERE id=?", (sid,)
+        )
+        assert (session["active_model"], session["pending_model_set"]) == ("local:scripted", 0)
+        call = await core.db.fetchone(
+            "SELECT status, result_message_id FROM tool_calls WHERE id='tu_x'"
+        )
+        assert call["status"] == "failed" and call["result_message_id"]
+        result = await core.messages.get(call["result_message_id"])
+        assert result is not None and "interrupted" in result.content[0].content[0].text
+    finally:
+        await core.stop()

@@ -1,0 +1,203 @@
+"""Canonical vocabulary: ids, time, Decimal strings, content rules and lenient reads."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from datetime import datetime
+from decimal import Decimal
+
+import pytest
+
+from metis.core import canonical as c
+from metis.core.errors import InvalidContent
+
+
+def test_ulids_are_strictly_increasing_even_within_one_millisecond() -> None:
+    ids = [c.new_ulid() for _ in range(5000)]
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
+    assert all(c.is_ulid(i) for i in ids)
+
+
+def test_malformed_ulids_are_recognised() -> None:
+    assert not c.is_ulid("nope")
+    assert not c.is_ulid("8" + "0" * 25)  # first char beyond 7 overflows 128 bits
+    assert not c.is_ulid(None)
+    assert c.is_session_id(c.new_session_id())
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (Decimal("1E-7"), "0.0000001"),
+        (Decimal("0"), "0"),
+        (Decimal("0.000"), "0"),
+        (Decimal("3.50"), "3.5"),
+        (Decimal("100"), "100"),
+        (Decimal("1E+2"), "100"),
+        (Decimal("-0.25"), "-0.25"),
+        ("0.0000891", "0.0000891"),
+    ],
+)
+def test_decimal_strings_are_plain_positional(value: Decimal | str, expected: str) -> None:
+    assert c.decimal_str(value) == expected
+
+
+def test_naive_datetimes_are_rejected() -> None:
+    with pytest.raises(ValueError):
+        c.datetime_to_us(datetime(2026, 1, 1))
+
+
+def test_wire_timestamps_have_six_fractional_digits() -> None:
+    assert c.format_us(1_700_000_000_000_001) == "2023-11-14T22:13:20.000001Z"
+
+
+ALL_BLOCKS = [
+    {"type": "text", "text": "hi"},
+    {
+        "type": "image",
+        "source": {
+            "type": "base64",
+            "media_type": "image/png",
+            "data": base64.b64encode(b"x").decode(),
+        },
+    },
+    {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}},
+    {"type": "thinking", "thinking": "hmm", "signature": "sig=="},
+    {"type": "redacted_thinking", "data": "opaque"},
+    {"type": "tool_use", "id": "tu_01", "name": "read_file", "input": {"path": "a"}},
+    {
+        "type": "tool_result",
+        "tool_use_id": "tu_01",
+        "content": [{"type": "text", "text": "ok"}],
+        "is_error": False,
+    },
+]
+
+
+@pytest.mark.parametrize("raw", ALL_BLOCKS, ids=lambda b: b["type"])
+def test_every_block_type_round_trips_json_unchanged(raw: dict) -> None:
+    block = c.CONTENT_BLOCK_ADAPTER.validate_python(raw)
+    assert json.loads(json.dumps(block.model_dump(mode="json"))) == raw
+
+
+def test_user_content_refuses_unknown_and_assistant_only_blocks() -> None:
+    with pytest.raises(InvalidContent) as info:
+        c.parse_user_content(
+            [
+                {"type": "text", "text": "a"},
+                {"type": "audio"},
+                {"type": "tool_use", "id": "x", "name": "n", "input": {}},
+            ]
+        )
+    assert [e["index"] for e in info.value.errors] == [1, 2]
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        {"type": "text", "text": ""},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/bmp", "data": "eA=="}},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "***"}},
+        {"type": "image", "source": {"type": "url", "url": "http://example.com/a.png"}},
+    ],
+)
+def test_invalid_user_blocks_raise_invalid_content(block: dict) -> None:
+    with pytest.raises(InvalidContent):
+        c.parse_user_content([block])
+
+
+def test_oversized_images_are_refused() -> None:
+    big = base64.b64encode(b"\0" * (c.MAX_IMAGE_BYTES + 1)).decode()
+    with pytest.raises(InvalidContent, match="limit"):
+        c.parse_user_content(
+            [
+                {
+                    "type": "image",
+                    "source": {"type": "base64", "media_type": "image/png", "data": big},
+                }
+            ]
+        )
+
+
+def test_empty_user_content_is_refused() -> None:
+    with pytest.raises(InvalidContent):
+        c.parse_user_content([])
+
+
+def _msg(role: str, content: list, **meta: object) -> c.Message:
+    blocks = [c.CONTENT_BLOCK_ADAPTER.validate_python(b) for b in content]
+    return c.Message(
+        id=c.new_ulid(),
+        session_id="sess_x",
+        turn_id=None,
+        role=role,
+        content=blocks,
+        created_at_us=1,
+        metadata=c.MessageMetadata(**meta),
+    )
+
+
+def test_role_block_matrix_is_enforced() -> None:
+    c.validate_message(_msg("user", [ALL_BLOCKS[0]]))
+    c.validate_message(_msg("assistant", [ALL_BLOCKS[3], ALL_BLOCKS[5]]))
+    with pytest.raises(InvalidContent):
+        c.validate_message(_msg("user", [ALL_BLOCKS[5]]))
+    with pytest.raises(InvalidContent):
+        c.validate_message(_msg("system", [ALL_BLOCKS[1]]))
+    with pytest.raises(InvalidContent):
+        c.validate_message(_msg("tool", [ALL_BLOCKS[6], ALL_BLOCKS[6]], tool_use_id="tu_01"))
+
+
+def test_tool_message_needs_matching_tool_use_id() -> None:
+    c.validate_message(_msg("tool", [ALL_BLOCKS[6]], tool_use_id="tu_01"))
+    with pytest.raises(InvalidContent):
+        c.validate_message(_msg("tool", [ALL_BLOCKS[6]], tool_use_id="tu_02"))
+
+
+def test_interrupted_assistant_messages_keep_no_tool_use() -> None:
+    with pytest.raises(InvalidContent):
+        c.validate_message(_msg("assistant", [ALL_BLOCKS[5]], status="cancelled"))
+    kept = c.interrupted_form(
+        [c.CONTENT_BLOCK_ADAPTER.validate_python(b) for b in ALL_BLOCKS[3:6]]
+        + [c.ThinkingBlock(thinking="x")]
+    )
+    assert [b.type for b in kept] == ["thinking", "redacted_thinking"]
+
+
+def test_lenient_decode_drops_unknown_blocks_and_logs(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        blocks, meta = c.decode_content_lenient(
+            "m1", json.dumps([{"type": "audio"}, {"type": "text", "text": "ok"}]), "{}"
+        )
+    assert [b.type for b in blocks] == ["text"]
+    assert meta.status == "complete"
+    assert "m1" in caplog.text
+
+
+def test_lenient_decode_of_corrupt_row_returns_empty_error_message() -> None:
+    blocks, meta = c.decode_content_lenient("m2", "{not json", "{}")
+    assert blocks == [] and meta.status == "error"
+
+
+def test_redact_removes_registered_secrets_and_key_shapes() -> None:
+    c.register_secret("super-secret-value")
+    text = c.redact("failed with super-secret-value and sk-abcdefghijklmnop")
+    assert "super-secret-value" not in text and "sk-abcdefgh" not in text
+
+
+def test_cost_is_exact_decimal_over_four_buckets() -> None:
+    from metis.core.model_types import Pricing
+
+    pricing = Pricing(
+        input_per_mtok=Decimal("3"),
+        output_per_mtok=Decimal("15"),
+        cache_read_per_mtok=Decimal("0.30"),
+        cache_write_per_mtok=Decimal("3.75"),
+    )
+    usage = c.TokenUsage(
+        input_tokens=1000, output_tokens=200, cache_read_tokens=5000, cache_write_tokens=100
+    )
+    assert c.decimal_str(c.compute_cost(usage, pricing)) == "0.007875"

@@ -1,0 +1,80 @@
+"""Positions in YAML diagnostics and config.yaml handling (file, line and key in every error)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from metis.config import load_settings
+from metis.core.errors import ConfigError
+from metis.core.yamlsrc import load_yaml_bytes
+
+
+def test_duplicate_keys_are_errors_with_their_line() -> None:
+    doc = load_yaml_bytes(b"a: 1\nb: 2\na: 3\n")
+    assert [d.code for d in doc.errors] == ["duplicate_key"]
+    assert doc.errors[0].line == 3
+
+
+def test_syntax_errors_carry_a_position() -> None:
+    doc = load_yaml_bytes(b"a: [1, 2\nb: 3\n")
+    assert doc.errors[0].code == "yaml_syntax" and doc.errors[0].line is not None
+
+
+def test_bom_is_tolerated_and_non_utf8_refused() -> None:
+    assert load_yaml_bytes(b"\xef\xbb\xbfa: 1\n").data == {"a": 1}
+    assert load_yaml_bytes(b"a: \xff\n").errors[0].code == "not_utf8"
+
+
+def test_too_large_files_are_refused() -> None:
+    assert load_yaml_bytes(b"a: 1\n", max_bytes=2).errors[0].code == "too_large"
+
+
+def test_keys_remember_their_lines() -> None:
+    doc = load_yaml_bytes(b"top:\n  inner: 1\n  other: 2\n")
+    assert doc.data["top"].key_line("other") == 3
+
+
+def test_home_is_created_private(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    load_settings(home=home)
+    assert home.stat().st_mode & 0o777 == 0o700
+
+
+def test_precedence_is_flag_then_env_then_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    (home / "config.yaml").write_text("port: 9001\n")
+    monkeypatch.delenv("METIS_PORT", raising=False)
+    assert load_settings(home=home).port == 9001
+    monkeypatch.setenv("METIS_PORT", "9002")
+    assert load_settings(home=home).port == 9002
+    assert load_settings(home=home, port=9003).port == 9003
+
+
+def test_bad_config_names_file_line_and_key(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    (home / "config.yaml").write_text(
+        "port: 9001\nlimits:\n  max_request_bytez: 5\nwebsocket:\n  ping_interval_s: nope\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_settings(home=home)
+    text = info.value.message
+    assert (
+        f"{home / 'config.yaml'}:3: limits.max_request_bytez: unknown key; did you mean 'max_request_bytes'?"
+        in text
+    )
+    assert ":5: websocket.ping_interval_s:" in text
+    assert "nope" not in text  # values are never echoed
+
+
+def test_config_that_is_not_a_mapping_is_refused(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    (home / "config.yaml").write_text("- a\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_settings(home=home)

@@ -1,0 +1,165 @@
+"""The server skeleton against the real daemon: envelope, guards, health, version, OpenAPI."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from metis.config import load_settings
+from metis.core.canonical import new_session_id, now_us
+from metis.server.errors import ERROR_CODES
+from metis.server.runner import Daemon
+
+
+def assert_envelope(body: dict, code: str) -> None:
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"code", "message", "details"}
+    assert body["error"]["code"] == code
+
+
+async def test_unknown_route_gets_404_envelope(http: aiohttp.ClientSession) -> None:
+    async with http.get("/nope") as r:
+        assert r.status == 404
+        assert r.headers["Content-Type"] == "application/json; charset=utf-8"
+        body = await r.json()
+    assert_envelope(body, "route_not_found")
+    assert body["error"]["details"] == {"path": "/nope"}
+
+
+async def test_trailing_slash_is_not_normalised(http: aiohttp.ClientSession) -> None:
+    async with http.get("/health/") as r:
+        assert r.status == 404
+
+
+@pytest.mark.parametrize("method", ["PUT", "POST", "HEAD", "OPTIONS", "DELETE"])
+async def test_known_path_with_other_method_gets_405_with_allow(
+    http: aiohttp.ClientSession, method: str
+) -> None:
+    async with http.request(method, "/health") as r:
+        assert r.status == 405
+        assert r.headers["Allow"] == "GET"
+        assert "Access-Control-Allow-Origin" not in r.headers
+        if method != "HEAD":
+            body = await r.json()
+            assert_envelope(body, "method_not_allowed")
+            assert body["error"]["details"] == {"allowed": ["GET"]}
+
+
+async def test_foreign_host_header_is_refused(http: aiohttp.ClientSession, daemon: Daemon) -> None:
+    async with http.get("/health", headers={"Host": f"evil.example:{daemon.port}"}) as r:
+        assert r.status == 403
+        assert_envelope(await r.json(), "host_not_allowed")
+    async with http.get("/health", headers={"Host": "127.0.0.1:1"}) as r:
+        assert r.status == 403
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "LOCALHOST", "localhost"])
+async def test_loopback_host_names_with_our_port_pass(
+    http: aiohttp.ClientSession, daemon: Daemon, host: str
+) -> None:
+    async with http.get("/health", headers={"Host": f"{host}:{daemon.port}"}) as r:
+        assert r.status == 200
+
+
+async def test_every_response_carries_no_store_and_nosniff(http: aiohttp.ClientSession) -> None:
+    for path in ("/health", "/nope"):
+        async with http.get(path) as r:
+            assert r.headers["Cache-Control"] == "no-store"
+            assert r.headers["X-Content-Type-Options"] == "nosniff"
+
+
+async def test_health_reports_status_and_counters(http: aiohttp.ClientSession) -> None:
+    async with http.get("/health") as r:
+        assert r.status == 200
+        body = await r.json()
+    assert body["status"] == "ok"
+    assert body["started_at"].endswith("Z") and len(body["started_at"]) == 27
+    assert body["active_turns"] == 0 and body["active_sessions"] == 0
+    assert body["uptime_seconds"] >= 0
+
+
+async def test_health_is_refused_during_shutdown(
+    daemon: Daemon, http: aiohttp.ClientSession
+) -> None:
+    daemon.state.shutting_down = True
+    try:
+        async with http.get("/health") as r:
+            assert r.status == 503
+            assert_envelope(await r.json(), "service_shutting_down")
+    finally:
+        daemon.state.shutting_down = False
+
+
+async def test_version_reports_schema_versions(http: aiohttp.ClientSession, daemon: Daemon) -> None:
+    async with http.get("/server/version") as r:
+        body = await r.json()
+    assert body["schema_versions"] == {
+        "canonical_message": 1,
+        "events": 1,
+        "routing_policy": 1,
+        "storage": 1,
+    }
+    assert body["streaming_protocol"] == 1
+    row = await daemon.core.db.fetchone("PRAGMA user_version")
+    assert row[0] == body["schema_versions"]["storage"]
+
+
+async def test_openapi_covers_every_router_route_and_only_known_codes(
+    http: aiohttp.ClientSession, daemon: Daemon
+) -> None:
+    async with http.get("/openapi.json") as r:
+        doc = await r.json()
+    assert doc["openapi"].startswith("3.1")
+    for route in daemon.app.router.routes():
+        path = route.resource.canonical
+        assert route.method.lower() in doc["paths"][path], (route.method, path)
+    for ops in doc["paths"].values():
+        for op in ops.values():
+            assert set(op["x-error-codes"]) <= set(ERROR_CODES)
+
+
+async def test_non_loopback_bind_is_refused_with_an_error_log(
+    metis_home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.ERROR):
+        settings = load_settings(home=metis_home, host="0.0.0.0", port=0)
+    assert settings.host == "127.0.0.1"
+    assert any("0.0.0.0" in r.getMessage() and r.levelno == logging.ERROR for r in caplog.records)
+    d = Daemon(settings)
+    await d.start()
+    try:
+        assert d.base_url.startswith("http://127.0.0.1:")
+    finally:
+        await d.stop()
+
+
+async def _health_p50(session: aiohttp.ClientSession, n: int = 60) -> float:
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        async with session.get("/health") as r:
+            await r.read()
+        samples.append(time.perf_counter() - t0)
+    samples.sort()
+    return samples[n // 2]
+
+
+async def test_health_cost_does_not_grow_with_stored_sessions(
+    daemon: Daemon, http: aiohttp.ClientSession
+) -> None:
+    empty = await _health_p50(http)
+    stamp = now_us()
+    rows = [(new_session_id(), "/tmp", "v", stamp, stamp) for _ in range(10_000)]
+    async with daemon.core.db.write() as conn:
+        await conn.executemany(
+            "INSERT INTO sessions (id, workspace_path, routing_policy_version, status, created_at_us, updated_at_us) "
+            "VALUES (?,?,?,'active',?,?)",
+            rows,
+        )
+    full = await _health_p50(http)
+    # O(1): same order of magnitude; a scan of 10,000 rows would cost far more than this margin.
+    assert full < empty * 3 + 0.002
