@@ -1,0 +1,66 @@
+"""Child-process half of `grep_files`: match a regex over a list of files.
+
+CPython's `re` holds the GIL for the whole of a match, so a catastrophic pattern run in a
+thread would freeze the daemon's event loop and could not be stopped. Matching therefore runs
+in this small stdlib-only script (started with `python -I -S`), which the tool kills on
+timeout or cancel. Request: one JSON object on stdin. Reply: one JSON object on stdout.
+"""
+
+import json
+import os
+import re
+import stat
+import sys
+
+_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+SNIFF_BYTES = 8192
+SEARCH_CHARS = 4096
+SHOW_CHARS = 300
+
+
+def _read(real, max_bytes):
+    """The file's bytes, or None for anything that is not a small regular file."""
+    try:
+        fd = os.open(real, _FLAGS)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes or b"\0" in data[:SNIFF_BYTES]:
+        return None
+    return data
+
+
+def search(request):
+    regex = re.compile(request["pattern"], re.IGNORECASE if request["ignore_case"] else 0)
+    limit = request["max_results"]
+    matches = []
+    for rel, real in request["files"]:
+        data = _read(real, request["max_file_bytes"])
+        if data is None:
+            continue
+        lines = data.decode("utf-8", "replace").split("\n")
+        if lines[-1] == "":
+            lines.pop()
+        for number, line in enumerate(lines, 1):
+            if line.endswith("\r"):
+                line = line[:-1]
+            if regex.search(line[:SEARCH_CHARS]) is None:
+                continue
+            if len(matches) == limit:
+                return {"matches": matches, "stopped": True}
+            shown = line if len(line) <= SHOW_CHARS else line[:SHOW_CHARS] + "…"
+            matches.append([rel, number, shown])
+    return {"matches": matches, "stopped": False}
+
+
+def main():
+    request = json.loads(sys.stdin.buffer.read())
+    reply = json.dumps(search(request), ensure_ascii=True)
+    sys.stdout.write(reply)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""`list_dir`: the entries of one directory (`tools.md` §8). Symlinks are shown, not followed."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+from typing import Any
+
+from metis.core.canonical import ToolDefinition
+from metis.core.tools.base import ToolContext, ToolError, ToolOutput
+from metis.core.tools.builtins._common import object_schema, path_schema
+from metis.core.tools.sandbox import ResolvedPath, display
+
+MAX_ENTRIES = 1000
+
+DEFINITION = ToolDefinition(
+    name="list_dir",
+    title="List directory",
+    description=(
+        "List one directory inside the workspace, sorted by name. Directories end with '/', "
+        "symbolic links with '@'."
+    ),
+    input_schema=object_schema(
+        {"path": path_schema("Directory path, relative to the workspace root.", default=".")}
+    ),
+    side_effects="read",
+    path_fields=("path",),
+)
+
+
+class ListDirTool:
+    async def run(self, input: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        target = ctx.workspace.resolve(input.get("path", "."))
+        return ToolOutput.text(await asyncio.to_thread(list_entries, target))
+
+
+def list_entries(target: ResolvedPath) -> str:
+    path = display(target.rel)
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(target.real, flags)
+    except FileNotFoundError:
+        raise ToolError(f"Directory not found: {path}") from None
+    except PermissionError:
+        raise ToolError(f"Permission denied: {path}") from None
+    except OSError as exc:
+        if exc.errno in (errno.ENOTDIR, errno.ELOOP):
+            raise ToolError(f"{path} is not a directory.") from None
+        raise
+    try:
+        with os.scandir(fd) as entries:
+            names = sorted(_entry_name(entry) for entry in entries)
+    finally:
+        os.close(fd)
+    if not names:
+        return "[empty directory]"
+    lines = [display(name) for name in names[:MAX_ENTRIES]]
+    if len(names) > MAX_ENTRIES:
+        lines.append(f"[{len(names) - MAX_ENTRIES} more entries not shown]")
+    return "\n".join(lines)
+
+
+def _entry_name(entry: os.DirEntry[str]) -> str:
+    if entry.is_symlink():
+        return entry.name + "@"
+    if entry.is_dir(follow_symlinks=False):
+        return entry.name + "/"
+    return entry.name

@@ -1,0 +1,109 @@
+"""`patch_file`: replace one exact, unique occurrence of a text (`tools.md` §8).
+
+An exact unique match (never a fuzzy one) means the model must quote the file as it is; the
+refusal texts tell it how to recover. Bytes other than the replaced span, line endings
+included, are written back unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from typing import Any
+
+from metis.core.canonical import ToolDefinition
+from metis.core.tools.base import ToolContext, ToolError, ToolOutput
+from metis.core.tools.builtins._common import object_schema, path_schema
+from metis.core.tools.builtins.write_file import encode_text
+from metis.core.tools.files import atomic_write, binary_file, is_binary, open_regular
+from metis.core.tools.sandbox import ResolvedPath, Sandbox, display
+from metis.core.tools.textutil import count_lines
+
+DEFINITION = ToolDefinition(
+    name="patch_file",
+    title="Patch file",
+    description=(
+        "Edit a text file inside the workspace by replacing one exact occurrence of old_text "
+        "with new_text. old_text must match the file exactly (whitespace and indentation "
+        "included) and occur exactly once; include surrounding lines to make it unique."
+    ),
+    input_schema=object_schema(
+        {
+            "path": path_schema("File path, relative to the workspace root."),
+            "old_text": {
+                "type": "string",
+                "minLength": 1,
+                "description": "The exact text to replace; must occur exactly once.",
+            },
+            "new_text": {"type": "string", "description": "The replacement text."},
+        },
+        required=("path", "old_text", "new_text"),
+    ),
+    side_effects="write",
+    path_fields=("path",),
+)
+
+
+class PatchFileTool:
+    async def run(self, input: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        target = ctx.workspace.resolve(input["path"], write=True)
+        old_text: str = input["old_text"]
+        new_text: str = input["new_text"]
+        if old_text == new_text:
+            raise ToolError("old_text and new_text are identical.")
+        encode_text(old_text, "old_text")
+        encode_text(new_text, "new_text")
+        line = await asyncio.to_thread(
+            patch,
+            ctx.workspace,
+            target,
+            old_text,
+            new_text,
+            ctx.limits.max_write_bytes,
+            ctx.cancel_event.is_set,
+        )
+        path = display(target.rel)
+        summary = f"line {line}: -{count_lines(old_text)} +{count_lines(new_text)} lines"
+        return ToolOutput.text(f"Patched {path} ({summary}).", files_modified=[target.rel])
+
+
+def patch(
+    sandbox: Sandbox,
+    target: ResolvedPath,
+    old_text: str,
+    new_text: str,
+    max_bytes: int,
+    cancelled: Callable[[], bool],
+) -> int:
+    """Apply the replacement; return the 1-based line where `old_text` started."""
+    path = display(target.rel)
+    fd, info = open_regular(target)
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        size = max(info.st_size, len(data))
+        raise ToolError(f"{path} is {size} bytes; patch_file edits files up to {max_bytes} bytes.")
+    if is_binary(data):
+        raise binary_file(target.rel, len(data))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ToolError(f"{path} is not valid UTF-8 text; patch_file cannot edit it.") from None
+    matches = text.count(old_text)
+    if matches == 0:
+        raise ToolError(
+            f"old_text was not found in {path}. Read the file again and copy the text "
+            "exactly, including whitespace."
+        )
+    if matches > 1:
+        raise ToolError(
+            f"old_text occurs {matches} times in {path}; add surrounding lines so it matches "
+            "exactly once."
+        )
+    start = text.index(old_text)
+    result = (text[:start] + new_text + text[start + len(old_text) :]).encode("utf-8")
+    if len(result) > max_bytes:
+        raise ToolError(f"the patched {path} would be {len(result)} bytes, over {max_bytes}.")
+    atomic_write(sandbox, target, result, cancelled=cancelled)
+    return text.count("\n", 0, start) + 1

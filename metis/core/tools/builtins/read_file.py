@@ -1,0 +1,156 @@
+"""`read_file`: a text file, or a window of its lines (`tools.md` §8).
+
+Lines are streamed with a bounded read per line, so neither a huge file nor a huge single line
+is ever held in memory; the total line count is still reported so the model knows where it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from typing import IO, Any
+
+from metis.core.canonical import ToolDefinition
+from metis.core.tools.base import ToolCancelled, ToolContext, ToolError, ToolOutput
+from metis.core.tools.builtins._common import object_schema, path_schema
+from metis.core.tools.files import BINARY_SNIFF_BYTES, binary_file, is_binary, open_regular
+from metis.core.tools.sandbox import ResolvedPath, display
+from metis.core.tools.textutil import decode_utf8
+
+DEFAULT_LIMIT = 2000
+MAX_LIMIT = 5000
+LINE_MAX_CHARS = 2000
+# Enough bytes for LINE_MAX_CHARS + 1 characters of any UTF-8 text, so a line that fills this
+# read is known to be longer than the cut.
+_LINE_READ_BYTES = 4 * (LINE_MAX_CHARS + 1)
+_SKIP_BYTES = 64 * 1024
+_COUNT_BYTES = 1024 * 1024
+_CANCEL_CHECK_LINES = 1000
+
+DEFINITION = ToolDefinition(
+    name="read_file",
+    title="Read file",
+    description=(
+        "Read a UTF-8 text file inside the workspace. Returns the lines verbatim (no line "
+        "numbers). Use offset (1-based first line) and limit (line count, default 2000) to "
+        "read a large file in parts; a partial read ends with a note telling the next offset."
+    ),
+    input_schema=object_schema(
+        {
+            "path": path_schema("File path, relative to the workspace root."),
+            "offset": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "First line to return, 1-based (default 1).",
+            },
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_LIMIT,
+                "description": f"Number of lines to return (default {DEFAULT_LIMIT}).",
+            },
+        },
+        required=("path",),
+    ),
+    side_effects="read",
+    path_fields=("path",),
+)
+
+
+class ReadFileTool:
+    async def run(self, input: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        target = ctx.workspace.resolve(input["path"])
+        offset = input.get("offset", 1)
+        limit = input.get("limit", DEFAULT_LIMIT)
+        text = await asyncio.to_thread(read_lines, target, offset, limit, ctx.cancel_event.is_set)
+        return ToolOutput.text(text)
+
+
+def read_lines(target: ResolvedPath, offset: int, limit: int, cancelled: Callable[[], bool]) -> str:
+    """The §8 result text for lines `offset .. offset+limit-1` of `target`."""
+    fd, info = open_regular(target)
+    with os.fdopen(fd, "rb") as handle:
+        head = handle.read(BINARY_SNIFF_BYTES)
+        if not head:
+            return "[empty file]"
+        if is_binary(head):
+            raise binary_file(target.rel, info.st_size)
+        handle.seek(0)
+        shown, invalid, total = _window(handle, offset, offset + limit - 1, cancelled)
+    path = display(target.rel)
+    if offset > total:
+        raise ToolError(f"offset {offset} is past the end of {path} ({total} lines).")
+    last = min(offset + limit - 1, total)
+    notes: list[str] = []
+    if invalid:
+        notes.append(f"[{invalid} invalid UTF-8 sequences replaced]")
+    if last < total:
+        notes.append(f"[lines {offset}-{last} of {total}; use offset={last + 1} to continue]")
+    text = "".join(shown)
+    if notes:
+        if text and not text.endswith("\n"):
+            text += "\n"
+        text += "\n".join(notes)
+    return text
+
+
+def _window(
+    handle: IO[bytes], first: int, last: int, cancelled: Callable[[], bool]
+) -> tuple[list[str], int, int]:
+    """Render lines first..last; return them, the invalid-sequence count and the line total."""
+    shown: list[str] = []
+    invalid = 0
+    number = 0
+    while True:
+        chunk = handle.readline(_LINE_READ_BYTES)
+        if not chunk:
+            return shown, invalid, number
+        number += 1
+        if number % _CANCEL_CHECK_LINES == 0 and cancelled():
+            raise ToolCancelled()
+        long_line = len(chunk) == _LINE_READ_BYTES and not chunk.endswith(b"\n")
+        ended = chunk.endswith(b"\n")
+        if long_line:
+            ended = _skip_rest_of_line(handle)
+        if number >= first:
+            text, bad = _render(chunk, ended, long_line)
+            shown.append(text)
+            invalid += bad
+        if number == last:
+            return shown, invalid, number + _count_remaining(handle, cancelled)
+
+
+def _render(chunk: bytes, ended: bool, long_line: bool) -> tuple[str, int]:
+    """One line verbatim, its ending kept; cut after LINE_MAX_CHARS characters."""
+    body = chunk[:-1] if chunk.endswith(b"\n") else chunk
+    ending = "\n" if ended else ""
+    if body.endswith(b"\r") and not long_line:
+        body, ending = body[:-1], "\r\n"
+    text, replaced = decode_utf8(body, final=not long_line)
+    if len(text) > LINE_MAX_CHARS:
+        bad = sum(1 for pos in replaced if pos < LINE_MAX_CHARS)
+        return text[:LINE_MAX_CHARS] + "[… line truncated]" + ending, bad
+    return text + ending, len(replaced)
+
+
+def _skip_rest_of_line(handle: IO[bytes]) -> bool:
+    """Discard the rest of an over-long line; True when it ended with a newline."""
+    while True:
+        more = handle.readline(_SKIP_BYTES)
+        if not more:
+            return False
+        if more.endswith(b"\n"):
+            return True
+
+
+def _count_remaining(handle: IO[bytes], cancelled: Callable[[], bool]) -> int:
+    """Lines after the current position (which is at the start of a line)."""
+    count = 0
+    last = b""
+    while block := handle.read(_COUNT_BYTES):
+        if cancelled():
+            raise ToolCancelled()
+        count += block.count(b"\n")
+        last = block[-1:]
+    return count + (1 if last and last != b"\n" else 0)

@@ -1,0 +1,60 @@
+"""`write_file`: create or replace a text file atomically (`tools.md` §8, §7.2)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from metis.core.canonical import ToolDefinition
+from metis.core.tools.base import ToolContext, ToolError, ToolOutput
+from metis.core.tools.builtins._common import object_schema, path_schema
+from metis.core.tools.files import atomic_write
+from metis.core.tools.sandbox import display
+
+DEFINITION = ToolDefinition(
+    name="write_file",
+    title="Write file",
+    description=(
+        "Create a text file inside the workspace, or replace its whole content. Missing "
+        "parent directories are created. To change part of an existing file prefer "
+        "patch_file."
+    ),
+    input_schema=object_schema(
+        {
+            "path": path_schema("File path, relative to the workspace root."),
+            "content": {"type": "string", "description": "The complete new file content."},
+        },
+        required=("path", "content"),
+    ),
+    side_effects="write",
+    path_fields=("path",),
+)
+
+
+def encode_text(text: str, what: str) -> bytes:
+    """UTF-8 bytes of model-supplied text; a lone surrogate is the model's error, not ours."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ToolError(
+            f"{what} is not valid Unicode text (it contains a lone surrogate)."
+        ) from None
+
+
+class WriteFileTool:
+    async def run(self, input: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        target = ctx.workspace.resolve(input["path"], write=True)
+        data = encode_text(input["content"], "content")
+        limit = ctx.limits.max_write_bytes
+        if len(data) > limit:
+            raise ToolError(
+                f"content is {len(data)} bytes; write_file accepts at most {limit} bytes."
+            )
+        created = await asyncio.to_thread(
+            atomic_write, ctx.workspace, target, data, cancelled=ctx.cancel_event.is_set
+        )
+        how = "created" if created else "replaced"
+        return ToolOutput.text(
+            f"Wrote {len(data)} bytes to {display(target.rel)} ({how}).",
+            files_modified=[target.rel],
+        )

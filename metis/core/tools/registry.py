@@ -1,0 +1,132 @@
+"""The tool registry: registered factories, what a session is offered, and lookups.
+
+The registry stores factories, not instances, so every dispatch gets a fresh tool and no state
+leaks between calls. `enabled` (from `tools.enabled`) limits what any session may be offered;
+a surface's `SurfaceToolPolicy` may narrow it further per session (`tools.md` §1, §5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from metis.core.canonical import ToolDefinition
+from metis.core.errors import ConfigError
+from metis.core.tools.base import Tool, ToolNameConflict, ToolRegistrationError
+from metis.core.tools.policy import SurfaceToolPolicy
+from metis.core.tools.schema import InputValidation, check_schema, validate_input
+from metis.core.tools.settings import TOOL_NAME_RE, ToolsSettings
+from metis.core.tools.timeouts import InputTimeout
+
+ToolFactory = Callable[[], Tool]
+
+
+@dataclass(frozen=True)
+class RegisteredTool:
+    definition: ToolDefinition
+    factory: ToolFactory
+    input_timeout: InputTimeout | None = None
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    def validate(self, input: Any) -> InputValidation:
+        """Step 2 of the pipeline: strict validation, then defaults filled in."""
+        return validate_input(self.definition.input_schema, input)
+
+
+class ToolRegistry:
+    def __init__(self, enabled: Iterable[str] | None = None) -> None:
+        """`enabled=None` enables every registered tool (tests registering their own)."""
+        self._tools: dict[str, RegisteredTool] = {}
+        self._enabled = None if enabled is None else frozenset(enabled)
+
+    @classmethod
+    def with_builtins(cls, settings: ToolsSettings) -> ToolRegistry:
+        """The six builtins in contract order, enabled per `settings.enabled`.
+
+        Raises `ConfigError` when a setting names a tool that does not exist.
+        """
+        registry = cls(enabled=settings.enabled)
+        registry.register_builtins(settings)
+        registry.check_settings(settings)
+        return registry
+
+    def register_builtins(self, settings: ToolsSettings) -> None:
+        """Register the six builtins (the shell's schema follows `settings.shell`)."""
+        from metis.core.tools.builtins import builtin_tools
+
+        for definition, factory, input_timeout in builtin_tools(settings):
+            self.register(definition, factory, input_timeout=input_timeout)
+
+    def register(
+        self,
+        definition: ToolDefinition,
+        factory: ToolFactory,
+        *,
+        input_timeout: InputTimeout | None = None,
+    ) -> RegisteredTool:
+        name = definition.name
+        if not TOOL_NAME_RE.match(name):
+            raise ToolRegistrationError(f"invalid tool name {name!r}")
+        if name in self._tools:
+            raise ToolRegistrationError(f"tool {name!r} is already registered")
+        check_schema(definition.input_schema)
+        properties = definition.input_schema["properties"]
+        for field in definition.path_fields:
+            if properties.get(field, {}).get("type") != "string":
+                raise ToolRegistrationError(f"path field {field!r} is not a string property")
+        entry = RegisteredTool(definition, factory, input_timeout)
+        self._tools[name] = entry
+        return entry
+
+    def check_settings(self, settings: ToolsSettings) -> None:
+        """Refuse tool names in the settings that name no registered tool."""
+        named = {
+            "tools.enabled": settings.enabled,
+            "tools.timeouts.per_tool": tuple(settings.timeouts.per_tool),
+            "tools.confirmation.per_tool": tuple(settings.confirmation.per_tool),
+        }
+        problems = [
+            f"{key}: unknown tool {name!r}"
+            for key, names in named.items()
+            for name in names
+            if name not in self._tools
+        ]
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+    def get(self, name: str) -> RegisteredTool | None:
+        """A registered tool whether or not it is enabled (AAP `/meta`, config checks)."""
+        return self._tools.get(name)
+
+    def all(self) -> list[RegisteredTool]:
+        return list(self._tools.values())
+
+    def is_enabled(self, name: str, surface: SurfaceToolPolicy | None = None) -> bool:
+        if name not in self._tools:
+            return False
+        if self._enabled is not None and name not in self._enabled:
+            return False
+        return surface is None or surface.allows(name)
+
+    def lookup(self, name: str, surface: SurfaceToolPolicy | None = None) -> RegisteredTool | None:
+        """Step 1: the tool if a session with `surface` may call it, else None (`not_found`)."""
+        return self._tools[name] if self.is_enabled(name, surface) else None
+
+    def offered(self, surface: SurfaceToolPolicy | None = None) -> list[ToolDefinition]:
+        """The definitions offered to the model, in registration order."""
+        return [t.definition for t in self._tools.values() if self.is_enabled(t.name, surface)]
+
+    def offered_names(self, surface: SurfaceToolPolicy | None = None) -> list[str]:
+        return [d.name for d in self.offered(surface)]
+
+    def check_application_tools(
+        self, names: Iterable[str], surface: SurfaceToolPolicy | None = None
+    ) -> None:
+        """Raise `ToolNameConflict` for an application tool named like an enabled builtin."""
+        for name in names:
+            if self.is_enabled(name, surface):
+                raise ToolNameConflict(name)

@@ -1,0 +1,87 @@
+"""The workspace sandbox (`tools.md` §7.1): every file tool path is resolved here.
+
+The sandbox stops model mistakes and injected paths (`../`, absolute paths, symlinks leading
+out, writes into `.git`); it does not try to defeat a hostile local process racing it. Tools
+then act on the resolved real path, never on the string the model sent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from metis.core.tools.base import PathOutsideWorkspace, ProtectedPath, ToolError
+
+MAX_PATH_CHARS = 4096
+WORKSPACE_GONE = "The workspace directory no longer exists."
+
+
+def is_within(root: str, path: str) -> bool:
+    """`path` equals `root` or lies under it by whole components (`/ws-other` is not in `/ws`)."""
+    if path == root:
+        return True
+    prefix = root if root.endswith(os.sep) else root + os.sep
+    return path.startswith(prefix)
+
+
+def display(text: str, limit: int = 300) -> str:
+    """A path or name safe to show: undecodable bytes and control characters made visible."""
+    if any("\ud800" <= ch <= "\udfff" for ch in text):
+        # Undecodable file-name bytes (surrogate escapes) become U+FFFD; other lone
+        # surrogates are escaped below like control characters.
+        with contextlib.suppress(UnicodeEncodeError):
+            text = os.fsencode(text).decode("utf-8", "replace")
+    text = "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def writes_paths(side_effects: str) -> bool:
+    """Tools beyond `read` resolve their path fields as writes (protected directories apply)."""
+    return side_effects not in ("none", "read")
+
+
+@dataclass(frozen=True)
+class ResolvedPath:
+    """A path inside the workspace: `real` to act on, `rel` (POSIX, `.` = root) to show."""
+
+    real: str
+    rel: str
+
+
+class Sandbox:
+    """One session's workspace root and the rules for resolving paths under it."""
+
+    def __init__(
+        self, workspace: str | os.PathLike[str], protected_dirs: Iterable[str] = (".git",)
+    ):
+        self.root = os.path.realpath(os.fspath(workspace))
+        self.protected_dirs = frozenset(protected_dirs)
+
+    def ensure_root(self) -> None:
+        """File tools fail cleanly when the workspace directory vanished under the session."""
+        if not os.path.isdir(self.root):
+            raise ToolError(WORKSPACE_GONE)
+
+    def relative(self, real: str) -> str:
+        """The workspace-relative POSIX form of a real path known to lie inside the root."""
+        rel = os.path.relpath(real, self.root)
+        return rel.replace(os.sep, "/")
+
+    def resolve(self, path: str, *, write: bool = False) -> ResolvedPath:
+        """Resolve `path` per §7.1 or raise `PathOutsideWorkspace` / `ProtectedPath`."""
+        if not isinstance(path, str) or not 1 <= len(path) <= MAX_PATH_CHARS or "\0" in path:
+            raise PathOutsideWorkspace(display(str(path)))
+        self.ensure_root()
+        joined = os.path.join(self.root, path)  # an absolute `path` is taken as is
+        real = os.path.realpath(joined)
+        if not is_within(self.root, real):
+            raise PathOutsideWorkspace(display(path))
+        rel = self.relative(real)
+        if write:
+            if real == self.root:
+                raise ProtectedPath(".")
+            if any(part in self.protected_dirs for part in rel.split("/")):
+                raise ProtectedPath(display(rel))
+        return ResolvedPath(real=real, rel=rel)

@@ -1,0 +1,195 @@
+"""The `tools` section of `METIS_HOME/config.yaml` (`tools.md` §5, §10).
+
+Every default of the contract lives here and nowhere else. Unknown keys, classes and modes are
+refused (`extra="forbid"`, literal keys), so a typo stops the daemon instead of silently
+weakening the confirmation policy. `metis/config.py` embeds `ToolsSettings`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from metis.core.canonical import SideEffects
+from metis.core.errors import ConfigError
+from metis.core.tools.base import (
+    DEFAULT_MAX_RESULT_BYTES,
+    MIB,
+    ToolLimits,
+    shell_keep_bytes,
+)
+
+Mode = Literal["auto", "prompt", "prompt_once", "deny"]
+
+BUILTIN_TOOL_NAMES: tuple[str, ...] = (
+    "read_file",
+    "write_file",
+    "patch_file",
+    "list_dir",
+    "grep_files",
+    "shell",
+)
+DEFAULT_CLASS_TIMEOUTS: dict[SideEffects, float] = {
+    "none": 60,
+    "read": 60,
+    "write": 60,
+    "execute": 600,
+    "network": 600,
+}
+# The daemon's own key is never passed to a command, whatever models.yaml says.
+ALWAYS_FORBIDDEN_ENV = frozenset({"METIS_API_KEY"})
+
+TOOL_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _check_tool_names(names: Iterable[str]) -> None:
+    bad = [n for n in names if not TOOL_NAME_RE.match(n)]
+    if bad:
+        raise ValueError(f"invalid tool names: {', '.join(bad)}")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TimeoutsSettings(_Section):
+    """`per_class` entries override the §4.2 defaults one class at a time."""
+
+    per_class: dict[SideEffects, float] = Field(
+        default_factory=lambda: dict(DEFAULT_CLASS_TIMEOUTS)
+    )
+    per_tool: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("per_class")
+    @classmethod
+    def _merge_class_defaults(cls, value: dict[SideEffects, float]) -> dict[SideEffects, float]:
+        if any(v <= 0 for v in value.values()):
+            raise ValueError("timeouts must be positive")
+        return {**DEFAULT_CLASS_TIMEOUTS, **value}
+
+    @field_validator("per_tool")
+    @classmethod
+    def _check_per_tool(cls, value: dict[str, float]) -> dict[str, float]:
+        _check_tool_names(value)
+        if any(v <= 0 for v in value.values()):
+            raise ValueError("timeouts must be positive")
+        return value
+
+
+class ShellSettings(_Section):
+    default_timeout_seconds: int = Field(default=120, ge=1)
+    max_timeout_seconds: int = Field(default=600, ge=1)
+    env_passthrough: tuple[str, ...] = ()
+
+    @field_validator("env_passthrough")
+    @classmethod
+    def _check_env_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [n for n in value if not _ENV_NAME_RE.match(n)]
+        if bad:
+            raise ValueError(f"invalid environment variable names: {', '.join(bad)}")
+        forbidden = sorted(ALWAYS_FORBIDDEN_ENV.intersection(value))
+        if forbidden:
+            raise ValueError(f"{', '.join(forbidden)} is never passed to commands")
+        return value
+
+    @model_validator(mode="after")
+    def _default_within_max(self) -> ShellSettings:
+        if self.default_timeout_seconds > self.max_timeout_seconds:
+            raise ValueError("default_timeout_seconds must not exceed max_timeout_seconds")
+        return self
+
+
+class SandboxSettings(_Section):
+    protected_dirs: tuple[str, ...] = (".git",)
+
+    @field_validator("protected_dirs")
+    @classmethod
+    def _plain_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [n for n in value if not n or "/" in n or "\0" in n or n in (".", "..")]
+        if bad:
+            raise ValueError("protected_dirs holds directory names, not paths")
+        return value
+
+
+class ConfirmationSettings(_Section):
+    """§5. A class missing from a user-given `default` resolves to `prompt` (rule 4)."""
+
+    default: dict[SideEffects, Mode] = Field(
+        default_factory=lambda: {
+            "none": "auto",
+            "read": "auto",
+            "write": "prompt",
+            "execute": "prompt",
+            "network": "prompt",
+        }
+    )
+    per_tool: dict[str, Mode] = Field(default_factory=dict)
+    trusted_workspaces: tuple[str, ...] = ()
+    trusted_workspace_modes: dict[SideEffects, Mode] = Field(
+        default_factory=lambda: {"write": "auto"}
+    )
+    timeout_seconds: int = Field(default=300, ge=1, le=3600)
+
+    @field_validator("per_tool")
+    @classmethod
+    def _check_per_tool(cls, value: dict[str, Mode]) -> dict[str, Mode]:
+        _check_tool_names(value)
+        return value
+
+    def resolved_trusted_workspaces(self) -> tuple[str, ...]:
+        """`~` expanded and symlinks resolved, as rule 3 compares resolved paths."""
+        return tuple(os.path.realpath(os.path.expanduser(p)) for p in self.trusted_workspaces)
+
+
+class ToolsSettings(_Section):
+    enabled: tuple[str, ...] = BUILTIN_TOOL_NAMES
+    max_concurrent_per_session: int = Field(default=4, ge=1, le=16)
+    max_concurrent_global: int = Field(default=16, ge=1)
+    timeouts: TimeoutsSettings = Field(default_factory=TimeoutsSettings)
+    abandon_after_seconds: float = Field(default=30, gt=0)
+    max_result_bytes: int = Field(default=DEFAULT_MAX_RESULT_BYTES, ge=1024)
+    max_write_bytes: int = Field(default=5 * MIB, ge=1)
+    shell: ShellSettings = Field(default_factory=ShellSettings)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    confirmation: ConfirmationSettings = Field(default_factory=ConfirmationSettings)
+
+    @field_validator("enabled")
+    @classmethod
+    def _check_enabled(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        _check_tool_names(value)
+        if len(set(value)) != len(value):
+            raise ValueError("enabled lists a tool twice")
+        return value
+
+
+def check_env_passthrough(settings: ToolsSettings, forbidden: Iterable[str]) -> None:
+    """Refuse a passthrough naming a provider key (`api_key_env` names come from models.yaml).
+
+    Called by the config loader once both files are read; raises `ConfigError`.
+    """
+    names = sorted(set(settings.shell.env_passthrough) & (set(forbidden) | ALWAYS_FORBIDDEN_ENV))
+    if names:
+        raise ConfigError(
+            f"tools.shell.env_passthrough: {', '.join(names)} holds an API key and is never "
+            "passed to commands"
+        )
+
+
+def limits_from_settings(settings: ToolsSettings, forbidden_env: Iterable[str] = ()) -> ToolLimits:
+    """The run-time limits of the tools; `forbidden_env` are the models.yaml key variables.
+
+    Tests lower the shell's fixed waits with `dataclasses.replace` on the result.
+    """
+    half = shell_keep_bytes(settings.max_result_bytes)
+    return ToolLimits(
+        max_write_bytes=settings.max_write_bytes,
+        shell_head_bytes=half,
+        shell_tail_bytes=half,
+        env_passthrough=settings.shell.env_passthrough,
+        forbidden_env=ALWAYS_FORBIDDEN_ENV | frozenset(forbidden_env),
+    )

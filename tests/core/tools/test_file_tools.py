@@ -1,0 +1,254 @@
+"""tools.md §7.2, §8 and §11 item 5: read_file, write_file, patch_file, list_dir."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from metis.core.tools import Sandbox, ToolCancelled, ToolContext, ToolLimits
+from metis.core.tools.builtins.write_file import WriteFileTool
+from metis.core.tools.files import atomic_write
+
+MIB = 1024 * 1024
+
+
+async def text_of(harness: Any, name: str, input: dict[str, Any]) -> tuple[str | None, str]:
+    call = await harness.call(name, input)
+    assert call.stage == "executed", call.text
+    return call.outcome.error_class, call.text
+
+
+# ---------------------------------------------------------------------------------------------
+# read_file
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_read_whole_file_verbatim(harness: Any, workspace: Path) -> None:
+    (workspace / "crlf.txt").write_bytes(b"one\r\ntwo\r\nno newline")
+    assert await text_of(harness, "read_file", {"path": "crlf.txt"}) == (
+        None,
+        "one\r\ntwo\r\nno newline",
+    )
+    (workspace / "empty.txt").write_bytes(b"")
+    assert await text_of(harness, "read_file", {"path": "empty.txt"}) == (None, "[empty file]")
+
+
+async def test_read_window_and_continuation_note(harness: Any, workspace: Path) -> None:
+    (workspace / "ten.txt").write_text("".join(f"l{i}\n" for i in range(1, 11)))
+    assert await text_of(harness, "read_file", {"path": "ten.txt", "offset": 3, "limit": 2}) == (
+        None,
+        "l3\nl4\n[lines 3-4 of 10; use offset=5 to continue]",
+    )
+    _, tail = await text_of(harness, "read_file", {"path": "ten.txt", "offset": 9})
+    assert tail == "l9\nl10\n"
+    assert await text_of(harness, "read_file", {"path": "ten.txt", "offset": 11}) == (
+        "tool_error",
+        "offset 11 is past the end of ten.txt (10 lines).",
+    )
+
+
+async def test_read_refuses_missing_binary_and_special_files(harness: Any, workspace: Path) -> None:
+    assert await text_of(harness, "read_file", {"path": "src/app.py"}) == (
+        "tool_error",
+        "File not found: src/app.py",
+    )
+    (workspace / "data.bin").write_bytes(b"PK\x03\x04\x00\x01" + b"x" * 100)
+    assert await text_of(harness, "read_file", {"path": "data.bin"}) == (
+        "tool_error",
+        "data.bin is a binary file (106 bytes).",
+    )
+    (workspace / "dir").mkdir()
+    assert await text_of(harness, "read_file", {"path": "dir"}) == (
+        "tool_error",
+        "dir is not a regular file.",
+    )
+
+
+async def test_fifo_returns_at_once(harness: Any, workspace: Path) -> None:
+    os.mkfifo(workspace / "pipe")
+    started = time.monotonic()
+    for name, input in [
+        ("read_file", {"path": "pipe"}),
+        ("patch_file", {"path": "pipe", "old_text": "a", "new_text": "b"}),
+        ("write_file", {"path": "pipe", "content": "x"}),
+    ]:
+        assert await text_of(harness, name, input) == ("tool_error", "pipe is not a regular file.")
+    assert time.monotonic() - started < 2
+    assert stat.S_ISFIFO((workspace / "pipe").lstat().st_mode)
+
+
+async def test_one_mebibyte_single_line_is_cut(harness: Any, workspace: Path) -> None:
+    (workspace / "long.txt").write_bytes(b"x" * MIB + b"\nsecond\n")
+    _, text = await text_of(harness, "read_file", {"path": "long.txt"})
+    assert text == "x" * 2000 + "[… line truncated]\nsecond\n"
+    (workspace / "wide.txt").write_text("é" * 3000)
+    _, text = await text_of(harness, "read_file", {"path": "wide.txt"})
+    assert text == "é" * 2000 + "[… line truncated]"
+
+
+async def test_invalid_utf8_is_replaced_and_counted(harness: Any, workspace: Path) -> None:
+    (workspace / "latin1.txt").write_bytes("café\nnaïve\nok\n".encode("latin-1"))
+    _, text = await text_of(harness, "read_file", {"path": "latin1.txt"})
+    assert text == "caf\ufffd\nna\ufffdve\nok\n[2 invalid UTF-8 sequences replaced]"
+
+
+async def test_large_file_is_streamed_and_counted(harness: Any, workspace: Path) -> None:
+    (workspace / "big.txt").write_text("".join(f"{i}\n" for i in range(1, 100_001)))
+    _, text = await text_of(harness, "read_file", {"path": "big.txt", "offset": 50_000, "limit": 1})
+    assert text == "50000\n[lines 50000-50000 of 100000; use offset=50001 to continue]"
+
+
+# ---------------------------------------------------------------------------------------------
+# write_file
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_write_creates_and_replaces(harness: Any, workspace: Path) -> None:
+    call = await harness.call("write_file", {"path": "src/pkg/app.py", "content": "print('hi')\n"})
+    assert call.text == "Wrote 12 bytes to src/pkg/app.py (created)."
+    assert call.outcome.files_modified == ("src/pkg/app.py",)
+    target = workspace / "src" / "pkg" / "app.py"
+    target.chmod(0o751)
+    call = await harness.call("write_file", {"path": "src/pkg/app.py", "content": "é\r\n"})
+    assert call.text == "Wrote 4 bytes to src/pkg/app.py (replaced)."
+    assert target.read_bytes() == "é\r\n".encode()
+    assert stat.S_IMODE(target.stat().st_mode) == 0o751
+    assert sorted(p.name for p in target.parent.iterdir()) == ["app.py"]  # no temp files left
+
+
+async def test_write_refusals(harness: Any, workspace: Path) -> None:
+    (workspace / "dir").mkdir()
+    assert await text_of(harness, "write_file", {"path": "dir", "content": "x"}) == (
+        "tool_error",
+        "dir is a directory.",
+    )
+    big = "x" * (6 * MIB)
+    error, text = await text_of(harness, "write_file", {"path": "big.txt", "content": big})
+    assert (error, text) == (
+        "tool_error",
+        f"content is {6 * MIB} bytes; write_file accepts at most {5 * MIB} bytes.",
+    )
+    assert not (workspace / "big.txt").exists()
+    (workspace / "file").write_text("x")
+    error, text = await text_of(harness, "write_file", {"path": "file/child", "content": "x"})
+    assert (error, text) == ("tool_error", "Cannot create file/child: a parent is not a directory.")
+
+
+async def test_cancelled_write_leaves_the_old_file(workspace: Path) -> None:
+    target = workspace / "keep.txt"
+    target.write_text("old\n")
+    sandbox = Sandbox(workspace)
+    cancel = asyncio.Event()
+    cancel.set()
+    ctx = ToolContext(
+        tool_use_id="tu_1",
+        workspace=sandbox,
+        cancel_event=cancel,
+        deadline=time.monotonic() + 60,
+        limits=ToolLimits(),
+    )
+    with pytest.raises(ToolCancelled):
+        await WriteFileTool().run({"path": "keep.txt", "content": "new\n"}, ctx)
+    # Cancelled between writing the temp file and the rename: still the old content.
+    answers = iter([False, True])
+    with pytest.raises(ToolCancelled):
+        atomic_write(
+            sandbox, sandbox.resolve("keep.txt"), b"new\n", cancelled=lambda: next(answers)
+        )
+    assert target.read_text() == "old\n"
+    assert [p.name for p in workspace.iterdir()] == ["keep.txt"]
+
+
+# ---------------------------------------------------------------------------------------------
+# patch_file
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_patch_keeps_crlf_and_reports_lines(harness: Any, workspace: Path) -> None:
+    target = workspace / "win.txt"
+    target.write_bytes(b"a\r\nb\r\nc\r\n")
+    call = await harness.call(
+        "patch_file", {"path": "win.txt", "old_text": "b\r\n", "new_text": "B1\r\nB2\r\n"}
+    )
+    assert call.text == "Patched win.txt (line 2: -1 +2 lines)."
+    assert call.outcome.files_modified == ("win.txt",)
+    assert target.read_bytes() == b"a\r\nB1\r\nB2\r\nc\r\n"
+
+
+async def test_patch_refusals_reach_the_model_verbatim(harness: Any, workspace: Path) -> None:
+    (workspace / "f.py").write_text("x = 1\ny = 1\n")
+    cases = [
+        (
+            {"old_text": "z = 1", "new_text": "z = 2"},
+            "old_text was not found in f.py. Read the file again and copy the text exactly, "
+            "including whitespace.",
+        ),
+        (
+            {"old_text": " = 1", "new_text": " = 2"},
+            "old_text occurs 2 times in f.py; add surrounding lines so it matches exactly once.",
+        ),
+        ({"old_text": "x", "new_text": "x"}, "old_text and new_text are identical."),
+    ]
+    for input, expected in cases:
+        assert await text_of(harness, "patch_file", {"path": "f.py", **input}) == (
+            "tool_error",
+            expected,
+        )
+    assert (workspace / "f.py").read_text() == "x = 1\ny = 1\n"
+    assert await text_of(
+        harness, "patch_file", {"path": "nope.py", "old_text": "a", "new_text": "b"}
+    ) == ("tool_error", "File not found: nope.py")
+
+
+async def test_patch_refuses_binary_non_utf8_and_oversized(harness: Any, workspace: Path) -> None:
+    (workspace / "b.bin").write_bytes(b"a\x00b")
+    (workspace / "l.txt").write_bytes(b"caf\xe9")
+    (workspace / "huge.txt").write_bytes(b"a" * (5 * MIB + 1))
+    patch = {"old_text": "a", "new_text": "b"}
+    assert await text_of(harness, "patch_file", {"path": "b.bin", **patch}) == (
+        "tool_error",
+        "b.bin is a binary file (3 bytes).",
+    )
+    assert await text_of(harness, "patch_file", {"path": "l.txt", **patch}) == (
+        "tool_error",
+        "l.txt is not valid UTF-8 text; patch_file cannot edit it.",
+    )
+    error, text = await text_of(harness, "patch_file", {"path": "huge.txt", **patch})
+    assert error == "tool_error" and text.startswith(f"huge.txt is {5 * MIB + 1} bytes")
+
+
+# ---------------------------------------------------------------------------------------------
+# list_dir
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_list_dir(harness: Any, workspace: Path, outside: Path) -> None:
+    (workspace / "b.txt").write_text("")
+    (workspace / "a_dir").mkdir()
+    (workspace / "link").symlink_to(outside)
+    (workspace / "C").write_text("")
+    assert await text_of(harness, "list_dir", {}) == (None, "C\na_dir/\nb.txt\nlink@")
+    assert await text_of(harness, "list_dir", {"path": "a_dir"}) == (None, "[empty directory]")
+    assert await text_of(harness, "list_dir", {"path": "b.txt"}) == (
+        "tool_error",
+        "b.txt is not a directory.",
+    )
+    assert await text_of(harness, "list_dir", {"path": "missing"}) == (
+        "tool_error",
+        "Directory not found: missing",
+    )
+
+
+async def test_list_dir_caps_entries(harness: Any, workspace: Path) -> None:
+    for i in range(1005):
+        (workspace / f"f{i:04}").write_text("")
+    _, text = await text_of(harness, "list_dir", {"path": "."})
+    lines = text.split("\n")
+    assert lines[0] == "f0000" and lines[999] == "f0999"
+    assert lines[1000:] == ["[5 more entries not shown]"]

@@ -1,0 +1,147 @@
+"""tools.md §8 `grep_files` and §11 item 6."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from metis.core.tools import ToolsSettings
+
+
+async def grep(harness: Any, **input: Any) -> tuple[str | None, str]:
+    call = await harness.call("grep_files", input)
+    assert call.stage == "executed", call.text
+    return call.outcome.error_class, call.text
+
+
+def live_worker_pids() -> list[int]:
+    """Matcher processes still running (zombies do not count)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if b"_grep_search.py" in cmdline and state != "Z":
+            pids.append(int(entry))
+    return pids
+
+
+async def test_invalid_regex(harness: Any) -> None:
+    assert await grep(harness, pattern="(") == (
+        "tool_error",
+        "Invalid regular expression: missing ), unterminated subpattern at position 0",
+    )
+
+
+async def test_catastrophic_pattern_times_out_without_blocking_the_loop(
+    make_harness: Any, workspace: Path
+) -> None:
+    (workspace / "evil.txt").write_text("a" * 40 + "!\n")
+    harness = make_harness(ToolsSettings.model_validate({"timeouts": {"per_class": {"read": 1}}}))
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.05)
+            ticks += 1
+
+    ticking = asyncio.create_task(ticker())
+    started = time.monotonic()
+    call = await harness.call("grep_files", {"pattern": "(a+)+$"})
+    elapsed = time.monotonic() - started
+    ticking.cancel()
+    assert call.outcome.error_class == "timeout"
+    assert call.text == "Timed out after 1 s."
+    assert 0.9 < elapsed < 3
+    assert ticks >= 10  # the event loop kept running during the match
+    assert live_worker_pids() == []
+
+
+async def test_skips_ignored_dirs_large_and_binary_files(harness: Any, workspace: Path) -> None:
+    for skipped in [
+        "node_modules/m",
+        ".git",
+        ".venv/lib",
+        "__pycache__",
+        "dist",
+        "build",
+        ".cache",
+    ]:
+        (workspace / skipped).mkdir(parents=True)
+        (workspace / skipped / "x.txt").write_text("needle\n")
+    (workspace / "src").mkdir()
+    (workspace / "src" / "app.py").write_text("first\nneedle here\n")
+    (workspace / "src" / "huge.txt").write_bytes(b"needle\n" + b"x" * (2 * 1024 * 1024))
+    (workspace / "src" / "blob.bin").write_bytes(b"needle\x00\n")
+    os.mkfifo(workspace / "src" / "fifo")
+    assert await grep(harness, pattern="needle") == (
+        None,
+        "1 matches in 1 files\nsrc/app.py:2: needle here",
+    )
+    # An explicitly named skipped directory is searched.
+    assert await grep(harness, pattern="needle", path="node_modules") == (
+        None,
+        "1 matches in 1 files\nnode_modules/m/x.txt:1: needle",
+    )
+
+
+async def test_glob_sorting_and_results(harness: Any, workspace: Path) -> None:
+    (workspace / "a").mkdir()
+    (workspace / "a" / "z.py").write_text("hit\nmiss\nHIT\n")
+    (workspace / "a.py").write_text("hit\n")
+    (workspace / "b.txt").write_text("hit\n")
+    assert await grep(harness, pattern="hit", glob="*.py") == (
+        None,
+        "2 matches in 2 files\na.py:1: hit\na/z.py:1: hit",
+    )
+    assert await grep(harness, pattern="hit", glob="a/*", ignore_case=True) == (
+        None,
+        "2 matches in 1 files\na/z.py:1: hit\na/z.py:3: HIT",
+    )
+    assert await grep(harness, pattern="hit", path="b.txt") == (
+        None,
+        "1 matches in 1 files\nb.txt:1: hit",
+    )
+    assert await grep(harness, pattern="nothing") == (None, "No matches.")
+    assert await grep(harness, pattern="x", path="nowhere") == (
+        "tool_error",
+        "Path not found: nowhere",
+    )
+
+
+async def test_max_results_cut_off(harness: Any, workspace: Path) -> None:
+    (workspace / "f.txt").write_text("m\n" * 5)
+    _, text = await grep(harness, pattern="m", max_results=3)
+    assert text.split("\n") == [
+        "3 matches in 1 files (stopped at max_results)",
+        "f.txt:1: m",
+        "f.txt:2: m",
+        "f.txt:3: m",
+    ]
+    _, text = await grep(harness, pattern="m", max_results=5)
+    assert text.split("\n")[0] == "5 matches in 1 files"
+
+
+async def test_long_lines(harness: Any, workspace: Path) -> None:
+    (workspace / "wide.txt").write_text("k" + "y" * 400 + "\n" + "z" * 5000 + "late\n")
+    _, text = await grep(harness, pattern="k|late")
+    assert text == "1 matches in 1 files\nwide.txt:1: k" + "y" * 299 + "…"
+
+
+async def test_symlinks(harness: Any, workspace: Path, outside: Path) -> None:
+    (workspace / "real.txt").write_text("needle\n")
+    (workspace / "alias.txt").symlink_to("real.txt")
+    (workspace / "out.txt").symlink_to(outside / "secret.txt")
+    (workspace / "outdir").symlink_to(outside)
+    (workspace / "sub").mkdir()
+    (workspace / "loop").symlink_to(workspace)
+    _, text = await grep(harness, pattern="needle|SECRET")
+    assert text == "2 matches in 2 files\nalias.txt:1: needle\nreal.txt:1: needle"

@@ -1,0 +1,190 @@
+"""tools.md §7.1 and §11 items 3–4: hostile paths, symlinks, protected directories.
+
+Each escape ends as `permission_denied` at the pre-check (no `tool.called`) and nothing
+outside the root is read, created or changed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from metis.core.tools import PathOutsideWorkspace, ProtectedPath, Sandbox
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(directory)): p.read_bytes() if p.is_file() else b"<dir>"
+        for p in sorted(directory.rglob("*"))
+    }
+
+
+async def assert_escape(harness: Any, outside: Path, name: str, input: dict[str, Any]) -> None:
+    before = snapshot(outside)
+    call = await harness.call(name, input)
+    assert call.stage == "precheck", call.text
+    assert call.outcome.error_class == "permission_denied"
+    assert call.text.endswith("is outside the workspace.")
+    assert "TOP-SECRET" not in call.text
+    assert snapshot(outside) == before
+
+
+@pytest.mark.parametrize("path", ["../x", "a/../../x", "/etc/passwd", "../outside/secret.txt"])
+async def test_paths_leaving_the_root_are_refused(harness: Any, outside: Path, path: str) -> None:
+    await assert_escape(harness, outside, "read_file", {"path": path})
+    await assert_escape(harness, outside, "write_file", {"path": path, "content": "x"})
+    call = await harness.call("read_file", {"path": path})
+    assert call.text == f'Path "{path}" is outside the workspace.'
+
+
+async def test_absolute_path_inside_the_root_is_allowed(harness: Any, workspace: Path) -> None:
+    (workspace / "a.txt").write_text("inside\n")
+    call = await harness.call("read_file", {"path": str(workspace / "a.txt")})
+    assert (call.stage, call.outcome.error_class, call.text) == ("executed", None, "inside\n")
+
+
+async def test_sibling_sharing_the_root_prefix_is_outside(
+    harness: Any, workspace: Path, tmp_path: Path
+) -> None:
+    sibling = tmp_path / "ws-other"
+    sibling.mkdir()
+    (sibling / "secret.txt").write_text("TOP-SECRET\n")
+    await assert_escape(harness, sibling, "read_file", {"path": str(sibling / "secret.txt")})
+    await assert_escape(harness, sibling, "list_dir", {"path": "../ws-other"})
+
+
+async def test_symlinks_pointing_outside_are_refused(
+    harness: Any, workspace: Path, outside: Path
+) -> None:
+    (workspace / "file_link").symlink_to(outside / "secret.txt")
+    (workspace / "dir_link").symlink_to(outside)
+    (workspace / "chain1").symlink_to(workspace / "chain2")
+    (workspace / "chain2").symlink_to(workspace / "dir_link")
+    await assert_escape(harness, outside, "read_file", {"path": "file_link"})
+    await assert_escape(harness, outside, "read_file", {"path": "dir_link/secret.txt"})
+    await assert_escape(harness, outside, "list_dir", {"path": "dir_link"})
+    await assert_escape(harness, outside, "grep_files", {"pattern": "SECRET", "path": "dir_link"})
+    await assert_escape(harness, outside, "read_file", {"path": "chain1/secret.txt"})
+    await assert_escape(
+        harness, outside, "write_file", {"path": "dir_link/new.txt", "content": "x"}
+    )
+    await assert_escape(
+        harness,
+        outside,
+        "patch_file",
+        {"path": "file_link", "old_text": "TOP", "new_text": "LOW"},
+    )
+
+
+async def test_dangling_symlink_to_outside_cannot_be_written_through(
+    harness: Any, workspace: Path, outside: Path
+) -> None:
+    (workspace / "dangling").symlink_to(outside / "created-by-model.txt")
+    await assert_escape(harness, outside, "write_file", {"path": "dangling", "content": "x"})
+    assert not (outside / "created-by-model.txt").exists()
+
+
+async def test_symlinks_inside_the_root_are_followed(harness: Any, workspace: Path) -> None:
+    (workspace / "real.txt").write_text("one\n")
+    (workspace / "alias").symlink_to("real.txt")
+    call = await harness.call("write_file", {"path": "alias", "content": "two\n"})
+    assert call.text == "Wrote 4 bytes to real.txt (replaced)."
+    assert (workspace / "alias").is_symlink()
+    assert (workspace / "real.txt").read_text() == "two\n"
+
+
+async def test_nul_and_overlong_paths(harness: Any, outside: Path) -> None:
+    await assert_escape(harness, outside, "read_file", {"path": "a\x00b"})
+    call = await harness.call("read_file", {"path": "a" * 5000})
+    assert call.stage == "validate"
+    with pytest.raises(PathOutsideWorkspace):
+        harness.sandbox.resolve("a" * 5000)
+
+
+async def test_tilde_is_a_literal_name(harness: Any, workspace: Path) -> None:
+    call = await harness.call("read_file", {"path": "~/.ssh/id_rsa"})
+    assert call.stage == "executed"
+    assert (call.outcome.error_class, call.text) == ("tool_error", "File not found: ~/.ssh/id_rsa")
+    await harness.call("write_file", {"path": "~/notes.txt", "content": "x"})
+    assert (workspace / "~" / "notes.txt").read_text() == "x"
+
+
+async def test_root_that_is_a_symlink_is_allowed(
+    make_harness: Any, workspace: Path, tmp_path: Path
+) -> None:
+    link = tmp_path / "ws-link"
+    link.symlink_to(workspace)
+    (workspace / "a.txt").write_text("via link\n")
+    harness = make_harness(root=link)
+    assert harness.sandbox.root == str(workspace)
+    for path in ("a.txt", str(link / "a.txt"), str(workspace / "a.txt")):
+        call = await harness.call("read_file", {"path": path})
+        assert call.text == "via link\n"
+
+
+async def test_a_symlink_swapped_in_after_the_precheck_is_caught_at_execution(
+    harness: Any, workspace: Path, outside: Path
+) -> None:
+    entry = harness.registry.lookup("read_file")
+    assert harness.sandbox.resolve("later.txt").rel == "later.txt"  # the pre-check passes
+    (workspace / "later.txt").symlink_to(outside / "secret.txt")
+    outcome = await harness.executor.run(
+        entry, {"path": "later.txt"}, sandbox=harness.sandbox, tool_use_id="tu_1"
+    )
+    assert outcome.error_class == "permission_denied"
+    assert "TOP-SECRET" not in outcome.text
+
+
+async def test_vanished_workspace(harness: Any, workspace: Path) -> None:
+    shutil.rmtree(workspace)
+    for name, input in [
+        ("read_file", {"path": "a"}),
+        ("list_dir", {}),
+        ("shell", {"command": "true"}),
+    ]:
+        call = await harness.call(name, input)
+        assert call.outcome.error_class == "tool_error"
+        assert call.text == "The workspace directory no longer exists."
+
+
+@pytest.mark.parametrize("path", [".git/hooks/pre-commit", "sub/.git/config", ".git"])
+async def test_writes_into_protected_directories_are_refused(
+    harness: Any, workspace: Path, path: str
+) -> None:
+    (workspace / ".git" / "hooks").mkdir(parents=True)
+    (workspace / "sub" / ".git").mkdir(parents=True)
+    (workspace / "sub" / ".git" / "config").write_text("[core]\n")
+    before = snapshot(workspace)
+    for name, input in [
+        ("write_file", {"path": path, "content": "#!/bin/sh\nrm -rf ~\n"}),
+        ("patch_file", {"path": path, "old_text": "[core]", "new_text": "[x]"}),
+    ]:
+        call = await harness.call(name, input)
+        assert call.stage == "precheck"
+        assert call.outcome.error_class == "permission_denied"
+        assert call.text == f'Path "{path}" is inside a protected directory and cannot be modified.'
+    assert snapshot(workspace) == before
+    read = await harness.call("read_file", {"path": "sub/.git/config"})
+    assert read.text == "[core]\n"
+
+
+def test_resolve_rules(workspace: Path, tmp_path: Path) -> None:
+    sandbox = Sandbox(workspace, protected_dirs=(".git", "secrets"))
+    assert sandbox.resolve(".").rel == "."
+    assert sandbox.resolve("a/../b").rel == "b"
+    assert sandbox.resolve("new/dir/file.txt", write=True).real == str(
+        workspace / "new" / "dir" / "file.txt"
+    )
+    with pytest.raises(ProtectedPath):
+        sandbox.resolve(".", write=True)
+    with pytest.raises(ProtectedPath):
+        sandbox.resolve("x/secrets/y", write=True)
+    assert sandbox.resolve("x/secrets/y").rel == "x/secrets/y"
+    assert sandbox.resolve("x/.gitignore", write=True).rel == "x/.gitignore"
+    with pytest.raises(PathOutsideWorkspace):
+        sandbox.resolve(str(tmp_path))
+    assert os.path.isabs(sandbox.root)
