@@ -1,0 +1,581 @@
+"""Anthropic Messages adapter (providers.md §5) over the official `anthropic` SDK.
+
+Only translation lives here: canonical history → request params, SDK stream events → calls on
+the shared `ContentBuilder`, SDK exceptions → the closed taxonomy. Retries, cancellation and
+event ordering are the shared driver's (`streaming.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar, Literal
+
+import anthropic
+
+from metis.core.canonical import (
+    ContentBlock,
+    ImageBlock,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    TokenUsage,
+    ToolResultBlock,
+    ToolUseBlock,
+    UrlSource,
+    new_tool_use_id,
+)
+from metis.core.model_types import ProviderConfig
+from metis.core.providers.base import LLMRequest, LLMResult, StopReason, StreamEvent
+from metis.core.providers.errors import (
+    ErrorClass,
+    ProviderError,
+    error_fields,
+    headers_of,
+    internal_error,
+    is_malformed_error,
+    is_transport_error,
+    parse_retry_after,
+    safe_text,
+    status_class_common,
+)
+from metis.core.providers.history import (
+    IMAGE_OMITTED_TEXT,
+    anthropic_wire_id,
+    estimate_input_tokens,
+    normalize_history,
+)
+from metis.core.providers.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from metis.core.providers.streaming import (
+    ContentBuilder,
+    TextSlot,
+    ThinkingSlot,
+    ToolSlot,
+    drive_complete,
+    drive_stream,
+    estimate_output_tokens,
+    parse_tool_input,
+)
+
+log = logging.getLogger(__name__)
+
+EPHEMERAL = {"type": "ephemeral"}
+_CONTEXT_RE = re.compile(r"(?i)prompt is too long|context (window|length)|too many (input )?tokens")
+_CONTENT_FILTER_CODES = frozenset({"content_filter", "content_policy_violation"})
+_ETYPE_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "timeout_error": 408,
+    "api_error": 500,
+    "overloaded_error": 529,
+}
+_STOP_MAP: dict[str, StopReason] = {
+    "end_turn": "end_turn",
+    "max_tokens": "max_tokens",
+    "stop_sequence": "stop_sequence",
+    "tool_use": "tool_use",
+    "model_context_window_exceeded": "max_tokens",
+    "refusal": "refusal",
+}
+
+
+def map_stop_reason(raw: str | None) -> StopReason:
+    stop = _STOP_MAP.get(raw or "")
+    if stop is None:
+        log.warning("anthropic stop reason %r mapped to end_turn", raw)
+        return "end_turn"
+    return stop
+
+
+# ---------------------------------------------------------------------------------------------
+# Request mapping
+# ---------------------------------------------------------------------------------------------
+
+
+def _image(block: ImageBlock, supports_images: bool) -> dict[str, Any]:
+    if not supports_images:
+        return {"type": "text", "text": IMAGE_OMITTED_TEXT}
+    source = block.source
+    if isinstance(source, UrlSource):
+        return {"type": "image", "source": {"type": "url", "url": source.url}}
+    return {
+        "type": "image",
+        "source": {"type": "base64", "media_type": source.media_type, "data": source.data},
+    }
+
+
+def _user_blocks(blocks: list[Any], supports_images: bool) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for b in blocks:
+        if isinstance(b, TextBlock):
+            out.append({"type": "text", "text": b.text})
+        elif isinstance(b, ImageBlock):
+            out.append(_image(b, supports_images))
+    return out
+
+
+def _result_block(block: ToolResultBlock, supports_images: bool) -> dict[str, Any]:
+    wire: dict[str, Any] = {
+        "type": "tool_result",
+        "tool_use_id": anthropic_wire_id(block.tool_use_id),
+    }
+    content = [
+        {"type": "text", "text": inner.text}
+        if isinstance(inner, TextBlock)
+        else _image(inner, supports_images)
+        for inner in block.content
+        if not (isinstance(inner, TextBlock) and not inner.text)
+    ]
+    if content:
+        wire["content"] = content
+    if block.is_error:
+        wire["is_error"] = True
+    return wire
+
+
+def _assistant_blocks(blocks: list[Any], *, keep_thinking: bool) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for b in blocks:
+        if isinstance(b, TextBlock):
+            out.append({"type": "text", "text": b.text})
+        elif isinstance(b, ToolUseBlock):
+            out.append(
+                {
+                    "type": "tool_use",
+                    "id": anthropic_wire_id(b.id),
+                    "name": b.name,
+                    "input": b.input,
+                }
+            )
+        elif isinstance(b, ThinkingBlock):
+            if keep_thinking and b.signature:
+                out.append({"type": "thinking", "thinking": b.thinking, "signature": b.signature})
+            else:
+                log.debug("dropping a thinking block from the history")
+        elif isinstance(b, RedactedThinkingBlock):
+            if keep_thinking:
+                out.append({"type": "redacted_thinking", "data": b.data})
+            else:
+                log.debug("dropping a redacted thinking block from the history")
+    return out
+
+
+def build_messages(req: LLMRequest, provider_name: str) -> list[dict[str, Any]]:
+    """Canonical history → Anthropic messages; results and a following user turn share one message."""
+    supports_images = req.capabilities.supports_images
+    thinking = req.thinking_enabled
+    messages: list[dict[str, Any]] = []
+    for turn in normalize_history(req.messages):
+        role: Literal["user", "assistant"]
+        if turn.role == "assistant":
+            role = "assistant"
+            keep = thinking and turn.provider in ("anthropic", provider_name)
+            blocks = _assistant_blocks(turn.blocks, keep_thinking=keep)
+        elif turn.role == "results":
+            role = "user"
+            blocks = [_result_block(b, supports_images) for b in turn.blocks]
+        else:
+            role = "user"
+            blocks = _user_blocks(turn.blocks, supports_images)
+        if not blocks:
+            continue
+        if messages and messages[-1]["role"] == role:
+            messages[-1]["content"].extend(blocks)
+        else:
+            messages.append({"role": role, "content": blocks})
+    return messages
+
+
+def build_params(req: LLMRequest, provider_name: str) -> dict[str, Any]:
+    caps = req.capabilities
+    caching = caps.supports_prompt_caching
+    params: dict[str, Any] = {
+        "model": req.wire_model,
+        "max_tokens": req.max_output_tokens,
+        "messages": build_messages(req, provider_name),
+    }
+    system: list[dict[str, Any]] = []
+    if req.system:
+        block: dict[str, Any] = {"type": "text", "text": req.system}
+        if caching:
+            block["cache_control"] = dict(EPHEMERAL)
+        system.append(block)
+    if req.system_volatile:
+        system.append({"type": "text", "text": req.system_volatile})
+    if system:
+        params["system"] = system
+    if req.stop_sequences:
+        params["stop_sequences"] = list(req.stop_sequences)
+    if req.temperature is not None and not req.thinking_enabled:
+        # anthropic 2.x dropped `temperature` from the typed signature; the API still takes it
+        params["extra_body"] = {"temperature": req.temperature}
+    if req.tools and caps.supports_tools:
+        tools = [
+            {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+            for t in req.tools
+        ]
+        if caching:
+            tools[-1]["cache_control"] = dict(EPHEMERAL)
+        params["tools"] = tools
+        if not caps.supports_parallel_tool_calls:
+            params["tool_choice"] = {"type": "auto", "disable_parallel_tool_use": True}
+    if req.thinking_enabled and req.thinking_budget_tokens:
+        budget = max(1024, min(req.thinking_budget_tokens, req.max_output_tokens - 1))
+        params["thinking"] = {"type": "enabled", "budget_tokens": budget}
+    if caching and params["messages"]:
+        for block in reversed(params["messages"][-1]["content"]):
+            if block["type"] not in ("thinking", "redacted_thinking"):
+                block["cache_control"] = dict(EPHEMERAL)
+                break
+    return params
+
+
+# ---------------------------------------------------------------------------------------------
+# Stream translation
+# ---------------------------------------------------------------------------------------------
+
+
+def _malformed(req: LLMRequest, provider: str, what: str) -> ProviderError:
+    return ProviderError(
+        "server_error", f"malformed anthropic stream: {what}", provider=provider, model=req.model
+    )
+
+
+class AnthropicTranslator:
+    """Anthropic SSE events → canonical events (providers.md §5 stream table)."""
+
+    __slots__ = (
+        "_req",
+        "_slots",
+        "builder",
+        "cache_read",
+        "cache_write",
+        "done",
+        "input_tokens",
+        "output_tokens",
+        "provider",
+        "raw_stop",
+        "saw_delta_usage",
+        "saw_start",
+    )
+
+    def __init__(self, req: LLMRequest, builder: ContentBuilder, provider: str) -> None:
+        self._req = req
+        self.provider = provider
+        self.builder = builder
+        self.done = False
+        self._slots: dict[int, TextSlot | ThinkingSlot | ToolSlot | None] = {}
+        self.raw_stop: str | None = None
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.cache_read = 0
+        self.cache_write = 0
+        self.saw_start = False
+        self.saw_delta_usage = False
+
+    def feed(self, event: Any, out: list[StreamEvent]) -> None:
+        kind = event.type
+        if kind == "content_block_delta":
+            self._delta(event, out)
+        elif kind == "content_block_start":
+            self._block_start(event, out)
+        elif kind == "content_block_stop":
+            self._block_stop(event, out)
+        elif kind == "message_start":
+            self._message_start(event)
+        elif kind == "message_delta":
+            self._message_delta(event)
+        elif kind == "message_stop":
+            self.done = True
+
+    def _delta(self, event: Any, out: list[StreamEvent]) -> None:
+        slot = self._slots.get(event.index)
+        delta = event.delta
+        kind = delta.type
+        item: StreamEvent | None
+        if kind == "text_delta" and type(slot) is TextSlot:
+            item = self.builder.text(slot, delta.text)
+        elif kind == "input_json_delta" and type(slot) is ToolSlot:
+            item = self.builder.tool_delta(slot, delta.partial_json)
+        elif kind == "thinking_delta" and type(slot) is ThinkingSlot:
+            item = self.builder.thinking(slot, delta.thinking)
+        elif kind == "signature_delta" and type(slot) is ThinkingSlot:
+            slot.signature = delta.signature or slot.signature
+            return
+        elif event.index not in self._slots:
+            raise _malformed(self._req, self.provider, f"delta for unknown block {event.index}")
+        else:
+            return  # citations and other annotation deltas carry no canonical content
+        if item is not None:
+            out.append(item)
+
+    def _block_start(self, event: Any, out: list[StreamEvent]) -> None:
+        block = event.content_block
+        kind = block.type
+        index = event.index
+        if kind == "text":
+            text_slot = TextSlot()
+            self._slots[index] = text_slot
+            item = self.builder.text(text_slot, getattr(block, "text", "") or "")
+            if item is not None:
+                out.append(item)
+        elif kind == "thinking":
+            thinking_slot = ThinkingSlot()
+            thinking_slot.signature = getattr(block, "signature", None) or None
+            self._slots[index] = thinking_slot
+            item = self.builder.thinking(thinking_slot, getattr(block, "thinking", "") or "")
+            if item is not None:
+                out.append(item)
+        elif kind == "redacted_thinking":
+            self._slots[index] = None
+            self.builder.redacted(block.data)
+        elif kind == "tool_use":
+            tool_slot, start = self.builder.tool_start(block.name, block.id)
+            self._slots[index] = tool_slot
+            out.append(start)
+            initial = getattr(block, "input", None)
+            if isinstance(initial, dict) and initial:
+                delta = self.builder.tool_delta(tool_slot, json.dumps(initial))
+                if delta is not None:
+                    out.append(delta)
+        else:
+            self._slots[index] = None
+            log.debug("ignoring anthropic content block of type %s", kind)
+
+    def _block_stop(self, event: Any, out: list[StreamEvent]) -> None:
+        slot = self._slots.pop(event.index, None)
+        if type(slot) is ThinkingSlot:
+            item = self.builder.thinking_end(slot, None)
+            if item is not None:
+                out.append(item)
+        elif type(slot) is ToolSlot:
+            out.append(self.builder.tool_end(slot))
+
+    def _message_start(self, event: Any) -> None:
+        self.saw_start = True
+        usage = getattr(event.message, "usage", None)
+        if usage is not None:
+            self.input_tokens = usage.input_tokens or 0
+            self.output_tokens = usage.output_tokens or 0
+            self.cache_read = getattr(usage, "cache_read_input_tokens", None) or 0
+            self.cache_write = getattr(usage, "cache_creation_input_tokens", None) or 0
+
+    def _message_delta(self, event: Any) -> None:
+        raw = getattr(event.delta, "stop_reason", None)
+        if raw is not None:
+            self.raw_stop = raw
+        usage = getattr(event, "usage", None)
+        if usage is None:
+            return
+        self.saw_delta_usage = True
+        if usage.output_tokens is not None:
+            self.output_tokens = usage.output_tokens
+        value = getattr(usage, "input_tokens", None)
+        if value is not None:
+            self.input_tokens = value
+        value = getattr(usage, "cache_read_input_tokens", None)
+        if value is not None:
+            self.cache_read = value
+        value = getattr(usage, "cache_creation_input_tokens", None)
+        if value is not None:
+            self.cache_write = value
+
+    def end_of_body(self) -> None:
+        if not self.done:
+            raise ProviderError(
+                "network",
+                "anthropic stream ended without message_stop",
+                provider=self.provider,
+                model=self._req.model,
+            )
+
+    def stop(self) -> tuple[StopReason, str | None]:
+        if self.raw_stop is None and not self.done:
+            return "end_turn", None  # interrupted before message_delta: nothing to map
+        return map_stop_reason(self.raw_stop), self.raw_stop
+
+    def usage(self, *, partial: bool) -> TokenUsage:
+        estimated = False
+        input_tokens = self.input_tokens
+        output = self.output_tokens
+        if not self.saw_start:
+            input_tokens = estimate_input_tokens(self._req)
+            estimated = True
+        if partial and not self.saw_delta_usage:
+            output = max(output, estimate_output_tokens(self.builder.emitted_chars))
+            estimated = True
+        return TokenUsage(
+            input_tokens=input_tokens,
+            output_tokens=output,
+            cache_read_tokens=self.cache_read,
+            cache_write_tokens=self.cache_write,
+            estimated=estimated,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------------------------
+
+
+def _class_for(status: int, etype: str | None, code: str | None, message: str) -> ErrorClass:
+    if status == 400:
+        if _CONTEXT_RE.search(message):
+            return "context_overflow"
+        if code in _CONTENT_FILTER_CODES or etype in _CONTENT_FILTER_CODES:
+            return "content_filter"
+        return "invalid_request"
+    return status_class_common(status)
+
+
+def classify(
+    exc: BaseException, *, provider: str, model: str, secret: str | None = None
+) -> ProviderError:
+    """An SDK or transport exception → `ProviderError` (providers.md §5 error table)."""
+    if isinstance(exc, ProviderError):
+        return exc
+    if isinstance(exc, anthropic.APIStatusError):
+        etype, code, api_message = error_fields(exc.body)
+        status = exc.status_code
+        reported: int | None = status
+        if 200 <= status < 300:  # an `event: error` inside a 200 stream: class it by its type
+            reported = None
+            status = _ETYPE_STATUS.get(etype or "", 500)
+        error_class = _class_for(status, etype, code, api_message or "")
+        retry_after = (
+            parse_retry_after(headers_of(exc))
+            if error_class
+            in (
+                "rate_limit",
+                "server_error",
+                "network",
+            )
+            else None
+        )
+        where = f"HTTP {reported}" if reported is not None else "stream error event"
+        text = f"anthropic {where} ({etype or 'unknown'})"
+        if api_message:
+            text += f": {api_message}"
+        return ProviderError(
+            error_class,
+            safe_text(text, secret),
+            provider=provider,
+            model=model,
+            http_status=reported,
+            provider_error=etype or code,
+            retry_after_s=retry_after,
+        )
+    if isinstance(exc, anthropic.APIConnectionError):  # includes APITimeoutError
+        kind = "timed out" if isinstance(exc, anthropic.APITimeoutError) else "connection failed"
+        return ProviderError("network", f"anthropic {kind}", provider=provider, model=model)
+    if isinstance(exc, anthropic.APIResponseValidationError) or is_malformed_error(exc):
+        return ProviderError(
+            "server_error",
+            f"malformed anthropic response ({type(exc).__name__})",
+            provider=provider,
+            model=model,
+        )
+    if is_transport_error(exc):
+        return ProviderError(
+            "network",
+            f"anthropic connection error ({type(exc).__name__})",
+            provider=provider,
+            model=model,
+        )
+    return internal_error(exc, provider=provider, model=model)
+
+
+# ---------------------------------------------------------------------------------------------
+# Non-streaming parse
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_message(
+    req: LLMRequest, message: Any
+) -> tuple[list[ContentBlock], StopReason, str | None, TokenUsage]:
+    content: list[ContentBlock] = []
+    for block in message.content or []:
+        kind = block.type
+        if kind == "text" and block.text:
+            content.append(TextBlock(text=block.text))
+        elif kind == "thinking" and (block.thinking or block.signature):
+            content.append(ThinkingBlock(thinking=block.thinking, signature=block.signature))
+        elif kind == "redacted_thinking":
+            content.append(RedactedThinkingBlock(data=block.data))
+        elif kind == "tool_use":
+            tool_use_id = new_tool_use_id()
+            req.tool_ids.record(tool_use_id, block.id)
+            value = block.input if isinstance(block.input, dict) else {}
+            if not isinstance(block.input, dict):
+                value = parse_tool_input(json.dumps(block.input), context=block.name)
+            content.append(ToolUseBlock(id=tool_use_id, name=block.name, input=value))
+    usage = message.usage
+    tokens = TokenUsage(
+        input_tokens=usage.input_tokens or 0,
+        output_tokens=usage.output_tokens or 0,
+        cache_read_tokens=getattr(usage, "cache_read_input_tokens", None) or 0,
+        cache_write_tokens=getattr(usage, "cache_creation_input_tokens", None) or 0,
+    )
+    raw = message.stop_reason
+    return content, map_stop_reason(raw), raw, tokens
+
+
+# ---------------------------------------------------------------------------------------------
+# The adapter
+# ---------------------------------------------------------------------------------------------
+
+
+class AnthropicAdapter:
+    """One provider entry, one `AsyncAnthropic` client with SDK retries off."""
+
+    kind: ClassVar[Literal["anthropic"]] = "anthropic"
+
+    def __init__(self, provider: ProviderConfig, *, policy: RetryPolicy = DEFAULT_RETRY_POLICY):
+        self.provider_name = provider.name
+        self.policy = policy
+        self._secret = provider.api_key
+        self._client = anthropic.AsyncAnthropic(
+            api_key=provider.sdk_key,
+            base_url=provider.base_url,
+            max_retries=0,
+            timeout=anthropic.Timeout(
+                connect=provider.connect_timeout_s,
+                read=provider.read_timeout_s,
+                write=30.0,
+                pool=provider.connect_timeout_s,
+            ),
+        )
+
+    # CallSpec -------------------------------------------------------------------------------
+
+    async def open_stream(self, req: LLMRequest) -> Any:
+        params = build_params(req, self.provider_name)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("anthropic request %s: %s", req.request_id, json.dumps(params)[:20000])
+        return await self._client.messages.create(**params, stream=True)
+
+    def translator(self, req: LLMRequest, builder: ContentBuilder) -> AnthropicTranslator:
+        return AnthropicTranslator(req, builder, self.provider_name)
+
+    def classify(self, exc: BaseException, req: LLMRequest) -> ProviderError:
+        return classify(exc, provider=self.provider_name, model=req.model, secret=self._secret)
+
+    async def _create(self, req: LLMRequest) -> Any:
+        return await self._client.messages.create(**build_params(req, self.provider_name))
+
+    # ProviderAdapter ------------------------------------------------------------------------
+
+    def stream(self, req: LLMRequest) -> AsyncIterator[StreamEvent]:
+        return drive_stream(self, req)
+
+    async def complete(self, req: LLMRequest) -> LLMResult:
+        return await drive_complete(self, req, self._create, parse_message)
+
+    async def aclose(self) -> None:
+        await self._client.close()

@@ -1,0 +1,251 @@
+"""Adapter-facing types: the request, the result, canonical stream events, tool ids and hooks.
+
+Everything the agent loop exchanges with an adapter lives here, so that the TurnRunner depends on
+one small vocabulary and never on an SDK (providers.md §1-2, §4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from metis.core.canonical import ContentBlock, Message, TokenUsage, ToolDefinition
+from metis.core.model_types import Capabilities
+
+if TYPE_CHECKING:
+    from metis.core.providers.errors import ProviderError
+
+StopReason = Literal[
+    "end_turn", "max_tokens", "stop_sequence", "tool_use", "refusal", "cancelled", "error"
+]
+AdapterKindName = Literal["anthropic", "openai", "scripted"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Tool ids (providers.md §4)
+# ---------------------------------------------------------------------------------------------
+
+
+class ToolIdMap:
+    """Session-scoped memory of canonical `tu_` ids and the provider ids they were minted for.
+
+    Only used for logs and correlation: outgoing wire ids are *derived* from the canonical id, so
+    the map never has to survive a restart or a provider swap.
+    """
+
+    __slots__ = ("_by_canonical", "_by_provider")
+
+    def __init__(self) -> None:
+        self._by_canonical: dict[str, str | None] = {}
+        self._by_provider: dict[str, str] = {}
+
+    def record(self, canonical_id: str, provider_id: str | None) -> None:
+        self._by_canonical[canonical_id] = provider_id
+        if provider_id:
+            self._by_provider[provider_id] = canonical_id
+
+    def provider_id(self, canonical_id: str) -> str | None:
+        return self._by_canonical.get(canonical_id)
+
+    def canonical_id(self, provider_id: str) -> str | None:
+        return self._by_provider.get(provider_id)
+
+    def __contains__(self, canonical_id: object) -> bool:
+        return canonical_id in self._by_canonical
+
+    def __len__(self) -> int:
+        return len(self._by_canonical)
+
+
+# ---------------------------------------------------------------------------------------------
+# Attempt hooks (providers.md §3.2)
+# ---------------------------------------------------------------------------------------------
+
+
+class AttemptHooks(Protocol):
+    """Callbacks the retry loop awaits so the TurnRunner can emit one started/failed pair per attempt.
+
+    `attempt_failed` is awaited for every attempt that ends in a `ProviderError` (retried or raised,
+    `cancelled` before the first token included). An attempt whose stream completes with
+    `message.complete` (any stop reason, `cancelled`/`error` included) does not call it: the caller
+    sees the terminal event itself.
+    """
+
+    async def attempt_started(self, attempt: int) -> None: ...
+
+    async def attempt_failed(
+        self, attempt: int, error: ProviderError, will_retry: bool
+    ) -> None: ...
+
+
+class NoHooks:
+    """Default hooks: utility calls (compaction summaries, benchmarks) need no per-attempt events."""
+
+    async def attempt_started(self, attempt: int) -> None:
+        return None
+
+    async def attempt_failed(self, attempt: int, error: ProviderError, will_retry: bool) -> None:
+        return None
+
+
+NO_HOOKS = NoHooks()
+
+
+# ---------------------------------------------------------------------------------------------
+# Request and result
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LLMRequest:
+    """One logical LLM call; retries of it share `request_id` (providers.md §1).
+
+    A dataclass rather than a pydantic model because it carries live objects (an `asyncio.Event`,
+    the session's `ToolIdMap`, hooks) that must be passed by reference, never copied or validated.
+    """
+
+    request_id: str
+    message_id: str
+    model: str
+    wire_model: str
+    capabilities: Capabilities
+    system: str = ""
+    system_volatile: str | None = None
+    messages: Sequence[Message] = ()
+    tools: Sequence[ToolDefinition] = ()
+    max_output_tokens: int = 8192
+    temperature: float | None = None
+    stop_sequences: Sequence[str] | None = None
+    thinking_budget_tokens: int | None = None
+    tool_ids: ToolIdMap = field(default_factory=ToolIdMap)
+    hooks: AttemptHooks = NO_HOOKS
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def thinking_enabled(self) -> bool:
+        return bool(self.thinking_budget_tokens) and self.capabilities.supports_thinking
+
+
+class LLMResult(BaseModel):
+    """What `complete()` returns: the same facts as `message.complete`, without the stream."""
+
+    model_config = ConfigDict(frozen=True)
+
+    final_content: list[ContentBlock]
+    stop_reason: StopReason
+    usage: TokenUsage
+    latency_ms: int
+    first_token_ms: int | None
+    attempts: int
+    provider_stop_reason: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Canonical stream events (providers.md §2, events.md §4.8)
+# ---------------------------------------------------------------------------------------------
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    def payload(self) -> dict[str, Any]:
+        """The event's wire payload (events.md §4.8): every field but the discriminator."""
+        return self.model_dump(mode="json", exclude={"type"})
+
+
+class MessageStart(_Event):
+    type: Literal["message.start"] = "message.start"
+    message_id: str
+    role: Literal["assistant"] = "assistant"
+    model: str
+
+
+class TextDelta(_Event):
+    type: Literal["text.delta"] = "text.delta"
+    message_id: str
+    content_block_index: int
+    text: str
+
+
+class ThinkingDelta(_Event):
+    type: Literal["thinking.delta"] = "thinking.delta"
+    message_id: str
+    content_block_index: int
+    text: str
+    signature: str | None = None
+
+
+class ToolUseStart(_Event):
+    type: Literal["tool.use_start"] = "tool.use_start"
+    message_id: str
+    content_block_index: int
+    tool_use_id: str
+    tool_name: str
+
+
+class ToolUseInputDelta(_Event):
+    type: Literal["tool.use_input_delta"] = "tool.use_input_delta"
+    message_id: str
+    content_block_index: int
+    tool_use_id: str
+    partial_json: str
+
+
+class ToolUseEnd(_Event):
+    type: Literal["tool.use_end"] = "tool.use_end"
+    message_id: str
+    content_block_index: int
+    tool_use_id: str
+    final_input: dict[str, Any]
+
+
+class MessageComplete(_Event):
+    """Last event of every stream that yielded `message.start`; `final_content` is authoritative.
+
+    `usage` holds tokens only; the core prices it (`compute_cost`) into the events.md `Usage`.
+    """
+
+    type: Literal["message.complete"] = "message.complete"
+    message_id: str
+    stop_reason: StopReason
+    final_content: list[ContentBlock]
+    usage: TokenUsage
+    latency_ms: int
+    first_token_ms: int | None = None
+    attempts: int = 1
+    provider_stop_reason: str | None = None
+
+
+StreamEvent = Annotated[
+    MessageStart
+    | TextDelta
+    | ThinkingDelta
+    | ToolUseStart
+    | ToolUseInputDelta
+    | ToolUseEnd
+    | MessageComplete,
+    Field(discriminator="type"),
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# The adapter protocol (providers.md §1)
+# ---------------------------------------------------------------------------------------------
+
+
+class ProviderAdapter(Protocol):
+    kind: ClassVar[AdapterKindName]
+
+    def stream(self, req: LLMRequest) -> AsyncIterator[StreamEvent]:
+        """Canonical events of one logical call; retries happen before anything is yielded."""
+        ...
+
+    async def complete(self, req: LLMRequest) -> LLMResult:
+        """The same call in the wire's non-streaming mode (utility calls)."""
+        ...
+
+    async def aclose(self) -> None: ...

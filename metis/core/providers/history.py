@@ -1,0 +1,158 @@
+"""History preparation shared by the wire mappings (providers.md §4).
+
+The stored history is canonical and may be imperfect (cancelled calls, imported seeds, lenient
+reads); this module turns it into a sequence every provider accepts: results right after their
+calls in call order, orphans repaired, empty blocks and messages gone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from metis.core.canonical import (
+    ImageBlock,
+    Message,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from metis.core.providers.base import LLMRequest
+
+log = logging.getLogger(__name__)
+
+NOT_COMPLETED_TEXT = "Tool call was not completed"
+IMAGE_OMITTED_TEXT = "[image omitted]"
+_ANTHROPIC_ID_RE = re.compile(r"^[a-zA-Z0-9_-]+$")
+_ANTHROPIC_ID_BAD = re.compile(r"[^a-zA-Z0-9_-]")
+IMAGE_TOKEN_ESTIMATE = 1600
+
+
+@dataclass(slots=True)
+class WireTurn:
+    """One normalized message: `results` holds the tool results answering the previous assistant."""
+
+    role: Literal["user", "assistant", "results"]
+    blocks: list[Any] = field(default_factory=list)
+    provider: str | None = None
+
+
+def anthropic_wire_id(canonical_id: str) -> str:
+    """Anthropic takes the canonical id unchanged (`tu_<ULID>` satisfies its pattern)."""
+    if _ANTHROPIC_ID_RE.match(canonical_id):
+        return canonical_id
+    return _ANTHROPIC_ID_BAD.sub("_", canonical_id) or "tu_unknown"
+
+
+def openai_wire_id(canonical_id: str) -> str:
+    """OpenAI gets `call_` + the ULID part, so a call and its result always agree."""
+    if canonical_id.startswith("tu_"):
+        return "call_" + canonical_id[3:]
+    return canonical_id
+
+
+def _clean(blocks: Sequence[Any]) -> list[Any]:
+    return [b for b in blocks if not (isinstance(b, TextBlock) and not b.text)]
+
+
+def _synthetic_result(tool_use_id: str) -> ToolResultBlock:
+    return ToolResultBlock(
+        tool_use_id=tool_use_id, content=[TextBlock(text=NOT_COMPLETED_TEXT)], is_error=True
+    )
+
+
+def normalize_history(messages: Sequence[Message]) -> list[WireTurn]:
+    """Split at assistant messages; each segment sends its results first, in call order."""
+    turns: list[WireTurn] = []
+    calls: list[str] = []
+    results: dict[str, ToolResultBlock] = {}
+    pending_users: list[WireTurn] = []
+
+    def flush() -> None:
+        if calls:
+            blocks: list[Any] = []
+            for call_id in calls:
+                result = results.get(call_id)
+                if result is None:
+                    log.warning(
+                        "tool call %s has no result; sending %r", call_id, NOT_COMPLETED_TEXT
+                    )
+                    result = _synthetic_result(call_id)
+                blocks.append(result)
+            turns.append(WireTurn("results", blocks))
+        turns.extend(pending_users)
+        calls.clear()
+        results.clear()
+        pending_users.clear()
+
+    for message in messages:
+        if message.role == "assistant":
+            flush()
+            blocks = _clean(message.content)
+            if not blocks:
+                continue
+            turns.append(WireTurn("assistant", blocks, message.metadata.provider))
+            calls.extend(b.id for b in blocks if isinstance(b, ToolUseBlock))
+        elif message.role == "tool":
+            for block in message.content:
+                if not isinstance(block, ToolResultBlock):
+                    continue
+                if block.tool_use_id in calls and block.tool_use_id not in results:
+                    results[block.tool_use_id] = block
+                else:
+                    log.warning("dropping tool result %s without its call", block.tool_use_id)
+        elif message.role == "user":
+            blocks = _clean(message.content)
+            if blocks:
+                pending_users.append(WireTurn("user", blocks))
+        else:
+            log.debug("skipping a %s message in the history", message.role)
+    flush()
+    return turns
+
+
+def result_text(block: ToolResultBlock, image_text: str = "[image]") -> str:
+    """A tool result's text blocks joined by newlines, images as a placeholder."""
+    parts: list[str] = []
+    for inner in block.content:
+        if isinstance(inner, TextBlock):
+            parts.append(inner.text)
+        elif isinstance(inner, ImageBlock):
+            parts.append(image_text)
+    return "\n".join(parts)
+
+
+def estimate_input_tokens(req: LLMRequest) -> int:
+    """The routing estimate (routing.md §2.5): ceil(chars / 4) + 1600 per image."""
+    chars = len(req.system) + len(req.system_volatile or "")
+    images = 0
+    for tool in req.tools:
+        chars += len(
+            json.dumps(
+                {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "input_schema": tool.input_schema,
+                }
+            )
+        )
+    for message in req.messages:
+        for block in message.content:
+            if isinstance(block, TextBlock):
+                chars += len(block.text)
+            elif isinstance(block, ImageBlock):
+                images += 1
+            elif isinstance(block, ToolUseBlock):
+                chars += len(json.dumps(block.input))
+            elif isinstance(block, ToolResultBlock):
+                for inner in block.content:
+                    if isinstance(inner, TextBlock):
+                        chars += len(inner.text)
+                    else:
+                        images += 1
+    return math.ceil(chars / 4) + IMAGE_TOKEN_ESTIMATE * images

@@ -1,0 +1,621 @@
+"""OpenAI Chat Completions adapter (providers.md §6), also for OpenAI-compatible servers.
+
+Compatible servers (Ollama, llama.cpp, vLLM) differ in small ways — parallel calls all at index
+0, missing indexes, names arriving late, object-valued arguments, `stop` after calls, no usage —
+so the accumulator repairs those instead of trusting the wire to match OpenAI's exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar, Literal
+
+import openai
+
+from metis.core.canonical import (
+    ContentBlock,
+    ImageBlock,
+    TextBlock,
+    ThinkingBlock,
+    TokenUsage,
+    ToolResultBlock,
+    ToolUseBlock,
+    UrlSource,
+    new_tool_use_id,
+)
+from metis.core.model_types import ProviderConfig
+from metis.core.providers.base import LLMRequest, LLMResult, StopReason, StreamEvent
+from metis.core.providers.errors import (
+    ErrorClass,
+    ProviderError,
+    error_fields,
+    headers_of,
+    internal_error,
+    is_malformed_error,
+    is_transport_error,
+    parse_retry_after,
+    safe_text,
+    status_class_common,
+)
+from metis.core.providers.history import (
+    IMAGE_OMITTED_TEXT,
+    estimate_input_tokens,
+    normalize_history,
+    openai_wire_id,
+    result_text,
+)
+from metis.core.providers.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from metis.core.providers.streaming import (
+    ContentBuilder,
+    TextSlot,
+    ThinkingSlot,
+    ToolSlot,
+    drive_complete,
+    drive_stream,
+    estimate_output_tokens,
+    parse_tool_input,
+)
+
+log = logging.getLogger(__name__)
+
+TOOL_ERROR_PREFIX = "[tool error] "
+_CONTEXT_RE = re.compile(
+    r"(?i)prompt is too long|context (window|length)|maximum context|too many (input )?tokens"
+)
+_CONTENT_FILTER_CODES = frozenset({"content_filter", "content_policy_violation"})
+_QUOTA_CODES = frozenset({"insufficient_quota"})
+_estimate_warned: set[str] = set()
+
+
+# ---------------------------------------------------------------------------------------------
+# Request mapping
+# ---------------------------------------------------------------------------------------------
+
+
+def _image_part(block: ImageBlock, supports_images: bool) -> dict[str, Any]:
+    if not supports_images:
+        return {"type": "text", "text": IMAGE_OMITTED_TEXT}
+    source = block.source
+    if isinstance(source, UrlSource):
+        url = source.url
+    else:
+        url = f"data:{source.media_type};base64,{source.data}"
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _user_message(blocks: list[Any], supports_images: bool) -> dict[str, Any] | None:
+    if len(blocks) == 1 and isinstance(blocks[0], TextBlock):
+        return {"role": "user", "content": blocks[0].text}
+    parts: list[dict[str, Any]] = []
+    for b in blocks:
+        if isinstance(b, TextBlock):
+            parts.append({"type": "text", "text": b.text})
+        elif isinstance(b, ImageBlock):
+            parts.append(_image_part(b, supports_images))
+    return {"role": "user", "content": parts} if parts else None
+
+
+def _assistant_message(blocks: list[Any]) -> dict[str, Any] | None:
+    texts = [b.text for b in blocks if isinstance(b, TextBlock)]
+    calls = [
+        {
+            "id": openai_wire_id(b.id),
+            "type": "function",
+            "function": {"name": b.name, "arguments": json.dumps(b.input)},
+        }
+        for b in blocks
+        if isinstance(b, ToolUseBlock)
+    ]
+    if not texts and not calls:
+        return None  # thinking-only (dropped for OpenAI) or empty
+    message: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts) if texts else None}
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _tool_message(block: ToolResultBlock) -> dict[str, Any]:
+    text = result_text(block)
+    if block.is_error:
+        text = TOOL_ERROR_PREFIX + text
+    return {"role": "tool", "tool_call_id": openai_wire_id(block.tool_use_id), "content": text}
+
+
+def build_messages(req: LLMRequest) -> list[dict[str, Any]]:
+    supports_images = req.capabilities.supports_images
+    messages: list[dict[str, Any]] = []
+    system = "\n\n".join(s for s in (req.system, req.system_volatile) if s)
+    if system:
+        messages.append({"role": "system", "content": system})
+    for turn in normalize_history(req.messages):
+        if turn.role == "user":
+            message = _user_message(turn.blocks, supports_images)
+            if message is not None:
+                messages.append(message)
+        elif turn.role == "assistant":
+            message = _assistant_message(turn.blocks)
+            if message is not None:
+                messages.append(message)
+        else:
+            messages.extend(_tool_message(b) for b in turn.blocks)
+    return messages
+
+
+def build_params(req: LLMRequest, options: dict[str, Any], *, stream: bool) -> dict[str, Any]:
+    caps = req.capabilities
+    params: dict[str, Any] = {"model": req.wire_model, "messages": build_messages(req)}
+    params[options.get("max_tokens_field", "max_completion_tokens")] = req.max_output_tokens
+    if req.tools and caps.supports_tools:
+        params["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.input_schema,
+                },
+            }
+            for t in req.tools
+        ]
+        if not caps.supports_parallel_tool_calls:
+            params["parallel_tool_calls"] = False
+    if req.temperature is not None:
+        params["temperature"] = req.temperature
+    if req.stop_sequences:
+        params["stop"] = list(req.stop_sequences)
+    if stream:
+        params["stream"] = True
+        if options.get("stream_include_usage", True):
+            params["stream_options"] = {"include_usage": True}
+    return params
+
+
+# ---------------------------------------------------------------------------------------------
+# Stop reasons and usage
+# ---------------------------------------------------------------------------------------------
+
+
+def map_finish_reason(raw: str | None, *, produced_calls: bool, refused: bool) -> StopReason:
+    if refused or raw == "content_filter":
+        return "refusal"
+    if raw == "stop":
+        return "tool_use" if produced_calls else "end_turn"
+    if raw == "length":
+        return "max_tokens"
+    if raw in ("tool_calls", "function_call"):
+        return "tool_use"
+    log.warning("openai finish reason %r mapped to end_turn", raw)
+    return "end_turn"
+
+
+def usage_from_wire(usage: Any, provider: str) -> TokenUsage:
+    """Cached tokens are inside `prompt_tokens`: subtract them so no bucket is billed twice."""
+    prompt = getattr(usage, "prompt_tokens", None) or 0
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = (getattr(details, "cached_tokens", None) or 0) if details is not None else 0
+    input_tokens = prompt - cached
+    if input_tokens < 0:
+        log.warning(
+            "provider %s reported %d cached of %d prompt tokens; input clamped to 0",
+            provider,
+            cached,
+            prompt,
+        )
+        input_tokens = 0
+    return TokenUsage(
+        input_tokens=input_tokens,
+        output_tokens=getattr(usage, "completion_tokens", None) or 0,
+        cache_read_tokens=cached,
+        cache_write_tokens=0,
+    )
+
+
+def estimated_usage(
+    req: LLMRequest, output_chars: int, provider: str, *, warn: bool = True
+) -> TokenUsage:
+    """Routing-formula input and chars/4 output, flagged `estimated` so the cost is labelled."""
+    if warn and provider not in _estimate_warned:
+        _estimate_warned.add(provider)
+        log.warning("provider %s sent no usage; token counts are estimated", provider)
+    return TokenUsage(
+        input_tokens=estimate_input_tokens(req),
+        output_tokens=estimate_output_tokens(output_chars),
+        estimated=True,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Stream translation
+# ---------------------------------------------------------------------------------------------
+
+
+class _Call:
+    """A tool call being accumulated; its `tool.use_start` waits until the name is known."""
+
+    __slots__ = ("pending", "slot", "wire_id")
+
+    def __init__(self, wire_id: str | None) -> None:
+        self.wire_id = wire_id
+        self.pending: list[str] = []
+        self.slot: ToolSlot | None = None
+
+
+class OpenAITranslator:
+    """Chat completion chunks → canonical events (providers.md §6 accumulation rules)."""
+
+    __slots__ = (
+        "_by_id",
+        "_by_index",
+        "_calls",
+        "_req",
+        "_text",
+        "_thinking",
+        "builder",
+        "done",
+        "finish_raw",
+        "provider",
+        "refused",
+        "wire_usage",
+    )
+
+    def __init__(self, req: LLMRequest, builder: ContentBuilder, provider: str) -> None:
+        self._req = req
+        self.provider = provider
+        self.builder = builder
+        self.done = False
+        self._text: TextSlot | None = None
+        self._thinking: ThinkingSlot | None = None
+        self._calls: list[_Call] = []
+        self._by_index: dict[int, _Call] = {}
+        self._by_id: dict[str, _Call] = {}
+        self.finish_raw: str | None = None
+        self.refused = False
+        self.wire_usage: Any = None
+
+    def feed(self, chunk: Any, out: list[StreamEvent]) -> None:
+        usage = chunk.usage
+        if usage is not None:
+            self.wire_usage = usage
+        choices = chunk.choices
+        if not choices:
+            return
+        choice = choices[0]
+        delta = choice.delta
+        if delta is not None:
+            content = delta.content
+            if content:
+                self._emit_text(content, out)
+            extra = delta.model_extra
+            if extra:
+                reasoning = extra.get("reasoning_content") or extra.get("reasoning")
+                if isinstance(reasoning, str) and reasoning:
+                    self._emit_thinking(reasoning, out)
+            refusal = delta.refusal
+            if refusal:
+                self.refused = True
+                self._emit_text(refusal, out)
+            calls = delta.tool_calls
+            if calls and self.finish_raw is None:
+                for fragment in calls:
+                    self._tool_fragment(fragment, out)
+        finish = choice.finish_reason
+        if finish and self.finish_raw is None:
+            self.finish_raw = finish
+            self._close_calls(out)
+
+    def _emit_text(self, text: str, out: list[StreamEvent]) -> None:
+        slot = self._text
+        if slot is None:
+            slot = self._text = TextSlot()
+            self._thinking = None
+        item = self.builder.text(slot, text)
+        if item is not None:
+            out.append(item)
+
+    def _emit_thinking(self, text: str, out: list[StreamEvent]) -> None:
+        slot = self._thinking
+        if slot is None:
+            slot = self._thinking = ThinkingSlot()
+            self._text = None
+        item = self.builder.thinking(slot, text)
+        if item is not None:
+            out.append(item)
+
+    def _find_call(self, index: int | None, wire_id: str | None) -> _Call:
+        if index is not None:
+            call = self._by_index.get(index)
+            if call is not None and not (wire_id and call.wire_id and wire_id != call.wire_id):
+                return self._adopt_id(call, wire_id)
+        elif wire_id and wire_id in self._by_id:
+            return self._by_id[wire_id]
+        elif not wire_id and self._calls:
+            return self._calls[-1]
+        call = _Call(wire_id)
+        self._calls.append(call)
+        if index is not None:
+            self._by_index[index] = call
+        if wire_id:
+            self._by_id[wire_id] = call
+        return call
+
+    def _adopt_id(self, call: _Call, wire_id: str | None) -> _Call:
+        if wire_id and not call.wire_id:
+            call.wire_id = wire_id
+            self._by_id[wire_id] = call
+            if call.slot is not None:
+                self.builder.tool_ids.record(call.slot.tool_use_id, wire_id)
+        return call
+
+    def _tool_fragment(self, fragment: Any, out: list[StreamEvent]) -> None:
+        call = self._find_call(fragment.index, fragment.id or None)
+        function = fragment.function
+        name = function.name if function is not None else None
+        args = function.arguments if function is not None else None
+        if args is not None and not isinstance(args, str):
+            args = json.dumps(args)
+        if call.slot is None:
+            if args:
+                call.pending.append(args)
+            if not name:
+                return
+            call.slot, start = self.builder.tool_start(name, call.wire_id)
+            out.append(start)
+            self._text = None
+            self._thinking = None
+            for piece in call.pending:
+                item = self.builder.tool_delta(call.slot, piece)
+                if item is not None:
+                    out.append(item)
+            call.pending.clear()
+            return
+        if args:
+            item = self.builder.tool_delta(call.slot, args)
+            if item is not None:
+                out.append(item)
+
+    def _close_calls(self, out: list[StreamEvent]) -> None:
+        for call in self._calls:
+            if call.slot is None:
+                log.warning(
+                    "provider %s: dropping a tool call that never got a name (id %s)",
+                    self.provider,
+                    call.wire_id,
+                )
+        slots = sorted((c.slot for c in self._calls if c.slot is not None), key=lambda s: s.index)
+        for slot in slots:
+            if not slot.ended:
+                out.append(self.builder.tool_end(slot))
+
+    def end_of_body(self) -> None:
+        if self.finish_raw is None:
+            raise ProviderError(
+                "network",
+                "openai stream ended before a finish reason",
+                provider=self.provider,
+                model=self._req.model,
+            )
+
+    def stop(self) -> tuple[StopReason, str | None]:
+        if self.finish_raw is None and not self.refused:
+            return "end_turn", None
+        stop = map_finish_reason(
+            self.finish_raw, produced_calls=self.builder.tool_count > 0, refused=self.refused
+        )
+        return stop, self.finish_raw
+
+    def usage(self, *, partial: bool) -> TokenUsage:
+        if self.wire_usage is not None:
+            return usage_from_wire(self.wire_usage, self.provider)
+        # an interrupted stream simply has not reached its usage chunk yet: no warning then
+        return estimated_usage(
+            self._req, self.builder.emitted_chars, self.provider, warn=not partial
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------------------------
+
+
+def _status_class(status: int, etype: str | None, code: str | None, message: str) -> ErrorClass:
+    if status == 429 and (code in _QUOTA_CODES or etype in _QUOTA_CODES):
+        return "auth"
+    if status == 400:
+        if code == "context_length_exceeded" or _CONTEXT_RE.search(message):
+            return "context_overflow"
+        if code in _CONTENT_FILTER_CODES or etype in _CONTENT_FILTER_CODES:
+            return "content_filter"
+        return "invalid_request"
+    return status_class_common(status)
+
+
+def _stream_error_class(etype: str | None, code: str | None, message: str) -> ErrorClass:
+    """An error chunk inside a 200 stream carries no status: class it by its code/type."""
+    keys = {k for k in (etype, code) if k}
+    if keys & _QUOTA_CODES or keys & {"invalid_api_key", "authentication_error"}:
+        return "auth"
+    if keys & {"rate_limit_exceeded", "rate_limit_error", "requests", "tokens"}:
+        return "rate_limit"
+    if "context_length_exceeded" in keys:
+        return "context_overflow"
+    if keys & _CONTENT_FILTER_CODES:
+        return "content_filter"
+    if "invalid_request_error" in keys:
+        return "context_overflow" if _CONTEXT_RE.search(message) else "invalid_request"
+    return "server_error"
+
+
+def classify(
+    exc: BaseException, *, provider: str, model: str, secret: str | None = None
+) -> ProviderError:
+    """An SDK or transport exception → `ProviderError` (providers.md §6 error table)."""
+    if isinstance(exc, ProviderError):
+        return exc
+    if isinstance(exc, openai.APIStatusError):
+        etype, code, api_message = error_fields(exc.body)
+        status = exc.status_code
+        error_class = _status_class(status, etype, code, api_message or "")
+        retry_after = (
+            parse_retry_after(headers_of(exc))
+            if error_class in ("rate_limit", "server_error", "network")
+            else None
+        )
+        text = f"openai HTTP {status} ({code or etype or 'unknown'})"
+        if api_message:
+            text += f": {api_message}"
+        return ProviderError(
+            error_class,
+            safe_text(text, secret),
+            provider=provider,
+            model=model,
+            http_status=status,
+            provider_error=code or etype,
+            retry_after_s=retry_after,
+        )
+    if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
+        kind = "timed out" if isinstance(exc, openai.APITimeoutError) else "connection failed"
+        return ProviderError("network", f"openai {kind}", provider=provider, model=model)
+    if isinstance(exc, openai.APIResponseValidationError) or is_malformed_error(exc):
+        return ProviderError(
+            "server_error",
+            f"malformed openai response ({type(exc).__name__})",
+            provider=provider,
+            model=model,
+        )
+    if isinstance(exc, openai.APIError):  # an error chunk inside the stream
+        etype, code, api_message = error_fields(exc.body)
+        text = f"openai stream error ({code or etype or 'unknown'})"
+        if api_message or exc.message:
+            text += f": {api_message or exc.message}"
+        return ProviderError(
+            _stream_error_class(etype, code, api_message or ""),
+            safe_text(text, secret),
+            provider=provider,
+            model=model,
+            provider_error=code or etype,
+        )
+    if is_transport_error(exc):
+        return ProviderError(
+            "network",
+            f"openai connection error ({type(exc).__name__})",
+            provider=provider,
+            model=model,
+        )
+    return internal_error(exc, provider=provider, model=model)
+
+
+# ---------------------------------------------------------------------------------------------
+# Non-streaming parse
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_completion(
+    req: LLMRequest, completion: Any, provider: str
+) -> tuple[list[ContentBlock], StopReason, str | None, TokenUsage]:
+    choices = completion.choices or []
+    if not choices:
+        raise ProviderError(
+            "server_error", "openai response has no choices", provider=provider, model=req.model
+        )
+    choice = choices[0]
+    message = choice.message
+    content: list[ContentBlock] = []
+    chars = 0
+    extra = message.model_extra or {}
+    reasoning = extra.get("reasoning_content") or extra.get("reasoning")
+    if isinstance(reasoning, str) and reasoning:
+        content.append(ThinkingBlock(thinking=reasoning, signature=None))
+        chars += len(reasoning)
+    refusal = getattr(message, "refusal", None)
+    text = (message.content or "") + (refusal or "")
+    if text:
+        content.append(TextBlock(text=text))
+        chars += len(text)
+    for call in message.tool_calls or []:
+        function = call.function
+        if function is None or not function.name:
+            continue
+        args = function.arguments
+        if args is not None and not isinstance(args, str):
+            args = json.dumps(args)
+        chars += len(args or "")
+        tool_use_id = new_tool_use_id()
+        req.tool_ids.record(tool_use_id, call.id or None)
+        value = parse_tool_input(args or "", context=function.name)
+        content.append(ToolUseBlock(id=tool_use_id, name=function.name, input=value))
+    raw = choice.finish_reason
+    stop = map_finish_reason(
+        raw, produced_calls=any(isinstance(b, ToolUseBlock) for b in content), refused=bool(refusal)
+    )
+    usage = (
+        usage_from_wire(completion.usage, provider)
+        if completion.usage is not None
+        else estimated_usage(req, chars, provider)
+    )
+    return content, stop, raw, usage
+
+
+# ---------------------------------------------------------------------------------------------
+# The adapter
+# ---------------------------------------------------------------------------------------------
+
+
+class OpenAIAdapter:
+    """One provider entry, one `AsyncOpenAI` client with SDK retries off."""
+
+    kind: ClassVar[Literal["openai"]] = "openai"
+
+    def __init__(self, provider: ProviderConfig, *, policy: RetryPolicy = DEFAULT_RETRY_POLICY):
+        self.provider_name = provider.name
+        self.policy = policy
+        self.options = dict(provider.options)
+        self._secret = provider.api_key
+        self._client = openai.AsyncOpenAI(
+            api_key=provider.sdk_key,
+            base_url=provider.base_url,
+            max_retries=0,
+            timeout=openai.Timeout(
+                connect=provider.connect_timeout_s,
+                read=provider.read_timeout_s,
+                write=30.0,
+                pool=provider.connect_timeout_s,
+            ),
+        )
+
+    # CallSpec -------------------------------------------------------------------------------
+
+    async def open_stream(self, req: LLMRequest) -> Any:
+        params = build_params(req, self.options, stream=True)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("openai request %s: %s", req.request_id, json.dumps(params)[:20000])
+        return await self._client.chat.completions.create(**params)
+
+    def translator(self, req: LLMRequest, builder: ContentBuilder) -> OpenAITranslator:
+        return OpenAITranslator(req, builder, self.provider_name)
+
+    def classify(self, exc: BaseException, req: LLMRequest) -> ProviderError:
+        return classify(exc, provider=self.provider_name, model=req.model, secret=self._secret)
+
+    async def _create(self, req: LLMRequest) -> Any:
+        return await self._client.chat.completions.create(
+            **build_params(req, self.options, stream=False)
+        )
+
+    def _parse(
+        self, req: LLMRequest, completion: Any
+    ) -> tuple[list[ContentBlock], StopReason, str | None, TokenUsage]:
+        return parse_completion(req, completion, self.provider_name)
+
+    # ProviderAdapter ------------------------------------------------------------------------
+
+    def stream(self, req: LLMRequest) -> AsyncIterator[StreamEvent]:
+        return drive_stream(self, req)
+
+    async def complete(self, req: LLMRequest) -> LLMResult:
+        return await drive_complete(self, req, self._create, self._parse)
+
+    async def aclose(self) -> None:
+        await self._client.close()

@@ -1,0 +1,567 @@
+"""Wire-independent machinery of a streamed call: cancel racing, block accounting, the retry driver.
+
+Both HTTP adapters only translate wire events into calls on `ContentBuilder`; everything that
+must behave identically across providers (invariants of providers.md §2, retries §3.2,
+cancellation §3.3) lives here once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable
+from time import perf_counter
+from typing import Any, Protocol, TypeVar
+
+from metis.core.canonical import (
+    ContentBlock,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    TokenUsage,
+    ToolUseBlock,
+    new_tool_use_id,
+)
+from metis.core.providers.base import (
+    LLMRequest,
+    LLMResult,
+    MessageComplete,
+    MessageStart,
+    StopReason,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolIdMap,
+    ToolUseEnd,
+    ToolUseInputDelta,
+    ToolUseStart,
+)
+from metis.core.providers.errors import ProviderError
+from metis.core.providers.retry import RetryPolicy
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------------------------------------
+# Cancel racing
+# ---------------------------------------------------------------------------------------------
+
+
+class CancelRequested(Exception):
+    """The request's cancel event fired while (or before) the adapter was waiting on the wire."""
+
+
+_END = object()
+
+
+class CancelGuard:
+    """Interrupts the awaiting task as soon as `cancel` is set, the way `asyncio.timeout` does.
+
+    One watcher task per call instead of one racing task per read keeps the per-delta cost at a
+    flag write; the task is only ever interrupted while it is parked inside `run`/`next`, so a
+    cancel can never land in the consumer's own code between two yields.
+    """
+
+    __slots__ = ("_armed", "_event", "_fired", "_watcher")
+
+    def __init__(self, cancel: asyncio.Event) -> None:
+        self._event = cancel
+        self._armed: asyncio.Task[Any] | None = None
+        self._fired = False
+        self._watcher: asyncio.Future[Any] | None = None
+
+    def _ensure_watcher(self) -> None:
+        if self._watcher is None:
+            self._watcher = asyncio.ensure_future(self._event.wait())
+            self._watcher.add_done_callback(self._on_cancel)
+
+    def _on_cancel(self, fut: asyncio.Future[Any]) -> None:
+        if fut.cancelled() or self._armed is None or self._fired:
+            return
+        self._fired = True
+        self._armed.cancel()
+
+    def _settle(self, task: asyncio.Task[Any]) -> bool:
+        """True when the CancelledError being handled is ours alone (then it is absorbed)."""
+        if not self._fired:
+            return False
+        self._fired = False
+        return task.uncancel() == 0
+
+    async def run(self, awaitable: Awaitable[T]) -> T:
+        if self._event.is_set():
+            if asyncio.iscoroutine(awaitable):
+                awaitable.close()
+            raise CancelRequested
+        self._ensure_watcher()
+        task = asyncio.current_task()
+        assert task is not None
+        self._armed = task
+        try:
+            return await awaitable
+        except asyncio.CancelledError:
+            if self._settle(task):
+                raise CancelRequested from None
+            raise
+        finally:
+            self._armed = None
+
+    async def next(self, iterator: AsyncIterator[T]) -> T | object:
+        """The iterator's next item, or `_END`; the hot path of every streamed delta."""
+        if self._event.is_set():
+            raise CancelRequested
+        if self._watcher is None:
+            self._ensure_watcher()
+        task = asyncio.current_task()
+        self._armed = task
+        try:
+            return await iterator.__anext__()
+        except StopAsyncIteration:
+            return _END
+        except asyncio.CancelledError:
+            if task is not None and self._settle(task):
+                raise CancelRequested from None
+            raise
+        finally:
+            self._armed = None
+
+    def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.remove_done_callback(self._on_cancel)
+            self._watcher.cancel()
+            self._watcher = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Block accounting (providers.md §2 invariants 2-3)
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_tool_input(text: str, *, context: str = "", warn: bool = True) -> dict[str, Any]:
+    """The accumulated argument JSON as an object; `{}` when empty, unparseable or not an object.
+
+    The dispatcher's schema check then reports a bad input, so a model's broken JSON never
+    breaks the stream.
+    """
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        if warn:
+            log.warning(
+                "tool input of %s is not valid JSON (%d chars); using {}", context, len(text)
+            )
+        return {}
+    if not isinstance(value, dict):
+        if warn:
+            log.warning("tool input of %s is not a JSON object; using {}", context)
+        return {}
+    return value
+
+
+class TextSlot:
+    __slots__ = ("index", "parts")
+
+    def __init__(self) -> None:
+        self.index: int | None = None
+        self.parts: list[str] = []
+
+
+class ThinkingSlot:
+    __slots__ = ("index", "parts", "signature")
+
+    def __init__(self) -> None:
+        self.index: int | None = None
+        self.parts: list[str] = []
+        self.signature: str | None = None
+
+
+class RedactedSlot:
+    __slots__ = ("data", "index")
+
+    def __init__(self, data: str, index: int) -> None:
+        self.data = data
+        self.index = index
+
+
+class ToolSlot:
+    __slots__ = ("ended", "final_input", "index", "name", "parts", "tool_use_id", "wire_id")
+
+    def __init__(self, index: int, tool_use_id: str, name: str, wire_id: str | None) -> None:
+        self.index = index
+        self.tool_use_id = tool_use_id
+        self.name = name
+        self.wire_id = wire_id
+        self.parts: list[str] = []
+        self.ended = False
+        self.final_input: dict[str, Any] | None = None
+
+
+Slot = TextSlot | ThinkingSlot | RedactedSlot | ToolSlot
+
+
+class ContentBuilder:
+    """Allocates block indexes, mints tool ids and keeps `final_content` in step with the events.
+
+    A block gets its index when it first carries content, so indexes always equal positions in
+    `final_content` and a block with no content never exists.
+    """
+
+    __slots__ = ("blocks", "emitted_chars", "message_id", "started", "tool_ids")
+
+    def __init__(self, message_id: str, tool_ids: ToolIdMap) -> None:
+        self.message_id = message_id
+        self.tool_ids = tool_ids
+        self.blocks: list[Slot] = []
+        self.started = False
+        self.emitted_chars = 0
+
+    def text(self, slot: TextSlot, chunk: str) -> TextDelta | None:
+        if not chunk:
+            return None
+        if slot.index is None:
+            slot.index = len(self.blocks)
+            self.blocks.append(slot)
+        slot.parts.append(chunk)
+        self.emitted_chars += len(chunk)
+        self.started = True
+        return TextDelta(message_id=self.message_id, content_block_index=slot.index, text=chunk)
+
+    def thinking(self, slot: ThinkingSlot, chunk: str) -> ThinkingDelta | None:
+        if not chunk:
+            return None
+        if slot.index is None:
+            slot.index = len(self.blocks)
+            self.blocks.append(slot)
+        slot.parts.append(chunk)
+        self.emitted_chars += len(chunk)
+        self.started = True
+        return ThinkingDelta(message_id=self.message_id, content_block_index=slot.index, text=chunk)
+
+    def thinking_end(self, slot: ThinkingSlot, signature: str | None) -> ThinkingDelta | None:
+        """The block's last delta (empty text, the signature); nothing for an unsigned block."""
+        if signature:
+            slot.signature = signature
+        if not slot.signature:
+            return None
+        if slot.index is None:
+            slot.index = len(self.blocks)
+            self.blocks.append(slot)
+        self.started = True
+        return ThinkingDelta(
+            message_id=self.message_id,
+            content_block_index=slot.index,
+            text="",
+            signature=slot.signature,
+        )
+
+    def redacted(self, data: str) -> None:
+        self.blocks.append(RedactedSlot(data, len(self.blocks)))
+
+    def tool_start(self, name: str, wire_id: str | None) -> tuple[ToolSlot, ToolUseStart]:
+        tool_use_id = new_tool_use_id()
+        self.tool_ids.record(tool_use_id, wire_id)
+        slot = ToolSlot(len(self.blocks), tool_use_id, name, wire_id)
+        self.blocks.append(slot)
+        self.started = True
+        return slot, ToolUseStart(
+            message_id=self.message_id,
+            content_block_index=slot.index,
+            tool_use_id=tool_use_id,
+            tool_name=name,
+        )
+
+    def tool_delta(self, slot: ToolSlot, fragment: str) -> ToolUseInputDelta | None:
+        if not fragment:
+            return None
+        slot.parts.append(fragment)
+        self.emitted_chars += len(fragment)
+        return ToolUseInputDelta(
+            message_id=self.message_id,
+            content_block_index=slot.index,
+            tool_use_id=slot.tool_use_id,
+            partial_json=fragment,
+        )
+
+    def tool_end(self, slot: ToolSlot, *, warn: bool = True) -> ToolUseEnd:
+        slot.ended = True
+        slot.final_input = parse_tool_input(
+            "".join(slot.parts), context=f"{slot.name} ({slot.tool_use_id})", warn=warn
+        )
+        return ToolUseEnd(
+            message_id=self.message_id,
+            content_block_index=slot.index,
+            tool_use_id=slot.tool_use_id,
+            final_input=slot.final_input,
+        )
+
+    def close_open_tools(self, *, warn: bool = True) -> list[ToolUseEnd]:
+        return [
+            self.tool_end(b, warn=warn)
+            for b in self.blocks
+            if isinstance(b, ToolSlot) and not b.ended
+        ]
+
+    @property
+    def tool_count(self) -> int:
+        return sum(1 for b in self.blocks if isinstance(b, ToolSlot))
+
+    def final_content(self) -> list[ContentBlock]:
+        content: list[ContentBlock] = []
+        for b in self.blocks:
+            if isinstance(b, TextSlot):
+                content.append(TextBlock(text="".join(b.parts)))
+            elif isinstance(b, ThinkingSlot):
+                content.append(ThinkingBlock(thinking="".join(b.parts), signature=b.signature))
+            elif isinstance(b, RedactedSlot):
+                content.append(RedactedThinkingBlock(data=b.data))
+            else:
+                final = b.final_input
+                if final is None:
+                    final = parse_tool_input("".join(b.parts), warn=False)
+                content.append(ToolUseBlock(id=b.tool_use_id, name=b.name, input=final))
+        return content
+
+
+def estimate_output_tokens(chars: int) -> int:
+    return math.ceil(chars / 4)
+
+
+# ---------------------------------------------------------------------------------------------
+# The stream driver
+# ---------------------------------------------------------------------------------------------
+
+
+class Translator(Protocol):
+    """One attempt's wire→canonical state machine, fed raw SDK events in order."""
+
+    builder: ContentBuilder
+    done: bool  # a terminal wire event was seen: stop reading
+
+    def feed(self, event: Any, out: list[StreamEvent]) -> None: ...
+
+    def end_of_body(self) -> None:
+        """Called when the body ends; raises ProviderError(network) without a terminal event."""
+        ...
+
+    def stop(self) -> tuple[StopReason, str | None]: ...
+
+    def usage(self, *, partial: bool) -> TokenUsage: ...
+
+
+class WireStream(Protocol):
+    def __aiter__(self) -> AsyncIterator[Any]: ...
+
+    async def close(self) -> None: ...
+
+
+class CallSpec(Protocol):
+    """What an HTTP adapter supplies to the shared driver for one request."""
+
+    provider_name: str
+    policy: RetryPolicy
+
+    async def open_stream(self, req: LLMRequest) -> WireStream: ...
+
+    def translator(self, req: LLMRequest, builder: ContentBuilder) -> Translator: ...
+
+    def classify(self, exc: BaseException, req: LLMRequest) -> ProviderError: ...
+
+
+def _ms(since: float) -> int:
+    return int((perf_counter() - since) * 1000)
+
+
+def cancelled_error(req: LLMRequest, provider: str, attempts: int) -> ProviderError:
+    return ProviderError(
+        "cancelled", "request cancelled", provider=provider, model=req.model, attempts=attempts
+    )
+
+
+async def _close_quietly(handle: WireStream) -> None:
+    try:
+        await handle.close()
+    except Exception:  # closing a broken response must not mask the real outcome
+        log.debug("closing a provider response failed", exc_info=True)
+
+
+async def _before_retry(
+    spec: CallSpec, req: LLMRequest, guard: CancelGuard, attempt: int, err: ProviderError
+) -> None:
+    """Report the failed attempt, then wait out the back-off or raise `err` / `cancelled`."""
+    delay = spec.policy.delay_before_retry(attempt, err)
+    await req.hooks.attempt_failed(attempt, err, delay is not None)
+    if delay is None:
+        raise err from None
+    log.warning(
+        "provider %s model %s: attempt %d failed (%s, status %s); retrying in %.2fs",
+        spec.provider_name,
+        req.model,
+        attempt,
+        err.error_class,
+        err.http_status,
+        delay,
+    )
+    try:
+        await guard.run(spec.policy.sleep(delay))
+    except CancelRequested:
+        raise cancelled_error(req, spec.provider_name, attempt) from None
+
+
+def _as_provider_error(spec: CallSpec, req: LLMRequest, exc: BaseException) -> ProviderError:
+    return exc if isinstance(exc, ProviderError) else spec.classify(exc, req)
+
+
+async def drive_stream(spec: CallSpec, req: LLMRequest) -> AsyncIterator[StreamEvent]:
+    """Run attempts until one yields content, then stream it (providers.md §2-3)."""
+    guard = CancelGuard(req.cancel)
+    attempt = 0
+    try:
+        while True:
+            attempt += 1
+            await req.hooks.attempt_started(attempt)
+            t0 = perf_counter()
+            builder = ContentBuilder(req.message_id, req.tool_ids)
+            tr = spec.translator(req, builder)
+            started = False
+            first_token_ms: int | None = None
+            handle: WireStream | None = None
+            out: list[StreamEvent] = []
+            try:
+                handle = await guard.run(spec.open_stream(req))
+                iterator = handle.__aiter__()
+                while True:
+                    event = await guard.next(iterator)
+                    if event is _END:
+                        tr.end_of_body()
+                        break
+                    tr.feed(event, out)
+                    if started:
+                        if out:
+                            for item in out:
+                                yield item
+                            out.clear()
+                    elif builder.started or tr.done:
+                        started = True
+                        first_token_ms = _ms(t0)
+                        yield MessageStart(message_id=req.message_id, model=req.model)
+                        for item in out:
+                            yield item
+                        out.clear()
+                    if tr.done:
+                        break
+                if not started:
+                    started = True
+                    first_token_ms = _ms(t0)
+                    yield MessageStart(message_id=req.message_id, model=req.model)
+                    for item in out:
+                        yield item
+                stop, raw = tr.stop()
+                yield MessageComplete(
+                    message_id=req.message_id,
+                    stop_reason=stop,
+                    final_content=builder.final_content(),
+                    usage=tr.usage(partial=False),
+                    latency_ms=_ms(t0),
+                    first_token_ms=first_token_ms,
+                    attempts=attempt,
+                    provider_stop_reason=raw,
+                )
+                return
+            except CancelRequested:
+                if not started:
+                    err = cancelled_error(req, spec.provider_name, attempt)
+                    await req.hooks.attempt_failed(attempt, err, False)
+                    raise err from None
+                for item in builder.close_open_tools(warn=False):
+                    yield item
+                _, raw = tr.stop()
+                yield MessageComplete(
+                    message_id=req.message_id,
+                    stop_reason="cancelled",
+                    final_content=builder.final_content(),
+                    usage=tr.usage(partial=True),
+                    latency_ms=_ms(t0),
+                    first_token_ms=first_token_ms,
+                    attempts=attempt,
+                    provider_stop_reason=raw,
+                )
+                return
+            except Exception as exc:
+                err = _as_provider_error(spec, req, exc)
+                err.attempts = attempt
+                if not started:
+                    await _before_retry(spec, req, guard, attempt, err)
+                    continue
+                err.after_first_token = True
+                for item in builder.close_open_tools(warn=False):
+                    yield item
+                _, raw = tr.stop()
+                yield MessageComplete(
+                    message_id=req.message_id,
+                    stop_reason="error",
+                    final_content=builder.final_content(),
+                    usage=tr.usage(partial=True),
+                    latency_ms=_ms(t0),
+                    first_token_ms=first_token_ms,
+                    attempts=attempt,
+                    provider_stop_reason=raw,
+                )
+                log.warning(
+                    "provider %s model %s: stream failed after the first token (%s)",
+                    spec.provider_name,
+                    req.model,
+                    err.error_class,
+                )
+                await req.hooks.attempt_failed(attempt, err, False)
+                raise err from None
+            finally:
+                if handle is not None:
+                    await _close_quietly(handle)
+    finally:
+        guard.close()
+
+
+async def drive_complete(
+    spec: CallSpec,
+    req: LLMRequest,
+    call: Callable[[LLMRequest], Awaitable[Any]],
+    parse: Callable[
+        [LLMRequest, Any], tuple[list[ContentBlock], StopReason, str | None, TokenUsage]
+    ],
+) -> LLMResult:
+    """The non-streaming twin of `drive_stream`: same retries, hooks and cancel handling."""
+    guard = CancelGuard(req.cancel)
+    attempt = 0
+    try:
+        while True:
+            attempt += 1
+            await req.hooks.attempt_started(attempt)
+            t0 = perf_counter()
+            try:
+                response = await guard.run(call(req))
+                content, stop, raw, usage = parse(req, response)
+                latency = _ms(t0)
+                return LLMResult(
+                    final_content=content,
+                    stop_reason=stop,
+                    usage=usage,
+                    latency_ms=latency,
+                    first_token_ms=latency,
+                    attempts=attempt,
+                    provider_stop_reason=raw,
+                )
+            except CancelRequested:
+                err = cancelled_error(req, spec.provider_name, attempt)
+                await req.hooks.attempt_failed(attempt, err, False)
+                raise err from None
+            except Exception as exc:
+                err = _as_provider_error(spec, req, exc)
+                err.attempts = attempt
+                await _before_retry(spec, req, guard, attempt, err)
+    finally:
+        guard.close()

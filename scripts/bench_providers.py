@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""Adapter overhead per streamed delta (issue goal: ≤ 10 µs), for both HTTP adapters.
+
+Method: a long text reply is streamed once from the in-process fake provider through the *raw*
+SDK, and the SDK's parsed events are kept. Those events are then replayed from memory
+(a) through a bare async iterator (baseline) and (b) through the real adapter pipeline — the
+retry/cancel driver, `CancelGuard`, the wire translator, `ContentBuilder` and the canonical
+event models. (b − a) / deltas is the cost of our code alone, free of network, SSE parsing and
+fake-server noise. A second, informational figure compares the adapter against the raw SDK
+end to end over loopback.
+
+Usage: .venv/bin/python scripts/bench_providers.py [--deltas 20000] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import anthropic
+import openai
+
+from metis.core.canonical import Message, TextBlock, new_ulid
+from metis.core.model_types import Capabilities, ProviderConfig
+from metis.core.providers.anthropic import AnthropicAdapter
+from metis.core.providers.base import LLMRequest
+from metis.core.providers.openai import OpenAIAdapter
+from metis.testing import FakeProviderServer, FakeReply
+
+CAPS = Capabilities(max_context_tokens=200_000, max_output_tokens=8192)
+
+
+class _Replay:
+    """An in-memory stand-in for the SDK stream: yields pre-parsed events, closes for free."""
+
+    def __init__(self, events: list[Any]) -> None:
+        self._events = events
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._gen()
+
+    async def _gen(self) -> AsyncIterator[Any]:
+        for event in self._events:
+            yield event
+
+    async def close(self) -> None:
+        return None
+
+
+class _ReplayAnthropic(AnthropicAdapter):
+    events: list[Any] = []
+
+    async def open_stream(self, req: LLMRequest) -> Any:
+        return _Replay(self.events)
+
+
+class _ReplayOpenAI(OpenAIAdapter):
+    events: list[Any] = []
+
+    async def open_stream(self, req: LLMRequest) -> Any:
+        return _Replay(self.events)
+
+
+def _request(kind: str) -> LLMRequest:
+    message = Message(
+        id=new_ulid(),
+        session_id="sess_bench",
+        turn_id=None,
+        role="user",
+        content=[TextBlock(text="benchmark")],
+        created_at_us=0,
+    )
+    return LLMRequest(
+        request_id=new_ulid(),
+        message_id=new_ulid(),
+        model=f"{kind}:bench",
+        wire_model="bench",
+        capabilities=CAPS,
+        messages=[message],
+    )
+
+
+async def _record(server: FakeProviderServer, kind: str, deltas: int) -> list[Any]:
+    """Stream the reply through the raw SDK once and keep its parsed events."""
+    server.enqueue(kind, FakeReply.say("x" * deltas, chunk_chars=1))
+    if kind == "anthropic":
+        client = anthropic.AsyncAnthropic(
+            api_key="k", base_url=server.anthropic_base_url, max_retries=0
+        )
+        stream = await client.messages.create(
+            model="bench",
+            max_tokens=10,
+            messages=[{"role": "user", "content": "benchmark"}],
+            stream=True,
+        )
+    else:
+        client = openai.AsyncOpenAI(api_key="k", base_url=server.openai_base_url, max_retries=0)
+        stream = await client.chat.completions.create(
+            model="bench",
+            messages=[{"role": "user", "content": "benchmark"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    events = [event async for event in stream]
+    await client.close()
+    return events
+
+
+async def _consume_baseline(events: list[Any]) -> float:
+    t0 = time.perf_counter()
+    async for _ in _Replay(events):
+        pass
+    return time.perf_counter() - t0
+
+
+async def _consume_adapter(adapter: Any, kind: str) -> tuple[float, int]:
+    req = _request(kind)
+    count = 0
+    t0 = time.perf_counter()
+    async for event in adapter.stream(req):
+        if event.type == "text.delta":
+            count += 1
+    return time.perf_counter() - t0, count
+
+
+async def _end_to_end(server: FakeProviderServer, kind: str, deltas: int) -> tuple[float, float]:
+    """Wall time of the raw SDK stream vs the adapter stream over loopback (informational)."""
+    provider = ProviderConfig(
+        name=kind,
+        adapter=kind,  # type: ignore[arg-type]
+        base_url=server.anthropic_base_url if kind == "anthropic" else server.openai_base_url,
+        api_key="k",
+    )
+    adapter = AnthropicAdapter(provider) if kind == "anthropic" else OpenAIAdapter(provider)
+    server.enqueue(kind, FakeReply.say("x" * deltas, chunk_chars=1))
+    t0 = time.perf_counter()
+    async for _ in adapter.stream(_request(kind)):
+        pass
+    adapter_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    await _record(server, kind, deltas)
+    raw_s = time.perf_counter() - t0
+    await adapter.aclose()
+    return raw_s, adapter_s
+
+
+async def main(deltas: int, repeats: int) -> int:
+    worst = 0.0
+    async with FakeProviderServer() as server:
+        for kind, cls in (("anthropic", _ReplayAnthropic), ("openai", _ReplayOpenAI)):
+            events = await _record(server, kind, deltas)
+            cls.events = events
+            adapter = cls(ProviderConfig(name=kind, adapter=kind, base_url="http://127.0.0.1:9"))  # type: ignore[arg-type]
+            await _consume_adapter(adapter, kind)  # warm-up
+            samples: list[float] = []
+            for _ in range(repeats):
+                base = await _consume_baseline(events)
+                spent, count = await _consume_adapter(adapter, kind)
+                assert count == deltas, (count, deltas)
+                samples.append((spent - base) / count * 1e6)
+            per_delta = statistics.median(samples)
+            worst = max(worst, per_delta)
+            raw_s, adapter_s = await _end_to_end(server, kind, deltas)
+            print(
+                f"{kind:9s} adapter overhead per delta: {per_delta:6.2f} µs "
+                f"(median of {repeats}, {deltas} deltas; min {min(samples):.2f}, max {max(samples):.2f})"
+            )
+            print(
+                f"{'':9s} end to end over loopback: raw SDK {raw_s * 1e6 / deltas:6.2f} µs/delta, "
+                f"adapter {adapter_s * 1e6 / deltas:6.2f} µs/delta (includes fake server + SDK parsing)"
+            )
+            await adapter.aclose()
+    verdict = "PASS" if worst <= 10.0 else "FAIL"
+    print(f"goal ≤ 10 µs per delta: {verdict} (worst {worst:.2f} µs)")
+    return 0 if worst <= 10.0 else 1
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--deltas", type=int, default=20_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    raise SystemExit(asyncio.run(main(args.deltas, args.repeats)))

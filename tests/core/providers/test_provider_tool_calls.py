@@ -1,0 +1,216 @@
+"""§10.2: tool calls — one, parallel, compat quirks, canonical ids, derived wire ids."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from metis.core.canonical import TextBlock, ToolUseBlock
+from metis.core.providers.base import ToolIdMap, ToolUseEnd, ToolUseInputDelta, ToolUseStart
+from metis.testing import FakeProviderServer, FakeReply
+from tests.core.providers.provider_kit import (
+    APIS,
+    READ_FILE,
+    check_invariants,
+    collect,
+    msg,
+    request,
+    tool_msg,
+    user,
+)
+
+TWO_CALLS: list[dict[str, Any]] = [
+    {"name": "read_file", "input": {"path": "a.txt"}},
+    {"name": "list_dir", "input": {"path": "src", "depth": 2}},
+]
+
+
+async def _stream(make_adapter, kind: str, reply: FakeReply, fake: FakeProviderServer, **kw: Any):
+    fake.enqueue(kind, reply)
+    adapter = make_adapter(kind, **kw)
+    req = request(kind, user("go"), tools=[READ_FILE])
+    events, error = await collect(adapter.stream(req))
+    assert error is None
+    return req, events, check_invariants(events)
+
+
+def _calls(complete) -> list[tuple[str, dict[str, Any]]]:
+    return [(b.name, b.input) for b in complete.final_content if isinstance(b, ToolUseBlock)]
+
+
+@pytest.mark.parametrize("kind", APIS)
+async def test_single_tool_call_streams_start_deltas_end_with_a_canonical_id(
+    kind: str, fake: FakeProviderServer, make_adapter
+) -> None:
+    reply = FakeReply.call("read_file", {"path": "README.md"}, text="Reading.", chunk_chars=4)
+    req, events, complete = await _stream(make_adapter, kind, reply, fake)
+    start = next(e for e in events if isinstance(e, ToolUseStart))
+    deltas = [e for e in events if isinstance(e, ToolUseInputDelta)]
+    end = next(e for e in events if isinstance(e, ToolUseEnd))
+    assert start.tool_use_id.startswith("tu_") and len(start.tool_use_id) == 29
+    assert start.tool_name == "read_file" and start.content_block_index == 1
+    assert len(deltas) > 1 and all(d.tool_use_id == start.tool_use_id for d in deltas)
+    assert end.final_input == {"path": "README.md"}
+    assert complete.stop_reason == "tool_use"
+    assert complete.final_content[0] == TextBlock(text="Reading.")
+    wire_id = "toolu_fake_0_0" if kind == "anthropic" else "call_fake_0_0"
+    assert req.tool_ids.provider_id(start.tool_use_id) == wire_id
+    assert req.tool_ids.canonical_id(wire_id) == start.tool_use_id
+
+
+@pytest.mark.parametrize("kind", APIS)
+async def test_parallel_calls_get_distinct_ids_and_indexes(
+    kind: str, fake: FakeProviderServer, make_adapter
+) -> None:
+    _, events, complete = await _stream(make_adapter, kind, FakeReply(tool_calls=TWO_CALLS), fake)
+    starts = [e for e in events if isinstance(e, ToolUseStart)]
+    assert [s.content_block_index for s in starts] == [0, 1]
+    assert len({s.tool_use_id for s in starts}) == 2
+    assert _calls(complete) == [(c["name"], c["input"]) for c in TWO_CALLS]
+
+
+@pytest.mark.parametrize(
+    "quirk",
+    [
+        {"same_index_parallel": True},
+        {"omit_tool_index": True},
+        {"name_late": True},
+        {"arguments_as_object": True},
+        {"same_index_parallel": True, "name_late": True},
+    ],
+    ids=["same_index_parallel", "omit_tool_index", "name_late", "arguments_as_object", "mixed"],
+)
+async def test_openai_compat_quirks_are_repaired(
+    quirk: dict[str, Any], fake: FakeProviderServer, make_adapter
+) -> None:
+    reply = FakeReply(tool_calls=TWO_CALLS, chunk_chars=3, **quirk)
+    _, events, complete = await _stream(make_adapter, "openai", reply, fake)
+    assert _calls(complete) == [(c["name"], c["input"]) for c in TWO_CALLS]
+    starts = [e for e in events if isinstance(e, ToolUseStart)]
+    assert [s.tool_name for s in starts] == ["read_file", "list_dir"]
+    assert complete.stop_reason == "tool_use"
+
+
+async def test_openai_stop_finish_with_calls_becomes_tool_use(
+    fake: FakeProviderServer, make_adapter
+) -> None:
+    reply = FakeReply(tool_calls=TWO_CALLS[:1], stop_reason="stop")
+    _, _, complete = await _stream(make_adapter, "openai", reply, fake)
+    assert complete.stop_reason == "tool_use"
+    assert complete.provider_stop_reason == "stop"
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+    import json
+
+    body = {
+        "id": "chatcmpl-raw",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "fake-model",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return f"data: {json.dumps(body)}\n\n"
+
+
+async def test_openai_calls_without_ids_and_broken_json_end_with_empty_input(
+    fake: FakeProviderServer, make_adapter, caplog: pytest.LogCaptureFixture
+) -> None:
+    frames = [
+        _chunk({"role": "assistant"}),
+        _chunk(
+            {"tool_calls": [{"index": 0, "function": {"name": "read_file", "arguments": '{"pa'}}]}
+        ),
+        _chunk(
+            {"tool_calls": [{"index": 1, "function": {"name": "list_dir", "arguments": "[1]"}}]}
+        ),
+        _chunk({}, "tool_calls"),
+        "data: [DONE]\n\n",
+    ]
+    reply = FakeReply(raw_sse=frames)
+    _, events, complete = await _stream(make_adapter, "openai", reply, fake)
+    ends = [e for e in events if isinstance(e, ToolUseEnd)]
+    assert [e.final_input for e in ends] == [{}, {}]
+    assert _calls(complete) == [("read_file", {}), ("list_dir", {})]
+    assert "not valid JSON" in caplog.text and "not a JSON object" in caplog.text
+
+
+async def test_text_resuming_after_a_call_opens_a_new_text_block(
+    fake: FakeProviderServer, make_adapter
+) -> None:
+    frames = [
+        _chunk({"role": "assistant", "content": "before "}),
+        _chunk(
+            {
+                "tool_calls": [
+                    {"index": 0, "id": "c1", "function": {"name": "read_file", "arguments": "{}"}}
+                ]
+            }
+        ),
+        _chunk({"content": "after"}),
+        _chunk({}, "tool_calls"),
+        "data: [DONE]\n\n",
+    ]
+    _, _, complete = await _stream(make_adapter, "openai", FakeReply(raw_sse=frames), fake)
+    kinds = [(b.type, getattr(b, "text", None)) for b in complete.final_content]
+    assert kinds == [("text", "before "), ("tool_use", None), ("text", "after")]
+
+
+@pytest.mark.parametrize("kind", APIS)
+async def test_next_request_carries_derived_wire_ids(
+    kind: str, fake: FakeProviderServer, make_adapter
+) -> None:
+    fake.enqueue(kind, FakeReply.call("read_file", {"path": "x"}))
+    adapter = make_adapter(kind)
+    ids = ToolIdMap()
+    first = request(kind, user("use tool"), tools=[READ_FILE], tool_ids=ids)
+    events, _ = await collect(adapter.stream(first))
+    complete = events[-1]
+    call = next(b for b in complete.final_content if isinstance(b, ToolUseBlock))
+    history = [
+        user("use tool"),
+        msg("assistant", *complete.final_content, provider=kind),
+        tool_msg(call.id, "file body"),
+    ]
+    await collect(adapter.stream(request(kind, *history, tools=[READ_FILE], tool_ids=ids)))
+    body = fake.requests[1].body
+    ulid = call.id[3:]
+    if kind == "anthropic":
+        assistant = body["messages"][1]
+        assert assistant["content"][-1]["id"] == call.id
+        result = body["messages"][2]["content"][0]
+        assert result == {
+            "type": "tool_result",
+            "tool_use_id": call.id,
+            "content": [{"type": "text", "text": "file body"}],
+        }
+    else:
+        assistant = body["messages"][1]
+        assert assistant["tool_calls"][0]["id"] == f"call_{ulid}"
+        assert assistant["tool_calls"][0]["function"] == {
+            "name": "read_file",
+            "arguments": '{"path": "x"}',
+        }
+        assert body["messages"][2] == {
+            "role": "tool",
+            "tool_call_id": f"call_{ulid}",
+            "content": "file body",
+        }
+    # the reply to the results is the scripted summary of them
+    assert events[-1].stop_reason == "tool_use"
+
+
+@pytest.mark.parametrize("kind", APIS)
+async def test_complete_mints_canonical_ids_for_json_tool_calls(
+    kind: str, fake: FakeProviderServer, make_adapter
+) -> None:
+    fake.enqueue(kind, FakeReply(tool_calls=TWO_CALLS))
+    adapter = make_adapter(kind)
+    req = request(kind, user("go"), tools=[READ_FILE])
+    result = await adapter.complete(req)
+    calls = [b for b in result.final_content if isinstance(b, ToolUseBlock)]
+    assert [c.name for c in calls] == ["read_file", "list_dir"]
+    assert all(c.id.startswith("tu_") for c in calls)
+    assert len(req.tool_ids) == 2
+    assert result.stop_reason == "tool_use"
