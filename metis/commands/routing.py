@@ -1,0 +1,64 @@
+"""`metis routing check [FILE]`: validate a routing policy against the model registry.
+
+Uses the same validation as the daemon's reload path, so a policy that passes here loads; the
+output names file, line and column for every error and warning.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from metis.commands.models import default_models_path, load_for_cli
+from metis.config import SHIPPED_CONFIG_DIR, default_home
+from metis.core.configcheck import format_diagnostic
+from metis.core.routing.loader import read_policy_file
+
+ROUTING_FILE = "routing.yaml"
+
+
+def default_routing_path() -> Path:
+    """`$METIS_HOME/routing.yaml` if it exists, else the shipped default (as the daemon does)."""
+    user = default_home() / ROUTING_FILE
+    return user if user.exists() else SHIPPED_CONFIG_DIR / ROUTING_FILE
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "routing", help="routing policy tools", description="Routing policy tools."
+    )
+    parser.set_defaults(func=lambda _args: _usage(parser))
+    commands = parser.add_subparsers(dest="routing_command", metavar="{check}")
+    check = commands.add_parser(
+        "check",
+        help="validate a routing.yaml against the model registry",
+        description="Validate FILE (default: $METIS_HOME/routing.yaml, else the shipped default). "
+        "Exits 1 when the policy has errors, 2 when models.yaml itself is invalid.",
+    )
+    check.add_argument("file", nargs="?", type=Path, default=None, help="policy to validate")
+    check.add_argument(
+        "--models",
+        type=Path,
+        default=None,
+        help="models.yaml to validate against (default: $METIS_HOME/models.yaml, else shipped)",
+    )
+    check.set_defaults(func=check_routing)
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def check_routing(args: argparse.Namespace) -> int:
+    registry = load_for_cli(args.models or default_models_path())
+    if registry is None:
+        return 2
+    path: Path = args.file or default_routing_path()
+    result = read_policy_file(path, registry)
+    for diagnostic in result.diagnostics:
+        print(format_diagnostic(path, diagnostic))
+    errors, warnings = len(result.errors), len(result.warnings)
+    verdict = "valid" if result.valid else "INVALID"
+    print(f"{path}: {verdict} ({errors} error(s), {warnings} warning(s)); version {result.version}")
+    return 0 if result.valid else 1

@@ -1,0 +1,364 @@
+"""`models.yaml` → `ModelRegistry`: declared models, aliases, credentials, adapters (routing.md §1).
+
+The registry is read once at start-up and never changes afterwards, so everything downstream
+(routing, cost, the `/models` route) can hold plain references to it. The file format itself is
+validated by `metis.core.models_yaml`; this module resolves credentials (`METIS_OFFLINE`
+included), answers lookups, builds adapters lazily and renders `GET /models`. `load_registry`
+turns any validation error into one `ConfigError` listing them all, so `metis serve` and
+`metis models check` report identically.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from metis.core.canonical import register_secret
+from metis.core.configcheck import format_diagnostic
+from metis.core.errors import ConfigError, ModelNotConfigured
+from metis.core.model_types import ModelEntry, ProviderConfig
+from metis.core.models_yaml import (
+    LOCAL_PROVIDER,
+    PRICE_KEYS,
+    SCRIPTED_DEFAULT_OPTIONS,
+    SCRIPTED_MODEL_ID,
+    ProviderDraft,
+    parse_models_yaml,
+)
+from metis.core.yamlsrc import Diagnostic
+
+if TYPE_CHECKING:
+    from metis.core.providers import ProviderAdapter
+
+log = logging.getLogger(__name__)
+
+NotConfiguredReason = Literal["unknown", "no_credentials", "offline_forced"]
+
+
+@dataclass(frozen=True)
+class Credential:
+    """Outcome of resolving one provider's key at start-up (never a validity issue)."""
+
+    configured: bool
+    reason: NotConfiguredReason | None = None
+    env_var: str | None = None
+
+
+class ModelHealth(Protocol):
+    """What `describe_models` needs from the availability tracker (routing.md §6)."""
+
+    def tick(self) -> None: ...
+
+    def model_status(self, model_id: str) -> tuple[str, dict[str, Any] | None]: ...
+
+
+class ModelRegistry:
+    """Immutable view of `models.yaml` plus resolved credentials and lazily built adapters."""
+
+    def __init__(
+        self,
+        *,
+        providers: Mapping[str, ProviderConfig],
+        models: list[ModelEntry],
+        pricing_version: str,
+        credentials: Mapping[str, Credential],
+        offline_forced: bool = False,
+        source: str | None = None,
+    ) -> None:
+        self._providers = dict(providers)
+        self._models = list(models)
+        self._by_id = {m.id: m for m in self._models}
+        self._by_alias = {a.lower(): m.id for m in self._models for a in m.aliases}
+        self._credentials = dict(credentials)
+        self._offline_forced = offline_forced
+        self.pricing_version = pricing_version
+        self.source = source
+        self._adapters: dict[str, ProviderAdapter] = {}
+        self._default_model = next(
+            (m.id for m in self._models if not m.scripted and self.is_configured(m.id)), None
+        )
+        self.offline_mode: bool = offline_forced or self._default_model is None
+
+    # ---- lookups ------------------------------------------------------------------------
+
+    def models(self) -> list[ModelEntry]:
+        """Declared models in file order (order decides `default_model` and tier lookup)."""
+        return list(self._models)
+
+    def get(self, model_id: str) -> ModelEntry | None:
+        return self._by_id.get(model_id)
+
+    def resolve(self, ref: str) -> str | None:
+        """Canonical id of a reference: exact id first, then an alias ignoring case."""
+        if ref in self._by_id:
+            return ref
+        return self._by_alias.get(ref.lower())
+
+    def providers(self) -> list[ProviderConfig]:
+        return list(self._providers.values())
+
+    def provider(self, name: str) -> ProviderConfig | None:
+        return self._providers.get(name)
+
+    def credential(self, provider: str) -> Credential:
+        return self._credentials.get(provider, Credential(False, "unknown"))
+
+    def is_configured(self, model_id: str) -> bool:
+        return self.not_configured_reason(model_id) is None
+
+    def not_configured_reason(self, model_id: str) -> NotConfiguredReason | None:
+        entry = self._by_id.get(model_id)
+        if entry is None:
+            return "unknown"
+        return self.credential(entry.provider).reason
+
+    def configured_providers(self) -> list[str]:
+        """Names of providers whose credential resolved, sorted."""
+        return sorted(name for name, cred in self._credentials.items() if cred.configured)
+
+    def default_model(self) -> str | None:
+        """The routing floor: first configured real model in file order."""
+        return self._default_model
+
+    def model_for_tier(self, tier: str) -> str | None:
+        """First declared model with that tier (used when `routing.yaml` sets no `tiers`)."""
+        for entry in self._models:
+            if entry.tier == tier:
+                return entry.id
+        return None
+
+    def require_configured(self, ref: str, **details: Any) -> str:
+        """Resolve an explicit reference that must be usable now, else `ModelNotConfigured`.
+
+        Shared by the `@alias` prefix, the override field and the sticky model so that all of
+        them report `{reference, reason, env_var?}` identically (routing.md §3, §4.5).
+        """
+        model_id = self.resolve(ref)
+        reason = "unknown" if model_id is None else self.not_configured_reason(model_id)
+        if reason is None and model_id is not None:
+            return model_id
+        raise self._not_configured(ref, model_id, reason or "unknown", details)
+
+    def _not_configured(
+        self,
+        ref: str,
+        model_id: str | None,
+        reason: NotConfiguredReason,
+        details: dict[str, Any],
+    ) -> ModelNotConfigured:
+        info: dict[str, Any] = {**details, "reference": ref, "reason": reason}
+        text = (
+            f"unknown model '{ref}'" if reason == "unknown" else f"model '{ref}' is not configured"
+        )
+        if model_id is not None and reason == "no_credentials":
+            entry = self._by_id[model_id]
+            env_var = self.credential(entry.provider).env_var
+            if env_var:
+                info["env_var"] = env_var
+                text += f": set {env_var} for provider '{entry.provider}'"
+        elif reason == "offline_forced":
+            text += " (METIS_OFFLINE=1 disables every provider but 'local')"
+        return ModelNotConfigured(text, **info)
+
+    # ---- adapters -----------------------------------------------------------------------
+
+    def adapter_for(self, model_id: str) -> ProviderAdapter:
+        """The provider adapter serving a model: one instance per provider, built on first use."""
+        from metis.core.providers import build_adapter
+
+        entry = self._by_id.get(model_id)
+        reason = self.not_configured_reason(model_id)
+        if entry is None or reason is not None:
+            raise self._not_configured(
+                model_id, model_id if entry else None, reason or "unknown", {}
+            )
+        adapter = self._adapters.get(entry.provider)
+        if adapter is None:
+            adapter = build_adapter(self._providers[entry.provider])
+            self._adapters[entry.provider] = adapter
+        return adapter
+
+    async def aclose(self) -> None:
+        """Close every adapter built so far (daemon shutdown)."""
+        adapters, self._adapters = list(self._adapters.values()), {}
+        for adapter in adapters:
+            try:
+                await adapter.aclose()
+            except Exception:  # one failing close must not leak the others
+                log.warning("closing adapter %s failed", type(adapter).__name__, exc_info=True)
+
+    # ---- GET /models ----------------------------------------------------------------------
+
+    def describe_models(self, health: ModelHealth | None = None) -> dict[str, Any]:
+        """The `GET /models` body (routing.md §1.8); runs the availability tick first."""
+        if health is not None:
+            health.tick()
+        configured: list[dict[str, Any]] = []
+        unconfigured: list[dict[str, Any]] = []
+        for entry in self._models:
+            reason = self.not_configured_reason(entry.id)
+            if reason is not None:
+                cred = self.credential(entry.provider)
+                env_var = cred.env_var if reason == "no_credentials" else None
+                unconfigured.append(
+                    {
+                        "id": entry.id,
+                        "provider": entry.provider,
+                        "reason": reason,
+                        "env_var": env_var,
+                    }
+                )
+                continue
+            status, detail = health.model_status(entry.id) if health else ("healthy", None)
+            configured.append(
+                {
+                    **self.describe_entry(entry),
+                    "availability": status,
+                    "availability_detail": detail,
+                }
+            )
+        return {
+            "offline_mode": self.offline_mode,
+            "pricing_version": self.pricing_version,
+            "models": configured,
+            "unconfigured": unconfigured,
+        }
+
+    def describe_entry(self, entry: ModelEntry) -> dict[str, Any]:
+        """One model's static description (everything but availability)."""
+        prices = {k: _price_text(getattr(entry.pricing, k)) for k in PRICE_KEYS}
+        return {
+            "id": entry.id,
+            "provider": entry.provider,
+            "adapter": entry.adapter,
+            "wire_name": entry.wire_name,
+            "tier": entry.tier,
+            "can_delegate": entry.can_delegate,
+            "aliases": list(entry.aliases),
+            "scripted": entry.scripted,
+            "label": entry.label,
+            "capabilities": entry.capabilities.model_dump(),
+            "pricing": {**prices, "currency": "USD", "pricing_version": self.pricing_version},
+        }
+
+
+def _price_text(value: Decimal) -> str:
+    """Plain positional text keeping the declared precision (`"3.00"` stays `"3.00"`)."""
+    return format(value, "f")
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading and validation
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RegistryLoad:
+    """Result of validating one `models.yaml`: the registry iff there is no error."""
+
+    registry: ModelRegistry | None
+    diagnostics: list[Diagnostic]
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == "error"]
+
+    @property
+    def valid(self) -> bool:
+        return self.registry is not None
+
+
+def load_models_bytes(
+    raw: bytes,
+    *,
+    source: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> RegistryLoad:
+    """Validate `models.yaml` source and, when valid, build the registry.
+
+    `env` defaults to `os.environ`; credentials are resolved from it (and `METIS_OFFLINE`).
+    """
+    parsed = parse_models_yaml(raw)
+    if not parsed.valid or parsed.pricing_version is None:
+        return RegistryLoad(None, parsed.diagnostics)
+    environ = os.environ if env is None else env
+    offline = environ.get("METIS_OFFLINE") == "1"
+    configs, credentials = _resolve_credentials(parsed.providers, environ, offline)
+    registry = ModelRegistry(
+        providers=configs,
+        models=parsed.models,
+        pricing_version=parsed.pricing_version,
+        credentials=credentials,
+        offline_forced=offline,
+        source=source,
+    )
+    return RegistryLoad(registry, parsed.diagnostics)
+
+
+def load_models_file(path: Path, *, env: Mapping[str, str] | None = None) -> RegistryLoad:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        message = f"cannot read {path}: {exc.strerror}"
+        return RegistryLoad(None, [Diagnostic("error", "unreadable", "", None, None, message)])
+    return load_models_bytes(raw, source=str(path), env=env)
+
+
+def load_registry(path: Path, *, env: Mapping[str, str] | None = None) -> ModelRegistry:
+    """Start-up entry point: the registry, or one `ConfigError` listing every problem."""
+    result = load_models_file(path, env=env)
+    if result.registry is None:
+        rendered = [d.render() for d in result.errors]
+        lines = "\n".join(f"  {format_diagnostic(path, d)}" for d in result.errors)
+        text = f"{path}: invalid models.yaml ({len(rendered)} error(s)):\n{lines}"
+        raise ConfigError(text, path=str(path), errors=rendered)
+    return result.registry
+
+
+def _resolve_credentials(
+    drafts: dict[str, ProviderDraft], env: Mapping[str, str], offline: bool
+) -> tuple[dict[str, ProviderConfig], dict[str, Credential]]:
+    """Provider configs with their keys, and whether each provider is usable right now."""
+    drafts = dict(drafts)
+    if LOCAL_PROVIDER not in drafts:
+        drafts[LOCAL_PROVIDER] = ProviderDraft(
+            LOCAL_PROVIDER, "scripted", {"options": dict(SCRIPTED_DEFAULT_OPTIONS)}
+        )
+    configs: dict[str, ProviderConfig] = {}
+    credentials: dict[str, Credential] = {}
+    for name, draft in drafts.items():
+        fields = {k: v for k, v in draft.fields.items() if v is not None}
+        env_var = fields.get("api_key_env")
+        key: str | None = fields.get("api_key")
+        if draft.adapter == "scripted":
+            credential = Credential(True)
+        elif offline:
+            credential = Credential(False, "offline_forced", env_var)
+        elif env_var is not None:
+            key = env.get(env_var) or None
+            credential = Credential(True) if key else Credential(False, "no_credentials", env_var)
+        else:
+            credential = Credential(True)  # literal key, or keyless (SDK gets the placeholder)
+        register_secret(key)
+        fields.pop("api_key", None)
+        configs[name] = ProviderConfig(name=name, adapter=draft.adapter, api_key=key, **fields)  # type: ignore[arg-type]
+        credentials[name] = credential
+    return configs, credentials
+
+
+__all__ = [
+    "LOCAL_PROVIDER",
+    "SCRIPTED_MODEL_ID",
+    "Credential",
+    "ModelHealth",
+    "ModelRegistry",
+    "RegistryLoad",
+    "load_models_bytes",
+    "load_models_file",
+    "load_registry",
+]

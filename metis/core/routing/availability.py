@@ -1,0 +1,309 @@
+"""Provider and model availability: the state machine of routing.md §6.
+
+Routing must stop sending turns to a provider that keeps failing, without a single bad call or a
+user's cancel taking a model out of rotation. The TurnRunner reports one outcome per logical LLM
+call (after the adapter's own retries); this module turns those reports into healthy/unavailable
+transitions, heals scopes after a quiet period (on probation) and announces every transition
+through the injected `emit_system_event` callback. State is in memory only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from metis.core.canonical import format_datetime
+from metis.core.model_types import split_model_id
+from metis.core.registry import LOCAL_PROVIDER, ModelRegistry
+from metis.core.routing.clock import SYSTEM_CLOCK, Clock
+
+log = logging.getLogger(__name__)
+
+FAILURE_STREAK = 5
+STREAK_WINDOW_S = 120.0
+NETWORK_BURST = 2
+NETWORK_WINDOW_S = 30.0
+MULTI_MODEL = 3
+MULTI_MODEL_WINDOW_S = 120.0
+RECOVERY_AFTER_S = 300.0
+
+COUNTED_ERRORS = frozenset({"rate_limit", "server_error", "network", "auth"})
+STREAK_ERRORS = frozenset({"rate_limit", "server_error", "network"})
+
+EmitSystemEvent = Callable[[str, dict[str, Any]], None]
+UnavailableScope = Literal["provider", "model"]
+
+
+@dataclass
+class _ScopeState:
+    unavailable: bool = False
+    since_mono: float = 0.0
+    since_wall: datetime | None = None
+    trigger: str | None = None
+    probation: bool = False
+
+    def detail(self, scope: str) -> dict[str, Any]:
+        assert self.since_wall is not None
+        recovers = self.since_wall + timedelta(seconds=RECOVERY_AFTER_S)
+        return {
+            "scope": scope,
+            "since": format_datetime(self.since_wall),
+            "trigger_reason": self.trigger,
+            "recovers_at": format_datetime(recovers),
+        }
+
+
+@dataclass
+class _ModelState(_ScopeState):
+    streak: int = 0
+    last_failure: float | None = None
+
+
+@dataclass
+class _ProviderState(_ScopeState):
+    network: deque[float] = field(default_factory=deque)
+    outages: dict[str, float] = field(default_factory=dict)
+
+    def clear_windows(self) -> None:
+        self.network.clear()
+        self.outages.clear()
+
+
+def _no_emit(event_type: str, payload: dict[str, Any]) -> None:
+    log.debug("%s %s", event_type, payload)
+
+
+class Availability:
+    """Healthy/unavailable state per provider and per (provider, model)."""
+
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        *,
+        emit_system_event: EmitSystemEvent | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self._registry = registry
+        self._emit = _no_emit if emit_system_event is None else emit_system_event
+        self._clock = clock
+        self._providers: dict[str, _ProviderState] = {}
+        self._models: dict[str, _ModelState] = {}
+        # Fast membership sets read by every routing decision.
+        self._down_providers: set[str] = set()
+        self._down_models: set[str] = set()
+
+    # ---- queries ------------------------------------------------------------------------
+
+    def unavailable_scope(self, model_id: str) -> UnavailableScope | None:
+        """`provider` if the model's provider is down, else `model` if the model is, else None."""
+        if self._down_providers and split_model_id(model_id)[0] in self._down_providers:
+            return "provider"
+        if model_id in self._down_models:
+            return "model"
+        return None
+
+    def provider_healthy(self, provider: str) -> bool:
+        return provider not in self._down_providers
+
+    def model_status(self, model_id: str) -> tuple[str, dict[str, Any] | None]:
+        """`(availability, availability_detail)` as shown by `GET /models`."""
+        provider = split_model_id(model_id)[0]
+        if provider in self._down_providers:
+            return "provider_unavailable", self._providers[provider].detail("provider")
+        if model_id in self._down_models:
+            return "model_unavailable", self._models[model_id].detail("model")
+        return "healthy", None
+
+    # ---- reports from the TurnRunner ------------------------------------------------------
+
+    def record_success(self, model_id: str) -> None:
+        """A logical call completed (any stop reason): the model and its provider are healthy."""
+        provider = split_model_id(model_id)[0]
+        if provider == LOCAL_PROVIDER:
+            return
+        model = self._model(model_id)
+        if model.unavailable:
+            self._recover_model(model_id, model, "success")
+        model.streak, model.last_failure, model.probation = 0, None, False
+        state = self._provider(provider)
+        if state.unavailable:
+            self._recover_provider(provider, state, "success")
+        state.probation = False
+        state.clear_windows()
+
+    def record_failure(self, model_id: str, error_class: str) -> None:
+        """A logical call failed after the adapter's retries with `error_class`.
+
+        Only `rate_limit`, `server_error`, `network` and `auth` count; anything else
+        (`cancelled`, `invalid_request`, `context_overflow`, ...) changes nothing.
+        """
+        provider = split_model_id(model_id)[0]
+        if provider == LOCAL_PROVIDER or error_class not in COUNTED_ERRORS:
+            return
+        now = self._clock.monotonic()
+        is_auth = error_class == "auth"
+        state = self._provider(provider)
+        if not state.unavailable:
+            if is_auth:
+                self._trip_provider(provider, state, "auth_error")
+            elif state.probation:
+                self._trip_provider(provider, state, "probation_failure")
+            elif error_class == "network":
+                state.network.append(now)
+                while state.network and now - state.network[0] > NETWORK_WINDOW_S:
+                    state.network.popleft()
+                if len(state.network) >= NETWORK_BURST:
+                    self._trip_provider(provider, state, "network_burst")
+        model = self._model(model_id)
+        if model.unavailable:
+            return
+        if model.probation:
+            self._trip_model(model_id, model, "auth_error" if is_auth else "probation_failure")
+            return
+        if error_class not in STREAK_ERRORS:
+            return
+        if model.last_failure is None or now - model.last_failure > STREAK_WINDOW_S:
+            model.streak = 1
+        else:
+            model.streak += 1
+        model.last_failure = now
+        if model.streak >= FAILURE_STREAK:
+            self._trip_model(model_id, model, "consecutive_failures")
+            state.outages[model_id] = now
+            for other, at in list(state.outages.items()):
+                if now - at > MULTI_MODEL_WINDOW_S:
+                    del state.outages[other]
+            if len(state.outages) >= MULTI_MODEL and not state.unavailable:
+                self._trip_provider(provider, state, "multi_model_failures")
+
+    # ---- time and resets --------------------------------------------------------------------
+
+    def tick(self, now: float | None = None) -> None:
+        """Heal scopes unavailable for `RECOVERY_AFTER_S`, on probation (run before routing)."""
+        if not self._down_providers and not self._down_models:
+            return
+        now = self._clock.monotonic() if now is None else now
+        for name in sorted(self._down_providers):
+            state = self._providers[name]
+            if now - state.since_mono >= RECOVERY_AFTER_S:
+                self._recover_provider(name, state, "timeout_elapsed", now)
+                state.probation = True
+                state.clear_windows()
+        for model_id in sorted(self._down_models):
+            model = self._models[model_id]
+            if now - model.since_mono >= RECOVERY_AFTER_S:
+                self._recover_model(model_id, model, "timeout_elapsed", now)
+                model.probation = True
+                model.streak, model.last_failure = 0, None
+
+    def reset(self) -> None:
+        """Everything healthy, every counter cleared (`POST /routing/reload?reset_availability`)."""
+        for name in sorted(self._down_providers):
+            self._recover_provider(name, self._providers[name], "manual_reset")
+        for model_id in sorted(self._down_models):
+            self._recover_model(model_id, self._models[model_id], "manual_reset")
+        self._providers.clear()
+        self._models.clear()
+
+    # ---- transitions ----------------------------------------------------------------------
+
+    def _provider(self, name: str) -> _ProviderState:
+        state = self._providers.get(name)
+        if state is None:
+            state = self._providers[name] = _ProviderState()
+        return state
+
+    def _model(self, model_id: str) -> _ModelState:
+        state = self._models.get(model_id)
+        if state is None:
+            state = self._models[model_id] = _ModelState()
+        return state
+
+    def _provider_models(self, provider: str) -> list[str]:
+        return [m.id for m in self._registry.models() if m.provider == provider]
+
+    def _trip(self, state: _ScopeState, trigger: str) -> None:
+        state.unavailable, state.probation, state.trigger = True, False, trigger
+        state.since_mono = self._clock.monotonic()
+        state.since_wall = self._clock.wall()
+
+    def _trip_provider(self, name: str, state: _ProviderState, trigger: str) -> None:
+        self._trip(state, trigger)
+        self._down_providers.add(name)
+        self._announce_down(name, "provider_wide", self._provider_models(name), state)
+
+    def _trip_model(self, model_id: str, state: _ModelState, trigger: str) -> None:
+        self._trip(state, trigger)
+        self._down_models.add(model_id)
+        self._announce_down(split_model_id(model_id)[0], "model_specific", [model_id], state)
+
+    def _announce_down(
+        self, provider: str, scope: str, models: list[str], state: _ScopeState
+    ) -> None:
+        assert state.since_wall is not None
+        log.warning("provider %s unavailable (%s, %s)", provider, scope, state.trigger)
+        self._emit(
+            "routing.provider_unavailable",
+            {
+                "provider": provider,
+                "scope": scope,
+                "models_affected": models,
+                "trigger_reason": state.trigger,
+                "since": format_datetime(state.since_wall),
+            },
+        )
+
+    def _recover_provider(
+        self, name: str, state: _ProviderState, reason: str, now: float | None = None
+    ) -> None:
+        self._down_providers.discard(name)
+        self._announce_up(name, "provider_wide", self._provider_models(name), state, reason, now)
+
+    def _recover_model(
+        self, model_id: str, state: _ModelState, reason: str, now: float | None = None
+    ) -> None:
+        self._down_models.discard(model_id)
+        provider = split_model_id(model_id)[0]
+        self._announce_up(provider, "model_specific", [model_id], state, reason, now)
+
+    def _announce_up(
+        self,
+        provider: str,
+        scope: str,
+        models: list[str],
+        state: _ScopeState,
+        reason: str,
+        now: float | None,
+    ) -> None:
+        now = self._clock.monotonic() if now is None else now
+        downtime = max(0.0, now - state.since_mono)
+        state.unavailable, state.trigger, state.since_wall = False, None, None
+        log.info("provider %s recovered (%s, %s)", provider, scope, reason)
+        self._emit(
+            "routing.provider_recovered",
+            {
+                "provider": provider,
+                "scope": scope,
+                "models_recovered": models,
+                "downtime_seconds": round(downtime, 3),
+                "recovery_reason": reason,
+            },
+        )
+
+
+__all__ = [
+    "COUNTED_ERRORS",
+    "FAILURE_STREAK",
+    "MULTI_MODEL",
+    "MULTI_MODEL_WINDOW_S",
+    "NETWORK_BURST",
+    "NETWORK_WINDOW_S",
+    "RECOVERY_AFTER_S",
+    "STREAK_WINDOW_S",
+    "Availability",
+    "EmitSystemEvent",
+]

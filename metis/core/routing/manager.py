@@ -1,0 +1,374 @@
+"""`PolicyManager`: which routing policy is in force, hot reload and last-known-good (§7).
+
+Every way a policy can change (start-up, the file watcher, the turn-start hash check, the API)
+goes through one serialised `reload`, so there is exactly one place deciding what becomes
+active, what is persisted as last-known-good and which events are emitted. A broken edit never
+takes routing down: the previous policy stays active and the problem is reported once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import tempfile
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import watchfiles
+
+from metis.core.canonical import format_datetime
+from metis.core.registry import ModelRegistry
+from metis.core.routing.availability import Availability, EmitSystemEvent
+from metis.core.routing.clock import SYSTEM_CLOCK, Clock
+from metis.core.routing.loader import (
+    BUILTIN_EMPTY,
+    TIERS,
+    Policy,
+    PolicyCheck,
+    validate_policy,
+)
+from metis.core.yamlsrc import Diagnostic
+
+log = logging.getLogger(__name__)
+
+PolicySourceName = Literal["user_file", "last_known_good", "shipped_default", "builtin_empty"]
+ReloadReason = Literal["startup", "watcher", "turn_start", "api", "file_deleted"]
+
+USER_FILE_NAME = "routing.yaml"
+LKG_FILE_NAME = "routing.lkg.yaml"
+_UNREADABLE = "unreadable"
+
+
+def _no_emit(event_type: str, payload: dict[str, Any]) -> None:
+    log.debug("%s %s", event_type, payload)
+
+
+def _is_user_file(_change: watchfiles.Change, path: str) -> bool:
+    return Path(path).name == USER_FILE_NAME
+
+
+class PolicyManager:
+    """Holds the active policy and the state of the on-disk file (routing.md §7.1)."""
+
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        *,
+        home: Path,
+        shipped_path: Path,
+        emit_system_event: EmitSystemEvent | None = None,
+        availability: Availability | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        watch_debounce_ms: int = 200,
+        watch_step_ms: int = 50,
+    ) -> None:
+        self.registry = registry
+        self.home = home
+        self.user_path = home / USER_FILE_NAME
+        self.lkg_path = home / LKG_FILE_NAME
+        self.shipped_path = shipped_path
+        self._emit: EmitSystemEvent = _no_emit if emit_system_event is None else emit_system_event
+        self._availability = availability
+        self._clock = clock
+        self._debounce_ms = watch_debounce_ms
+        self._step_ms = watch_step_ms
+
+        self.active: Policy = BUILTIN_EMPTY
+        self.source: PolicySourceName = "builtin_empty"
+        self.path: Path | None = None
+        self.loaded_at: datetime | None = None
+        self.valid = True
+        self.errors: list[str] = []
+        self.warnings: list[str] = []
+        self.using_last_known_good = False
+        self.file_version: str | None = None
+
+        self._lock = asyncio.Lock()
+        self._attempted = False
+        self._seen_key: str | None = None  # what the last attempt read: hash, None or unreadable
+        self._reported_invalid: str | None = None
+        self._loaded_once = False
+        self._stop: asyncio.Event | None = None
+        self._watch_task: asyncio.Task[None] | None = None
+
+    @property
+    def version(self) -> str:
+        return self.active.version
+
+    # ---- reading the user file ------------------------------------------------------------
+
+    def _read_user(self) -> tuple[str | None, bytes | None, Diagnostic | None]:
+        """(change key, bytes, error): the key is the sha256, None if absent, or unreadable."""
+        try:
+            raw = self.user_path.read_bytes()
+        except FileNotFoundError:
+            return None, None, None
+        except OSError as exc:
+            message = f"cannot read {self.user_path}: {exc.strerror}"
+            return _UNREADABLE, None, Diagnostic("error", "unreadable", "", None, None, message)
+        return hashlib.sha256(raw).hexdigest(), raw, None
+
+    # ---- the single reload path -----------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start-up load: user file, else persisted LKG, else shipped default, else empty."""
+        await self.reload("startup")
+
+    async def reload(
+        self, reason: ReloadReason = "api", *, reset_availability: bool = False
+    ) -> dict[str, Any]:
+        """Re-read and (if needed) re-validate; returns the `POST /routing/reload` body."""
+        async with self._lock:
+            before = self.active.version
+            self._reload_locked(reason)
+        reset = False
+        if reset_availability and self._availability is not None:
+            self._availability.reset()
+            reset = True
+        return {
+            "version": self.active.version,
+            "valid": self.valid,
+            "changed": self.active.version != before,
+            "source": self.source,
+            "using_last_known_good": self.using_last_known_good,
+            "errors": list(self.errors),
+            "warnings": list(self.warnings),
+            "availability_reset": reset,
+        }
+
+    async def ensure_current(self) -> None:
+        """Turn-start check: one small read and hash; reload if the file changed since."""
+        key, _, _ = self._read_user()
+        if not self._attempted or key != self._seen_key:
+            await self.reload("turn_start")
+
+    def _reload_locked(self, reason: ReloadReason) -> None:
+        key, raw, problem = self._read_user()
+        if self._attempted and key == self._seen_key and reason != "api":
+            return
+        self._attempted, self._seen_key = True, key
+        if key is None:
+            self.file_version = None
+            self._load_shipped(reason)
+            return
+        self.file_version = key if raw is not None else None
+        if raw is not None:
+            result = validate_policy(raw, self.registry)
+        else:
+            assert problem is not None
+            result = PolicyCheck(None, hashlib.sha256(b"").hexdigest(), (problem,))
+        if result.policy is not None:
+            self.valid, self.errors = True, []
+            self._reported_invalid = None
+            self._activate(result.policy, "user_file", self.user_path, reason, result)
+            assert raw is not None
+            self._persist_lkg(raw)
+            return
+        self.valid, self.errors = False, result.errors
+        log.warning("%s is invalid: %s", self.user_path, "; ".join(result.errors))
+        if reason == "startup":
+            self._startup_fallback(key, result)
+            return
+        self.using_last_known_good = self.source != "builtin_empty"
+        self._report_invalid(key, result)
+
+    def _startup_fallback(self, key: str, invalid: PolicyCheck) -> None:
+        """Broken user file at start-up: the persisted LKG if it still validates, else empty."""
+        lkg: PolicyCheck | None = None
+        try:
+            lkg = validate_policy(self.lkg_path.read_bytes(), self.registry)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("cannot read %s: %s", self.lkg_path, exc.strerror)
+        using_lkg = lkg is not None and lkg.policy is not None
+        self.using_last_known_good = using_lkg
+        active_version = lkg.version if lkg is not None and using_lkg else BUILTIN_EMPTY.version
+        self._report_invalid(key, invalid, active_version=active_version)
+        if lkg is not None and lkg.policy is not None:
+            self._activate(lkg.policy, "last_known_good", self.lkg_path, "startup", lkg)
+        else:
+            self._activate(BUILTIN_EMPTY, "builtin_empty", None, "startup", None)
+        self.using_last_known_good = using_lkg
+
+    def _load_shipped(self, reason: ReloadReason) -> None:
+        """No user file: the shipped default; if even that is broken, the built-in empty one."""
+        try:
+            result = validate_policy(self.shipped_path.read_bytes(), self.registry)
+        except OSError as exc:
+            message = f"cannot read {self.shipped_path}: {exc.strerror}"
+            diagnostic = Diagnostic("error", "unreadable", "", None, None, message)
+            result = PolicyCheck(None, BUILTIN_EMPTY.version, (diagnostic,))
+        self._reported_invalid = None
+        if result.policy is not None:
+            self.valid, self.errors = True, []
+            self._activate(result.policy, "shipped_default", self.shipped_path, reason, result)
+            return
+        log.error(
+            "shipped routing policy %s is invalid; using the built-in empty policy: %s",
+            self.shipped_path,
+            "; ".join(result.errors),
+        )
+        self.valid, self.errors = False, result.errors
+        self._activate(BUILTIN_EMPTY, "builtin_empty", None, reason, None)
+
+    def _activate(
+        self,
+        policy: Policy,
+        source: PolicySourceName,
+        path: Path | None,
+        reason: ReloadReason,
+        result: PolicyCheck | None,
+    ) -> None:
+        previous = self.active.version if self._loaded_once else None
+        self.active = policy  # the one attribute swap the engine reads
+        self.source, self.path = source, path
+        self.loaded_at = self._clock.wall()
+        self.warnings = result.warnings if result is not None else []
+        self.using_last_known_good = source == "last_known_good"
+        self._loaded_once = True
+        log.info("routing policy %s loaded from %s (%s)", policy.version[:12], source, reason)
+        self._emit(
+            "routing.policy_loaded",
+            {
+                "version": policy.version,
+                "previous_version": previous,
+                "source": source,
+                "path": str(path) if path is not None else None,
+                "reason": reason,
+                "warnings": list(self.warnings),
+            },
+        )
+
+    def _report_invalid(
+        self, key: str, result: PolicyCheck, *, active_version: str | None = None
+    ) -> None:
+        """`routing.policy_invalid`, once per distinct bad file version."""
+        if key == self._reported_invalid:
+            return
+        self._reported_invalid = key
+        self._emit(
+            "routing.policy_invalid",
+            {
+                "policy_path": str(self.user_path),
+                "file_version": self.file_version,
+                "errors": result.errors,
+                "using_last_known_good": self.using_last_known_good,
+                "active_version": active_version or self.active.version,
+            },
+        )
+
+    def _persist_lkg(self, raw: bytes) -> None:
+        """Atomically keep the last bytes that loaded (temp file, fsync, rename, mode 0600)."""
+        try:
+            if self.lkg_path.read_bytes() == raw:
+                return
+        except OSError:
+            pass
+        tmp: str | None = None
+        try:
+            fd, tmp = tempfile.mkstemp(dir=self.home, prefix=".routing.lkg.", suffix=".tmp")
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(raw)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, self.lkg_path)
+            tmp = None
+        except OSError as exc:
+            log.warning("could not write %s: %s", self.lkg_path, exc)
+        finally:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+
+    # ---- read-only views ------------------------------------------------------------------
+
+    def check(self, policy_yaml: str | None = None) -> dict[str, Any]:
+        """`POST /routing/check`: validate text, or the on-disk file; never changes state."""
+        if policy_yaml is not None:
+            return validate_policy(policy_yaml.encode("utf-8"), self.registry).as_dict()
+        path = self.user_path if self.user_path.exists() else self.shipped_path
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            message = f"cannot read {path}: {exc.strerror}"
+            diagnostic = Diagnostic("error", "unreadable", "", None, None, message)
+            return PolicyCheck(None, BUILTIN_EMPTY.version, (diagnostic,)).as_dict()
+        return validate_policy(raw, self.registry).as_dict()
+
+    def describe(self) -> dict[str, Any]:
+        """`GET /routing/policy`: the policy in use, plus the on-disk file's validity."""
+        policy = self.active
+        tiers = policy.tiers or {t: self.registry.model_for_tier(t) for t in TIERS}
+        return {
+            "version": policy.version,
+            "valid": self.valid,
+            "loaded_at": format_datetime(self.loaded_at) if self.loaded_at else None,
+            "source": self.source,
+            "path": str(self.path) if self.path is not None else None,
+            "file_version": self.file_version,
+            "global_default": policy.global_default,
+            "tiers": {t: tiers.get(t) for t in TIERS},
+            "rules": [rule.describe() for rule in policy.rules],
+            "workspaces": {
+                scope.path: {
+                    "default": scope.default,
+                    "tiers": dict(scope.tiers) if scope.tiers else None,
+                    "rules": [rule.describe() for rule in scope.rules],
+                }
+                for scope in policy.scopes
+            },
+            "pattern": policy.pattern.describe(),
+            "errors": list(self.errors),
+            "warnings": list(self.warnings),
+            "using_last_known_good": self.using_last_known_good,
+        }
+
+    # ---- watcher --------------------------------------------------------------------------
+
+    def start_watcher(self) -> None:
+        """Watch METIS_HOME (not the file: editors save by rename) in a background task."""
+        if self._watch_task is not None:
+            return
+        self._stop = asyncio.Event()
+        self._watch_task = asyncio.create_task(self._watch(self._stop), name="routing-watcher")
+
+    async def _watch(self, stop: asyncio.Event) -> None:
+        try:
+            async for _changes in watchfiles.awatch(
+                self.home,
+                recursive=False,
+                debounce=self._debounce_ms,
+                step=self._step_ms,
+                watch_filter=_is_user_file,
+                stop_event=stop,
+            ):
+                reason: ReloadReason = "watcher" if self.user_path.exists() else "file_deleted"
+                try:
+                    await self.reload(reason)
+                except Exception:
+                    log.exception("routing reload after a file change failed")
+        except Exception as exc:
+            log.warning(
+                "routing.yaml watcher stopped (%s); edits are still picked up at turn start", exc
+            )
+
+    async def aclose(self) -> None:
+        """Stop the watcher (daemon shutdown)."""
+        task, self._watch_task = self._watch_task, None
+        if task is None:
+            return
+        assert self._stop is not None
+        self._stop.set()
+        try:
+            await asyncio.wait_for(task, timeout=5)
+        except (TimeoutError, asyncio.CancelledError):
+            task.cancel()
+
+
+__all__ = ["LKG_FILE_NAME", "USER_FILE_NAME", "PolicyManager", "ReloadReason"]

@@ -1,0 +1,54 @@
+"""The per-turn token estimate shared by predicates and validation (routing.md §2.5)."""
+
+from __future__ import annotations
+
+import json
+
+from metis.core.canonical import (
+    Base64Source,
+    ImageBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolDefinition,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from metis.core.routing.context import estimate_input_tokens
+
+IMAGE = ImageBlock(source=Base64Source(media_type="image/png", data="aGVsbG8="))
+
+
+def test_estimate_is_a_quarter_of_the_characters_rounded_up_plus_images() -> None:
+    assert estimate_input_tokens() == 0
+    assert estimate_input_tokens(new_content=[TextBlock(text="abcde")]) == 2
+    assert estimate_input_tokens(new_content=[TextBlock(text="abcd"), IMAGE]) == 1 + 1600
+
+
+def test_estimate_counts_prompt_tools_history_and_message() -> None:
+    tool = ToolDefinition(name="read", description="Read a file", input_schema={"type": "object"})
+    tool_json = json.dumps(
+        {"description": "Read a file", "input_schema": {"type": "object"}, "name": "read"},
+        separators=(",", ":"),
+    )
+    history = [
+        [TextBlock(text="x" * 10)],
+        [
+            ThinkingBlock(thinking="not counted"),
+            ToolUseBlock(id="tu_1", name="read", input={"p": 1}),
+        ],
+        [ToolResultBlock(tool_use_id="tu_1", content=[TextBlock(text="y" * 6), IMAGE])],
+    ]
+    chars = 8 + len(tool_json) + 10 + len('{"p":1}') + 6 + 3
+    expected = -(-chars // 4) + 1600
+    assert (
+        estimate_input_tokens(
+            system_prompt="s" * 8,
+            tools=[tool],
+            history=history,
+            new_content=[TextBlock(text="new")],
+        )
+        == expected
+    )
+    assert estimate_input_tokens(tools=[tool]) == estimate_input_tokens(
+        tools=[{"name": "read", "description": "Read a file", "input_schema": {"type": "object"}}]
+    )
