@@ -9,6 +9,9 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from metis.commands import chat as chat_command
+from metis.commands import models as models_command
+from metis.commands import routing as routing_command
 from metis.config import load_settings
 from metis.core.errors import ConfigError
 
@@ -77,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port (default 8421; 0 picks a free one)")
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     serve.set_defaults(func=_cmd_serve)
+    models_command.register(sub)
+    routing_command.register(sub)
+    chat_command.register(sub)
     return parser
 
 

@@ -14,7 +14,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from metis.aap.settings import AapSettings
 from metis.core.errors import ConfigError
+from metis.core.tools.settings import ToolsSettings
 from metis.core.yamlsrc import MarkedDict, line_of, read_yaml_file, suggest
 
 log = logging.getLogger(__name__)
@@ -33,6 +35,7 @@ class LimitsSettings(_Section):
     max_request_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     max_image_bytes: int = Field(default=5 * 1024 * 1024, ge=1)
     max_output_tokens_per_call: int = Field(default=8192, ge=1)
+    max_llm_calls_per_turn: int = Field(default=50, ge=1)
     turn_release_wait_s: float = Field(default=2.0, ge=0)
     shutdown_grace_s: float = Field(default=30.0, ge=0)
 
@@ -70,6 +73,8 @@ class FileSettings(_Section):
     limits: LimitsSettings = LimitsSettings()
     websocket: WebSocketSettings = WebSocketSettings()
     events: EventsSettings = EventsSettings()
+    tools: ToolsSettings = ToolsSettings()
+    aap: AapSettings = AapSettings()
 
 
 class Settings(BaseModel):
@@ -118,6 +123,10 @@ class Settings(BaseModel):
     @property
     def events(self) -> EventsSettings:
         return self.file.events
+
+    @property
+    def tools(self) -> ToolsSettings:
+        return self.file.tools
 
     @property
     def allowed_workspace_roots(self) -> tuple[Path, ...]:

@@ -54,3 +54,43 @@ async def daemon(make_settings: Callable[..., Settings]) -> AsyncIterator[Daemon
 async def http(daemon: Daemon) -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession(base_url=daemon.base_url) as session:
         yield session
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "workspace"
+    ws.mkdir()
+    (ws / "README.md").write_text("# demo\n")
+    return ws
+
+
+@pytest.fixture
+async def start_daemon(
+    metis_home: Path, make_settings: Callable[..., Settings]
+) -> AsyncIterator[Callable[..., Any]]:
+    """Factory: write config files into METIS_HOME, then start a real daemon (stopped at teardown)."""
+    started: list[Daemon] = []
+
+    async def start(
+        *,
+        config: str | None = None,
+        models: str | None = None,
+        routing: str | None = None,
+        **overrides: Any,
+    ) -> Daemon:
+        metis_home.mkdir(parents=True, exist_ok=True)
+        for name, text in (
+            ("config.yaml", config),
+            ("models.yaml", models),
+            ("routing.yaml", routing),
+        ):
+            if text is not None:
+                (metis_home / name).write_text(text)
+        d = Daemon(make_settings(**overrides))
+        await d.start()
+        started.append(d)
+        return d
+
+    yield start
+    for d in reversed(started):
+        await d.stop()

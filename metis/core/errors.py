@@ -106,3 +106,56 @@ class UnknownEventType(DomainError):
 
 class EventValidationError(DomainError):
     pass
+
+
+# ---- suspend/resume (tools.md §6.2; raised by metis/core/resume.py) -------------------------
+
+
+class PendingToolCalls(DomainError):
+    """A user message arrived while tool calls of a suspended turn still wait for answers."""
+
+    def __init__(self, pending_ids: list[str]) -> None:
+        super().__init__(
+            "tool calls are pending; answer them before sending a new message: "
+            + ", ".join(pending_ids),
+            missing=list(pending_ids),
+            unknown=[],
+            duplicate=[],
+            wrong_kind=[],
+        )
+        self.pending_ids = list(pending_ids)
+
+
+class InvalidResolution(DomainError):
+    """The answers of a resolution do not match the pending calls exactly once each.
+
+    Raised before anything is written; the lists name the offending tool use ids.
+    """
+
+    def __init__(
+        self,
+        *,
+        missing: list[str],
+        unknown: list[str],
+        duplicate: list[str],
+        wrong_kind: list[str],
+    ) -> None:
+        parts = [
+            f"{label}: {', '.join(ids)}"
+            for label, ids in (
+                ("missing answers", missing),
+                ("unknown or not pending", unknown),
+                ("answered more than once", duplicate),
+                ("wrong kind of answer", wrong_kind),
+            )
+            if ids
+        ]
+        super().__init__(
+            "tool answers do not match the pending calls (" + "; ".join(parts) + ")",
+            missing=missing,
+            unknown=unknown,
+            duplicate=duplicate,
+            wrong_kind=wrong_kind,
+        )
+        self.missing, self.unknown = missing, unknown
+        self.duplicate, self.wrong_kind = duplicate, wrong_kind

@@ -183,6 +183,12 @@ class ModelRegistry:
             self._adapters[entry.provider] = adapter
         return adapter
 
+    def warm_adapters(self) -> None:
+        """Build the adapter of every configured model's provider (start-up, not first turn)."""
+        for entry in self._models:
+            if self.is_configured(entry.id):
+                self.adapter_for(entry.id)
+
     async def aclose(self) -> None:
         """Close every adapter built so far (daemon shutdown)."""
         adapters, self._adapters = list(self._adapters.values()), {}

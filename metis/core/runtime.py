@@ -9,52 +9,155 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from metis.config import Settings
-from metis.core.canonical import now_us
+from metis.core.canonical import Message, now_us
+from metis.core.confirmations import ConfirmationBroker
 from metis.core.events.bus import EventBus
+from metis.core.events.catalog import SYSTEM_STREAM
 from metis.core.events.costs import CostAccumulator
+from metis.core.events.hub import SessionHub
 from metis.core.events.writer import TraceWriter
+from metis.core.live import LiveSessions
 from metis.core.recovery import fail_orphaned_turns, report_gaps, seed_from_store
+from metis.core.registry import ModelRegistry, load_registry
+from metis.core.routing.availability import Availability
+from metis.core.routing.engine import RoutingEngine
+from metis.core.routing.manager import PolicyManager
+from metis.core.sessions import SessionService
 from metis.core.slots import TurnSlots
 from metis.core.store.db import Database
 from metis.core.store.events import EventStore
-from metis.core.store.messages import MessageStore
+from metis.core.store.messages import MessageStore, insert_message
+from metis.core.store.sessions import SessionStore
+from metis.core.tools.dispatcher import Dispatcher
+from metis.core.tools.registry import ToolRegistry
+from metis.core.tools.sandbox import Sandbox
+from metis.core.tools.settings import check_env_passthrough
+from metis.core.turns import TurnService
 
 log = logging.getLogger(__name__)
 
 
 class Core:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, registry: ModelRegistry | None = None) -> None:
         self.settings = settings
+        # config → registry: an invalid models.yaml stops start-up here (ConfigError).
+        self.registry = registry or load_registry(settings.models_path)
         self.db = Database(settings.db_path)
         self.bus = EventBus(strict=settings.events.strict)
         self.costs = CostAccumulator()
         self.writer = TraceWriter(self.db, self.bus, settings.events)
-        self.events = EventStore(self.db)
-        self.messages = MessageStore(self.db)
+        ws = settings.websocket
+        self.hub = SessionHub(
+            token_ttl_s=ws.attach_token_ttl_s, tokens_per_session=ws.attach_tokens_per_session_max
+        )
+        self.event_store = EventStore(self.db)
+        self.message_store = MessageStore(self.db)
+        self.session_store = SessionStore(self.db)
         self.slots = TurnSlots()
+        self.availability = Availability(self.registry, emit_system_event=self.emit_system_event)
+        self.policy = PolicyManager(
+            self.registry,
+            home=settings.home,
+            shipped_path=settings.shipped_routing_path,
+            emit_system_event=self.emit_system_event,
+            availability=self.availability,
+        )
+        self.engine = RoutingEngine(
+            self.registry,
+            self.policy,
+            self.availability,
+            max_output_tokens_per_call=settings.limits.max_output_tokens_per_call,
+        )
+        tools = settings.tools
+        check_env_passthrough(
+            tools, [p.api_key_env for p in self.registry.providers() if p.api_key_env]
+        )
+        self.tool_registry = ToolRegistry.with_builtins(tools)
+        self.broker = ConfirmationBroker(
+            self.db, self.bus, timeout_s=tools.confirmation.timeout_seconds
+        )
+        self.live = LiveSessions(self.message_store)
+        self.dispatcher = Dispatcher(
+            db=self.db,
+            bus=self.bus,
+            broker=self.broker,
+            registry=self.tool_registry,
+            settings=tools,
+            on_committed=lambda session_id, message: self.live.committed(session_id, message),
+        )
+        self.sessions = SessionService(self)
+        self.turns = TurnService(self)
         self.started_at_us = 0
         self._started_monotonic = 0.0
+
+    def emit_system_event(self, event_type: str, payload: dict[str, Any]) -> None:
+        """Daemon-level events (routing, purge) go to the `system` stream."""
+        self.bus.emit(SYSTEM_STREAM, event_type, payload, actor="system")
 
     async def start(self) -> None:
         await self.db.open()
         self.bus.subscribe("trace-writer", self.writer)
         self.bus.subscribe("cost-accumulator", self.costs)
+        self.bus.subscribe("session-hub", self.hub, transient=True)
         await seed_from_store(self.db, self.bus, self.costs)
         self.writer.start()
         await report_gaps(self.db, self.bus)
         await fail_orphaned_turns(self.db, self.bus, self.costs)
+        await self.broker.load()
+        self.registry.warm_adapters()  # SDK imports and clients now, not on the first turn
+        await self.policy.start()
+        self.policy.start_watcher()
         await self.writer.flush()
         self.started_at_us = now_us()
         self._started_monotonic = time.monotonic()
-        log.info("core started (database %s, schema v%d)", self.db.path, self.db.schema_version)
+        log.info(
+            "core started (database %s, schema v%d, %s)",
+            self.db.path,
+            self.db.schema_version,
+            "offline: scripted model only" if self.registry.offline_mode else "models configured",
+        )
+
+    async def shutdown_turns(self) -> None:
+        """Shutdown step 2: running turns end with `turn.cancelled{server_shutdown}`."""
+        await self.turns.cancel_all("server_shutdown")
+
+    async def abort(self) -> None:
+        """Past the shutdown grace: stop turn tasks and close what is left; recovery repairs the rest."""
+        self.turns.abort_all()
+        await self.policy.aclose()
+        await self.registry.aclose()
+        await self.db.close()
 
     async def stop(self) -> None:
+        await self.turns.wait_all()
+        await self.policy.aclose()
         await self.bus.drain()
         await self.writer.close()
+        await self.registry.aclose()
         await self.db.close()
         log.info("core stopped")
+
+    def sandbox_for(self, workspace: str) -> Sandbox:
+        return Sandbox(workspace, self.settings.tools.sandbox.protected_dirs)
+
+    async def commit_messages(
+        self, session_id: str, messages: list[Message], tool_rows: list[tuple[object, ...]] = ()
+    ) -> None:
+        """Commit messages (and the tool_calls rows of their tool uses) in one transaction."""
+        async with self.db.write() as conn:
+            for message in messages:
+                await insert_message(conn, message)
+            if tool_rows:
+                await conn.executemany(
+                    "INSERT INTO tool_calls (id, session_id, turn_id, message_id, provider_tool_use_id, name, "
+                    "side_effects, origin, status, input_sha256, created_at_us) "
+                    "VALUES (?,?,?,?,?,?,?,?,'pending',?,?)",
+                    tool_rows,
+                )
+        self.live.committed(session_id, *messages)
 
     async def flush(self) -> None:
         """Make every event emitted so far readable (read-your-writes for REST and replay)."""
@@ -69,4 +172,4 @@ class Core:
 
     def active_session_count(self) -> int:
         """Non-ended sessions with a turn holding the slot or at least one attached client."""
-        return len(self.slots)
+        return len({s.session_id for s in self.slots.all()} | self.hub.sessions_with_clients())

@@ -31,6 +31,15 @@ class TurnSlots:
     def get(self, session_id: str) -> TurnSlot | None:
         return self._by_session.get(session_id)
 
+    def current(self, session_id: str) -> TurnSlot | None:
+        """The turn a client should see as running: none once its terminal event is out.
+
+        The slot itself is held a little longer (until the trace flush); state shown to
+        clients changes in the same step as the event that changes it (websocket.md §7).
+        """
+        slot = self._by_session.get(session_id)
+        return None if slot is None or slot.terminal_emitted else slot
+
     def claim(self, session_id: str, turn_id: str) -> TurnSlot | None:
         """Register `turn_id` as the session's turn; None if another turn holds the slot."""
         if session_id in self._by_session:

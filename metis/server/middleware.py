@@ -3,6 +3,9 @@
 Order: host_not_allowed → service_shutting_down → route_not_found / method_not_allowed →
 origin_not_allowed → payload_too_large → unsupported_media_type → (handler: validation_error …).
 A refused request reaches no handler, so it writes no row and no event.
+
+Paths under `/aap` take the AAP pipeline (`metis/aap/app.py`: its own CORS, shutdown, auth,
+404/405, body checks and error envelope); only the Host check applies here to both surfaces.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from metis.aap.app import is_aap_path
 from metis.core.errors import DomainError
 from metis.server.errors import ApiError, error_response, from_domain
 from metis.server.http import spec_of
@@ -42,9 +46,13 @@ def is_websocket_upgrade(request: web.Request) -> bool:
     return request.headers.get("Upgrade", "").lower() == "websocket"
 
 
-def _check_preconditions(request: web.Request, state: ServerState) -> None:
+def _check_host(request: web.Request, state: ServerState) -> None:
     if not host_allowed(request.headers.get("Host"), state.port):
         raise ApiError("host_not_allowed", "Host header is not an allowed loopback name")
+
+
+def _check_preconditions(request: web.Request, state: ServerState) -> None:
+    _check_host(request, state)
     if state.shutting_down:
         raise ApiError("service_shutting_down", "metis is shutting down")
     http_exc = request.match_info.http_exception
@@ -89,10 +97,15 @@ async def metis_middleware(
     state: ServerState = request.app[STATE_KEY]
     started = time.perf_counter()
     try:
-        _check_preconditions(request, state)
+        if is_aap_path(request.path):
+            _check_host(request, state)  # DNS-rebinding defence for both surfaces
+        else:
+            _check_preconditions(request, state)
         response = await handler(request)
     except ApiError as exc:
         response = error_response(exc)
+        if exc.code == "payload_too_large":
+            response.force_close()  # the unread body must not keep the connection busy
     except DomainError as exc:
         response = error_response(from_domain(exc))
     except web.HTTPRequestEntityTooLarge:

@@ -61,6 +61,7 @@ class Daemon:
             access_log=None,
             handle_signals=False,
             shutdown_timeout=self.settings.limits.shutdown_grace_s,
+            lingering_time=1.0,  # an unread oversized upload (413) must not pin a connection for 10 s
         )
         await self._runner.setup()
         await web.SockSite(self._runner, sock).start()
@@ -76,9 +77,13 @@ class Daemon:
         try:
             await asyncio.wait_for(self._shutdown(), timeout=grace)
         except TimeoutError:
-            log.error("shutdown exceeded %.0f s grace; stopping anyway", grace)
+            log.error("shutdown exceeded %.0f s grace; closing the store anyway", grace)
+            await self.state.core.abort()
 
     async def _shutdown(self) -> None:
+        core = self.state.core
+        await core.shutdown_turns()
+        await core.hub.close_all(code="server_shutdown", ws_code=1001)
         if self._runner is not None:
             await self._runner.cleanup()
-        await self.state.core.stop()
+        await core.stop()

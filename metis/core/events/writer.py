@@ -32,10 +32,13 @@ RETRY_DELAYS_S = (0.1, 0.5, 2.0)
 _QUARTET = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
 # Tool-call statuses only move forward (events.md §6.3): a projection never undoes a direct write.
 _TOOL_STATUS_BEFORE = {
-    "awaiting_confirmation": ("pending",),
-    "awaiting_client": ("pending", "awaiting_confirmation"),
-    "running": ("pending", "awaiting_confirmation", "awaiting_client"),
-    "terminal": ("pending", "awaiting_confirmation", "awaiting_client", "running"),
+    status: "(" + ", ".join(f"'{s}'" for s in earlier) + ")"
+    for status, earlier in {
+        "awaiting_confirmation": ("pending",),
+        "awaiting_client": ("pending", "awaiting_confirmation"),
+        "running": ("pending", "awaiting_confirmation", "awaiting_client"),
+        "terminal": ("pending", "awaiting_confirmation", "awaiting_client", "running"),
+    }.items()
 }
 _TERMINAL_TOOL_STATUS = {
     "tool.completed": "completed",
@@ -122,17 +125,18 @@ class TraceWriter:
         self.bus.add_drain_hook(self.flush)
 
     async def close(self) -> None:
+        """Stop the flush loop without interrupting a write in progress, then flush the rest."""
         self._closed = True
-        await self.flush()
+        self._armed.set()
+        self._urgent.set()
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await self._task
+        await self.flush()
 
     async def _run(self) -> None:
         """Flush 50 ms after the oldest unflushed event, or at once when a flush is urgent."""
         interval = self.settings.flush_interval_ms / 1000
-        while not self._closed:
+        while True:
             await self._armed.wait()
             self._armed.clear()
             if not self._urgent.is_set():
@@ -143,6 +147,8 @@ class TraceWriter:
                 await self.flush()
             except Exception:  # pragma: no cover - flush handles its own failures
                 log.exception("trace writer loop error")
+            if self._closed:
+                return
 
     # -- flushing -----------------------------------------------------------------------------
 
@@ -151,9 +157,11 @@ class TraceWriter:
         return len(self._pending)
 
     async def flush(self) -> bool:
-        """Write everything pending; True if anything was written (a bus drain hook)."""
-        if not self._pending and not self._lost:
-            return False
+        """Write everything pending; True if anything was written (a bus drain hook).
+
+        Always takes the flush lock, so a caller also waits for a batch that the background
+        loop is writing right now: after `await flush()` every event emitted before is stored.
+        """
         async with self._flush_lock:
             wrote = False
             failed_once = False
@@ -247,7 +255,7 @@ async def _project(conn: aiosqlite.Connection, batch: list[Event]) -> None:
             tool_updates.append(
                 (
                     "UPDATE tool_calls SET status=?, started_at_us=? WHERE id=? AND status IN "
-                    f"{_TOOL_STATUS_BEFORE[status]!r}",
+                    f"{_TOOL_STATUS_BEFORE[status]}",
                     (status, e.timestamp_us, p["tool_use_id"]),
                 )
             )
@@ -259,7 +267,7 @@ async def _project(conn: aiosqlite.Connection, batch: list[Event]) -> None:
                 (
                     "UPDATE tool_calls SET status=?, ended_at_us=?, duration_ms=?, error_class=?, "
                     "is_error=?, result_message_id=COALESCE(result_message_id, ?) WHERE id=? "
-                    f"AND status IN {_TOOL_STATUS_BEFORE['terminal']!r}",
+                    f"AND status IN {_TOOL_STATUS_BEFORE['terminal']}",
                     (
                         status,
                         e.timestamp_us,
@@ -299,7 +307,7 @@ async def _project(conn: aiosqlite.Connection, batch: list[Event]) -> None:
 
 def _tool_status(tool_use_id: str, status: str) -> tuple[str, tuple[Any, ...]]:
     return (
-        f"UPDATE tool_calls SET status=? WHERE id=? AND status IN {_TOOL_STATUS_BEFORE[status]!r}",
+        f"UPDATE tool_calls SET status=? WHERE id=? AND status IN {_TOOL_STATUS_BEFORE[status]}",
         (status, tool_use_id),
     )
 

@@ -52,6 +52,16 @@ class TurnContext(BaseModel):
     sticky_model: str | None = None
     now: datetime = Field(default_factory=_local_now)
     estimated_input_tokens: int = 0
+    compactable_tokens: int = 0
+
+    @property
+    def context_floor_tokens(self) -> int:
+        """What the context-window check compares: the estimate minus what compaction can drop.
+
+        Predicates see the full `estimated_input_tokens`; a model is only rejected when even
+        the compacted context (system, tools, the new message) cannot fit it.
+        """
+        return self.estimated_input_tokens - self.compactable_tokens
 
 
 def _tool_json(tool: ToolDefinition | dict[str, Any]) -> str:

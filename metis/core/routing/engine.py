@@ -248,7 +248,7 @@ class _Validator:
         ctx = self.ctx
         if ctx.image_count > 0 and not facts.supports_images:
             return "no_vision_support", None
-        if ctx.estimated_input_tokens > facts.input_budget:
+        if ctx.context_floor_tokens > facts.input_budget:
             return "exceeds_context_window", None
         if ctx.tools_offered > 0 and not facts.supports_tools:
             return "no_tool_support", None

@@ -53,6 +53,19 @@ CREATE INDEX events_turn ON events(turn_id, seq) WHERE turn_id IS NOT NULL;
 CREATE INDEX events_session_type ON events(session_id, type, seq);
 """
 
+# v2: the AAP façade's surface tables (aap.md §5.1). Surface data lives in surface tables that
+# cascade with their session, so a purge removes it in the same transaction as everything else.
+SCHEMA_V2_AAP = """
+CREATE TABLE aap_sessions (session_id TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+  agent_name TEXT NOT NULL, created_via INTEGER NOT NULL CHECK (created_via IN (1, 3)),
+  agent_tools_json TEXT NOT NULL, options_json TEXT NOT NULL, secret_options_json TEXT NOT NULL DEFAULT '{}',
+  client_tools_json TEXT NOT NULL, created_at_us INTEGER NOT NULL, updated_at_us INTEGER NOT NULL);
+CREATE INDEX aap_sessions_created ON aap_sessions(created_at_us, session_id);
+CREATE TABLE aap_message_forms (message_id TEXT PRIMARY KEY, session_id TEXT NOT NULL
+  REFERENCES sessions(id) ON DELETE CASCADE, form TEXT NOT NULL CHECK (form IN ('string', 'blocks')));
+CREATE INDEX aap_message_forms_session ON aap_message_forms(session_id);
+"""
+
 # MIGRATIONS[i] upgrades a database at user_version i to i + 1.
-MIGRATIONS: list[str] = [SCHEMA_V1]
+MIGRATIONS: list[str] = [SCHEMA_V1, SCHEMA_V2_AAP]
 LATEST_VERSION = len(MIGRATIONS)

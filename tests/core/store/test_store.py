@@ -254,7 +254,37 @@ async def test_running_turn_fails_at_restart_with_daemon_restart(
             "SELECT status, result_message_id FROM tool_calls WHERE id='tu_x'"
         )
         assert call["status"] == "failed" and call["result_message_id"]
-        result = await core.messages.get(call["result_message_id"])
+        result = await core.message_store.get(call["result_message_id"])
         assert result is not None and "interrupted" in result.content[0].content[0].text
     finally:
         await core.stop()
+
+
+async def test_closing_never_loses_a_batch_the_loop_is_writing(
+    make_settings: Callable[..., Settings],
+) -> None:
+    settings = make_settings()
+    for _ in range(5):
+        core = Core(settings)
+        await core.start()
+        sid = await insert_session(core.db)
+        for _ in range(300):
+            core.bus.emit(sid, "bus.gap_detected", GAP, actor="system")
+        await asyncio.sleep(0)  # let the background loop pick up a batch
+        await asyncio.sleep(0)
+        await core.stop()
+        conn = sqlite3.connect(settings.db_path)
+        count = conn.execute("SELECT COUNT(*) FROM events WHERE session_id=?", (sid,)).fetchone()[0]
+        conn.close()
+        assert count == 300
+
+
+async def test_flush_waits_for_a_batch_already_being_written(core: Core) -> None:
+    sid = await insert_session(core.db)
+    for _ in range(150):
+        core.bus.emit(sid, "bus.gap_detected", GAP, actor="system")
+    await asyncio.sleep(0)  # the loop takes the first 100 (size trigger) and starts writing
+    await core.flush()
+    assert (await core.db.fetchone("SELECT COUNT(*) FROM events WHERE session_id=?", (sid,)))[
+        0
+    ] == 150

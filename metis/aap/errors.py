@@ -1,0 +1,113 @@
+"""The AAP error envelope and the one table mapping domain errors to AAP wire errors (aap.md §2).
+
+AAP bodies use the project envelope `{"error": {"code", "message", "details"}}` with a code
+from the closed table below; the metis REST table (`metis/server/errors.py`) is a different
+surface with different codes and is never used for `/aap` responses.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from metis.core import errors as core
+from metis.core.tools.base import ToolNameConflict
+
+# code -> HTTP status: the closed table of aap.md §2. Adding a code is a contract change.
+AAP_ERROR_CODES: dict[str, int] = {
+    "invalid_json": 400,
+    "validation_error": 400,
+    "unknown_agent": 400,
+    "invalid_option": 400,
+    "invalid_tools": 400,
+    "invalid_content": 400,
+    "invalid_tool_answers": 400,
+    "invalid_seed": 400,
+    "invalid_cursor": 400,
+    "invalid_history_type": 400,
+    "unauthorized": 401,
+    "origin_not_allowed": 403,
+    "session_not_found": 404,
+    "history_type_not_supported": 404,
+    "not_found": 404,
+    "method_not_allowed": 405,
+    "turn_in_flight": 409,
+    "session_already_ended": 409,
+    "request_too_large": 413,
+    "unsupported_media_type": 415,
+    "internal_error": 500,
+    "routing_failed": 503,
+    "service_shutting_down": 503,
+}
+
+
+class AapError(Exception):
+    """A wire error of the AAP surface; rendered by the AAP middleware only."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        if code not in AAP_ERROR_CODES:
+            raise ValueError(f"{code!r} is not in the closed AAP error table")
+        super().__init__(message)
+        self.code = code
+        self.status = AAP_ERROR_CODES[code]
+        self.message = message
+        self.details = details or {}
+        self.headers = headers or {}
+
+
+def _answers(exc: core.DomainError) -> AapError:
+    keys = ("missing", "unknown", "duplicate", "wrong_kind")
+    return AapError("invalid_tool_answers", exc.message, {k: exc.details.get(k, []) for k in keys})
+
+
+def from_domain(exc: core.DomainError) -> AapError:
+    """The single place a core error becomes an AAP error."""
+    if isinstance(exc, core.PendingToolCalls | core.InvalidResolution):
+        return _answers(exc)
+    if isinstance(exc, core.InvalidContent):
+        return AapError("invalid_content", exc.message, {"errors": exc.errors})
+    if isinstance(exc, core.SessionNotFound | core.SurfaceMismatch):
+        # A metis-surface session has no AAP configuration: through AAP it does not exist.
+        return AapError("session_not_found", "session not found")
+    if isinstance(exc, core.SessionAlreadyEnded):
+        return AapError("session_already_ended", exc.message, dict(exc.details))
+    if isinstance(exc, core.TurnInFlight):
+        return AapError("turn_in_flight", exc.message, dict(exc.details))
+    if isinstance(exc, core.RoutingFailed):
+        return AapError("routing_failed", exc.message, dict(exc.details))
+    if isinstance(exc, core.WorkspaceNotFound):
+        return AapError("invalid_option", exc.message, {"option": "workspace", **exc.details})
+    if isinstance(exc, core.ModelNotConfigured):
+        return AapError("invalid_option", exc.message, {"option": "model"})
+    if isinstance(exc, ToolNameConflict):
+        return AapError("invalid_tools", exc.message, dict(exc.details))
+    return AapError("internal_error", "internal error")
+
+
+def error_body(error: AapError) -> str:
+    body = {"error": {"code": error.code, "message": error.message, "details": error.details}}
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+
+
+def error_response(error: AapError) -> web.Response:
+    return web.Response(
+        status=error.status,
+        text=error_body(error),
+        content_type="application/json",
+        charset="utf-8",
+        headers=error.headers,
+    )
+
+
+def validation_error(
+    errors: list[dict[str, Any]], message: str = "request validation failed"
+) -> AapError:
+    return AapError("validation_error", message, {"errors": errors})

@@ -1,0 +1,181 @@
+"""AAP v1 routes at `/aap/v1` (seed 000, aap.md §9): the same sessions in the legacy shapes.
+
+Differences from v3: tool schemas are `inputSchema`; `PUT /session` creates and runs the first
+turn; `GET /session/:id` carries both histories inline; `GET /sessions` lists ids only and sends
+the cursor as both `nextCursor` and `next` (the two v1 documents disagree on the name).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from aiohttp import web
+
+from metis.aap import sessions
+from metis.aap.errors import AapError, validation_error
+from metis.aap.http import (
+    AapRoutes,
+    cors_headers,
+    json_response,
+    no_content,
+    parse_body,
+    raw_body,
+    state_of,
+)
+from metis.aap.stream import respond
+from metis.aap.turns import plan_turn, prepare_turn
+from metis.aap.wire import UserMessage
+from metis.aap.wire_v1 import (
+    CreateRunResponse,
+    CreateSessionRequest,
+    MetaResponse,
+    SessionList,
+    SessionResponse,
+    TurnRequest,
+)
+
+VERSION = 1
+routes = AapRoutes(VERSION)
+_SESSION = ("session_not_found",)
+
+
+def _check_v1_tools(body: dict[str, Any]) -> None:
+    """v1 names the schema `inputSchema`; a v3-style `parameters` is pointed at the right name."""
+    tools = body.get("tools")
+    if not isinstance(tools, list):
+        return
+    for i, tool in enumerate(tools):
+        if isinstance(tool, dict) and "parameters" in tool and "inputSchema" not in tool:
+            raise validation_error(
+                [
+                    {
+                        "loc": ["body", "tools", i, "inputSchema"],
+                        "msg": "v1 tool specs name the schema `inputSchema`, not `parameters`",
+                    }
+                ]
+            )
+
+
+def _body(request: web.Request, model: Any) -> Any:
+    _check_v1_tools(raw_body(request))
+    return parse_body(request, model)
+
+
+@routes.route("GET", "/meta", public=True, response_model=MetaResponse)
+async def meta(request: web.Request) -> web.Response:
+    """The protocol version (1) and the agents, with `inputSchema` tool schemas."""
+    state = state_of(request)
+    return json_response(
+        request, {"version": VERSION, "agents": [a.info(VERSION) for a in state.agents.all()]}
+    )
+
+
+@routes.route("GET", "/sessions", response_model=SessionList, errors=("invalid_cursor",))
+async def list_sessions(request: web.Request) -> web.Response:
+    """AAP session ids, newest first."""
+    state = state_of(request)
+    found, cursor = await sessions.page(state, request.query.get("after"))
+    body: dict[str, Any] = {"sessions": [s.session_id for s in found]}
+    if cursor is not None:
+        body["nextCursor"] = cursor
+        body["next"] = cursor
+    return json_response(request, body)
+
+
+@routes.route(
+    "PUT",
+    "/session",
+    status=201,
+    body=True,
+    streams=True,
+    request_model=CreateSessionRequest,
+    response_model=CreateRunResponse,
+    errors=(
+        "unknown_agent",
+        "invalid_option",
+        "invalid_tools",
+        "invalid_content",
+        "invalid_seed",
+        "routing_failed",
+    ),
+)
+async def create_and_run(request: web.Request) -> web.StreamResponse:
+    """Create a session from a history whose last message is the first turn's user message."""
+    state = state_of(request)
+    body = _body(request, CreateSessionRequest)
+    if not body.messages or not isinstance(body.messages[-1], UserMessage):
+        raise AapError(
+            "invalid_seed",
+            "the last message must be a user message",
+            {"index": len(body.messages) - 1},
+        )
+    raw_tools = raw_body(request).get("tools")
+    draft = sessions.draft_session(state, body.agent, raw_tools, body.messages[:-1], VERSION)
+    first = [body.messages[-1]]
+    # The turn's own checks run on a stand-in before anything is written.
+    probe = prepare_turn(state, draft.session, None, None, first, VERSION)
+    session = await sessions.commit_session(state, draft)
+    prepared = replace(probe, session=session)
+    mode = body.stream or "none"
+    plan = plan_turn(
+        state,
+        prepared,
+        mode,
+        cors_headers(request),
+        session_start=session.session_id,
+        status_json=201,
+    )
+    try:
+        return await respond(request, state, plan)
+    except Exception:
+        # Nothing was streamed: a refused first turn leaves no session behind.
+        await state.core.sessions.purge(session.session_id)
+        raise
+
+
+@routes.route("GET", "/session/{session_id}", response_model=SessionResponse, errors=_SESSION)
+async def get_session(request: web.Request) -> web.Response:
+    """The session with its declared histories inline."""
+    state = state_of(request)
+    session = await sessions.require(state, request.match_info["session_id"])
+    history = await sessions.history(state, session, sessions.declared_history(state, session))
+    return json_response(request, {**sessions.info(state, session, VERSION), "history": history})
+
+
+@routes.route(
+    "POST",
+    "/session/{session_id}",
+    body=True,
+    streams=True,
+    request_model=TurnRequest,
+    errors=(
+        "session_not_found",
+        "invalid_option",
+        "invalid_tools",
+        "invalid_content",
+        "invalid_tool_answers",
+        "turn_in_flight",
+        "session_already_ended",
+        "routing_failed",
+    ),
+)
+async def post_turn(request: web.Request) -> web.StreamResponse:
+    """Send a user message or tool answers to an existing session."""
+    state = state_of(request)
+    body = _body(request, TurnRequest)
+    session = await sessions.require(state, request.match_info["session_id"])
+    prepared = prepare_turn(
+        state, session, body.agent, raw_body(request).get("tools"), body.messages, VERSION
+    )
+    plan = plan_turn(state, prepared, body.stream or "none", cors_headers(request))
+    return await respond(request, state, plan)
+
+
+@routes.route("DELETE", "/session/{session_id}", status=204, errors=_SESSION)
+async def delete_session(request: web.Request) -> web.Response:
+    """Delete the session and all its history (a metis purge)."""
+    state = state_of(request)
+    session = await sessions.require(state, request.match_info["session_id"])
+    await state.core.sessions.purge(session.session_id)
+    return no_content(request)

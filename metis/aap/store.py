@@ -1,0 +1,131 @@
+"""The AAP surface tables (`aap_sessions`, `aap_message_forms`; migration v2).
+
+Core never reads these: they hold what only the AAP façade knows — the agent configuration,
+trust flags, client tools, option values, and which content form (string or block list) a
+client used for each message it supplied, so history re-renders exactly what was sent.
+Both cascade with the session row, so a purge removes them in the same transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import aiosqlite
+
+from metis.core.store.db import Database
+
+Form = Literal["string", "blocks"]
+
+
+@dataclass(frozen=True)
+class AapSession:
+    session_id: str
+    agent_name: str
+    created_via: int
+    agent_tools: list[dict[str, Any]]  # [{name, trust}]
+    options: dict[str, str]  # non-secret values
+    secret_options: dict[str, str]
+    client_tools: list[dict[str, Any]]  # {name, title?, description, parameters}, key order kept
+    created_at_us: int
+    updated_at_us: int
+    workspace_path: str
+    status: str
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> AapSession:
+        return cls(
+            session_id=row["session_id"],
+            agent_name=row["agent_name"],
+            created_via=row["created_via"],
+            agent_tools=json.loads(row["agent_tools_json"]),
+            options=json.loads(row["options_json"]),
+            secret_options=json.loads(row["secret_options_json"]),
+            client_tools=json.loads(row["client_tools_json"]),
+            created_at_us=row["created_at_us"],
+            updated_at_us=row["updated_at_us"],
+            workspace_path=row["workspace_path"],
+            status=row["status"],
+        )
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+_SELECT = "SELECT a.*, s.workspace_path, s.status FROM aap_sessions a JOIN sessions s ON s.id = a.session_id"
+
+
+class AapStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def get(self, session_id: str) -> AapSession | None:
+        row = await self.db.fetchone(f"{_SELECT} WHERE a.session_id=?", (session_id,))
+        return AapSession.from_row(row) if row else None
+
+    async def page(
+        self, after: tuple[int, str] | None, limit: int
+    ) -> tuple[list[AapSession], bool]:
+        """Newest first by (created_at_us, session_id); the page after `after` is strictly older."""
+        sql, params = _SELECT, ()  # type: tuple[str, tuple[Any, ...]]
+        if after is not None:
+            sql += " WHERE a.created_at_us < ? OR (a.created_at_us = ? AND a.session_id < ?)"
+            params = (after[0], after[0], after[1])
+        sql += " ORDER BY a.created_at_us DESC, a.session_id DESC LIMIT ?"
+        rows = await self.db.fetchall(sql, (*params, limit + 1))
+        return [AapSession.from_row(r) for r in rows[:limit]], len(rows) > limit
+
+    async def forms(self, session_id: str) -> dict[str, Form]:
+        rows = await self.db.fetchall(
+            "SELECT message_id, form FROM aap_message_forms WHERE session_id=?", (session_id,)
+        )
+        return {r["message_id"]: r["form"] for r in rows}
+
+    # -- writes (inside a caller's transaction) ------------------------------------------------
+
+    @staticmethod
+    async def insert(conn: aiosqlite.Connection, session: AapSession) -> None:
+        await conn.execute(
+            "INSERT INTO aap_sessions (session_id, agent_name, created_via, agent_tools_json, "
+            "options_json, secret_options_json, client_tools_json, created_at_us, updated_at_us) "
+            "VALUES (?,?,?,?,?,?,?,?,?)",
+            (
+                session.session_id,
+                session.agent_name,
+                session.created_via,
+                _dumps(session.agent_tools),
+                _dumps(session.options),
+                _dumps(session.secret_options),
+                _dumps(session.client_tools),
+                session.created_at_us,
+                session.updated_at_us,
+            ),
+        )
+
+    @staticmethod
+    async def update_config(conn: aiosqlite.Connection, session: AapSession, stamp: int) -> None:
+        await conn.execute(
+            "UPDATE aap_sessions SET agent_tools_json=?, options_json=?, secret_options_json=?, "
+            "client_tools_json=?, updated_at_us=? WHERE session_id=?",
+            (
+                _dumps(session.agent_tools),
+                _dumps(session.options),
+                _dumps(session.secret_options),
+                _dumps(session.client_tools),
+                stamp,
+                session.session_id,
+            ),
+        )
+
+    @staticmethod
+    async def insert_forms(
+        conn: aiosqlite.Connection, session_id: str, forms: list[tuple[str, Form]]
+    ) -> None:
+        if forms:
+            await conn.executemany(
+                "INSERT INTO aap_message_forms (message_id, session_id, form) VALUES (?,?,?)",
+                [(message_id, session_id, form) for message_id, form in forms],
+            )

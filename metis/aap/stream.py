@@ -1,0 +1,233 @@
+"""One AAP turn response: subscribe, start the turn, relay it, end it (aap.md §6).
+
+The response subscribes to the session hub *before* the turn starts (so `turn.started` and
+every delta are seen, in order), then starts it, then renders it in the requested mode. An AAP
+turn lives only as long as its response: a client that goes away, or reads too slowly for the
+bounded queue, gets its turn cancelled with `client_disconnect` — nobody is left to approve
+a tool or read the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from metis.aap.mapping import render_history
+from metis.aap.render import TERMINAL, TOOL_OUTCOMES, Renderer, stop_reason_of
+from metis.aap.sse import ClientGone, SseWriter
+from metis.core.events.envelope import AnyEvent
+from metis.core.events.hub import CloseMarker, HubClient
+from metis.core.store.messages import row_to_message
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.25  # how often an idle response checks that its client is still there
+RELEASE_WAIT_S = 30.0
+_SSE_TYPES = (
+    frozenset({"text.delta", "thinking.delta", "message.complete"}) | TOOL_OUTCOMES | TERMINAL
+)
+_background: set[asyncio.Task[Any]] = set()
+
+
+def cancel_turn(core: Any, session_id: str, turn_id: str | None, reason: str) -> None:
+    """Synchronous cancel request (safe from hub callbacks); repeats are no-ops."""
+    slot = core.slots.get(session_id)
+    if turn_id is None or slot is None or slot.turn_id != turn_id:
+        return
+    if core.turns.request_cancel(slot, reason):
+        task = asyncio.get_running_loop().create_task(core.broker.withdraw_turn(turn_id))
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+
+
+class Subscription:
+    """A bounded, lossless view of the session channel for one response."""
+
+    def __init__(self, core: Any, session_id: str, limit: int, types: frozenset[str]) -> None:
+        self.core = core
+        self.session_id = session_id
+        self.turn_id: str | None = None
+        self.slot: Any = None
+        self.overflowed = False
+        self.client = HubClient(
+            session_id,
+            maxsize=limit,
+            accept=lambda e: e.type in types,
+            on_overflow=self._overflow,
+            name="aap",
+        )
+        core.hub.attach(self.client)
+
+    def _overflow(self) -> None:
+        self.overflowed = True
+        self.client.wake.set()
+        cancel_turn(self.core, self.session_id, self.turn_id, "client_disconnect")
+
+    async def next(self, timeout: float) -> AnyEvent | CloseMarker | None:
+        if self.client.queue:
+            return self.client.queue.popleft()
+        if self.overflowed:
+            return None
+        try:
+            return await asyncio.wait_for(self.client.get(), timeout)
+        except TimeoutError:
+            return None
+
+    def close(self) -> None:
+        self.core.hub.detach(self.client)
+        self.client.closed.set()
+
+    async def settled(self) -> None:
+        """After the terminal event: wait until the turn's events are flushed and its slot
+        released, so whatever the client does next sees the turn's final state."""
+        if self.slot is not None:
+            try:
+                await asyncio.wait_for(self.slot.released.wait(), RELEASE_WAIT_S)
+            except TimeoutError:
+                log.warning("turn %s did not release its slot in time", self.turn_id)
+
+
+@dataclass(frozen=True)
+class TurnPlan:
+    """What a handler decided; `start` submits the turn to core (raises before any byte)."""
+
+    session_id: str
+    mode: str
+    start: Callable[[], Awaitable[Any]]
+    renderer: Renderer
+    answered_application_ids: frozenset[str]
+    cors_headers: dict[str, str]
+    session_start: str | None = None  # v1 PUT: emitted before turn_start / returned in JSON
+    status_json: int = 200
+
+
+async def respond(request: web.Request, state: Any, plan: TurnPlan) -> web.StreamResponse:
+    """Subscribe, start the turn (errors before this point are plain JSON errors), relay it."""
+    core = state.core
+    settings = state.settings
+    types = TERMINAL if plan.mode == "none" else _SSE_TYPES
+    sub = Subscription(core, plan.session_id, settings.stream_queue_limit, types)
+    try:
+        accepted = await plan.start()
+    except BaseException:
+        sub.close()
+        raise
+    sub.turn_id = accepted.turn_id
+    slot = core.slots.get(plan.session_id)
+    sub.slot = slot if slot is not None and slot.turn_id == accepted.turn_id else None
+    try:
+        if plan.mode == "none":
+            return await _respond_json(request, state, plan, sub)
+        return await _respond_sse(request, state, plan, sub)
+    except asyncio.CancelledError:
+        # The server dropped the handler (connection lost, shutdown): nobody reads the turn.
+        cancel_turn(core, plan.session_id, accepted.turn_id, "client_disconnect")
+        raise
+    finally:
+        sub.close()
+
+
+async def _respond_json(
+    request: web.Request, state: Any, plan: TurnPlan, sub: Subscription
+) -> web.StreamResponse:
+    core, turn_id = state.core, sub.turn_id
+    stop: str | None = None
+    while stop is None:
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            cancel_turn(core, plan.session_id, turn_id, "client_disconnect")
+            return web.Response(status=204)  # nobody reads it
+        item = await sub.next(POLL_S)
+        if item is None:
+            continue
+        if isinstance(item, CloseMarker):
+            stop = "error"
+        elif item.turn_id == turn_id and item.type in TERMINAL:
+            stop = stop_reason_of(item.type, item.payload)
+    await sub.settled()
+    body: dict[str, Any] = {}
+    if plan.session_start is not None:
+        body["sessionId"] = plan.session_start
+    body["stopReason"] = stop
+    body["messages"] = await turn_messages(
+        core, plan.session_id, turn_id, plan.answered_application_ids
+    )
+    return web.json_response(body, status=plan.status_json, headers=plan.cors_headers, dumps=_dumps)
+
+
+async def turn_messages(
+    core: Any, session_id: str, turn_id: str | None, client_ids: frozenset[str]
+) -> list[dict[str, Any]]:
+    """What this turn appended, in storage order, minus the client's own inputs (§6.3)."""
+    rows = await core.db.fetchall(
+        "SELECT * FROM messages WHERE session_id=? AND turn_id=? ORDER BY id", (session_id, turn_id)
+    )
+    messages = [row_to_message(r) for r in rows]
+    kept = [
+        m
+        for m in messages
+        if m.role != "user" and not (m.role == "tool" and m.metadata.tool_use_id in client_ids)
+    ]
+    return render_history(kept, {})
+
+
+async def _respond_sse(
+    request: web.Request, state: Any, plan: TurnPlan, sub: Subscription
+) -> web.StreamResponse:
+    core, turn_id = state.core, sub.turn_id
+    settings = state.settings
+    writer = SseWriter(request, plan.cors_headers)
+    stop: str | None = None
+    gone = False
+    try:
+        await writer.start()
+        if plan.session_start is not None:
+            await writer.event("session_start", {"sessionId": plan.session_start})
+        await writer.event("turn_start", {})
+        last = time.monotonic()
+        while stop is None:
+            item = await sub.next(min(POLL_S, settings.sse_heartbeat_seconds))
+            if item is None:
+                if sub.overflowed:
+                    break  # the turn is being cancelled; its events are gone
+                if writer.client_gone():
+                    raise ClientGone()
+                if time.monotonic() - last >= settings.sse_heartbeat_seconds:
+                    await writer.comment("keepalive")
+                    last = time.monotonic()
+                continue
+            if isinstance(item, CloseMarker):
+                break
+            if item.turn_id != turn_id:
+                continue
+            for name, data in await plan.renderer.render(item):
+                if name == "turn_stop":
+                    stop = data["stopReason"]
+                else:
+                    await writer.event(name, data)
+                    last = time.monotonic()
+    except ClientGone:
+        gone = True
+        cancel_turn(core, plan.session_id, turn_id, "client_disconnect")
+    except Exception:
+        log.exception("rendering turn %s failed; cancelling it", turn_id)
+        cancel_turn(core, plan.session_id, turn_id, "client_disconnect")
+    if not gone:
+        await sub.settled()
+        try:
+            await writer.event("turn_stop", {"stopReason": stop or "error"})
+        except ClientGone:
+            cancel_turn(core, plan.session_id, turn_id, "client_disconnect")
+        await writer.finish()
+    return writer.response
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))

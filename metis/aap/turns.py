@@ -1,0 +1,176 @@
+"""AAP turn requests → core turns (aap.md §4.7, §5.2–5.5).
+
+A turn request carries either one `user` message or the answers to the session's pending tool
+calls (`tool` results for client tools, `tool_permission`s for untrusted server tools), plus
+optional overrides of the session's agent tools, options and client tools. Everything is
+checked before core is called; core then checks the answers against the pending calls, claims
+the turn slot, routes, and commits overrides, inputs and the turn row in one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import aiosqlite
+
+from metis.aap.config import (
+    application_tools,
+    check_agent_tools,
+    check_client_tools,
+    merge_options,
+    model_override,
+    surface_policy,
+)
+from metis.aap.errors import AapError, validation_error
+from metis.aap.http import AapState
+from metis.aap.mapping import parse_content
+from metis.aap.render import Renderer
+from metis.aap.store import AapSession, AapStore, Form
+from metis.aap.stream import TurnPlan
+from metis.aap.wire import AgentOverride, ToolMessage, ToolPermissionMessage, UserMessage
+from metis.core.canonical import Message, now_us
+from metis.core.resume import Answer, ApplicationResult, PermissionAnswer
+
+
+@dataclass(frozen=True)
+class TurnInput:
+    content: list[dict[str, Any]] | None  # canonical user blocks (None for a resolution)
+    user_form: Form | None
+    answers: list[Answer] | None
+    answer_forms: dict[str, Form]  # tool_use_id → form of the client's result
+
+    @property
+    def application_ids(self) -> frozenset[str]:
+        return frozenset(self.answer_forms)
+
+
+def parse_turn_messages(messages: Sequence[Any], max_image_bytes: int) -> TurnInput:
+    """One user message, or tool answers only (the pending set is checked by core)."""
+    if not messages:
+        raise validation_error(
+            [{"loc": ["body", "messages"], "msg": "at least one message is required"}]
+        )
+    users = [m for m in messages if isinstance(m, UserMessage)]
+    if users and len(users) != len(messages):
+        raise AapError(
+            "invalid_tool_answers",
+            "a turn carries either one user message or tool answers, not both",
+            {"missing": [], "unknown": [], "duplicate": [], "wrong_kind": []},
+        )
+    if users:
+        if len(users) > 1:
+            raise validation_error(
+                [{"loc": ["body", "messages"], "msg": "send exactly one user message per turn"}]
+            )
+        blocks, form = parse_content(
+            "user", users[0].content, max_image_bytes=max_image_bytes, where="messages[0].content"
+        )
+        return TurnInput([b.model_dump(mode="json") for b in blocks], form, None, {})
+    answers: list[Answer] = []
+    forms: dict[str, Form] = {}
+    for i, message in enumerate(messages):
+        if isinstance(message, ToolPermissionMessage):
+            answers.append(
+                PermissionAnswer(message.tool_call_id, message.granted, message.reason or None)
+            )
+            continue
+        assert isinstance(message, ToolMessage)
+        blocks, form = parse_content(
+            "tool", message.content, max_image_bytes=max_image_bytes, where=f"messages[{i}].content"
+        )
+        answers.append(ApplicationResult(message.tool_call_id, tuple(blocks)))
+        forms.setdefault(message.tool_call_id, form)
+    return TurnInput(None, None, answers, forms)
+
+
+@dataclass(frozen=True)
+class PreparedTurn:
+    session: AapSession  # with this request's overrides applied (persisted at acceptance)
+    changed: bool
+    input: TurnInput
+
+
+def prepare_turn(
+    state: AapState,
+    session: AapSession,
+    agent_override: AgentOverride | None,
+    raw_tools: Sequence[Mapping[str, Any]] | None,
+    messages: Sequence[Any],
+    version: int,
+) -> PreparedTurn:
+    agent = state.agents.get(session.agent_name)
+    if agent is None:
+        raise AapError("unknown_agent", f"agent {session.agent_name!r} is no longer served")
+    updated = session
+    if agent_override is not None:
+        if agent_override.name is not None and agent_override.name != session.agent_name:
+            raise validation_error(
+                [{"loc": ["body", "agent", "name"], "msg": "the agent name cannot be changed"}]
+            )
+        if agent_override.tools is not None:
+            updated = replace(updated, agent_tools=check_agent_tools(agent, agent_override.tools))
+        if agent_override.options is not None:
+            values = merge_options(agent, session, agent_override.options, state.workspaces)
+            updated = replace(updated, options=values.options, secret_options=values.secrets)
+    if raw_tools is not None:
+        updated = replace(updated, client_tools=check_client_tools(agent, raw_tools, version))
+    parsed = parse_turn_messages(messages, state.settings.max_image_bytes)
+    return PreparedTurn(updated, updated != session, parsed)
+
+
+def plan_turn(
+    state: AapState,
+    prepared: PreparedTurn,
+    mode: str,
+    cors_headers: dict[str, str],
+    *,
+    session_start: str | None = None,
+    status_json: int = 200,
+) -> TurnPlan:
+    core = state.core
+    session, turn_input = prepared.session, prepared.input
+
+    async def surface_writes(conn: aiosqlite.Connection, inputs: list[Message]) -> None:
+        if prepared.changed:
+            await AapStore.update_config(conn, session, now_us())
+        forms: list[tuple[str, Form]] = []
+        for message in inputs:
+            if message.role == "user" and turn_input.user_form is not None:
+                forms.append((message.id, turn_input.user_form))
+            elif message.metadata.tool_use_id in turn_input.answer_forms:
+                forms.append((message.id, turn_input.answer_forms[message.metadata.tool_use_id]))
+        await AapStore.insert_forms(conn, session.session_id, forms)
+
+    async def start() -> Any:
+        return await core.turns.submit(
+            session.session_id,
+            turn_input.content,
+            model_override(core.registry, session.options),
+            surface="aap",
+            confirmation_policy="suspend",
+            surface_policy=surface_policy(session.agent_tools),
+            application_tools=application_tools(session),
+            override_strict=False,
+            resolution=turn_input.answers,
+            alias_prefix=False,
+            surface_writes=surface_writes,
+        )
+
+    renderer = Renderer(
+        core,
+        "message" if mode == "message" else "delta",
+        frozenset(t["name"] for t in session.client_tools),
+        turn_input.application_ids,
+    )
+    return TurnPlan(
+        session_id=session.session_id,
+        mode=mode,
+        start=start,
+        renderer=renderer,
+        answered_application_ids=turn_input.application_ids,
+        cors_headers=cors_headers,
+        session_start=session_start,
+        status_json=status_json,
+    )

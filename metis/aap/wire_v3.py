@@ -1,0 +1,83 @@
+"""AAP v3 wire models (seed 001): tool schemas under `parameters`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from metis.aap.wire import (
+    AgentConfig,
+    AgentOption,
+    AgentOverride,
+    AgentResponse,
+    HistoryBody,
+    SeedMessage,
+    SessionAgent,
+    StreamMode,
+    TurnMessage,
+    Wire,
+)
+
+
+class ToolSpec(Wire):
+    name: str = Field(strict=True)
+    title: str | None = Field(default=None, strict=True)
+    description: str = Field(strict=True)
+    parameters: Any
+
+
+class CreateSessionRequest(Wire):
+    agent: AgentConfig
+    messages: list[SeedMessage] | None = None
+    tools: list[ToolSpec] | None = None
+
+
+class TurnRequest(Wire):
+    agent: AgentOverride | None = None
+    stream: StreamMode | None = None
+    messages: list[TurnMessage]
+    tools: list[ToolSpec] | None = None
+
+
+class AgentInfo(Wire):
+    name: str
+    title: str | None = None
+    version: str
+    description: str | None = None
+    tools: list[ToolSpec]
+    options: list[AgentOption]
+    capabilities: dict[str, Any]
+
+
+class MetaResponse(Wire):
+    version: int
+    agents: list[AgentInfo]
+
+
+class SessionInfo(Wire):
+    session_id: str
+    agent: SessionAgent
+    tools: list[ToolSpec]
+
+
+class SessionList(Wire):
+    sessions: list[SessionInfo]
+    next: str | None = None
+
+
+class HistoryResponse(Wire):
+    history: HistoryBody
+
+
+__all__ = [
+    "AgentInfo",
+    "AgentResponse",
+    "CreateSessionRequest",
+    "HistoryResponse",
+    "MetaResponse",
+    "SessionInfo",
+    "SessionList",
+    "ToolSpec",
+    "TurnRequest",
+]

@@ -1,0 +1,561 @@
+"""`metis chat [WORKSPACE]`: a terminal client of the running daemon.
+
+It uses only the public surfaces, like any other client: REST to create the session, send turns,
+answer confirmations and switch models; the session's WebSocket (`preset:chat`) to show the turn
+live — token deltas as they arrive, tool calls as they happen. Ctrl-C during a turn sends a
+`cancel` frame; Ctrl-C at the prompt (or end of input, or `/quit`) leaves. A dropped socket is
+re-attached with `since` = the last event seen, which is the recovery the protocol documents.
+
+Every line is labelled (`you>`, `assistant>`, `tool>`, `confirm>`, `turn>`, …) so a transcript
+reads unambiguously whether or not the terminal has colours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any, TextIO
+
+import aiohttp
+
+DEFAULT_URL = "http://127.0.0.1:8421"
+TERMINAL_TYPES = ("turn.completed", "turn.cancelled", "turn.failed")
+_RECONNECT_ATTEMPTS = 3
+_HELP = (
+    "type a message to start a turn; commands:\n"
+    "  /model <ref>   set the session's model (queued behind a running turn)\n"
+    "  /model -       clear it (routing decides again)\n"
+    "  /model         show the active model\n"
+    "  /quit          leave (the session stays open)\n"
+    "Ctrl-C cancels the running turn; at the prompt it leaves."
+)
+
+
+class ApiFailure(Exception):
+    """A non-2xx answer from the daemon, with its error envelope's code."""
+
+    def __init__(self, status: int, body: Any) -> None:
+        error = body.get("error", {}) if isinstance(body, dict) else {}
+        self.status = status
+        self.code = error.get("code", f"http_{status}")
+        super().__init__(f"{self.code}: {error.get('message', body)}")
+
+
+# -- rendering ---------------------------------------------------------------------------------
+
+
+class Renderer:
+    """Labelled terminal output of one session's events (unknown types are skipped)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self._open: str | None = None  # the label of the line being streamed, if any
+        self.own_model_changes = 0  # PATCHes of this client whose event is still to come
+
+    def _write(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+
+    def line(self, label: str, text: str) -> None:
+        self.end_stream()
+        self._write(f"{label}> {text}\n")
+
+    def stream(self, label: str, text: str) -> None:
+        """Append to the labelled line being streamed; continuation lines are indented."""
+        if self._open != label:
+            self.end_stream()
+            self._write(f"{label}> ")
+            self._open = label
+        self._write(text.replace("\n", "\n" + " " * (len(label) + 2)))
+
+    def prompt(self) -> None:
+        self.end_stream()
+        self._write("you> ")
+        self._open = "prompt"
+
+    def prompted(self) -> None:
+        """The user pressed Enter: the terminal's echo already ended the line."""
+        if self._open == "prompt":
+            self._open = None
+
+    def end_stream(self) -> None:
+        if self._open is not None:
+            self._write("\n")
+            self._open = None
+
+    def event(self, event: dict[str, Any]) -> None:
+        handler = getattr(self, "_on_" + event.get("type", "").replace(".", "_"), None)
+        if handler is not None:
+            handler(event.get("payload") or {})
+
+    # streaming frames
+    def _on_text_delta(self, p: dict[str, Any]) -> None:
+        self.stream("assistant", p.get("text", ""))
+
+    def _on_thinking_delta(self, p: dict[str, Any]) -> None:
+        self.stream("thinking", p.get("text", ""))
+
+    def _on_tool_use_start(self, p: dict[str, Any]) -> None:
+        self.end_stream()
+        self._write(f"tool> {p.get('tool_name')} ")
+        self._open = "tool-input"
+
+    def _on_tool_use_end(self, p: dict[str, Any]) -> None:
+        text = json.dumps(p.get("final_input"), ensure_ascii=False)
+        self._write(text if len(text) <= 200 else text[:199] + "…")
+        self.end_stream()
+
+    def _on_message_complete(self, p: dict[str, Any]) -> None:
+        self.end_stream()
+        if p.get("stop_reason") in ("cancelled", "error"):
+            self.line("metis", f"the reply was cut short ({p['stop_reason']})")
+
+    # bus events
+    def _on_route_decided(self, p: dict[str, Any]) -> None:
+        if p.get("chosen_model"):
+            self.line("route", str(p["chosen_model"]))
+
+    def _on_llm_call_failed(self, p: dict[str, Any]) -> None:
+        if p.get("will_retry"):
+            self.line("llm", f"{p.get('error_class')} from {p.get('model')}; retrying")
+        elif p.get("error_class") != "cancelled":
+            self.line("llm", f"call failed: {p.get('error_class')}: {p.get('message')}")
+
+    def _on_tool_called(self, p: dict[str, Any]) -> None:
+        self.line("tool", f"running {p.get('tool_name')}")
+
+    def _on_tool_completed(self, p: dict[str, Any]) -> None:
+        outcome = "returned an error" if p.get("is_error") else "done"
+        self.line("tool", f"{outcome} ({p.get('duration_ms')} ms, {p.get('output_bytes')} bytes)")
+
+    def _on_tool_failed(self, p: dict[str, Any]) -> None:
+        self.line(
+            "tool", f"{p.get('tool_name')} failed: {p.get('error_class')}: {p.get('message')}"
+        )
+
+    def _on_tool_input_invalid(self, p: dict[str, Any]) -> None:
+        errors = "; ".join(e.get("message", "") for e in p.get("errors", [])[:3])
+        self.line("tool", f"{p.get('tool_name')} input invalid: {errors}")
+
+    def _on_tool_confirmation_requested(self, p: dict[str, Any]) -> None:
+        detail = p.get("command_summary") or p.get("input_summary")
+        self.line("confirm", f"{p.get('tool_name')} ({p.get('side_effects')}) wants: {detail}")
+
+    def _on_tool_confirmation_resolved(self, p: dict[str, Any]) -> None:
+        self.line("confirm", f"{p.get('decision')}")
+
+    def _on_session_model_changed(self, p: dict[str, Any]) -> None:
+        if self.own_model_changes:  # already shown from the PATCH answer
+            self.own_model_changes -= 1
+            return
+        model = p.get("active_model") or "routing decides"
+        when = " after the running turn" if p.get("queued") else ""
+        self.line("model", f"{model}{when} (changed by another client)")
+
+    def _on_session_ended(self, p: dict[str, Any]) -> None:
+        self.line("metis", "the session ended")
+
+    def _on_turn_completed(self, p: dict[str, Any]) -> None:
+        seconds = (p.get("wall_time_ms") or 0) / 1000
+        self.line(
+            "turn",
+            f"completed in {seconds:.1f} s · {p.get('llm_call_count')} call(s) · "
+            f"{p.get('tool_call_count')} tool(s) · ${p.get('total_cost_usd')}",
+        )
+
+    def _on_turn_cancelled(self, p: dict[str, Any]) -> None:
+        self.line("turn", f"cancelled ({p.get('reason')})")
+
+    def _on_turn_failed(self, p: dict[str, Any]) -> None:
+        self.line("turn", f"failed: {p.get('reason')}: {p.get('message')}")
+
+
+# -- the session ---------------------------------------------------------------------------------
+
+
+class ChatSession:
+    """One interactive chat over one daemon session; input arrives as lines on a queue."""
+
+    def __init__(
+        self,
+        url: str,
+        workspace: str | None,
+        lines: asyncio.Queue[str | None],
+        out: TextIO,
+        *,
+        session_id: str | None = None,
+        model: str | None = None,
+        prompt: bool = False,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.workspace = workspace
+        self.lines = lines
+        self.render = Renderer(out)
+        self.session_id = session_id
+        self.model = model
+        self.prompt = prompt
+        self.http: aiohttp.ClientSession | None = None
+        self.ws: aiohttp.ClientWebSocketResponse | None = None
+        self.turn_id: str | None = None
+        self._finished: set[str] = set()
+        self._asked: list[tuple[str, dict[str, Any]]] = []
+        self._changed = asyncio.Event()
+        self._tasks: set[asyncio.Future[Any]] = set()
+        self._last_event_id: str | None = None
+        self._cancel_sent = False
+        self._ended = asyncio.Event()
+
+    # REST ------------------------------------------------------------------------------------
+
+    async def call(self, method: str, path: str, body: Any = None) -> Any:
+        assert self.http is not None
+        async with self.http.request(method, self.url + path, json=body) as r:
+            data = await r.json(content_type=None)
+            if r.status >= 300:
+                raise ApiFailure(r.status, data)
+            return data
+
+    # the socket -------------------------------------------------------------------------------
+
+    async def attach(self) -> dict[str, Any] | None:
+        """Fresh token, socket, subscribe. The first attach takes a snapshot (its event id is
+        the resume cursor); a re-attach asks for what it missed with `since`. Returns the
+        snapshot's Session, if one was taken."""
+        assert self.http is not None
+        session = await self.call("GET", f"/sessions/{self.session_id}")
+        if not session.get("ws_url"):
+            raise ApiFailure(409, {"error": {"code": "session_already_ended"}})
+        self.ws = await self.http.ws_connect(session["ws_url"], max_msg_size=0)
+        subscribe: dict[str, Any] = {"type": "subscribe", "filter": "preset:chat"}
+        if self._last_event_id is not None:
+            subscribe["since"] = self._last_event_id
+        else:
+            subscribe["snapshot"] = True
+        await self.ws.send_json(subscribe)
+        ack = await self.ws.receive_json(timeout=10)
+        if ack.get("type") != "subscribe_ack":
+            raise ApiFailure(409, {"error": ack})
+        if not ack["snapshot"]:
+            count = ack["replay_event_count"]
+            self.render.line("metis", f"re-attached; {count} missed event(s) follow")
+            return None
+        snapshot = await self.ws.receive_json(timeout=10)
+        self._last_event_id = snapshot["snapshot_at_event_id"]
+        return dict(snapshot["session"])
+
+    async def consume(self) -> None:
+        """Render every frame; re-attach after an abnormal close; stop when the session ends."""
+        attempts = 0
+        while True:
+            assert self.ws is not None
+            reason = await self._read_until_close(self.ws)
+            if self._ended.is_set() or reason in ("session_ended", "session_purged"):
+                self._finish_session()
+                return
+            attempts += 1
+            if attempts > _RECONNECT_ATTEMPTS:
+                self.render.line("error", "lost the connection to the daemon")
+                self._finish_session()
+                return
+            self.render.line("metis", f"stream closed ({reason}); re-attaching")
+            await asyncio.sleep(0.2 * attempts)
+            try:
+                await self.attach()
+                attempts = 0
+            except (ApiFailure, aiohttp.ClientError, TimeoutError) as exc:
+                self.render.line("error", f"re-attach failed: {exc}")
+                if isinstance(exc, ApiFailure) and exc.code in (
+                    "session_not_found",
+                    "session_already_ended",
+                ):
+                    self._finish_session()
+                    return
+
+    async def _read_until_close(self, ws: aiohttp.ClientWebSocketResponse) -> str:
+        """Handle frames until the socket closes; returns the close reason's code."""
+        while True:
+            msg = await ws.receive()
+            if msg.type == aiohttp.WSMsgType.TEXT:
+                self._on_frame(json.loads(msg.data))
+            elif msg.type == aiohttp.WSMsgType.CLOSE:
+                return _reason_code(msg.extra) or str(msg.data)
+            elif msg.type in (
+                aiohttp.WSMsgType.CLOSING,
+                aiohttp.WSMsgType.CLOSED,
+                aiohttp.WSMsgType.ERROR,
+            ):
+                return str(ws.close_code)
+
+    def _on_frame(self, frame: dict[str, Any]) -> None:
+        kind = frame.get("type")
+        if kind == "ping" and self.ws is not None:
+            self._spawn(self.ws.send_json({"type": "pong", "nonce": frame.get("nonce")}))
+            return
+        if kind != "event":
+            return  # pongs and frame types this client does not know
+        event = frame["event"]
+        if "id" in event:
+            self._last_event_id = event["id"]
+        self.render.event(event)
+        if event["type"] == "tool.confirmation_requested":
+            self._asked.append((event["turn_id"], event["payload"]))
+        elif event["type"] in TERMINAL_TYPES:
+            self._finished.add(event["turn_id"])
+        elif event["type"] == "session.ended":
+            self._ended.set()
+        self._changed.set()
+
+    def _spawn(self, coro: Any) -> None:
+        """Fire-and-forget sends from sync callbacks, kept referenced until done."""
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _finish_session(self) -> None:
+        self._ended.set()
+        self._changed.set()
+        self.lines.put_nowait(None)
+
+    async def _until_changed(self, *also: asyncio.Future[Any]) -> None:
+        self._changed.clear()
+        changed = asyncio.ensure_future(self._changed.wait())
+        try:
+            await asyncio.wait({changed, *also}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            changed.cancel()
+
+    def _turn_over(self, turn_id: str) -> bool:
+        return turn_id in self._finished or self._ended.is_set()
+
+    # turns ------------------------------------------------------------------------------------
+
+    async def run_turn(self, text: str) -> None:
+        try:
+            accepted = await self.call(
+                "POST",
+                f"/sessions/{self.session_id}/turns",
+                {"content": [{"type": "text", "text": text}]},
+            )
+        except ApiFailure as exc:
+            self.render.line("error", str(exc))
+            return
+        # The turn may already be over: its events can arrive before the 202 is read.
+        turn_id = self.turn_id = accepted["turn_id"]
+        self._cancel_sent = False
+        try:
+            while not self._turn_over(turn_id):
+                request = next((p for t, p in self._asked if t == turn_id), None)
+                if request is not None:
+                    self._asked.remove((turn_id, request))
+                    await self.confirm(turn_id, request)
+                else:
+                    await self._until_changed()
+        finally:
+            self.turn_id = None
+
+    async def confirm(self, turn_id: str, request: dict[str, Any]) -> None:
+        """Ask y/n in the terminal; the answer goes back over REST."""
+        self.render.line("confirm", "allow? [y/n]")
+        answer = asyncio.ensure_future(self.lines.get())
+        while not answer.done() and not self._turn_over(turn_id):
+            await self._until_changed(answer)
+        if not answer.done():
+            answer.cancel()  # the turn ended (cancelled, withdrawn) before an answer came
+            return
+        line = answer.result()
+        if line is None:
+            self.lines.put_nowait(None)  # keep the end of input for the main loop
+            return
+        decision = "allow" if line.strip().lower() in ("y", "yes") else "deny"
+        self.render.line("you", decision)
+        try:
+            await self.call(
+                "POST",
+                f"/sessions/{self.session_id}/turns/{turn_id}/confirmations/"
+                f"{request['confirmation_request_id']}",
+                {"decision": decision},
+            )
+        except ApiFailure as exc:
+            self.render.line("error", str(exc))
+
+    def interrupt(self) -> None:
+        """Ctrl-C: cancel the running turn (a `cancel` frame), else leave."""
+        if self.turn_id is not None and self.ws is not None and not self.ws.closed:
+            if not self._cancel_sent:
+                self._cancel_sent = True
+                self.render.line("metis", "cancelling the turn…")
+                self._spawn(
+                    self.ws.send_json(
+                        {"type": "cancel", "turn_id": self.turn_id, "reason": "user_cancel"}
+                    )
+                )
+            return
+        self.lines.put_nowait(None)
+
+    # commands ---------------------------------------------------------------------------------
+
+    async def command(self, line: str) -> bool:
+        """Run a `/command`; False means leave."""
+        name, _, arg = line.partition(" ")
+        arg = arg.strip()
+        if name in ("/quit", "/exit"):
+            return False
+        if name == "/help":
+            for help_line in _HELP.splitlines():
+                self.render.line("metis", help_line)
+        elif name == "/model":
+            await self.set_model(arg)
+        else:
+            self.render.line("error", f"unknown command {name}; /help lists them")
+        return True
+
+    async def set_model(self, arg: str) -> None:
+        try:
+            if not arg:
+                session = await self.call("GET", f"/sessions/{self.session_id}")
+                self.render.line("model", str(session.get("active_model") or "routing decides"))
+                return
+            reference = None if arg == "-" else arg
+            # counted before the call: the event can arrive before the answer is read
+            self.render.own_model_changes += 1
+            try:
+                change = await self.call(
+                    "PATCH", f"/sessions/{self.session_id}", {"active_model": reference}
+                )
+            except ApiFailure:
+                self.render.own_model_changes -= 1
+                raise
+        except ApiFailure as exc:
+            self.render.line("error", str(exc))
+            return
+        model = change.get("active_model") or "none"
+        how = " (routing decides)" if reference is None else ""
+        when = (
+            f" after turn {change['swap_queued_until_turn']}" if change.get("swap_queued") else ""
+        )
+        self.render.line("model", f"{model}{how}{when}")
+
+    # main loop --------------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        async with aiohttp.ClientSession() as http:
+            self.http = http
+            try:
+                if self.session_id is None:
+                    body: dict[str, Any] = {"workspace_path": self.workspace or str(Path.cwd())}
+                    if self.model is not None:
+                        body["initial_active_model"] = self.model
+                    self.session_id = (await self.call("POST", "/sessions", body))["id"]
+                session = await self.attach()
+            except aiohttp.ClientConnectionError:
+                self.render.line(
+                    "error", f"cannot reach the daemon at {self.url}; is `metis serve` running?"
+                )
+                return 1
+            except ApiFailure as exc:
+                self.render.line("error", str(exc))
+                return 1
+            assert session is not None
+            self.render.line(
+                "metis",
+                f"session {self.session_id} on {session['workspace_path']} "
+                f"(model: {session.get('active_model') or 'routing decides'}); /help for commands",
+            )
+            consumer = asyncio.ensure_future(self.consume())
+            try:
+                await self._loop()
+            finally:
+                consumer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await consumer
+                if self.ws is not None:
+                    await self.ws.close()
+            self.render.line("metis", f"bye; `metis chat --session {self.session_id}` continues it")
+        return 0
+
+    async def _loop(self) -> None:
+        while not self._ended.is_set():
+            if self.prompt:
+                self.render.prompt()
+            line = await self.lines.get()
+            if line is None:
+                return
+            line = line.strip()
+            if self.prompt:
+                self.render.prompted()
+            elif line:
+                self.render.line("you", line)  # a piped transcript still shows who said what
+            if not line:
+                continue
+            if line.startswith("/"):
+                if not await self.command(line):
+                    return
+                continue
+            await self.run_turn(line)
+
+
+def _reason_code(reason: Any) -> str | None:
+    """The `code` of a JSON close reason, if it is one."""
+    try:
+        return str(json.loads(reason)["code"]) if reason else None
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+# -- the command ---------------------------------------------------------------------------------
+
+
+def _stdin_lines(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[str | None]) -> None:
+    """Blocking reads belong in a thread; each line is handed to the loop."""
+
+    def read() -> None:
+        for line in sys.stdin:
+            loop.call_soon_threadsafe(queue.put_nowait, line)
+        loop.call_soon_threadsafe(queue.put_nowait, None)
+
+    threading.Thread(target=read, name="metis-chat-stdin", daemon=True).start()
+
+
+async def _chat(args: argparse.Namespace) -> int:
+    loop = asyncio.get_running_loop()
+    lines: asyncio.Queue[str | None] = asyncio.Queue()
+    workspace = str(Path(args.workspace).expanduser().resolve()) if args.workspace else None
+    chat = ChatSession(
+        args.url,
+        workspace,
+        lines,
+        sys.stdout,
+        session_id=args.session,
+        model=args.model,
+        prompt=sys.stdin.isatty() and sys.stdout.isatty(),
+    )
+    _stdin_lines(loop, lines)
+    with contextlib.suppress(NotImplementedError):
+        loop.add_signal_handler(signal.SIGINT, chat.interrupt)
+    return await chat.run()
+
+
+def chat_command(args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(_chat(args))
+    except KeyboardInterrupt:  # pragma: no cover - only without a signal handler
+        return 130
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "chat",
+        help="chat with the running daemon in this terminal",
+        description="Start a session on WORKSPACE (default: the current directory) and chat.",
+    )
+    parser.add_argument("workspace", nargs="?", help="workspace directory (default: .)")
+    parser.add_argument("--url", default=DEFAULT_URL, help=f"daemon URL (default {DEFAULT_URL})")
+    parser.add_argument("--session", help="continue an existing session instead of creating one")
+    parser.add_argument("--model", help="initial model reference (default: routing decides)")
+    parser.set_defaults(func=chat_command)

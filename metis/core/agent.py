@@ -1,0 +1,508 @@
+"""TurnRunner: the agent loop of one turn (design README "the path of one turn", step 2).
+
+call the model (streaming every delta through the session's ordered channel) → commit the
+assistant message → `llm.call_completed` → dispatch tool calls → loop, until the model ends its
+turn, a cancel lands, a provider error ends it, or the loop limit is hit. Every path ends with
+exactly one terminal turn event, after every layer has emitted its own closing events
+(websocket.md §10–11).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from metis.core.canonical import (
+    Message,
+    MessageMetadata,
+    TextBlock,
+    ThinkingBlock,
+    ToolDefinition,
+    ToolUseBlock,
+    Usage,
+    compute_cost,
+    interrupted_form,
+    new_ulid,
+    now_us,
+    redact,
+)
+from metis.core.context import SYSTEM_PROMPT, assemble, compact, workspace_facts
+from metis.core.live import LiveSession
+from metis.core.model_types import ModelEntry
+from metis.core.providers.base import LLMRequest, MessageComplete
+from metis.core.providers.errors import ProviderError
+from metis.core.resume import Resolution, close_parked, run_resolution
+from metis.core.routing.context import estimate_input_tokens
+from metis.core.routing.engine import RouteDecision
+from metis.core.slots import TurnSlot
+from metis.core.tools.dispatcher import TurnTools, input_fingerprint
+from metis.core.tools.policy import SurfaceToolPolicy
+
+log = logging.getLogger(__name__)
+
+FAILOVER_CLASSES = frozenset({"rate_limit", "server_error", "network", "auth"})
+LLM_STOP_REASONS = frozenset({"end_turn", "max_tokens", "stop_sequence", "tool_use", "refusal"})
+
+
+@dataclass
+class TurnRun:
+    """Everything one running turn holds; created by TurnService before the 202."""
+
+    session_id: str
+    turn_id: str
+    slot: TurnSlot
+    live: LiveSession
+    workspace: str
+    decision: RouteDecision
+    turn_started_event_id: str
+    route_event_id: str
+    confirmation_policy: str = "wait"
+    surface_policy: SurfaceToolPolicy | None = None
+    application_tools: dict[str, ToolDefinition] = field(default_factory=dict)
+    started_monotonic: float = field(default_factory=time.monotonic)
+    resolution: Resolution | None = None  # a tool_resolution turn (metis/core/resume.py)
+
+
+def with_seeded_instructions(prompt: str, history: Sequence[Message]) -> str:
+    """System messages imported into a session (AAP seed history) extend the daemon's prompt.
+
+    Context assembly never sends `system` messages as messages, so without this a client's
+    seeded instructions would never reach the model.
+    """
+    seeded = [
+        "".join(b.text for b in m.content if isinstance(b, TextBlock))
+        for m in history
+        if m.role == "system"
+    ]
+    seeded = [text for text in seeded if text]
+    return "\n\n".join([prompt, *seeded]) if seeded else prompt
+
+
+class _Hooks:
+    """Turns the adapter's per-attempt callbacks into llm.call_started / llm.call_failed."""
+
+    def __init__(
+        self,
+        runner: TurnRunner,
+        request_id: str,
+        message_id: str,
+        entry: ModelEntry,
+        estimate: int,
+        max_out: int,
+    ) -> None:
+        self.runner, self.request_id, self.message_id = runner, request_id, message_id
+        self.entry, self.estimate, self.max_out = entry, estimate, max_out
+        self.attempt = 0
+        self.started_at = 0.0
+
+    async def attempt_started(self, attempt: int) -> None:
+        self.attempt, self.started_at = attempt, time.monotonic()
+        self.runner.emit_llm(
+            "llm.call_started",
+            {
+                "request_id": self.request_id,
+                "attempt": attempt,
+                "message_id": self.message_id,
+                "model": self.entry.id,
+                "provider": self.entry.provider,
+                "estimated_input_tokens": self.estimate,
+                "max_output_tokens": self.max_out,
+            },
+        )
+
+    async def attempt_failed(self, attempt: int, error: ProviderError, will_retry: bool) -> None:
+        """Called for every failed attempt, a mid-stream failure included (after its
+        `message.complete{error}`): the partial message is committed before the event."""
+        usage = None
+        partial = self.runner.partial_error
+        if error.after_first_token and partial is not None:
+            await self.runner.commit_assistant(self.entry, partial, "error")
+            usage = self.runner.price(self.entry, partial)
+        self.runner.emit_call_failed(self, error, will_retry=will_retry, usage=usage)
+
+
+class TurnRunner:
+    def __init__(self, core: Any, run: TurnRun) -> None:
+        self.core = core
+        self.run = run
+        self.last_llm_event_id: str = run.route_event_id
+        self._locked = False  # a token streamed or a tool ran: no more failover
+        self.partial_error: MessageComplete | None = None
+
+    # -- event helpers ------------------------------------------------------------------------
+
+    def emit(self, event_type: str, payload: Any, *, actor: str, parent: str | None) -> str | None:
+        event = self.core.bus.emit(
+            self.run.session_id,
+            event_type,
+            payload,
+            actor=actor,
+            turn_id=self.run.turn_id,
+            parent_event_id=parent,
+        )
+        return event.id if event else None
+
+    def emit_llm(self, event_type: str, payload: dict[str, Any]) -> None:
+        event_id = self.emit(event_type, payload, actor="agent", parent=self.last_llm_event_id)
+        if event_id:
+            self.last_llm_event_id = event_id
+
+    def emit_call_failed(
+        self, hooks: _Hooks, error: ProviderError, *, will_retry: bool, usage: Usage | None = None
+    ) -> None:
+        usage = usage or Usage(pricing_version=self.core.registry.pricing_version)
+        self.emit_llm(
+            "llm.call_failed",
+            {
+                "request_id": hooks.request_id,
+                "attempt": max(hooks.attempt, 1),
+                "message_id": hooks.message_id,
+                "model": hooks.entry.id,
+                "provider": hooks.entry.provider,
+                "error_class": error.error_class,
+                "message": redact(error.message, limit=2000),
+                "provider_status": error.http_status,
+                "retryable": error.retryable,
+                "will_retry": will_retry,
+                "latency_ms": int((time.monotonic() - hooks.started_at) * 1000)
+                if hooks.started_at
+                else 0,
+                "input_tokens": usage.input_tokens,
+                "cache_read_tokens": usage.cache_read_tokens,
+                "cache_write_tokens": usage.cache_write_tokens,
+                "output_tokens": usage.output_tokens,
+                "cost_usd": usage.cost_usd,
+                "pricing_version": usage.pricing_version,
+            },
+        )
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    async def __call__(self) -> None:
+        try:
+            await self._loop()
+        except Exception:
+            log.exception(
+                "turn %s of %s failed unexpectedly", self.run.turn_id, self.run.session_id
+            )
+            if not self.run.slot.terminal_emitted:
+                self._end(
+                    "turn.failed",
+                    {"reason": "internal_error", "error_class": None, "message": "internal error"},
+                )
+        finally:
+            await self.core.turns.release(self.run)
+
+    def _cancelled(self) -> bool:
+        return self.run.slot.cancel_event.is_set()
+
+    async def _loop(self) -> None:
+        model = self.run.decision.chosen_model
+        assert model is not None
+        fallbacks = list(self.run.decision.fallbacks)
+        calls = 0
+        dispatcher = self.core.dispatcher
+        offered = dispatcher.offered(
+            self.run.surface_policy, list(self.run.application_tools.values())
+        )
+        limit = self.core.settings.limits.max_llm_calls_per_turn
+        if self.run.resolution is not None:  # suspend/resume: answers first, then the loop
+            await run_resolution(self.core, self.run)
+        while True:
+            if self._cancelled():
+                return self._end_cancelled()
+            if calls >= limit:
+                return self._end(
+                    "turn.failed",
+                    {
+                        "reason": "loop_limit",
+                        "error_class": None,
+                        "message": f"the turn made {limit} model calls; stopped",
+                    },
+                )
+            calls += 1
+            entry = self.core.registry.get(model)
+            outcome = await self._call(entry, offered)
+            if isinstance(outcome, ProviderError):
+                if outcome.error_class == "cancelled" or self._cancelled():
+                    return self._end_cancelled()
+                self.core.availability.record_failure(model, outcome.error_class)
+                next_model = self._failover(outcome, fallbacks)
+                if next_model is not None:
+                    log.warning(
+                        "first call on %s failed (%s); failing over to %s",
+                        model,
+                        outcome.error_class,
+                        next_model,
+                    )
+                    model = next_model
+                    calls -= 1
+                    continue
+                return self._end(
+                    "turn.failed",
+                    {
+                        "reason": "provider_error",
+                        "error_class": outcome.error_class,
+                        "message": redact(outcome.message, limit=2000),
+                    },
+                )
+            message, complete = outcome
+            self._locked = True
+            if complete.stop_reason == "cancelled":
+                return self._end_cancelled()
+            if complete.stop_reason != "tool_use":
+                stop = (
+                    complete.stop_reason if complete.stop_reason in LLM_STOP_REASONS else "end_turn"
+                )
+                return self._end(
+                    "turn.completed", {"stop_reason": stop, "pending_tool_use_ids": []}
+                )
+            tool_uses = [b for b in message.content if isinstance(b, ToolUseBlock)]
+            turn_tools = TurnTools(
+                session_id=self.run.session_id,
+                turn_id=self.run.turn_id,
+                workspace=self.run.workspace,
+                sandbox=self.core.sandbox_for(self.run.workspace),
+                confirmation_policy=self.run.confirmation_policy,  # type: ignore[arg-type]
+                cancel=self.run.slot.cancel_event,
+                surface_policy=self.run.surface_policy,
+                application_tools=self.run.application_tools,
+            )
+            batch = await dispatcher.run_batch(
+                turn_tools, tool_uses, message_id=message.id, parent_event_id=self.last_llm_event_id
+            )
+            if self._cancelled():
+                if batch.suspended_ids:  # suspend/resume: nothing stays pending after a cancel
+                    parked = [b for b in tool_uses if b.id in set(batch.suspended_ids)]
+                    await close_parked(self.core, self.run.session_id, self.run.turn_id, parked)
+                return self._end_cancelled()
+            if batch.suspended_ids:
+                return self._end(
+                    "turn.completed",
+                    {"stop_reason": "tool_use", "pending_tool_use_ids": batch.suspended_ids},
+                )
+
+    def _failover(self, error: ProviderError, fallbacks: list[str]) -> str | None:
+        """First call only, before any token, for provider-side failures (routing.md §4.6)."""
+        if self._locked or error.after_first_token or error.error_class not in FAILOVER_CLASSES:
+            return None
+        while fallbacks:
+            candidate = fallbacks.pop(0)
+            if (
+                self.core.registry.is_configured(candidate)
+                and self.core.availability.unavailable_scope(candidate) is None
+            ):
+                return candidate
+        return None
+
+    async def _call(
+        self, entry: ModelEntry, offered: list[ToolDefinition]
+    ) -> tuple[Message, MessageComplete] | ProviderError:
+        """One logical LLM call; returns the committed assistant message or the error."""
+        caps = entry.capabilities
+        max_out = min(caps.max_output_tokens, self.core.settings.limits.max_output_tokens_per_call)
+        volatile = workspace_facts(self.run.workspace)
+        stable = with_seeded_instructions(SYSTEM_PROMPT, self.run.live.history)
+        system = f"{stable}\n{volatile}"
+
+        def estimate_of(messages: Sequence[Message]) -> int:
+            history = [m.content for m in messages]
+            return estimate_input_tokens(system_prompt=system, tools=offered, history=history)
+
+        context = compact(
+            assemble(self.run.live.history), caps.max_context_tokens - max_out, estimate_of
+        )
+        self.run.live.last_context = context
+        estimate = estimate_of(context)
+        message_id, request_id = new_ulid(), new_ulid()
+        hooks = _Hooks(self, request_id, message_id, entry, estimate, max_out)
+        request = LLMRequest(
+            request_id=request_id,
+            message_id=message_id,
+            model=entry.id,
+            wire_model=entry.wire_name,
+            capabilities=caps,
+            system=stable,
+            system_volatile=volatile,
+            messages=context,
+            tools=offered if caps.supports_tools else (),
+            max_output_tokens=max_out,
+            tool_ids=self.run.live.tool_ids,
+            hooks=hooks,
+            cancel=self.run.slot.cancel_event,
+        )
+        complete: MessageComplete | None = None
+        self.partial_error = None
+        try:
+            async with contextlib.aclosing(
+                self.core.registry.adapter_for(entry.id).stream(request)
+            ) as stream:
+                async for event in stream:
+                    if isinstance(event, MessageComplete):
+                        complete = event
+                        if event.stop_reason == "error":
+                            self.partial_error = event
+                        self._emit_complete(event, entry)
+                    else:
+                        self._locked = True
+                        self.core.bus.emit_transient(
+                            self.run.session_id,
+                            event.type,
+                            event.payload(),
+                            turn_id=self.run.turn_id,
+                            parent_event_id=self.last_llm_event_id,
+                        )
+        except ProviderError as error:
+            return error  # the hooks emitted llm.call_failed (after committing any partial)
+        assert complete is not None, "adapters end every stream with message.complete"
+        if complete.stop_reason == "cancelled":
+            message = await self.commit_assistant(entry, complete, "cancelled")
+            cancelled = ProviderError(
+                "cancelled", "cancelled", provider=entry.provider, model=entry.id
+            )
+            self.emit_call_failed(
+                hooks, cancelled, will_retry=False, usage=self.price(entry, complete)
+            )
+            return message, complete
+        message = await self.commit_assistant(entry, complete, "complete")
+        self.core.availability.record_success(entry.id)
+        usage = self.price(entry, complete)
+        self.emit_llm(
+            "llm.call_completed",
+            {
+                "request_id": request_id,
+                "attempt": max(complete.attempts, 1),
+                "message_id": message_id,
+                "model": entry.id,
+                "provider": entry.provider,
+                "stop_reason": complete.stop_reason
+                if complete.stop_reason in LLM_STOP_REASONS
+                else "end_turn",
+                "input_tokens": usage.input_tokens,
+                "cache_read_tokens": usage.cache_read_tokens,
+                "cache_write_tokens": usage.cache_write_tokens,
+                "output_tokens": usage.output_tokens,
+                "cost_usd": usage.cost_usd,
+                "pricing_version": usage.pricing_version,
+                "latency_ms": complete.latency_ms,
+                "first_token_ms": complete.first_token_ms,
+                "tool_use_count": sum(isinstance(b, ToolUseBlock) for b in complete.final_content),
+                "thinking_block_count": sum(
+                    isinstance(b, ThinkingBlock) for b in complete.final_content
+                ),
+                "usage_estimated": complete.usage.estimated,
+            },
+        )
+        return message, complete
+
+    def price(self, entry: ModelEntry, complete: MessageComplete) -> Usage:
+        tokens = complete.usage
+        return Usage(
+            input_tokens=tokens.input_tokens,
+            cache_read_tokens=tokens.cache_read_tokens,
+            cache_write_tokens=tokens.cache_write_tokens,
+            output_tokens=tokens.output_tokens,
+            cost_usd=compute_cost(tokens, entry.pricing),
+            pricing_version=self.core.registry.pricing_version,
+            latency_ms=complete.latency_ms,
+            estimated=tokens.estimated,
+        )
+
+    def _emit_complete(self, event: MessageComplete, entry: ModelEntry) -> None:
+        if (
+            event.stop_reason not in ("tool_use", "cancelled", "error")
+            and self.run.slot.status == "in_flight"
+        ):
+            self.run.slot.status = "completing"  # from here a cancel loses (websocket.md §11)
+        self.core.bus.emit_transient(
+            self.run.session_id,
+            "message.complete",
+            {
+                "message_id": event.message_id,
+                "stop_reason": event.stop_reason,
+                "final_content": [b.model_dump(mode="json") for b in event.final_content],
+                "usage": self.price(entry, event).wire(),
+                "latency_ms": event.latency_ms,
+            },
+            turn_id=self.run.turn_id,
+            parent_event_id=self.last_llm_event_id,
+        )
+
+    async def commit_assistant(
+        self, entry: ModelEntry, complete: MessageComplete, status: str
+    ) -> Message:
+        """Commit the assistant message (and its tool_calls rows) before the event naming it."""
+        content = (
+            list(complete.final_content)
+            if status == "complete"
+            else interrupted_form(list(complete.final_content))
+        )
+        if status == "complete" and not content:
+            content = [TextBlock(text="")]
+        usage = self.price(entry, complete)
+        message = Message(
+            id=complete.message_id,
+            session_id=self.run.session_id,
+            turn_id=self.run.turn_id,
+            role="assistant",
+            content=content,
+            created_at_us=now_us(),
+            metadata=MessageMetadata(
+                status=status,  # type: ignore[arg-type]
+                model=entry.id,
+                provider=entry.provider,
+                routing=self.run.decision.routing_metadata(),
+                usage=usage.wire(),
+                stop_reason=complete.stop_reason if status == "complete" else None,
+            ),
+        )
+        tool_rows = []
+        for block in content:
+            if isinstance(block, ToolUseBlock):
+                definition = self.run.application_tools.get(block.name)
+                registered = (
+                    self.core.dispatcher.registry.get(block.name) if definition is None else None
+                )
+                side_effects = definition or (registered.definition if registered else None)
+                sha, _ = input_fingerprint(block.input)
+                tool_rows.append(
+                    (
+                        block.id,
+                        self.run.session_id,
+                        self.run.turn_id,
+                        message.id,
+                        self.run.live.tool_ids.provider_id(block.id),
+                        block.name,
+                        side_effects.side_effects if side_effects else None,
+                        "application" if definition is not None else "builtin",
+                        sha,
+                        message.created_at_us,
+                    )
+                )
+        await self.core.commit_messages(self.run.session_id, [message], tool_rows)
+        return message
+
+    # -- endings ------------------------------------------------------------------------------
+
+    def _end_cancelled(self) -> None:
+        reason = self.run.slot.cancel_reason or "user_cancel"
+        actor = "user" if reason == "user_cancel" else "system"
+        self._end("turn.cancelled", {"reason": reason}, actor=actor)
+
+    def _end(self, event_type: str, fields: dict[str, Any], *, actor: str | None = None) -> None:
+        if self.run.slot.terminal_emitted:
+            return
+        wall_ms = int((time.monotonic() - self.run.started_monotonic) * 1000)
+        totals = self.core.costs.end_turn(self.run.turn_id).turn_payload(wall_ms)
+        default_actor = "agent" if event_type == "turn.completed" else "system"
+        self.run.slot.terminal_emitted = True
+        self.emit(
+            event_type,
+            {**totals, **fields},
+            actor=actor or default_actor,
+            parent=self.run.turn_started_event_id,
+        )

@@ -1,0 +1,402 @@
+"""ConfirmationBroker: one mechanism, two policies (tools.md §6).
+
+- `wait` (metis surface): the request is committed and announced, and the tool use waits for
+  the first answer (REST), a timeout, or a withdrawal by cancel/session end.
+- `suspend` (AAP surface): the request is committed and announced, and the turn ends; a later
+  turn's answers resolve it (`resolve_suspended`).
+
+Every state change is decided in one synchronous step (first answer wins, no await between the
+check and the set), then committed, then announced — so a client never sees an event for a row
+that is not stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from metis.core.canonical import format_us, new_ulid, now_us
+from metis.core.errors import (
+    ConfirmationAlreadyResolved,
+    ConfirmationNotFound,
+    ConfirmationPolicyMismatch,
+)
+from metis.core.events.bus import EventBus
+from metis.core.store.db import Database
+
+log = logging.getLogger(__name__)
+
+Decision = Literal["allow", "deny"]
+Outcome = Literal["allow", "deny", "timeout", "withdrawn"]
+_ROW_STATUS = {"allow": "allowed", "deny": "denied", "timeout": "expired", "withdrawn": "withdrawn"}
+_RESOLUTION_OF_STATUS = {
+    "allowed": "allow",
+    "denied": "deny",
+    "expired": "timeout",
+    "withdrawn": "withdrawn",
+}
+
+
+@dataclass(frozen=True)
+class ConfirmationRequest:
+    """What the dispatcher knows about a tool use that needs an answer."""
+
+    session_id: str
+    turn_id: str
+    tool_use_id: str
+    tool_name: str
+    side_effects: str
+    input_summary: str
+    projected_modifications: list[str] | None
+    command_summary: str | None
+    message_id: str
+    parent_event_id: str | None
+
+
+@dataclass(frozen=True)
+class ConfirmationAnswer:
+    outcome: Outcome
+    scope: str | None = None
+    reason: str | None = None
+    resolved_event_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ResolveResult:
+    applied: bool
+    decision: str
+    scope: str
+
+
+@dataclass(eq=False)
+class _Pending:
+    id: str
+    request: ConfirmationRequest
+    policy: Literal["wait", "suspend"]
+    expires_at_us: int | None
+    requested_event_id: str | None = None
+    status: str = "pending"
+    scope: str | None = None
+    resolved_at_us: int | None = None
+    future: asyncio.Future[ConfirmationAnswer] | None = None
+    remember_any: bool = False
+    payload: dict[str, Any] = field(default_factory=dict)
+
+    def public(self) -> dict[str, Any]:
+        """The PendingConfirmation object of rest-api.md §2."""
+        return {
+            **self.payload,
+            "turn_id": self.request.turn_id,
+            "requested_event_id": self.requested_event_id,
+        }
+
+
+class ConfirmationBroker:
+    def __init__(self, db: Database, bus: EventBus, *, timeout_s: float = 300.0) -> None:
+        self.db = db
+        self.bus = bus
+        self.timeout_s = timeout_s
+        self._requests: dict[str, _Pending] = {}
+        self._remembered: dict[tuple[str, str], Decision] = {}
+
+    async def load(self) -> None:
+        """Reload remembered session decisions and pending suspend requests after a restart."""
+        rows = await self.db.fetchall(
+            "SELECT c.session_id, c.tool_name, c.status FROM confirmations c JOIN sessions s ON s.id=c.session_id "
+            "WHERE c.remembered=1 AND s.status='active' ORDER BY c.resolved_at_us"
+        )
+        for row in rows:
+            self._remembered[(row["session_id"], row["tool_name"])] = (
+                "allow" if row["status"] == "allowed" else "deny"
+            )
+        await self._load_suspended()
+
+    async def _load_suspended(self) -> None:
+        """Suspended requests outlive a restart: list them again (their event holds the summary)."""
+        rows = await self.db.fetchall(
+            "SELECT c.*, e.payload_json FROM confirmations c LEFT JOIN events e ON e.id = c.requested_event_id "
+            "WHERE c.policy='suspend' AND c.status='pending' ORDER BY c.id"
+        )
+        for row in rows:
+            if row["payload_json"] is None:
+                continue
+            payload = json.loads(row["payload_json"])
+            request = ConfirmationRequest(
+                session_id=row["session_id"],
+                turn_id=row["turn_id"],
+                tool_use_id=row["tool_use_id"],
+                tool_name=row["tool_name"],
+                side_effects=payload["side_effects"],
+                input_summary=payload["input_summary"],
+                projected_modifications=payload["projected_modifications"],
+                command_summary=payload["command_summary"],
+                message_id=payload["message_id"],
+                parent_event_id=None,
+            )
+            pending = _Pending(
+                row["id"], request, "suspend", None, requested_event_id=row["requested_event_id"]
+            )
+            pending.payload = payload
+            self._requests[row["id"]] = pending
+
+    # -- remembered decisions -----------------------------------------------------------------
+
+    def remembered(self, session_id: str, tool_name: str) -> Decision | None:
+        return self._remembered.get((session_id, tool_name))
+
+    # -- requesting ---------------------------------------------------------------------------
+
+    async def _open(
+        self, request: ConfirmationRequest, policy: Literal["wait", "suspend"]
+    ) -> _Pending:
+        request_id = new_ulid()
+        stamp = now_us()
+        expires = stamp + int(self.timeout_s * 1_000_000) if policy == "wait" else None
+        pending = _Pending(request_id, request, policy, expires)
+        if policy == "wait":
+            # exists before the request is visible, so a withdrawal can always resolve it
+            pending.future = asyncio.get_running_loop().create_future()
+        pending.payload = {
+            "confirmation_request_id": request_id,
+            "tool_use_id": request.tool_use_id,
+            "tool_name": request.tool_name,
+            "side_effects": request.side_effects,
+            "policy": policy,
+            "input_summary": request.input_summary,
+            "projected_modifications": request.projected_modifications,
+            "command_summary": request.command_summary,
+            "message_id": request.message_id,
+            "allowed_scopes": ["once", "session"] if policy == "wait" else ["once"],
+            "expires_at": format_us(expires),
+        }
+        async with self.db.write() as conn:
+            await conn.execute(
+                "INSERT INTO confirmations (id, session_id, turn_id, tool_use_id, tool_name, policy, status, "
+                "requested_at_us, expires_at_us) VALUES (?,?,?,?,?,?,'pending',?,?)",
+                (
+                    request_id,
+                    request.session_id,
+                    request.turn_id,
+                    request.tool_use_id,
+                    request.tool_name,
+                    policy,
+                    stamp,
+                    expires,
+                ),
+            )
+        self._requests[request_id] = pending
+        event = self.bus.emit(
+            request.session_id,
+            "tool.confirmation_requested",
+            pending.payload,
+            actor="system",
+            turn_id=request.turn_id,
+            parent_event_id=request.parent_event_id,
+        )
+        pending.requested_event_id = event.id if event else None
+        async with self.db.write() as conn:
+            await conn.execute(
+                "UPDATE confirmations SET requested_event_id=? WHERE id=?",
+                (pending.requested_event_id, request_id),
+            )
+        return pending
+
+    async def ask(
+        self, request: ConfirmationRequest, *, cancel: asyncio.Event, remember_any: bool = False
+    ) -> ConfirmationAnswer:
+        """`wait` policy: block this tool use until an answer, the timeout or a withdrawal.
+
+        `cancel` is the turn's cancel signal: a cancel that lands while the request is being
+        opened withdraws it too. `remember_any` (mode `prompt_once`): any answer is remembered.
+        """
+        pending = await self._open(request, "wait")
+        pending.remember_any = remember_any
+        future = pending.future
+        assert future is not None
+        cancelled = asyncio.ensure_future(cancel.wait())
+        try:
+            await asyncio.wait(
+                {future, cancelled}, timeout=self.timeout_s, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            cancelled.cancel()
+        if future.done():
+            return future.result()
+        if cancel.is_set():
+            await self._withdraw([pending])
+            return await future  # set by this withdrawal or by one already under way
+        pending.status, pending.resolved_at_us = "expired", now_us()
+        await self._store_resolution(pending, remembered=False, reason=None)
+        event = self.bus.emit(
+            request.session_id,
+            "tool.confirmation_resolved",
+            {
+                "confirmation_request_id": pending.id,
+                "tool_use_id": request.tool_use_id,
+                "decision": "timeout",
+                "scope": None,
+                "remembered": False,
+                "reason": None,
+            },
+            actor="system",
+            turn_id=request.turn_id,
+            parent_event_id=pending.requested_event_id,
+        )
+        answer = ConfirmationAnswer("timeout", resolved_event_id=event.id if event else None)
+        future.set_result(answer)
+        return answer
+
+    async def park(self, request: ConfirmationRequest) -> str:
+        """`suspend` policy: commit and announce the request; the turn then ends."""
+        return (await self._open(request, "suspend")).id
+
+    # -- answering ----------------------------------------------------------------------------
+
+    async def resolve(
+        self,
+        session_id: str,
+        turn_id: str,
+        request_id: str,
+        decision: Decision,
+        scope: str,
+        reason: str | None,
+    ) -> ResolveResult:
+        """The REST answer to a `wait` request (first answer wins)."""
+        pending = self._requests.get(request_id)
+        if (
+            pending is None
+            or pending.request.session_id != session_id
+            or pending.request.turn_id != turn_id
+        ):
+            return await self._resolve_settled_from_store(
+                session_id, turn_id, request_id, decision, scope
+            )
+        if pending.policy == "suspend":
+            raise ConfirmationPolicyMismatch("this request is answered through AAP", surface="aap")
+        if pending.status != "pending":
+            resolution = _RESOLUTION_OF_STATUS[pending.status]
+            if resolution == decision and pending.scope == scope:
+                return ResolveResult(False, decision, scope)
+            raise ConfirmationAlreadyResolved(resolution, format_us(pending.resolved_at_us))
+        # check-and-set: no await between the status check above and this assignment
+        pending.status, pending.scope, pending.resolved_at_us = (
+            _ROW_STATUS[decision],
+            scope,
+            now_us(),
+        )
+        remembered = scope == "session" or pending.remember_any
+        if remembered:
+            self._remembered[(session_id, pending.request.tool_name)] = decision
+        await self._store_resolution(pending, remembered=remembered, reason=reason)
+        event = self.bus.emit(
+            session_id,
+            "tool.confirmation_resolved",
+            {
+                "confirmation_request_id": request_id,
+                "tool_use_id": pending.request.tool_use_id,
+                "decision": decision,
+                "scope": scope,
+                "remembered": remembered,
+                "reason": reason,
+            },
+            actor="user",
+            turn_id=turn_id,
+            parent_event_id=pending.requested_event_id,
+        )
+        if pending.future is not None and not pending.future.done():
+            pending.future.set_result(
+                ConfirmationAnswer(decision, scope, reason, event.id if event else None)
+            )
+        return ResolveResult(True, decision, scope)
+
+    async def _resolve_settled_from_store(
+        self, session_id: str, turn_id: str, request_id: str, decision: str, scope: str
+    ) -> ResolveResult:
+        """Requests settled before a restart stay known until purge."""
+        row = await self.db.fetchone(
+            "SELECT * FROM confirmations WHERE id=? AND session_id=? AND turn_id=?",
+            (request_id, session_id, turn_id),
+        )
+        if row is None:
+            raise ConfirmationNotFound(request_id)
+        if row["policy"] == "suspend":
+            raise ConfirmationPolicyMismatch("this request is answered through AAP", surface="aap")
+        resolution = _RESOLUTION_OF_STATUS.get(row["status"], "timeout")
+        if resolution == decision and row["scope"] == scope:
+            return ResolveResult(False, decision, scope)
+        raise ConfirmationAlreadyResolved(resolution, format_us(row["resolved_at_us"]))
+
+    async def _store_resolution(
+        self, pending: _Pending, *, remembered: bool, reason: str | None
+    ) -> None:
+        async with self.db.write() as conn:
+            await conn.execute(
+                "UPDATE confirmations SET status=?, scope=?, remembered=?, reason=?, resolved_at_us=? WHERE id=?",
+                (
+                    pending.status,
+                    pending.scope,
+                    int(remembered),
+                    reason,
+                    pending.resolved_at_us,
+                    pending.id,
+                ),
+            )
+
+    # -- withdrawal and views -----------------------------------------------------------------
+
+    async def withdraw_turn(self, turn_id: str) -> list[str]:
+        """Cancel/session end: withdraw the turn's open `wait` requests (no resolved event)."""
+        open_requests = [
+            p
+            for p in self._requests.values()
+            if p.request.turn_id == turn_id and p.status == "pending" and p.policy == "wait"
+        ]
+        await self._withdraw(open_requests)
+        return [p.request.tool_use_id for p in open_requests]
+
+    async def _withdraw(self, requests: list[_Pending]) -> None:
+        live = [p for p in requests if p.status == "pending"]
+        for pending in live:  # one synchronous step: no answer can win after it
+            pending.status, pending.resolved_at_us = "withdrawn", now_us()
+        for pending in live:
+            await self._store_resolution(pending, remembered=False, reason=None)
+            if pending.future is not None and not pending.future.done():
+                pending.future.set_result(ConfirmationAnswer("withdrawn"))
+
+    def settle_suspended(self, request_id: str, decision: Decision) -> None:
+        """AAP resolution (metis/core/resume.py): the row was settled in the acceptance
+        transaction; mirror it here so `pending()` stops listing the request."""
+        pending = self._requests.get(request_id)
+        if pending is not None and pending.policy == "suspend" and pending.status == "pending":
+            pending.status, pending.scope = _ROW_STATUS[decision], "once"
+            pending.resolved_at_us = now_us()
+
+    def pending(self, session_id: str) -> list[dict[str, Any]]:
+        """Open requests of the session, oldest first (snapshot and GET /sessions/{id})."""
+        return [
+            p.public()
+            for p in self._requests.values()
+            if p.request.session_id == session_id and p.status == "pending"
+        ]
+
+    async def withdraw_suspended(self, session_id: str) -> None:
+        """Session end: every suspended request of the session is withdrawn (row and memory)."""
+        stamp = now_us()
+        for pending in self._requests.values():
+            if pending.request.session_id == session_id and pending.status == "pending":
+                pending.status, pending.resolved_at_us = "withdrawn", stamp
+        async with self.db.write() as conn:
+            await conn.execute(
+                "UPDATE confirmations SET status='withdrawn', resolved_at_us=? WHERE session_id=? AND status='pending'",
+                (stamp, session_id),
+            )
+
+    def forget_session(self, session_id: str) -> None:
+        """Purge: drop every trace of the session from memory."""
+        for key in [k for k, p in self._requests.items() if p.request.session_id == session_id]:
+            del self._requests[key]
+        for key in [k for k in self._remembered if k[0] == session_id]:
+            del self._remembered[key]

@@ -1,0 +1,155 @@
+"""What the model is sent: system prompt, repaired history, and compaction to fit the context.
+
+Pure functions over canonical messages. The stored history is never changed here: compaction
+only shapes the copy sent to the model (and reported as AAP's `compacted` history).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from metis.core.canonical import (
+    Message,
+    MessageMetadata,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+
+SYSTEM_PROMPT = """You are metis, a coding agent working inside one workspace directory on the user's machine.
+Work in small verifiable steps: read and search before you change anything, make precise edits,
+and run the project's own commands to check your work. Tool paths are relative to the workspace
+root; paths outside it are refused. Some tools need the user's confirmation; if a call is denied,
+do not retry it unchanged — explain what you wanted to do instead. Answer concisely."""
+
+UNAVAILABLE_RESULT = "result unavailable"
+OMITTED_RESULT = "[older tool result omitted to fit the context window]"
+MAX_LISTING = 40
+
+
+def workspace_facts(workspace: str, now: datetime | None = None) -> str:
+    """The per-turn (volatile) system text: date and what the workspace root holds."""
+    now = now or datetime.now(UTC)
+    lines = [f"Current date: {now:%Y-%m-%d}.", f"Workspace root: {workspace}"]
+    try:
+        entries = sorted(os.scandir(workspace), key=lambda e: e.name)
+    except OSError:
+        return "\n".join([*lines, "The workspace directory is not readable right now."])
+    shown = [
+        e.name + ("/" if e.is_dir(follow_symlinks=False) else "") for e in entries[:MAX_LISTING]
+    ]
+    more = len(entries) - len(shown)
+    lines.append(
+        "Top-level entries: "
+        + (", ".join(shown) if shown else "(empty)")
+        + (f" and {more} more" if more > 0 else "")
+    )
+    if (Path(workspace) / ".git").exists():
+        lines.append("The workspace is a git repository.")
+    return "\n".join(lines)
+
+
+def _synthetic_result(message: Message, tool_use_id: str) -> Message:
+    return Message(
+        id=message.id,
+        session_id=message.session_id,
+        turn_id=message.turn_id,
+        role="tool",
+        content=[
+            ToolResultBlock(
+                tool_use_id=tool_use_id, content=[TextBlock(text=UNAVAILABLE_RESULT)], is_error=True
+            )
+        ],
+        created_at_us=message.created_at_us,
+        metadata=MessageMetadata(tool_use_id=tool_use_id),
+    )
+
+
+def assemble(history: Sequence[Message]) -> list[Message]:
+    """History as the model may see it (events.md §2.5).
+
+    Empty messages are skipped, system messages never travel as messages, and every tool_use
+    gets a result before the conversation moves on (a synthetic, unstored error result when
+    none is stored).
+    """
+    out: list[Message] = []
+    open_calls: list[tuple[Message, str]] = []
+
+    def close_open() -> None:
+        for owner, tool_use_id in open_calls:
+            out.append(_synthetic_result(owner, tool_use_id))
+        open_calls.clear()
+
+    for message in history:
+        if not message.content or message.role == "system":
+            continue
+        if message.role == "tool":
+            block = message.content[0]
+            if isinstance(block, ToolResultBlock):
+                remaining = [c for c in open_calls if c[1] != block.tool_use_id]
+                if len(remaining) == len(open_calls):
+                    continue  # a result without its call: adapters would drop it anyway
+                open_calls[:] = remaining
+                out.append(message)
+            continue
+        close_open()
+        out.append(message)
+        if message.role == "assistant" and message.metadata.status == "complete":
+            open_calls.extend(
+                (message, b.id) for b in message.content if isinstance(b, ToolUseBlock)
+            )
+    close_open()
+    return out
+
+
+def _result_chars(message: Message) -> int:
+    block = message.content[0]
+    if not isinstance(block, ToolResultBlock):
+        return 0
+    return sum(len(inner.text) for inner in block.content if isinstance(inner, TextBlock))
+
+
+def _without_result_content(message: Message) -> Message:
+    block = message.content[0]
+    assert isinstance(block, ToolResultBlock)
+    slim = ToolResultBlock(
+        tool_use_id=block.tool_use_id,
+        content=[TextBlock(text=OMITTED_RESULT)],
+        is_error=block.is_error,
+    )
+    return message.model_copy(update={"content": [slim]})
+
+
+def compact(
+    messages: list[Message], budget_tokens: int, estimate: Callable[[Sequence[Message]], int]
+) -> list[Message]:
+    """Fit the context: first blank old tool results (oldest first), then drop old exchanges.
+
+    The newest user message and everything after it always stay, so the model always sees the
+    request it is answering. Exchanges are dropped from the start up to a user message, which
+    keeps tool_use/tool_result pairs together.
+    """
+    if estimate(messages) <= budget_tokens:
+        return messages
+    result = list(messages)
+    last_user = max((i for i, m in enumerate(result) if m.role == "user"), default=0)
+    for i, message in enumerate(result[:last_user]):
+        if (
+            message.role == "tool"
+            and message.content
+            and _result_chars(message) > len(OMITTED_RESULT)
+        ):
+            result[i] = _without_result_content(message)
+            if estimate(result) <= budget_tokens:
+                return result
+    while estimate(result) > budget_tokens:
+        user_starts = [i for i, m in enumerate(result) if m.role == "user" and i > 0]
+        if not user_starts or user_starts[0] >= last_user + 1:
+            break
+        cut = user_starts[0]
+        result = result[cut:]
+        last_user -= cut
+    return result

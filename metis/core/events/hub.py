@@ -1,0 +1,478 @@
+"""SessionHub: the one ordering point for a session's live clients (websocket.md §9, events.md §5).
+
+An inline bus subscriber (transient events included): each event is appended in O(1), with no
+await, to the bounded queue of every client attached to its session, so every client sees bus
+events and streaming deltas in exactly the order they were emitted. A client whose queue
+overflows is detached at once and told out of band (`on_overflow`); it never misses an event
+silently. Session end, purge and shutdown append an in-band close marker after the last event.
+
+The hub also keeps, per session, what a late joiner needs at its seam, updated in the same
+synchronous step that delivers each event: the latest bus event (H), the message watermark (W,
+the newest message id an event has referenced, so committed before that event) and the
+assistant message being streamed (for catch-up frames).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import logging
+import secrets
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from metis.core.events.catalog import SYSTEM_STREAM, TURN_TERMINAL
+from metis.core.events.envelope import AnyEvent, Event, TransientEvent
+
+log = logging.getLogger(__name__)
+
+Accept = Callable[[AnyEvent], bool]
+
+# Bus events that reference a message committed before them (websocket.md §7 rule 2), and the
+# payload key holding its id. `llm.call_failed` counts only when it ends the call for good: a
+# failure that will be retried happened before any content, so nothing was committed.
+_MESSAGE_REFS = {
+    "turn.started": "user_message_id",
+    "llm.call_completed": "message_id",
+    "llm.call_failed": "message_id",
+    "tool.input_invalid": "result_message_id",
+    "tool.completed": "result_message_id",
+    "tool.failed": "result_message_id",
+}
+
+
+@dataclass(frozen=True)
+class CloseMarker:
+    """In-band close: sent after everything queued before it."""
+
+    code: str
+    ws_code: int = 1000
+
+
+class SharedEvent:
+    """One event as queued for every `shared` client of a session.
+
+    Surfaces that send the same bytes to many clients (the WebSocket) memoise their
+    serialisation in `data`, so ten sockets on one session encode each event once, and the
+    encoding happens in the clients' writer tasks, never inside `bus.emit`.
+    """
+
+    __slots__ = ("data", "event")
+
+    def __init__(self, event: AnyEvent) -> None:
+        self.event = event
+        self.data: bytes | None = None
+
+
+QueueItem = AnyEvent | SharedEvent | CloseMarker
+
+
+# -- the message being streamed (catch-up, websocket.md §9.3) ---------------------------------
+
+
+@dataclass
+class _Block:
+    kind: str  # "text" | "thinking" | "tool_use"
+    chunks: list[str] = field(default_factory=list)
+    signature: str | None = None
+    tool_use_id: str | None = None
+    tool_name: str | None = None
+    final_input: dict[str, Any] | None = None
+    ended: bool = False
+
+
+@dataclass
+class StreamingMessage:
+    """The assistant message streaming in a session: `message.start` sent, not yet completed.
+
+    Deltas are accumulated per block (appending a chunk is O(1); joining happens only when a
+    client actually joins mid-stream).
+    """
+
+    start: TransientEvent
+    blocks: dict[int, _Block] = field(default_factory=dict)
+
+    @property
+    def turn_id(self) -> str:
+        return self.start.turn_id
+
+    def apply(self, event: TransientEvent) -> None:
+        p = event.payload
+        index = p.get("content_block_index")
+        if not isinstance(index, int):
+            return
+        kind = event.type
+        if kind == "text.delta":
+            self.blocks.setdefault(index, _Block("text")).chunks.append(p["text"])
+        elif kind == "thinking.delta":
+            block = self.blocks.setdefault(index, _Block("thinking"))
+            block.chunks.append(p["text"])
+            if p.get("signature") is not None:
+                block.signature = p["signature"]
+        elif kind == "tool.use_start":
+            self.blocks[index] = _Block(
+                "tool_use", tool_use_id=p["tool_use_id"], tool_name=p["tool_name"]
+            )
+        elif kind == "tool.use_input_delta":
+            self.blocks.setdefault(
+                index, _Block("tool_use", tool_use_id=p["tool_use_id"])
+            ).chunks.append(p["partial_json"])
+        elif kind == "tool.use_end":
+            block = self.blocks.setdefault(index, _Block("tool_use", tool_use_id=p["tool_use_id"]))
+            block.final_input, block.ended = p["final_input"], True
+
+    def catch_up(self) -> list[TransientEvent]:
+        """Synthetic frames that rebuild the message so far: start, then one frame per block."""
+        start = self.start
+        message_id = start.payload["message_id"]
+
+        def make(event_type: str, payload: dict[str, Any]) -> TransientEvent:
+            return TransientEvent(
+                start.session_id,
+                start.turn_id,
+                start.parent_event_id,
+                event_type,
+                {"message_id": message_id, **payload},
+            )
+
+        out = [start]
+        for index in sorted(self.blocks):
+            block = self.blocks[index]
+            text = "".join(block.chunks)
+            if block.kind == "text":
+                out.append(make("text.delta", {"content_block_index": index, "text": text}))
+            elif block.kind == "thinking":
+                out.append(
+                    make(
+                        "thinking.delta",
+                        {"content_block_index": index, "text": text, "signature": block.signature},
+                    )
+                )
+            else:
+                ids = {"content_block_index": index, "tool_use_id": block.tool_use_id}
+                out.append(make("tool.use_start", {**ids, "tool_name": block.tool_name}))
+                out.append(make("tool.use_input_delta", {**ids, "partial_json": text}))
+                if block.ended:
+                    out.append(make("tool.use_end", {**ids, "final_input": block.final_input}))
+        return out
+
+
+@dataclass(frozen=True)
+class SeamPoint:
+    """What a client's seam captured, all in one synchronous step (websocket.md §9.2)."""
+
+    event_id: str | None  # H: the session's latest bus event
+    seq: int
+    message_watermark: str | None  # W: None when no event of this process named a message
+    catch_up: list[TransientEvent]
+
+
+# -- clients ----------------------------------------------------------------------------------
+
+
+class HubClient:
+    """One live consumer of a session (a WebSocket, an SSE response) with its bounded queue."""
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        maxsize: int,
+        accept: Accept | None = None,
+        on_overflow: Callable[[], None] | None = None,
+        name: str = "client",
+        shared: bool = False,
+        on_close_marker: Callable[[CloseMarker], None] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.maxsize = maxsize
+        self.accept = accept
+        self.on_overflow = on_overflow
+        self.on_close_marker = on_close_marker
+        self.name = name
+        self.shared = shared
+        self.queue: deque[QueueItem] = deque()
+        self.wake = asyncio.Event()
+        self.detached = False
+        self.closed = asyncio.Event()  # set by the consumer once it has finished
+
+    def offer(self, item: AnyEvent | SharedEvent) -> bool:
+        """O(1), never waits; False means overflow (the hub then detaches this client)."""
+        event = item.event if isinstance(item, SharedEvent) else item
+        if self.accept is not None and not self.accept(event):
+            return True
+        if len(self.queue) >= self.maxsize:
+            return False
+        self.queue.append(item)
+        self.wake.set()
+        return True
+
+    def push_close(self, marker: CloseMarker) -> None:
+        self.queue.append(marker)  # bypasses the bound: it must always fit
+        self.wake.set()
+        if self.on_close_marker is not None:
+            try:
+                self.on_close_marker(marker)
+            except Exception:
+                log.exception("close callback of %s failed", self.name)
+
+    async def get(self) -> QueueItem:
+        while not self.queue:
+            self.wake.clear()
+            await self.wake.wait()
+        return self.queue.popleft()
+
+
+@dataclass
+class _SessionLive:
+    clients: list[HubClient] = field(default_factory=list)
+    last_event_id: str | None = None
+    last_seq: int = 0
+    watermark: str | None = None
+    streaming: StreamingMessage | None = None
+
+    def track_bus(self, event: Event) -> None:
+        self.last_event_id, self.last_seq = event.id, event.seq
+        key = _MESSAGE_REFS.get(event.type)
+        if key is not None:
+            if event.type == "llm.call_failed" and event.payload.get("will_retry"):
+                return
+            ref = event.payload.get(key)
+            if isinstance(ref, str) and (self.watermark is None or ref > self.watermark):
+                self.watermark = ref
+        elif (
+            event.type in TURN_TERMINAL
+            and self.streaming is not None
+            and self.streaming.turn_id == event.turn_id
+        ):
+            self.streaming = None  # defensive: a turn that died mid-stream leaves nothing open
+
+    def track_streaming(self, event: TransientEvent) -> None:
+        if event.type == "message.start":
+            self.streaming = StreamingMessage(event)
+        elif event.type == "message.complete":
+            self.streaming = None
+        elif self.streaming is not None:
+            self.streaming.apply(event)
+
+
+@dataclass
+class _Token:
+    session_id: str
+    expires_at: float
+
+
+class SessionHub:
+    def __init__(self, *, token_ttl_s: float = 60.0, tokens_per_session: int = 100) -> None:
+        self._sessions: dict[str, _SessionLive] = {}
+        self._tokens: dict[str, _Token] = {}
+        self.token_ttl_s = token_ttl_s
+        self.tokens_per_session = tokens_per_session
+        self.clock: Callable[[], float] = time.monotonic
+        self._sweep: asyncio.TimerHandle | None = None
+
+    # -- the bus side -------------------------------------------------------------------------
+
+    def __call__(self, event: AnyEvent) -> None:
+        session_id = event.session_id
+        live = self._sessions.get(session_id)
+        if live is None:
+            if event.transient:
+                return
+            if session_id == SYSTEM_STREAM:
+                self._on_system_event(event)  # type: ignore[arg-type]
+                return
+            live = self._sessions[session_id] = _SessionLive()
+        if event.transient:
+            live.track_streaming(event)  # type: ignore[arg-type]
+        else:
+            live.track_bus(event)  # type: ignore[arg-type]
+        clients = live.clients
+        if not clients:
+            return
+        shared: SharedEvent | None = None
+        overflowed: list[HubClient] | None = None
+        for client in clients:
+            if client.shared:
+                if shared is None:
+                    shared = SharedEvent(event)
+                ok = client.offer(shared)
+            else:
+                ok = client.offer(event)
+            if not ok:
+                overflowed = [*(overflowed or ()), client]
+        for client in overflowed or ():
+            self._overflow(live, client)
+
+    def _on_system_event(self, event: Event) -> None:
+        """System-stream events never reach session clients; a purge drops the session's state."""
+        if event.type == "session.purged":
+            purged = event.payload.get("purged_session_id")
+            if isinstance(purged, str):
+                self.forget(purged)
+
+    def _overflow(self, live: _SessionLive, client: HubClient) -> None:
+        if client in live.clients:
+            live.clients.remove(client)
+        client.detached = True
+        client.queue.clear()
+        log.warning(
+            "client %s of session %s overflowed its queue (capacity %d); detached",
+            client.name,
+            client.session_id,
+            client.maxsize,
+        )
+        if client.on_overflow is not None:
+            try:
+                client.on_overflow()
+            except Exception:
+                log.exception("overflow callback of %s failed", client.name)
+
+    # -- clients ------------------------------------------------------------------------------
+
+    def attach(self, client: HubClient) -> None:
+        live = self._sessions.setdefault(client.session_id, _SessionLive())
+        if client not in live.clients:
+            live.clients.append(client)
+        client.detached = False
+
+    def detach(self, client: HubClient) -> None:
+        live = self._sessions.get(client.session_id)
+        if live is not None and client in live.clients:
+            live.clients.remove(client)
+        client.detached = True
+
+    def seam_point(self, client: HubClient, accept: Accept | None) -> SeamPoint:
+        """The seam (websocket.md §9.2 step 1), one synchronous step: from here on every
+        matching event enters the client's queue, and everything up to the returned H is the
+        client's to load from the store. Anything queued before (nothing but a close marker can
+        be, since clients attach with a reject-all filter until they subscribe) is kept."""
+        client.queue = deque(item for item in client.queue if isinstance(item, CloseMarker))
+        client.accept = accept
+        if not client.detached:
+            self.attach(client)
+        live = self._sessions.setdefault(client.session_id, _SessionLive())
+        catch_up = live.streaming.catch_up() if live.streaming is not None else []
+        return SeamPoint(live.last_event_id, live.last_seq, live.watermark, catch_up)
+
+    def seam(self, session_id: str) -> tuple[str | None, int, StreamingMessage | None]:
+        """Latest bus event (id, seq) and the message streaming right now, in one step."""
+        live = self._sessions.get(session_id)
+        if live is None:
+            return None, 0, None
+        return live.last_event_id, live.last_seq, live.streaming
+
+    def last_seq(self, session_id: str) -> int:
+        live = self._sessions.get(session_id)
+        return live.last_seq if live else 0
+
+    def knows(self, session_id: str) -> bool:
+        """True once the hub has seen (or been told) the session's latest bus event."""
+        live = self._sessions.get(session_id)
+        return live is not None and live.last_event_id is not None
+
+    def note_event(self, session_id: str, event_id: str, seq: int) -> None:
+        """Seed the latest event of a session this process has not seen emit yet."""
+        live = self._sessions.setdefault(session_id, _SessionLive())
+        if seq > live.last_seq:
+            live.last_event_id, live.last_seq = event_id, seq
+
+    def client_count(self, session_id: str) -> int:
+        live = self._sessions.get(session_id)
+        return len(live.clients) if live else 0
+
+    def sessions_with_clients(self) -> set[str]:
+        return {sid for sid, live in self._sessions.items() if live.clients}
+
+    async def close_session(
+        self, session_id: str, *, code: str, ws_code: int = 1000, timeout: float = 5.0
+    ) -> None:
+        """Close every client in-band (after what is queued) and wait for them to finish.
+
+        Called when the session is over for live clients (end, purge, shutdown), so its seam
+        state is dropped too: no client can attach to it any more."""
+        live = self._sessions.get(session_id)
+        if live is None:
+            return
+        clients = list(live.clients)
+        live.clients.clear()
+        for client in clients:
+            client.detached = True
+            client.push_close(CloseMarker(code, ws_code))
+        if clients:
+            await asyncio.wait(
+                [asyncio.ensure_future(c.closed.wait()) for c in clients], timeout=timeout
+            )
+        if self._sessions.get(session_id) is live and not live.clients:
+            del self._sessions[session_id]
+
+    async def close_all(self, *, code: str, ws_code: int) -> None:
+        await asyncio.gather(
+            *(self.close_session(sid, code=code, ws_code=ws_code) for sid in list(self._sessions))
+        )
+
+    def forget(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+        self.revoke_tokens(session_id)
+
+    # -- attach tokens (websocket.md §2): in memory only, single use, scoped, short-lived -----
+
+    def mint_token(self, session_id: str) -> tuple[str, float]:
+        now = self.clock()
+        self._prune(now)
+        mine = [t for t, v in self._tokens.items() if v.session_id == session_id]
+        for stale in mine[: max(0, len(mine) - self.tokens_per_session + 1)]:
+            del self._tokens[stale]  # dicts keep insertion order: these are the oldest
+        token = "atk_" + base64.urlsafe_b64encode(secrets.token_bytes(24)).decode().rstrip("=")
+        self._tokens[token] = _Token(session_id, now + self.token_ttl_s)
+        self._schedule_sweep()
+        return token, self.token_ttl_s
+
+    def check_token(self, token: str | None, session_id: str) -> str:
+        """'ok' (consumed), 'invalid' or 'wrong_session' (not consumed); one synchronous step."""
+        entry = self._tokens.get(token or "")
+        if entry is None or entry.expires_at <= self.clock():
+            return "invalid"
+        if entry.session_id != session_id:
+            return "wrong_session"
+        del self._tokens[token]  # type: ignore[arg-type]
+        return "ok"
+
+    def revoke_tokens(self, session_id: str) -> None:
+        for token in [t for t, v in self._tokens.items() if v.session_id == session_id]:
+            del self._tokens[token]
+
+    def token_count(self, session_id: str | None = None) -> int:
+        self._prune(self.clock())
+        return sum(
+            1 for v in self._tokens.values() if session_id is None or v.session_id == session_id
+        )
+
+    def _prune(self, now: float) -> None:
+        for token in [t for t, v in self._tokens.items() if v.expires_at <= now]:
+            del self._tokens[token]
+
+    def _schedule_sweep(self) -> None:
+        """The periodic sweep: tokens nobody presents still leave memory within one TTL."""
+        if self._sweep is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._sweep = loop.call_later(self.token_ttl_s, self._run_sweep)
+
+    def _run_sweep(self) -> None:
+        self._sweep = None
+        self._prune(self.clock())
+        if self._tokens:
+            self._schedule_sweep()
+
+
+def token_fingerprint(token: str) -> str:
+    """What logs may show of a token: the first 8 hex characters of its sha256."""
+    return hashlib.sha256(token.encode()).hexdigest()[:8]

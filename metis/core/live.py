@@ -1,0 +1,58 @@
+"""In-memory state of the sessions this process is serving: history cache, tool ids, flags.
+
+Reading a session's whole history from SQLite for every turn would make turn 100 slower than
+turn 1; the cache is loaded once per process and appended to as messages are committed, so a
+turn's context costs the same however long the session is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from metis.core.canonical import Message
+from metis.core.providers.base import ToolIdMap
+from metis.core.store.messages import MessageStore
+
+
+@dataclass
+class LiveSession:
+    session_id: str
+    history: list[Message]
+    tool_ids: ToolIdMap = field(default_factory=ToolIdMap)
+    last_context: list[Message] = field(default_factory=list)
+    resumed: bool = False
+
+
+class LiveSessions:
+    def __init__(self, messages: MessageStore) -> None:
+        self._messages = messages
+        self._live: dict[str, LiveSession] = {}
+        self._created_here: set[str] = set()
+
+    def created_here(self, session_id: str) -> None:
+        """Sessions created by this process never get `session.resumed`."""
+        self._created_here.add(session_id)
+
+    def needs_resume_event(self, session_id: str) -> bool:
+        """True once, at the first turn of a session this process did not create."""
+        if session_id in self._created_here:
+            return False
+        self._created_here.add(session_id)
+        return True
+
+    async def get(self, session_id: str) -> LiveSession:
+        live = self._live.get(session_id)
+        if live is None:
+            history = await self._messages.all_for_session(session_id)
+            live = self._live.setdefault(session_id, LiveSession(session_id, history))
+        return live
+
+    def committed(self, session_id: str, *messages: Message) -> None:
+        """Append messages just committed (callers commit in id order)."""
+        live = self._live.get(session_id)
+        if live is not None:
+            live.history.extend(messages)
+
+    def forget(self, session_id: str) -> None:
+        self._live.pop(session_id, None)
+        self._created_here.discard(session_id)

@@ -1,0 +1,478 @@
+"""Suspend/resume of tool calls: the `suspend` confirmation policy's second half (tools.md §6.2–6.3).
+
+A turn under the `suspend` policy ends with `turn.completed{tool_use}` when the dispatcher parks
+calls (untrusted server tools awaiting permission, application tools awaiting the client's
+result). The next turn of that session is a *resolution*: it must answer every pending call
+exactly once, and only then does the agent loop continue. This module owns that second half:
+
+1. `prepare_resolution` reads the pending calls from the store (they survive restarts) and
+   matches the answers against them: a user message while calls are pending raises
+   `PendingToolCalls`; missing, unknown, duplicate or wrong-kind answers raise
+   `InvalidResolution` — both before anything is written.
+2. `accept` builds the acceptance-time messages (application results verbatim, denials as
+   `Tool call denied[: reason]`) once the turn id is minted, and `commit_turn` stores them with
+   the turn row, the confirmation rows and the surface's own writes in one transaction.
+3. `run_resolution` is the resolution turn's first step, after `turn.started` and
+   `route.decided`: per answer in tool_use order `tool.confirmation_resolved` (+
+   `tool.failed{user_denied}`) or `tool.completed`; then granted calls redo the sandbox
+   pre-check and execute through the dispatcher, their results stored in tool_use order.
+
+`close_parked` is the other direction: a suspend-policy turn that ends any other way than
+`tool_use` (a cancel) leaves no call pending — each parked call gets `Tool call cancelled`.
+
+Core stays surface-agnostic: the surface hands over plain answers and, optionally, a callback
+that adds its own rows to the acceptance transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import aiosqlite
+
+from metis.core.canonical import (
+    ImageBlock,
+    Message,
+    MessageMetadata,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    canonical_json,
+    content_errors,
+    new_ulid,
+    now_us,
+)
+from metis.core.errors import InvalidContent, InvalidResolution, PendingToolCalls
+from metis.core.store.db import Database
+from metis.core.store.messages import insert_message
+from metis.core.store.sessions import NewTurn
+from metis.core.tools.dispatcher import TurnTools
+from metis.core.tools.results import ToolOutcome, cancelled_text, failed, user_denied_text
+
+log = logging.getLogger(__name__)
+
+CallKind = Literal["permission", "application"]
+SurfaceWrites = Callable[[aiosqlite.Connection, list[Message]], Awaitable[None]]
+"""A surface's own rows for the acceptance transaction; receives the turn's input messages."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Answers and pending calls
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PermissionAnswer:
+    """The answer to a suspended permission request (`tool_permission` in AAP)."""
+
+    tool_use_id: str
+    granted: bool
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ApplicationResult:
+    """The client's result for an application tool call (`tool` message in AAP)."""
+
+    tool_use_id: str
+    content: tuple[TextBlock | ImageBlock, ...]
+    is_error: bool = False
+
+
+Answer = PermissionAnswer | ApplicationResult
+
+
+@dataclass(frozen=True)
+class PendingCall:
+    """A parked tool use of a suspended turn, as the store knows it."""
+
+    tool_use_id: str
+    name: str
+    kind: CallKind
+    turn_id: str
+    message_id: str
+    confirmation_id: str | None
+    requested_event_id: str | None
+    called_at_us: int
+
+
+async def load_pending(db: Database, session_id: str) -> list[PendingCall]:
+    """Pending calls in tool_use order, from committed rows only (so they survive restarts).
+
+    A permission is pending while its `suspend` confirmation row is; an application call while
+    it has no stored result. Neither depends on event projections.
+    """
+    rows = await db.fetchall(
+        "SELECT tc.id, tc.name, tc.origin, tc.turn_id, tc.message_id, tc.created_at_us, "
+        "tc.started_at_us, c.id AS confirmation_id, c.requested_event_id FROM tool_calls tc "
+        "LEFT JOIN confirmations c ON c.tool_use_id = tc.id "
+        "WHERE tc.session_id=? AND tc.result_message_id IS NULL AND "
+        "((c.policy='suspend' AND c.status='pending') OR (c.id IS NULL AND tc.origin='application')) "
+        "ORDER BY tc.message_id, tc.id",
+        (session_id,),
+    )
+    return [
+        PendingCall(
+            tool_use_id=r["id"],
+            name=r["name"],
+            kind="permission" if r["confirmation_id"] is not None else "application",
+            turn_id=r["turn_id"],
+            message_id=r["message_id"],
+            confirmation_id=r["confirmation_id"],
+            requested_event_id=r["requested_event_id"],
+            called_at_us=r["started_at_us"] or r["created_at_us"],
+        )
+        for r in rows
+    ]
+
+
+async def pending_ids(db: Database, session_id: str) -> list[str]:
+    """What a surface shows as "waiting for an answer" (e.g. AAP history checks)."""
+    return [p.tool_use_id for p in await load_pending(db, session_id)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Matching (before anything is written)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResolutionPlan:
+    """Answers matched to their pending calls, in tool_use order."""
+
+    resumes_turn_id: str
+    items: tuple[tuple[PendingCall, Answer], ...]
+
+    def fingerprint(self) -> bytes:
+        """The bytes `turn.started.content_sha256/content_bytes` describe for a resolution."""
+        return canonical_json([_answer_json(a) for _, a in self.items]).encode()
+
+
+def _answer_json(answer: Answer) -> dict[str, Any]:
+    if isinstance(answer, PermissionAnswer):
+        return {
+            "tool_use_id": answer.tool_use_id,
+            "granted": answer.granted,
+            "reason": answer.reason,
+        }
+    return {
+        "tool_use_id": answer.tool_use_id,
+        "content": [b.model_dump(mode="json") for b in answer.content],
+        "is_error": answer.is_error,
+    }
+
+
+def match_answers(
+    pending: Sequence[PendingCall], answers: Sequence[Answer], *, max_image_bytes: int
+) -> ResolutionPlan:
+    """Every pending call answered exactly once with the right kind, else `InvalidResolution`."""
+    by_id = {p.tool_use_id: p for p in pending}
+    seen: dict[str, Answer] = {}
+    unknown: list[str] = []
+    duplicate: list[str] = []
+    wrong_kind: list[str] = []
+    for answer in answers:
+        key = answer.tool_use_id
+        call = by_id.get(key)
+        if call is None:
+            if key not in unknown:
+                unknown.append(key)
+            continue
+        if key in seen:
+            if key not in duplicate:
+                duplicate.append(key)
+            continue
+        seen[key] = answer
+        expected: CallKind = "permission" if isinstance(answer, PermissionAnswer) else "application"
+        if call.kind != expected:
+            wrong_kind.append(key)
+    missing = [p.tool_use_id for p in pending if p.tool_use_id not in seen]
+    if missing or unknown or duplicate or wrong_kind or not answers:
+        raise InvalidResolution(
+            missing=missing, unknown=unknown, duplicate=duplicate, wrong_kind=wrong_kind
+        )
+    errors: list[dict[str, Any]] = []
+    for call in pending:
+        answer = seen[call.tool_use_id]
+        if isinstance(answer, ApplicationResult):
+            block = ToolResultBlock(
+                tool_use_id=call.tool_use_id, content=list(answer.content), is_error=answer.is_error
+            )
+            for error in content_errors("tool", [block], max_image_bytes=max_image_bytes):
+                errors.append({**error, "tool_use_id": call.tool_use_id})
+            if not answer.content:
+                errors.append(
+                    {
+                        "index": None,
+                        "msg": "a tool result needs content",
+                        "tool_use_id": call.tool_use_id,
+                    }
+                )
+    if errors:
+        raise InvalidContent(errors)
+    resumes = max(p.turn_id for p in pending)
+    return ResolutionPlan(resumes, tuple((p, seen[p.tool_use_id]) for p in pending))
+
+
+async def prepare_resolution(
+    db: Database, session_id: str, answers: Sequence[Answer] | None, *, max_image_bytes: int
+) -> ResolutionPlan | None:
+    """None for a plain user-message turn; the matched plan for a resolution; or raise."""
+    pending = await load_pending(db, session_id)
+    if answers is None:
+        if pending:
+            raise PendingToolCalls([p.tool_use_id for p in pending])
+        return None
+    return match_answers(pending, answers, max_image_bytes=max_image_bytes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Acceptance (the turn id is known from here on)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AcceptedAnswer:
+    call: PendingCall
+    answer: Answer
+    message: Message | None  # stored at acceptance: application results and denials
+    outcome: ToolOutcome | None
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """An accepted resolution, carried by the resolution turn's `TurnRun`."""
+
+    resumes_turn_id: str
+    accepted: tuple[AcceptedAnswer, ...]
+
+    @property
+    def messages(self) -> list[Message]:
+        return [a.message for a in self.accepted if a.message is not None]
+
+
+def _tool_message(
+    session_id: str, turn_id: str, tool_use_id: str, outcome: ToolOutcome, stamp: int
+) -> Message:
+    return Message(
+        id=new_ulid(),
+        session_id=session_id,
+        turn_id=turn_id,
+        role="tool",
+        content=[
+            ToolResultBlock(
+                tool_use_id=tool_use_id, content=list(outcome.content), is_error=outcome.is_error
+            )
+        ],
+        created_at_us=stamp,
+        metadata=MessageMetadata(tool_use_id=tool_use_id),
+    )
+
+
+def accept(plan: ResolutionPlan, session_id: str, turn_id: str) -> Resolution:
+    """Build the acceptance-time `tool` messages, in tool_use order (tools.md §6.2 step 5)."""
+    stamp = now_us()
+    accepted: list[AcceptedAnswer] = []
+    for call, answer in plan.items:
+        outcome: ToolOutcome | None = None
+        if isinstance(answer, ApplicationResult):
+            size = sum(len(b.text.encode()) for b in answer.content if isinstance(b, TextBlock))
+            outcome = ToolOutcome(
+                error_class=None,
+                content=tuple(answer.content),
+                is_error=answer.is_error,
+                output_bytes=size,
+                duration_ms=max(0, (stamp - call.called_at_us) // 1000),
+            )
+        elif not answer.granted:
+            outcome = failed("user_denied", user_denied_text(answer.reason or None))
+        message = (
+            _tool_message(session_id, turn_id, call.tool_use_id, outcome, stamp)
+            if outcome is not None
+            else None
+        )
+        accepted.append(AcceptedAnswer(call, answer, message, outcome))
+    return Resolution(plan.resumes_turn_id, tuple(accepted))
+
+
+async def commit_turn(
+    db: Database,
+    turn: NewTurn,
+    messages: list[Message],
+    resolution: Resolution | None,
+    surface_writes: SurfaceWrites | None,
+) -> None:
+    """The acceptance transaction (aap.md §5.5 step 4): turn row, input messages, answered
+    calls and confirmation rows, and the surface's own rows — all or nothing."""
+    async with db.write() as conn:
+        # Same statements as SessionStore.insert_turn, inside this wider transaction.
+        await conn.execute(
+            "INSERT INTO turns (id, session_id, ordinal, status, surface, trigger, user_message_id, "
+            "resumes_turn_id, model, confirmation_policy, started_at_us) "
+            "SELECT ?, ?, turn_count + 1, 'running', ?, ?, ?, ?, ?, ?, ? FROM sessions WHERE id=?",
+            (
+                turn.id,
+                turn.session_id,
+                turn.surface,
+                turn.trigger,
+                turn.user_message_id,
+                turn.resumes_turn_id,
+                turn.model,
+                turn.confirmation_policy,
+                turn.started_at_us,
+                turn.session_id,
+            ),
+        )
+        await conn.execute(
+            "UPDATE sessions SET turn_count=turn_count+1, updated_at_us=? WHERE id=?",
+            (turn.started_at_us, turn.session_id),
+        )
+        for message in messages:
+            await insert_message(conn, message)
+        if resolution is not None:
+            await _settle_rows(conn, resolution, turn.id)
+        if surface_writes is not None:
+            await surface_writes(conn, messages)
+
+
+async def _settle_rows(conn: aiosqlite.Connection, resolution: Resolution, turn_id: str) -> None:
+    stamp = now_us()
+    for item in resolution.accepted:
+        call = item.call
+        if item.message is not None:
+            cur = await conn.execute(
+                "UPDATE tool_calls SET result_message_id=? WHERE id=? AND result_message_id IS NULL",
+                (item.message.id, call.tool_use_id),
+            )
+            if cur.rowcount != 1:
+                raise _gone(call)
+        if isinstance(item.answer, PermissionAnswer):
+            reason = item.answer.reason if not item.answer.granted else None
+            cur = await conn.execute(
+                "UPDATE confirmations SET status=?, scope='once', remembered=0, reason=?, "
+                "resolved_at_us=?, resolved_in_turn_id=? WHERE id=? AND status='pending'",
+                (
+                    "allowed" if item.answer.granted else "denied",
+                    reason,
+                    stamp,
+                    turn_id,
+                    call.confirmation_id,
+                ),
+            )
+            if cur.rowcount != 1:
+                raise _gone(call)
+
+
+def _gone(call: PendingCall) -> InvalidResolution:
+    """A call answered or closed concurrently (session end): the whole acceptance rolls back."""
+    return InvalidResolution(missing=[], unknown=[call.tool_use_id], duplicate=[], wrong_kind=[])
+
+
+# ---------------------------------------------------------------------------------------------
+# The resolution turn's first step
+# ---------------------------------------------------------------------------------------------
+
+
+def _blocks_by_id(history: Sequence[Message], message_ids: set[str]) -> dict[str, ToolUseBlock]:
+    return {
+        b.id: b
+        for m in history
+        if m.id in message_ids
+        for b in m.content
+        if isinstance(b, ToolUseBlock)
+    }
+
+
+async def _called_event_ids(db: Database, turn_id: str) -> dict[str, str]:
+    rows = await db.fetchall(
+        "SELECT id, payload_json FROM events WHERE turn_id=? AND type='tool.called'", (turn_id,)
+    )
+    return {json.loads(r["payload_json"]).get("tool_use_id"): r["id"] for r in rows}
+
+
+async def run_resolution(core: Any, run: Any) -> None:
+    """Announce every answer in tool_use order, then execute the grants (tools.md §6.2 step 6).
+
+    `run` is the resolution turn's `TurnRun`; events carry its turn id.
+    """
+    resolution: Resolution = run.resolution
+    session_id, turn_id = run.session_id, run.turn_id
+    bus, dispatcher = core.bus, core.dispatcher
+    blocks = _blocks_by_id(run.live.history, {a.call.message_id for a in resolution.accepted})
+    called: dict[str, str] = {}
+    if any(a.call.kind == "application" for a in resolution.accepted):
+        await core.flush()
+        called = await _called_event_ids(core.db, resolution.resumes_turn_id)
+    grants: list[tuple[ToolUseBlock, str | None]] = []
+    for item in resolution.accepted:
+        call, answer = item.call, item.answer
+        block = blocks.get(call.tool_use_id) or ToolUseBlock(
+            id=call.tool_use_id, name=call.name, input={}
+        )
+        if isinstance(answer, ApplicationResult):
+            assert item.message is not None and item.outcome is not None
+            dispatcher.emit_outcome(
+                session_id,
+                turn_id,
+                block,
+                item.outcome,
+                item.message.id,
+                called.get(call.tool_use_id),
+            )
+            continue
+        decision = "allow" if answer.granted else "deny"
+        resolved = bus.emit(
+            session_id,
+            "tool.confirmation_resolved",
+            {
+                "confirmation_request_id": call.confirmation_id,
+                "tool_use_id": call.tool_use_id,
+                "decision": decision,
+                "scope": "once",
+                "remembered": False,
+                "reason": None if answer.granted else answer.reason,
+            },
+            actor="user",
+            turn_id=turn_id,
+            parent_event_id=call.requested_event_id,
+        )
+        if call.confirmation_id is not None:
+            core.broker.settle_suspended(call.confirmation_id, decision)
+        resolved_id = resolved.id if resolved else None
+        if answer.granted:
+            grants.append((block, resolved_id))
+        else:
+            assert item.message is not None and item.outcome is not None
+            dispatcher.emit_outcome(
+                session_id, turn_id, block, item.outcome, item.message.id, resolved_id
+            )
+    if not grants:
+        return
+    tools = TurnTools(
+        session_id=session_id,
+        turn_id=turn_id,
+        workspace=run.workspace,
+        sandbox=core.sandbox_for(run.workspace),
+        confirmation_policy="suspend",
+        cancel=run.slot.cancel_event,
+        surface_policy=run.surface_policy,
+        application_tools=run.application_tools,
+    )
+    await dispatcher.run_granted(tools, grants, parent_event_id=run.route_event_id)
+
+
+async def close_parked(
+    core: Any, session_id: str, turn_id: str, parked: Sequence[ToolUseBlock]
+) -> None:
+    """A suspend-policy turn ending without `tool_use` leaves nothing pending (aap.md §7):
+    open requests are withdrawn and each parked call gets a stored `Tool call cancelled`."""
+    await core.broker.withdraw_turn(turn_id)
+    dispatcher = core.dispatcher
+    for block in parked:
+        outcome = failed("cancelled", cancelled_text())
+        message = await dispatcher.store_result(session_id, turn_id, block.id, outcome)
+        dispatcher.emit_outcome(session_id, turn_id, block, outcome, message.id, None)

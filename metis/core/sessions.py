@@ -1,0 +1,274 @@
+"""SessionService: the session lifecycle every surface uses (create, list, get, patch, end, purge).
+
+Surfaces translate wire ↔ these calls; every rule (workspace checks, sticky-model queuing,
+end/purge ordering) lives here so the metis REST and the AAP façade behave identically.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from metis.core.canonical import format_us, new_session_id, now_us
+from metis.core.errors import SessionAlreadyEnded, SessionNotFound, WorkspaceNotFound
+from metis.core.events.catalog import SYSTEM_STREAM
+from metis.core.store.sessions import SessionRow
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SessionView:
+    """A session with its live state, ready for any surface to render."""
+
+    row: SessionRow
+    active_model: str | None
+    cost_so_far_usd: Decimal
+    current_turn_id: str | None
+    current_turn_status: str | None
+    pending_confirmations: list[dict[str, Any]]
+
+    @property
+    def id(self) -> str:
+        return self.row.id
+
+    @property
+    def ended(self) -> bool:
+        return self.row.status == "ended"
+
+    @property
+    def pending_swap(self) -> dict[str, Any] | None:
+        if not self.row.pending_model_set:
+            return None
+        return {"sticky_model": self.row.pending_model, "until_turn": self.current_turn_id}
+
+
+@dataclass(frozen=True)
+class ModelChange:
+    id: str
+    active_model: str | None
+    swap_queued: bool
+    swap_queued_until_turn: str | None
+
+
+@dataclass(frozen=True)
+class PurgeResult:
+    id: str
+    ended_at_us: int
+    messages_deleted: int
+    events_deleted: int
+
+
+def resolve_workspace(raw: str, allowed_roots: tuple[Path, ...]) -> str:
+    """`~` expanded, absolute, existing, a readable directory; returned symlink-resolved."""
+    path = Path(raw).expanduser()
+    if not path.is_absolute():
+        raise WorkspaceNotFound(raw, "not_absolute")
+    if not path.exists():
+        raise WorkspaceNotFound(raw, "not_found")
+    if not path.is_dir():
+        raise WorkspaceNotFound(raw, "not_a_directory")
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise WorkspaceNotFound(raw, "not_accessible")
+    resolved = path.resolve(strict=True)
+    if allowed_roots and not any(resolved == r or r in resolved.parents for r in allowed_roots):
+        raise WorkspaceNotFound(raw, "not_accessible")
+    return str(resolved)
+
+
+class SessionService:
+    def __init__(self, core: Any) -> None:
+        self.core = core
+        self.store = core.session_store
+        self._ending: set[str] = set()
+
+    # -- reads --------------------------------------------------------------------------------
+
+    async def require(self, session_id: str) -> SessionRow:
+        row = await self.store.get(session_id) if session_id.startswith("sess_") else None
+        if row is None:
+            raise SessionNotFound(session_id)
+        return row
+
+    async def require_active(self, session_id: str) -> SessionRow:
+        row = await self.require(session_id)
+        if row.status == "ended" or session_id in self._ending:
+            raise SessionAlreadyEnded(session_id, _iso(row.ended_at_us))
+        return row
+
+    def is_ending(self, session_id: str) -> bool:
+        return session_id in self._ending
+
+    def view(self, row: SessionRow) -> SessionView:
+        slot = self.core.slots.current(row.id)
+        sticky = row.active_model
+        return SessionView(
+            row=row,
+            active_model=sticky or self.core.engine.default_model_for(row.workspace_path),
+            cost_so_far_usd=self.core.costs.session(row.id).cost,
+            current_turn_id=slot.turn_id if slot else None,
+            current_turn_status=_slot_status(slot),
+            pending_confirmations=self.core.broker.pending(row.id),
+        )
+
+    async def get(self, session_id: str) -> SessionView:
+        return self.view(await self.require(session_id))
+
+    async def list(
+        self,
+        *,
+        limit: int,
+        before_id: str | None,
+        workspace_path: str | None,
+        surface: str | None,
+        status: str | None,
+    ) -> tuple[list[SessionView], bool]:
+        if workspace_path is not None:
+            try:
+                workspace_path = str(Path(workspace_path).expanduser().resolve(strict=True))
+            except OSError:
+                return [], False  # a path that does not exist matches nothing
+        rows, more = await self.store.page(
+            limit=limit,
+            before_id=before_id,
+            workspace_path=workspace_path,
+            surface=surface,
+            status=status,
+        )
+        return [self.view(r) for r in rows], more
+
+    # -- writes -------------------------------------------------------------------------------
+
+    async def create(
+        self,
+        workspace_path: str,
+        initial_active_model: str | None = None,
+        *,
+        surface: str = "metis",
+    ) -> SessionView:
+        workspace = resolve_workspace(workspace_path, self.core.settings.allowed_workspace_roots)
+        sticky = (
+            self.core.registry.require_configured(initial_active_model)
+            if initial_active_model is not None
+            else None
+        )
+        session_id = new_session_id()
+        version = self.core.policy.version
+        await self.store.insert(session_id, workspace, surface, sticky, version, now_us())
+        self.core.bus.emit(
+            session_id,
+            "session.created",
+            {
+                "workspace_path": workspace,
+                "active_model": sticky,
+                "routing_policy_version": version,
+                "surface": surface,
+            },
+            actor="user",
+        )
+        self.core.live.created_here(session_id)
+        return await self.get(session_id)
+
+    async def set_active_model(self, session_id: str, reference: str | None) -> ModelChange:
+        """PATCH: apply now when idle, else queue for the turn boundary (last PATCH wins)."""
+        row = await self.require_active(session_id)
+        model = self.core.registry.require_configured(reference) if reference is not None else None
+
+        def holder() -> str | None:
+            slot = self.core.slots.current(session_id)
+            return slot.turn_id if slot else None
+
+        queued_behind = await self.store.set_sticky_or_queue(session_id, model, now_us(), holder)
+        change = ModelChange(session_id, model, queued_behind is not None, queued_behind)
+        self.core.bus.emit(
+            session_id,
+            "session.model_changed",
+            {
+                "previous_active_model": row.active_model,
+                "active_model": model,
+                "queued": change.swap_queued,
+                "applies_after_turn_id": change.swap_queued_until_turn,
+            },
+            actor="user",
+        )
+        if change.active_model is None and not change.swap_queued:
+            view = await self.get(session_id)
+            return ModelChange(session_id, view.active_model, False, None)
+        return change
+
+    async def _begin_ending(self, session_id: str) -> SessionRow:
+        row = await self.require(session_id)
+        if row.status == "ended" or session_id in self._ending:
+            raise SessionAlreadyEnded(session_id, _iso(row.ended_at_us))
+        self._ending.add(session_id)  # synchronous: from here new turns and PATCH get 409
+        self.core.hub.revoke_tokens(session_id)
+        await self.core.turns.cancel_and_wait(session_id, "user_cancel")
+        await self.core.turns.close_suspended(session_id)
+        return row
+
+    async def end(self, session_id: str) -> SessionView:
+        row = await self._begin_ending(session_id)
+        try:
+            stamp = now_us()
+            await self.store.end(session_id, stamp)
+            totals = self.core.costs.session(session_id)
+            self.core.bus.emit(
+                session_id,
+                "session.ended",
+                {
+                    "disposition": "completed",
+                    "turn_count": row.turn_count,
+                    "total_cost_usd": totals.cost,
+                    "duration_seconds": round((stamp - row.created_at_us) / 1_000_000, 6),
+                },
+                actor="user",
+            )
+            await self.core.hub.close_session(session_id, code="session_ended")
+        finally:
+            self._ending.discard(session_id)
+        return await self.get(session_id)
+
+    async def purge(self, session_id: str) -> PurgeResult:
+        row = await self.require(session_id)
+        already_ended = row.status == "ended"
+        if not already_ended:
+            row = await self._begin_ending(session_id)
+        else:
+            self._ending.add(session_id)
+            self.core.hub.revoke_tokens(session_id)
+        try:
+            await self.core.hub.close_session(session_id, code="session_purged")
+            await self.core.flush()
+            messages, events = await self.store.purge(session_id)
+            ended_at = row.ended_at_us or now_us()
+            self.core.bus.forget_stream(session_id)
+            self.core.costs.forget_session(session_id)
+            self.core.broker.forget_session(session_id)
+            self.core.live.forget(session_id)
+            self.core.bus.emit(
+                SYSTEM_STREAM,
+                "session.purged",
+                {
+                    "purged_session_id": session_id,
+                    "messages_deleted": messages,
+                    "events_deleted": events,
+                },
+                actor="user",
+            )
+        finally:
+            self._ending.discard(session_id)
+        return PurgeResult(session_id, ended_at, messages, events)
+
+
+def _slot_status(slot: Any) -> str | None:
+    if slot is None:
+        return None
+    return "cancelling" if slot.status == "cancelling" else "in_flight"
+
+
+def _iso(us: int | None) -> str | None:
+    return format_us(us)

@@ -1,0 +1,510 @@
+"""The tool dispatch pipeline of tools.md §2: lookup → schema → sandbox → confirmation → slot →
+`tool.called` → execute → result, for every tool use of one assistant message.
+
+Execution is concurrent (bounded per session and globally); publication is ordered: the `tool`
+messages and terminal events of a batch are committed and emitted in tool_use order. Every tool
+use that is not parked (suspend policy, application tools) ends with exactly one stored result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Literal
+
+from metis.core.canonical import (
+    Message,
+    MessageMetadata,
+    ToolDefinition,
+    ToolResultBlock,
+    ToolUseBlock,
+    canonical_json,
+    new_ulid,
+    now_us,
+    redact,
+)
+from metis.core.confirmations import ConfirmationBroker, ConfirmationRequest
+from metis.core.events.bus import EventBus
+from metis.core.store.db import Database
+from metis.core.store.messages import insert_message
+from metis.core.tools.executor import ToolExecutor
+from metis.core.tools.policy import SurfaceToolPolicy, configured_mode, resolve_mode
+from metis.core.tools.precheck import precheck
+from metis.core.tools.registry import RegisteredTool, ToolRegistry
+from metis.core.tools.results import (
+    ToolOutcome,
+    confirmation_timeout_text,
+    failed,
+    input_invalid_text,
+    not_enabled_denied_text,
+    not_found_text,
+    policy_denied_text,
+    user_denied_text,
+)
+from metis.core.tools.results import cancelled_text as cancelled_result_text
+from metis.core.tools.sandbox import Sandbox
+from metis.core.tools.settings import ToolsSettings
+from metis.core.tools.summary import summarize
+
+log = logging.getLogger(__name__)
+
+ConfirmationPolicy = Literal["wait", "suspend"]
+
+
+@dataclass
+class TurnTools:
+    """What the dispatcher needs to know about the turn it serves."""
+
+    session_id: str
+    turn_id: str
+    workspace: str
+    sandbox: Sandbox
+    confirmation_policy: ConfirmationPolicy
+    cancel: asyncio.Event
+    surface_policy: SurfaceToolPolicy | None = None
+    application_tools: dict[str, ToolDefinition] = field(default_factory=dict)
+
+
+@dataclass
+class BatchResult:
+    results: list[Message]
+    suspended_ids: list[str]
+
+
+@dataclass(eq=False)
+class _Job:
+    block: ToolUseBlock
+    entry: RegisteredTool | None = None
+    definition: ToolDefinition | None = None
+    input: dict[str, Any] = field(default_factory=dict)
+    gate_event_id: str | None = None
+    called_event_id: str | None = None
+    parked: bool = False
+    published: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def input_fingerprint(value: dict[str, Any]) -> tuple[str, int]:
+    """`input_sha256` and `input_bytes` over sorted-key compact JSON (events.md §4.5)."""
+    encoded = canonical_json(value).encode()
+    return hashlib.sha256(encoded).hexdigest(), len(encoded)
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        *,
+        db: Database,
+        bus: EventBus,
+        broker: ConfirmationBroker,
+        registry: ToolRegistry,
+        settings: ToolsSettings,
+        executor: ToolExecutor | None = None,
+        on_committed: Any = None,
+    ) -> None:
+        self.db = db
+        self.bus = bus
+        self.broker = broker
+        self.registry = registry
+        self.settings = settings
+        self.executor = executor or ToolExecutor(settings)
+        self.on_committed = on_committed or (lambda session_id, message: None)
+        self._global = asyncio.Semaphore(settings.max_concurrent_global)
+        self._session_slots: dict[str, asyncio.Semaphore] = {}
+        self._path_locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._trusted = settings.confirmation.resolved_trusted_workspaces()
+
+    def offered(
+        self, surface: SurfaceToolPolicy | None, application: Sequence[ToolDefinition] = ()
+    ) -> list[ToolDefinition]:
+        return [*self.registry.offered(surface), *application]
+
+    def forget_session(self, session_id: str) -> None:
+        self._session_slots.pop(session_id, None)
+        for key in [k for k in self._path_locks if k[0] == session_id]:
+            del self._path_locks[key]
+
+    # -- the batch ----------------------------------------------------------------------------
+
+    async def run_batch(
+        self,
+        turn: TurnTools,
+        tool_uses: Sequence[ToolUseBlock],
+        *,
+        message_id: str,
+        parent_event_id: str | None,
+    ) -> BatchResult:
+        jobs = [_Job(block) for block in tool_uses]
+
+        async def process(job: _Job) -> ToolOutcome | InputInvalid | None:
+            return await self._process(turn, job, message_id, parent_event_id)
+
+        results = await self._run_ordered(turn, jobs, process, parent_event_id)
+        return BatchResult(
+            [m for m in results if m is not None], [j.block.id for j in jobs if j.parked]
+        )
+
+    async def _run_ordered(
+        self,
+        turn: TurnTools,
+        jobs: list[_Job],
+        process: Callable[[_Job], Awaitable[ToolOutcome | InputInvalid | None]],
+        parent_event_id: str | None,
+    ) -> list[Message | None]:
+        """Concurrent execution, publication in tool_use order (§2 "Ordered publication")."""
+        results: list[Message | None] = [None] * len(jobs)
+
+        async def run(index: int) -> None:
+            job = jobs[index]
+            try:
+                outcome = await process(job)
+            except asyncio.CancelledError:
+                outcome = failed("cancelled", cancelled_result_text())
+            if index > 0:
+                await jobs[index - 1].published.wait()
+            try:
+                if outcome is not None:
+                    results[index] = await self._publish(turn, job, outcome, parent_event_id)
+            finally:
+                job.published.set()
+
+        await asyncio.gather(*(run(i) for i in range(len(jobs))))
+        return results
+
+    # -- AAP resolution: granted suspended calls (tools.md §6.2 step 6) -----------------------
+
+    async def run_granted(
+        self,
+        turn: TurnTools,
+        grants: Sequence[tuple[ToolUseBlock, str | None]],
+        *,
+        parent_event_id: str | None,
+    ) -> list[Message]:
+        """Run calls granted in a resolution turn: the tool may have been disabled meanwhile
+        and the filesystem may have changed, so lookup and the sandbox pre-check run again
+        before steps 5–8. Each pair is (the tool use, its `tool.confirmation_resolved` id)."""
+        jobs = [_Job(block, gate_event_id=gate) for block, gate in grants]
+        results = await self._run_ordered(
+            turn, jobs, partial(self._process_granted, turn), parent_event_id
+        )
+        return [m for m in results if m is not None]
+
+    async def _process_granted(self, turn: TurnTools, job: _Job) -> ToolOutcome | InputInvalid:
+        block = job.block
+        if turn.cancel.is_set():
+            return failed("cancelled", cancelled_result_text())
+        entry = self.registry.lookup(block.name, turn.surface_policy)
+        if entry is None:
+            return failed("policy_denied", not_enabled_denied_text(block.name))
+        mode, _ = configured_mode(
+            block.name,
+            entry.definition.side_effects,
+            turn.sandbox.root,
+            self.settings.confirmation,
+            self._trusted,
+        )
+        if mode == "deny":
+            return failed("policy_denied", policy_denied_text(block.name))
+        job.entry, job.definition = entry, entry.definition
+        validation = entry.validate(block.input)
+        if not validation.ok:
+            text = input_invalid_text(block.name, validation.errors)
+            return InputInvalid(tuple(validation.errors), failed("tool_error", text))
+        job.input = validation.value or {}
+        check = precheck(entry.definition, job.input, turn.sandbox)
+        if check.failure is not None:
+            return check.failure
+        return await self.execute(turn, job)
+
+    async def _process(
+        self, turn: TurnTools, job: _Job, message_id: str, parent: str | None
+    ) -> ToolOutcome | InputInvalid | None:
+        """Steps 1–7 for one tool use; None when it is parked (answered in a later turn)."""
+        block = job.block
+        job.gate_event_id = parent
+        if turn.cancel.is_set():
+            return failed("cancelled", cancelled_result_text())
+        # 1. lookup
+        application = turn.application_tools.get(block.name)
+        if application is not None:
+            return await self._park_application(turn, job, application, parent)
+        entry = self.registry.lookup(block.name, turn.surface_policy)
+        if entry is None:
+            names = [*self.registry.offered_names(turn.surface_policy), *turn.application_tools]
+            return failed(
+                "not_found",
+                not_found_text(block.name, names),
+                max_bytes=self.settings.max_result_bytes,
+            )
+        job.entry, job.definition = entry, entry.definition
+        # 2. schema
+        validation = entry.validate(block.input)
+        if not validation.ok:
+            text = input_invalid_text(block.name, validation.errors)
+            return InputInvalid(tuple(validation.errors), failed("tool_error", text))
+        job.input = validation.value or {}
+        # 3. sandbox pre-check
+        check = precheck(entry.definition, job.input, turn.sandbox)
+        if check.failure is not None:
+            return check.failure
+        # 4. confirmation
+        resolution = resolve_mode(
+            tool_name=block.name,
+            side_effects=entry.definition.side_effects,
+            workspace=turn.sandbox.root,
+            confirmation=self.settings.confirmation,
+            trusted_roots=self._trusted,
+            surface=turn.surface_policy,
+            remembered=self._remembered(turn.session_id, block.name),
+        )
+        if resolution.action == "policy_denied":
+            return failed("policy_denied", policy_denied_text(block.name))
+        if resolution.action == "user_denied":
+            return failed("user_denied", user_denied_text())
+        if resolution.action == "ask":
+            summary = summarize(entry.definition, job.input, turn.sandbox)
+            request = ConfirmationRequest(
+                session_id=turn.session_id,
+                turn_id=turn.turn_id,
+                tool_use_id=block.id,
+                tool_name=block.name,
+                side_effects=entry.definition.side_effects,
+                input_summary=summary.input_summary,
+                projected_modifications=summary.projected_modifications,
+                command_summary=summary.command_summary,
+                message_id=message_id,
+                parent_event_id=parent,
+            )
+            if turn.confirmation_policy == "suspend":
+                await self.broker.park(request)
+                job.parked = True
+                return None
+            answer = await self.broker.ask(
+                request, cancel=turn.cancel, remember_any=resolution.mode == "prompt_once"
+            )
+            job.gate_event_id = answer.resolved_event_id or parent
+            if answer.outcome == "withdrawn":
+                return failed("cancelled", cancelled_result_text())
+            if answer.outcome == "timeout":
+                return failed(
+                    "confirmation_timeout", confirmation_timeout_text(self.broker.timeout_s)
+                )
+            if answer.outcome == "deny":
+                return failed("user_denied", user_denied_text(answer.reason))
+        return await self.execute(turn, job)
+
+    def _remembered(self, session_id: str, tool_name: str) -> dict[str, Any]:
+        decision = self.broker.remembered(session_id, tool_name)
+        return {tool_name: decision} if decision else {}
+
+    async def execute(self, turn: TurnTools, job: _Job) -> ToolOutcome:
+        """Steps 5–7: take the slot (and path lock), announce `tool.called`, run."""
+        entry = job.entry
+        assert entry is not None
+        session_slot = self._session_slots.setdefault(
+            turn.session_id, asyncio.Semaphore(self.settings.max_concurrent_per_session)
+        )
+        lock = None
+        if entry.definition.side_effects == "write":
+            paths = precheck(entry.definition, job.input, turn.sandbox).paths
+            if paths:
+                lock = self._path_locks.setdefault((turn.session_id, paths[0].real), asyncio.Lock())
+        acquired: list[Any] = []
+        try:
+            for gate in (session_slot, self._global, lock):
+                if gate is None:
+                    continue
+                if not await _acquire_unless_cancelled(gate, turn.cancel):
+                    return failed("cancelled", cancelled_result_text())
+                acquired.append(gate)
+            timeout = self.executor.timeout_for(entry, job.input)
+            sha, size = input_fingerprint(job.input)
+            called = self.bus.emit(
+                turn.session_id,
+                "tool.called",
+                {
+                    "tool_use_id": job.block.id,
+                    "tool_name": job.block.name,
+                    "side_effects": entry.definition.side_effects,
+                    "origin": "builtin",
+                    "input_sha256": sha,
+                    "input_bytes": size,
+                    "timeout_seconds": timeout,
+                },
+                actor="agent",
+                turn_id=turn.turn_id,
+                parent_event_id=job.gate_event_id,
+            )
+            job.called_event_id = called.id if called else None
+            return await self.executor.run(
+                entry,
+                job.input,
+                sandbox=turn.sandbox,
+                tool_use_id=job.block.id,
+                cancel_event=turn.cancel,
+                session_id=turn.session_id,
+                turn_id=turn.turn_id,
+                timeout_seconds=timeout,
+            )
+        finally:
+            for gate in reversed(acquired):
+                gate.release()
+
+    async def _park_application(
+        self, turn: TurnTools, job: _Job, definition: ToolDefinition, parent: str | None
+    ) -> None:
+        """Application tools always suspend: `tool.called{origin: application}` then parked."""
+        sha, size = input_fingerprint(job.block.input)
+        self.bus.emit(
+            turn.session_id,
+            "tool.called",
+            {
+                "tool_use_id": job.block.id,
+                "tool_name": job.block.name,
+                "side_effects": definition.side_effects,
+                "origin": "application",
+                "input_sha256": sha,
+                "input_bytes": size,
+                "timeout_seconds": None,
+            },
+            actor="agent",
+            turn_id=turn.turn_id,
+            parent_event_id=parent,
+        )
+        job.parked = True
+        return None
+
+    # -- publication --------------------------------------------------------------------------
+
+    async def _publish(
+        self, turn: TurnTools, job: _Job, outcome: ToolOutcome | InputInvalid, parent: str | None
+    ) -> Message:
+        """Step 8: commit the `tool` message, then emit the terminal event."""
+        stored = outcome.outcome if isinstance(outcome, InputInvalid) else outcome
+        message = await self.store_result(turn.session_id, turn.turn_id, job.block.id, stored)
+        parent_id = job.called_event_id or job.gate_event_id or parent
+        self.emit_outcome(turn.session_id, turn.turn_id, job.block, outcome, message.id, parent_id)
+        return message
+
+    async def store_result(
+        self, session_id: str, turn_id: str | None, tool_use_id: str, outcome: ToolOutcome
+    ) -> Message:
+        message = Message(
+            id=new_ulid(),
+            session_id=session_id,
+            turn_id=turn_id,
+            role="tool",
+            content=[
+                ToolResultBlock(
+                    tool_use_id=tool_use_id,
+                    content=list(outcome.content),
+                    is_error=outcome.is_error,
+                )
+            ],
+            created_at_us=now_us(),
+            metadata=MessageMetadata(tool_use_id=tool_use_id),
+        )
+        async with self.db.write() as conn:
+            await insert_message(conn, message)
+            await conn.execute(
+                "UPDATE tool_calls SET result_message_id=? WHERE id=?", (message.id, tool_use_id)
+            )
+        self.on_committed(session_id, message)
+        return message
+
+    def emit_outcome(
+        self,
+        session_id: str,
+        turn_id: str | None,
+        block: ToolUseBlock,
+        outcome: ToolOutcome | InputInvalid,
+        result_message_id: str,
+        parent_event_id: str | None,
+    ) -> None:
+        if isinstance(outcome, InputInvalid):
+            payload: dict[str, Any] = {
+                "tool_use_id": block.id,
+                "tool_name": block.name,
+                "errors": [{"path": e.path, "message": e.message} for e in outcome.errors[:20]],
+                "result_message_id": result_message_id,
+            }
+            self.bus.emit(
+                session_id,
+                "tool.input_invalid",
+                payload,
+                actor="system",
+                turn_id=turn_id,
+                parent_event_id=parent_event_id,
+            )
+        elif outcome.error_class is None:
+            self.bus.emit(
+                session_id,
+                "tool.completed",
+                {
+                    "tool_use_id": block.id,
+                    "is_error": outcome.is_error,
+                    "output_bytes": outcome.output_bytes,
+                    "truncated": outcome.truncated,
+                    "duration_ms": outcome.duration_ms,
+                    "files_modified": list(outcome.files_modified)
+                    if outcome.files_modified is not None
+                    else None,
+                    "exit_code": outcome.exit_code,
+                    "result_message_id": result_message_id,
+                },
+                actor="tool",
+                turn_id=turn_id,
+                parent_event_id=parent_event_id,
+            )
+        else:
+            self.bus.emit(
+                session_id,
+                "tool.failed",
+                {
+                    "tool_use_id": block.id,
+                    "tool_name": block.name,
+                    "error_class": outcome.error_class,
+                    "message": redact(outcome.text, limit=2000),
+                    "duration_ms": outcome.duration_ms,
+                    "result_message_id": result_message_id,
+                },
+                actor="tool",
+                turn_id=turn_id,
+                parent_event_id=parent_event_id,
+            )
+
+
+@dataclass(frozen=True)
+class InputInvalid:
+    """A schema failure: stored like any error result, announced as `tool.input_invalid`."""
+
+    errors: tuple[Any, ...]
+    outcome: ToolOutcome
+
+
+async def _acquire_unless_cancelled(
+    gate: asyncio.Semaphore | asyncio.Lock, cancel: asyncio.Event
+) -> bool:
+    """Wait for a slot, or give up when the turn is cancelled (`tool.failed{cancelled}`)."""
+    if cancel.is_set():
+        return False
+    acquire = asyncio.ensure_future(gate.acquire())
+    cancelled = asyncio.ensure_future(cancel.wait())
+    try:
+        await asyncio.wait({acquire, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        cancelled.cancel()
+    if acquire.done() and not acquire.cancelled():
+        if cancel.is_set():
+            gate.release()
+            return False
+        return True
+    acquire.cancel()
+    return False
+
+
+def cancelled_outcome() -> ToolOutcome:
+    return failed("cancelled", cancelled_result_text())

@@ -1,0 +1,103 @@
+"""GET /routing/policy, POST /routing/check, POST /routing/reload, GET /models (routing.md §8)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field
+
+from metis.server.http import RouteTable, json_response, parse_query, read_body
+from metis.server.state import STATE_KEY
+
+routes = RouteTable()
+
+
+class RoutingCheckRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    policy_yaml: str | None = Field(default=None, strict=True)
+
+
+class ReloadQuery(BaseModel):
+    reset_availability: bool = False
+
+
+class PolicyResponse(BaseModel):
+    version: str
+    valid: bool
+    loaded_at: str | None
+    source: str
+    path: str | None
+    file_version: str | None
+    global_default: str | None
+    tiers: dict[str, Any]
+    rules: list[dict[str, Any]]
+    workspaces: dict[str, Any]
+    pattern: dict[str, Any]
+    errors: list[str]
+    warnings: list[str]
+    using_last_known_good: bool
+
+
+class CheckResponse(BaseModel):
+    valid: bool
+    errors: list[str]
+    warnings: list[str]
+    diagnostics: list[dict[str, Any]]
+    version: str
+
+
+class ReloadResponse(BaseModel):
+    version: str
+    valid: bool
+    changed: bool
+    source: str
+    using_last_known_good: bool
+    errors: list[str]
+    warnings: list[str]
+    availability_reset: bool
+
+
+class ModelsResponse(BaseModel):
+    offline_mode: bool
+    pricing_version: str
+    models: list[dict[str, Any]]
+    unconfigured: list[dict[str, Any]]
+
+
+@routes.route("GET", "/routing/policy", response_model=PolicyResponse)
+async def routing_policy(request: web.Request) -> web.Response:
+    """The policy in use, plus the state of the on-disk file."""
+    return json_response(request.app[STATE_KEY].core.policy.describe())
+
+
+@routes.route(
+    "POST",
+    "/routing/check",
+    body="optional",
+    request_model=RoutingCheckRequest,
+    response_model=CheckResponse,
+)
+async def routing_check(request: web.Request) -> web.Response:
+    """Validate a policy (the body's text, else the on-disk file); changes nothing."""
+    body = await read_body(request, RoutingCheckRequest, required=False)
+    text = body.policy_yaml if body is not None else None
+    return json_response(request.app[STATE_KEY].core.policy.check(text))
+
+
+@routes.route("POST", "/routing/reload", query_model=ReloadQuery, response_model=ReloadResponse)
+async def routing_reload(request: web.Request) -> web.Response:
+    """Re-read and re-validate routing.yaml; an invalid file keeps the active policy."""
+    query = parse_query(request, ReloadQuery)
+    core = request.app[STATE_KEY].core
+    return json_response(
+        await core.policy.reload("api", reset_availability=query.reset_availability)
+    )
+
+
+@routes.route("GET", "/models", response_model=ModelsResponse)
+async def models(request: web.Request) -> web.Response:
+    """Configured models with availability, and declared-but-unconfigured ones."""
+    core = request.app[STATE_KEY].core
+    return json_response(core.registry.describe_models(core.availability))

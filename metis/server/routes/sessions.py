@@ -1,0 +1,390 @@
+"""Sessions, messages and events over REST (rest-api.md §3.1–3.5, §3.9–3.10)."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, Literal
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field
+
+from metis.core.canonical import decimal_str, format_us, is_ulid, now_us
+from metis.core.errors import CursorNotFound
+from metis.core.events.catalog import PERSISTED
+from metis.core.sessions import SessionView
+from metis.server.errors import ApiError
+from metis.server.http import RouteTable, json_response, parse_query, read_body, validation_error
+from metis.server.state import STATE_KEY, ServerState
+
+routes = RouteTable()
+_SESSION_ERRORS = ("session_not_found",)
+
+
+# ---- wire models -----------------------------------------------------------------------------
+
+
+class CreateSessionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    workspace_path: str = Field(strict=True)
+    initial_active_model: str | None = Field(default=None, strict=True)
+
+
+class PatchSessionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    active_model: str | None = Field(strict=True)
+
+
+class PendingSwap(BaseModel):
+    sticky_model: str | None
+    until_turn: str | None
+
+
+class SessionListItem(BaseModel):
+    id: str
+    surface: Literal["metis", "aap"]
+    workspace_path: str
+    active_model: str | None
+    sticky_model: str | None
+    created_at: str
+    updated_at: str
+    ended_at: str | None
+    turn_count: int
+    cost_so_far_usd: str
+    is_worker: bool
+    parent_session_id: str | None
+    current_turn_id: str | None
+
+
+class Session(SessionListItem):
+    pending_swap: PendingSwap | None
+    routing_policy_version: str
+    current_turn_status: Literal["in_flight", "cancelling"] | None
+    pending_confirmations: list[dict[str, Any]]
+
+
+class SessionWithAttach(Session):
+    attach_token: str | None
+    attach_token_expires_at: str | None
+    ws_url: str | None
+
+
+class SessionList(BaseModel):
+    sessions: list[SessionListItem]
+    next_cursor: str | None
+
+
+class ModelChangeResponse(BaseModel):
+    id: str
+    active_model: str | None
+    swap_queued: bool
+    swap_queued_until_turn: str | None
+
+
+class EndResponse(BaseModel):
+    id: str
+    ended_at: str | None
+    purged: bool | None = None
+    deleted: dict[str, int] | None = None
+
+
+class ListQuery(BaseModel):
+    limit: int = Field(default=50, ge=1, le=200)
+    cursor: str | None = None
+    workspace_path: str | None = None
+    surface: Literal["metis", "aap"] | None = None
+    status: Literal["active", "ended", "all"] = "all"
+
+
+class DeleteQuery(BaseModel):
+    purge: bool = False
+
+
+class MessagesQuery(BaseModel):
+    before: str | None = None
+    after: str | None = None
+    limit: int = Field(default=50, ge=1, le=200)
+
+
+class EventsQuery(BaseModel):
+    event_types: str | None = None
+    since: str | None = None
+    until: str | None = None
+    limit: int = Field(default=100, ge=1, le=1000)
+    cursor: str | None = None
+
+
+class MessagesPage(BaseModel):
+    messages: list[dict[str, Any]]
+    has_more_before: bool
+    has_more_after: bool
+
+
+class EventsPage(BaseModel):
+    events: list[dict[str, Any]]
+    next_cursor: str | None
+
+
+# ---- rendering -------------------------------------------------------------------------------
+
+
+def list_item(view: SessionView) -> dict[str, Any]:
+    row = view.row
+    return {
+        "id": row.id,
+        "surface": row.surface,
+        "workspace_path": row.workspace_path,
+        "active_model": view.active_model,
+        "sticky_model": row.active_model,
+        "created_at": format_us(row.created_at_us),
+        "updated_at": format_us(row.updated_at_us),
+        "ended_at": format_us(row.ended_at_us),
+        "turn_count": row.turn_count,
+        "cost_so_far_usd": decimal_str(view.cost_so_far_usd),
+        "is_worker": False,
+        "parent_session_id": None,
+        "current_turn_id": view.current_turn_id,
+    }
+
+
+def render_session(view: SessionView) -> dict[str, Any]:
+    """The Session object of rest-api.md §2 (also the WebSocket snapshot's `session`)."""
+    return {
+        **list_item(view),
+        "pending_swap": view.pending_swap,
+        "routing_policy_version": view.row.routing_policy_version,
+        "current_turn_status": view.current_turn_status,
+        "pending_confirmations": view.pending_confirmations,
+    }
+
+
+def _attach_fields(state: ServerState, view: SessionView) -> dict[str, Any]:
+    if view.ended or state.core.sessions.is_ending(view.id):
+        return {"attach_token": None, "attach_token_expires_at": None, "ws_url": None}
+    token, ttl_s = state.core.hub.mint_token(view.id)
+    return {
+        "attach_token": token,
+        "attach_token_expires_at": format_us(now_us() + int(ttl_s * 1_000_000)),
+        "ws_url": f"ws://{state.base_host}:{state.port}/sessions/{view.id}/stream?attach={token}",
+    }
+
+
+def encode_cursor(value: str) -> str:
+    return base64.urlsafe_b64encode(value.encode()).decode().rstrip("=")
+
+
+def decode_cursor(raw: str) -> str:
+    try:
+        value = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        value = ""
+    if not is_ulid(value.removeprefix("sess_")):
+        raise _cursor_error()
+    return value
+
+
+def _cursor_error() -> ApiError:
+    return validation_error(
+        [{"loc": ["query", "cursor"], "msg": "cursor is not valid", "type": "cursor_invalid"}]
+    )
+
+
+# ---- handlers --------------------------------------------------------------------------------
+
+
+def _core(request: web.Request) -> Any:
+    return request.app[STATE_KEY].core
+
+
+@routes.route(
+    "POST",
+    "/sessions",
+    status=201,
+    body="required",
+    request_model=CreateSessionRequest,
+    response_model=Session,
+    errors=("workspace_not_found", "model_not_configured"),
+)
+async def create_session(request: web.Request) -> web.Response:
+    """Create a session over a workspace directory."""
+    body = await read_body(request, CreateSessionRequest)
+    assert body is not None
+    view = await _core(request).sessions.create(body.workspace_path, body.initial_active_model)
+    return json_response(
+        render_session(view), status=201, headers={"Location": f"/sessions/{view.id}"}
+    )
+
+
+@routes.route("GET", "/sessions", query_model=ListQuery, response_model=SessionList)
+async def list_sessions(request: web.Request) -> web.Response:
+    """Sessions, newest first, with cursor pagination and filters."""
+    query = parse_query(request, ListQuery)
+    service = _core(request).sessions
+    before = None
+    if query.cursor is not None:
+        before = decode_cursor(query.cursor)
+        if not await service.store.exists(before):
+            raise _cursor_error()
+    views, more = await service.list(
+        limit=query.limit,
+        before_id=before,
+        workspace_path=query.workspace_path,
+        surface=query.surface,
+        status=None if query.status == "all" else query.status,
+    )
+    next_cursor = encode_cursor(views[-1].id) if more and views else None
+    return json_response({"sessions": [list_item(v) for v in views], "next_cursor": next_cursor})
+
+
+@routes.route(
+    "GET", "/sessions/{session_id}", response_model=SessionWithAttach, errors=_SESSION_ERRORS
+)
+async def get_session(request: web.Request) -> web.Response:
+    """A session with a fresh single-use attach token for its WebSocket stream."""
+    state = request.app[STATE_KEY]
+    view = await state.core.sessions.get(request.match_info["session_id"])
+    return json_response({**render_session(view), **_attach_fields(state, view)})
+
+
+@routes.route(
+    "PATCH",
+    "/sessions/{session_id}",
+    body="required",
+    request_model=PatchSessionRequest,
+    response_model=ModelChangeResponse,
+    errors=("session_not_found", "session_already_ended", "model_not_configured"),
+)
+async def patch_session(request: web.Request) -> web.Response:
+    """Set or clear the sticky model; queued behind a running turn."""
+    body = await read_body(request, PatchSessionRequest)
+    assert body is not None
+    change = await _core(request).sessions.set_active_model(
+        request.match_info["session_id"], body.active_model
+    )
+    return json_response(
+        {
+            "id": change.id,
+            "active_model": change.active_model,
+            "swap_queued": change.swap_queued,
+            "swap_queued_until_turn": change.swap_queued_until_turn,
+        }
+    )
+
+
+@routes.route(
+    "DELETE",
+    "/sessions/{session_id}",
+    query_model=DeleteQuery,
+    response_model=EndResponse,
+    errors=("session_not_found", "session_already_ended"),
+)
+async def delete_session(request: web.Request) -> web.Response:
+    """End the session (data kept), or purge it with `?purge=true`."""
+    query = parse_query(request, DeleteQuery)
+    service = _core(request).sessions
+    session_id = request.match_info["session_id"]
+    if query.purge:
+        result = await service.purge(session_id)
+        return json_response(
+            {
+                "id": result.id,
+                "purged": True,
+                "ended_at": format_us(result.ended_at_us),
+                "deleted": {"messages": result.messages_deleted, "events": result.events_deleted},
+            }
+        )
+    view = await service.end(session_id)
+    return json_response({"id": view.id, "ended_at": format_us(view.row.ended_at_us)})
+
+
+def _ulid_param(value: str | None, name: str) -> str | None:
+    if value is not None and not is_ulid(value):
+        raise validation_error([{"loc": ["query", name], "msg": "must be a ULID", "type": "ulid"}])
+    return value
+
+
+@routes.route(
+    "GET",
+    "/sessions/{session_id}/messages",
+    query_model=MessagesQuery,
+    response_model=MessagesPage,
+    errors=_SESSION_ERRORS,
+)
+async def list_messages(request: web.Request) -> web.Response:
+    """Committed messages in conversation order, paged by message id."""
+    query = parse_query(request, MessagesQuery)
+    before, after = _ulid_param(query.before, "before"), _ulid_param(query.after, "after")
+    if before is not None and after is not None:
+        raise validation_error(
+            [{"loc": ["query", "before"], "msg": "use either before or after", "type": "exclusive"}]
+        )
+    core = _core(request)
+    await core.sessions.require(request.match_info["session_id"])
+    page = await core.message_store.page(
+        request.match_info["session_id"], before=before, after=after, limit=query.limit
+    )
+    return json_response(
+        {
+            "messages": [m.wire() for m in page.messages],
+            "has_more_before": page.has_more_before,
+            "has_more_after": page.has_more_after,
+        }
+    )
+
+
+@routes.route(
+    "GET",
+    "/sessions/{session_id}/events",
+    query_model=EventsQuery,
+    response_model=EventsPage,
+    errors=_SESSION_ERRORS,
+)
+async def list_events(request: web.Request) -> web.Response:
+    """Persisted events in seq order (read-your-writes: pending events are flushed first)."""
+    query = parse_query(request, EventsQuery)
+    types = None
+    if query.event_types is not None:
+        types = [t for t in query.event_types.split(",") if t]
+        unknown = [t for t in types if t not in PERSISTED]
+        if unknown or not types:
+            raise validation_error(
+                [
+                    {
+                        "loc": ["query", "event_types"],
+                        "msg": f"unknown event types: {unknown}",
+                        "type": "enum",
+                    }
+                ]
+            )
+    core = _core(request)
+    session_id = request.match_info["session_id"]
+    await core.sessions.require(session_id)
+    await core.flush()
+    after_seq, until_seq = 0, None
+    if query.cursor is not None:
+        after_seq = await _seq_of(core, session_id, decode_cursor(query.cursor), "cursor")
+    elif query.since is not None:
+        after_seq = await _seq_of(core, session_id, query.since, "since")
+    if query.until is not None:
+        until_seq = await _seq_of(core, session_id, query.until, "until")
+    events, more = await core.event_store.page(
+        session_id, after_seq=after_seq, until_seq=until_seq, types=types, limit=query.limit
+    )
+    next_cursor = encode_cursor(events[-1].id) if more and events else None
+    return json_response({"events": [e.wire() for e in events], "next_cursor": next_cursor})
+
+
+async def _seq_of(core: Any, session_id: str, event_id: str, name: str) -> int:
+    try:
+        return await core.event_store.seq_of(session_id, event_id)
+    except CursorNotFound:
+        raise validation_error(
+            [
+                {
+                    "loc": ["query", name],
+                    "msg": "names no event of this session",
+                    "type": "cursor_not_found",
+                }
+            ]
+        ) from None

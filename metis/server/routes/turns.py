@@ -1,0 +1,157 @@
+"""Turns over REST: submit (202), cancel, and answer confirmations (rest-api.md §3.6–3.8)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field
+
+from metis.core.canonical import format_us
+from metis.core.errors import TurnNotFound
+from metis.server.http import RouteTable, json_response, read_body
+from metis.server.state import STATE_KEY
+
+routes = RouteTable()
+
+
+class SubmitTurnRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    content: list[Any]
+    per_message_override: str | None = Field(default=None, strict=True)
+
+
+class CancelRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: Literal["user_cancel"] = "user_cancel"
+
+
+class ConfirmationRequestBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    decision: Literal["allow", "deny"]
+    scope: Literal["once", "session"] = "once"
+    reason: str | None = Field(default=None, max_length=1000, strict=True)
+
+
+class TurnAcceptedResponse(BaseModel):
+    turn_id: str
+    session_id: str
+    submitted_at: str
+    user_message_id: str | None
+    model: str
+
+
+class CancelResponse(BaseModel):
+    turn_id: str
+    cancellation_initiated: bool
+
+
+class ConfirmationResponse(BaseModel):
+    request_id: str
+    decision: str
+    scope: str
+    applied: bool
+
+
+def _core(request: web.Request) -> Any:
+    return request.app[STATE_KEY].core
+
+
+@routes.route(
+    "POST",
+    "/sessions/{session_id}/turns",
+    status=202,
+    body="required",
+    request_model=SubmitTurnRequest,
+    response_model=TurnAcceptedResponse,
+    errors=(
+        "session_not_found",
+        "session_already_ended",
+        "surface_mismatch",
+        "invalid_content",
+        "model_not_configured",
+        "turn_in_flight",
+        "routing_failed",
+    ),
+)
+async def submit_turn(request: web.Request) -> web.Response:
+    """Accept a turn; its events follow on the session's WebSocket."""
+    body = await read_body(request, SubmitTurnRequest)
+    assert body is not None
+    core = _core(request)
+    session_id = request.match_info["session_id"]
+    await core.sessions.require(session_id)  # 404 before content errors (rest-api.md §3.6 order)
+    accepted = await core.turns.submit(session_id, body.content, body.per_message_override)
+    return json_response(
+        {
+            "turn_id": accepted.turn_id,
+            "session_id": accepted.session_id,
+            "submitted_at": format_us(accepted.submitted_at_us),
+            "user_message_id": accepted.user_message_id,
+            "model": accepted.model,
+        },
+        status=202,
+    )
+
+
+@routes.route(
+    "POST",
+    "/sessions/{session_id}/turns/{turn_id}/cancel",
+    status=202,
+    body="optional",
+    request_model=CancelRequest,
+    response_model=CancelResponse,
+    errors=(
+        "session_not_found",
+        "session_already_ended",
+        "turn_not_found",
+        "turn_already_completed",
+    ),
+)
+async def cancel_turn(request: web.Request) -> web.Response:
+    """Cancel a running turn (idempotent); the outcome is `turn.cancelled`."""
+    await read_body(request, CancelRequest, required=False)
+    turn_id = request.match_info["turn_id"]
+    initiated = await _core(request).turns.cancel(request.match_info["session_id"], turn_id)
+    return json_response({"turn_id": turn_id, "cancellation_initiated": initiated}, status=202)
+
+
+@routes.route(
+    "POST",
+    "/sessions/{session_id}/turns/{turn_id}/confirmations/{request_id}",
+    body="required",
+    request_model=ConfirmationRequestBody,
+    response_model=ConfirmationResponse,
+    errors=(
+        "session_not_found",
+        "turn_not_found",
+        "confirmation_not_found",
+        "surface_mismatch",
+        "confirmation_already_resolved",
+    ),
+)
+async def answer_confirmation(request: web.Request) -> web.Response:
+    """Answer a tool confirmation request; the first answer wins."""
+    body = await read_body(request, ConfirmationRequestBody)
+    assert body is not None
+    core = _core(request)
+    session_id, turn_id = request.match_info["session_id"], request.match_info["turn_id"]
+    request_id = request.match_info["request_id"]
+    await core.sessions.require(session_id)
+    turn = await core.session_store.turn(turn_id) if len(turn_id) == 26 else None
+    if turn is None or turn["session_id"] != session_id:
+        raise TurnNotFound(turn_id)
+    result = await core.broker.resolve(
+        session_id, turn_id, request_id, body.decision, body.scope, body.reason
+    )
+    return json_response(
+        {
+            "request_id": request_id,
+            "decision": result.decision,
+            "scope": result.scope,
+            "applied": result.applied,
+        }
+    )

@@ -1,0 +1,179 @@
+"""The gap-free seam (websocket.md §7–9): what a new subscriber receives before going live.
+
+Attach and capture (H, W, the session summary, the message in progress) in one synchronous
+step, then read the snapshot or the replay from the store. Live events emitted while those
+reads are awaited wait in the client's queue; every bus event with seq ≤ H comes from the
+store and every later one from the queue, so nothing is lost or duplicated at the seam.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from metis.core.errors import CursorNotFound
+from metis.core.events.envelope import Event
+from metis.core.events.hub import HubClient, SeamPoint
+from metis.core.store.sessions import SessionRow
+from metis.server.routes.sessions import render_session
+from metis.server.ws.protocol import (
+    Subscribe,
+    SubscribeError,
+    dumps,
+    event_frame,
+    subscribe_ack,
+)
+
+log = logging.getLogger(__name__)
+
+LoadHook = Callable[[str], Awaitable[None]]
+_ROW_READ_ATTEMPTS = 3
+_REPLAY_PAGE = 1000
+
+
+@dataclass
+class Preamble:
+    """Frames to send, in order, before the queue is drained; `last_sent_seq` is H."""
+
+    frames: list[str] = field(default_factory=list)
+    last_sent_seq: int = 0
+    replay_event_count: int = 0
+
+
+@dataclass
+class SeamHooks:
+    """Test seam: `before_load(kind)` runs between the seam point and the store reads
+    (`kind` is "snapshot" or "replay"), so a test can emit events exactly there."""
+
+    before_load: LoadHook | None = None
+
+
+HOOKS = SeamHooks()
+
+
+async def open_stream(
+    core: Any, client: HubClient, sub: Subscribe, hooks: SeamHooks = HOOKS
+) -> Preamble:
+    """Run §9.2 steps 1–4 for `client`; raises SubscribeError (the client is then detached)."""
+    session_id = client.session_id
+    hub = core.hub
+    if not hub.knows(session_id):
+        await core.flush()
+        latest = await core.event_store.latest(session_id)
+        if latest is not None:
+            hub.note_event(session_id, latest.id, latest.seq)
+    for _ in range(_ROW_READ_ATTEMPTS):
+        # The summary must describe the state right after H: re-read the row if an event was
+        # emitted while it was being read (the seam itself is the synchronous block below).
+        before = hub.last_seq(session_id)
+        row = await _read_row(core, session_id)
+        if not sub.snapshot or hub.last_seq(session_id) == before:
+            break
+    # ---- the seam point: one synchronous step ----------------------------------------------
+    point = hub.seam_point(client, sub.filter.accept())
+    session = render_session(core.sessions.view(row)) if sub.snapshot else None
+    # ---- end of the synchronous step --------------------------------------------------------
+    try:
+        kind = "snapshot" if sub.snapshot else "replay" if sub.since is not None else None
+        if hooks.before_load is not None and kind is not None:
+            await hooks.before_load(kind)
+        preamble = Preamble(last_sent_seq=point.seq)
+        body: list[str] = []
+        if sub.snapshot:
+            assert session is not None
+            body.append(await _snapshot(core, session_id, session, point))
+        elif sub.since is not None:
+            events = await _replay(core, row, sub, point)
+            preamble.replay_event_count = len(events)
+            body.extend(event_frame(e) for e in events)
+        preamble.frames.append(dumps(subscribe_ack(sub, preamble.replay_event_count)))
+        preamble.frames.extend(body)
+        preamble.frames.extend(
+            event_frame(e, catch_up=True) for e in point.catch_up if sub.filter.matches(e)
+        )
+        return preamble
+    except BaseException:
+        hub.detach(client)
+        raise
+
+
+async def _read_row(core: Any, session_id: str) -> SessionRow:
+    row = await core.session_store.get(session_id)
+    if row is None:
+        raise SubscribeError(
+            "session_not_found", f"session {session_id} does not exist", session_id=session_id
+        )
+    return row
+
+
+async def _snapshot(core: Any, session_id: str, session: dict[str, Any], point: SeamPoint) -> str:
+    """The newest committed messages with id ≤ W. Ids all have the same length, so
+    `id < W + "0"` is exactly `id ≤ W` for the store's exclusive `before` cursor."""
+    before = point.message_watermark + "0" if point.message_watermark is not None else None
+    limit = core.settings.websocket.snapshot_messages
+    page = await core.message_store.page(session_id, before=before, limit=limit)
+    return dumps(
+        {
+            "type": "snapshot",
+            "session": session,
+            "messages": [m.wire() for m in page.messages],
+            "has_more_before": page.has_more_before,
+            "snapshot_at_event_id": point.event_id,
+            "snapshot_at_seq": point.seq,
+        }
+    )
+
+
+async def _replay(core: Any, row: SessionRow, sub: Subscribe, point: SeamPoint) -> list[Event]:
+    """Matching bus events with seq in (since, H], oldest first; §8 steps 3–6."""
+    assert sub.since is not None
+    await core.flush()
+    try:
+        since_seq = await core.event_store.seq_of(row.id, sub.since)
+    except CursorNotFound:
+        since_seq = None
+    if since_seq is None or since_seq <= row.events_floor_seq:
+        raise SubscribeError(
+            "cursor_expired",
+            "since is not a retained event of this session; subscribe with a snapshot",
+            since=sub.since,
+        )
+    limit = core.settings.websocket.replay_max_events
+    types = sub.filter.stored_types
+    if sub.filter.actors is None:
+        events, more = await core.event_store.page(
+            row.id, after_seq=since_seq, until_seq=point.seq, types=types, limit=limit
+        )
+    else:
+        events, more = await _replay_by_actor(core, row.id, sub, since_seq, point.seq, limit)
+    if more:
+        raise SubscribeError(
+            "replay_too_large",
+            f"more than {limit} events to replay; subscribe with a snapshot",
+            limit=limit,
+            since=sub.since,
+        )
+    return events
+
+
+async def _replay_by_actor(
+    core: Any, session_id: str, sub: Subscribe, after: int, until: int, limit: int
+) -> tuple[list[Event], bool]:
+    """The store selects by type only; actor filters are applied page by page."""
+    matched: list[Event] = []
+    while True:
+        page, more = await core.event_store.page(
+            session_id,
+            after_seq=after,
+            until_seq=until,
+            types=sub.filter.stored_types,
+            limit=_REPLAY_PAGE,
+        )
+        matched.extend(e for e in page if sub.filter.matches(e))
+        if len(matched) > limit:
+            return matched[:limit], True
+        if not more or not page:
+            return matched, False
+        after = page[-1].seq

@@ -1,0 +1,325 @@
+#!/usr/bin/env python3
+"""WebSocket delivery benchmark (issue goals: ≥ 30,000 frames/s to 1 client, ≥ 100,000 frames/s
+in total to 10 clients on one session).
+
+Setup: the fake provider in its own process, the daemon in this process (real REST, real SQLite,
+the real Anthropic adapter), and the WebSocket clients in a third process. The clients are raw
+sockets that count frames without decoding JSON, so the figures measure the daemon, not the
+client. A run is 30 back-to-back turns of 200 text deltas each (207 frames per turn with the
+turn's bus events).
+
+Two figures per client count:
+- end to end: frames received / time from the first to the last frame. The provider pipeline
+  (HTTP request, the SDK's SSE parsing, commits) sits inside this, so it bounds it;
+- fan-out: the same number of streaming frames emitted straight onto the bus in bursts, which
+  measures the hub + writer + socket path alone.
+
+Usage: .venv/bin/python scripts/bench_ws.py [--turns 30] [--deltas 200] [--clients 10]
+       [--profile]   (cProfile of the daemon process during the 1-client turns run)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import cProfile
+import json
+import os
+import pstats
+import selectors
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import aiohttp
+from yarl import URL
+
+from metis.config import load_settings
+from metis.server.runner import Daemon
+
+MODELS = """
+pricing_version: "bench"
+providers:
+  anthropic: {{adapter: anthropic, base_url: "{base_url}", api_key: "ak-bench"}}
+models:
+  - id: anthropic:claude-haiku-4-5
+    capabilities: {{max_context_tokens: 200000, max_output_tokens: 8192}}
+    pricing: {{input_per_mtok: "1", output_per_mtok: "5"}}
+"""
+CHUNK = 8
+
+
+# -- the client process ------------------------------------------------------------------------
+
+
+def _handshake(host: str, port: int, path: str) -> socket.socket:
+    sock = socket.create_connection((host, port))
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall(
+        (
+            f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        ).encode()
+    )
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(1)
+    assert head.startswith(b"HTTP/1.1 101"), head
+    payload = b'{"type":"subscribe"}'
+    mask = os.urandom(4)
+    body = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    sock.sendall(bytes([0x81, 0x80 | len(payload)]) + mask + body)
+    return sock
+
+
+class _Counter:
+    """Frame counting over a raw socket: headers parsed, payloads only searched for an end."""
+
+    def __init__(self, sock: socket.socket, end_marker: bytes, ends_needed: int) -> None:
+        self.sock = sock
+        self.buffer = bytearray()
+        self.frames = 0
+        self.first = 0.0
+        self.last = 0.0
+        self.end_marker = end_marker
+        self.ends = 0
+        self.ends_needed = ends_needed
+
+    @property
+    def done(self) -> bool:
+        return self.ends >= self.ends_needed
+
+    def feed(self, data: bytes) -> None:
+        buf = self.buffer
+        buf += data
+        pos, size = 0, len(buf)
+        now = time.monotonic()
+        while size - pos >= 2:
+            length = buf[pos + 1] & 0x7F
+            offset = 2
+            if length == 126:
+                if size - pos < 4:
+                    break
+                length, offset = struct.unpack_from(">H", buf, pos + 2)[0], 4
+            elif length == 127:
+                if size - pos < 10:
+                    break
+                length, offset = struct.unpack_from(">Q", buf, pos + 2)[0], 10
+            if size - pos < offset + length:
+                break
+            start = pos + offset
+            if buf.startswith(b'{"type":"event"', start):
+                if not self.frames:
+                    self.first = now
+                self.frames += 1
+                self.last = now
+                if buf.find(self.end_marker, start, start + length) != -1:
+                    self.ends += 1
+            pos = start + length
+        del buf[:pos]
+
+
+def client_main(host: str, port: int, ends: int, marker: str, paths: list[str]) -> None:
+    socks = [_handshake(host, port, p) for p in paths]
+    counters = [_Counter(s, marker.encode(), ends) for s in socks]
+    selector = selectors.DefaultSelector()
+    for counter in counters:
+        counter.sock.setblocking(False)
+        selector.register(counter.sock, selectors.EVENT_READ, counter)
+    print("READY", flush=True)
+    while not all(c.done for c in counters):
+        for key, _ in selector.select(timeout=30):
+            counter: _Counter = key.data
+            counter.feed(counter.sock.recv(1 << 20))  # the ack is not an event: not counted
+    print(json.dumps([{"frames": c.frames, "first": c.first, "last": c.last} for c in counters]))
+
+
+# -- the driver --------------------------------------------------------------------------------
+
+
+async def _start_fake() -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve().parent / "fake_provider.py")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    return proc, line.split("=", 1)[1]
+
+
+async def _clients(
+    host: str, port: int, ends: int, marker: str, paths: list[str]
+) -> asyncio.subprocess.Process:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        __file__,
+        "--client",
+        host,
+        str(port),
+        str(ends),
+        marker,
+        *paths,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    assert (await proc.stdout.readline()).strip() == b"READY"
+    return proc
+
+
+async def _result(proc: asyncio.subprocess.Process) -> dict[str, float]:
+    out, _ = await proc.communicate()
+    rows = json.loads(out.decode().strip().splitlines()[-1])
+    frames = sum(r["frames"] for r in rows)
+    span = max(r["last"] for r in rows) - min(r["first"] for r in rows)
+    return {"frames": frames, "seconds": span, "rate": frames / span if span else 0.0}
+
+
+async def _attach_paths(http: aiohttp.ClientSession, sid: str, n: int) -> list[str]:
+    paths = []
+    for _ in range(n):
+        async with http.get(f"/sessions/{sid}") as r:
+            url = (await r.json())["ws_url"]
+        paths.append(URL(url).path_qs)
+    return paths
+
+
+async def run_turns(
+    d: Daemon, http: aiohttp.ClientSession, fake_url: str, clients: int, turns: int, deltas: int
+) -> dict[str, float]:
+    core = d.core
+    async with http.post("/sessions", json={"workspace_path": tempfile.gettempdir()}) as r:
+        sid = (await r.json())["id"]
+    paths = await _attach_paths(http, sid, clients)
+    proc = (
+        await _clients("127.0.0.1", d.port, turns, '"type":"turn.completed"', paths)
+        if clients
+        else None
+    )
+    while core.hub.client_count(sid) < clients or any(
+        c.accept is not None for c in core.hub._sessions[sid].clients
+    ):
+        await asyncio.sleep(0.01)
+    reply = {"text": "x" * (CHUNK * deltas), "chunk_chars": CHUNK, "repeat": turns}
+    async with aiohttp.ClientSession() as control:
+        await control.post(
+            f"{fake_url}/_fake/enqueue", json={"api": "anthropic", "replies": [reply]}
+        )
+    started = time.monotonic()
+    for _ in range(turns):
+        async with http.post(
+            f"/sessions/{sid}/turns", json={"content": [{"type": "text", "text": "go"}]}
+        ) as r:
+            assert r.status == 202, await r.text()
+        slot = core.slots.get(sid)
+        if slot is not None:
+            await slot.released.wait()
+    seconds = time.monotonic() - started
+    result = await _result(proc) if proc is not None else {}
+    result["turn_seconds"] = seconds
+    return result
+
+
+async def run_fanout(
+    d: Daemon, http: aiohttp.ClientSession, clients: int, frames: int
+) -> dict[str, float]:
+    """Streaming frames emitted straight onto the bus in bursts (the WS path alone)."""
+    core = d.core
+    async with http.post("/sessions", json={"workspace_path": tempfile.gettempdir()}) as r:
+        sid = (await r.json())["id"]
+    paths = await _attach_paths(http, sid, clients)
+    proc = await _clients("127.0.0.1", d.port, 1, '"text":"end"', paths)
+    while core.hub.client_count(sid) < clients or any(
+        c.accept is not None for c in core.hub._sessions[sid].clients
+    ):
+        await asyncio.sleep(0.01)
+    payload = {"message_id": "01JZZZZZZZZZZZZZZZZZZZZZZZ", "content_block_index": 0}
+    burst = max(1, core.settings.websocket.queue_max_events // 2)
+    for i in range(frames):
+        core.bus.emit_transient(
+            sid,
+            "text.delta",
+            {**payload, "text": "end" if i == frames - 1 else "x" * CHUNK},
+            turn_id="01JZZZZZZZZZZZZZZZZZZZZZZY",
+            parent_event_id=None,
+        )
+        if i % burst == burst - 1:
+            while any(len(c.queue) > burst // 2 for c in core.hub._sessions[sid].clients):
+                await asyncio.sleep(0)
+    return await _result(proc)
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    fake, fake_url = await _start_fake()
+    home = Path(tempfile.mkdtemp(prefix="metis-bench-"))
+    (home / "models.yaml").write_text(MODELS.format(base_url=fake_url))
+    d = Daemon(load_settings(home=home, port=0, overrides={"log_level": "WARNING"}))
+    await d.start()
+    frames_per_turn = args.deltas + 7
+    try:
+        async with aiohttp.ClientSession(base_url=d.base_url) as http:
+            await run_turns(d, http, fake_url, 1, 2, args.deltas)  # warm-up (SDK import, pools)
+            alone = await run_turns(d, http, fake_url, 0, args.turns, args.deltas)
+            profile = cProfile.Profile() if args.profile else None
+            if profile:
+                profile.enable()
+            one = await run_turns(d, http, fake_url, 1, args.turns, args.deltas)
+            if profile:
+                profile.disable()
+            many = await run_turns(d, http, fake_url, args.clients, args.turns, args.deltas)
+            total = args.turns * frames_per_turn
+            fan_one = await run_fanout(d, http, 1, total)
+            fan_many = await run_fanout(d, http, args.clients, total)
+    finally:
+        await d.stop()
+        fake.terminate()
+        fake.wait()
+    print(f"{args.turns} turns × {args.deltas} deltas ({frames_per_turn} frames/turn)")
+    ceiling = args.turns * frames_per_turn / alone["turn_seconds"]
+    print(
+        f"turn pipeline, no client: {alone['turn_seconds']:.3f} s for the turns, i.e. at most "
+        f"{ceiling:,.0f} frames/s per client whatever the socket layer does"
+    )
+    print(
+        f"end to end, 1 client:    {one['rate']:>9,.0f} frames/s "
+        f"({one['frames']:.0f} frames in {one['seconds']:.3f} s; goal ≥ 30,000)"
+    )
+    print(
+        f"end to end, {args.clients} clients:  {many['rate']:>9,.0f} frames/s in total "
+        f"({many['frames']:.0f} frames in {many['seconds']:.3f} s; goal ≥ 100,000)"
+    )
+    print(
+        f"fan-out,    1 client:    {fan_one['rate']:>9,.0f} frames/s "
+        f"({fan_one['frames']:.0f} frames in {fan_one['seconds']:.3f} s)"
+    )
+    print(
+        f"fan-out,    {args.clients} clients:  {fan_many['rate']:>9,.0f} frames/s in total "
+        f"({fan_many['frames']:.0f} frames in {fan_many['seconds']:.3f} s)"
+    )
+    if profile:
+        print("\ncProfile of the daemon process, 1-client turns run (top 25 by own time):")
+        pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--client":
+        host, port, ends, marker, *paths = sys.argv[2:]
+        client_main(host, int(port), int(ends), marker, paths)
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--turns", type=int, default=30)
+    parser.add_argument("--deltas", type=int, default=200)
+    parser.add_argument("--clients", type=int, default=10)
+    parser.add_argument("--profile", action="store_true")
+    asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""End to end against `metis serve` on a fresh METIS_HOME (aap.md §13 item 18): the independent
+client (plain HTTP + the spec-following SSE parser) drives every stream mode with the scripted
+model; the generated key is read from its file, printed once, and never logged."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import aiohttp
+
+from tests.aap.client import WEATHER, AapClient, check_stream, tool_result
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_metis_serve_speaks_aap_in_every_mode(metis_home: Path) -> None:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k != "METIS_API_KEY"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "metis.cli",
+        "serve",
+        "--port",
+        str(port),
+        env={**env, "METIS_HOME": str(metis_home)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{port}") as http:
+            for _ in range(200):
+                try:
+                    async with http.get("/aap/meta") as r:
+                        if r.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    await asyncio.sleep(0.05)
+            key = (metis_home / "api_key").read_text().strip()
+            aap = AapClient(http, key)
+            sid = await aap.create(client_tools=[WEATHER])
+            for mode in ("none", "delta", "message"):
+                reply = await aap.say(sid, f"hello in {mode}", mode)
+                assert reply.status == 200 and reply.stop == "end_turn"
+                if mode != "none":
+                    check_stream(reply, mode)
+                assert reply.text() == f'You said: "hello in {mode}"'
+                asked = await aap.say(sid, "use tool", mode)
+                [call] = asked.tool_calls()
+                answered = await aap.turn(sid, [tool_result(call["toolCallId"], "ok")], mode)
+                assert answered.stop == "end_turn"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = await proc.communicate()
+    assert proc.returncode == 0
+    assert out.decode().count(key) == 1
+    assert key not in err.decode() and "api_key" in err.decode()

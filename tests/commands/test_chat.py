@@ -1,0 +1,238 @@
+"""`metis chat`: the terminal client against a real daemon and the offline scripted model.
+
+Most tests drive `ChatSession` in-process (input lines on a queue, output in a buffer, Ctrl-C as
+`interrupt()`); one runs the real command in a subprocess with piped stdin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from metis.commands.chat import ChatSession, Renderer
+from metis.server.runner import Daemon
+from tests.api import Api
+from tests.ws_client import SLOW_SCRIPTED
+
+HOLD = "tools:\n  confirmation:\n    per_tool: {read_file: prompt}\n"
+
+
+class Terminal:
+    """Lines in, labelled text out."""
+
+    def __init__(self) -> None:
+        self.lines: asyncio.Queue[str | None] = asyncio.Queue()
+        self.out = io.StringIO()
+
+    def type(self, *lines: str) -> None:
+        for line in lines:
+            self.lines.put_nowait(line + "\n")
+
+    @property
+    def text(self) -> str:
+        return self.out.getvalue()
+
+    def labelled(self, label: str) -> list[str]:
+        return [line for line in self.text.splitlines() if line.startswith(f"{label}> ")]
+
+    async def wait_for(self, needle: str, timeout: float = 10.0) -> None:
+        async with asyncio.timeout(timeout):
+            while needle not in self.text:
+                await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+def chat_with(start_daemon: Callable[..., Any], workspace: Path) -> Callable[..., Any]:
+    async def make(**files: Any) -> tuple[Daemon, Terminal, ChatSession]:
+        d = await start_daemon(**files)
+        term = Terminal()
+        return d, term, ChatSession(d.base_url, str(workspace), term.lines, term.out)
+
+    return make
+
+
+@pytest.fixture
+async def api_of() -> AsyncIterator[Callable[[Daemon], Api]]:
+    opened: list[aiohttp.ClientSession] = []
+
+    def make(d: Daemon) -> Api:
+        http = aiohttp.ClientSession(base_url=d.base_url)
+        opened.append(http)
+        return Api(http)
+
+    yield make
+    for http in opened:
+        await http.close()
+
+
+async def test_a_turn_streams_labelled_and_quit_leaves_the_session_open(
+    chat_with: Callable[..., Any], api_of: Callable[[Daemon], Api]
+) -> None:
+    d, term, chat = await chat_with()
+    term.type("hello there", "/quit")
+    assert await asyncio.wait_for(chat.run(), 15) == 0
+    assert term.labelled("you") == ["you> hello there", "you> /quit"]
+    assert term.labelled("assistant") == ['assistant> You said: "hello there"']
+    assert term.labelled("route") == ["route> local:scripted"]
+    [done] = term.labelled("turn")
+    assert done.startswith("turn> completed in ")
+    assert term.labelled("metis")[-1].startswith("metis> bye;")
+    _, session = await api_of(d).call("GET", f"/sessions/{chat.session_id}")
+    assert session["ended_at"] is None and session["turn_count"] == 1
+
+
+async def test_tool_calls_show_and_a_confirmation_is_answered_in_the_terminal(
+    chat_with: Callable[..., Any], api_of: Callable[[Daemon], Api]
+) -> None:
+    d, term, chat = await chat_with(config=HOLD)
+    term.type("please use server tool", "y", "please use server tool again", "n", "/quit")
+    assert await asyncio.wait_for(chat.run(), 15) == 0
+    tool = term.labelled("tool")
+    assert tool[0].startswith("tool> read_file {") and tool[1] == "tool> running read_file"
+    confirm = term.labelled("confirm")
+    assert confirm[0].startswith("confirm> read_file (read) wants: ")
+    assert "confirm> allow? [y/n]" in confirm and "confirm> allow" in confirm
+    assert "confirm> deny" in confirm
+    assert any("read_file failed: user_denied" in line for line in tool)
+    assert term.labelled("you")[1:2] == ["you> allow"]
+    events = await api_of(d).events(chat.session_id, event_types="tool.confirmation_resolved")
+    assert [e["payload"]["decision"] for e in events] == ["allow", "deny"]
+
+
+async def test_ctrl_c_cancels_the_running_turn_with_a_cancel_frame(
+    chat_with: Callable[..., Any], api_of: Callable[[Daemon], Api]
+) -> None:
+    d, term, chat = await chat_with(models=SLOW_SCRIPTED)
+    term.type("a sentence that takes a while to stream back")
+    running = asyncio.ensure_future(chat.run())
+    await term.wait_for("assistant> ")
+    chat.interrupt()  # what SIGINT does in the terminal
+    await term.wait_for("turn> cancelled (user_cancel)")
+    assert "metis> cancelling the turn…" in term.text
+    assert "metis> the reply was cut short (cancelled)" in term.text
+    chat.interrupt()  # at the prompt: leave
+    assert await asyncio.wait_for(running, 10) == 0
+    cancelled = await api_of(d).events(chat.session_id, event_types="turn.cancelled")
+    assert [e["payload"]["reason"] for e in cancelled] == ["user_cancel"]
+
+
+async def test_model_commands_patch_the_session(
+    chat_with: Callable[..., Any], api_of: Callable[[Daemon], Api]
+) -> None:
+    d, term, chat = await chat_with()
+    term.type("/model local:scripted", "/model", "/model -", "/model nope", "/help", "/quit")
+    assert await asyncio.wait_for(chat.run(), 15) == 0
+    assert term.labelled("model") == [
+        "model> local:scripted",
+        "model> local:scripted",
+        "model> local:scripted (routing decides)",
+    ]
+    assert any("model_not_configured" in line for line in term.labelled("error"))
+    assert any("/model <ref>" in line for line in term.labelled("metis"))
+    _, session = await api_of(d).call("GET", f"/sessions/{chat.session_id}")
+    assert session["sticky_model"] is None
+
+
+async def test_the_session_ending_elsewhere_ends_the_chat(
+    chat_with: Callable[..., Any], api_of: Callable[[Daemon], Api]
+) -> None:
+    d, term, chat = await chat_with()
+    running = asyncio.ensure_future(chat.run())
+    await term.wait_for("/help for commands")
+    await api_of(d).call("DELETE", f"/sessions/{chat.session_id}")
+    assert await asyncio.wait_for(running, 10) == 0
+    assert "metis> the session ended" in term.text
+
+
+async def test_a_dropped_stream_is_reattached_with_since(
+    chat_with: Callable[..., Any], api_of: Callable[[Daemon], Api]
+) -> None:
+    d, term, chat = await chat_with()
+    running = asyncio.ensure_future(chat.run())
+    await term.wait_for("/help for commands")
+    await d.core.hub.close_session(chat.session_id, code="client_too_slow", ws_code=1008)
+    await api_of(d).run_turn(chat.session_id, "while the chat was away")
+    await term.wait_for("missed event(s) follow")
+    await term.wait_for("turn> completed")  # the missed turn, replayed
+    term.type("after the drop", "/quit")
+    assert await asyncio.wait_for(running, 10) == 0
+    assert "metis> stream closed (client_too_slow); re-attaching" in term.text
+    assert term.labelled("assistant") == ['assistant> You said: "after the drop"']
+    assert len(term.labelled("turn")) == 2
+
+
+async def test_an_unreachable_daemon_is_reported(workspace: Path) -> None:
+    term = Terminal()
+    chat = ChatSession("http://127.0.0.1:9", str(workspace), term.lines, term.out)
+    assert await chat.run() == 1
+    assert term.labelled("error")[0].startswith("error> cannot reach the daemon")
+
+
+def test_unknown_event_and_frame_types_are_skipped() -> None:
+    """Forward compatibility (test 14): a client ignores what it does not know."""
+    out = io.StringIO()
+    renderer = Renderer(out)
+    renderer.event({"type": "brand.new_thing", "payload": {"x": 1}, "novel": True})
+    renderer.event({"type": "text.delta", "payload": {"text": "hi", "extra": 1}})
+    renderer.event({"type": "turn.cancelled", "payload": {"reason": "user_cancel"}})
+    assert out.getvalue() == "assistant> hi\nturn> cancelled (user_cancel)\n"
+
+
+async def test_sigint_cancels_the_turn_of_the_real_command(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    d = await start_daemon(models=SLOW_SCRIPTED)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "metis.cli",
+        "chat",
+        str(workspace),
+        "--url",
+        d.base_url,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(b"a sentence that takes a while to stream back to me\n")
+    await proc.stdin.drain()
+    seen = b""
+    async with asyncio.timeout(20):
+        while b"assistant> " not in seen:
+            seen += await proc.stdout.read(64)
+        proc.send_signal(signal.SIGINT)
+        while b"turn> cancelled (user_cancel)" not in seen:
+            seen += await proc.stdout.read(64)
+    proc.stdin.close()
+    out, _ = await asyncio.wait_for(proc.communicate(), 20)
+    assert proc.returncode == 0
+    assert b"metis> bye;" in seen + out
+
+
+async def test_the_command_runs_over_piped_stdin(daemon: Daemon, workspace: Path) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "metis.cli",
+        "chat",
+        str(workspace),
+        "--url",
+        daemon.base_url,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(b"hello from a pipe\n/quit\n"), 30)
+    text = out.decode()
+    assert proc.returncode == 0, err.decode()
+    assert 'assistant> You said: "hello from a pipe"' in text
+    assert "turn> completed in " in text and "you> hello from a pipe" in text

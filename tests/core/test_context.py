@@ -1,0 +1,120 @@
+"""Context assembly (orphan repair, skipped rows) and compaction to the model's budget."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from metis.core.canonical import (
+    Message,
+    MessageMetadata,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    new_ulid,
+)
+from metis.core.context import (
+    OMITTED_RESULT,
+    UNAVAILABLE_RESULT,
+    assemble,
+    compact,
+    workspace_facts,
+)
+
+
+def msg(role: str, *blocks: object, **meta: object) -> Message:
+    return Message(
+        id=new_ulid(),
+        session_id="s",
+        turn_id="t",
+        role=role,
+        content=list(blocks),
+        created_at_us=1,
+        metadata=MessageMetadata(**meta),
+    )
+
+
+def call(tool_id: str) -> Message:
+    return msg("assistant", ToolUseBlock(id=tool_id, name="read_file", input={"path": "a"}))
+
+
+def result(tool_id: str, text: str = "ok") -> Message:
+    return msg(
+        "tool",
+        ToolResultBlock(tool_use_id=tool_id, content=[TextBlock(text=text)]),
+        tool_use_id=tool_id,
+    )
+
+
+def test_a_tool_use_without_a_stored_result_gets_a_synthetic_error_result() -> None:
+    history = [msg("user", TextBlock(text="go")), call("tu_1"), msg("user", TextBlock(text="next"))]
+    out = assemble(history)
+    assert [m.role for m in out] == ["user", "assistant", "tool", "user"]
+    synthetic = out[2].content[0]
+    assert synthetic.is_error and synthetic.content[0].text == UNAVAILABLE_RESULT
+
+
+def test_empty_rows_and_results_without_calls_are_skipped() -> None:
+    history = [msg("user", TextBlock(text="go")), msg("assistant", status="error"), result("tu_x")]
+    assert [m.role for m in assemble(history)] == ["user"]
+
+
+def test_results_follow_their_calls_and_interrupted_calls_are_not_reopened() -> None:
+    history = [
+        msg("user", TextBlock(text="go")),
+        call("tu_1"),
+        result("tu_1"),
+        msg("assistant", TextBlock(text="done")),
+    ]
+    assert [m.role for m in assemble(history)] == ["user", "assistant", "tool", "assistant"]
+
+
+def chars(messages: Sequence[Message]) -> int:
+    total = 0
+    for m in messages:
+        for b in m.content:
+            if isinstance(b, TextBlock):
+                total += len(b.text)
+            elif isinstance(b, ToolResultBlock):
+                total += sum(len(c.text) for c in b.content if isinstance(c, TextBlock))
+    return total
+
+
+def test_compaction_blanks_old_tool_results_first() -> None:
+    history = [
+        msg("user", TextBlock(text="go")),
+        call("tu_1"),
+        result("tu_1", "x" * 1000),
+        msg("assistant", TextBlock(text="read it")),
+        msg("user", TextBlock(text="now?")),
+    ]
+    out = compact(history, budget_tokens=200, estimate=chars)
+    assert out[2].content[0].content[0].text == OMITTED_RESULT
+    assert len(out) == len(history) and history[2].content[0].content[0].text == "x" * 1000
+
+
+def test_compaction_drops_old_exchanges_but_keeps_the_newest_user_message() -> None:
+    history = []
+    for i in range(5):
+        history += [
+            msg("user", TextBlock(text=f"q{i} " + "y" * 100)),
+            msg("assistant", TextBlock(text="a" * 100)),
+        ]
+    history.append(msg("user", TextBlock(text="latest")))
+    out = compact(history, budget_tokens=250, estimate=chars)
+    assert out[-1].content[0].text == "latest" and out[0].role == "user"
+    assert chars(out) <= 250 or len(out) == 1
+
+
+def test_compaction_is_a_no_op_within_budget() -> None:
+    history = [msg("user", TextBlock(text="short"))]
+    assert compact(history, budget_tokens=100, estimate=chars) is history
+
+
+def test_workspace_facts_list_the_root(tmp_path: object) -> None:
+    from pathlib import Path
+
+    root = Path(str(tmp_path))
+    (root / "src").mkdir()
+    (root / "a.py").write_text("")
+    facts = workspace_facts(str(root))
+    assert "a.py, src/" in facts and str(root) in facts
