@@ -288,3 +288,30 @@ async def test_flush_waits_for_a_batch_already_being_written(core: Core) -> None
     assert (await core.db.fetchone("SELECT COUNT(*) FROM events WHERE session_id=?", (sid,)))[
         0
     ] == 150
+
+
+async def test_an_older_schema_upgrades_with_data_intact_and_a_backup(tmp_path: Path) -> None:
+    from metis.core.store.migrations import MIGRATIONS
+
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(MIGRATIONS[0])
+    conn.execute(
+        "INSERT INTO sessions (id, workspace_path, routing_policy_version, status, created_at_us, updated_at_us) "
+        "VALUES ('sess_x', '/tmp', 'v', 'active', 1, 1)"
+    )
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    db = Database(path)
+    await db.open()
+    try:
+        assert db.schema_version == LATEST_VERSION
+        assert (await db.fetchone("SELECT id FROM sessions"))["id"] == "sess_x"
+    finally:
+        await db.close()
+    backup = tmp_path / "old.db.pre-v1.bak"
+    assert backup.exists()
+    check = sqlite3.connect(backup)
+    assert check.execute("PRAGMA user_version").fetchone()[0] == 1
+    check.close()
