@@ -201,3 +201,16 @@ def test_cost_is_exact_decimal_over_four_buckets() -> None:
         input_tokens=1000, output_tokens=200, cache_read_tokens=5000, cache_write_tokens=100
     )
     assert c.decimal_str(c.compute_cost(usage, pricing)) == "0.007875"
+
+
+def test_ulid_encoding_matches_the_reference_library() -> None:
+    import random
+
+    from ulid import ULID
+
+    rng = random.Random(5)
+    for _ in range(2000):
+        value = rng.getrandbits(126)
+        assert c._encode_ulid(value) == str(ULID.from_int(value))
+    fresh = c.new_ulid()
+    assert str(ULID.from_str(fresh)) == fresh

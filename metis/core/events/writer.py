@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 import aiosqlite
+from pydantic_core import to_json
 
 from metis.config import EventsSettings
 from metis.core.canonical import decimal_str
@@ -221,7 +221,7 @@ class TraceWriter:
                 e.type,
                 e.actor,
                 e.timestamp_us,
-                json.dumps(e.payload, separators=(",", ":")),
+                to_json(e.payload).decode(),  # Rust encoder: ~5x faster than json.dumps here
             )
             for e in batch
         ]
