@@ -48,8 +48,7 @@ from metis.core.canonical import (
 )
 from metis.core.errors import InvalidContent, InvalidResolution, PendingToolCalls
 from metis.core.store.db import Database
-from metis.core.store.messages import insert_message
-from metis.core.store.sessions import NewTurn
+from metis.core.store.sessions import NewTurn, write_turn
 from metis.core.tools.dispatcher import TurnTools
 from metis.core.tools.results import ToolOutcome, cancelled_text, failed, user_denied_text
 
@@ -309,30 +308,7 @@ async def commit_turn(
     """The acceptance transaction (aap.md §5.5 step 4): turn row, input messages, answered
     calls and confirmation rows, and the surface's own rows — all or nothing."""
     async with db.write() as conn:
-        # Same statements as SessionStore.insert_turn, inside this wider transaction.
-        await conn.execute(
-            "INSERT INTO turns (id, session_id, ordinal, status, surface, trigger, user_message_id, "
-            "resumes_turn_id, model, confirmation_policy, started_at_us) "
-            "SELECT ?, ?, turn_count + 1, 'running', ?, ?, ?, ?, ?, ?, ? FROM sessions WHERE id=?",
-            (
-                turn.id,
-                turn.session_id,
-                turn.surface,
-                turn.trigger,
-                turn.user_message_id,
-                turn.resumes_turn_id,
-                turn.model,
-                turn.confirmation_policy,
-                turn.started_at_us,
-                turn.session_id,
-            ),
-        )
-        await conn.execute(
-            "UPDATE sessions SET turn_count=turn_count+1, updated_at_us=? WHERE id=?",
-            (turn.started_at_us, turn.session_id),
-        )
-        for message in messages:
-            await insert_message(conn, message)
+        await write_turn(conn, turn, messages)
         if resolution is not None:
             await _settle_rows(conn, resolution, turn.id)
         if surface_writes is not None:

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 
+import aiosqlite
+
 from metis.core.canonical import Message
 from metis.core.store.db import Database
 from metis.core.store.messages import insert_message
@@ -183,29 +185,35 @@ class SessionStore:
     async def insert_turn(self, turn: NewTurn, messages: list[Message]) -> None:
         """The turn row, `turn_count + 1` and the turn's input messages in one transaction."""
         async with self.db.write() as conn:
-            await conn.execute(
-                "INSERT INTO turns (id, session_id, ordinal, status, surface, trigger, user_message_id, "
-                "resumes_turn_id, model, confirmation_policy, started_at_us) "
-                "SELECT ?, ?, turn_count + 1, 'running', ?, ?, ?, ?, ?, ?, ? FROM sessions WHERE id=?",
-                (
-                    turn.id,
-                    turn.session_id,
-                    turn.surface,
-                    turn.trigger,
-                    turn.user_message_id,
-                    turn.resumes_turn_id,
-                    turn.model,
-                    turn.confirmation_policy,
-                    turn.started_at_us,
-                    turn.session_id,
-                ),
-            )
-            await conn.execute(
-                "UPDATE sessions SET turn_count=turn_count+1, updated_at_us=? WHERE id=?",
-                (turn.started_at_us, turn.session_id),
-            )
-            for message in messages:
-                await insert_message(conn, message)
+            await write_turn(conn, turn, messages)
 
     async def turn(self, turn_id: str) -> sqlite3.Row | None:
         return await self.db.fetchone("SELECT * FROM turns WHERE id=?", (turn_id,))
+
+
+async def write_turn(conn: aiosqlite.Connection, turn: NewTurn, messages: list[Message]) -> None:
+    """Insert the turn row (ordinal = `turn_count + 1`), count it, and store its input messages,
+    inside the caller's transaction (the AAP acceptance transaction adds more rows to it)."""
+    await conn.execute(
+        "INSERT INTO turns (id, session_id, ordinal, status, surface, trigger, user_message_id, "
+        "resumes_turn_id, model, confirmation_policy, started_at_us) "
+        "SELECT ?, ?, turn_count + 1, 'running', ?, ?, ?, ?, ?, ?, ? FROM sessions WHERE id=?",
+        (
+            turn.id,
+            turn.session_id,
+            turn.surface,
+            turn.trigger,
+            turn.user_message_id,
+            turn.resumes_turn_id,
+            turn.model,
+            turn.confirmation_policy,
+            turn.started_at_us,
+            turn.session_id,
+        ),
+    )
+    await conn.execute(
+        "UPDATE sessions SET turn_count=turn_count+1, updated_at_us=? WHERE id=?",
+        (turn.started_at_us, turn.session_id),
+    )
+    for message in messages:
+        await insert_message(conn, message)

@@ -321,24 +321,9 @@ class Dispatcher:
                     return failed("cancelled", cancelled_result_text())
                 acquired.append(gate)
             timeout = self.executor.timeout_for(entry, job.input)
-            sha, size = input_fingerprint(job.input)
-            called = self.bus.emit(
-                turn.session_id,
-                "tool.called",
-                {
-                    "tool_use_id": job.block.id,
-                    "tool_name": job.block.name,
-                    "side_effects": entry.definition.side_effects,
-                    "origin": "builtin",
-                    "input_sha256": sha,
-                    "input_bytes": size,
-                    "timeout_seconds": timeout,
-                },
-                actor="agent",
-                turn_id=turn.turn_id,
-                parent_event_id=job.gate_event_id,
+            job.called_event_id = self._announce_called(
+                turn, job, entry.definition, job.input, timeout, job.gate_event_id
             )
-            job.called_event_id = called.id if called else None
             return await self.executor.run(
                 entry,
                 job.input,
@@ -357,25 +342,38 @@ class Dispatcher:
         self, turn: TurnTools, job: _Job, definition: ToolDefinition, parent: str | None
     ) -> None:
         """Application tools always suspend: `tool.called{origin: application}` then parked."""
-        sha, size = input_fingerprint(job.block.input)
-        self.bus.emit(
+        self._announce_called(turn, job, definition, job.block.input, None, parent)
+        job.parked = True
+        return None
+
+    def _announce_called(
+        self,
+        turn: TurnTools,
+        job: _Job,
+        definition: ToolDefinition,
+        tool_input: dict[str, Any],
+        timeout: float | None,
+        parent: str | None,
+    ) -> str | None:
+        """`tool.called` (step 6): from here the call has side effects or waits on the client."""
+        sha, size = input_fingerprint(tool_input)
+        event = self.bus.emit(
             turn.session_id,
             "tool.called",
             {
                 "tool_use_id": job.block.id,
                 "tool_name": job.block.name,
                 "side_effects": definition.side_effects,
-                "origin": "application",
+                "origin": definition.origin,
                 "input_sha256": sha,
                 "input_bytes": size,
-                "timeout_seconds": None,
+                "timeout_seconds": timeout,
             },
             actor="agent",
             turn_id=turn.turn_id,
             parent_event_id=parent,
         )
-        job.parked = True
-        return None
+        return event.id if event else None
 
     # -- publication --------------------------------------------------------------------------
 
