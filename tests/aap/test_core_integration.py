@@ -7,6 +7,8 @@ import ast
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 import metis.core
 from metis.server.runner import Daemon
 from tests.aap.client import WEATHER, AapClient, permission, tool_result
@@ -47,6 +49,12 @@ async def test_a_suspended_call_survives_a_restart(
     await first.stop()
     second = await start_daemon(**roots(workspace))
     aap2 = await client_for(second)
+    async with (
+        aiohttp.ClientSession(base_url=second.base_url) as http,
+        http.get(f"/sessions/{sid}") as r,
+    ):
+        pending = (await r.json())["pending_confirmations"]
+    assert [(p["tool_use_id"], p["policy"]) for p in pending] == [(calls["list_dir"], "suspend")]
     answered = await aap2.turn(
         sid,
         [permission(calls["list_dir"], True), tool_result(calls["get_weather"], "fog")],
@@ -56,6 +64,11 @@ async def test_a_suspended_call_survives_a_restart(
     [result] = answered.data("tool_result")
     assert result["toolCallId"] == calls["list_dir"] and "README.md" in result["content"]
     assert "get_weather (ok): fog" in answered.text()
+    async with (
+        aiohttp.ClientSession(base_url=second.base_url) as http,
+        http.get(f"/sessions/{sid}") as r,
+    ):
+        assert (await r.json())["pending_confirmations"] == []
 
 
 async def test_a_granted_call_interrupted_by_a_stop_gets_the_interruption_result(
