@@ -360,8 +360,13 @@ class ChatSession:
             self.turn_id = None
 
     async def confirm(self, turn_id: str, request: dict[str, Any]) -> None:
-        """Ask y/n in the terminal; the answer goes back over REST."""
-        self.render.line("confirm", "allow? [y/n]")
+        """Ask y/n in the terminal; the answer goes back over REST.
+
+        Several requests can be pending at once (one per tool call of a message); each prompt
+        names the call it is about, and they are asked one after another in arrival order.
+        """
+        summary = request.get("command_summary") or request.get("input_summary") or ""
+        self.render.line("confirm", f"allow {request.get('tool_name')}: {summary}? [y/n]")
         answer = asyncio.ensure_future(self.lines.get())
         while not answer.done() and not self._turn_over(turn_id):
             await self._until_changed(answer)
