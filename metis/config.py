@@ -36,6 +36,7 @@ class LimitsSettings(_Section):
     max_image_bytes: int = Field(default=5 * 1024 * 1024, ge=1)
     max_output_tokens_per_call: int = Field(default=8192, ge=1)
     max_llm_calls_per_turn: int = Field(default=50, ge=1)
+    turn_timeout_s: float | None = Field(default=None, gt=0)
     turn_release_wait_s: float = Field(default=2.0, ge=0)
     shutdown_grace_s: float = Field(default=30.0, ge=0)
 

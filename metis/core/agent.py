@@ -9,6 +9,7 @@ exactly one terminal turn event, after every layer has emitted its own closing e
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -183,6 +184,12 @@ class TurnRunner:
     # -- the loop -----------------------------------------------------------------------------
 
     async def __call__(self) -> None:
+        limit = self.core.settings.limits.turn_timeout_s
+        timer = (
+            asyncio.get_running_loop().call_later(limit, self._time_out)
+            if limit is not None
+            else None
+        )
         try:
             await self._loop()
         except Exception:
@@ -195,7 +202,14 @@ class TurnRunner:
                     {"reason": "internal_error", "error_class": None, "message": "internal error"},
                 )
         finally:
+            if timer is not None:
+                timer.cancel()
             await self.core.turns.release(self.run)
+
+    def _time_out(self) -> None:
+        """The configured turn time limit: the same cancel path as a user's, reason `timeout`."""
+        if self.core.turns.request_cancel(self.run.slot, "timeout"):
+            log.warning("turn %s reached its time limit; cancelling", self.run.turn_id)
 
     def _cancelled(self) -> bool:
         return self.run.slot.cancel_event.is_set()

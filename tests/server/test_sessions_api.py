@@ -824,3 +824,21 @@ async def test_a_corrupt_stored_row_never_makes_the_session_unreadable(
     assert page[1]["content"] == [] and page[1]["metadata"]["status"] == "error"
     _, terminal = await api.run_turn(sid, "second")
     assert terminal["type"] == "turn.completed"
+
+
+async def test_a_turn_over_its_time_limit_is_cancelled_with_reason_timeout(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    d = await start_daemon(config=HOLD, limits={"turn_timeout_s": 0.5})
+    async with aiohttp.ClientSession(base_url=d.base_url) as http:
+        api = Api(http)
+        sid = (await api.create_session(workspace))["id"]
+        turn_id, _ = await hold_turn(api, sid)  # waits on a confirmation nobody answers
+        terminal = await api.wait_turn(sid, turn_id)
+        assert terminal["type"] == "turn.cancelled" and terminal["payload"]["reason"] == "timeout"
+        assert terminal["actor"] == "system"
+        types = [e["type"] for e in await api.turn_events(sid, turn_id)]
+        assert (
+            types[-2:] == ["tool.failed", "turn.cancelled"]
+            and "tool.confirmation_resolved" not in types
+        )
