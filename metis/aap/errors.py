@@ -111,3 +111,16 @@ def validation_error(
     errors: list[dict[str, Any]], message: str = "request validation failed"
 ) -> AapError:
     return AapError("validation_error", message, {"errors": errors})
+
+
+# The codes a turn request can answer with (v1 `POST /session/:id`, v3 `POST /sessions/:id/turns`).
+TURN_ERRORS = (
+    "session_not_found",
+    "invalid_option",
+    "invalid_tools",
+    "invalid_content",
+    "invalid_tool_answers",
+    "turn_in_flight",
+    "session_already_ended",
+    "routing_failed",
+)

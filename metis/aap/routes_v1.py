@@ -13,7 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from metis.aap import sessions
-from metis.aap.errors import AapError, validation_error
+from metis.aap.errors import TURN_ERRORS, AapError, validation_error
 from metis.aap.http import (
     AapRoutes,
     cors_headers,
@@ -149,16 +149,7 @@ async def get_session(request: web.Request) -> web.Response:
     body=True,
     streams=True,
     request_model=TurnRequest,
-    errors=(
-        "session_not_found",
-        "invalid_option",
-        "invalid_tools",
-        "invalid_content",
-        "invalid_tool_answers",
-        "turn_in_flight",
-        "session_already_ended",
-        "routing_failed",
-    ),
+    errors=TURN_ERRORS,
 )
 async def post_turn(request: web.Request) -> web.StreamResponse:
     """Send a user message or tool answers to an existing session."""

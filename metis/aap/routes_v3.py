@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from metis.aap import sessions
+from metis.aap.errors import TURN_ERRORS
 from metis.aap.http import (
     AapRoutes,
     cors_headers,
@@ -116,16 +117,7 @@ async def get_history(request: web.Request) -> web.Response:
     streams=True,
     request_model=TurnRequest,
     response_model=AgentResponse,
-    errors=(
-        "session_not_found",
-        "invalid_option",
-        "invalid_tools",
-        "invalid_content",
-        "invalid_tool_answers",
-        "turn_in_flight",
-        "session_already_ended",
-        "routing_failed",
-    ),
+    errors=TURN_ERRORS,
 )
 async def post_turn(request: web.Request) -> web.StreamResponse:
     """Send a user message or tool answers; the reply streams (delta/message) or returns (none)."""
