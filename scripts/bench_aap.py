@@ -28,34 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from metis.config import load_settings
 from metis.server.runner import Daemon
+from metis.testing.bench import bench_models_yaml, spawn_fake_provider, stop_process
 
 KEY = "bench-aap-key-0123456789"
-MODELS = """
-pricing_version: "bench"
-providers:
-  anthropic: {{adapter: anthropic, base_url: "{url}", api_key: "bench-key"}}
-models:
-  - id: anthropic:claude-sonnet-4-6
-    aliases: [sonnet]
-    capabilities: {{max_context_tokens: 200000, max_output_tokens: 8192}}
-    pricing: {{input_per_mtok: "3", output_per_mtok: "15"}}
-"""
-
-
-async def start_fake_provider() -> tuple[asyncio.subprocess.Process, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "metis.testing.fake_provider",
-        "--port",
-        "0",
-        stdout=asyncio.subprocess.PIPE,
-    )
-    assert proc.stdout is not None
-    while True:
-        line = (await proc.stdout.readline()).decode().strip()
-        if line.startswith("ANTHROPIC_BASE_URL="):
-            return proc, line.split("=", 1)[1]
 
 
 def count_events(buffer: bytearray, name: bytes) -> tuple[int, bool]:
@@ -109,11 +84,11 @@ async def round_trips(http: aiohttp.ClientSession, base: str, n: int) -> list[fl
 
 
 async def main(deltas: int, n: int) -> None:
-    fake, url = await start_fake_provider()
+    fake, url = await spawn_fake_provider()
     os.environ["METIS_API_KEY"] = KEY
     try:
         with tempfile.TemporaryDirectory() as home:
-            Path(home, "models.yaml").write_text(MODELS.format(url=url))
+            Path(home, "models.yaml").write_text(bench_models_yaml(url))
             daemon = Daemon(load_settings(home=Path(home), port=0))
             await daemon.start()
             try:
@@ -123,8 +98,7 @@ async def main(deltas: int, n: int) -> None:
             finally:
                 await daemon.stop()
     finally:
-        fake.terminate()
-        await fake.wait()
+        await stop_process(fake)
     print(f"SSE relay: {rate:,.0f} text_delta events/s ({deltas} deltas in one turn)")
     print(
         f"POST /aap/sessions + one `none` turn: p50 {statistics.median(samples):.2f} ms "

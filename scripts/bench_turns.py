@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,39 +24,13 @@ import aiohttp
 from metis.config import load_settings
 from metis.core.events.envelope import AnyEvent
 from metis.server.runner import Daemon
-
-MODELS = """
-pricing_version: "bench"
-providers:
-  anthropic: {{adapter: anthropic, base_url: "{url}", api_key: "bench-key"}}
-models:
-  - id: anthropic:claude-sonnet-4-6
-    aliases: [sonnet]
-    capabilities: {{max_context_tokens: 200000, max_output_tokens: 8192}}
-    pricing: {{input_per_mtok: "3", output_per_mtok: "15"}}
-"""
-
-
-async def start_fake_provider() -> tuple[asyncio.subprocess.Process, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "metis.testing.fake_provider",
-        "--port",
-        "0",
-        stdout=asyncio.subprocess.PIPE,
-    )
-    assert proc.stdout is not None
-    while True:
-        line = (await proc.stdout.readline()).decode().strip()
-        if line.startswith("ANTHROPIC_BASE_URL="):
-            return proc, line.split("=", 1)[1]
+from metis.testing.bench import bench_models_yaml, spawn_fake_provider, stop_process
 
 
 async def main(turns: int, deltas: int) -> None:
-    fake, url = await start_fake_provider()
+    fake, url = await spawn_fake_provider()
     with tempfile.TemporaryDirectory() as home, tempfile.TemporaryDirectory() as workspace:
-        Path(home, "models.yaml").write_text(MODELS.format(url=url))
+        Path(home, "models.yaml").write_text(bench_models_yaml(url))
         daemon = Daemon(load_settings(home=Path(home), port=0))
         await daemon.start()
         ended: dict[str, float] = {}
@@ -92,8 +65,7 @@ async def main(turns: int, deltas: int) -> None:
                 cpu.append((time.process_time() - cpu_started) * 1000)
                 await daemon.core.turns.wait_all()  # the slot is released before the next POST
         await daemon.stop()
-    fake.terminate()
-    await fake.wait()
+    await stop_process(fake)
     print(f"{turns} turns, {deltas} deltas each (fake provider in its own process)")
     for label, values in (("wall time", samples), ("daemon CPU time", cpu)):
         first, last = statistics.median(values[:10]), statistics.median(values[-10:])

@@ -30,7 +30,6 @@ import pstats
 import selectors
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,16 +42,8 @@ from yarl import URL
 
 from metis.config import load_settings
 from metis.server.runner import Daemon
+from metis.testing.bench import bench_models_yaml, spawn_fake_provider, stop_process
 
-MODELS = """
-pricing_version: "bench"
-providers:
-  anthropic: {{adapter: anthropic, base_url: "{base_url}", api_key: "ak-bench"}}
-models:
-  - id: anthropic:claude-haiku-4-5
-    capabilities: {{max_context_tokens: 200000, max_output_tokens: 8192}}
-    pricing: {{input_per_mtok: "1", output_per_mtok: "5"}}
-"""
 CHUNK = 8
 
 
@@ -142,17 +133,6 @@ def client_main(host: str, port: int, ends: int, marker: str, paths: list[str]) 
 
 
 # -- the driver --------------------------------------------------------------------------------
-
-
-async def _start_fake() -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve().parent / "fake_provider.py")],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
-    return proc, line.split("=", 1)[1]
 
 
 async def _clients(
@@ -257,9 +237,9 @@ async def run_fanout(
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    fake, fake_url = await _start_fake()
+    fake, fake_url = await spawn_fake_provider()
     home = Path(tempfile.mkdtemp(prefix="metis-bench-"))
-    (home / "models.yaml").write_text(MODELS.format(base_url=fake_url))
+    (home / "models.yaml").write_text(bench_models_yaml(fake_url))
     d = Daemon(load_settings(home=home, port=0, overrides={"log_level": "WARNING"}))
     await d.start()
     frames_per_turn = args.deltas + 7
@@ -279,8 +259,7 @@ async def main_async(args: argparse.Namespace) -> None:
             fan_many = await run_fanout(d, http, args.clients, total)
     finally:
         await d.stop()
-        fake.terminate()
-        fake.wait()
+        await stop_process(fake)
     print(f"{args.turns} turns × {args.deltas} deltas ({frames_per_turn} frames/turn)")
     ceiling = args.turns * frames_per_turn / alone["turn_seconds"]
     print(

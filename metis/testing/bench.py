@@ -1,0 +1,48 @@
+"""Shared set-up of the benchmark scripts: a fake provider in its own process and a registry
+pointing at it, so what a benchmark measures is the daemon, not the provider's CPU."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+BENCH_MODEL = "anthropic:claude-sonnet-4-6"
+_MODELS = """
+pricing_version: "bench"
+providers:
+  anthropic: {{adapter: anthropic, base_url: "{url}", api_key: "bench-key"}}
+models:
+  - id: anthropic:claude-sonnet-4-6
+    aliases: [sonnet]
+    capabilities: {{max_context_tokens: 200000, max_output_tokens: 8192}}
+    pricing: {{input_per_mtok: "3", output_per_mtok: "15"}}
+"""
+
+
+def bench_models_yaml(anthropic_url: str) -> str:
+    """A models.yaml whose one model (alias `sonnet`) is served by the fake provider."""
+    return _MODELS.format(url=anthropic_url)
+
+
+async def spawn_fake_provider() -> tuple[asyncio.subprocess.Process, str]:
+    """Start `python -m metis.testing.fake_provider` on a free port; returns (process, base URL)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "metis.testing.fake_provider",
+        "--port",
+        "0",
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    while True:
+        line = (await proc.stdout.readline()).decode()
+        if not line:
+            raise RuntimeError("the fake provider exited before printing its address")
+        if line.startswith("ANTHROPIC_BASE_URL="):
+            return proc, line.strip().split("=", 1)[1]
+
+
+async def stop_process(proc: asyncio.subprocess.Process) -> None:
+    proc.terminate()
+    await proc.wait()
