@@ -13,7 +13,7 @@ import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from time import perf_counter
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from metis.core.canonical import (
     ContentBlock,
@@ -416,6 +416,34 @@ def _as_provider_error(spec: CallSpec, req: LLMRequest, exc: BaseException) -> P
     return exc if isinstance(exc, ProviderError) else spec.classify(exc, req)
 
 
+def _interrupted(
+    req: LLMRequest,
+    builder: ContentBuilder,
+    tr: Translator,
+    stop_reason: Literal["cancelled", "error"],
+    t0: float,
+    first_token_ms: int | None,
+    attempt: int,
+) -> list[StreamEvent]:
+    """The closing events of a stream cut short after `message.start` (providers.md §3.3):
+    a `tool.use_end` per open call, then `message.complete` with the partial content."""
+    closing: list[StreamEvent] = list(builder.close_open_tools(warn=False))
+    _, raw = tr.stop()
+    closing.append(
+        MessageComplete(
+            message_id=req.message_id,
+            stop_reason=stop_reason,
+            final_content=builder.final_content(),
+            usage=tr.usage(partial=True),
+            latency_ms=_ms(t0),
+            first_token_ms=first_token_ms,
+            attempts=attempt,
+            provider_stop_reason=raw,
+        )
+    )
+    return closing
+
+
 async def drive_stream(spec: CallSpec, req: LLMRequest) -> AsyncIterator[StreamEvent]:
     """Run attempts until one yields content, then stream it (providers.md §2-3)."""
     guard = CancelGuard(req.cancel)
@@ -477,19 +505,10 @@ async def drive_stream(spec: CallSpec, req: LLMRequest) -> AsyncIterator[StreamE
                     err = cancelled_error(req, spec.provider_name, attempt)
                     await req.hooks.attempt_failed(attempt, err, False)
                     raise err from None
-                for item in builder.close_open_tools(warn=False):
+                for item in _interrupted(
+                    req, builder, tr, "cancelled", t0, first_token_ms, attempt
+                ):
                     yield item
-                _, raw = tr.stop()
-                yield MessageComplete(
-                    message_id=req.message_id,
-                    stop_reason="cancelled",
-                    final_content=builder.final_content(),
-                    usage=tr.usage(partial=True),
-                    latency_ms=_ms(t0),
-                    first_token_ms=first_token_ms,
-                    attempts=attempt,
-                    provider_stop_reason=raw,
-                )
                 return
             except Exception as exc:
                 err = _as_provider_error(spec, req, exc)
@@ -498,19 +517,8 @@ async def drive_stream(spec: CallSpec, req: LLMRequest) -> AsyncIterator[StreamE
                     await _before_retry(spec, req, guard, attempt, err)
                     continue
                 err.after_first_token = True
-                for item in builder.close_open_tools(warn=False):
+                for item in _interrupted(req, builder, tr, "error", t0, first_token_ms, attempt):
                     yield item
-                _, raw = tr.stop()
-                yield MessageComplete(
-                    message_id=req.message_id,
-                    stop_reason="error",
-                    final_content=builder.final_content(),
-                    usage=tr.usage(partial=True),
-                    latency_ms=_ms(t0),
-                    first_token_ms=first_token_ms,
-                    attempts=attempt,
-                    provider_stop_reason=raw,
-                )
                 log.warning(
                     "provider %s model %s: stream failed after the first token (%s)",
                     spec.provider_name,
