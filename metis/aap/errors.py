@@ -14,6 +14,7 @@ from aiohttp import web
 
 from metis.core import errors as core
 from metis.core.tools.base import ToolNameConflict
+from metis.server.errors import WireError
 
 # code -> HTTP status: the closed table of aap.md §2. Adding a code is a contract change.
 AAP_ERROR_CODES: dict[str, int] = {
@@ -43,24 +44,10 @@ AAP_ERROR_CODES: dict[str, int] = {
 }
 
 
-class AapError(Exception):
+class AapError(WireError):
     """A wire error of the AAP surface; rendered by the AAP middleware only."""
 
-    def __init__(
-        self,
-        code: str,
-        message: str,
-        details: dict[str, Any] | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        if code not in AAP_ERROR_CODES:
-            raise ValueError(f"{code!r} is not in the closed AAP error table")
-        super().__init__(message)
-        self.code = code
-        self.status = AAP_ERROR_CODES[code]
-        self.message = message
-        self.details = details or {}
-        self.headers = headers or {}
+    table = AAP_ERROR_CODES
 
 
 def _answers(exc: core.DomainError) -> AapError:

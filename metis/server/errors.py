@@ -7,7 +7,7 @@ code from the closed table of rest-api.md §5; nothing outside that table may be
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 from aiohttp import web
 
@@ -59,8 +59,11 @@ _DOMAIN_CODES: dict[type[core.DomainError], str] = {
 }
 
 
-class ApiError(Exception):
-    """A wire error raised by the surface itself (validation, media type, routing of requests)."""
+class WireError(Exception):
+    """An error rendered on the wire: a code of `table` (a closed code → status map), a message,
+    details and extra headers. Each surface subclasses it with its own closed table."""
+
+    table: ClassVar[dict[str, int]]
 
     def __init__(
         self,
@@ -69,14 +72,20 @@ class ApiError(Exception):
         details: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
-        if code not in ERROR_CODES:
-            raise ValueError(f"{code!r} is not in the closed error table")
+        if code not in self.table:
+            raise ValueError(f"{code!r} is not in the closed table of {type(self).__name__}")
         super().__init__(message)
         self.code = code
-        self.status = ERROR_CODES[code]
+        self.status = self.table[code]
         self.message = message
         self.details = details or {}
         self.headers = headers or {}
+
+
+class ApiError(WireError):
+    """A wire error raised by the metis surface itself (validation, media type, routing)."""
+
+    table = ERROR_CODES
 
 
 def from_domain(exc: core.DomainError) -> ApiError:
