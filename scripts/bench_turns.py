@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import statistics
 import tempfile
 import time
@@ -27,7 +28,7 @@ from metis.server.runner import Daemon
 from metis.testing.bench import bench_models_yaml, spawn_fake_provider, stop_process
 
 
-async def main(turns: int, deltas: int) -> None:
+async def main(turns: int, deltas: int, profile: str | None) -> None:
     fake, url = await spawn_fake_provider()
     with tempfile.TemporaryDirectory() as home, tempfile.TemporaryDirectory() as workspace:
         Path(home, "models.yaml").write_text(bench_models_yaml(url))
@@ -52,6 +53,9 @@ async def main(turns: int, deltas: int) -> None:
                 session_id = (await r.json())["id"]
             samples: list[float] = []
             cpu: list[float] = []
+            profiler = cProfile.Profile() if profile else None
+            if profiler:
+                profiler.enable()
             for i in range(turns):
                 body = {"content": [{"type": "text", "text": f"turn {i}"}]}
                 cpu_started = time.process_time()
@@ -64,6 +68,9 @@ async def main(turns: int, deltas: int) -> None:
                 samples.append((ended[turn_id] - started) * 1000)
                 cpu.append((time.process_time() - cpu_started) * 1000)
                 await daemon.core.turns.wait_all()  # the slot is released before the next POST
+            if profiler:
+                profiler.disable()
+                profiler.dump_stats(profile)
         await daemon.stop()
     await stop_process(fake)
     print(f"{turns} turns, {deltas} deltas each (fake provider in its own process)")
@@ -79,5 +86,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=100)
     parser.add_argument("--deltas", type=int, default=200)
+    parser.add_argument("--profile", metavar="FILE", help="write cProfile stats of the turns here")
     args = parser.parse_args()
-    asyncio.run(main(args.turns, args.deltas))
+    asyncio.run(main(args.turns, args.deltas, args.profile))

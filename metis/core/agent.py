@@ -369,6 +369,7 @@ class TurnRunner:
                             event.payload(),
                             turn_id=self.run.turn_id,
                             parent_event_id=self.last_llm_event_id,
+                            typed=True,
                         )
         except ProviderError as error:
             return error  # the hooks emitted llm.call_failed (after committing any partial)

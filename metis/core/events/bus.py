@@ -173,9 +173,15 @@ class EventBus:
         *,
         turn_id: str,
         parent_event_id: str | None,
+        typed: bool = False,
     ) -> TransientEvent | None:
-        """Publish a streaming-only event through the same ordered channel (hub only)."""
-        data = self._validated(event_type, payload, STREAMING)  # type: ignore[arg-type]
+        """Publish a streaming-only event through the same ordered channel (hub only).
+
+        `typed=True` says the payload dict came from a provider stream model whose fields are
+        the catalog's (tests/core/events pin the two together); it skips the catalog round
+        trip, which would otherwise be the largest cost of a streamed delta.
+        """
+        data = payload if typed else self._validated(event_type, payload, STREAMING)  # type: ignore[arg-type]
         if data is None:
             return None
         event = TransientEvent(session_id, turn_id, parent_event_id, event_type, data)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, ClassVar, Literal
 
 import anthropic
+from pydantic_core import from_json
 
 from metis.core.canonical import (
     ContentBlock,
@@ -32,6 +33,7 @@ from metis.core.providers.base import LLMRequest, LLMResult, StopReason, StreamE
 from metis.core.providers.errors import (
     ErrorClass,
     ProviderError,
+    StreamErrorEvent,
     error_fields,
     headers_of,
     internal_error,
@@ -48,6 +50,7 @@ from metis.core.providers.history import (
     normalize_history,
 )
 from metis.core.providers.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from metis.core.providers.sse import ServerEvent, SseBody
 from metis.core.providers.streaming import (
     ContentBuilder,
     TextSlot,
@@ -58,6 +61,7 @@ from metis.core.providers.streaming import (
     estimate_output_tokens,
     parse_tool_input,
 )
+from metis.core.providers.transport import sdk_http_client
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +79,13 @@ _ETYPE_STATUS = {
     "api_error": 500,
     "overloaded_error": 529,
 }
+# message_delta usage fields that, when present, replace what message_start reported
+_DELTA_USAGE_FIELDS = (
+    ("output_tokens", "output_tokens"),
+    ("input_tokens", "input_tokens"),
+    ("cache_read_input_tokens", "cache_read"),
+    ("cache_creation_input_tokens", "cache_write"),
+)
 _STOP_MAP: dict[str, StopReason] = {
     "end_turn": "end_turn",
     "max_tokens": "max_tokens",
@@ -279,67 +290,81 @@ class AnthropicTranslator:
         self.saw_start = False
         self.saw_delta_usage = False
 
-    def feed(self, event: Any, out: list[StreamEvent]) -> None:
-        kind = event.type
-        if kind == "content_block_delta":
-            self._delta(event, out)
-        elif kind == "content_block_start":
-            self._block_start(event, out)
-        elif kind == "content_block_stop":
-            self._block_stop(event, out)
-        elif kind == "message_start":
-            self._message_start(event)
-        elif kind == "message_delta":
-            self._message_delta(event)
-        elif kind == "message_stop":
-            self.done = True
+    def feed(self, event: ServerEvent, out: list[StreamEvent]) -> None:
+        """One server event; the SDK's rules: unnamed and `ping` events are skipped, `error`
+        fails the stream, anything else is dispatched on its JSON `type`."""
+        name = event.event
+        if name is None or name == "ping" or not event.data:
+            return
+        if name == "error":
+            raise StreamErrorEvent(event.data.decode("utf-8", "replace"))
+        try:
+            data = from_json(event.data)
+            kind = data["type"]
+            if kind == "content_block_delta":
+                self._delta(data, out)
+            elif kind == "content_block_start":
+                self._block_start(data, out)
+            elif kind == "content_block_stop":
+                self._block_stop(data, out)
+            elif kind == "message_start":
+                self._message_start(data)
+            elif kind == "message_delta":
+                self._message_delta(data)
+            elif kind == "message_stop":
+                self.done = True
+        except (ValueError, LookupError, TypeError, AttributeError) as exc:
+            raise _malformed(
+                self._req, self.provider, f"{name} event ({type(exc).__name__})"
+            ) from None
 
-    def _delta(self, event: Any, out: list[StreamEvent]) -> None:
-        slot = self._slots.get(event.index)
-        delta = event.delta
-        kind = delta.type
+    def _delta(self, event: dict[str, Any], out: list[StreamEvent]) -> None:
+        index = event["index"]
+        slot = self._slots.get(index)
+        delta = event["delta"]
+        kind = delta["type"]
         item: StreamEvent | None
         if kind == "text_delta" and type(slot) is TextSlot:
-            item = self.builder.text(slot, delta.text)
+            item = self.builder.text(slot, delta["text"])
         elif kind == "input_json_delta" and type(slot) is ToolSlot:
-            item = self.builder.tool_delta(slot, delta.partial_json)
+            item = self.builder.tool_delta(slot, delta["partial_json"])
         elif kind == "thinking_delta" and type(slot) is ThinkingSlot:
-            item = self.builder.thinking(slot, delta.thinking)
+            item = self.builder.thinking(slot, delta["thinking"])
         elif kind == "signature_delta" and type(slot) is ThinkingSlot:
-            slot.signature = delta.signature or slot.signature
+            slot.signature = delta.get("signature") or slot.signature
             return
-        elif event.index not in self._slots:
-            raise _malformed(self._req, self.provider, f"delta for unknown block {event.index}")
+        elif index not in self._slots:
+            raise _malformed(self._req, self.provider, f"delta for unknown block {index}")
         else:
             return  # citations and other annotation deltas carry no canonical content
         if item is not None:
             out.append(item)
 
-    def _block_start(self, event: Any, out: list[StreamEvent]) -> None:
-        block = event.content_block
-        kind = block.type
-        index = event.index
+    def _block_start(self, event: dict[str, Any], out: list[StreamEvent]) -> None:
+        block = event["content_block"]
+        kind = block["type"]
+        index = event["index"]
         if kind == "text":
             text_slot = TextSlot()
             self._slots[index] = text_slot
-            item = self.builder.text(text_slot, getattr(block, "text", "") or "")
+            item = self.builder.text(text_slot, block.get("text") or "")
             if item is not None:
                 out.append(item)
         elif kind == "thinking":
             thinking_slot = ThinkingSlot()
-            thinking_slot.signature = getattr(block, "signature", None) or None
+            thinking_slot.signature = block.get("signature") or None
             self._slots[index] = thinking_slot
-            item = self.builder.thinking(thinking_slot, getattr(block, "thinking", "") or "")
+            item = self.builder.thinking(thinking_slot, block.get("thinking") or "")
             if item is not None:
                 out.append(item)
         elif kind == "redacted_thinking":
             self._slots[index] = None
-            self.builder.redacted(block.data)
+            self.builder.redacted(block["data"])
         elif kind == "tool_use":
-            tool_slot, start = self.builder.tool_start(block.name, block.id)
+            tool_slot, start = self.builder.tool_start(block["name"], block.get("id"))
             self._slots[index] = tool_slot
             out.append(start)
-            initial = getattr(block, "input", None)
+            initial = block.get("input")
             if isinstance(initial, dict) and initial:
                 delta = self.builder.tool_delta(tool_slot, json.dumps(initial))
                 if delta is not None:
@@ -348,8 +373,8 @@ class AnthropicTranslator:
             self._slots[index] = None
             log.debug("ignoring anthropic content block of type %s", kind)
 
-    def _block_stop(self, event: Any, out: list[StreamEvent]) -> None:
-        slot = self._slots.pop(event.index, None)
+    def _block_stop(self, event: dict[str, Any], out: list[StreamEvent]) -> None:
+        slot = self._slots.pop(event["index"], None)
         if type(slot) is ThinkingSlot:
             item = self.builder.thinking_end(slot, None)
             if item is not None:
@@ -357,34 +382,27 @@ class AnthropicTranslator:
         elif type(slot) is ToolSlot:
             out.append(self.builder.tool_end(slot))
 
-    def _message_start(self, event: Any) -> None:
+    def _message_start(self, event: dict[str, Any]) -> None:
         self.saw_start = True
-        usage = getattr(event.message, "usage", None)
+        usage = event["message"].get("usage")
         if usage is not None:
-            self.input_tokens = usage.input_tokens or 0
-            self.output_tokens = usage.output_tokens or 0
-            self.cache_read = getattr(usage, "cache_read_input_tokens", None) or 0
-            self.cache_write = getattr(usage, "cache_creation_input_tokens", None) or 0
+            self.input_tokens = usage.get("input_tokens") or 0
+            self.output_tokens = usage.get("output_tokens") or 0
+            self.cache_read = usage.get("cache_read_input_tokens") or 0
+            self.cache_write = usage.get("cache_creation_input_tokens") or 0
 
-    def _message_delta(self, event: Any) -> None:
-        raw = getattr(event.delta, "stop_reason", None)
+    def _message_delta(self, event: dict[str, Any]) -> None:
+        raw = (event.get("delta") or {}).get("stop_reason")
         if raw is not None:
             self.raw_stop = raw
-        usage = getattr(event, "usage", None)
+        usage = event.get("usage")
         if usage is None:
             return
         self.saw_delta_usage = True
-        if usage.output_tokens is not None:
-            self.output_tokens = usage.output_tokens
-        value = getattr(usage, "input_tokens", None)
-        if value is not None:
-            self.input_tokens = value
-        value = getattr(usage, "cache_read_input_tokens", None)
-        if value is not None:
-            self.cache_read = value
-        value = getattr(usage, "cache_creation_input_tokens", None)
-        if value is not None:
-            self.cache_write = value
+        for key, attr in _DELTA_USAGE_FIELDS:
+            value = usage.get(key)
+            if value is not None:
+                setattr(self, attr, value)
 
     def end_of_body(self) -> None:
         if not self.done:
@@ -434,6 +452,42 @@ def _class_for(status: int, etype: str | None, code: str | None, message: str) -
     return status_class_common(status)
 
 
+def _status_error(
+    status: int,
+    body: object,
+    headers: Mapping[str, str] | None,
+    *,
+    provider: str,
+    model: str,
+    secret: str | None,
+) -> ProviderError:
+    """An error reply, or (status 2xx) an `event: error` inside a stream, classed by its type."""
+    etype, code, api_message = error_fields(body)
+    reported: int | None = status
+    if 200 <= status < 300:
+        reported = None
+        status = _ETYPE_STATUS.get(etype or "", 500)
+    error_class = _class_for(status, etype, code, api_message or "")
+    retry_after = (
+        parse_retry_after(headers)
+        if error_class in ("rate_limit", "server_error", "network")
+        else None
+    )
+    where = f"HTTP {reported}" if reported is not None else "stream error event"
+    text = f"anthropic {where} ({etype or 'unknown'})"
+    if api_message:
+        text += f": {api_message}"
+    return ProviderError(
+        error_class,
+        safe_text(text, secret),
+        provider=provider,
+        model=model,
+        http_status=reported,
+        provider_error=etype or code,
+        retry_after_s=retry_after,
+    )
+
+
 def classify(
     exc: BaseException, *, provider: str, model: str, secret: str | None = None
 ) -> ProviderError:
@@ -441,36 +495,16 @@ def classify(
     if isinstance(exc, ProviderError):
         return exc
     if isinstance(exc, anthropic.APIStatusError):
-        etype, code, api_message = error_fields(exc.body)
-        status = exc.status_code
-        reported: int | None = status
-        if 200 <= status < 300:  # an `event: error` inside a 200 stream: class it by its type
-            reported = None
-            status = _ETYPE_STATUS.get(etype or "", 500)
-        error_class = _class_for(status, etype, code, api_message or "")
-        retry_after = (
-            parse_retry_after(headers_of(exc))
-            if error_class
-            in (
-                "rate_limit",
-                "server_error",
-                "network",
-            )
-            else None
-        )
-        where = f"HTTP {reported}" if reported is not None else "stream error event"
-        text = f"anthropic {where} ({etype or 'unknown'})"
-        if api_message:
-            text += f": {api_message}"
-        return ProviderError(
-            error_class,
-            safe_text(text, secret),
+        return _status_error(
+            exc.status_code,
+            exc.body,
+            headers_of(exc),
             provider=provider,
             model=model,
-            http_status=reported,
-            provider_error=etype or code,
-            retry_after_s=retry_after,
+            secret=secret,
         )
+    if isinstance(exc, StreamErrorEvent):
+        return _status_error(200, exc.body, None, provider=provider, model=model, secret=secret)
     if isinstance(exc, anthropic.APIConnectionError):  # includes APITimeoutError
         kind = "timed out" if isinstance(exc, anthropic.APITimeoutError) else "connection failed"
         return ProviderError("network", f"anthropic {kind}", provider=provider, model=model)
@@ -544,6 +578,7 @@ class AnthropicAdapter:
             api_key=provider.sdk_key,
             base_url=provider.base_url,
             max_retries=0,
+            http_client=sdk_http_client(anthropic),
             timeout=anthropic.Timeout(
                 connect=provider.connect_timeout_s,
                 read=provider.read_timeout_s,
@@ -558,7 +593,8 @@ class AnthropicAdapter:
         params = build_params(req, self.provider_name)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("anthropic request %s: %s", req.request_id, json.dumps(params)[:20000])
-        return await self._client.messages.create(**params, stream=True)
+        raw = await self._client.messages.with_raw_response.create(**params, stream=True)
+        return SseBody(raw.http_response)
 
     def translator(self, req: LLMRequest, builder: ContentBuilder) -> AnthropicTranslator:
         return AnthropicTranslator(req, builder, self.provider_name)

@@ -157,21 +157,34 @@ class _Event(BaseModel):
         return self.model_dump(mode="json", exclude={"type"})
 
 
-class MessageStart(_Event):
+class _FlatEvent(_Event):
+    """An event whose fields are plain JSON values: its payload is a copy of its fields.
+
+    These are the per-delta events, where a `model_dump` would cost more than the rest of the
+    event's trip to the bus.
+    """
+
+    def payload(self) -> dict[str, Any]:
+        data = dict(self.__dict__)
+        del data["type"]
+        return data
+
+
+class MessageStart(_FlatEvent):
     type: Literal["message.start"] = "message.start"
     message_id: str
     role: Literal["assistant"] = "assistant"
     model: str
 
 
-class TextDelta(_Event):
+class TextDelta(_FlatEvent):
     type: Literal["text.delta"] = "text.delta"
     message_id: str
     content_block_index: int
     text: str
 
 
-class ThinkingDelta(_Event):
+class ThinkingDelta(_FlatEvent):
     type: Literal["thinking.delta"] = "thinking.delta"
     message_id: str
     content_block_index: int
@@ -179,7 +192,7 @@ class ThinkingDelta(_Event):
     signature: str | None = None
 
 
-class ToolUseStart(_Event):
+class ToolUseStart(_FlatEvent):
     type: Literal["tool.use_start"] = "tool.use_start"
     message_id: str
     content_block_index: int
@@ -187,7 +200,7 @@ class ToolUseStart(_Event):
     tool_name: str
 
 
-class ToolUseInputDelta(_Event):
+class ToolUseInputDelta(_FlatEvent):
     type: Literal["tool.use_input_delta"] = "tool.use_input_delta"
     message_id: str
     content_block_index: int

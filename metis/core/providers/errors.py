@@ -115,6 +115,14 @@ def parse_retry_after(headers: Mapping[str, str] | None, now: float | None = Non
     return max(0.0, when.timestamp() - current)
 
 
+class StreamErrorEvent(Exception):
+    """An error the provider reported inside a 200 stream; the adapter's `classify` maps it."""
+
+    def __init__(self, body: object) -> None:
+        super().__init__("error event in the response stream")
+        self.body = body  # the event's data (JSON text or the parsed object)
+
+
 def error_fields(body: object) -> tuple[str | None, str | None, str | None]:
     """(type, code, message) of an error body in either provider's shape, or of a bare error object."""
     if isinstance(body, str):

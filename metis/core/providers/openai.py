@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, ClassVar, Literal
 
 import openai
+from pydantic_core import from_json
 
 from metis.core.canonical import (
     ContentBlock,
@@ -31,6 +32,7 @@ from metis.core.providers.base import LLMRequest, LLMResult, StopReason, StreamE
 from metis.core.providers.errors import (
     ErrorClass,
     ProviderError,
+    StreamErrorEvent,
     error_fields,
     headers_of,
     internal_error,
@@ -48,6 +50,7 @@ from metis.core.providers.history import (
     result_text,
 )
 from metis.core.providers.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from metis.core.providers.sse import ServerEvent, SseBody
 from metis.core.providers.streaming import (
     ContentBuilder,
     TextSlot,
@@ -58,6 +61,7 @@ from metis.core.providers.streaming import (
     estimate_output_tokens,
     parse_tool_input,
 )
+from metis.core.providers.transport import sdk_http_client
 
 log = logging.getLogger(__name__)
 
@@ -191,11 +195,11 @@ def map_finish_reason(raw: str | None, *, produced_calls: bool, refused: bool) -
     return "end_turn"
 
 
-def usage_from_wire(usage: Any, provider: str) -> TokenUsage:
+def usage_from_wire(usage: Mapping[str, Any], provider: str) -> TokenUsage:
     """Cached tokens are inside `prompt_tokens`: subtract them so no bucket is billed twice."""
-    prompt = getattr(usage, "prompt_tokens", None) or 0
-    details = getattr(usage, "prompt_tokens_details", None)
-    cached = (getattr(details, "cached_tokens", None) or 0) if details is not None else 0
+    prompt = usage.get("prompt_tokens") or 0
+    details = usage.get("prompt_tokens_details")
+    cached = (details.get("cached_tokens") or 0) if isinstance(details, Mapping) else 0
     input_tokens = prompt - cached
     if input_tokens < 0:
         log.warning(
@@ -207,7 +211,7 @@ def usage_from_wire(usage: Any, provider: str) -> TokenUsage:
         input_tokens = 0
     return TokenUsage(
         input_tokens=input_tokens,
-        output_tokens=getattr(usage, "completion_tokens", None) or 0,
+        output_tokens=usage.get("completion_tokens") or 0,
         cache_read_tokens=cached,
         cache_write_tokens=0,
     )
@@ -273,35 +277,54 @@ class OpenAITranslator:
         self._by_id: dict[str, _Call] = {}
         self.finish_raw: str | None = None
         self.refused = False
-        self.wire_usage: Any = None
+        self.wire_usage: dict[str, Any] | None = None
 
-    def feed(self, chunk: Any, out: list[StreamEvent]) -> None:
-        usage = chunk.usage
+    def feed(self, event: ServerEvent, out: list[StreamEvent]) -> None:
+        """One `data:` chunk; the SDK's rules: `[DONE]` ends the body, a chunk carrying an
+        `error` fails the stream."""
+        data = event.data
+        if data.startswith(b"[DONE]"):
+            self.end_of_body()
+            self.done = True
+            return
+        try:
+            chunk = from_json(data)
+            if chunk.get("error"):
+                raise StreamErrorEvent(chunk["error"])
+            self._chunk(chunk, out)
+        except (ValueError, LookupError, TypeError, AttributeError) as exc:
+            raise ProviderError(
+                "server_error",
+                f"malformed openai stream chunk ({type(exc).__name__})",
+                provider=self.provider,
+                model=self._req.model,
+            ) from None
+
+    def _chunk(self, chunk: dict[str, Any], out: list[StreamEvent]) -> None:
+        usage = chunk.get("usage")
         if usage is not None:
             self.wire_usage = usage
-        choices = chunk.choices
+        choices = chunk.get("choices")
         if not choices:
             return
         choice = choices[0]
-        delta = choice.delta
-        if delta is not None:
-            content = delta.content
+        delta = choice.get("delta")
+        if delta:
+            content = delta.get("content")
             if content:
                 self._emit_text(content, out)
-            extra = delta.model_extra
-            if extra:
-                reasoning = extra.get("reasoning_content") or extra.get("reasoning")
-                if isinstance(reasoning, str) and reasoning:
-                    self._emit_thinking(reasoning, out)
-            refusal = delta.refusal
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(reasoning, str) and reasoning:
+                self._emit_thinking(reasoning, out)
+            refusal = delta.get("refusal")
             if refusal:
                 self.refused = True
                 self._emit_text(refusal, out)
-            calls = delta.tool_calls
+            calls = delta.get("tool_calls")
             if calls and self.finish_raw is None:
                 for fragment in calls:
                     self._tool_fragment(fragment, out)
-        finish = choice.finish_reason
+        finish = choice.get("finish_reason")
         if finish and self.finish_raw is None:
             self.finish_raw = finish
             self._close_calls(out)
@@ -349,11 +372,11 @@ class OpenAITranslator:
                 self.builder.tool_ids.record(call.slot.tool_use_id, wire_id)
         return call
 
-    def _tool_fragment(self, fragment: Any, out: list[StreamEvent]) -> None:
-        call = self._find_call(fragment.index, fragment.id or None)
-        function = fragment.function
-        name = function.name if function is not None else None
-        args = function.arguments if function is not None else None
+    def _tool_fragment(self, fragment: dict[str, Any], out: list[StreamEvent]) -> None:
+        call = self._find_call(fragment.get("index"), fragment.get("id") or None)
+        function = fragment.get("function") or {}
+        name = function.get("name")
+        args = function.get("arguments")
         if args is not None and not isinstance(args, str):
             args = json.dumps(args)
         if call.slot is None:
@@ -485,11 +508,11 @@ def classify(
             provider=provider,
             model=model,
         )
-    if isinstance(exc, openai.APIError):  # an error chunk inside the stream
+    if isinstance(exc, StreamErrorEvent):  # an error chunk inside the stream
         etype, code, api_message = error_fields(exc.body)
         text = f"openai stream error ({code or etype or 'unknown'})"
-        if api_message or exc.message:
-            text += f": {api_message or exc.message}"
+        if api_message:
+            text += f": {api_message}"
         return ProviderError(
             _stream_error_class(etype, code, api_message or ""),
             safe_text(text, secret),
@@ -551,7 +574,7 @@ def parse_completion(
         raw, produced_calls=any(isinstance(b, ToolUseBlock) for b in content), refused=bool(refusal)
     )
     usage = (
-        usage_from_wire(completion.usage, provider)
+        usage_from_wire(completion.usage.model_dump(), provider)
         if completion.usage is not None
         else estimated_usage(req, chars, provider)
     )
@@ -577,6 +600,7 @@ class OpenAIAdapter:
             api_key=provider.sdk_key,
             base_url=provider.base_url,
             max_retries=0,
+            http_client=sdk_http_client(openai),
             timeout=openai.Timeout(
                 connect=provider.connect_timeout_s,
                 read=provider.read_timeout_s,
@@ -591,7 +615,8 @@ class OpenAIAdapter:
         params = build_params(req, self.options, stream=True)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("openai request %s: %s", req.request_id, json.dumps(params)[:20000])
-        return await self._client.chat.completions.create(**params)
+        raw = await self._client.chat.completions.with_raw_response.create(**params)
+        return SseBody(raw.http_response)
 
     def translator(self, req: LLMRequest, builder: ContentBuilder) -> OpenAITranslator:
         return OpenAITranslator(req, builder, self.provider_name)

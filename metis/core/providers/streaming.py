@@ -337,7 +337,7 @@ def estimate_output_tokens(chars: int) -> int:
 
 
 class Translator(Protocol):
-    """One attempt's wire→canonical state machine, fed raw SDK events in order."""
+    """One attempt's wire→canonical state machine, fed the decoded server events in order."""
 
     builder: ContentBuilder
     done: bool  # a terminal wire event was seen: stop reading
@@ -354,7 +354,9 @@ class Translator(Protocol):
 
 
 class WireStream(Protocol):
-    def __aiter__(self) -> AsyncIterator[Any]: ...
+    """The body of one call: each item is a batch (list) of wire events, in order."""
+
+    def __aiter__(self) -> AsyncIterator[list[Any]]: ...
 
     async def close(self) -> None: ...
 
@@ -444,6 +446,20 @@ def _interrupted(
     return closing
 
 
+def _feed_batch(tr: Translator, batch: list[Any], out: list[StreamEvent]) -> Exception | None:
+    """Feed one network chunk's events; a failing event is returned, not raised, so what the
+    events before it produced is still delivered (a failure after the first token is not
+    retried, providers.md §3.3)."""
+    for event in batch:
+        try:
+            tr.feed(event, out)
+        except Exception as exc:
+            return exc
+        if tr.done:
+            break
+    return None
+
+
 async def drive_stream(spec: CallSpec, req: LLMRequest) -> AsyncIterator[StreamEvent]:
     """Run attempts until one yields content, then stream it (providers.md §2-3)."""
     guard = CancelGuard(req.cancel)
@@ -463,11 +479,11 @@ async def drive_stream(spec: CallSpec, req: LLMRequest) -> AsyncIterator[StreamE
                 handle = await guard.run(spec.open_stream(req))
                 iterator = handle.__aiter__()
                 while True:
-                    event = await guard.next(iterator)
-                    if event is _END:
+                    batch = await guard.next(iterator)
+                    if batch is _END:
                         tr.end_of_body()
                         break
-                    tr.feed(event, out)
+                    failure = _feed_batch(tr, batch, out)  # type: ignore[arg-type]
                     if started:
                         if out:
                             for item in out:
@@ -480,6 +496,8 @@ async def drive_stream(spec: CallSpec, req: LLMRequest) -> AsyncIterator[StreamE
                         for item in out:
                             yield item
                         out.clear()
+                    if failure is not None:
+                        raise failure  # after the batch's earlier events went out
                     if tr.done:
                         break
                 if not started:
