@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Adapter overhead per streamed delta (issue goal: ≤ 10 µs), for both HTTP adapters.
 
-Method: a long text reply is streamed once from the in-process fake provider through the *raw*
-SDK, and the SDK's parsed events are kept. Those events are then replayed from memory
-(a) through a bare async iterator (baseline) and (b) through the real adapter pipeline — the
-retry/cancel driver, `CancelGuard`, the wire translator, `ContentBuilder` and the canonical
-event models. (b − a) / deltas is the cost of our code alone, free of network, SSE parsing and
-fake-server noise. A second, informational figure compares the adapter against the raw SDK
-end to end over loopback.
+Method: a long text reply is streamed once from the in-process fake provider and its raw
+`text/event-stream` body is kept. The body is then replayed from memory in 16 KiB network-sized
+chunks (a) through a bare async iterator (baseline) and (b) through the real adapter pipeline —
+the event-stream decoder, JSON parsing, the retry/cancel driver, `CancelGuard`, the wire
+translator, `ContentBuilder` and the canonical event models. (b − a) / deltas is the cost of
+our code alone, free of network and fake-server noise. A second, informational figure compares
+the adapter against the raw SDK stream end to end over loopback.
 
 Usage: .venv/bin/python scripts/bench_providers.py [--deltas 20000] [--repeats 5]
 """
@@ -25,6 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import aiohttp
 import anthropic
 import openai
 
@@ -33,40 +34,42 @@ from metis.core.model_types import Capabilities, ProviderConfig
 from metis.core.providers.anthropic import AnthropicAdapter
 from metis.core.providers.base import LLMRequest
 from metis.core.providers.openai import OpenAIAdapter
+from metis.core.providers.sse import SseBody
 from metis.testing import FakeProviderServer, FakeReply
 
 CAPS = Capabilities(max_context_tokens=200_000, max_output_tokens=8192)
 
 
-class _Replay:
-    """An in-memory stand-in for the SDK stream: yields pre-parsed events, closes for free."""
+REPLAY_CHUNK = 16 * 1024
 
-    def __init__(self, events: list[Any]) -> None:
-        self._events = events
 
-    def __aiter__(self) -> AsyncIterator[Any]:
-        return self._gen()
+class _ReplayResponse:
+    """An in-memory stand-in for the HTTP response: the recorded body in fixed-size chunks."""
 
-    async def _gen(self) -> AsyncIterator[Any]:
-        for event in self._events:
-            yield event
+    def __init__(self, body: bytes) -> None:
+        self._body = body
 
-    async def close(self) -> None:
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        body = self._body
+        for start in range(0, len(body), REPLAY_CHUNK):
+            yield body[start : start + REPLAY_CHUNK]
+
+    async def aclose(self) -> None:
         return None
 
 
 class _ReplayAnthropic(AnthropicAdapter):
-    events: list[Any] = []
+    body = b""
 
     async def open_stream(self, req: LLMRequest) -> Any:
-        return _Replay(self.events)
+        return SseBody(_ReplayResponse(self.body))
 
 
 class _ReplayOpenAI(OpenAIAdapter):
-    events: list[Any] = []
+    body = b""
 
     async def open_stream(self, req: LLMRequest) -> Any:
-        return _Replay(self.events)
+        return SseBody(_ReplayResponse(self.body))
 
 
 def _request(kind: str) -> LLMRequest:
@@ -88,8 +91,23 @@ def _request(kind: str) -> LLMRequest:
     )
 
 
-async def _record(server: FakeProviderServer, kind: str, deltas: int) -> list[Any]:
-    """Stream the reply through the raw SDK once and keep its parsed events."""
+async def _record_body(server: FakeProviderServer, kind: str, deltas: int) -> bytes:
+    """The raw event-stream body of one streamed reply."""
+    server.enqueue(kind, FakeReply.say("x" * deltas, chunk_chars=1))
+    if kind == "anthropic":
+        url = f"{server.anthropic_base_url}/v1/messages"
+        body: dict[str, Any] = {"model": "bench", "max_tokens": 10}
+    else:
+        url = f"{server.openai_base_url}/chat/completions"
+        body = {"model": "bench", "stream_options": {"include_usage": True}}
+    body |= {"stream": True, "messages": [{"role": "user", "content": "benchmark"}]}
+    headers = {"x-api-key": "k", "authorization": "Bearer k", "anthropic-version": "2023-06-01"}
+    async with aiohttp.ClientSession() as http, http.post(url, json=body, headers=headers) as r:
+        return await r.read()
+
+
+async def _raw_sdk_stream(server: FakeProviderServer, kind: str, deltas: int) -> None:
+    """Stream the reply through the raw SDK's own stream object (the end-to-end comparison)."""
     server.enqueue(kind, FakeReply.say("x" * deltas, chunk_chars=1))
     if kind == "anthropic":
         client = anthropic.AsyncAnthropic(
@@ -109,14 +127,14 @@ async def _record(server: FakeProviderServer, kind: str, deltas: int) -> list[An
             stream=True,
             stream_options={"include_usage": True},
         )
-    events = [event async for event in stream]
+    async for _ in stream:
+        pass
     await client.close()
-    return events
 
 
-async def _consume_baseline(events: list[Any]) -> float:
+async def _consume_baseline(body: bytes) -> float:
     t0 = time.perf_counter()
-    async for _ in _Replay(events):
+    async for _ in _ReplayResponse(body).aiter_bytes():
         pass
     return time.perf_counter() - t0
 
@@ -146,7 +164,7 @@ async def _end_to_end(server: FakeProviderServer, kind: str, deltas: int) -> tup
         pass
     adapter_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    await _record(server, kind, deltas)
+    await _raw_sdk_stream(server, kind, deltas)
     raw_s = time.perf_counter() - t0
     await adapter.aclose()
     return raw_s, adapter_s
@@ -156,13 +174,12 @@ async def main(deltas: int, repeats: int) -> int:
     worst = 0.0
     async with FakeProviderServer() as server:
         for kind, cls in (("anthropic", _ReplayAnthropic), ("openai", _ReplayOpenAI)):
-            events = await _record(server, kind, deltas)
-            cls.events = events
+            cls.body = await _record_body(server, kind, deltas)
             adapter = cls(ProviderConfig(name=kind, adapter=kind, base_url="http://127.0.0.1:9"))  # type: ignore[arg-type]
             await _consume_adapter(adapter, kind)  # warm-up
             samples: list[float] = []
             for _ in range(repeats):
-                base = await _consume_baseline(events)
+                base = await _consume_baseline(cls.body)
                 spent, count = await _consume_adapter(adapter, kind)
                 assert count == deltas, (count, deltas)
                 samples.append((spent - base) / count * 1e6)
