@@ -18,6 +18,7 @@ from metis.core.canonical import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from metis.core.memo import PrefixMemo
 
 SYSTEM_PROMPT = """You are metis, a coding agent working inside one workspace directory on the user's machine.
 Work in small verifiable steps: read and search before you change anything, make precise edits,
@@ -68,6 +69,11 @@ def _synthetic_result(message: Message, tool_use_id: str) -> Message:
     )
 
 
+# (messages out so far, tool calls still open) after a history prefix: the next turn's history
+# starts with this one's, so only its new messages are looked at (see PrefixMemo).
+_assembled: PrefixMemo[tuple[list[Message], list[tuple[Message, str]]]] = PrefixMemo()
+
+
 def assemble(history: Sequence[Message]) -> list[Message]:
     """History as the model may see it (events.md §2.5).
 
@@ -75,15 +81,15 @@ def assemble(history: Sequence[Message]) -> list[Message]:
     gets a result before the conversation moves on (a synthetic, unstored error result when
     none is stored).
     """
-    out: list[Message] = []
-    open_calls: list[tuple[Message, str]] = []
+    known, state = _assembled.longest_prefix(history)
+    out, open_calls = (list(state[0]), list(state[1])) if state is not None else ([], [])
 
     def close_open() -> None:
         for owner, tool_use_id in open_calls:
             out.append(_synthetic_result(owner, tool_use_id))
         open_calls.clear()
 
-    for message in history:
+    for message in history[known:]:
         if not message.content or message.role == "system":
             continue
         if message.role == "tool":
@@ -101,6 +107,8 @@ def assemble(history: Sequence[Message]) -> list[Message]:
             open_calls.extend(
                 (message, b.id) for b in message.content if isinstance(b, ToolUseBlock)
             )
+    if known < len(history):
+        _assembled.remember(history, (list(out), list(open_calls)))
     close_open()
     return out
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from metis.core.canonical import Message
+from metis.core.canonical import Message, ToolUseBlock
 from metis.core.providers.base import ToolIdMap
 from metis.core.store.messages import MessageStore
 
@@ -21,6 +21,23 @@ class LiveSession:
     tool_ids: ToolIdMap = field(default_factory=ToolIdMap)
     last_context: list[Message] = field(default_factory=list)
     resumed: bool = False
+    _tool_use_seen: bool = False
+    _scanned: int = 0  # how many history messages `has_tool_calls` has looked at
+
+    def has_tool_calls(self) -> bool:
+        """Whether an assistant message of the history used a tool (a routing fact).
+
+        The history only grows, so each message is looked at once, not once per turn.
+        """
+        if not self._tool_use_seen:
+            self._tool_use_seen = any(
+                isinstance(b, ToolUseBlock)
+                for m in self.history[self._scanned :]
+                if m.role == "assistant"
+                for b in m.content
+            )
+            self._scanned = len(self.history)
+        return self._tool_use_seen
 
 
 class LiveSessions:

@@ -116,12 +116,7 @@ class TurnService:
         offered = core.dispatcher.offered(surface_policy, application_tools)
         text = text_of(blocks)
         images = sum(isinstance(b, ImageBlock) for b in blocks)
-        history_has_tools = any(
-            isinstance(b, ToolUseBlock)
-            for m in live.history
-            if m.role == "assistant"
-            for b in m.content
-        )
+        history_has_tools = live.has_tool_calls()
         history = [m.content for m in live.history]
         estimate = estimate_input_tokens(
             system_prompt=SYSTEM_PROMPT, tools=offered, history=history, new_content=blocks

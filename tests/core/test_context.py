@@ -118,3 +118,21 @@ def test_workspace_facts_list_the_root(tmp_path: object) -> None:
     (root / "a.py").write_text("")
     facts = workspace_facts(str(root))
     assert "a.py, src/" in facts and str(root) in facts
+
+
+def test_assembling_a_grown_history_equals_assembling_it_afresh() -> None:
+    history = [
+        msg("user", TextBlock(text="go")),
+        call("tu_1"),
+        msg("user", TextBlock(text="interrupting")),  # tu_1 gets a synthetic result
+        call("tu_2"),
+    ]
+    first = assemble(history)
+    assert [m.role for m in first] == ["user", "assistant", "tool", "user", "assistant", "tool"]
+    history += [result("tu_2"), msg("assistant", TextBlock(text="done"))]
+    grown = assemble(history)
+    roles = ["user", "assistant", "tool", "user", "assistant", "tool", "assistant"]
+    assert [m.role for m in grown] == roles
+    assert grown[5] is history[4]  # the stored result, not the synthetic one of the first call
+    assert assemble(list(history)) == grown
+    assert first[:5] == grown[:5]

@@ -9,8 +9,8 @@ transaction, so the tables and the trace can never disagree after a crash.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+import sqlite3
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -136,12 +136,18 @@ class TraceWriter:
     async def _run(self) -> None:
         """Flush 50 ms after the oldest unflushed event, or at once when a flush is urgent."""
         interval = self.settings.flush_interval_ms / 1000
+        loop = asyncio.get_running_loop()
         while True:
             await self._armed.wait()
             self._armed.clear()
             if not self._urgent.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._urgent.wait(), interval)
+                # A timer that makes the flush urgent: cheaper than `wait_for`, which wraps the
+                # wait in a task of its own (this runs once per turn, at least).
+                timer = loop.call_later(interval, self._urgent.set)
+                try:
+                    await self._urgent.wait()
+                finally:
+                    timer.cancel()
             self._urgent.clear()
             try:
                 await self.flush()
@@ -211,6 +217,7 @@ class TraceWriter:
             )
 
     async def _write(self, batch: list[Event]) -> None:
+        """The batch and its projections in one transaction and one round trip to SQLite."""
         rows = [
             (
                 e.id,
@@ -225,84 +232,102 @@ class TraceWriter:
             )
             for e in batch
         ]
-        async with self.db.write() as conn:
-            await conn.executemany("INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?)", rows)
-            await _project(conn, batch)
+        projection = _Projection.of(batch)
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.executemany("INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?)", rows)
+            projection.apply(conn)
+
+        await self.db.transaction(write)
         self.transactions += 1
 
 
-async def _project(conn: aiosqlite.Connection, batch: list[Event]) -> None:
-    """Apply the projection map of events.md §6.3 for one batch, inside its transaction."""
-    turns: dict[str, _Spend] = defaultdict(_Spend)
-    sessions: dict[str, _Spend] = defaultdict(_Spend)
-    tool_updates: list[tuple[str, tuple[Any, ...]]] = []
-    turn_ends: list[tuple[Any, ...]] = []
-    for e in batch:
-        p = e.payload
-        if e.type in ("llm.call_completed", "llm.call_failed"):
-            if e.turn_id:
-                turns[e.turn_id].add_usage(p)
-            sessions[e.session_id].add_usage(p)
-            sessions[e.session_id].updated_at_us = e.timestamp_us
-        elif e.type == "llm.call_started" and e.turn_id:
-            turns[e.turn_id].llm_calls += 1
-        elif e.type == "tool.confirmation_requested":
-            tool_updates.append(_tool_status(p["tool_use_id"], "awaiting_confirmation"))
-        elif e.type == "tool.called":
-            if e.turn_id:
-                turns[e.turn_id].tool_calls += 1
-            status = "awaiting_client" if p["origin"] == "application" else "running"
-            tool_updates.append(
-                (
-                    "UPDATE tool_calls SET status=?, started_at_us=? WHERE id=? AND status IN "
-                    f"{_TOOL_STATUS_BEFORE[status]}",
-                    (status, e.timestamp_us, p["tool_use_id"]),
-                )
-            )
-        elif e.type in _TERMINAL_TOOL_STATUS:
-            status = _TERMINAL_TOOL_STATUS[e.type]
-            if p.get("error_class") == "cancelled":
-                status = "cancelled"
-            tool_updates.append(
-                (
-                    "UPDATE tool_calls SET status=?, ended_at_us=?, duration_ms=?, error_class=?, "
-                    "is_error=?, result_message_id=COALESCE(result_message_id, ?) WHERE id=? "
-                    f"AND status IN {_TOOL_STATUS_BEFORE['terminal']}",
+@dataclass
+class _Projection:
+    """The projection map of events.md §6.3 for one batch, computed before its transaction."""
+
+    turns: dict[str, _Spend]
+    sessions: dict[str, _Spend]
+    tool_updates: list[tuple[str, tuple[Any, ...]]]
+    turn_ends: list[tuple[Any, ...]]
+
+    @classmethod
+    def of(cls, batch: list[Event]) -> _Projection:
+        turns: dict[str, _Spend] = defaultdict(_Spend)
+        sessions: dict[str, _Spend] = defaultdict(_Spend)
+        tool_updates: list[tuple[str, tuple[Any, ...]]] = []
+        turn_ends: list[tuple[Any, ...]] = []
+        for e in batch:
+            p = e.payload
+            if e.type in ("llm.call_completed", "llm.call_failed"):
+                if e.turn_id:
+                    turns[e.turn_id].add_usage(p)
+                sessions[e.session_id].add_usage(p)
+                sessions[e.session_id].updated_at_us = e.timestamp_us
+            elif e.type == "llm.call_started" and e.turn_id:
+                turns[e.turn_id].llm_calls += 1
+            elif e.type == "tool.confirmation_requested":
+                tool_updates.append(_tool_status(p["tool_use_id"], "awaiting_confirmation"))
+            elif e.type == "tool.called":
+                if e.turn_id:
+                    turns[e.turn_id].tool_calls += 1
+                status = "awaiting_client" if p["origin"] == "application" else "running"
+                tool_updates.append(
                     (
-                        status,
+                        "UPDATE tool_calls SET status=?, started_at_us=? WHERE id=? AND status IN "
+                        f"{_TOOL_STATUS_BEFORE[status]}",
+                        (status, e.timestamp_us, p["tool_use_id"]),
+                    )
+                )
+            elif e.type in _TERMINAL_TOOL_STATUS:
+                status = _TERMINAL_TOOL_STATUS[e.type]
+                if p.get("error_class") == "cancelled":
+                    status = "cancelled"
+                tool_updates.append(
+                    (
+                        "UPDATE tool_calls SET status=?, ended_at_us=?, duration_ms=?, "
+                        "error_class=?, is_error=?, "
+                        "result_message_id=COALESCE(result_message_id, ?) WHERE id=? "
+                        f"AND status IN {_TOOL_STATUS_BEFORE['terminal']}",
+                        (
+                            status,
+                            e.timestamp_us,
+                            p.get("duration_ms"),
+                            p.get("error_class"),
+                            1 if e.type != "tool.completed" or p.get("is_error") else 0,
+                            p.get("result_message_id"),
+                            p["tool_use_id"],
+                        ),
+                    )
+                )
+            elif e.type in _TURN_STATUS and e.turn_id:
+                turn_ends.append(
+                    (
+                        _TURN_STATUS[e.type],
+                        p.get("stop_reason"),
+                        p.get("reason"),
+                        p.get("message"),
                         e.timestamp_us,
-                        p.get("duration_ms"),
-                        p.get("error_class"),
-                        1 if e.type != "tool.completed" or p.get("is_error") else 0,
-                        p.get("result_message_id"),
-                        p["tool_use_id"],
-                    ),
+                        e.turn_id,
+                    )
                 )
+                sessions[e.session_id].updated_at_us = e.timestamp_us
+        return cls(turns, sessions, tool_updates, turn_ends)
+
+    def apply(self, conn: sqlite3.Connection) -> None:
+        """Inside the batch's transaction, on the writer thread."""
+        for turn_id, spend in self.turns.items():
+            _add_spend(conn, "turns", "cost_usd", turn_id, spend)
+        for session_id, spend in self.sessions.items():
+            _add_spend(conn, "sessions", "cost_so_far_usd", session_id, spend)
+        for sql, params in self.tool_updates:
+            conn.execute(sql, params)
+        if self.turn_ends:
+            conn.executemany(
+                "UPDATE turns SET status=?, stop_reason=?, end_reason=?, error_message=?, "
+                "ended_at_us=? WHERE id=? AND status='running'",
+                self.turn_ends,
             )
-        elif e.type in _TURN_STATUS and e.turn_id:
-            turn_ends.append(
-                (
-                    _TURN_STATUS[e.type],
-                    p.get("stop_reason"),
-                    p.get("reason"),
-                    p.get("message"),
-                    e.timestamp_us,
-                    e.turn_id,
-                )
-            )
-            sessions[e.session_id].updated_at_us = e.timestamp_us
-    for turn_id, spend in turns.items():
-        await _add_spend(conn, "turns", "cost_usd", turn_id, spend)
-    for session_id, spend in sessions.items():
-        await _add_spend(conn, "sessions", "cost_so_far_usd", session_id, spend)
-    for sql, params in tool_updates:
-        await conn.execute(sql, params)
-    if turn_ends:
-        await conn.executemany(
-            "UPDATE turns SET status=?, stop_reason=?, end_reason=?, error_message=?, ended_at_us=? "
-            "WHERE id=? AND status='running'",
-            turn_ends,
-        )
 
 
 def _tool_status(tool_use_id: str, status: str) -> tuple[str, tuple[Any, ...]]:
@@ -312,12 +337,11 @@ def _tool_status(tool_use_id: str, status: str) -> tuple[str, tuple[Any, ...]]:
     )
 
 
-async def _add_spend(
-    conn: aiosqlite.Connection, table: str, cost_col: str, row_id: str, spend: _Spend
+def _add_spend(
+    conn: sqlite3.Connection, table: str, cost_col: str, row_id: str, spend: _Spend
 ) -> None:
     """Decimal read-modify-write under the writer lock (never SQL arithmetic on TEXT)."""
-    async with conn.execute(f"SELECT {cost_col} FROM {table} WHERE id=?", (row_id,)) as cur:
-        row = await cur.fetchone()
+    row = conn.execute(f"SELECT {cost_col} FROM {table} WHERE id=?", (row_id,)).fetchone()
     if row is None:
         return
     cost = decimal_str(Decimal(row[0]) + spend.cost)
@@ -330,7 +354,7 @@ async def _add_spend(
     elif spend.updated_at_us:
         extra = ", updated_at_us=MAX(updated_at_us, ?)"
         params.append(spend.updated_at_us)
-    await conn.execute(
+    conn.execute(
         f"UPDATE {table} SET {sets}, {cost_col}=?{extra} WHERE id=?",
         (*params[:4], cost, *params[4:], row_id),
     )

@@ -8,7 +8,7 @@ never disagree about how large the turn is.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -23,6 +23,7 @@ from metis.core.canonical import (
     ToolUseBlock,
     canonical_json,
 )
+from metis.core.memo import PrefixMemo
 
 CHARS_PER_TOKEN = 4
 TOKENS_PER_IMAGE = 1600
@@ -64,6 +65,12 @@ class TurnContext(BaseModel):
         return self.estimated_input_tokens - self.compactable_tokens
 
 
+# The estimate runs several times per turn over the whole history (turn submission, each model
+# call, every compaction step): what it measured before is carried forward (see PrefixMemo).
+_history_sizes: PrefixMemo[tuple[int, int]] = PrefixMemo()
+_tools_sizes: PrefixMemo[tuple[int, int]] = PrefixMemo()
+
+
 def _tool_json(tool: ToolDefinition | dict[str, Any]) -> str:
     """The part of a tool definition a provider is sent: name, description and schema."""
     if isinstance(tool, ToolDefinition):
@@ -84,12 +91,40 @@ def _block_size(block: Any) -> tuple[int, int]:
     if isinstance(block, ToolUseBlock):
         return len(canonical_json(block.input)), 0
     if isinstance(block, ToolResultBlock):
-        chars = images = 0
-        for inner in block.content:
-            c, i = _block_size(inner)
-            chars, images = chars + c, images + i
-        return chars, images
+        return _content_size(block.content)
     return 0, 0  # thinking blocks are not part of the estimate
+
+
+def _tool_size(tool: ToolDefinition | dict[str, Any]) -> tuple[int, int]:
+    return len(_tool_json(tool)), 0
+
+
+def _content_size(content: Sequence[Any]) -> tuple[int, int]:
+    """(characters, images) of a content list."""
+    chars = images = 0
+    for block in content:
+        c, i = _block_size(block)
+        chars, images = chars + c, images + i
+    return chars, images
+
+
+def _total(
+    items: Sequence[Any],
+    measure: Callable[[Any], tuple[int, int]],
+    memo: PrefixMemo[tuple[int, int]] | None,
+) -> tuple[int, int]:
+    """Summed sizes of `items`, measuring only those past the longest prefix `memo` knows."""
+    known, (chars, images) = 0, (0, 0)
+    if memo is not None:
+        n, state = memo.longest_prefix(items)
+        if state is not None:
+            known, (chars, images) = n, state
+    for item in items[known:]:
+        c, i = measure(item)
+        chars, images = chars + c, images + i
+    if memo is not None and known < len(items):
+        memo.remember(items, (chars, images))
+    return chars, images
 
 
 def estimate_input_tokens(
@@ -101,12 +136,13 @@ def estimate_input_tokens(
 ) -> int:
     """`ceil(chars / 4) + 1600 × images` over the prompt, tools, history and new message.
 
-    `history` is the content list of each earlier message (e.g. `[m.content for m in msgs]`).
+    `history` is the content list of each earlier message (e.g. `[m.content for m in msgs]`);
+    like the tool definitions, those lists must not change afterwards (see `PrefixMemo`).
     """
-    chars = len(system_prompt) + sum(len(_tool_json(t)) for t in tools)
-    images = 0
-    for content in (*history, new_content):
-        for block in content:
-            c, i = _block_size(block)
-            chars, images = chars + c, images + i
-    return math.ceil(chars / CHARS_PER_TOKEN) + TOKENS_PER_IMAGE * images
+    tools = list(tools)
+    frozen = all(isinstance(t, ToolDefinition) for t in tools)  # a dict may change: no memo
+    tool_chars, _ = _total(tools, _tool_size, _tools_sizes if frozen else None)
+    history_chars, history_images = _total(list(history), _content_size, _history_sizes)
+    new_chars, new_images = _content_size(new_content)
+    chars = len(system_prompt) + tool_chars + history_chars + new_chars
+    return math.ceil(chars / CHARS_PER_TOKEN) + TOKENS_PER_IMAGE * (history_images + new_images)

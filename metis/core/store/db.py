@@ -1,7 +1,13 @@
 """SQLite access: one writer connection behind a lock, one query-only reader (events.md §6.1).
 
-Every write goes through `Database.write()`, so direct writes and trace-writer batches never
-interleave; reads use their own connection and see committed data only (WAL).
+Every write goes through `Database.write()` or `Database.transaction()`, so direct writes and
+trace-writer batches never interleave; reads use their own connection and see committed data
+only (WAL).
+
+Each aiosqlite call is one round trip to the connection's thread, which costs the event loop
+about as much as the statement itself (a wake-up of the loop, a future, two thread switches);
+a cursor read takes three (execute, fetch, close), and `write()` adds two (BEGIN, COMMIT). The
+per-turn paths therefore use `fetchone`/`fetchall` and `transaction()`, one round trip each.
 """
 
 from __future__ import annotations
@@ -9,9 +15,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, closing
 from pathlib import Path
+from typing import TypeVar
 
 import aiosqlite
 
@@ -19,6 +26,9 @@ from metis.core.errors import ConfigError
 from metis.core.store.migrations import LATEST_VERSION, MIGRATIONS
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Statement = tuple[str, tuple[object, ...]]
 
 _PRAGMAS = (
     "PRAGMA journal_mode=WAL",
@@ -104,19 +114,61 @@ class Database:
                 raise
             await conn.execute("COMMIT")
 
+    async def transaction(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `work` in one `BEGIN IMMEDIATE … COMMIT` on the writer thread, in one round trip.
+
+        For writes whose statements need no await between them (the SQL is all known up front
+        or computed from what the transaction itself reads). `work` runs on the writer's thread
+        with the plain sqlite3 connection; an exception rolls the transaction back and is
+        re-raised here. As with a cancel while awaiting COMMIT in `write()`, cancelling the
+        caller does not stop a transaction already handed to the thread.
+        """
+
+        def run(conn: sqlite3.Connection) -> T:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(conn)
+            except BaseException:
+                if conn.in_transaction:  # some errors (disk full, …) have already rolled back
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
+
+        async with self.write_lock:
+            return await run_on_thread(self.writer, run)
+
     async def fetchone(self, sql: str, params: tuple[object, ...] = ()) -> sqlite3.Row | None:
-        async with self.reader.execute(sql, params) as cur:
-            return await cur.fetchone()
+        def fetch(conn: sqlite3.Connection) -> sqlite3.Row | None:
+            with closing(conn.execute(sql, params)) as cursor:  # ends the read at once
+                return cursor.fetchone()
+
+        return await run_on_thread(self.reader, fetch)
 
     async def fetchall(self, sql: str, params: tuple[object, ...] = ()) -> list[sqlite3.Row]:
-        async with self.reader.execute(sql, params) as cur:
-            return list(await cur.fetchall())
+        return await run_on_thread(self.reader, lambda conn: conn.execute(sql, params).fetchall())
 
     async def close(self) -> None:
         for conn in (self._reader, self._writer):
             if conn is not None:
                 await conn.close()
         self._reader = self._writer = None
+
+
+async def run_on_thread(conn: aiosqlite.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
+    """`work(sqlite3 connection)` on `conn`'s own thread: one round trip however many statements.
+
+    Queued behind every call already sent to that thread, so it keeps their order (inside a
+    `write()` transaction too). aiosqlite has no public way to run a function on its thread;
+    `_execute` is the method each of its own calls goes through.
+    """
+    return await conn._execute(lambda: work(conn._conn))
+
+
+def execute_all(conn: sqlite3.Connection, statements: list[Statement]) -> None:
+    """Run prepared statements in order (on the connection's thread, see `run_on_thread`)."""
+    for sql, params in statements:
+        conn.execute(sql, params)
 
 
 def _split_sql(script: str) -> list[str]:

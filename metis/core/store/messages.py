@@ -31,27 +31,34 @@ def row_to_message(row: sqlite3.Row) -> Message:
     )
 
 
+INSERT_MESSAGE_SQL = (
+    "INSERT INTO messages (id, session_id, turn_id, role, status, content_json, metadata_json, "
+    "created_at_us, schema_version) VALUES (?,?,?,?,?,?,?,?,?)"
+)
+
+
+def message_row(message: Message, *, validate: bool = True) -> tuple[object, ...]:
+    """The `INSERT_MESSAGE_SQL` parameters; every write is validated (events.md §2.4)."""
+    if validate:
+        validate_message(message)
+    return (
+        message.id,
+        message.session_id,
+        message.turn_id,
+        message.role,
+        message.metadata.status,
+        dump_content(message.content),
+        dump_metadata(message.metadata),
+        message.created_at_us,
+        message.schema_version,
+    )
+
+
 async def insert_message(
     conn: aiosqlite.Connection, message: Message, *, validate: bool = True
 ) -> None:
     """Insert inside the caller's transaction; every write is validated (events.md §2.4)."""
-    if validate:
-        validate_message(message)
-    await conn.execute(
-        "INSERT INTO messages (id, session_id, turn_id, role, status, content_json, metadata_json, "
-        "created_at_us, schema_version) VALUES (?,?,?,?,?,?,?,?,?)",
-        (
-            message.id,
-            message.session_id,
-            message.turn_id,
-            message.role,
-            message.metadata.status,
-            dump_content(message.content),
-            dump_metadata(message.metadata),
-            message.created_at_us,
-            message.schema_version,
-        ),
-    )
+    await conn.execute(INSERT_MESSAGE_SQL, message_row(message, validate=validate))
 
 
 @dataclass(frozen=True)

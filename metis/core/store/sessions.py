@@ -10,8 +10,8 @@ from decimal import Decimal
 import aiosqlite
 
 from metis.core.canonical import Message
-from metis.core.store.db import Database
-from metis.core.store.messages import insert_message
+from metis.core.store.db import Database, Statement, execute_all, run_on_thread
+from metis.core.store.messages import INSERT_MESSAGE_SQL, message_row
 
 _QUARTET = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
 
@@ -73,6 +73,19 @@ class NewTurn:
 class SessionStore:
     def __init__(self, db: Database) -> None:
         self.db = db
+        self._queued: set[str] | None = None  # sessions with a swap queued behind a turn
+
+    async def _queued_swaps(self) -> set[str]:
+        """Sessions whose `pending_model_set` is 1, read once and then kept in memory.
+
+        Only `set_sticky_or_queue` sets the flag, so after this first read the set is exact,
+        and the release of a turn with no queued swap (nearly every turn) writes nothing.
+        """
+        if self._queued is None:
+            rows = await self.db.fetchall("SELECT id FROM sessions WHERE pending_model_set=1")
+            if self._queued is None:
+                self._queued = {row["id"] for row in rows}
+        return self._queued
 
     async def insert(
         self,
@@ -136,8 +149,11 @@ class SessionStore:
         a turn (`apply_pending_and_release`): a PATCH can never queue behind a turn that has
         already released its slot.
         """
+        queued = await self._queued_swaps()
         async with self.db.write() as conn:
             turn_id = holder()
+            if turn_id is not None:
+                queued.add(session_id)  # in the step that read the slot: the release sees it
             if turn_id is None:
                 await conn.execute(
                     "UPDATE sessions SET active_model=?, updated_at_us=? WHERE id=?",
@@ -153,13 +169,21 @@ class SessionStore:
     async def apply_pending_and_release(
         self, session_id: str, stamp: int, release: Callable[[], None]
     ) -> None:
-        """Apply a queued swap and free the turn slot with no await in between."""
-        async with self.db.write() as conn:
-            await conn.execute(
-                "UPDATE sessions SET active_model=pending_model, pending_model_set=0, pending_model=NULL, "
-                "updated_at_us=? WHERE id=? AND pending_model_set=1",
+        """Apply a queued swap and free the turn slot with no await in between.
+
+        A PATCH marks its swap queued in the same synchronous step in which it finds the turn
+        still holding the slot, so a release that finds nothing queued can free the slot at
+        once: a later PATCH finds the slot free and applies its model directly.
+        """
+        queued = await self._queued_swaps()
+        if session_id in queued:
+            apply = (
+                "UPDATE sessions SET active_model=pending_model, pending_model_set=0, "
+                "pending_model=NULL, updated_at_us=? WHERE id=? AND pending_model_set=1",
                 (stamp, session_id),
             )
+            await self.db.transaction(lambda conn: execute_all(conn, [apply]))
+            queued.discard(session_id)
         release()
 
     async def end(self, session_id: str, stamp: int) -> None:
@@ -184,36 +208,44 @@ class SessionStore:
 
     async def insert_turn(self, turn: NewTurn, messages: list[Message]) -> None:
         """The turn row, `turn_count + 1` and the turn's input messages in one transaction."""
-        async with self.db.write() as conn:
-            await write_turn(conn, turn, messages)
+        statements = turn_statements(turn, messages)
+        await self.db.transaction(lambda conn: execute_all(conn, statements))
 
     async def turn(self, turn_id: str) -> sqlite3.Row | None:
         return await self.db.fetchone("SELECT * FROM turns WHERE id=?", (turn_id,))
 
 
-async def write_turn(conn: aiosqlite.Connection, turn: NewTurn, messages: list[Message]) -> None:
-    """Insert the turn row (ordinal = `turn_count + 1`), count it, and store its input messages,
-    inside the caller's transaction (the AAP acceptance transaction adds more rows to it)."""
-    await conn.execute(
-        "INSERT INTO turns (id, session_id, ordinal, status, surface, trigger, user_message_id, "
-        "resumes_turn_id, model, confirmation_policy, started_at_us) "
-        "SELECT ?, ?, turn_count + 1, 'running', ?, ?, ?, ?, ?, ?, ? FROM sessions WHERE id=?",
+def turn_statements(turn: NewTurn, messages: list[Message]) -> list[Statement]:
+    """Insert the turn row (ordinal = `turn_count + 1`), count it, and store its input messages
+    (validated here, before any transaction begins)."""
+    return [
         (
-            turn.id,
-            turn.session_id,
-            turn.surface,
-            turn.trigger,
-            turn.user_message_id,
-            turn.resumes_turn_id,
-            turn.model,
-            turn.confirmation_policy,
-            turn.started_at_us,
-            turn.session_id,
+            "INSERT INTO turns (id, session_id, ordinal, status, surface, trigger, user_message_id, "
+            "resumes_turn_id, model, confirmation_policy, started_at_us) "
+            "SELECT ?, ?, turn_count + 1, 'running', ?, ?, ?, ?, ?, ?, ? FROM sessions WHERE id=?",
+            (
+                turn.id,
+                turn.session_id,
+                turn.surface,
+                turn.trigger,
+                turn.user_message_id,
+                turn.resumes_turn_id,
+                turn.model,
+                turn.confirmation_policy,
+                turn.started_at_us,
+                turn.session_id,
+            ),
         ),
-    )
-    await conn.execute(
-        "UPDATE sessions SET turn_count=turn_count+1, updated_at_us=? WHERE id=?",
-        (turn.started_at_us, turn.session_id),
-    )
-    for message in messages:
-        await insert_message(conn, message)
+        (
+            "UPDATE sessions SET turn_count=turn_count+1, updated_at_us=? WHERE id=?",
+            (turn.started_at_us, turn.session_id),
+        ),
+        *((INSERT_MESSAGE_SQL, message_row(message)) for message in messages),
+    ]
+
+
+async def write_turn(conn: aiosqlite.Connection, turn: NewTurn, messages: list[Message]) -> None:
+    """`turn_statements` inside the caller's transaction (the AAP acceptance transaction adds
+    more rows to it)."""
+    statements = turn_statements(turn, messages)
+    await run_on_thread(conn, lambda c: execute_all(c, statements))

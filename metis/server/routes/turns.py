@@ -81,10 +81,11 @@ async def submit_turn(request: web.Request) -> web.Response:
     """Accept a turn; its events follow on the session's WebSocket."""
     body = await read_body(request, SubmitTurnRequest)
     assert body is not None
-    core = _core(request)
     session_id = request.match_info["session_id"]
-    await core.sessions.require(session_id)  # 404 before content errors (rest-api.md §3.6 order)
-    accepted = await core.turns.submit(session_id, body.content, body.per_message_override)
+    # submit checks the session (404, 409) before the content (rest-api.md §3.6 order)
+    accepted = await _core(request).turns.submit(
+        session_id, body.content, body.per_message_override
+    )
     return json_response(
         {
             "turn_id": accepted.turn_id,

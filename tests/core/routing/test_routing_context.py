@@ -52,3 +52,23 @@ def test_estimate_counts_prompt_tools_history_and_message() -> None:
     assert estimate_input_tokens(tools=[tool]) == estimate_input_tokens(
         tools=[{"name": "read", "description": "Read a file", "input_schema": {"type": "object"}}]
     )
+
+
+def test_repeated_and_growing_histories_estimate_as_if_measured_afresh() -> None:
+    history = [[TextBlock(text="x" * (i + 1))] for i in range(6)]
+    call = [ToolUseBlock(id="tu_1", name="read", input={"path": "a" * 7})]
+    for n in (3, 3, 5, 6):  # a first history, the same again, then longer ones
+        expected = -(-sum(i + 1 for i in range(n)) // 4)
+        assert estimate_input_tokens(history=[*history[:n]]) == expected
+    # a different history sharing only a prefix is not mistaken for a longer one
+    assert estimate_input_tokens(history=[*history[:2], call]) == -(
+        -(1 + 2 + len('{"path":"aaaaaaa"}')) // 4
+    )
+    assert estimate_input_tokens(history=[[TextBlock(text="x")]]) == 1  # equal, not identical
+
+
+def test_tool_dicts_are_measured_on_every_call() -> None:
+    tool = {"name": "t", "description": "", "input_schema": {}}
+    before = estimate_input_tokens(tools=[tool])
+    tool["description"] = "d" * 40
+    assert estimate_input_tokens(tools=iter([tool])) == before + 10

@@ -315,3 +315,57 @@ async def test_an_older_schema_upgrades_with_data_intact_and_a_backup(tmp_path: 
     check = sqlite3.connect(backup)
     assert check.execute("PRAGMA user_version").fetchone()[0] == 1
     check.close()
+
+
+async def test_a_transaction_commits_its_work_or_rolls_it_all_back(core: Core) -> None:
+    sid = await insert_session(core.db)
+
+    def rename(conn: sqlite3.Connection) -> int:
+        conn.execute("UPDATE sessions SET workspace_path='/a' WHERE id=?", (sid,))
+        return conn.execute("SELECT COUNT(*) FROM sessions").fetchone()[0]
+
+    assert await core.db.transaction(rename) == 1
+
+    def fail_halfway(conn: sqlite3.Connection) -> None:
+        conn.execute("UPDATE sessions SET workspace_path='/b' WHERE id=?", (sid,))
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        await core.db.transaction(fail_halfway)
+    row = await core.db.fetchone("SELECT workspace_path FROM sessions WHERE id=?", (sid,))
+    assert row is not None and row["workspace_path"] == "/a"
+    assert not core.db.writer.in_transaction
+
+
+async def test_a_release_applies_a_queued_swap_and_writes_nothing_without_one(
+    core: Core,
+) -> None:
+    store = core.session_store
+    sid = await insert_session(core.db)
+    stale = await insert_session(core.db)
+    async with core.db.write() as conn:  # a flag left by an earlier process
+        await conn.execute(
+            "UPDATE sessions SET pending_model_set=1, pending_model='m0' WHERE id=?", (stale,)
+        )
+    released: list[str] = []
+
+    async def row(session_id: str) -> tuple[str | None, int, int]:
+        r = await core.db.fetchone(
+            "SELECT active_model, pending_model_set, updated_at_us FROM sessions WHERE id=?",
+            (session_id,),
+        )
+        assert r is not None
+        return r["active_model"], r["pending_model_set"], r["updated_at_us"]
+
+    before = await row(sid)
+    await store.apply_pending_and_release(sid, before[2] + 1, lambda: released.append(sid))
+    assert released == [sid] and await row(sid) == before  # nothing queued: no write
+
+    assert await store.set_sticky_or_queue(sid, "m1", 5, lambda: "turn_1") == "turn_1"
+    assert (await row(sid))[:2] == (None, 1)
+    await store.apply_pending_and_release(sid, 6, lambda: released.append(sid))
+    assert await row(sid) == ("m1", 0, 6)
+
+    await store.apply_pending_and_release(stale, 7, lambda: released.append(stale))
+    assert await row(stale) == ("m0", 0, 7)
+    assert released == [sid, sid, stale]

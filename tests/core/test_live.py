@@ -1,0 +1,27 @@
+"""The in-memory live session: routing facts kept up to date as messages are committed."""
+
+from __future__ import annotations
+
+from metis.core.canonical import Message, TextBlock, ToolUseBlock, new_ulid
+from metis.core.live import LiveSession
+
+
+def _msg(role: str, *blocks: object) -> Message:
+    return Message(
+        id=new_ulid(),
+        session_id="s",
+        turn_id="t",
+        role=role,
+        content=list(blocks),
+        created_at_us=1,
+    )
+
+
+def test_tool_calls_in_history_are_noticed_when_appended_later() -> None:
+    live = LiveSession("s", [_msg("user", TextBlock(text="hi"))])
+    assert not live.has_tool_calls()
+    live.history.append(_msg("assistant", TextBlock(text="hello")))
+    assert not live.has_tool_calls()
+    live.history.append(_msg("assistant", ToolUseBlock(id="tu_1", name="read", input={})))
+    assert live.has_tool_calls()
+    assert live.has_tool_calls()

@@ -1,0 +1,37 @@
+"""PrefixMemo: work over a growing sequence is carried forward, matched by identity only."""
+
+from __future__ import annotations
+
+from metis.core.memo import PrefixMemo
+
+
+def test_the_longest_remembered_prefix_is_found() -> None:
+    a, b, c, d = ["a"], ["b"], ["c"], ["d"]
+    memo: PrefixMemo[str] = PrefixMemo()
+    memo.remember([a], "1")
+    memo.remember([c], "other")
+    memo.remember([a, b, c], "3")
+    assert memo.longest_prefix([a, b, c, d]) == (3, "3")
+    assert memo.longest_prefix([a, b, c]) == (3, "3")
+    assert memo.longest_prefix([a, d]) == (0, None)  # [a] was replaced by [a, b, c]
+    assert memo.longest_prefix([c, a]) == (1, "other")
+    assert memo.longest_prefix([]) == (0, None)
+
+
+def test_items_are_matched_by_identity_not_equality() -> None:
+    memo: PrefixMemo[str] = PrefixMemo()
+    memo.remember([["a"], ["b"]], "state")
+    assert memo.longest_prefix([["a"], ["b"]]) == (0, None)
+
+
+def test_an_entry_is_dropped_when_extended_and_the_oldest_past_the_size() -> None:
+    items = [[i] for i in range(5)]
+    memo: PrefixMemo[int] = PrefixMemo(size=2)
+    memo.remember(items[:2], 2)
+    memo.remember(items[:4], 4)  # extends the first: replaces it
+    memo.remember([items[4]], 1)
+    assert memo.longest_prefix(items[:3]) == (0, None)
+    assert memo.longest_prefix(items) == (4, 4)
+    memo.remember([items[3]], 0)  # third entry: the oldest goes
+    assert memo.longest_prefix(items) == (0, None)
+    assert memo.longest_prefix([items[4]]) == (1, 1)
