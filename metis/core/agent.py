@@ -133,6 +133,7 @@ class TurnRunner:
         self.last_llm_event_id: str = run.route_event_id
         self._locked = False  # a token streamed or a tool ran: no more failover
         self.partial_error: MessageComplete | None = None
+        self._priced: tuple[MessageComplete, Usage] | None = None  # see price()
 
     # -- event helpers ------------------------------------------------------------------------
 
@@ -415,8 +416,12 @@ class TurnRunner:
         return message, complete
 
     def price(self, entry: ModelEntry, complete: MessageComplete) -> Usage:
+        """The call's priced usage; computed once per `message.complete` (the stream event, the
+        stored message and `llm.call_*` all report it)."""
+        if self._priced is not None and self._priced[0] is complete:
+            return self._priced[1]
         tokens = complete.usage
-        return Usage(
+        usage = Usage(
             input_tokens=tokens.input_tokens,
             cache_read_tokens=tokens.cache_read_tokens,
             cache_write_tokens=tokens.cache_write_tokens,
@@ -426,6 +431,8 @@ class TurnRunner:
             latency_ms=complete.latency_ms,
             estimated=tokens.estimated,
         )
+        self._priced = (complete, usage)
+        return usage
 
     def _emit_complete(self, event: MessageComplete, entry: ModelEntry) -> None:
         if (

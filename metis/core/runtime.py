@@ -8,6 +8,7 @@ Surfaces receive a started Core and never construct components themselves.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from typing import Any
 
@@ -29,7 +30,12 @@ from metis.core.sessions import SessionService
 from metis.core.slots import TurnSlots
 from metis.core.store.db import Database
 from metis.core.store.events import EventStore
-from metis.core.store.messages import MessageStore, insert_message
+from metis.core.store.messages import (
+    INSERT_MESSAGE_SQL,
+    INSERT_TOOL_CALL_SQL,
+    MessageStore,
+    message_row,
+)
 from metis.core.store.sessions import SessionStore
 from metis.core.tools.dispatcher import Dispatcher
 from metis.core.tools.registry import ToolRegistry
@@ -147,16 +153,14 @@ class Core:
         self, session_id: str, messages: list[Message], tool_rows: list[tuple[object, ...]] = ()
     ) -> None:
         """Commit messages (and the tool_calls rows of their tool uses) in one transaction."""
-        async with self.db.write() as conn:
-            for message in messages:
-                await insert_message(conn, message)
+        rows = [message_row(message) for message in messages]  # validated before the write
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.executemany(INSERT_MESSAGE_SQL, rows)
             if tool_rows:
-                await conn.executemany(
-                    "INSERT INTO tool_calls (id, session_id, turn_id, message_id, provider_tool_use_id, name, "
-                    "side_effects, origin, status, input_sha256, created_at_us) "
-                    "VALUES (?,?,?,?,?,?,?,?,'pending',?,?)",
-                    tool_rows,
-                )
+                conn.executemany(INSERT_TOOL_CALL_SQL, tool_rows)
+
+        await self.db.transaction(write)
         self.live.committed(session_id, *messages)
 
     async def flush(self) -> None:

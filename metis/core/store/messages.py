@@ -36,6 +36,12 @@ INSERT_MESSAGE_SQL = (
     "created_at_us, schema_version) VALUES (?,?,?,?,?,?,?,?,?)"
 )
 
+INSERT_TOOL_CALL_SQL = (
+    "INSERT INTO tool_calls (id, session_id, turn_id, message_id, provider_tool_use_id, name, "
+    "side_effects, origin, status, input_sha256, created_at_us) "
+    "VALUES (?,?,?,?,?,?,?,?,'pending',?,?)"
+)
+
 
 def message_row(message: Message, *, validate: bool = True) -> tuple[object, ...]:
     """The `INSERT_MESSAGE_SQL` parameters; every write is validated (events.md §2.4)."""

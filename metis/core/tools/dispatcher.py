@@ -29,8 +29,8 @@ from metis.core.canonical import (
 )
 from metis.core.confirmations import ConfirmationBroker, ConfirmationRequest
 from metis.core.events.bus import EventBus
-from metis.core.store.db import Database
-from metis.core.store.messages import insert_message
+from metis.core.store.db import Database, execute_all
+from metis.core.store.messages import INSERT_MESSAGE_SQL, message_row
 from metis.core.tools.executor import ToolExecutor
 from metis.core.tools.policy import SurfaceToolPolicy, configured_mode, resolve_mode
 from metis.core.tools.precheck import precheck
@@ -405,11 +405,19 @@ class Dispatcher:
             created_at_us=now_us(),
             metadata=MessageMetadata(tool_use_id=tool_use_id),
         )
-        async with self.db.write() as conn:
-            await insert_message(conn, message)
-            await conn.execute(
-                "UPDATE tool_calls SET result_message_id=? WHERE id=?", (message.id, tool_use_id)
+        row = message_row(message)  # validated before the write
+        await self.db.transaction(
+            lambda conn: execute_all(
+                conn,
+                [
+                    (INSERT_MESSAGE_SQL, row),
+                    (
+                        "UPDATE tool_calls SET result_message_id=? WHERE id=?",
+                        (message.id, tool_use_id),
+                    ),
+                ],
             )
+        )
         self.on_committed(session_id, message)
         return message
 
