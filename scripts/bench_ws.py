@@ -229,6 +229,7 @@ async def run_fanout(
             {**payload, "text": "end" if i == frames - 1 else "x" * CHUNK},
             turn_id="01JZZZZZZZZZZZZZZZZZZZZZZY",
             parent_event_id=None,
+            typed=True,  # as the agent emits an adapter's deltas
         )
         if i % burst == burst - 1:
             while any(len(c.queue) > burst // 2 for c in core.hub._sessions[sid].clients):
