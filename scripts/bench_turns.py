@@ -7,7 +7,12 @@ in-process by a bus subscriber (no client polling in the measurement).
 
 Goals (issue 5): p50 ≤ 5 ms of daemon time; turns 91–100 ≤ 1.2 × turns 1–10. Daemon time is
 this process's CPU time per turn (the provider runs elsewhere); wall time is printed too.
-Run: `python scripts/bench_turns.py [--turns 100] [--deltas 200]`.
+
+The growth figure compares turns 91–100 of the long session with turns 1–10 of a second, fresh
+session run interleaved with them (one turn each, alternately): both sets are measured in the
+same seconds, so the host's speed drifting during the run does not pass for growth. The long
+session's own turns 1–10, measured a minute earlier, are printed for reference.
+Run: `python scripts/bench_turns.py [--turns 100] [--deltas 200] [--profile FILE]`.
 """
 
 from __future__ import annotations
@@ -29,50 +34,68 @@ from metis.server.runner import Daemon
 from metis.testing.bench import bench_models_yaml, spawn_fake_provider, stop_process
 
 
+class TurnClock:
+    """Submits turns over REST and times each one to its terminal event on the bus."""
+
+    def __init__(self, daemon: Daemon, http: aiohttp.ClientSession) -> None:
+        self.daemon = daemon
+        self.http = http
+        self._ended: dict[str, tuple[float, str]] = {}
+        self._waiters: dict[str, asyncio.Event] = {}
+        daemon.core.bus.subscribe("bench", self._on_event)
+
+    def _on_event(self, event: AnyEvent) -> None:
+        if event.type in TURN_TERMINAL and event.turn_id:
+            self._ended[event.turn_id] = (time.perf_counter(), event.type)
+            self._waiters.setdefault(event.turn_id, asyncio.Event()).set()
+
+    async def session(self, workspace: str) -> str:
+        body = {"workspace_path": workspace, "initial_active_model": "sonnet"}
+        async with self.http.post(f"{self.daemon.base_url}/sessions", json=body) as r:
+            return str((await r.json())["id"])
+
+    async def turn(self, session_id: str, text: str) -> tuple[float, float]:
+        """(wall ms, daemon CPU ms) of one turn; stops the run if it does not complete."""
+        body = {"content": [{"type": "text", "text": text}]}
+        url = f"{self.daemon.base_url}/sessions/{session_id}/turns"
+        cpu_started = time.process_time()
+        started = time.perf_counter()
+        async with self.http.post(url, json=body) as r:
+            turn_id = (await r.json())["turn_id"]
+        await self._waiters.setdefault(turn_id, asyncio.Event()).wait()
+        ended, outcome = self._ended[turn_id]
+        if outcome != "turn.completed":
+            raise SystemExit(f"turn {turn_id} ended with {outcome}; see the log")
+        cpu = (time.process_time() - cpu_started) * 1000
+        await self.daemon.core.turns.wait_all()  # the slot is released before the next POST
+        return (ended - started) * 1000, cpu
+
+
+Samples = dict[str, list[tuple[float, float]]]
+
+
 async def run_turns(
     daemon: Daemon, url: str, workspace: str, turns: int, deltas: int, profile: str | None
-) -> tuple[list[float], list[float]]:
-    """(wall ms, daemon CPU ms) per turn; stops at the first turn that does not complete."""
-    ended: dict[str, float] = {}
-    outcome: dict[str, str] = {}
-    waiters: dict[str, asyncio.Event] = {}
-
-    def on_event(event: AnyEvent) -> None:
-        if event.type in TURN_TERMINAL and event.turn_id:
-            ended[event.turn_id] = time.perf_counter()
-            outcome[event.turn_id] = event.type
-            waiters.setdefault(event.turn_id, asyncio.Event()).set()
-
-    daemon.core.bus.subscribe("bench", on_event)
-    reply = {"text": "x" * (8 * deltas), "chunk_chars": 8, "repeat": turns}
-    samples: list[float] = []
-    cpu: list[float] = []
+) -> Samples:
+    """The long session's turns, then its last ten interleaved with a fresh session's first ten."""
+    reply = {"text": "x" * (8 * deltas), "chunk_chars": 8, "repeat": turns + 10}
     async with aiohttp.ClientSession() as http:
         await http.post(f"{url}/_fake/enqueue", json={"api": "anthropic", "replies": [reply]})
-        async with http.post(
-            f"{daemon.base_url}/sessions",
-            json={"workspace_path": workspace, "initial_active_model": "sonnet"},
-        ) as r:
-            session_id = (await r.json())["id"]
+        clock = TurnClock(daemon, http)
+        long_session, fresh_session = await clock.session(workspace), await clock.session(workspace)
+        samples: Samples = {"long": [], "fresh": []}
         profiler = cProfile.Profile() if profile else None
         if profiler:
             profiler.enable()
-        for i in range(turns):
-            body = {"content": [{"type": "text", "text": f"turn {i}"}]}
-            cpu_started = time.process_time()
-            started = time.perf_counter()
-            async with http.post(f"{daemon.base_url}/sessions/{session_id}/turns", json=body) as r:
-                turn_id = (await r.json())["turn_id"]
-            await waiters.setdefault(turn_id, asyncio.Event()).wait()
-            if outcome[turn_id] != "turn.completed":
-                raise SystemExit(f"turn {i + 1} ended with {outcome[turn_id]}; see the log")
-            samples.append((ended[turn_id] - started) * 1000)
-            cpu.append((time.process_time() - cpu_started) * 1000)
-            await daemon.core.turns.wait_all()  # the slot is released before the next POST
+        for i in range(turns - 10):
+            samples["long"].append(await clock.turn(long_session, f"turn {i}"))
+        for i in range(10):
+            samples["fresh"].append(await clock.turn(fresh_session, f"turn {i}"))
+            samples["long"].append(await clock.turn(long_session, f"turn {turns - 10 + i}"))
         if profiler:
             profiler.disable()
             profiler.dump_stats(profile)
-    return samples, cpu
+    return samples
 
 
 async def main(turns: int, deltas: int, profile: str | None) -> None:
@@ -83,17 +106,21 @@ async def main(turns: int, deltas: int, profile: str | None) -> None:
             daemon = Daemon(load_settings(home=Path(home), port=0))
             await daemon.start()
             try:
-                samples, cpu = await run_turns(daemon, url, workspace, turns, deltas, profile)
+                samples = await run_turns(daemon, url, workspace, turns, deltas, profile)
             finally:
                 await daemon.stop()
     finally:
         await stop_process(fake)
     print(f"{turns} turns, {deltas} deltas each (fake provider in its own process)")
-    for label, values in (("wall time", samples), ("daemon CPU time", cpu)):
-        first, last = statistics.median(values[:10]), statistics.median(values[-10:])
+    for column, label in ((1, "daemon CPU time"), (0, "wall time")):
+        long = [s[column] for s in samples["long"]]
+        fresh = statistics.median(s[column] for s in samples["fresh"])
+        late = statistics.median(long[-10:])
         print(
-            f"{label}: p50 {statistics.median(values):.2f} ms; turns 1–10 p50 {first:.2f} ms; "
-            f"turns {turns - 9}–{turns} p50 {last:.2f} ms; ratio {last / first:.2f}"
+            f"{label}: p50 {statistics.median(long):.2f} ms; turns {turns - 9}–{turns} p50 "
+            f"{late:.2f} ms vs a fresh session's turns 1–10 p50 {fresh:.2f} ms (same seconds): "
+            f"ratio {late / fresh:.2f}; this session's turns 1–10 p50 "
+            f"{statistics.median(long[:10]):.2f} ms"
         )
 
 
