@@ -7,23 +7,17 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import sys
 from pathlib import Path
 
 import aiohttp
 
 from tests.aap.client import WEATHER, AapClient, check_stream, tool_result
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.serve_process import free_port, wait_until_serving
 
 
 async def test_metis_serve_speaks_aap_in_every_mode(metis_home: Path) -> None:
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "METIS_API_KEY"}
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -38,13 +32,7 @@ async def test_metis_serve_speaks_aap_in_every_mode(metis_home: Path) -> None:
     )
     try:
         async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{port}") as http:
-            for _ in range(200):
-                try:
-                    async with http.get("/aap/meta") as r:
-                        if r.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    await asyncio.sleep(0.05)
+            await wait_until_serving(http, "/aap/meta")
             key = (metis_home / "api_key").read_text().strip()
             aap = AapClient(http, key)
             sid = await aap.create(client_tools=[WEATHER])

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from tests.api import Api
+from tests.serve_process import free_port, wait_until_serving
 
 MODELS = """
 pricing_version: "e2e-1"
@@ -353,19 +353,13 @@ async def test_cancel_during_a_running_shell_kills_it(
     assert len(fake.requests_for("anthropic")) == 1  # no further LLM call after the cancel
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_daemon_killed_mid_turn_recovers_on_restart(
     fake: FakeProviderServer, metis_home: Path, start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
     metis_home.mkdir(parents=True, exist_ok=True)
     (metis_home / "models.yaml").write_text(models_yaml(fake))
     (metis_home / "config.yaml").write_text(AUTO_TOOLS)
-    port = _free_port()
+    port = free_port()
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -381,12 +375,7 @@ async def test_daemon_killed_mid_turn_recovers_on_restart(
     try:
         async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{port}") as http:
             api = Api(http)
-            for _ in range(100):
-                try:
-                    await api.call("GET", "/health")
-                    break
-                except aiohttp.ClientError:
-                    await asyncio.sleep(0.1)
+            await wait_until_serving(http, "/health")
             sid = await session_on(api, workspace, "anthropic")
             status, accepted = await api.submit(sid, "this turn will be interrupted")
             assert status == 202

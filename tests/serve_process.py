@@ -1,0 +1,36 @@
+"""Helpers for tests that run `metis serve` as a real subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+import aiohttp
+
+# A fresh interpreter importing both provider SDKs from source (no bytecode cache in CI) can
+# take well over ten seconds on a slow machine; the deadline only bounds a broken start.
+SERVE_START_DEADLINE_S = 90.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def wait_until_serving(
+    http: aiohttp.ClientSession, path: str, *, deadline_s: float = SERVE_START_DEADLINE_S
+) -> None:
+    """Poll `path` until it answers 200; fails the test once the deadline passes."""
+    give_up = time.monotonic() + deadline_s
+    while True:
+        try:
+            async with http.get(path) as response:
+                if response.status == 200:
+                    return
+        except aiohttp.ClientError:
+            pass
+        if time.monotonic() > give_up:
+            raise AssertionError(f"metis serve did not answer {path} within {deadline_s:.0f} s")
+        await asyncio.sleep(0.05)
