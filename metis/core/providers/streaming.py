@@ -446,20 +446,6 @@ def _interrupted(
     return closing
 
 
-def _feed_batch(tr: Translator, batch: list[Any], out: list[StreamEvent]) -> Exception | None:
-    """Feed one network chunk's events; a failing event is returned, not raised, so what the
-    events before it produced is still delivered (a failure after the first token is not
-    retried, providers.md §3.3)."""
-    for event in batch:
-        try:
-            tr.feed(event, out)
-        except Exception as exc:
-            return exc
-        if tr.done:
-            break
-    return None
-
-
 async def drive_stream(spec: CallSpec, req: LLMRequest) -> AsyncIterator[StreamEvent]:
     """Run attempts until one yields content, then stream it (providers.md §2-3)."""
     guard = CancelGuard(req.cancel)
@@ -478,28 +464,34 @@ async def drive_stream(spec: CallSpec, req: LLMRequest) -> AsyncIterator[StreamE
             try:
                 handle = await guard.run(spec.open_stream(req))
                 iterator = handle.__aiter__()
-                while True:
+                cancel = req.cancel
+                while not tr.done:
                     batch = await guard.next(iterator)
                     if batch is _END:
                         tr.end_of_body()
                         break
-                    failure = _feed_batch(tr, batch, out)  # type: ignore[arg-type]
-                    if started:
-                        if out:
+                    # One network chunk's events, each fed and delivered before the next: a
+                    # cancel or a failing event then lands between two events exactly as it
+                    # would with one event per read, and the content built so far is always
+                    # what was delivered.
+                    for event in batch:  # type: ignore[attr-defined]
+                        if cancel.is_set():
+                            raise CancelRequested
+                        tr.feed(event, out)
+                        if started:
+                            if out:
+                                for item in out:
+                                    yield item
+                                out.clear()
+                        elif builder.started or tr.done:
+                            started = True
+                            first_token_ms = _ms(t0)
+                            yield MessageStart(message_id=req.message_id, model=req.model)
                             for item in out:
                                 yield item
                             out.clear()
-                    elif builder.started or tr.done:
-                        started = True
-                        first_token_ms = _ms(t0)
-                        yield MessageStart(message_id=req.message_id, model=req.model)
-                        for item in out:
-                            yield item
-                        out.clear()
-                    if failure is not None:
-                        raise failure  # after the batch's earlier events went out
-                    if tr.done:
-                        break
+                        if tr.done:
+                            break
                 if not started:
                     started = True
                     first_token_ms = _ms(t0)
