@@ -9,6 +9,7 @@ server's writes back up within a few hundred kilobytes. Volume comes straight fr
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -109,7 +110,9 @@ async def test_a_stalled_client_is_closed_1008_at_once_and_others_get_everything
     assert len(frames) <= overflowed_at - QUEUE
     got = events_of(frames[1:])
     assert got == events_of(received)[: len(got)]  # no gap before the close: a clean prefix
-    assert max(timings) < 0.05  # emit never waited on anyone
+    # emit never waits on a client: typical emits stay tiny however far behind the stalled
+    # socket is (the median, because a starved VM can stall any single call for 100s of ms)
+    assert statistics.median(timings) < 0.005
     # Recovery: a new token and since = the last bus event it saw gets exactly the gap.
     last = [e for e in got if "id" in e][-1]
     again, ack = await Ws.subscribed(api, sid, since=last["id"])
