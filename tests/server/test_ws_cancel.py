@@ -7,16 +7,11 @@ streaming model (C3), a confirmation wait (C4 and test 9) and a running shell co
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-import pytest
-
-from metis.server.runner import Daemon
 from metis.testing import FakeProviderServer, FakeReply
-from tests.api import Api
 from tests.ws_client import (
     SLOW_SCRIPTED,
     Ws,
@@ -26,28 +21,6 @@ from tests.ws_client import (
     rebuild,
     types_of,
 )
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeProviderServer]:
-    async with FakeProviderServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def make_api(start_daemon: Callable[..., Any]) -> AsyncIterator[Callable[..., Any]]:
-    """Start a daemon with the given config files and return it with an Api."""
-    opened: list[aiohttp.ClientSession] = []
-
-    async def make(**kw: Any) -> tuple[Daemon, Api]:
-        d = await start_daemon(**kw)
-        http = aiohttp.ClientSession(base_url=d.base_url)
-        opened.append(http)
-        return d, Api(http)
-
-    yield make
-    for http in opened:
-        await http.close()
 
 
 def live_members(pgid: int) -> list[int]:

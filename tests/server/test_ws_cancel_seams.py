@@ -19,15 +19,11 @@ Each case is reached deterministically, never by sleeping:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-import pytest
-
 from metis.core.events.envelope import AnyEvent
-from metis.server.runner import Daemon
 from metis.testing import FakeProviderServer, FakeReply
 from tests.api import TERMINAL, Api
 from tests.ws_client import (
@@ -44,28 +40,6 @@ ONE_GLOBAL_SLOT = (
     "  confirmation:\n    default: {read: auto, write: auto, execute: auto}\n"
 )
 CANCELLED_TEXT = "Tool call cancelled"
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeProviderServer]:
-    async with FakeProviderServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def make_api(start_daemon: Callable[..., Any]) -> AsyncIterator[Callable[..., Any]]:
-    """Start a daemon with the given config files and return it with an Api."""
-    opened: list[aiohttp.ClientSession] = []
-
-    async def make(**kw: Any) -> tuple[Daemon, Api]:
-        d = await start_daemon(**kw)
-        http = aiohttp.ClientSession(base_url=d.base_url)
-        opened.append(http)
-        return d, Api(http)
-
-    yield make
-    for http in opened:
-        await http.close()
 
 
 def is_event(kind: str, turn_id: str | None = None) -> Callable[[dict[str, Any]], bool]:

@@ -37,12 +37,6 @@ async def api(daemon: Daemon) -> AsyncIterator[Api]:
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeProviderServer]:
-    async with FakeProviderServer() as server:
-        yield server
-
-
-@pytest.fixture
 async def fake_api(
     fake: FakeProviderServer, start_daemon: Callable[..., Any]
 ) -> AsyncIterator[Api]:
