@@ -7,7 +7,6 @@ delivered. A whole reply is served from memory as a single chunk to make that de
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,11 +14,12 @@ from metis.core.model_types import ProviderConfig
 from metis.core.providers.anthropic import AnthropicAdapter
 from metis.core.providers.base import LLMRequest, MessageComplete, TextDelta
 from metis.core.providers.sse import SseBody
+from metis.testing.fake_wire import sse_frame
 from tests.core.providers.provider_kit import check_invariants, collect, request, user
 
 
 def frame(name: str, data: dict[str, Any]) -> bytes:
-    return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+    return sse_frame(name, data).encode()
 
 
 def reply_body(chunks: list[str], *, break_after: int | None = None) -> bytes:
