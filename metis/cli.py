@@ -42,11 +42,12 @@ def setup_logging(level: str = "INFO") -> None:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from metis.server.runner import Daemon
+    from metis.server.runner import Daemon, freeze_startup_heap
 
     settings = load_settings(host=args.host, port=args.port)
     daemon = Daemon(settings)
     await daemon.start()
+    freeze_startup_heap()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

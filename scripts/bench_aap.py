@@ -27,7 +27,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from metis.config import load_settings
-from metis.server.runner import Daemon
+from metis.server.runner import Daemon, freeze_startup_heap
 from metis.testing.bench import bench_models_yaml, spawn_fake_provider, stop_process
 
 KEY = "bench-aap-key-0123456789"
@@ -91,6 +91,7 @@ async def main(deltas: int, n: int) -> None:
             Path(home, "models.yaml").write_text(bench_models_yaml(url))
             daemon = Daemon(load_settings(home=Path(home), port=0))
             await daemon.start()
+            freeze_startup_heap()  # as `metis serve` does
             try:
                 async with aiohttp.ClientSession() as http:
                     rate = await relay(http, daemon.base_url, url, deltas)

@@ -17,7 +17,7 @@ import aiohttp
 from metis.config import load_settings
 from metis.core.canonical import new_session_id, now_us
 from metis.core.runtime import Core
-from metis.server.runner import Daemon
+from metis.server.runner import Daemon, freeze_startup_heap
 
 EVENTS = 100_000
 STREAMS = 10
@@ -69,6 +69,7 @@ async def health_p50(session: aiohttp.ClientSession, n: int = 500) -> float:
 async def bench_health(home: Path) -> tuple[float, float]:
     daemon = Daemon(load_settings(home=home, port=0))
     await daemon.start()
+    freeze_startup_heap()  # as `metis serve` does
     async with aiohttp.ClientSession(base_url=daemon.base_url) as session:
         empty = await health_p50(session)
         stamp = now_us()

@@ -30,7 +30,7 @@ import aiohttp
 from metis.config import load_settings
 from metis.core.events.catalog import TURN_TERMINAL
 from metis.core.events.envelope import AnyEvent
-from metis.server.runner import Daemon
+from metis.server.runner import Daemon, freeze_startup_heap
 from metis.testing.bench import bench_models_yaml, spawn_fake_provider, stop_process
 
 
@@ -105,6 +105,7 @@ async def main(turns: int, deltas: int, profile: str | None) -> None:
             Path(home, "models.yaml").write_text(bench_models_yaml(url))
             daemon = Daemon(load_settings(home=Path(home), port=0))
             await daemon.start()
+            freeze_startup_heap()  # as `metis serve` does
             try:
                 samples = await run_turns(daemon, url, workspace, turns, deltas, profile)
             finally:

@@ -40,7 +40,7 @@ import aiohttp
 from yarl import URL
 
 from metis.config import load_settings
-from metis.server.runner import Daemon
+from metis.server.runner import Daemon, freeze_startup_heap
 from metis.testing.bench import bench_models_yaml, spawn_fake_provider, stop_process
 
 CHUNK = 8
@@ -235,6 +235,7 @@ async def main_async(args: argparse.Namespace) -> None:
     (home / "models.yaml").write_text(bench_models_yaml(fake_url))
     d = Daemon(load_settings(home=home, port=0, overrides={"log_level": "WARNING"}))
     await d.start()
+    freeze_startup_heap()  # as `metis serve` does
     frames_per_turn = args.deltas + 7
     try:
         async with aiohttp.ClientSession(base_url=d.base_url) as http:

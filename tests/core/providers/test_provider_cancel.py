@@ -69,20 +69,19 @@ async def test_cancel_while_waiting_for_the_first_byte_yields_nothing_and_aborts
 async def test_cancel_mid_stream_closes_open_calls_and_completes_cancelled(
     kind: str, fake: FakeProviderServer, make_adapter
 ) -> None:
-    reply = FakeReply.call(
-        "read_file", {"path": "some/long/file/name.txt"}, text="Reading", chunk_chars=4
-    )
+    # ~50 chunks 30 ms apart after the first input delta: a cancel that waited for the rest of
+    # the stream would let the server finish. (The 100 ms budget is the hang tests' subject; a
+    # wall-clock bound here failed once on a CI host stalled for 350 ms.)
+    path = "some/" * 40 + "name.txt"
+    reply = FakeReply.call("read_file", {"path": path}, text="Reading", chunk_chars=4)
     fake.enqueue(kind, reply.model_copy(update={"delay_ms": 30}))
     hooks = RecordingHooks()
     req = request(kind, user("go"), hooks=hooks)
     events = []
-    cancelled_at = 0.0
     async for event in make_adapter(kind).stream(req):
         events.append(event)
-        if isinstance(event, ToolUseInputDelta) and not req.cancel.is_set():
-            cancelled_at = time.perf_counter()
+        if isinstance(event, ToolUseInputDelta):
             req.cancel.set()
-    assert time.perf_counter() - cancelled_at < CANCEL_BUDGET_S
     complete = check_invariants(events)
     assert complete.stop_reason == "cancelled"
     assert isinstance(events[-2], ToolUseEnd) and events[-2].final_input == {}
