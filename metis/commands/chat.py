@@ -390,14 +390,20 @@ class ChatSession:
             self.render.line("error", str(exc))
 
     def interrupt(self) -> None:
-        """Ctrl-C: cancel the running turn (a `cancel` frame), else leave."""
-        if self.turn_id is not None and self.ws is not None and not self.ws.closed:
+        """Ctrl-C: cancel the running turn (a `cancel` frame), else leave.
+
+        A turn whose terminal event was already shown counts as over even before `run_turn`
+        has noticed: a Ctrl-C right after "cancelled" leaves instead of being swallowed.
+        """
+        turn_id = self.turn_id
+        running = turn_id is not None and not self._turn_over(turn_id)
+        if running and self.ws is not None and not self.ws.closed:
             if not self._cancel_sent:
                 self._cancel_sent = True
                 self.render.line("metis", "cancelling the turn…")
                 self._spawn(
                     self.ws.send_json(
-                        {"type": "cancel", "turn_id": self.turn_id, "reason": "user_cancel"}
+                        {"type": "cancel", "turn_id": turn_id, "reason": "user_cancel"}
                     )
                 )
             return
