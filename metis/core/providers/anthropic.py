@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 import anthropic
@@ -19,6 +19,7 @@ from pydantic_core import from_json
 from metis.core.canonical import (
     ContentBlock,
     ImageBlock,
+    Message,
     RedactedThinkingBlock,
     TextBlock,
     ThinkingBlock,
@@ -61,10 +62,12 @@ from metis.core.providers.streaming import (
     estimate_output_tokens,
     parse_tool_input,
 )
-from metis.core.providers.transport import sdk_http_client
+from metis.core.providers.transport import post_event_stream, post_json, sdk_http_client
+from metis.core.providers.wire_body import HistoryEncoder, encode, json_body
 
 log = logging.getLogger(__name__)
 
+MESSAGES_PATH = "/v1/messages"
 EPHEMERAL = {"type": "ephemeral"}
 _CONTEXT_RE = re.compile(r"(?i)prompt is too long|context (window|length)|too many (input )?tokens")
 _CONTENT_FILTER_CODES = frozenset({"content_filter", "content_policy_violation"})
@@ -177,12 +180,12 @@ def _assistant_blocks(blocks: list[Any], *, keep_thinking: bool) -> list[dict[st
     return out
 
 
-def build_messages(req: LLMRequest, provider_name: str) -> list[dict[str, Any]]:
+def history_messages(
+    messages: Sequence[Message], *, supports_images: bool, thinking: bool, provider_name: str
+) -> list[dict[str, Any]]:
     """Canonical history → Anthropic messages; results and a following user turn share one message."""
-    supports_images = req.capabilities.supports_images
-    thinking = req.thinking_enabled
-    messages: list[dict[str, Any]] = []
-    for turn in normalize_history(req.messages):
+    wire: list[dict[str, Any]] = []
+    for turn in normalize_history(messages):
         role: Literal["user", "assistant"]
         if turn.role == "assistant":
             role = "assistant"
@@ -196,21 +199,33 @@ def build_messages(req: LLMRequest, provider_name: str) -> list[dict[str, Any]]:
             blocks = _user_blocks(turn.blocks, supports_images)
         if not blocks:
             continue
-        if messages and messages[-1]["role"] == role:
-            messages[-1]["content"].extend(blocks)
+        if wire and wire[-1]["role"] == role:
+            wire[-1]["content"].extend(blocks)
         else:
-            messages.append({"role": role, "content": blocks})
-    return messages
+            wire.append({"role": role, "content": blocks})
+    return wire
 
 
-def build_params(req: LLMRequest, provider_name: str) -> dict[str, Any]:
+def build_body(
+    req: LLMRequest, provider_name: str, history: HistoryEncoder, *, stream: bool
+) -> bytes:
+    """The Messages request body (providers.md §5), the history's final part encoded once."""
     caps = req.capabilities
     caching = caps.supports_prompt_caching
-    params: dict[str, Any] = {
-        "model": req.wire_model,
-        "max_tokens": req.max_output_tokens,
-        "messages": build_messages(req, provider_name),
-    }
+    supports_images, thinking = caps.supports_images, req.thinking_enabled
+    done, rest = history.split(
+        req.messages,
+        (supports_images, thinking),
+        lambda part: history_messages(
+            part, supports_images=supports_images, thinking=thinking, provider_name=provider_name
+        ),
+    )
+    if caching and rest:
+        for block in reversed(rest[-1]["content"]):
+            if block["type"] not in ("thinking", "redacted_thinking"):
+                block["cache_control"] = dict(EPHEMERAL)
+                break
+    fields: dict[str, Any] = {"model": req.wire_model, "max_tokens": req.max_output_tokens}
     system: list[dict[str, Any]] = []
     if req.system:
         block: dict[str, Any] = {"type": "text", "text": req.system}
@@ -220,12 +235,11 @@ def build_params(req: LLMRequest, provider_name: str) -> dict[str, Any]:
     if req.system_volatile:
         system.append({"type": "text", "text": req.system_volatile})
     if system:
-        params["system"] = system
+        fields["system"] = system
     if req.stop_sequences:
-        params["stop_sequences"] = list(req.stop_sequences)
-    if req.temperature is not None and not req.thinking_enabled:
-        # anthropic 2.x dropped `temperature` from the typed signature; the API still takes it
-        params["extra_body"] = {"temperature": req.temperature}
+        fields["stop_sequences"] = list(req.stop_sequences)
+    if req.temperature is not None and not thinking:
+        fields["temperature"] = req.temperature
     if req.tools and caps.supports_tools:
         tools = [
             {"name": t.name, "description": t.description, "input_schema": t.input_schema}
@@ -233,18 +247,15 @@ def build_params(req: LLMRequest, provider_name: str) -> dict[str, Any]:
         ]
         if caching:
             tools[-1]["cache_control"] = dict(EPHEMERAL)
-        params["tools"] = tools
+        fields["tools"] = tools
         if not caps.supports_parallel_tool_calls:
-            params["tool_choice"] = {"type": "auto", "disable_parallel_tool_use": True}
-    if req.thinking_enabled and req.thinking_budget_tokens:
+            fields["tool_choice"] = {"type": "auto", "disable_parallel_tool_use": True}
+    if thinking and req.thinking_budget_tokens:
         budget = max(1024, min(req.thinking_budget_tokens, req.max_output_tokens - 1))
-        params["thinking"] = {"type": "enabled", "budget_tokens": budget}
-    if caching and params["messages"]:
-        for block in reversed(params["messages"][-1]["content"]):
-            if block["type"] not in ("thinking", "redacted_thinking"):
-                block["cache_control"] = dict(EPHEMERAL)
-                break
-    return params
+        fields["thinking"] = {"type": "enabled", "budget_tokens": budget}
+    if stream:
+        fields["stream"] = True
+    return json_body(fields, [*done, *map(encode, rest)])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -574,6 +585,7 @@ class AnthropicAdapter:
         self.provider_name = provider.name
         self.policy = policy
         self._secret = provider.api_key
+        self._history = HistoryEncoder()
         self._client = anthropic.AsyncAnthropic(
             api_key=provider.sdk_key,
             base_url=provider.base_url,
@@ -589,12 +601,12 @@ class AnthropicAdapter:
 
     # CallSpec -------------------------------------------------------------------------------
 
-    async def open_stream(self, req: LLMRequest) -> Any:
-        params = build_params(req, self.provider_name)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("anthropic request %s: %s", req.request_id, json.dumps(params)[:20000])
-        raw = await self._client.messages.with_raw_response.create(**params, stream=True)
-        return SseBody(raw.http_response)
+    def _body(self, req: LLMRequest, *, stream: bool) -> bytes:
+        return build_body(req, self.provider_name, self._history, stream=stream)
+
+    async def open_stream(self, req: LLMRequest) -> SseBody:
+        body = self._body(req, stream=True)
+        return await post_event_stream(self._client, MESSAGES_PATH, body, req.request_id)
 
     def translator(self, req: LLMRequest, builder: ContentBuilder) -> AnthropicTranslator:
         return AnthropicTranslator(req, builder, self.provider_name)
@@ -602,8 +614,11 @@ class AnthropicAdapter:
     def classify(self, exc: BaseException, req: LLMRequest) -> ProviderError:
         return classify(exc, provider=self.provider_name, model=req.model, secret=self._secret)
 
-    async def _create(self, req: LLMRequest) -> Any:
-        return await self._client.messages.create(**build_params(req, self.provider_name))
+    async def _create(self, req: LLMRequest) -> anthropic.types.Message:
+        body = self._body(req, stream=False)
+        return await post_json(
+            self._client, MESSAGES_PATH, body, anthropic.types.Message, req.request_id
+        )
 
     # ProviderAdapter ------------------------------------------------------------------------
 

@@ -10,15 +10,17 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 import openai
+from openai.types.chat import ChatCompletion
 from pydantic_core import from_json
 
 from metis.core.canonical import (
     ContentBlock,
     ImageBlock,
+    Message,
     TextBlock,
     ThinkingBlock,
     TokenUsage,
@@ -61,10 +63,12 @@ from metis.core.providers.streaming import (
     estimate_output_tokens,
     parse_tool_input,
 )
-from metis.core.providers.transport import sdk_http_client
+from metis.core.providers.transport import post_event_stream, post_json, sdk_http_client
+from metis.core.providers.wire_body import HistoryEncoder, encode, json_body
 
 log = logging.getLogger(__name__)
 
+COMPLETIONS_PATH = "/chat/completions"
 TOOL_ERROR_PREFIX = "[tool error] "
 _CONTEXT_RE = re.compile(
     r"(?i)prompt is too long|context (window|length)|maximum context|too many (input )?tokens"
@@ -128,32 +132,40 @@ def _tool_message(block: ToolResultBlock) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": openai_wire_id(block.tool_use_id), "content": text}
 
 
-def build_messages(req: LLMRequest) -> list[dict[str, Any]]:
-    supports_images = req.capabilities.supports_images
-    messages: list[dict[str, Any]] = []
-    system = "\n\n".join(s for s in (req.system, req.system_volatile) if s)
-    if system:
-        messages.append({"role": "system", "content": system})
-    for turn in normalize_history(req.messages):
+def history_messages(messages: Sequence[Message], *, supports_images: bool) -> list[dict[str, Any]]:
+    """Canonical history → Chat Completions messages (the system message is not history)."""
+    wire: list[dict[str, Any]] = []
+    for turn in normalize_history(messages):
         if turn.role == "user":
             message = _user_message(turn.blocks, supports_images)
             if message is not None:
-                messages.append(message)
+                wire.append(message)
         elif turn.role == "assistant":
             message = _assistant_message(turn.blocks)
             if message is not None:
-                messages.append(message)
+                wire.append(message)
         else:
-            messages.extend(_tool_message(b) for b in turn.blocks)
-    return messages
+            wire.extend(_tool_message(b) for b in turn.blocks)
+    return wire
 
 
-def build_params(req: LLMRequest, options: dict[str, Any], *, stream: bool) -> dict[str, Any]:
+def build_body(
+    req: LLMRequest, options: dict[str, Any], history: HistoryEncoder, *, stream: bool
+) -> bytes:
+    """The Chat Completions request body (providers.md §6), the history's final part encoded once."""
     caps = req.capabilities
-    params: dict[str, Any] = {"model": req.wire_model, "messages": build_messages(req)}
-    params[options.get("max_tokens_field", "max_completion_tokens")] = req.max_output_tokens
+    supports_images = caps.supports_images
+    done, rest = history.split(
+        req.messages,
+        supports_images,
+        lambda part: history_messages(part, supports_images=supports_images),
+    )
+    system = "\n\n".join(s for s in (req.system, req.system_volatile) if s)
+    head = [encode({"role": "system", "content": system})] if system else []
+    fields: dict[str, Any] = {"model": req.wire_model}
+    fields[options.get("max_tokens_field", "max_completion_tokens")] = req.max_output_tokens
     if req.tools and caps.supports_tools:
-        params["tools"] = [
+        fields["tools"] = [
             {
                 "type": "function",
                 "function": {
@@ -165,16 +177,16 @@ def build_params(req: LLMRequest, options: dict[str, Any], *, stream: bool) -> d
             for t in req.tools
         ]
         if not caps.supports_parallel_tool_calls:
-            params["parallel_tool_calls"] = False
+            fields["parallel_tool_calls"] = False
     if req.temperature is not None:
-        params["temperature"] = req.temperature
+        fields["temperature"] = req.temperature
     if req.stop_sequences:
-        params["stop"] = list(req.stop_sequences)
+        fields["stop"] = list(req.stop_sequences)
     if stream:
-        params["stream"] = True
+        fields["stream"] = True
         if options.get("stream_include_usage", True):
-            params["stream_options"] = {"include_usage": True}
-    return params
+            fields["stream_options"] = {"include_usage": True}
+    return json_body(fields, [*head, *done, *map(encode, rest)])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -595,6 +607,7 @@ class OpenAIAdapter:
         self.provider_name = provider.name
         self.policy = policy
         self.options = dict(provider.options)
+        self._history = HistoryEncoder()
         self._secret = provider.api_key
         self._client = openai.AsyncOpenAI(
             api_key=provider.sdk_key,
@@ -611,12 +624,12 @@ class OpenAIAdapter:
 
     # CallSpec -------------------------------------------------------------------------------
 
-    async def open_stream(self, req: LLMRequest) -> Any:
-        params = build_params(req, self.options, stream=True)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("openai request %s: %s", req.request_id, json.dumps(params)[:20000])
-        raw = await self._client.chat.completions.with_raw_response.create(**params)
-        return SseBody(raw.http_response)
+    def _body(self, req: LLMRequest, *, stream: bool) -> bytes:
+        return build_body(req, self.options, self._history, stream=stream)
+
+    async def open_stream(self, req: LLMRequest) -> SseBody:
+        body = self._body(req, stream=True)
+        return await post_event_stream(self._client, COMPLETIONS_PATH, body, req.request_id)
 
     def translator(self, req: LLMRequest, builder: ContentBuilder) -> OpenAITranslator:
         return OpenAITranslator(req, builder, self.provider_name)
@@ -624,10 +637,9 @@ class OpenAIAdapter:
     def classify(self, exc: BaseException, req: LLMRequest) -> ProviderError:
         return classify(exc, provider=self.provider_name, model=req.model, secret=self._secret)
 
-    async def _create(self, req: LLMRequest) -> Any:
-        return await self._client.chat.completions.create(
-            **build_params(req, self.options, stream=False)
-        )
+    async def _create(self, req: LLMRequest) -> ChatCompletion:
+        body = self._body(req, stream=False)
+        return await post_json(self._client, COMPLETIONS_PATH, body, ChatCompletion, req.request_id)
 
     def _parse(
         self, req: LLMRequest, completion: Any

@@ -1,4 +1,4 @@
-"""The HTTP client under the SDKs.
+"""The HTTP client under the SDKs, and the one raw request the adapters make through them.
 
 Both SDKs ship an aiohttp-based transport (`DefaultAioHttpClient`). It is used by default: its
 C-accelerated parser reads a streamed body in whatever chunks arrived, where the default
@@ -9,9 +9,16 @@ when one is set the SDK's own httpx client is kept and the proxy keeps working.
 
 from __future__ import annotations
 
+import logging
 import os
 from types import ModuleType
 from typing import Any
+
+import httpx2
+
+from metis.core.providers.sse import SseBody
+
+log = logging.getLogger(__name__)
 
 PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")
 
@@ -25,3 +32,20 @@ def sdk_http_client(sdk: ModuleType) -> Any:
     if proxy_configured():
         return None
     return sdk.DefaultAioHttpClient()
+
+
+async def post_json(client: Any, path: str, body: bytes, cast_to: Any, request_id: str) -> Any:
+    """POST a prebuilt JSON body through the SDK's documented raw request (`client.post`).
+
+    Auth, headers, status errors, timeouts and the transport stay the SDK's; only the body is
+    ours (`wire_body.py` says why). `cast_to=httpx2.Response` returns the response unread.
+    """
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("request %s to %s: %s", request_id, path, body[:20000].decode())
+    stream = cast_to is httpx2.Response
+    return await client.post(path, cast_to=cast_to, content=body, stream=stream)
+
+
+async def post_event_stream(client: Any, path: str, body: bytes, request_id: str) -> SseBody:
+    """The streamed call: the response's `text/event-stream` body, decoded by metis."""
+    return SseBody(await post_json(client, path, body, httpx2.Response, request_id))

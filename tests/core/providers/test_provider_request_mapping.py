@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from metis.core.canonical import ImageBlock, TextBlock, ToolResultBlock, ToolUse
 from metis.testing import FakeProviderServer
 from tests.core.providers.provider_kit import (
     APIS,
+    KEYS,
     LIST_DIR,
     PNG_B64,
     READ_FILE,
@@ -377,3 +379,32 @@ async def test_keyless_provider_sends_the_placeholder_key(
     adapter = make_adapter("openai", api_key=None)
     await collect(adapter.stream(request("openai", user("hi"))))
     assert fake.requests[0].headers["authorization"] == "Bearer metis-no-key"
+
+
+@pytest.mark.parametrize("kind", APIS)
+async def test_a_growing_session_sends_its_whole_history_on_every_call(
+    kind: str, fake: FakeProviderServer, make_adapter
+) -> None:
+    """The adapter reuses the encoded history between calls; the server must not notice."""
+    adapter = make_adapter(kind)
+    history = [user("q0")]
+    for turn in range(1, 6):
+        await collect(adapter.stream(request(kind, *history)))
+        history += [msg("assistant", TextBlock(text=f"a{turn}"), provider=kind), user(f"q{turn}")]
+    await collect(adapter.stream(request(kind, *history)))
+    sent = [m["content"] for m in fake.requests[-1].body["messages"]]
+    texts = [c if isinstance(c, str) else c[0]["text"] for c in sent]
+    assert texts == ["q0", "a1", "q1", "a2", "q2", "a3", "q3", "a4", "q4", "a5", "q5"]
+
+
+@pytest.mark.parametrize("kind", APIS)
+async def test_request_bodies_are_logged_at_debug_level_only(
+    kind: str, fake: FakeProviderServer, make_adapter, caplog: pytest.LogCaptureFixture
+) -> None:
+    adapter = make_adapter(kind)
+    with caplog.at_level(logging.INFO):
+        await collect(adapter.stream(request(kind, user("quiet words"))))
+    assert "quiet words" not in caplog.text
+    with caplog.at_level(logging.DEBUG):
+        await collect(adapter.stream(request(kind, user("loud words"))))
+    assert "loud words" in caplog.text and KEYS[kind] not in caplog.text

@@ -1,0 +1,103 @@
+"""Request bodies as JSON bytes, the history's encoded form carried over from call to call.
+
+Every call sends a session's whole history, and the history only grows. Mapping it to the wire
+and encoding it anew on every call made a call's cost grow with the session; handing the SDK a
+dict made it worse (the SDK walks, copies and encodes the body once more). At 190 messages that
+was ~6 ms per call, most of a turn's growth. So the adapters build the body here, with the wire
+messages that cannot change already encoded, and hand the SDK bytes.
+
+Why a prefix can be reused: `normalize_history` starts afresh at every assistant message (it
+flushes the results and user messages gathered before it), so the wire messages of a history
+are those of the part before an assistant message followed by those of the part from it on,
+unless the two wire messages at that seam have the same role (the Anthropic mapping would merge
+them; the seam is then not used). The part before the last assistant message of a call is
+therefore final: it is encoded once and every later call over a longer history reuses the bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from metis.core.canonical import Message
+from metis.core.memo import PrefixMemo
+
+WireMessage = dict[str, Any]
+HistoryMapper = Callable[[Sequence[Message]], list[WireMessage]]
+
+# The SDKs' own encoding: ASCII with escapes, so lone surrogates in stored text still encode.
+_encoder = json.JSONEncoder(separators=(",", ":"))
+
+
+def encode(value: Any) -> bytes:
+    return _encoder.encode(value).encode("ascii")
+
+
+def json_body(fields: dict[str, Any], messages: Sequence[bytes]) -> bytes:
+    """The JSON object `{"messages": [<messages>], **fields}` from already-encoded messages."""
+    head = b'{"messages":[' + b",".join(messages) + b"]"
+    rest = encode(fields)
+    return head + (b"," + rest[1:] if fields else b"}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Encoded:
+    """What a call left for the next: its history's final part, up to `cut`, encoded."""
+
+    options: Hashable
+    cut: int  # canonical index of the assistant message the encoded part stops before (or 0)
+    done: tuple[bytes, ...]
+    last_role: str | None
+
+
+def _joins(last_role: str | None, first: WireMessage) -> bool:
+    """Whether wire messages can be concatenated at this seam without being merged."""
+    return last_role is None or last_role != first["role"]
+
+
+class HistoryEncoder:
+    """One adapter's memory of the histories it encoded (a few sessions' worth)."""
+
+    def __init__(self, size: int = 16) -> None:
+        self._memo: PrefixMemo[_Encoded] = PrefixMemo(size)
+
+    def split(
+        self, messages: Sequence[Message], options: Hashable, mapper: HistoryMapper
+    ) -> tuple[list[bytes], list[WireMessage]]:
+        """(the encoded wire messages of the history's final part, the rest as wire dicts).
+
+        `mapper` maps any slice of canonical history to wire messages; `options` names what else
+        it depends on (capabilities, thinking), so a call with other options starts afresh. The
+        rest is returned as dicts, non-empty whenever the whole history maps to something, so
+        the caller can still mark the last message (prompt caching) before encoding it.
+        """
+        _, state = self._memo.longest_prefix(messages)
+        if state is None or state.options != options:
+            state = _Encoded(options, 0, (), None)
+        new_cut = _last_assistant(messages, after=state.cut)
+        if new_cut is not None:
+            middle = mapper(messages[state.cut : new_cut])
+            rest = mapper(messages[new_cut:])
+            last_role = middle[-1]["role"] if middle else state.last_role
+            if (
+                rest
+                and (not middle or _joins(state.last_role, middle[0]))
+                and _joins(last_role, rest[0])
+            ):
+                done = state.done + tuple(encode(m) for m in middle)
+                self._memo.remember(messages, _Encoded(options, new_cut, done, last_role))
+                return list(done), rest
+        rest = mapper(messages[state.cut :])
+        if rest and _joins(state.last_role, rest[0]):
+            self._memo.remember(messages, state)
+            return list(state.done), rest
+        return [], mapper(messages)  # a seam that would merge, or nothing after it: no reuse
+
+
+def _last_assistant(messages: Sequence[Message], *, after: int) -> int | None:
+    for index in range(len(messages) - 1, after, -1):
+        if messages[index].role == "assistant":
+            return index
+    return None
