@@ -10,7 +10,6 @@ and, when nothing can serve the turn, the `RoutingFailed` error with the §5 det
 from __future__ import annotations
 
 import itertools
-import operator
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -375,9 +374,8 @@ class _Walk:
 
     def matching_rules(self) -> Iterator[Rule]:
         """Matching rules in evaluation order, evaluated lazily (only as far as needed)."""
-        tests, rules = self.policy.rules_in_order(self.scope)
-        # compress/map keep the loop in C; only the predicate closures run as Python.
-        return itertools.compress(rules, map(operator.call, tests, itertools.repeat(self.facts)))
+        chain, rules = self.policy.rules_in_order(self.scope)
+        return map(rules.__getitem__, chain(self.facts))
 
     def defaults(self) -> list[tuple[str, str | None]]:
         """(slot, candidate) of the default slots; computed once per walk."""

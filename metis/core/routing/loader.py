@@ -16,7 +16,7 @@ from typing import Any
 
 from metis.core.configcheck import Collector, Position, join, position
 from metis.core.registry import ModelRegistry
-from metis.core.routing.predicates import Test, When, compile_when, implies
+from metis.core.routing.predicates import Chain, When, compile_chain, compile_when, implies
 from metis.core.yamlsrc import Diagnostic, MarkedDict, load_yaml_bytes, suggest
 
 TIERS = ("fast", "balanced", "deep")
@@ -98,9 +98,7 @@ class Policy:
     pattern: PatternSettings = field(default_factory=PatternSettings)
     warnings: tuple[Diagnostic, ...] = ()
     _longest_first: tuple[Scope, ...] = field(init=False, repr=False)
-    _evaluation: dict[str | None, tuple[tuple[Test, ...], tuple[Rule, ...]]] = field(
-        init=False, repr=False
-    )
+    _evaluation: dict[str | None, tuple[Chain, tuple[Rule, ...]]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         ordered = tuple(sorted(self.scopes, key=lambda s: len(s.path), reverse=True))
@@ -112,7 +110,7 @@ class Policy:
         object.__setattr__(
             self,
             "_evaluation",
-            {k: (tuple(r.when.test for r in rules), rules) for k, rules in evaluation.items()},
+            {k: (compile_chain([r.when for r in rules]), rules) for k, rules in evaluation.items()},
         )
 
     def scope_for(self, workspace: str) -> Scope | None:
@@ -122,8 +120,8 @@ class Policy:
                 return scope
         return None
 
-    def rules_in_order(self, scope: Scope | None) -> tuple[tuple[Test, ...], tuple[Rule, ...]]:
-        """(tests, rules), parallel, in evaluation order for a session in `scope`."""
+    def rules_in_order(self, scope: Scope | None) -> tuple[Chain, tuple[Rule, ...]]:
+        """(the compiled chain, the rules it indexes) in evaluation order for `scope`."""
         return self._evaluation[scope.path if scope is not None else None]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,6 +115,10 @@ class Condition:
     norm: Hashable  # the value compared by shadowing analysis
     test: Test
     inner: tuple[When, ...] = ()  # operands of all_of / any_of / not
+    # `test` as a Python expression over `compile_chain`'s locals with `{k}` for `constant`;
+    # None where a closure call is as cheap (loops, memos) and for combinators.
+    inline: str | None = None
+    constant: Any = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -311,7 +315,14 @@ class _Compiler:
             amount = check.decimal(raw, path, where)
             if amount is None:
                 return None
-            return Condition(key, format(amount, "f"), amount, lambda f: f.cost > amount)
+            return Condition(
+                key,
+                format(amount, "f"),
+                amount,
+                lambda f: f.cost > amount,
+                inline="cost > {k}",
+                constant=amount,
+            )
         return self.time_between(raw, path, where)
 
     def combinator(
@@ -371,7 +382,14 @@ class _Compiler:
             self.check.error("invalid_regex", path, where, f"{path}: invalid regex: {exc}")
             return None
         search = pattern.search
-        return Condition("message_matches", text, text, lambda f: search(f.text) is not None)
+        return Condition(
+            "message_matches",
+            text,
+            text,
+            lambda f: search(f.text) is not None,
+            inline="{k}(text) is not None",
+            constant=search,
+        )
 
     def strings(self, raw: Any, path: str, where: Position) -> list[str] | None:
         """A non-empty list of non-empty strings."""
@@ -416,6 +434,8 @@ class _Compiler:
             normalised,
             frozenset(normalised),
             lambda f: "." in f.text and search(f.text) is not None,
+            inline='"." in text and {k}(text) is not None',
+            constant=search,
         )
 
     def globs(self, raw: Any, path: str, where: Position) -> Condition | None:
@@ -490,24 +510,29 @@ class _Compiler:
 
 
 def _int_condition(key: str, n: int) -> Condition:
-    tests: dict[str, Test] = {
-        "message_length_gt": lambda f: f.length > n,
-        "message_length_lt": lambda f: f.length < n,
-        "estimated_input_tokens_gt": lambda f: f.tokens > n,
-        "estimated_input_tokens_lt": lambda f: f.tokens < n,
-        "turn_index_gt": lambda f: f.turn_index > n,
-        "turn_index_lt": lambda f: f.turn_index < n,
+    tests: dict[str, tuple[Test, str]] = {
+        "message_length_gt": (lambda f: f.length > n, "length > {k}"),
+        "message_length_lt": (lambda f: f.length < n, "length < {k}"),
+        "estimated_input_tokens_gt": (lambda f: f.tokens > n, "tokens > {k}"),
+        "estimated_input_tokens_lt": (lambda f: f.tokens < n, "tokens < {k}"),
+        "turn_index_gt": (lambda f: f.turn_index > n, "turn_index > {k}"),
+        "turn_index_lt": (lambda f: f.turn_index < n, "turn_index < {k}"),
     }
-    return Condition(key, n, n, tests[key])
+    test, inline = tests[key]
+    return Condition(key, n, n, test, inline=inline, constant=n)
 
 
 def _bool_condition(key: str, flag: bool) -> Condition:
-    tests: dict[str, Test] = {
-        "has_images": lambda f: f.has_images is flag,
-        "has_tool_calls_in_history": lambda f: f.has_history_tools is flag,
-        "tool_use_in_progress": lambda f: f.in_progress is flag,
+    tests: dict[str, tuple[Test, str]] = {
+        "has_images": (lambda f: f.has_images is flag, "has_images is {k}"),
+        "has_tool_calls_in_history": (
+            lambda f: f.has_history_tools is flag,
+            "has_history_tools is {k}",
+        ),
+        "tool_use_in_progress": (lambda f: f.in_progress is flag, "in_progress is {k}"),
     }
-    return Condition(key, flag, flag, tests[key])
+    test, inline = tests[key]
+    return Condition(key, flag, flag, test, inline=inline, constant=flag)
 
 
 def compile_when(check: Collector, value: Any, path: str, where: Position) -> When | None:
@@ -515,13 +540,76 @@ def compile_when(check: Collector, value: Any, path: str, where: Position) -> Wh
     return _Compiler(check).when(value, path, where)
 
 
+Chain = Callable[[Facts], Iterator[int]]
+
+# The `Facts` fields a chain reads into locals once; `Condition.inline` templates use these names.
+_CHAIN_LOCALS = (
+    "text",
+    "length",
+    "tokens",
+    "turn_index",
+    "has_images",
+    "has_history_tools",
+    "in_progress",
+    "cost",
+)
+
+
+def compile_chain(whens: Sequence[When]) -> Chain:
+    """One generator function yielding, in order, the indexes of the `whens` a turn matches.
+
+    A policy's rules are tested one after another on every turn. As one closure call per
+    condition (and more per combinator), a 200-rule policy spent ~125 µs per decision here,
+    mostly in call overhead, over the 50 µs budget. Here every condition with an inline form
+    and every combinator becomes one expression of a single function, evaluated lazily and in
+    the short-circuit order of `When.test`; the rest (substring lists, globs, times) stay
+    closure calls. Only trusted text enters the source — the fixed templates of this module,
+    local names and parameter names; each value from the policy is bound as a parameter
+    default (`k0`, `k1`, …), never formatted into code.
+    """
+    constants: list[Any] = []
+
+    def ref(value: Any) -> str:
+        constants.append(value)
+        return f"k{len(constants) - 1}"
+
+    def all_of(when: When) -> str:
+        return " and ".join(map(condition, when.conditions)) or "True"
+
+    def condition(c: Condition) -> str:
+        if c.inline is not None:
+            return f"({c.inline.format(k=ref(c.constant))})"
+        if c.key == "all_of":
+            return f"({' and '.join(f'({all_of(w)})' for w in c.inner)})"
+        if c.key == "any_of":
+            return f"({' or '.join(f'({all_of(w)})' for w in c.inner)})"
+        if c.key == "not":
+            return f"(not ({all_of(c.inner[0])}))"
+        return f"{ref(c.test)}(f)"
+
+    body = [f"    {name} = f.{name}" for name in _CHAIN_LOCALS]
+    for index, when in enumerate(whens):
+        body += [f"    if {all_of(when)}:", f"        yield {index}"]
+    if not whens:
+        body.append("    yield from ()")
+    params = "".join(f", k{i}=None" for i in range(len(constants)))
+    namespace: dict[str, Any] = {}
+    source = "\n".join([f"def chain(f{params}):", *body])
+    exec(compile(source, "<routing rules>", "exec"), namespace)
+    chain = namespace["chain"]
+    chain.__defaults__ = tuple(constants)
+    return chain  # type: ignore[no-any-return]
+
+
 __all__ = [
     "MAX_NESTING",
     "MAX_TEXT_CHARS",
     "PREDICATE_KEYS",
+    "Chain",
     "Condition",
     "Facts",
     "When",
+    "compile_chain",
     "compile_when",
     "glob_to_regex",
     "implies",

@@ -19,8 +19,12 @@ EXAMPLES = Path(__file__).resolve().parents[4] / "shared" / "design" / "examples
 
 
 def matches(registry: ModelRegistry, when: str, **ctx: Any) -> bool:
+    """The rule's closure and the policy's compiled chain must agree on every case."""
     policy = make_policy(f"rules:\n  - when: {when}\n    use: haiku\n", registry)
-    return policy.rules[0].when.test(Facts(make_ctx(**ctx)))
+    by_test = policy.rules[0].when.test(Facts(make_ctx(**ctx)))
+    chain, _ = policy.rules_in_order(None)
+    assert list(chain(Facts(make_ctx(**ctx)))) == ([0] if by_test else [])
+    return by_test
 
 
 def errors_of(registry: ModelRegistry, text: str) -> list[str]:
