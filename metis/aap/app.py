@@ -8,12 +8,12 @@ checks → handler → the one AAP error mapper. The metis surface never sees CO
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
+from pydantic_core import from_json
 
 from metis.aap import routes_v1, routes_v3
 from metis.aap.agents import AgentCatalog
@@ -101,8 +101,8 @@ async def _read_json_body(request: web.Request, max_bytes: int) -> None:
         if len(data) > max_bytes:
             raise too_large
     try:
-        value = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        value = from_json(data.decode("utf-8"))  # refuses escaped lone surrogates, unlike json
+    except ValueError:  # UnicodeDecodeError included
         raise AapError("invalid_json", "the body is not valid JSON") from None
     if not isinstance(value, dict):
         raise AapError("invalid_json", "the body must be a JSON object")

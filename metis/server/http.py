@@ -6,13 +6,13 @@ Handlers stay translation-only: parse into a pydantic wire model, call core, ren
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
+from pydantic_core import from_json
 
 from metis.server.errors import ApiError, dumps
 
@@ -100,20 +100,18 @@ async def read_json(request: web.Request, *, required: bool) -> Any:
             )
         return None
     try:
-        return json.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise validation_error(
             [{"loc": ["body"], "msg": "body is not UTF-8", "type": "utf8"}]
         ) from None
-    except json.JSONDecodeError as exc:
+    try:
+        # Stricter than json.loads where it matters: an escaped lone surrogate ("\ud800")
+        # cannot be stored or sent as UTF-8 and is refused here, with its position.
+        return from_json(text)
+    except ValueError as exc:
         raise validation_error(
-            [
-                {
-                    "loc": ["body"],
-                    "msg": f"malformed JSON at line {exc.lineno} column {exc.colno}",
-                    "type": "json_invalid",
-                }
-            ]
+            [{"loc": ["body"], "msg": f"malformed JSON: {exc}", "type": "json_invalid"}]
         ) from None
 
 

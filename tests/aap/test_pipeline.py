@@ -179,7 +179,7 @@ async def test_body_checks(daemon_and_aap: tuple[Daemon, AapClient]) -> None:
     )
     assert reply.status == 415
     envelope(reply.body, "unsupported_media_type")
-    for raw in (b"{nope", b"[1, 2]", b'"text"', b"\xff\xfe"):
+    for raw in (b"{nope", b"[1, 2]", b'"text"', b"\xff\xfe", b'{"a": "\\ud800"}'):
         reply = await aap.request(
             "POST",
             "/sessions",

@@ -732,6 +732,25 @@ async def test_bad_bodies_are_400_with_loc_and_no_echo(
     assert "secret-value" not in text
 
 
+async def test_a_lone_surrogate_in_a_turn_is_400_and_the_session_goes_on(
+    api: Api, workspace: Path
+) -> None:
+    """JSON may escape a lone surrogate; it cannot be stored or sent as UTF-8 (it was a 500)."""
+    sid = (await api.create_session(workspace))["id"]
+    raw = b'{"content": [{"type": "text", "text": "bad \\ud800 text"}]}'
+    async with api.http.post(
+        f"/sessions/{sid}/turns", data=raw, headers={"Content-Type": "application/json"}
+    ) as r:
+        assert r.status == 400
+        body = await r.json()
+    assert body["error"]["code"] == "validation_error"
+    assert body["error"]["details"]["errors"][0]["type"] == "json_invalid"
+    status, accepted = await api.call(
+        "POST", f"/sessions/{sid}/turns", {"content": [{"type": "text", "text": "fine \U0001f600"}]}
+    )
+    assert status == 202, accepted
+
+
 async def test_oversized_body_is_413_and_stores_nothing(
     api: Api, workspace: Path, daemon: Daemon
 ) -> None:

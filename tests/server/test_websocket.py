@@ -334,7 +334,14 @@ async def test_nothing_is_sent_before_subscribe_and_timeout_closes_1008(
 
 
 async def test_second_subscribe_and_non_json_are_protocol_errors(api: Api, sid: str) -> None:
-    for bad in (json.dumps({"type": "subscribe"}), "not json", "[1, 2]", '{"type": 5}'):
+    escaped_surrogate = '{"type": "ping", "nonce": "\\ud800"}'
+    for bad in (
+        json.dumps({"type": "subscribe"}),
+        "not json",
+        "[1, 2]",
+        '{"type": 5}',
+        escaped_surrogate,
+    ):
         client, _ = await Ws.subscribed(api, sid)
         await client.ws.send_str(bad)
         closed = await client.closed()

@@ -207,8 +207,8 @@ class Connection:
         except SubscribeError as exc:
             self.close_out_of_band(1008, exc.code, exc.message, first=dumps(exc.frame()))
             return
-        for text in preamble.frames:
-            await self.ws.send_str(text)
+        for frame in preamble.frames:
+            await self.ws.send_frame(frame, WSMsgType.TEXT)
         self._start_heartbeat()
         await self._drain(preamble.last_sent_seq)
 
@@ -232,13 +232,13 @@ class Connection:
                     continue  # defensive (cannot fire): already replayed or in the snapshot
                 data = item.data
                 if data is None:  # the first socket to send it encodes it for all of them
-                    data = item.data = event_frame(event).encode()
+                    data = item.data = event_frame(event)
                 await ws.send_frame(data, text)
             elif isinstance(item, CloseMarker):
                 await self._close_in_band(item)
                 return
             else:
-                await ws.send_str(event_frame(item))
+                await ws.send_frame(event_frame(item), text)
 
     async def _close_in_band(self, marker: CloseMarker) -> None:
         self._closing = True

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
+from pydantic_core import from_json, to_json
 
 from metis.core.canonical import is_ulid
 from metis.core.events.catalog import PERSISTED, STREAMING
@@ -207,7 +208,7 @@ def parse_subscribe(frame: dict[str, Any]) -> Subscribe:
 def parse_frame(text: str) -> dict[str, Any]:
     """A client text frame: a JSON object with a string `type`, else ProtocolViolation."""
     try:
-        frame = json.loads(text)
+        frame = from_json(text)  # refuses escaped lone surrogates, unlike json.loads
     except ValueError:
         raise ProtocolViolation("frame is not JSON") from None
     if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
@@ -234,11 +235,13 @@ def subscribe_ack(sub: Subscribe, replay_event_count: int) -> dict[str, Any]:
     }
 
 
-def event_frame(event: AnyEvent, *, catch_up: bool = False) -> str:
-    body = dumps(event.wire())
+def event_frame(event: AnyEvent, *, catch_up: bool = False) -> bytes:
+    """The UTF-8 text of an `event` frame; `pydantic_core.to_json` (about 3× `json` here,
+    and this runs once per event a socket is sent)."""
+    body = to_json(event.wire())
     if catch_up:
-        return '{"type":"event","catch_up":true,"event":' + body + "}"
-    return '{"type":"event","event":' + body + "}"
+        return b'{"type":"event","catch_up":true,"event":' + body + b"}"
+    return b'{"type":"event","event":' + body + b"}"
 
 
 def close_reason(code: str, message: str) -> bytes:

@@ -37,7 +37,7 @@ _REPLAY_PAGE = 1000
 class Preamble:
     """Frames to send, in order, before the queue is drained; `last_sent_seq` is H."""
 
-    frames: list[str] = field(default_factory=list)
+    frames: list[bytes] = field(default_factory=list)  # UTF-8 text frames
     last_sent_seq: int = 0
     replay_event_count: int = 0
 
@@ -80,15 +80,15 @@ async def open_stream(
         if hooks.before_load is not None and kind is not None:
             await hooks.before_load(kind)
         preamble = Preamble(last_sent_seq=point.seq)
-        body: list[str] = []
+        body: list[bytes] = []
         if sub.snapshot:
             assert session is not None
-            body.append(await _snapshot(core, session_id, session, point))
+            body.append((await _snapshot(core, session_id, session, point)).encode())
         elif sub.since is not None:
             events = await _replay(core, row, sub, point)
             preamble.replay_event_count = len(events)
             body.extend(event_frame(e) for e in events)
-        preamble.frames.append(dumps(subscribe_ack(sub, preamble.replay_event_count)))
+        preamble.frames.append(dumps(subscribe_ack(sub, preamble.replay_event_count)).encode())
         preamble.frames.extend(body)
         preamble.frames.extend(
             event_frame(e, catch_up=True) for e in point.catch_up if sub.filter.matches(e)
