@@ -90,15 +90,8 @@ def validation_error(
     return ApiError("validation_error", message, {"errors": errors})
 
 
-async def read_json(request: web.Request, *, required: bool) -> Any:
-    """The decoded JSON body, or None when an optional body is absent."""
-    raw = await request.read()
-    if not raw:
-        if required:
-            raise validation_error(
-                [{"loc": ["body"], "msg": "a JSON body is required", "type": "missing"}]
-            )
-        return None
+def _decode_json(raw: bytes) -> Any:
+    """A request body's JSON value; undecodable or malformed → 400 `validation_error`."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -116,9 +109,18 @@ async def read_json(request: web.Request, *, required: bool) -> Any:
 
 
 async def read_body(request: web.Request, model: type[M], *, required: bool = True) -> M | None:
-    data = await read_json(request, required=required)
-    if data is None:
+    """The body validated into `model`; None only when an optional body is absent (empty).
+
+    A JSON `null` is a body that is not an object, never "no body".
+    """
+    raw = await request.read()
+    if not raw:
+        if required:
+            raise validation_error(
+                [{"loc": ["body"], "msg": "a JSON body is required", "type": "missing"}]
+            )
         return None
+    data = _decode_json(raw)
     if not isinstance(data, dict):
         raise validation_error(
             [{"loc": ["body"], "msg": "body must be a JSON object", "type": "dict_type"}]

@@ -713,6 +713,7 @@ async def test_empty_cancel_body_is_accepted_without_content_type(
     [
         (b"{not json", ["body"]),
         (b"[1,2]", ["body"]),
+        (b"null", ["body"]),  # not "no body" (it was a 500)
         (b'{"workspace_path": 5}', ["body", "workspace_path"]),
         (b'{"workspace_path": "/tmp", "extra": "secret-value"}', ["body", "extra"]),
         (b"\xff\xfe", ["body"]),
