@@ -7,6 +7,8 @@ turn in flight deterministically where a test needs one.
 from __future__ import annotations
 
 import asyncio
+import json
+import random
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -750,6 +752,54 @@ async def test_a_lone_surrogate_in_a_turn_is_400_and_the_session_goes_on(
         "POST", f"/sessions/{sid}/turns", {"content": [{"type": "text", "text": "fine \U0001f600"}]}
     )
     assert status == 202, accepted
+
+
+def _junk_bodies(seed: int, count: int) -> list[Any]:
+    """JSON values shaped like what the body routes read, with the wrong types and sizes."""
+    rng = random.Random(seed)
+    leaves: list[Any] = [None, True, 0, -1, 2**70, 1.5, "", "x" * 3000, "../..", [], {}, [1, "a"]]
+    keys = [
+        "content",
+        "type",
+        "text",
+        "workspace_path",
+        "decision",
+        "scope",
+        "reason",
+        "title",
+        "initial_active_model",
+        "active_model",
+        "per_message_override",
+        "source",
+        "image",
+    ]
+
+    def value(depth: int) -> Any:
+        if depth > 2 or rng.random() < 0.4:
+            return rng.choice(leaves)
+        if rng.random() < 0.4:
+            return [value(depth + 1) for _ in range(rng.randint(0, 3))]
+        return {rng.choice(keys): value(depth + 1) for _ in range(rng.randint(0, 4))}
+
+    return [None, *(value(0) for _ in range(count))]
+
+
+@pytest.mark.parametrize(("method", "path"), BODY_ROUTES)
+async def test_no_malformed_body_gets_a_5xx(
+    api: Api, workspace: Path, method: str, path: str
+) -> None:
+    """Bad input is always the client's error, in the envelope (fuzzing found two 500s)."""
+    sid = (await api.create_session(workspace))["id"]
+    for body in _junk_bodies(seed=len(path), count=40):
+        async with api.http.request(
+            method,
+            path.format(sid=sid),
+            data=json.dumps(body),
+            headers={"Content-Type": "application/json"},
+        ) as r:
+            assert r.status < 500, (body, await r.text())
+            if r.status >= 400:
+                assert (await r.json())["error"]["code"] in ERROR_CODES
 
 
 async def test_oversized_body_is_413_and_stores_nothing(
