@@ -2,19 +2,9 @@
 
 from __future__ import annotations
 
-from metis.core.canonical import Message, TextBlock, ToolUseBlock, new_ulid
+from metis.core.canonical import TextBlock, ToolUseBlock
 from metis.core.live import LiveSession
-
-
-def _msg(role: str, *blocks: object) -> Message:
-    return Message(
-        id=new_ulid(),
-        session_id="s",
-        turn_id="t",
-        role=role,
-        content=list(blocks),
-        created_at_us=1,
-    )
+from tests.core.providers.provider_kit import msg as _msg
 
 
 def test_tool_calls_in_history_are_noticed_when_appended_later() -> None:

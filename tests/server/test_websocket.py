@@ -36,19 +36,13 @@ async def sid(api: Api, workspace: Path) -> str:
 
 
 @pytest.fixture
-async def tuned(start_daemon: Callable[..., Any]) -> AsyncIterator[Callable[..., Any]]:
+def tuned(make_api: Callable[..., Any]) -> Callable[..., Any]:
     """A daemon with lowered websocket settings (and a config.yaml), with an Api on it."""
-    opened: list[aiohttp.ClientSession] = []
 
     async def make(config: str | None = None, **websocket: Any) -> tuple[Daemon, Api]:
-        d = await start_daemon(config=config, websocket=websocket)
-        http = aiohttp.ClientSession(base_url=d.base_url)
-        opened.append(http)
-        return d, Api(http)
+        return await make_api(config=config, websocket=websocket)  # type: ignore[no-any-return]
 
-    yield make
-    for http in opened:
-        await http.close()
+    return make
 
 
 async def token_of(api: Api, session_id: str) -> str:
