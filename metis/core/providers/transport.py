@@ -34,18 +34,20 @@ def sdk_http_client(sdk: ModuleType) -> Any:
     return sdk.DefaultAioHttpClient()
 
 
-async def post_json(client: Any, path: str, body: bytes, cast_to: Any, request_id: str) -> Any:
+async def post_json(
+    client: Any, path: str, body: bytes, cast_to: Any, request_id: str, *, stream: bool = False
+) -> Any:
     """POST a prebuilt JSON body through the SDK's documented raw request (`client.post`).
 
     Auth, headers, status errors, timeouts and the transport stay the SDK's; only the body is
-    ours (`wire_body.py` says why). `cast_to=httpx2.Response` returns the response unread.
+    ours (`wire_body.py` says why). With `stream`, the response's body is left unread.
     """
     if log.isEnabledFor(logging.DEBUG):
         log.debug("request %s to %s: %s", request_id, path, body[:20000].decode())
-    stream = cast_to is httpx2.Response
     return await client.post(path, cast_to=cast_to, content=body, stream=stream)
 
 
 async def post_event_stream(client: Any, path: str, body: bytes, request_id: str) -> SseBody:
     """The streamed call: the response's `text/event-stream` body, decoded by metis."""
-    return SseBody(await post_json(client, path, body, httpx2.Response, request_id))
+    response = await post_json(client, path, body, httpx2.Response, request_id, stream=True)
+    return SseBody(response)
