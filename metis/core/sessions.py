@@ -63,6 +63,18 @@ class PurgeResult:
     events_deleted: int
 
 
+def _workspace_filter(raw: str) -> str | None:
+    """A list filter normalised as `resolve_workspace` stores paths; None matches nothing
+    (a relative path is never resolved against the daemon's own working directory)."""
+    path = Path(raw).expanduser()
+    if not path.is_absolute():
+        return None
+    try:
+        return str(path.resolve(strict=True))
+    except OSError:
+        return None
+
+
 def resolve_workspace(raw: str, allowed_roots: tuple[Path, ...]) -> str:
     """`~` expanded, absolute, existing, a readable directory; returned symlink-resolved."""
     path = Path(raw).expanduser()
@@ -84,6 +96,9 @@ class SessionService:
     def __init__(self, core: Any) -> None:
         self.core = core
         self.store = core.session_store
+        # Sessions whose end (or purge) began in this process. An id stays once the end is
+        # committed, so the synchronous steps that claim a turn slot or queue a PATCH refuse a
+        # session that ended while they awaited (rest-api.md §3.5: "from this point ... 409").
         self._ending: set[str] = set()
 
     # -- reads --------------------------------------------------------------------------------
@@ -101,7 +116,15 @@ class SessionService:
         return row
 
     def is_ending(self, session_id: str) -> bool:
+        """Ending or ended here: checked with no await before a turn or PATCH takes effect."""
         return session_id in self._ending
+
+    async def refusal(self, session_id: str) -> SessionAlreadyEnded | SessionNotFound:
+        """The error for a turn or PATCH that lost the race with this session's end or purge."""
+        row = await self.store.get(session_id)
+        if row is None:
+            return SessionNotFound(session_id)
+        return SessionAlreadyEnded(session_id, _iso(row.ended_at_us))
 
     def view(self, row: SessionRow) -> SessionView:
         slot = self.core.slots.current(row.id)
@@ -128,10 +151,9 @@ class SessionService:
         status: str | None,
     ) -> tuple[list[SessionView], bool]:
         if workspace_path is not None:
-            try:
-                workspace_path = str(Path(workspace_path).expanduser().resolve(strict=True))
-            except OSError:
-                return [], False  # a path that does not exist matches nothing
+            workspace_path = _workspace_filter(workspace_path)
+            if workspace_path is None:
+                return [], False
         rows, more = await self.store.page(
             limit=limit,
             before_id=before_id,
@@ -179,10 +201,17 @@ class SessionService:
         model = self.core.registry.require_configured(reference) if reference is not None else None
 
         def holder() -> str | None:
+            if self.is_ending(session_id):
+                raise _EndedMeanwhile
             slot = self.core.slots.current(session_id)
             return slot.turn_id if slot else None
 
-        queued_behind = await self.store.set_sticky_or_queue(session_id, model, now_us(), holder)
+        try:
+            queued_behind = await self.store.set_sticky_or_queue(
+                session_id, model, now_us(), holder
+            )
+        except _EndedMeanwhile:
+            raise await self.refusal(session_id) from None
         change = ModelChange(session_id, model, queued_behind is not None, queued_behind)
         self.core.bus.emit(
             session_id,
@@ -206,8 +235,12 @@ class SessionService:
             raise SessionAlreadyEnded(session_id, _iso(row.ended_at_us))
         self._ending.add(session_id)  # synchronous: from here new turns and PATCH get 409
         self.core.hub.revoke_tokens(session_id)
-        await self.core.turns.cancel_and_wait(session_id, "user_cancel")
-        await self.core.turns.close_suspended(session_id)
+        try:
+            await self.core.turns.cancel_and_wait(session_id, "user_cancel")
+            await self.core.turns.close_suspended(session_id)
+        except BaseException:
+            self._ending.discard(session_id)
+            raise
         return row
 
     async def end(self, session_id: str) -> SessionView:
@@ -228,8 +261,9 @@ class SessionService:
                 actor="user",
             )
             await self.core.hub.close_session(session_id, code="session_ended")
-        finally:
+        except BaseException:
             self._ending.discard(session_id)
+            raise
         return await self.get(session_id)
 
     async def purge(self, session_id: str) -> PurgeResult:
@@ -259,9 +293,14 @@ class SessionService:
                 },
                 actor="user",
             )
-        finally:
+        except BaseException:
             self._ending.discard(session_id)
+            raise
         return PurgeResult(session_id, ended_at, messages, events)
+
+
+class _EndedMeanwhile(Exception):
+    """Raised inside a PATCH's write step when the session's end began while it awaited."""
 
 
 def _slot_status(slot: Any) -> str | None:

@@ -127,6 +127,8 @@ class TurnService:
         cost = core.costs.session(session_id).cost
         await self._wait_for_release(session_id)
         # ---- one synchronous step: claim the slot, mint ids, decide -------------------------
+        if core.sessions.is_ending(session_id):  # ended or purged while this submit awaited
+            raise await core.sessions.refusal(session_id)
         current = core.slots.get(session_id)
         if current is not None:
             raise TurnInFlight(session_id, current.turn_id)

@@ -21,6 +21,9 @@ BodyPolicy = Literal["none", "optional", "required"]
 M = TypeVar("M", bound=BaseModel)
 
 
+STATE_CHANGING_METHODS = frozenset({"POST", "PATCH", "DELETE", "PUT"})
+
+
 @dataclass(frozen=True)
 class RouteSpec:
     method: str
@@ -35,6 +38,11 @@ class RouteSpec:
     errors: tuple[str, ...] = ()
     tag: str = "metis"
     websocket: bool = False
+
+    @property
+    def origin_checked(self) -> bool:
+        """A foreign Origin is refused on state-changing methods and WebSocket upgrades."""
+        return self.method in STATE_CHANGING_METHODS or self.websocket
 
 
 @dataclass

@@ -19,13 +19,11 @@ from aiohttp import web
 from metis.aap.app import is_aap_path
 from metis.core.errors import DomainError
 from metis.server.errors import ApiError, error_response, from_domain
-from metis.server.http import spec_of
+from metis.server.http import STATE_CHANGING_METHODS, spec_of
 from metis.server.state import STATE_KEY, ServerState
 
 log = logging.getLogger("metis.access")
 errlog = logging.getLogger(__name__)
-
-_STATE_CHANGING = frozenset({"POST", "PATCH", "DELETE", "PUT"})
 
 
 def host_allowed(host: str | None, port: int) -> bool:
@@ -67,7 +65,7 @@ def _check_preconditions(request: web.Request, state: ServerState) -> None:
             )
         raise ApiError("route_not_found", f"no route for {request.path}", {"path": request.path})
     origin = request.headers.get("Origin")
-    guarded = request.method in _STATE_CHANGING or is_websocket_upgrade(request)
+    guarded = request.method in STATE_CHANGING_METHODS or is_websocket_upgrade(request)
     if origin is not None and guarded and not origin_allowed(origin, state):
         raise ApiError("origin_not_allowed", "Origin is not allowed", {"origin": origin})
     spec = spec_of(request)

@@ -16,7 +16,6 @@ from metis.server.http import RouteSpec
 
 _ALWAYS = ("host_not_allowed", "service_shutting_down", "internal_error")
 _WITH_BODY = (
-    "origin_not_allowed",
     "payload_too_large",
     "unsupported_media_type",
     "validation_error",
@@ -51,7 +50,14 @@ def _error_schema(codes: list[str]) -> dict[str, Any]:
 
 def _operation(spec: RouteSpec, components: dict[str, Any]) -> dict[str, Any]:
     codes = list(
-        dict.fromkeys((*spec.errors, *_ALWAYS, *(_WITH_BODY if spec.body != "none" else ())))
+        dict.fromkeys(
+            (
+                *spec.errors,
+                *_ALWAYS,
+                *(("origin_not_allowed",) if spec.origin_checked else ()),
+                *(_WITH_BODY if spec.body != "none" else ()),
+            )
+        )
     )
     if spec.query_model is not None and "validation_error" not in codes:
         codes.append("validation_error")

@@ -537,6 +537,34 @@ async def test_delete_mid_turn_cancels_then_ends_and_refuses_later_writes(
         assert status == 409 and err["error"]["code"] == "session_already_ended"
 
 
+async def test_a_turn_racing_the_end_is_refused_or_cancelled_never_run_after_it(
+    daemon: Daemon, api: Api, workspace: Path
+) -> None:
+    """rest-api.md §3.5: once the end begins, turns and PATCH get 409. Submits, PATCHes and
+    DELETEs are fired together; whatever order they land in, nothing happens after
+    `session.ended` and an accepted turn ended before it."""
+    for _ in range(12):
+        sid = (await api.create_session(workspace))["id"]
+        (submitted, accepted), (patched, _), (ended, _) = await asyncio.gather(
+            api.submit(sid, "hello"),
+            api.call("PATCH", f"/sessions/{sid}", {"active_model": "scripted"}),
+            api.call("DELETE", f"/sessions/{sid}"),
+        )
+        assert ended == 200 and submitted in (202, 409) and patched in (200, 409)
+        await daemon.core.turns.wait_all()
+        types = [e["type"] for e in await api.events(sid)]
+        assert types[-1] == "session.ended", types
+        if submitted == 202:
+            assert {"turn.completed", "turn.cancelled"} & set(types), types
+        else:
+            assert "turn.started" not in types and accepted["error"]["code"] in (
+                "session_already_ended",
+                "session_not_found",
+            )
+        _, got = await api.call("GET", f"/sessions/{sid}")
+        assert got["turn_count"] == types.count("turn.started")
+
+
 async def test_purge_removes_every_row_and_records_session_purged(
     api: Api, workspace: Path, daemon: Daemon
 ) -> None:

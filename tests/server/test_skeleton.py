@@ -122,8 +122,10 @@ async def test_openapi_covers_every_router_route_and_only_known_codes(
     for path, ops in doc["paths"].items():
         # AAP routes carry the AAP code table (metis/aap/errors.py), never the metis one
         codes = AAP_ERROR_CODES if path.startswith("/aap/") else ERROR_CODES
-        for op in ops.values():
+        for method, op in ops.items():
             assert set(op["x-error-codes"]) <= set(codes)
+            if not path.startswith("/aap/") and method in ("post", "patch", "delete"):
+                assert "origin_not_allowed" in op["x-error-codes"], (method, path)
 
 
 async def test_non_loopback_bind_is_refused_with_an_error_log(

@@ -38,30 +38,39 @@ def resolve_override(
     """Strip an `@alias` prefix from the first text block and resolve the turn's override.
 
     `field` is the request's `per_message_override` (id or alias); it wins over the prefix.
-    Raises `ModelNotConfigured` for an unknown or unconfigured reference (field, or prefix
-    without field) and `InvalidContent` for an override with nothing left to send.
+    The content is checked before any reference is resolved (rest-api.md §3.6, steps 2 then
+    3): an override with nothing left to send raises `InvalidContent` even when the reference
+    is unknown; an unknown or unconfigured reference (field, or prefix without field) then
+    raises `ModelNotConfigured`.
     """
-    override = _require(registry, field) if field is not None else None
+    sent, token = _strip_prefix(content, registry, field_set=field is not None)
+    reference = field if field is not None else token
+    override = _require(registry, reference) if reference is not None else None
+    return OverrideResolution(sent, override)
+
+
+def _strip_prefix(
+    content: list[Any], registry: ModelRegistry, *, field_set: bool
+) -> tuple[list[Any], str | None]:
+    """(content to send, prefix token or None). With the field set, only a prefix that
+    resolves is an override (and is removed); any other stays plain text."""
     if not content or not isinstance(content[0], TextBlock):
-        return OverrideResolution(list(content), override)
+        return list(content), None
     first, rest = content[0], list(content[1:])
     text = first.text
     if _ESCAPED_RE.match(text):
-        return OverrideResolution([TextBlock(text=text[1:]), *rest], override)
+        return [TextBlock(text=text[1:]), *rest], None
     match = _PREFIX_RE.match(text)
     if match is None:
-        return OverrideResolution(list(content), override)
+        return list(content), None
     token, body = match.group(1), match.group(2).lstrip()
-    if field is not None:
-        if registry.resolve(token) is None:
-            return OverrideResolution(list(content), override)  # plain text, no effect
-    else:
-        override = _require(registry, token)
+    if field_set and registry.resolve(token) is None:
+        return list(content), None
     if body:
-        return OverrideResolution([TextBlock(text=body), *rest], override)
+        return [TextBlock(text=body), *rest], token
     if not rest:
         raise InvalidContent([{"index": 0, "msg": "override without a message"}])
-    return OverrideResolution(rest, override)
+    return rest, token
 
 
 __all__ = ["ESCAPE_HINT", "OverrideResolution", "resolve_override"]

@@ -147,7 +147,8 @@ class SessionStore:
 
         The choice is made inside the write transaction, so it serialises with the release of
         a turn (`apply_pending_and_release`): a PATCH can never queue behind a turn that has
-        already released its slot.
+        already released its slot. Applying now drops a swap an earlier PATCH queued (the turn
+        may have ended between the two): the last PATCH wins. `holder` may raise to refuse.
         """
         queued = await self._queued_swaps()
         async with self.db.write() as conn:
@@ -155,8 +156,10 @@ class SessionStore:
             if turn_id is not None:
                 queued.add(session_id)  # in the step that read the slot: the release sees it
             if turn_id is None:
+                queued.discard(session_id)  # an earlier queued PATCH must not win at release
                 await conn.execute(
-                    "UPDATE sessions SET active_model=?, updated_at_us=? WHERE id=?",
+                    "UPDATE sessions SET active_model=?, pending_model_set=0, pending_model=NULL, "
+                    "updated_at_us=? WHERE id=?",
                     (model, stamp, session_id),
                 )
             else:

@@ -78,6 +78,17 @@ def test_override_without_a_message_is_invalid_content(registry: ModelRegistry) 
     assert info.value.errors == [{"index": 0, "msg": "override without a message"}]
 
 
+@pytest.mark.parametrize(
+    ("message", "field"), [("@nosuch", None), ("@haiku", "nosuch"), ("@haiku", "opus")]
+)
+def test_an_empty_override_is_invalid_content_before_any_reference_is_resolved(
+    registry: ModelRegistry, message: str, field: str | None
+) -> None:
+    """rest-api.md §3.6: the content check (step 2) precedes the override check (step 3)."""
+    with pytest.raises(InvalidContent):
+        resolve_override(text(message), registry, field=field)
+
+
 def test_override_with_only_an_image_keeps_the_image(registry: ModelRegistry) -> None:
     result = resolve_override([TextBlock(text="@haiku"), IMAGE], registry)
     assert (result.override, result.content) == ("anthropic:haiku", [IMAGE])

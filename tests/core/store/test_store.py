@@ -369,3 +369,19 @@ async def test_a_release_applies_a_queued_swap_and_writes_nothing_without_one(
     await store.apply_pending_and_release(stale, 7, lambda: released.append(stale))
     assert await row(stale) == ("m0", 0, 7)
     assert released == [sid, sid, stale]
+
+
+async def test_a_patch_applied_after_the_turn_ended_beats_one_queued_during_it(
+    core: Core,
+) -> None:
+    """rest-api.md §3.4, last PATCH wins: between a turn's terminal event and its slot release a
+    PATCH applies directly; the release must not then apply the older queued value over it."""
+    store = core.session_store
+    sid = await insert_session(core.db)
+    assert await store.set_sticky_or_queue(sid, "queued", 5, lambda: "turn_1") == "turn_1"
+    assert await store.set_sticky_or_queue(sid, "latest", 6, lambda: None) is None
+    await store.apply_pending_and_release(sid, 7, lambda: None)
+    r = await core.db.fetchone(
+        "SELECT active_model, pending_model_set FROM sessions WHERE id=?", (sid,)
+    )
+    assert r is not None and (r["active_model"], r["pending_model_set"]) == ("latest", 0)
