@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from metis.aap.settings import AapSettings
 from metis.core.errors import ConfigError
@@ -39,6 +39,7 @@ class LimitsSettings(_Section):
     turn_timeout_s: float | None = Field(default=None, gt=0)
     turn_release_wait_s: float = Field(default=2.0, ge=0)
     shutdown_grace_s: float = Field(default=30.0, ge=0)
+    max_reason_chars: int = Field(default=1000, ge=1)  # a confirmation's deny reason
 
 
 class WebSocketSettings(_Section):
@@ -52,6 +53,27 @@ class WebSocketSettings(_Section):
     ping_missed_max: int = Field(default=3, ge=1)
     close_timeout_s: float = Field(default=5.0, gt=0)
     max_inbound_frame_bytes: int = Field(default=65536, ge=1024)
+
+
+class PageSize(_Section):
+    """One list endpoint's `limit`: used when absent, and the largest a client may ask for."""
+
+    default: int = Field(ge=1)
+    maximum: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _default_within_maximum(self) -> PageSize:
+        if self.default > self.maximum:
+            raise ValueError("default must not exceed maximum")
+        return self
+
+
+class PagesSettings(_Section):
+    """Page sizes of the REST list endpoints (rest-api.md §3.2, §3.9, §3.10)."""
+
+    sessions: PageSize = PageSize(default=50, maximum=200)
+    messages: PageSize = PageSize(default=50, maximum=200)
+    events: PageSize = PageSize(default=100, maximum=1000)
 
 
 class EventsSettings(_Section):
@@ -72,6 +94,7 @@ class FileSettings(_Section):
     allowed_workspace_roots: tuple[str, ...] = ()
     log_level: str = "INFO"
     limits: LimitsSettings = LimitsSettings()
+    pages: PagesSettings = PagesSettings()
     websocket: WebSocketSettings = WebSocketSettings()
     events: EventsSettings = EventsSettings()
     tools: ToolsSettings = ToolsSettings()
@@ -116,6 +139,10 @@ class Settings(BaseModel):
     @property
     def limits(self) -> LimitsSettings:
         return self.file.limits
+
+    @property
+    def pages(self) -> PagesSettings:
+        return self.file.pages
 
     @property
     def websocket(self) -> WebSocketSettings:

@@ -144,6 +144,7 @@ class TurnService:
             image_count=images,
             tools_offered=len(offered),
             has_tool_calls_in_history=history_has_tools,
+            tool_use_in_progress=plan is not None,  # the results arrive in this turn
             session_cost_usd=cost,
             per_message_override=resolved.override,
             override_strict=override_strict,

@@ -6,6 +6,7 @@ Handlers stay translation-only: parse into a pydantic wire model, call core, ren
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, get_args, get_origin
@@ -14,6 +15,7 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 from pydantic_core import from_json
 
+from metis.config import PageSize
 from metis.server.errors import ApiError, dumps
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -98,6 +100,24 @@ def validation_error(
     return ApiError("validation_error", message, {"errors": errors})
 
 
+def page_limit(requested: int | None, size: PageSize) -> int:
+    """A list endpoint's `limit`: the configured default when absent; over the maximum → 400
+    (never clamped, so a client learns the page is smaller than it asked)."""
+    if requested is None:
+        return size.default
+    if requested > size.maximum:
+        raise validation_error(
+            [
+                {
+                    "loc": ["query", "limit"],
+                    "msg": f"must be at most {size.maximum}",
+                    "type": "less_than_equal",
+                }
+            ]
+        )
+    return requested
+
+
 def _decode_json(raw: bytes) -> Any:
     """A request body's JSON value; undecodable or malformed → 400 `validation_error`."""
     try:
@@ -139,10 +159,16 @@ async def read_body(request: web.Request, model: type[M], *, required: bool = Tr
         raise validation_error(_pydantic_errors(exc, "body")) from None
 
 
-def _is_bool_field(annotation: Any) -> bool:
-    if annotation is bool:
+def _admits(annotation: Any, kind: type) -> bool:
+    """Whether a field's annotation is `kind` or an optional/union containing it."""
+    if annotation is kind:
         return True
-    return get_origin(annotation) is not None and bool in get_args(annotation)
+    return get_origin(annotation) is not None and kind in get_args(annotation)
+
+
+# Query integers are plain decimal digits: pydantic's lax str→int would also take "5_0",
+# "1.0", "+3" and " 3 ", which no client means as a page size.
+_QUERY_INT = re.compile(r"-?[0-9]+")
 
 
 def parse_query(request: web.Request, model: type[M]) -> M:
@@ -160,7 +186,7 @@ def parse_query(request: web.Request, model: type[M]) -> M:
             )
             continue
         value: Any = values[0]
-        if _is_bool_field(info.annotation):
+        if _admits(info.annotation, bool):
             lowered = value.lower()
             if lowered not in ("true", "false"):
                 errors.append(
@@ -168,6 +194,11 @@ def parse_query(request: web.Request, model: type[M]) -> M:
                 )
                 continue
             value = lowered == "true"
+        elif _admits(info.annotation, int) and not _QUERY_INT.fullmatch(value):
+            errors.append(
+                {"loc": ["query", key], "msg": "must be a decimal integer", "type": "int_parsing"}
+            )
+            continue
         data[key] = value
     if errors:
         raise validation_error(errors)

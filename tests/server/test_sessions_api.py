@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -136,11 +137,20 @@ async def test_list_filters(api: Api, workspace: Path, tmp_path: Path) -> None:
     assert [s["id"] for s in body["sessions"]] == [b["id"]]
     _, body = await api.call("GET", "/sessions", params={"workspace_path": str(tmp_path / "nope")})
     assert body["sessions"] == []
+    relative = os.path.relpath(workspace)  # never resolved against the daemon's own cwd
+    _, body = await api.call("GET", "/sessions", params={"workspace_path": relative})
+    assert body["sessions"] == []
 
 
 @pytest.mark.parametrize(
     "query",
-    [{"limit": "0"}, {"limit": "201"}, {"limit": "abc"}, {"status": "maybe"}],
+    [
+        {"limit": "0"},
+        {"limit": "201"},
+        {"limit": "abc"},
+        {"status": "maybe"},
+        *({"limit": loose} for loose in ("5_0", "1.0", "+3", " 3 ", "٣")),
+    ],
 )
 async def test_bad_list_queries_are_400(api: Api, query: dict[str, str]) -> None:
     status, body = await api.call("GET", "/sessions", params=query)
@@ -400,6 +410,33 @@ async def test_confirmation_deny_reaches_the_model_with_the_reason(
     assert result["content"][0]["content"][0]["text"] == "Tool call denied: not now"
     types = [e["type"] for e in await api.turn_events(sid, turn_id)]
     assert "tool.called" not in types
+
+
+async def test_page_sizes_and_the_reason_length_are_settings(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """rest-api.md: every number is a setting tests may lower (pages.*, limits.max_reason_chars)."""
+    config = HOLD + (
+        "limits: {max_reason_chars: 5}\n"
+        "pages: {sessions: {default: 2, maximum: 3}, events: {default: 1, maximum: 1000}}\n"
+    )
+    d = await start_daemon(config=config)
+    async with aiohttp.ClientSession(base_url=d.base_url) as http:
+        api = Api(http)
+        for _ in range(4):
+            sid = (await api.create_session(workspace))["id"]
+        _, page = await api.call("GET", "/sessions")
+        assert len(page["sessions"]) == 2 and page["next_cursor"]
+        status, body = await api.call("GET", "/sessions", params={"limit": "4"})
+        assert status == 400 and body["error"]["details"]["errors"][0]["loc"] == ["query", "limit"]
+        _, page = await api.call("GET", f"/sessions/{sid}/events")
+        assert len(page["events"]) == 1
+        turn_id, request = await hold_turn(api, sid)
+        url = f"/sessions/{sid}/turns/{turn_id}/confirmations/{request['confirmation_request_id']}"
+        status, body = await api.call("POST", url, {"decision": "deny", "reason": "too long"})
+        assert status == 400 and body["error"]["details"]["errors"][0]["loc"] == ["body", "reason"]
+        status, _ = await api.call("POST", url, {"decision": "deny", "reason": "short"})
+        assert status == 200
 
 
 async def test_confirmation_ids_wrong_turn_and_unknown_request(

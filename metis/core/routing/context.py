@@ -1,8 +1,9 @@
 """Turn facts handed to `RoutingEngine.decide` (routing.md §2.5) and the one token estimate.
 
-The core builds a `TurnContext` once per turn, before routing; predicates and candidate
-validation read the same `estimated_input_tokens`, so a rule and the context-window check can
-never disagree about how large the turn is.
+The core builds a `TurnContext` once per turn, before routing, with one estimate of the whole
+context (`estimated_input_tokens`, what predicates and `route.decided` see). The context-window
+check compares the part compaction cannot drop (`context_floor_tokens`): a long history is
+compacted to fit the chosen model rather than making every model unusable (docs/decisions.md).
 """
 
 from __future__ import annotations

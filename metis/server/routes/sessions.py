@@ -13,7 +13,14 @@ from metis.core.errors import CursorNotFound
 from metis.core.events.catalog import PERSISTED
 from metis.core.sessions import SessionView
 from metis.server.errors import ApiError
-from metis.server.http import RouteTable, json_response, parse_query, read_body, validation_error
+from metis.server.http import (
+    RouteTable,
+    json_response,
+    page_limit,
+    parse_query,
+    read_body,
+    validation_error,
+)
 from metis.server.state import STATE_KEY, ServerState
 
 routes = RouteTable()
@@ -90,7 +97,7 @@ class EndResponse(BaseModel):
 
 
 class ListQuery(BaseModel):
-    limit: int = Field(default=50, ge=1, le=200)
+    limit: int | None = Field(default=None, ge=1)  # settings.pages.sessions
     cursor: str | None = None
     workspace_path: str | None = None
     surface: Literal["metis", "aap"] | None = None
@@ -104,14 +111,14 @@ class DeleteQuery(BaseModel):
 class MessagesQuery(BaseModel):
     before: str | None = None
     after: str | None = None
-    limit: int = Field(default=50, ge=1, le=200)
+    limit: int | None = Field(default=None, ge=1)  # settings.pages.messages
 
 
 class EventsQuery(BaseModel):
     event_types: str | None = None
     since: str | None = None
     until: str | None = None
-    limit: int = Field(default=100, ge=1, le=1000)
+    limit: int | None = Field(default=None, ge=1)  # settings.pages.events
     cursor: str | None = None
 
 
@@ -220,14 +227,16 @@ async def create_session(request: web.Request) -> web.Response:
 async def list_sessions(request: web.Request) -> web.Response:
     """Sessions, newest first, with cursor pagination and filters."""
     query = parse_query(request, ListQuery)
-    service = _core(request).sessions
+    core = _core(request)
+    limit = page_limit(query.limit, core.settings.pages.sessions)
+    service = core.sessions
     before = None
     if query.cursor is not None:
         before = decode_cursor(query.cursor)
         if not await service.store.exists(before):
             raise _cursor_error()
     views, more = await service.list(
-        limit=query.limit,
+        limit=limit,
         before_id=before,
         workspace_path=query.workspace_path,
         surface=query.surface,
@@ -314,6 +323,7 @@ def _ulid_param(value: str | None, name: str) -> str | None:
 async def list_messages(request: web.Request) -> web.Response:
     """Committed messages in conversation order, paged by message id."""
     query = parse_query(request, MessagesQuery)
+    limit = page_limit(query.limit, _core(request).settings.pages.messages)
     before, after = _ulid_param(query.before, "before"), _ulid_param(query.after, "after")
     if before is not None and after is not None:
         raise validation_error(
@@ -322,7 +332,7 @@ async def list_messages(request: web.Request) -> web.Response:
     core = _core(request)
     await core.sessions.require(request.match_info["session_id"])
     page = await core.message_store.page(
-        request.match_info["session_id"], before=before, after=after, limit=query.limit
+        request.match_info["session_id"], before=before, after=after, limit=limit
     )
     return json_response(
         {
@@ -343,6 +353,7 @@ async def list_messages(request: web.Request) -> web.Response:
 async def list_events(request: web.Request) -> web.Response:
     """Persisted events in seq order (read-your-writes: pending events are flushed first)."""
     query = parse_query(request, EventsQuery)
+    limit = page_limit(query.limit, _core(request).settings.pages.events)
     types = None
     if query.event_types is not None:
         types = [t for t in query.event_types.split(",") if t]
@@ -369,7 +380,7 @@ async def list_events(request: web.Request) -> web.Response:
     if query.until is not None:
         until_seq = await _seq_of(core, session_id, query.until, "until")
     events, more = await core.event_store.page(
-        session_id, after_seq=after_seq, until_seq=until_seq, types=types, limit=query.limit
+        session_id, after_seq=after_seq, until_seq=until_seq, types=types, limit=limit
     )
     next_cursor = encode_cursor(events[-1].id) if more and events else None
     return json_response({"events": [e.wire() for e in events], "next_cursor": next_cursor})

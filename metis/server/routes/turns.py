@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from metis.core.canonical import format_us
 from metis.core.errors import TurnNotFound
-from metis.server.http import RouteTable, json_response, read_body
+from metis.server.http import RouteTable, json_response, read_body, validation_error
 from metis.server.state import STATE_KEY
 
 routes = RouteTable()
@@ -33,7 +33,7 @@ class ConfirmationRequestBody(BaseModel):
 
     decision: Literal["allow", "deny"]
     scope: Literal["once", "session"] = "once"
-    reason: str | None = Field(default=None, max_length=1000, strict=True)
+    reason: str | None = Field(default=None, strict=True)  # limits.max_reason_chars
 
 
 class TurnAcceptedResponse(BaseModel):
@@ -141,6 +141,17 @@ async def answer_confirmation(request: web.Request) -> web.Response:
     core = _core(request)
     session_id, turn_id = request.match_info["session_id"], request.match_info["turn_id"]
     request_id = request.match_info["request_id"]
+    longest = core.settings.limits.max_reason_chars
+    if body.reason is not None and len(body.reason) > longest:
+        raise validation_error(
+            [
+                {
+                    "loc": ["body", "reason"],
+                    "msg": f"at most {longest} characters",
+                    "type": "string_too_long",
+                }
+            ]
+        )
     await core.sessions.require(session_id)
     turn = await core.session_store.turn(turn_id) if len(turn_id) == 26 else None
     if turn is None or turn["session_id"] != session_id:
