@@ -274,9 +274,13 @@ class Usage(BaseModel):
 
 
 def compute_cost(usage: TokenUsage, pricing: Any) -> Decimal:
-    """USD cost of one call from per-million-token prices (events.md §2.3); no rounding."""
+    """USD cost of one call from per-million-token prices (events.md §2.3), never quantized.
+
+    Computed in the 28-digit context of providers.md §7 whatever the caller's context is, so
+    the same usage always prices to the same Decimal.
+    """
     with localcontext() as ctx:
-        ctx.prec = 34
+        ctx.prec = 28
         total = (
             Decimal(usage.input_tokens) * pricing.input_per_mtok
             + Decimal(usage.cache_read_tokens) * pricing.cache_read_per_mtok

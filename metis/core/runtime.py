@@ -38,9 +38,10 @@ from metis.core.store.messages import (
 )
 from metis.core.store.sessions import SessionStore
 from metis.core.tools.dispatcher import Dispatcher
+from metis.core.tools.executor import ToolExecutor
 from metis.core.tools.registry import ToolRegistry
 from metis.core.tools.sandbox import Sandbox
-from metis.core.tools.settings import check_env_passthrough
+from metis.core.tools.settings import check_env_passthrough, limits_from_settings
 from metis.core.turns import TurnService
 
 log = logging.getLogger(__name__)
@@ -78,9 +79,10 @@ class Core:
             max_output_tokens_per_call=settings.limits.max_output_tokens_per_call,
         )
         tools = settings.tools
-        check_env_passthrough(
-            tools, [p.api_key_env for p in self.registry.providers() if p.api_key_env]
-        )
+        # models.yaml is read once at start-up (never reloaded), so its key variables are fixed
+        # for the daemon's life: refused in env_passthrough and stripped from every command.
+        key_envs = [p.api_key_env for p in self.registry.providers() if p.api_key_env]
+        check_env_passthrough(tools, key_envs)
         self.tool_registry = ToolRegistry.with_builtins(tools)
         self.broker = ConfirmationBroker(
             self.db, self.bus, timeout_s=tools.confirmation.timeout_seconds
@@ -92,6 +94,7 @@ class Core:
             broker=self.broker,
             registry=self.tool_registry,
             settings=tools,
+            executor=ToolExecutor(tools, limits_from_settings(tools, key_envs)),
             on_committed=lambda session_id, message: self.live.committed(session_id, message),
         )
         self.sessions = SessionService(self)

@@ -113,7 +113,9 @@ class TurnService:
         await core.policy.ensure_current()
         live = await core.live.get(session_id)
         application = {t.name: t for t in application_tools}
-        offered = core.dispatcher.offered(surface_policy, application_tools)
+        offered = core.dispatcher.offered(
+            surface_policy, application_tools, confirmation_policy=confirmation_policy
+        )
         text = text_of(blocks)
         images = sum(isinstance(b, ImageBlock) for b in blocks)
         history_has_tools = live.has_tool_calls()

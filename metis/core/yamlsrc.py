@@ -77,12 +77,7 @@ class YamlDocument:
     errors: list[Diagnostic] = field(default_factory=list)
 
 
-class _DuplicateKey(Exception):
-    def __init__(self, key: Any, line: int, column: int) -> None:
-        self.key, self.line, self.column = key, line, column
-
-
-def _marked_loader(duplicates: list[tuple[str, Any, int, int]]) -> type[yaml.SafeLoader]:
+def _marked_loader(duplicates: list[tuple[MarkedDict, Any, int, int]]) -> type[yaml.SafeLoader]:
     class Loader(yaml.SafeLoader):
         pass
 
@@ -98,7 +93,7 @@ def _marked_loader(duplicates: list[tuple[str, Any, int, int]]) -> type[yaml.Saf
                 key = str(key)
             mark = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
             if key in result:
-                duplicates.append(("", key, *mark))
+                duplicates.append((result, key, *mark))
                 continue
             result[key] = loader.construct_object(value_node, deep=True)
             result.key_marks[key] = mark
@@ -131,7 +126,7 @@ def load_yaml_bytes(raw: bytes, *, max_bytes: int = MAX_YAML_BYTES) -> YamlDocum
             None,
             [Diagnostic("error", "not_utf8", "", None, None, f"file is not UTF-8 ({exc.reason})")],
         )
-    duplicates: list[tuple[str, Any, int, int]] = []
+    duplicates: list[tuple[MarkedDict, Any, int, int]] = []
     try:
         data = yaml.load(text, Loader=_marked_loader(duplicates))
     except yaml.MarkedYAMLError as exc:
@@ -144,11 +139,39 @@ def load_yaml_bytes(raw: bytes, *, max_bytes: int = MAX_YAML_BYTES) -> YamlDocum
         )
     except yaml.YAMLError as exc:
         return YamlDocument(None, [Diagnostic("error", "yaml_syntax", "", None, None, str(exc))])
-    errors = [
-        Diagnostic("error", "duplicate_key", str(key), line, col, f"duplicate key '{key}'")
-        for _, key, line, col in duplicates
-    ]
-    return YamlDocument(data, errors)
+    return YamlDocument(data, _duplicate_key_errors(data, duplicates))
+
+
+def _duplicate_key_errors(
+    data: Any, duplicates: list[tuple[MarkedDict, Any, int, int]]
+) -> list[Diagnostic]:
+    """One `duplicate_key` diagnostic per repeated key, in the routing.md §2.8 form.
+
+    The loader cannot know where a mapping stands while building it, so the dotted path of
+    each mapping holding a duplicate is found afterwards by walking the loaded document.
+    """
+    if not duplicates:
+        return []
+    from metis.core.configcheck import join  # configcheck imports this module
+
+    paths: dict[int, str] = {}
+    stack: list[tuple[Any, str]] = [(data, "")]
+    while stack:
+        node, path = stack.pop()
+        if not isinstance(node, dict | list) or id(node) in paths:
+            continue  # an alias repeats a node: its first place names it
+        paths[id(node)] = path
+        if isinstance(node, dict):
+            children = [(value, join(path, str(key))) for key, value in node.items()]
+        else:
+            children = [(value, join(path, index)) for index, value in enumerate(node)]
+        stack.extend(reversed(children))
+    errors = []
+    for container, key, line, column in duplicates:
+        path = join(paths.get(id(container), ""), str(key))
+        message = f"{path}: duplicate key '{key}'"
+        errors.append(Diagnostic("error", "duplicate_key", path, line, column, message))
+    return errors
 
 
 def read_yaml_file(path: Path, *, max_bytes: int = MAX_YAML_BYTES) -> YamlDocument:

@@ -203,6 +203,27 @@ def test_cost_is_exact_decimal_over_four_buckets() -> None:
     assert c.decimal_str(c.compute_cost(usage, pricing)) == "0.007875"
 
 
+def test_cost_is_computed_in_a_28_digit_context() -> None:
+    """providers.md §7: a result needing more digits is rounded to 28 significant digits."""
+    from decimal import Context
+
+    from metis.core.model_types import Pricing
+
+    price = Decimal("1.234567890123456789012345678")
+    zero = Decimal(0)
+    pricing = Pricing(
+        input_per_mtok=price,
+        output_per_mtok=zero,
+        cache_read_per_mtok=zero,
+        cache_write_per_mtok=zero,
+    )
+    usage = c.TokenUsage(input_tokens=987_654_321, output_tokens=0)
+    context = Context(prec=28)
+    expected = context.divide(context.multiply(Decimal(987_654_321), price), Decimal(1_000_000))
+    cost = c.compute_cost(usage, pricing)
+    assert cost == expected and len(cost.as_tuple().digits) == 28
+
+
 def test_ulid_encoding_matches_the_reference_library() -> None:
     import random
 

@@ -171,7 +171,7 @@ def test_every_documented_error_is_reported_in_one_pass_with_lines() -> None:
     """
     found = errors(text)
     expected = [
-        "duplicate key 'api_key_env' (line 6)",
+        "providers.anthropic.api_key_env: duplicate key 'api_key_env' (line 6)",
         "providers.openai: unknown key 'base_urll' (allowed: adapter, base_url, api_key_env, "
         "api_key, connect_timeout_s, read_timeout_s, options); did you mean 'base_url'? (line 9)",
         "models[0].pricing.input_per_mtok: must not be negative (line 14)",

@@ -17,6 +17,42 @@ def test_duplicate_keys_are_errors_with_their_line() -> None:
     assert doc.errors[0].line == 3
 
 
+def test_duplicate_key_diagnostics_carry_the_full_dotted_path() -> None:
+    """routing.md §2.8: `path` is the duplicate's dotted path and the message starts with it."""
+    doc = load_yaml_bytes(
+        b"providers:\n  anthropic:\n    adapter: a\n    adapter: b\n"
+        b"workspaces:\n  /home/u/x:\n    rules:\n      - {name: a, name: b}\n"
+        b"top: 1\ntop: 2\n"
+    )
+    assert [(d.code, d.path, d.line, d.message) for d in doc.errors] == [
+        (
+            "duplicate_key",
+            "providers.anthropic.adapter",
+            4,
+            "providers.anthropic.adapter: duplicate key 'adapter'",
+        ),
+        (
+            "duplicate_key",
+            'workspaces["/home/u/x"].rules[0].name',
+            8,
+            "workspaces[\"/home/u/x\"].rules[0].name: duplicate key 'name'",
+        ),
+        ("duplicate_key", "top", 10, "top: duplicate key 'top'"),
+    ]
+
+
+def test_config_duplicate_key_names_file_line_and_path(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    (home / "config.yaml").write_text("limits:\n  turn_timeout_s: 5\n  turn_timeout_s: 6\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(home=home)
+    assert (
+        f"{home / 'config.yaml'}:3: limits.turn_timeout_s: duplicate key 'turn_timeout_s'"
+        in info.value.message
+    )
+
+
 def test_syntax_errors_carry_a_position() -> None:
     doc = load_yaml_bytes(b"a: [1, 2\nb: 3\n")
     assert doc.errors[0].code == "yaml_syntax" and doc.errors[0].line is not None

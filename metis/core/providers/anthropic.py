@@ -47,7 +47,7 @@ from metis.core.providers.errors import (
 from metis.core.providers.history import (
     IMAGE_OMITTED_TEXT,
     anthropic_wire_id,
-    estimate_input_tokens,
+    estimate_request_tokens,
     normalize_history,
 )
 from metis.core.providers.retry import DEFAULT_RETRY_POLICY, RetryPolicy
@@ -434,7 +434,7 @@ class AnthropicTranslator:
         input_tokens = self.input_tokens
         output = self.output_tokens
         if not self.saw_start:
-            input_tokens = estimate_input_tokens(self._req)
+            input_tokens = estimate_request_tokens(self._req)
             estimated = True
         if partial and not self.saw_delta_usage:
             output = max(output, estimate_output_tokens(self.builder.emitted_chars))

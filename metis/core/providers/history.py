@@ -7,9 +7,7 @@ calls in call order, orphans repaired, empty blocks and messages gone.
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,6 +21,7 @@ from metis.core.canonical import (
     ToolUseBlock,
 )
 from metis.core.providers.base import LLMRequest
+from metis.core.routing.context import estimate_input_tokens
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +29,6 @@ NOT_COMPLETED_TEXT = "Tool call was not completed"
 IMAGE_OMITTED_TEXT = "[image omitted]"
 _ANTHROPIC_ID_RE = re.compile(r"^[a-zA-Z0-9_-]+$")
 _ANTHROPIC_ID_BAD = re.compile(r"[^a-zA-Z0-9_-]")
-IMAGE_TOKEN_ESTIMATE = 1600
 
 
 @dataclass(slots=True)
@@ -127,32 +125,14 @@ def result_text(block: ToolResultBlock, image_text: str = "[image]") -> str:
     return "\n".join(parts)
 
 
-def estimate_input_tokens(req: LLMRequest) -> int:
-    """The routing estimate (routing.md §2.5): ceil(chars / 4) + 1600 per image."""
-    chars = len(req.system) + len(req.system_volatile or "")
-    images = 0
-    for tool in req.tools:
-        chars += len(
-            json.dumps(
-                {
-                    "name": tool.name,
-                    "description": tool.description,
-                    "input_schema": tool.input_schema,
-                }
-            )
-        )
-    for message in req.messages:
-        for block in message.content:
-            if isinstance(block, TextBlock):
-                chars += len(block.text)
-            elif isinstance(block, ImageBlock):
-                images += 1
-            elif isinstance(block, ToolUseBlock):
-                chars += len(json.dumps(block.input))
-            elif isinstance(block, ToolResultBlock):
-                for inner in block.content:
-                    if isinstance(inner, TextBlock):
-                        chars += len(inner.text)
-                    else:
-                        images += 1
-    return math.ceil(chars / 4) + IMAGE_TOKEN_ESTIMATE * images
+def estimate_request_tokens(req: LLMRequest) -> int:
+    """Input tokens of a call whose provider sent no usage (providers.md §6).
+
+    The routing formula itself rather than a copy (docs/decisions.md), so an estimated call
+    counts the system prompt, tools and history exactly as `route.decided` did.
+    """
+    return estimate_input_tokens(
+        system_prompt=req.system + (req.system_volatile or ""),
+        tools=req.tools,
+        history=[m.content for m in req.messages],
+    )

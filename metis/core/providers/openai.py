@@ -46,7 +46,7 @@ from metis.core.providers.errors import (
 )
 from metis.core.providers.history import (
     IMAGE_OMITTED_TEXT,
-    estimate_input_tokens,
+    estimate_request_tokens,
     normalize_history,
     openai_wire_id,
     result_text,
@@ -237,7 +237,7 @@ def estimated_usage(
         _estimate_warned.add(provider)
         log.warning("provider %s sent no usage; token counts are estimated", provider)
     return TokenUsage(
-        input_tokens=estimate_input_tokens(req),
+        input_tokens=estimate_request_tokens(req),
         output_tokens=estimate_output_tokens(output_chars),
         estimated=True,
     )

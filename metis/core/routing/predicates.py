@@ -72,10 +72,10 @@ class Facts:
 
     def __init__(self, ctx: TurnContext) -> None:
         text = ctx.message_text
-        if len(text) > MAX_TEXT_CHARS:
-            text = text[:MAX_TEXT_CHARS]
-        self.text = text
+        # Length predicates measure the whole message (routing.md §2.4); only the text the
+        # matching predicates search is capped.
         self.length = len(text)
+        self.text = text[:MAX_TEXT_CHARS] if self.length > MAX_TEXT_CHARS else text
         self.tokens = ctx.estimated_input_tokens
         self.has_images = ctx.image_count > 0
         self.workspace = ctx.workspace_path

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
@@ -68,6 +68,24 @@ class TurnTools:
     surface_policy: SurfaceToolPolicy | None = None
     application_tools: dict[str, ToolDefinition] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        check_application_policy(self.confirmation_policy, self.application_tools.values())
+
+
+def check_application_policy(
+    policy: ConfirmationPolicy, application: Iterable[ToolDefinition]
+) -> None:
+    """Application tools always suspend (tools.md §6.3), so a `wait` turn cannot have any.
+
+    Raises ValueError: a surface passing them with `wait` is a programming error, and the
+    dispatcher would otherwise park calls that no `wait` client can ever answer.
+    """
+    names = [t.name for t in application]
+    if policy == "wait" and names:
+        raise ValueError(
+            f"application tools need the suspend confirmation policy: {', '.join(names)}"
+        )
+
 
 @dataclass
 class BatchResult:
@@ -118,8 +136,23 @@ class Dispatcher:
         self._trusted = settings.confirmation.resolved_trusted_workspaces()
 
     def offered(
-        self, surface: SurfaceToolPolicy | None, application: Sequence[ToolDefinition] = ()
+        self,
+        surface: SurfaceToolPolicy | None,
+        application: Sequence[ToolDefinition] = (),
+        *,
+        confirmation_policy: ConfirmationPolicy | None = None,
     ) -> list[ToolDefinition]:
+        """The tools a turn offers the model: its enabled builtins, then its application tools.
+
+        Every turn's tools are assembled here, so the §6.3 guards sit here as the core's
+        backstop behind the surfaces' own checks: an application tool named like a builtin the
+        session enables raises `ToolNameConflict` (the model could not tell them apart), and
+        one in a `wait` turn raises ValueError. `confirmation_policy` is None for a caller
+        that only sizes a context (AAP's history view), where no turn is being started.
+        """
+        if confirmation_policy is not None:
+            check_application_policy(confirmation_policy, application)
+        self.registry.check_application_tools([t.name for t in application], surface)
         return [*self.registry.offered(surface), *application]
 
     def forget_session(self, session_id: str) -> None:

@@ -12,6 +12,19 @@ def count_lines(text: str) -> int:
     return text.count("\n") + (0 if text.endswith("\n") else 1)
 
 
+def count_occurrences(text: str, sub: str) -> int:
+    """Positions where `sub` starts in `text`, overlapping ones included.
+
+    `str.count` skips overlaps (`"aaa".count("aa") == 1`), which would call an ambiguous
+    `patch_file` match unique although `old_text` stands at two positions.
+    """
+    count, start = 0, text.find(sub)
+    while start != -1:
+        count += 1
+        start = text.find(sub, start + 1)
+    return count
+
+
 def cut(text: str, limit: int) -> str:
     """`text` cut to at most `limit` characters, ending in `…` when cut."""
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -8,10 +8,20 @@ from decimal import Decimal
 
 import pytest
 
-from metis.core.canonical import TextBlock, TokenUsage, compute_cost
+from metis.core.canonical import TextBlock, TokenUsage, ToolUseBlock, compute_cost
 from metis.core.model_types import Pricing
+from metis.core.routing.context import estimate_input_tokens
 from metis.testing import FakeProviderServer, FakeReply
-from tests.core.providers.provider_kit import APIS, check_invariants, collect, request, user
+from tests.core.providers.provider_kit import (
+    APIS,
+    READ_FILE,
+    check_invariants,
+    collect,
+    msg,
+    request,
+    tool_msg,
+    user,
+)
 
 FOUR = {
     "input_tokens": 1200,
@@ -105,6 +115,31 @@ async def test_openai_missing_usage_is_estimated(
     assert usage.output_tokens == math.ceil(len("twelve chars") / 4)
     assert usage.input_tokens == math.ceil(len("hello world") / 4)
     assert usage.cache_read_tokens == 0
+
+
+async def test_missing_usage_is_estimated_with_the_routing_formula(
+    fake: FakeProviderServer, make_adapter
+) -> None:
+    """providers.md §6: the estimate routing saw, so `llm.call_*` and routing never disagree."""
+    call = ToolUseBlock(id="tu_1", name="read_file", input={"path": "a.py", "limit": 20})
+    history = [
+        user("read a.py"),
+        msg("assistant", call, provider="openai"),
+        tool_msg("tu_1", "print('hi')"),
+    ]
+    req = request(
+        "openai", *history, system="You are metis.", system_volatile="cwd: /w", tools=[READ_FILE]
+    )
+    fake.enqueue("openai", FakeReply.say("done", omit_usage=True))
+    events, error = await collect(make_adapter("openai").stream(req))
+    assert error is None
+    usage = check_invariants(events).usage
+    assert usage.estimated is True
+    assert usage.input_tokens == estimate_input_tokens(
+        system_prompt="You are metis.cwd: /w",
+        tools=[READ_FILE],
+        history=[m.content for m in history],
+    )
 
 
 async def test_anthropic_message_delta_counts_replace_the_start_counts(

@@ -129,8 +129,22 @@ def test_time_of_day_uses_daemon_local_time_of_an_aware_now(registry: ModelRegis
 def test_text_predicates_see_only_the_first_65536_code_points(registry: ModelRegistry) -> None:
     text = "a" * MAX_TEXT_CHARS + "NEEDLE"
     assert not matches(registry, "{message_matches: NEEDLE}", message_text=text)
-    assert not matches(registry, "{message_length_gt: 65536}", message_text=text)
-    assert matches(registry, "{message_length_gt: 65535}", message_text=text)
+    assert not matches(registry, "{message_contains_any: [needle]}", message_text=text)
+    assert matches(registry, "{message_matches: 'a$'}", message_text=text)
+
+
+def test_length_predicates_measure_the_whole_message(registry: ModelRegistry) -> None:
+    """routing.md §2.4: the code-point length of the message text, not of the searched part."""
+    text = "é" * (MAX_TEXT_CHARS + 6)
+    assert matches(registry, "{message_length_gt: 65541}", message_text=text)
+    assert not matches(registry, "{message_length_gt: 65542}", message_text=text)
+    assert matches(registry, "{message_length_lt: 65543}", message_text=text)
+    assert not matches(registry, "{message_length_lt: 65537}", message_text=text)
+    assert matches(
+        registry,
+        "{all_of: [{message_length_gt: 65536}, {not: {message_length_lt: 9}}]}",
+        message_text=text,
+    )
 
 
 def test_tilde_in_globs_is_expanded_at_load(registry: ModelRegistry) -> None:
@@ -337,6 +351,11 @@ pattern: {enabled: maybe, cost_weight: 2}
         "pattern.enabled: expected a boolean (true or false), got string (line 4)",
         "pattern.cost_weight: must be at most 1 (line 4)",
     ]
+
+
+def test_duplicate_key_message_starts_with_its_path(registry: ModelRegistry) -> None:
+    text = "rules:\n  - name: a\n    name: b\n    when: {}\n    use: haiku\n"
+    assert errors_of(registry, text) == ["rules[0].name: duplicate key 'name' (line 3)"]
 
 
 @pytest.mark.parametrize(

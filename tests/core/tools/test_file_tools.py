@@ -206,6 +206,18 @@ async def test_patch_refusals_reach_the_model_verbatim(harness: Any, workspace: 
     ) == ("tool_error", "File not found: nope.py")
 
 
+async def test_patch_counts_overlapping_occurrences(harness: Any, workspace: Path) -> None:
+    """`aa` stands at two positions of `aaa`: ambiguous, so nothing is replaced."""
+    (workspace / "f.txt").write_text("aaa")
+    assert await text_of(
+        harness, "patch_file", {"path": "f.txt", "old_text": "aa", "new_text": "b"}
+    ) == (
+        "tool_error",
+        "old_text occurs 2 times in f.txt; add surrounding lines so it matches exactly once.",
+    )
+    assert (workspace / "f.txt").read_text() == "aaa"
+
+
 async def test_patch_refuses_binary_non_utf8_and_oversized(harness: Any, workspace: Path) -> None:
     (workspace / "b.bin").write_bytes(b"a\x00b")
     (workspace / "l.txt").write_bytes(b"caf\xe9")
@@ -243,6 +255,15 @@ async def test_list_dir(harness: Any, workspace: Path, outside: Path) -> None:
         "tool_error",
         "Directory not found: missing",
     )
+
+
+async def test_list_dir_sorts_by_name_before_suffixing(harness: Any, workspace: Path) -> None:
+    """`a/` sorts as `a`, ahead of `a-b` and `a.txt`, although `/` follows `-` and `.`."""
+    (workspace / "a.txt").write_text("")
+    (workspace / "a-b").write_text("")
+    (workspace / "a").mkdir()
+    (workspace / "a0").symlink_to("a")
+    assert await text_of(harness, "list_dir", {}) == (None, "a/\na-b\na.txt\na0@")
 
 
 async def test_list_dir_caps_entries(harness: Any, workspace: Path) -> None:

@@ -7,12 +7,15 @@ import dataclasses
 import os
 import resource
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from metis.config import Settings
 from metis.core.errors import ConfigError
+from metis.core.runtime import Core
 from metis.core.tools import ToolLimits, ToolsSettings, check_env_passthrough
 from metis.core.tools.builtins.shell import OutputCapture, scrubbed_env
 from metis.core.tools.settings import limits_from_settings
@@ -91,6 +94,54 @@ def test_passthrough_never_carries_a_key() -> None:
         check_env_passthrough(settings, {"OPENAI_API_KEY"})
     check_env_passthrough(ToolsSettings(), {"OPENAI_API_KEY"})
     assert "OPENAI_API_KEY" in limits_from_settings(settings, {"OPENAI_API_KEY"}).forbidden_env
+
+
+# A provider whose key variable looks like a locale setting, which the shell copies wholesale.
+LC_KEY_MODELS = """\
+schema_version: 1
+pricing_version: "2026-05-08"
+providers:
+  custom: {adapter: openai, base_url: "http://127.0.0.1:9/v1", api_key_env: LC_PROVIDER_KEY}
+models:
+  - id: custom:m
+    capabilities: {max_context_tokens: 8000, max_output_tokens: 1000}
+    pricing: {input_per_mtok: "1", output_per_mtok: "1"}
+"""
+
+
+async def test_daemon_shell_never_passes_a_models_yaml_key(
+    metis_home: Path,
+    make_settings: Callable[..., Settings],
+    workspace: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The daemon's own wiring: every `api_key_env` of models.yaml is forbidden, even `LC_*`."""
+    metis_home.mkdir(parents=True, exist_ok=True)
+    (metis_home / "models.yaml").write_text(LC_KEY_MODELS)
+    monkeypatch.setenv("LC_PROVIDER_KEY", "lc-provider-secret-value")
+    monkeypatch.setenv("LC_TIME", "C")
+    core = Core(make_settings())
+    entry = core.tool_registry.lookup("shell")
+    assert entry is not None
+    outcome = await core.dispatcher.executor.run(
+        entry,
+        entry.validate({"command": "env"}).value or {},
+        sandbox=core.sandbox_for(str(workspace)),
+        tool_use_id="tu_env",
+    )
+    assert outcome.exit_code == 0 and "LC_TIME=C" in outcome.text
+    assert "LC_PROVIDER_KEY" not in outcome.text
+    assert "lc-provider-secret-value" not in outcome.text
+
+
+def test_daemon_refuses_a_models_yaml_key_in_env_passthrough(
+    metis_home: Path, make_settings: Callable[..., Settings]
+) -> None:
+    metis_home.mkdir(parents=True, exist_ok=True)
+    (metis_home / "models.yaml").write_text(LC_KEY_MODELS)
+    settings = make_settings(tools={"shell": {"env_passthrough": ["LC_PROVIDER_KEY"]}})
+    with pytest.raises(ConfigError, match="LC_PROVIDER_KEY"):
+        Core(settings)
 
 
 async def test_pwd_is_the_root_and_stdin_is_empty(harness: Any, workspace: Path) -> None:

@@ -50,7 +50,8 @@ def list_entries(target: ResolvedPath) -> str:
         raise
     try:
         with os.scandir(fd) as entries:
-            names = sorted(_entry_name(entry) for entry in entries)
+            # Sorted by the bare name: a suffix must not move `a/` behind `a-b` and `a.txt`.
+            names = [_entry_name(e) for e in sorted(entries, key=lambda e: e.name)]
     finally:
         os.close(fd)
     if not names:

@@ -18,7 +18,7 @@ from metis.core.tools.builtins._common import object_schema, path_schema
 from metis.core.tools.builtins.write_file import encode_text
 from metis.core.tools.files import atomic_write, binary_file, is_binary, open_regular
 from metis.core.tools.sandbox import ResolvedPath, Sandbox, display
-from metis.core.tools.textutil import count_lines
+from metis.core.tools.textutil import count_lines, count_occurrences
 
 DEFINITION = ToolDefinition(
     name="patch_file",
@@ -90,7 +90,7 @@ def patch(
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ToolError(f"{path} is not valid UTF-8 text; patch_file cannot edit it.") from None
-    matches = text.count(old_text)
+    matches = count_occurrences(text, old_text)
     if matches == 0:
         raise ToolError(
             f"old_text was not found in {path}. Read the file again and copy the text "
