@@ -92,6 +92,9 @@ class FileSettings(_Section):
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
     allowed_origins: tuple[str, ...] = ()
     allowed_workspace_roots: tuple[str, ...] = ()
+    # The AAP `workspace` option's default (aap.md §3, §10: a top-level key, not under `aap`);
+    # None → METIS_HOME/workspaces/default.
+    default_workspace: str | None = None
     log_level: str = "INFO"
     limits: LimitsSettings = LimitsSettings()
     pages: PagesSettings = PagesSettings()

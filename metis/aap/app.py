@@ -171,7 +171,7 @@ def build_state(server: Any) -> AapState:
         # First start: the user needs the key once to configure a client (aap.md §2 keeps it
         # out of logs; the log line above names the file only).
         print(f"metis: AAP API key created in {api_key.path}: {api_key.value}", flush=True)
-    workspaces = Workspaces(settings.home, aap)
+    workspaces = Workspaces(settings.home, aap, settings.file.default_workspace)
     workspaces.ensure_default()
     return AapState(
         server=server,

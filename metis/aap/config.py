@@ -65,7 +65,7 @@ def check_client_tools(
     out: list[dict[str, Any]] = []
     for raw in raw_tools:
         name = raw["name"]
-        if not TOOL_NAME_RE.match(name):
+        if not TOOL_NAME_RE.fullmatch(name):
             raise _tools_error(
                 f"client tool name {name!r} must match ^[A-Za-z0-9_-]{{1,64}}$", name=name
             )
@@ -154,13 +154,10 @@ def create_options(
     return OptionValues(options, secrets, workspace)
 
 
-def merge_options(
-    agent: AgentSpec,
-    session: AapSession,
-    given: Mapping[str, Any],
-    workspaces: Workspaces,
-) -> OptionValues:
-    """Turn overrides merged by key; the workspace is fixed; `"***"` keeps a stored secret."""
+def merge_options(agent: AgentSpec, session: AapSession, given: Mapping[str, Any]) -> OptionValues:
+    """Turn overrides merged by key; `"***"` keeps a stored secret. The workspace is fixed:
+    the stored value itself is a no-op, any other value (even one naming the same directory)
+    is refused (aap.md §3)."""
     options, secrets = dict(session.options), dict(session.secret_options)
     for key, value in given.items():
         value = _check_value(agent, key, value)
@@ -168,11 +165,9 @@ def merge_options(
         assert spec is not None
         if key == "workspace":
             if value != session.options.get("workspace"):
-                choice = workspaces.resolve(value)
-                if str(choice.path) != session.workspace_path:
-                    raise _option_error(
-                        "the workspace is fixed when the session is created", "workspace"
-                    )
+                raise _option_error(
+                    "the workspace is fixed when the session is created", "workspace"
+                )
             continue
         if spec.type == "secret":
             if value != SECRET_PLACEHOLDER:

@@ -3,8 +3,9 @@
 `full` is every stored message in storage order, unredacted. `compacted` is the core's own
 context view: the list the TurnRunner would send on its next model call — assembled and
 compacted by `metis.core.context` for the model the session would use — with pending tool_use
-blocks kept as they are (their answers are still to come) and seeded system messages kept
-(the core sends them as part of the system prompt). Without compaction it equals `full`.
+blocks kept as they are (their answers are still to come) and seeded system messages kept in
+their stored place (the core sends them as part of the system prompt). Without compaction it
+equals `full`.
 """
 
 from __future__ import annotations
@@ -55,4 +56,8 @@ async def compacted_view(core: Any, session: AapSession, full: Sequence[Message]
         for m in context
         if not (m.role == "tool" and m.id in owners and m.metadata.tool_use_id in pending)
     ]
-    return [m for m in full if m.role == "system"] + kept
+    # Seeded system messages go back where they were stored, so that without compaction the
+    # view equals `full` (aap.md §8). Context messages keep their ids (a synthetic result
+    # shares its assistant's), and the sort is stable.
+    position = {m.id: i for i, m in enumerate(full)}
+    return sorted([*(m for m in full if m.role == "system"), *kept], key=lambda m: position[m.id])

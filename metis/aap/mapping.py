@@ -87,7 +87,7 @@ def _block(role: str, raw: Any, max_image_bytes: int, where: str) -> Any:
     call_id, name, value = raw.get("toolCallId"), raw.get("name"), raw.get("input")
     if not isinstance(call_id, str) or not call_id:
         raise invalid_content("tool_use blocks need a non-empty `toolCallId`", where)
-    if not isinstance(name, str) or not TOOL_NAME_RE.match(name):
+    if not isinstance(name, str) or not TOOL_NAME_RE.fullmatch(name):
         raise invalid_content("tool_use blocks need a valid tool `name`", where)
     if not isinstance(value, dict):
         raise invalid_content("tool_use `input` must be an object", where)

@@ -16,6 +16,7 @@ from metis.aap.errors import AAP_ERROR_CODES
 from metis.aap.http import AapRoute
 
 _ALWAYS = (
+    "unauthorized",  # `GET /meta` too: it is public, but a non-empty wrong key is refused
     "not_found",
     "method_not_allowed",
     "service_shutting_down",
@@ -62,16 +63,7 @@ def _error_schema(codes: list[str]) -> dict[str, Any]:
 
 def _operation(route: AapRoute, version: int, components: dict[str, Any]) -> dict[str, Any]:
     prefix = f"AapV{version}"
-    codes = list(
-        dict.fromkeys(
-            (
-                *route.errors,
-                *(() if route.public else ("unauthorized",)),
-                *_ALWAYS,
-                *(_WITH_BODY if route.body else ()),
-            )
-        )
-    )
+    codes = list(dict.fromkeys((*route.errors, *_ALWAYS, *(_WITH_BODY if route.body else ()))))
     if route.method == "DELETE":
         codes.append("origin_not_allowed")
     op: dict[str, Any] = {
@@ -96,14 +88,14 @@ def _operation(route: AapRoute, version: int, components: dict[str, Any]) -> dic
             },
         }
     success: dict[str, Any] = {"description": "success"}
-    content: dict[str, Any] = {}
     if route.response_model is not None:
-        content["application/json"] = {"schema": _ref(route.response_model, components, prefix)}
-    if route.streams:
-        content["text/event-stream"] = {"schema": {"type": "string"}}
-    if content:
-        success["content"] = content
+        schema = _ref(route.response_model, components, prefix)
+        success["content"] = {"application/json": {"schema": schema}}
     op["responses"][str(route.status)] = success
+    if route.streams:
+        # An SSE reply is always 200 (aap.md §6.2), whatever the JSON reply's status.
+        stream = op["responses"].setdefault("200", {"description": "success (stream)"})
+        stream.setdefault("content", {})["text/event-stream"] = {"schema": {"type": "string"}}
     by_status: dict[int, list[str]] = {}
     for code in op["x-error-codes"]:
         by_status.setdefault(AAP_ERROR_CODES[code], []).append(code)

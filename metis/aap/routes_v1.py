@@ -7,7 +7,6 @@ the cursor as both `nextCursor` and `next` (the two v1 documents disagree on the
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
@@ -24,8 +23,8 @@ from metis.aap.http import (
     state_of,
 )
 from metis.aap.stream import respond
-from metis.aap.turns import plan_turn, prepare_turn
-from metis.aap.wire import UserMessage
+from metis.aap.turns import PreparedTurn, parse_turn_messages, plan_turn, prepare_turn
+from metis.aap.wire import AgentResponse, UserMessage
 from metis.aap.wire_v1 import (
     CreateRunResponse,
     CreateSessionRequest,
@@ -34,6 +33,7 @@ from metis.aap.wire_v1 import (
     SessionResponse,
     TurnRequest,
 )
+from metis.aap.workspaces import Workspaces
 
 VERSION = 1
 routes = AapRoutes(VERSION)
@@ -112,26 +112,26 @@ async def create_and_run(request: web.Request) -> web.StreamResponse:
         )
     raw_tools = raw_body(request).get("tools")
     draft = sessions.draft_session(state, body.agent, raw_tools, body.messages[:-1], VERSION)
-    first = [body.messages[-1]]
-    # The turn's own checks run on a stand-in before anything is written.
-    probe = prepare_turn(state, draft.session, None, None, first, VERSION)
-    session = await sessions.commit_session(state, draft)
-    prepared = replace(probe, session=session)
-    mode = body.stream or "none"
-    plan = plan_turn(
-        state,
-        prepared,
-        mode,
-        cors_headers(request),
-        session_start=session.session_id,
-        status_json=201,
-    )
-    try:
-        return await respond(request, state, plan)
-    except Exception:
-        # Nothing was streamed: a refused first turn leaves no session behind.
-        await state.core.sessions.purge(session.session_id)
-        raise
+    # The first turn's content is checked before anything is written (a new session has no
+    # overrides and nothing pending).
+    first = parse_turn_messages([body.messages[-1]], state.settings.max_image_bytes)
+    with Workspaces.provisioned(draft.workspace) as workspace:
+        session = await sessions.commit_session(state, draft, workspace)
+        plan = plan_turn(
+            state,
+            PreparedTurn(session, False, first),
+            body.stream or "none",
+            cors_headers(request),
+            session_start=session.session_id,
+            status_json=201,
+        )
+        try:
+            return await respond(request, state, plan)
+        except Exception:
+            # Nothing was streamed: a refused first turn leaves no session behind (nor, as
+            # the block fails, a scratch directory created for it).
+            await state.core.sessions.purge(session.session_id)
+            raise
 
 
 @routes.route("GET", "/session/{session_id}", response_model=SessionResponse, errors=_SESSION)
@@ -149,6 +149,7 @@ async def get_session(request: web.Request) -> web.Response:
     body=True,
     streams=True,
     request_model=TurnRequest,
+    response_model=AgentResponse,
     errors=TURN_ERRORS,
 )
 async def post_turn(request: web.Request) -> web.StreamResponse:
@@ -156,7 +157,7 @@ async def post_turn(request: web.Request) -> web.StreamResponse:
     state = state_of(request)
     body = _body(request, TurnRequest)
     session = await sessions.require(state, request.match_info["session_id"])
-    prepared = prepare_turn(
+    prepared = await prepare_turn(
         state, session, body.agent, raw_body(request).get("tools"), body.messages, VERSION
     )
     plan = plan_turn(state, prepared, body.stream or "none", cors_headers(request))

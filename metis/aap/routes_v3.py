@@ -27,6 +27,7 @@ from metis.aap.wire_v3 import (
     SessionList,
     TurnRequest,
 )
+from metis.aap.workspaces import Workspaces
 
 VERSION = 3
 routes = AapRoutes(VERSION)
@@ -75,7 +76,8 @@ async def create_session(request: web.Request) -> web.Response:
     draft = sessions.draft_session(
         state, body.agent, raw_body(request).get("tools"), body.messages or [], VERSION
     )
-    session = await sessions.commit_session(state, draft)
+    with Workspaces.provisioned(draft.workspace) as workspace:
+        session = await sessions.commit_session(state, draft, workspace)
     return json_response(request, {"sessionId": session.session_id}, status=201)
 
 
@@ -124,7 +126,7 @@ async def post_turn(request: web.Request) -> web.StreamResponse:
     state = state_of(request)
     body = parse_body(request, TurnRequest)
     session = await sessions.require(state, request.match_info["session_id"])
-    prepared = prepare_turn(
+    prepared = await prepare_turn(
         state, session, body.agent, raw_body(request).get("tools"), body.messages, VERSION
     )
     plan = plan_turn(state, prepared, body.stream or "none", cors_headers(request))

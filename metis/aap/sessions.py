@@ -27,7 +27,6 @@ from metis.aap.http import AapState
 from metis.aap.mapping import parse_content, render_history
 from metis.aap.store import AapSession, AapStore, Form
 from metis.aap.wire import AgentConfig, SeedMessage, SystemMessage, ToolMessage, UserMessage
-from metis.aap.workspaces import Workspaces
 from metis.core.canonical import (
     Message,
     MessageMetadata,
@@ -159,12 +158,18 @@ def draft_session(
     return SessionDraft(agent, session, values.workspace, drafts)
 
 
-async def commit_session(state: AapState, draft: SessionDraft) -> AapSession:
+async def commit_session(state: AapState, draft: SessionDraft, workspace: str) -> AapSession:
     """Core creates the session (and emits `session.created`); then the AAP row and the seed
-    are committed together. If that second step fails the session is purged again."""
+    are committed together. If that second step fails the session is purged again.
+
+    `workspace` comes from `Workspaces.provisioned(draft.workspace)`. The façade has judged it
+    against the AAP roots (aap.md §3), which core applies instead of the metis setting
+    `allowed_workspace_roots`.
+    """
     core = state.core
-    workspace = Workspaces.materialize(draft.workspace)
-    view = await core.sessions.create(workspace, None, surface="aap")
+    view = await core.sessions.create(
+        workspace, None, surface="aap", allowed_roots=state.workspaces.roots()
+    )
     stamp = view.row.created_at_us
     session = replace(
         draft.session,

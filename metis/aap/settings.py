@@ -19,9 +19,6 @@ class AapSettings(BaseModel):
 
     cors_origins: tuple[str, ...] = ()
     workspace_roots: tuple[str, ...] = ()
-    # aap.md §10 puts this at the top level of config.yaml; it lives here so the AAP façade
-    # adds one key to the shared settings model (docs/decisions.md, AAP entries).
-    default_workspace: str | None = None
     page_size: int = Field(default=20, ge=1, le=200)
     max_request_bytes: int = Field(default=20 * 1024 * 1024, ge=1024)
     max_image_bytes: int = Field(default=5 * 1024 * 1024, ge=1)

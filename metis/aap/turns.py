@@ -3,12 +3,14 @@
 A turn request carries either one `user` message or the answers to the session's pending tool
 calls (`tool` results for client tools, `tool_permission`s for untrusted server tools), plus
 optional overrides of the session's agent tools, options and client tools. Everything is
-checked before core is called; core then checks the answers against the pending calls, claims
-the turn slot, routes, and commits overrides, inputs and the turn row in one transaction.
+checked before core is called, in the order of aap.md §5.5 (overrides, then the answers against
+the pending calls, then content); core then checks the answers again, claims the turn slot,
+routes, and commits overrides, inputs and the turn row in one transaction.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -31,7 +33,8 @@ from metis.aap.store import AapSession, AapStore, Form
 from metis.aap.stream import TurnPlan
 from metis.aap.wire import AgentOverride, ToolMessage, ToolPermissionMessage, UserMessage
 from metis.core.canonical import Message, now_us
-from metis.core.resume import Answer, ApplicationResult, PermissionAnswer
+from metis.core.errors import InvalidContent
+from metis.core.resume import Answer, ApplicationResult, PermissionAnswer, prepare_resolution
 
 
 @dataclass(frozen=True)
@@ -46,8 +49,8 @@ class TurnInput:
         return frozenset(self.answer_forms)
 
 
-def parse_turn_messages(messages: Sequence[Any], max_image_bytes: int) -> TurnInput:
-    """One user message, or tool answers only (the pending set is checked by core)."""
+def check_shape(messages: Sequence[Any]) -> None:
+    """One user message, or tool answers only (which calls they answer is judged next)."""
     if not messages:
         raise validation_error(
             [{"loc": ["body", "messages"], "msg": "at least one message is required"}]
@@ -59,13 +62,45 @@ def parse_turn_messages(messages: Sequence[Any], max_image_bytes: int) -> TurnIn
             "a turn carries either one user message or tool answers, not both",
             {"missing": [], "unknown": [], "duplicate": [], "wrong_kind": []},
         )
-    if users:
-        if len(users) > 1:
-            raise validation_error(
-                [{"loc": ["body", "messages"], "msg": "send exactly one user message per turn"}]
-            )
+    if len(users) > 1:
+        raise validation_error(
+            [{"loc": ["body", "messages"], "msg": "send exactly one user message per turn"}]
+        )
+
+
+async def check_answers(state: AapState, session_id: str, messages: Sequence[Any]) -> None:
+    """aap.md §5.5 step 1: the answers are judged against the pending calls before any content.
+
+    Only ids and kinds are judged here (the results stand in without content, so core's
+    content error for them is expected and ignored); core judges everything again, with the
+    parsed content, at acceptance. While a turn holds the session's slot its calls are not
+    settled (their rows are flushed at release): that judgement is left to core, which waits.
+    """
+    core = state.core
+    if core.slots.get(session_id) is not None:
+        return
+    answers: list[Answer] | None = None
+    if not isinstance(messages[0], UserMessage):
+        answers = [
+            PermissionAnswer(m.tool_call_id, m.granted)
+            if isinstance(m, ToolPermissionMessage)
+            else ApplicationResult(m.tool_call_id, ())
+            for m in messages
+        ]
+    with contextlib.suppress(InvalidContent):
+        await prepare_resolution(
+            core.db, session_id, answers, max_image_bytes=state.settings.max_image_bytes
+        )
+
+
+def parse_turn_messages(messages: Sequence[Any], max_image_bytes: int) -> TurnInput:
+    """The content of messages that passed `check_shape`: the last check of §5.5 step 1."""
+    if isinstance(messages[0], UserMessage):
         blocks, form = parse_content(
-            "user", users[0].content, max_image_bytes=max_image_bytes, where="messages[0].content"
+            "user",
+            messages[0].content,
+            max_image_bytes=max_image_bytes,
+            where="messages[0].content",
         )
         return TurnInput([b.model_dump(mode="json") for b in blocks], form, None, {})
     answers: list[Answer] = []
@@ -92,7 +127,7 @@ class PreparedTurn:
     input: TurnInput
 
 
-def prepare_turn(
+async def prepare_turn(
     state: AapState,
     session: AapSession,
     agent_override: AgentOverride | None,
@@ -100,6 +135,8 @@ def prepare_turn(
     messages: Sequence[Any],
     version: int,
 ) -> PreparedTurn:
+    """§5.5 step 1 after the session lookup, in the contract's order: overrides → answers vs
+    pending → content. Nothing is written."""
     agent = state.agents.get(session.agent_name)
     if agent is None:
         raise AapError("unknown_agent", f"agent {session.agent_name!r} is no longer served")
@@ -112,10 +149,12 @@ def prepare_turn(
         if agent_override.tools is not None:
             updated = replace(updated, agent_tools=check_agent_tools(agent, agent_override.tools))
         if agent_override.options is not None:
-            values = merge_options(agent, session, agent_override.options, state.workspaces)
+            values = merge_options(agent, session, agent_override.options)
             updated = replace(updated, options=values.options, secret_options=values.secrets)
     if raw_tools is not None:
         updated = replace(updated, client_tools=check_client_tools(agent, raw_tools, version))
+    check_shape(messages)
+    await check_answers(state, session.session_id, messages)
     parsed = parse_turn_messages(messages, state.settings.max_image_bytes)
     return PreparedTurn(updated, updated != session, parsed)
 

@@ -28,8 +28,8 @@ log = logging.getLogger(__name__)
 SCHEMA_VERSION = 1
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
 IMAGE_MEDIA_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
-TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_ULID_RE = re.compile(r"^[0-7][0-9A-HJKMNP-TV-Z]{25}$")
+TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")
+_ULID_RE = re.compile(r"^[0-7][0-9A-HJKMNP-TV-Z]{25}\Z")
 
 # ---------------------------------------------------------------------------------------------
 # Identifiers

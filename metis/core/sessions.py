@@ -171,8 +171,15 @@ class SessionService:
         initial_active_model: str | None = None,
         *,
         surface: str = "metis",
+        allowed_roots: tuple[Path, ...] | None = None,
     ) -> SessionView:
-        workspace = resolve_workspace(workspace_path, self.core.settings.allowed_workspace_roots)
+        """`allowed_roots` replaces the metis setting `allowed_workspace_roots` for a surface
+        with roots of its own (the AAP façade: aap.md §3), so one surface's setting never
+        refuses the other's workspaces."""
+        roots = (
+            self.core.settings.allowed_workspace_roots if allowed_roots is None else allowed_roots
+        )
+        workspace = resolve_workspace(workspace_path, roots)
         sticky = (
             self.core.registry.require_configured(initial_active_model)
             if initial_active_model is not None

@@ -102,6 +102,34 @@ async def test_a_user_message_while_calls_are_pending_is_refused(
     assert await _snapshot(daemon, aap, sid) == before
 
 
+BAD_IMAGE = [{"type": "image", "url": "data:image/png;base64,@@@"}]
+
+
+async def test_answers_are_judged_before_their_content(
+    suspended: tuple[Daemon, AapClient, str, dict[str, str]],
+) -> None:
+    daemon, aap, sid, calls = suspended
+    before = await _snapshot(daemon, aap, sid)
+    stranger = "tu_01ARZ3NDEKTSV4RRFFQ69G5FAV"
+    unknown = await aap.turn(
+        sid,
+        [
+            permission(calls["list_dir"], True),
+            tool_result(calls["get_weather"], BAD_IMAGE),
+            permission(stranger, True),
+        ],
+    )
+    assert unknown.status == 400 and unknown.error == "invalid_tool_answers", unknown.body
+    assert unknown.body["error"]["details"]["unknown"] == [stranger]
+    pending = await aap.turn(sid, [{"role": "user", "content": BAD_IMAGE}])
+    assert pending.status == 400 and pending.error == "invalid_tool_answers", pending.body
+    matched = await aap.turn(
+        sid, [permission(calls["list_dir"], True), tool_result(calls["get_weather"], BAD_IMAGE)]
+    )
+    assert matched.status == 400 and matched.error == "invalid_content", matched.body
+    assert await _snapshot(daemon, aap, sid) == before
+
+
 async def test_answers_while_nothing_is_pending_are_refused(aap: AapClient) -> None:
     sid = await aap.create(client_tools=[WEATHER])
     await aap.say(sid, "hello")

@@ -329,3 +329,20 @@ async def test_openapi_lists_the_aap_routes(aap: AapClient) -> None:
     schemas = doc["components"]["schemas"]
     assert "toolCallId" in schemas["AapV3ToolMessage"]["properties"]
     assert "inputSchema" in schemas["AapV1ToolSpec"]["properties"]
+
+
+async def test_openapi_describes_what_the_aap_routes_serve(aap: AapClient) -> None:
+    async with aap.http.get("/openapi.json") as r:
+        paths = (await r.json())["paths"]
+    for meta in (paths["/aap/meta"]["get"], paths["/aap/v1/meta"]["get"]):
+        assert "unauthorized" in meta["x-error-codes"] and "401" in meta["responses"]
+    put = paths["/aap/v1/session"]["put"]["responses"]
+    assert set(put["201"]["content"]) == {"application/json"}
+    assert set(put["200"]["content"]) == {"text/event-stream"}
+    for turn in (
+        paths["/aap/sessions/{session_id}/turns"]["post"],
+        paths["/aap/v1/session/{session_id}"]["post"],
+    ):
+        content = turn["responses"]["200"]["content"]
+        assert set(content) == {"application/json", "text/event-stream"}
+        assert "$ref" in content["application/json"]["schema"]

@@ -12,8 +12,11 @@ import pytest
 
 from metis.aap.agents import with_secret_option
 from metis.aap.http import AAP_STATE_KEY
+from metis.config import load_settings
+from metis.core.errors import ConfigError
 from metis.server.runner import Daemon
 from tests.aap.client import WEATHER, AapClient
+from tests.aap.conftest import roots
 from tests.api import Api
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 32).decode()
@@ -148,6 +151,18 @@ async def test_seed_history_round_trips_exactly(aap: AapClient) -> None:
             "invalid_content",
         ),
         ([{"role": "narrator", "content": "x"}], "validation_error"),
+        (
+            [
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "tool_use", "toolCallId": "a", "name": "t\n", "input": {}}
+                    ],
+                },
+                {"role": "tool", "toolCallId": "a", "content": "x"},
+            ],
+            "invalid_content",
+        ),
     ],
 )
 async def test_bad_seeds_are_refused_and_write_nothing(
@@ -188,6 +203,7 @@ async def test_oversized_image_is_refused(
         ({"name": "metis", "tools": [{"name": "teleport"}]}, None, "invalid_tools"),
         ({"name": "metis", "tools": [{"name": "shell"}, {"name": "shell"}]}, None, "invalid_tools"),
         ({"name": "metis"}, [{**WEATHER, "name": "bad name!"}], "invalid_tools"),
+        ({"name": "metis"}, [{**WEATHER, "name": "get_weather\n"}], "invalid_tools"),
         ({"name": "metis"}, [WEATHER, WEATHER], "invalid_tools"),
         ({"name": "metis"}, [{**WEATHER, "name": "read_file"}], "invalid_tools"),
         ({"name": "metis"}, [{**WEATHER, "parameters": {"type": "string"}}], "invalid_tools"),
@@ -241,6 +257,87 @@ async def test_workspace_option_rules(
     assert info.body["agent"]["options"]["workspace"] == str(
         (metis_home / "workspaces" / "default").resolve()
     )
+
+
+async def test_bare_names_are_judged_after_resolution_and_refusals_create_nothing(
+    daemon_and_aap: tuple[Daemon, AapClient], tmp_path: Path, metis_home: Path
+) -> None:
+    daemon, aap = daemon_and_aap
+    scratch_root = metis_home / "workspaces"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (scratch_root / "evil").symlink_to(outside)
+    (scratch_root / "dangling").symlink_to(tmp_path / "missing")
+    before = await _counts(daemon)
+    entries = sorted(scratch_root.iterdir())
+    for value in ("evil", "dangling", "audit2\n"):
+        reply = await aap.request(
+            "POST", "/sessions", {"agent": {"name": "metis", "options": {"workspace": value}}}
+        )
+        assert reply.status == 400 and reply.error == "invalid_option", (value, reply.body)
+    assert await _counts(daemon) == before
+    assert sorted(scratch_root.iterdir()) == entries
+
+
+async def test_aap_workspaces_ignore_the_metis_workspace_roots(
+    start_daemon: Any, client_for: Any, workspace: Path, tmp_path: Path, metis_home: Path
+) -> None:
+    metis_only = tmp_path / "metis-only"
+    metis_only.mkdir()
+    daemon = await start_daemon(allowed_workspace_roots=[str(metis_only)], **roots(workspace))
+    aap = await client_for(daemon)
+    expected = {
+        "scratch-2": metis_home / "workspaces" / "scratch-2",
+        None: metis_home / "workspaces" / "default",
+        str(workspace): workspace,
+    }
+    for value, path in expected.items():
+        sid = await aap.create(options={} if value is None else {"workspace": value})
+        _status, row = await Api(aap.http).call("GET", f"/sessions/{sid}")
+        assert row["workspace_path"] == str(path.resolve())
+
+
+async def test_default_workspace_is_the_top_level_setting(
+    start_daemon: Any, client_for: Any, workspace: Path, tmp_path: Path, metis_home: Path
+) -> None:
+    chosen = tmp_path / "chosen-default"
+    daemon = await start_daemon(config=f"default_workspace: {chosen}\n", **roots(workspace))
+    aap = await client_for(daemon)
+    meta = await aap.request("GET", "/meta")
+    option = next(o for o in meta.body["agents"][0]["options"] if o["name"] == "workspace")
+    assert option["default"] == str(chosen.resolve()) and chosen.is_dir()
+    sid = await aap.create(options={})
+    _status, row = await Api(aap.http).call("GET", f"/sessions/{sid}")
+    assert row["workspace_path"] == str(chosen.resolve())
+    (metis_home / "config.yaml").write_text(f"aap:\n  default_workspace: {chosen}\n")
+    with pytest.raises(ConfigError, match=r"aap\.default_workspace: unknown key"):
+        load_settings(home=metis_home, port=0)
+
+
+async def test_a_workspace_override_must_equal_the_stored_value(
+    aap: AapClient, metis_home: Path
+) -> None:
+    sid = await aap.create(options={"workspace": "audit"})
+    same = await aap.say(sid, "hi", agent={"options": {"workspace": "audit"}})
+    assert same.status == 200
+    resolved = str((metis_home / "workspaces" / "audit").resolve())
+    moved = await aap.say(sid, "hi", agent={"options": {"workspace": resolved}})
+    assert moved.status == 400 and moved.error == "invalid_option"
+
+
+async def test_compacted_history_keeps_the_order_of_full_when_nothing_was_compacted(
+    aap: AapClient,
+) -> None:
+    seed = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello."},
+        {"role": "system", "content": "From now on, be terse."},
+    ]
+    sid = await aap.create(messages=seed)
+    assert (await aap.say(sid, "again")).stop == "end_turn"
+    full = await aap.history(sid, "full")
+    assert full[:3] == seed
+    assert await aap.history(sid, "compacted") == full
 
 
 async def test_options_merge_by_key_and_the_workspace_and_name_are_fixed(

@@ -272,12 +272,18 @@ async def test_a_slow_reader_still_gets_every_event(fake_aap: Fake) -> None:
     assert text == "abcdefghij" * 300
 
 
-async def test_v1_put_refused_by_routing_leaves_no_session(fake_aap: Fake) -> None:
+@pytest.mark.parametrize("choice", ["given", "fresh2"])
+async def test_v1_put_refused_by_routing_leaves_no_session_and_no_scratch_directory(
+    fake_aap: Fake, choice: str
+) -> None:
     daemon, aap, _ = fake_aap
     daemon.core.availability.record_failure("anthropic:claude-haiku-4-5", "auth")
     before = await daemon.core.db.fetchone("SELECT COUNT(*) FROM sessions")
     body = {
-        "agent": {"name": "metis", "options": {"workspace": aap.workspace}},
+        "agent": {
+            "name": "metis",
+            "options": {"workspace": aap.workspace if choice == "given" else choice},
+        },
         "stream": "delta",
         "messages": [{"role": "user", "content": "hi"}],
     }
@@ -286,6 +292,7 @@ async def test_v1_put_refused_by_routing_leaves_no_session(fake_aap: Fake) -> No
     after = await daemon.core.db.fetchone("SELECT COUNT(*) FROM sessions")
     assert tuple(before) == tuple(after)
     assert (await aap.v1.request("GET", "/sessions")).body["sessions"] == []
+    assert not (daemon.settings.home / "workspaces" / "fresh2").exists()
 
 
 async def test_a_reader_too_slow_for_the_queue_cancels_the_turn(

@@ -235,3 +235,10 @@ def test_ulid_encoding_matches_the_reference_library() -> None:
         assert c._encode_ulid(value) == str(ULID.from_int(value))
     fresh = c.new_ulid()
     assert str(ULID.from_str(fresh)) == fresh
+
+
+def test_anchored_patterns_refuse_a_final_newline() -> None:
+    """`$` also matches before a final newline; ids and tool names must end where they end."""
+    ulid = c.new_ulid()
+    assert c.is_ulid(ulid) and not c.is_ulid(ulid + "\n")
+    assert c.TOOL_NAME_RE.match("read_file") and not c.TOOL_NAME_RE.match("read_file\n")

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 NOT_COMPLETED_TEXT = "Tool call was not completed"
 IMAGE_OMITTED_TEXT = "[image omitted]"
-_ANTHROPIC_ID_RE = re.compile(r"^[a-zA-Z0-9_-]+$")
+_ANTHROPIC_ID_RE = re.compile(r"^[a-zA-Z0-9_-]+\Z")
 _ANTHROPIC_ID_BAD = re.compile(r"[^a-zA-Z0-9_-]")
 
 

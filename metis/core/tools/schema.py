@@ -45,7 +45,7 @@ ALLOWED_KEYWORDS = frozenset(
     }
 )
 JSON_TYPES = ("string", "number", "integer", "boolean", "null", "object", "array")
-_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 class SchemaError(ToolRegistrationError):

@@ -43,8 +43,8 @@ DEFAULT_CLASS_TIMEOUTS: dict[SideEffects, float] = {
 # The daemon's own key is never passed to a command, whatever models.yaml says.
 ALWAYS_FORBIDDEN_ENV = frozenset({"METIS_API_KEY"})
 
-TOOL_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+TOOL_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}\Z")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def _check_tool_names(names: Iterable[str]) -> None:
