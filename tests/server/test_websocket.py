@@ -324,6 +324,7 @@ async def test_nothing_is_sent_before_subscribe_and_timeout_closes_1008(
     await api.run_turn(sid, "hello")  # events of a turn before subscribe are not sent
     closed = await client.closed(timeout=5)
     assert closed.code == 1008 and closed.reason["code"] == "subscribe_timeout"
+    assert client.ws.close_code == 1008  # the close handshake completed
     assert client.frames == []
 
 
@@ -404,6 +405,7 @@ async def test_three_missed_pings_close_1008_heartbeat_timeout(
     started = loop.time()
     closed = await client.closed(timeout=5)
     assert closed.code == 1008 and closed.reason["code"] == "heartbeat_timeout"
+    assert client.ws.close_code == 1008  # the close handshake completed
     pings = [f for f in client.frames if f["type"] == "ping"]
     assert len(pings) == 3 and len({p["nonce"] for p in pings}) == 3
     assert loop.time() - started >= 0.35  # about four intervals of silence
@@ -498,6 +500,23 @@ async def test_purge_closes_1000_session_purged(api: Api, sid: str) -> None:
     assert "session.ended" not in types_of(events_of(client.frames))
 
 
+async def test_in_band_closes_complete_the_handshake_with_the_client(
+    api: Api, workspace: Path
+) -> None:
+    """The server waits for the client's close reply (§14), so an aiohttp client records the
+    server's 1000, not 1006 for a connection torn down under its reply."""
+    for params, code in (({}, "session_ended"), ({"purge": "true"}, "session_purged")):
+        sid = (await api.create_session(workspace))["id"]
+        subscribed, _ = await Ws.subscribed(api, sid)
+        idle = await Ws.open(api, sid)
+        status, _ = await api.call("DELETE", f"/sessions/{sid}", params=params)
+        assert status == 200
+        for client in (subscribed, idle):
+            closed = await client.closed()
+            assert closed.code == 1000 and closed.reason["code"] == code
+            assert client.ws.close_code == 1000, code
+
+
 async def test_shutdown_sends_turn_cancelled_then_closes_1001(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
@@ -517,6 +536,7 @@ async def test_shutdown_sends_turn_cancelled_then_closes_1001(
         closed = await client.closed()
         await stopping
     assert closed.code == 1001 and closed.reason["code"] == "server_shutdown"
+    assert client.ws.close_code == 1001  # the close handshake completed
     last = events_of(client.frames)[-1]
     assert last["type"] == "turn.cancelled" and last["payload"]["reason"] == "server_shutdown"
 

@@ -199,6 +199,22 @@ async def test_replay_honours_the_filter(api: Api, workspace: Path) -> None:
         await client.close()
 
 
+async def test_a_filter_of_streaming_types_only_replays_nothing(api: Api, workspace: Path) -> None:
+    """Streaming events are never stored, so a filter naming no stored type matches no stored
+    row: nothing is replayed and the count says so (§6, §8 step 6), with or without actors."""
+    sid = (await api.create_session(workspace))["id"]
+    first = (await api.events(sid))[0]
+    await api.run_turn(sid, "while away")
+    wanted = ["message.complete", "text.delta"]
+    for filter_ in ({"event_types": wanted}, {"event_types": wanted, "actors": ["agent"]}):
+        client, ack = await Ws.subscribed(api, sid, since=first["id"], filter=filter_)
+        assert ack["replay_event_count"] == 0
+        await api.run_turn(sid, "live again")
+        frames = await client.until(lambda f: f["event"]["type"] == "message.complete")
+        assert set(types_of(events_of(frames))) == set(wanted)  # live deltas, nothing replayed
+        await client.close()
+
+
 async def test_replay_limit_refuses_one_more_than_the_limit(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
@@ -311,6 +327,61 @@ async def test_events_emitted_during_the_seam_reads_arrive_exactly_once(
     await patch_model(api, sid, 1)
     assert (await client.recv())["event"]["seq"] == 10
     await client.close()
+
+
+async def snapshot_with_a_turn_during_its_load(
+    api: Api, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Ws, dict[str, Any], str]:
+    """Subscribe with a snapshot while a whole turn runs between the seam point and the reads;
+    returns the client, its snapshot and that turn's id."""
+    turn_ids: list[str] = []
+
+    async def a_turn_during_the_load(kind: str) -> None:
+        accepted, _ = await api.run_turn(sid, "committed after the seam point")
+        turn_ids.append(accepted["turn_id"])
+
+    monkeypatch.setattr(seam.HOOKS, "before_load", a_turn_during_the_load)
+    client = await Ws.open(api, sid)
+    await client.subscribe(snapshot=True)
+    snap = await client.recv()
+    monkeypatch.setattr(seam.HOOKS, "before_load", None)
+    return client, snap, turn_ids[0]
+
+
+async def test_snapshot_of_a_new_session_leaves_out_messages_committed_after_its_seam(
+    api: Api, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No event has named a message yet, and W still bounds the snapshot (§7): the turn that
+    ran during the load arrives live only, not also in the snapshot."""
+    sid = (await api.create_session(workspace))["id"]
+    client, snap, turn_id = await snapshot_with_a_turn_during_its_load(api, sid, monkeypatch)
+    assert snap["snapshot_at_seq"] == 1 and snap["messages"] == []
+    live = await client.turn(turn_id)
+    assert types_of(live)[0] == "turn.started" and live[0]["seq"] == 2
+    await client.close()
+
+
+async def test_snapshot_after_a_restart_leaves_out_messages_committed_after_its_seam(
+    start_daemon: Callable[..., Any], workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restarted daemon has seen no event of the session name a message; W is still defined
+    at the seam: the earlier history is in the snapshot, the turn run during the load is not."""
+    before = await start_daemon()
+    async with aiohttp.ClientSession(base_url=before.base_url) as http:
+        api = Api(http)
+        sid = (await api.create_session(workspace))["id"]
+        await api.run_turn(sid, "before the restart")
+        history = (await api.messages(sid))["messages"]
+        head = (await api.events(sid))[-1]
+    await before.stop()
+    after = await start_daemon()
+    async with aiohttp.ClientSession(base_url=after.base_url) as http:
+        api = Api(http)
+        client, snap, turn_id = await snapshot_with_a_turn_during_its_load(api, sid, monkeypatch)
+        assert snap["snapshot_at_event_id"] == head["id"] and snap["messages"] == history
+        live = await client.turn(turn_id)
+        assert types_of(live)[0] == "turn.started" and live[0]["seq"] > head["seq"]
+        await client.close()
 
 
 async def test_an_unexpected_failure_closes_1011_internal_error(

@@ -77,7 +77,7 @@ async def test_plain_turn_frames_follow_the_grammar_and_rebuild_the_message(
     status, accepted = await api.submit(sid, "hello, stream me a reply please")
     assert status == 202, accepted
     events = await client.turn(accepted["turn_id"])
-    check_turn_grammar(events)  # a scripted adapter yields without awaiting: no frame overtakes
+    check_turn_grammar(events)  # message.start follows llm.call_started with no await: in order
     assert types_of(events)[:4] == [
         "turn.started",
         "route.decided",
@@ -105,6 +105,23 @@ async def test_plain_turn_frames_follow_the_grammar_and_rebuild_the_message(
     await assert_rebuilds_stored(api, sid, events)
     stored = await api.turn_events(sid, accepted["turn_id"])
     assert [e for e in events if "id" in e] == stored  # live equals GET …/events
+    await client.close()
+
+
+async def test_a_reply_of_more_deltas_than_the_queue_holds_reaches_a_reading_client_whole(
+    daemon: Daemon, api: Api, workspace: Path
+) -> None:
+    """The offline scripted model yields to the event loop between deltas, as a provider
+    stream does, so a long reply never overflows the queue of a client that keeps reading."""
+    sid = (await api.create_session(workspace))["id"]
+    client, _ = await Ws.subscribed(api, sid)
+    status, accepted = await api.submit(sid, "lorem ipsum " * 1700)  # ~20,000 chars
+    assert status == 202, accepted
+    events = await client.turn(accepted["turn_id"], timeout=60)
+    assert types_of(events)[-1] == "turn.completed"
+    deltas = sum(e["type"] == "text.delta" for e in events)
+    assert deltas > daemon.settings.websocket.queue_max_events
+    await assert_rebuilds_stored(api, sid, events)
     await client.close()
 
 

@@ -167,7 +167,7 @@ class SeamPoint:
 
     event_id: str | None  # H: the session's latest bus event
     seq: int
-    message_watermark: str | None  # W: None when no event of this process named a message
+    message_watermark: str  # W: the snapshot holds messages with id ≤ W
     catch_up: list[TransientEvent]
 
 
@@ -198,7 +198,7 @@ class HubClient:
         self.queue: deque[QueueItem] = deque()
         self.wake = asyncio.Event()
         self.detached = False
-        self.closed = asyncio.Event()  # set by the consumer once it has finished
+        self.closed = asyncio.Event()  # set by the consumer once it sends nothing more
 
     def offer(self, item: AnyEvent | SharedEvent) -> bool:
         """O(1), never waits; False means overflow (the hub then detaches this client)."""
@@ -232,7 +232,7 @@ class _SessionLive:
     clients: list[HubClient] = field(default_factory=list)
     last_event_id: str | None = None
     last_seq: int = 0
-    watermark: str | None = None
+    watermark: str | None = None  # None until an event of this process names a message
     streaming: StreamingMessage | None = None
 
     def track_bus(self, event: Event) -> None:
@@ -346,25 +346,25 @@ class SessionHub:
             live.clients.remove(client)
         client.detached = True
 
-    def seam_point(self, client: HubClient, accept: Accept | None) -> SeamPoint:
+    def seam_point(
+        self, client: HubClient, accept: Accept | None, unnamed_watermark: Callable[[], str]
+    ) -> SeamPoint:
         """The seam (websocket.md §9.2 step 1), one synchronous step: from here on every
         matching event enters the client's queue, and everything up to the returned H is the
         client's to load from the store. Anything queued before (nothing but a close marker can
-        be, since clients attach with a reject-all filter until they subscribe) is kept."""
+        be, since clients attach with a reject-all filter until they subscribe) is kept.
+
+        W is always bounded, so messages committed after this step stay out of the snapshot:
+        until an event of this process names one of the session's messages (a new session, or
+        the first seam after a restart), `unnamed_watermark()` gives it, in this same step."""
         client.queue = deque(item for item in client.queue if isinstance(item, CloseMarker))
         client.accept = accept
         if not client.detached:
             self.attach(client)
         live = self._sessions.setdefault(client.session_id, _SessionLive())
         catch_up = live.streaming.catch_up() if live.streaming is not None else []
-        return SeamPoint(live.last_event_id, live.last_seq, live.watermark, catch_up)
-
-    def seam(self, session_id: str) -> tuple[str | None, int, StreamingMessage | None]:
-        """Latest bus event (id, seq) and the message streaming right now, in one step."""
-        live = self._sessions.get(session_id)
-        if live is None:
-            return None, 0, None
-        return live.last_event_id, live.last_seq, live.streaming
+        watermark = live.watermark if live.watermark is not None else unnamed_watermark()
+        return SeamPoint(live.last_event_id, live.last_seq, watermark, catch_up)
 
     def last_seq(self, session_id: str) -> int:
         live = self._sessions.get(session_id)

@@ -376,6 +376,10 @@ class ScriptedAdapter:
                     except CancelRequested:
                         cancelled = True
                         break
+                else:
+                    # Yield to the event loop as a provider stream does between reads, or a
+                    # long reply would reach every live client's queue in one step (overflow).
+                    await asyncio.sleep(0)
                 kind = step[0]
                 if kind == "thinking":
                     index = len(content)

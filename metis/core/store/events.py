@@ -46,13 +46,19 @@ class EventStore:
         types: Sequence[str] | None = None,
         limit: int = 100,
     ) -> tuple[list[Event], bool]:
-        """Events with seq in (after_seq, until_seq], ascending; plus whether more match."""
+        """Events with seq in (after_seq, until_seq], ascending; plus whether more match.
+
+        `types=None` selects every type; an empty `types` selects nothing (a filter naming
+        only streaming types matches no stored event), never everything.
+        """
+        if types is not None and not types:
+            return [], False
         sql = "SELECT * FROM events WHERE session_id=? AND seq>?"
         params: list[object] = [session_id, after_seq]
         if until_seq is not None:
             sql += " AND seq<=?"
             params.append(until_seq)
-        if types:
+        if types is not None:
             sql += f" AND type IN ({','.join('?' * len(types))})"
             params.extend(types)
         sql += " ORDER BY seq LIMIT ?"

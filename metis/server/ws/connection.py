@@ -152,11 +152,20 @@ class Connection:
     async def _send_close(
         self, ws_code: int, code: str, message: str | None = None, first: str | None = None
     ) -> None:
+        """The close handshake (§14): `first`, the close frame, then the client's reply, all
+        within the close timeout, else abort. The reader is stopped first: aiohttp's close()
+        beside a pending receive() drops the connection without reading the reply, and the
+        client then records 1006 instead of our code."""
         reason = close_reason(code, message or CLOSE_MESSAGES.get(code, code))
         try:
             async with asyncio.timeout(self.settings.close_timeout_s):
+                reader = self._reader
+                if reader is not None and not reader.done():
+                    reader.cancel()
+                    await asyncio.wait({reader})
                 if first is not None:
                     await self.ws.send_str(first)
+                self.client.closed.set()  # a session end waits for our last frame, not the reply
                 await self.ws.close(code=ws_code, message=reason)
         except (TimeoutError, ConnectionError):
             self._abort()
@@ -200,7 +209,7 @@ class Connection:
             # Ended, purged or shut down before subscribing: only a close marker can be queued.
             item = client.queue.popleft()
             if isinstance(item, CloseMarker):
-                await self._close_in_band(item)
+                self._close_in_band(item)
             return
         try:
             preamble = await open_stream(self.core, client, self._subscribe)
@@ -235,15 +244,19 @@ class Connection:
                     data = item.data = event_frame(event)
                 await ws.send_frame(data, text)
             elif isinstance(item, CloseMarker):
-                await self._close_in_band(item)
+                self._close_in_band(item)
                 return
             else:
                 await ws.send_frame(event_frame(item), text)
 
-    async def _close_in_band(self, marker: CloseMarker) -> None:
+    def _close_in_band(self, marker: CloseMarker) -> None:
+        """Everything before the marker is sent: hand the close to a task that `run` awaits,
+        as out-of-band closes do, since `run` cancels this writer once the reader ends."""
         self._closing = True
         self.core.hub.detach(self.client)
-        await self._send_close(marker.ws_code, marker.code)
+        self._closer = asyncio.get_running_loop().create_task(
+            self._send_close(marker.ws_code, marker.code), name=f"{self.name}:close"
+        )
 
     def _send_control(self, frame: dict[str, Any]) -> None:
         if not self._closing:

@@ -138,7 +138,8 @@ class ResolvedFilter:
 
     @property
     def stored_types(self) -> list[str] | None:
-        """The persisted types to select on replay; None means all of them."""
+        """The persisted types to select on replay: None means all of them, and an empty
+        list none (streaming types are never stored, so they have nothing to replay)."""
         persisted = self.event_types & PERSISTED.keys()
         return None if persisted >= PERSISTED.keys() else sorted(persisted)
 

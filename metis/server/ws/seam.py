@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from metis.core.canonical import new_ulid
 from metis.core.errors import CursorNotFound
 from metis.core.events.envelope import Event
 from metis.core.events.hub import HubClient, SeamPoint
@@ -72,7 +73,9 @@ async def open_stream(
         if not sub.snapshot or hub.last_seq(session_id) == before:
             break
     # ---- the seam point: one synchronous step ----------------------------------------------
-    point = hub.seam_point(client, sub.filter.accept())
+    point = hub.seam_point(
+        client, sub.filter.accept(), lambda: _unnamed_watermark(core, session_id)
+    )
     session = render_session(core.sessions.view(row)) if sub.snapshot else None
     # ---- end of the synchronous step --------------------------------------------------------
     try:
@@ -99,6 +102,20 @@ async def open_stream(
         raise
 
 
+def _unnamed_watermark(core: Any, session_id: str) -> str:
+    """W for a session none of whose messages an event of this process has named yet.
+
+    Ids are minted in increasing order (events.md §1), and once a session is served only a
+    turn holding its slot commits messages, each minted after the turn id. So with no such
+    turn every message minted so far is committed and W is an id minted now; with one, W is
+    its turn id, which leaves out what the turn may have committed before naming it (its user
+    message before `turn.started`). Either way a message committed after the seam point has a
+    greater id and stays out of the snapshot.
+    """
+    slot = core.slots.get(session_id)
+    return slot.turn_id if slot is not None else new_ulid()
+
+
 async def _read_row(core: Any, session_id: str) -> SessionRow:
     row = await core.session_store.get(session_id)
     if row is None:
@@ -111,7 +128,7 @@ async def _read_row(core: Any, session_id: str) -> SessionRow:
 async def _snapshot(core: Any, session_id: str, session: dict[str, Any], point: SeamPoint) -> str:
     """The newest committed messages with id ≤ W. Ids all have the same length, so
     `id < W + "0"` is exactly `id ≤ W` for the store's exclusive `before` cursor."""
-    before = point.message_watermark + "0" if point.message_watermark is not None else None
+    before = point.message_watermark + "0"
     limit = core.settings.websocket.snapshot_messages
     page = await core.message_store.page(session_id, before=before, limit=limit)
     return dumps(
