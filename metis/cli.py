@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from metis.commands import chat as chat_command
 from metis.commands import models as models_command
 from metis.commands import routing as routing_command
+from metis.commands import trace as trace_command
 from metis.config import load_settings
 from metis.core.errors import ConfigError
 
@@ -84,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     models_command.register(sub)
     routing_command.register(sub)
     chat_command.register(sub)
+    trace_command.register(sub)
     return parser
 
 

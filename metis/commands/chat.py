@@ -4,7 +4,9 @@ It uses only the public surfaces, like any other client: REST to create the sess
 answer confirmations and switch models; the session's WebSocket (`preset:chat`) to show the turn
 live — token deltas as they arrive, tool calls as they happen. Ctrl-C during a turn sends a
 `cancel` frame; Ctrl-C at the prompt (or end of input, or `/quit`) leaves. A dropped socket is
-re-attached with `since` = the last event seen, which is the recovery the protocol documents.
+re-attached with `since` = the last event seen; when the daemon cannot replay from there
+(`cursor_expired`, `replay_too_large`) the client subscribes with a snapshot instead and shows
+what it says about the turn being waited on: the recoveries websocket.md §8 documents.
 
 Every line is labelled (`you>`, `assistant>`, `tool>`, `confirm>`, `turn>`, …) so a transcript
 reads unambiguously whether or not the terminal has colours.
@@ -27,6 +29,8 @@ import aiohttp
 DEFAULT_URL = "http://127.0.0.1:8421"
 TERMINAL_TYPES = ("turn.completed", "turn.cancelled", "turn.failed")
 _RECONNECT_ATTEMPTS = 3
+# Subscribe errors whose recovery is a snapshot instead of a replay (websocket.md §8).
+_SNAPSHOT_RECOVERY = ("cursor_expired", "replay_too_large")
 _HELP = (
     "type a message to start a turn; commands:\n"
     "  /model <ref>   set the session's model (queued behind a running turn)\n"
@@ -205,6 +209,8 @@ class ChatSession:
         self.turn_id: str | None = None
         self._finished: set[str] = set()
         self._asked: list[tuple[str, dict[str, Any]]] = []
+        self._requests_seen: set[str] = set()  # confirmation_request_ids already queued
+        self._complete_messages: set[str] = set()  # ids of messages shown to their end
         self._changed = asyncio.Event()
         self._tasks: set[asyncio.Future[Any]] = set()
         self._last_event_id: str | None = None
@@ -213,9 +219,11 @@ class ChatSession:
 
     # REST ------------------------------------------------------------------------------------
 
-    async def call(self, method: str, path: str, body: Any = None) -> Any:
+    async def call(
+        self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None
+    ) -> Any:
         assert self.http is not None
-        async with self.http.request(method, self.url + path, json=body) as r:
+        async with self.http.request(method, self.url + path, json=body, params=params) as r:
             data = await r.json(content_type=None)
             if r.status >= 300:
                 raise ApiFailure(r.status, data)
@@ -223,59 +231,147 @@ class ChatSession:
 
     # the socket -------------------------------------------------------------------------------
 
-    async def attach(self) -> dict[str, Any] | None:
-        """Fresh token, socket, subscribe. The first attach takes a snapshot (its event id is
-        the resume cursor); a re-attach asks for what it missed with `since`. Returns the
-        snapshot's Session, if one was taken."""
+    async def attach(self, *, snapshot: bool = False) -> dict[str, Any] | None:
+        """Fresh token, socket, subscribe. The first attach (or one asked to) takes a snapshot,
+        whose event id becomes the resume cursor; a re-attach asks for what it missed with
+        `since`. Returns the snapshot frame, if one was taken."""
         assert self.http is not None
         session = await self.call("GET", f"/sessions/{self.session_id}")
         if not session.get("ws_url"):
             raise ApiFailure(409, {"error": {"code": "session_already_ended"}})
-        self.ws = await self.http.ws_connect(session["ws_url"], max_msg_size=0)
+        ws = self.ws = await self.http.ws_connect(session["ws_url"], max_msg_size=0)
         subscribe: dict[str, Any] = {"type": "subscribe", "filter": "preset:chat"}
-        if self._last_event_id is not None:
-            subscribe["since"] = self._last_event_id
-        else:
+        if self._last_event_id is None or snapshot:
             subscribe["snapshot"] = True
-        await self.ws.send_json(subscribe)
-        ack = await self.ws.receive_json(timeout=10)
-        if ack.get("type") != "subscribe_ack":
-            raise ApiFailure(409, {"error": ack})
-        if not ack["snapshot"]:
-            count = ack["replay_event_count"]
-            self.render.line("metis", f"re-attached; {count} missed event(s) follow")
-            return None
-        snapshot = await self.ws.receive_json(timeout=10)
-        self._last_event_id = snapshot["snapshot_at_event_id"]
-        return dict(snapshot["session"])
+        else:
+            subscribe["since"] = self._last_event_id
+        try:
+            await ws.send_json(subscribe)
+            ack = await self._answer(ws)
+            if ack.get("type") != "subscribe_ack":
+                raise ApiFailure(409, {"error": ack})
+            if not ack["snapshot"]:
+                count = ack["replay_event_count"]
+                self.render.line("metis", f"re-attached; {count} missed event(s) follow")
+                return None
+            frame = await self._answer(ws)
+        except BaseException:
+            await ws.close()
+            raise
+        self._last_event_id = frame["snapshot_at_event_id"]
+        return frame
+
+    @staticmethod
+    async def _answer(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
+        """The next frame of the subscribe exchange. The daemon may close the socket instead
+        (its queue overflowed during a long load, a shutdown): that is a failed attach, with
+        the close reason's code, for the caller to retry."""
+        msg = await ws.receive(timeout=10)
+        if msg.type == aiohttp.WSMsgType.TEXT:
+            frame: dict[str, Any] = json.loads(msg.data)
+            return frame
+        code = _reason_code(msg.extra) or f"closed_{ws.close_code}"
+        raise ApiFailure(409, {"error": {"code": code, "message": "closed while attaching"}})
+
+    async def reattach(self) -> None:
+        """After a dropped stream: replay what was missed; if the daemon cannot (the cursor
+        expired, or more was missed than it replays), take a snapshot and catch up from it."""
+        try:
+            await self.attach()
+            return
+        except ApiFailure as exc:
+            if exc.code not in _SNAPSHOT_RECOVERY:
+                raise
+            self.render.line(
+                "metis", f"cannot replay what was missed ({exc.code}); catching up from a snapshot"
+            )
+            missed_after = self._last_event_id if exc.code == "replay_too_large" else None
+        snapshot = await self.attach(snapshot=True)
+        assert snapshot is not None
+        await self._catch_up(snapshot, missed_after)
+
+    async def _catch_up(self, snapshot: dict[str, Any], missed_after: str | None) -> None:
+        """Show what the snapshot says about the turn being waited on, whose events will not
+        all arrive: its replies not seen whole; then, if it runs on, it is followed live (its
+        pending confirmations are asked), else its outcome is read over REST from
+        `missed_after`."""
+        turn_id = self.turn_id
+        if turn_id is None or turn_id in self._finished:
+            return
+        for message in snapshot["messages"]:
+            if message.get("turn_id") == turn_id and message.get("role") == "assistant":
+                self._show_missed(message)
+        session = snapshot["session"]
+        if session.get("current_turn_id") == turn_id:
+            self.render.line("metis", "the turn is still running")
+            for request in session.get("pending_confirmations") or []:
+                if request.get("turn_id") == turn_id:
+                    self._ask(turn_id, request)
+            self._changed.set()
+            return
+        outcome = await self._terminal_event(turn_id, missed_after)
+        if outcome is not None:
+            self.render.event(outcome)
+        else:
+            self.render.line("turn", "ended while the stream was away")
+        self._finished.add(turn_id)
+        self._changed.set()
+
+    def _show_missed(self, message: dict[str, Any]) -> None:
+        """A stored assistant message whose stream this client did not see to its end."""
+        if message["id"] in self._complete_messages:
+            return
+        self._complete_messages.add(message["id"])
+        text = "\n".join(b["text"] for b in message.get("content", []) if b.get("type") == "text")
+        if text:
+            self.render.stream("assistant", text)
+            self.render.end_stream()
+
+    async def _terminal_event(self, turn_id: str, after: str | None) -> dict[str, Any] | None:
+        """The turn's `turn.*` outcome from `GET …/events`, paged from `after` (else from the
+        oldest retained event); None if it cannot be read."""
+        query: dict[str, Any] = {"event_types": ",".join(TERMINAL_TYPES), "limit": 1000}
+        if after is not None:
+            query["since"] = after
+        while True:
+            try:
+                page = await self.call("GET", f"/sessions/{self.session_id}/events", params=query)
+            except ApiFailure:
+                return None
+            found = next((e for e in page["events"] if e.get("turn_id") == turn_id), None)
+            if found is not None or page.get("next_cursor") is None:
+                return found
+            query["cursor"] = page["next_cursor"]
 
     async def consume(self) -> None:
         """Render every frame; re-attach after an abnormal close; stop when the session ends."""
-        attempts = 0
         while True:
             assert self.ws is not None
             reason = await self._read_until_close(self.ws)
             if self._ended.is_set() or reason in ("session_ended", "session_purged"):
                 self._finish_session()
                 return
-            attempts += 1
-            if attempts > _RECONNECT_ATTEMPTS:
-                self.render.line("error", "lost the connection to the daemon")
+            self.render.line("metis", f"stream closed ({reason}); re-attaching")
+            if not await self._reattach_with_retries():
                 self._finish_session()
                 return
-            self.render.line("metis", f"stream closed ({reason}); re-attaching")
-            await asyncio.sleep(0.2 * attempts)
+
+    async def _reattach_with_retries(self) -> bool:
+        """A few attempts, further apart each time; False when the chat cannot go on."""
+        for attempt in range(1, _RECONNECT_ATTEMPTS + 1):
+            await asyncio.sleep(0.2 * attempt)
             try:
-                await self.attach()
-                attempts = 0
+                await self.reattach()
+                return True
             except (ApiFailure, aiohttp.ClientError, TimeoutError) as exc:
                 self.render.line("error", f"re-attach failed: {exc}")
                 if isinstance(exc, ApiFailure) and exc.code in (
                     "session_not_found",
                     "session_already_ended",
                 ):
-                    self._finish_session()
-                    return
+                    return False
+        self.render.line("error", "lost the connection to the daemon")
+        return False
 
     async def _read_until_close(self, ws: aiohttp.ClientWebSocketResponse) -> str:
         """Handle frames until the socket closes; returns the close reason's code."""
@@ -304,12 +400,22 @@ class ChatSession:
             self._last_event_id = event["id"]
         self.render.event(event)
         if event["type"] == "tool.confirmation_requested":
-            self._asked.append((event["turn_id"], event["payload"]))
+            self._ask(event["turn_id"], event["payload"])
+        elif event["type"] == "message.complete":
+            self._complete_messages.add(event["payload"]["message_id"])
         elif event["type"] in TERMINAL_TYPES:
             self._finished.add(event["turn_id"])
         elif event["type"] == "session.ended":
             self._ended.set()
         self._changed.set()
+
+    def _ask(self, turn_id: str, request: dict[str, Any]) -> None:
+        """Queue a confirmation prompt once, whether it came as an event or in a snapshot."""
+        request_id = str(request["confirmation_request_id"])
+        if request_id in self._requests_seen:
+            return
+        self._requests_seen.add(request_id)
+        self._asked.append((turn_id, request))
 
     def _spawn(self, coro: Any) -> None:
         """Fire-and-forget sends from sync callbacks, kept referenced until done."""
@@ -463,7 +569,7 @@ class ChatSession:
                     if self.model is not None:
                         body["initial_active_model"] = self.model
                     self.session_id = (await self.call("POST", "/sessions", body))["id"]
-                session = await self.attach()
+                snapshot = await self.attach()
             except aiohttp.ClientConnectionError:
                 self.render.line(
                     "error", f"cannot reach the daemon at {self.url}; is `metis serve` running?"
@@ -472,7 +578,8 @@ class ChatSession:
             except ApiFailure as exc:
                 self.render.line("error", str(exc))
                 return 1
-            assert session is not None
+            assert snapshot is not None
+            session = snapshot["session"]
             self.render.line(
                 "metis",
                 f"session {self.session_id} on {session['workspace_path']} "

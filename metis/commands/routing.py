@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from metis.commands import usage
 from metis.commands.models import default_models_path, load_for_cli
 from metis.config import SHIPPED_CONFIG_DIR, default_home
 from metis.core.configcheck import format_diagnostic
@@ -27,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser = subparsers.add_parser(
         "routing", help="routing policy tools", description="Routing policy tools."
     )
-    parser.set_defaults(func=lambda _args: _usage(parser))
+    parser.set_defaults(func=lambda _args: usage(parser))
     commands = parser.add_subparsers(dest="routing_command", metavar="{check}")
     check = commands.add_parser(
         "check",
@@ -43,11 +44,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="models.yaml to validate against (default: $METIS_HOME/models.yaml, else shipped)",
     )
     check.set_defaults(func=check_routing)
-
-
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help()
-    return 2
 
 
 def check_routing(args: argparse.Namespace) -> int:

@@ -10,19 +10,25 @@ import asyncio
 import io
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
 from metis.commands.chat import ChatSession, Renderer
+from metis.core.canonical import now_us
+from metis.core.store.prune import prune_events
 from metis.server.runner import Daemon
+from metis.server.ws import seam
 from tests.api import Api
+from tests.server.test_ws_replay import model_changed
 from tests.ws_client import SLOW_SCRIPTED
 
 HOLD = "tools:\n  confirmation:\n    per_tool: {read_file: prompt}\n"
+# A queue that `overflow` overflows (and the rest of a reply does not), and a replay limit the
+# events missed meanwhile exceed.
+SMALL_QUEUES = "websocket:\n  queue_max_events: 100\n  replay_max_events: 1\n"
 
 
 class Terminal:
@@ -43,10 +49,16 @@ class Terminal:
     def labelled(self, label: str) -> list[str]:
         return [line for line in self.text.splitlines() if line.startswith(f"{label}> ")]
 
-    async def wait_for(self, needle: str, timeout: float = 10.0) -> None:
+    async def wait_for(self, needle: str, timeout: float = 10.0, count: int = 1) -> None:
         async with asyncio.timeout(timeout):
-            while needle not in self.text:
+            while self.text.count(needle) < count:
                 await asyncio.sleep(0.01)
+
+
+def overflow(d: Daemon, session_id: str) -> None:
+    """More events at once than SMALL_QUEUES holds: the chat's socket closes client_too_slow."""
+    for _ in range(150):
+        model_changed(d.core, session_id)
 
 
 @pytest.fixture
@@ -57,20 +69,6 @@ def chat_with(start_daemon: Callable[..., Any], workspace: Path) -> Callable[...
         return d, term, ChatSession(d.base_url, str(workspace), term.lines, term.out)
 
     return make
-
-
-@pytest.fixture
-async def api_of() -> AsyncIterator[Callable[[Daemon], Api]]:
-    opened: list[aiohttp.ClientSession] = []
-
-    def make(d: Daemon) -> Api:
-        http = aiohttp.ClientSession(base_url=d.base_url)
-        opened.append(http)
-        return Api(http)
-
-    yield make
-    for http in opened:
-        await http.close()
 
 
 async def test_a_turn_streams_labelled_and_quit_leaves_the_session_open(
@@ -170,6 +168,136 @@ async def test_a_dropped_stream_is_reattached_with_since(
     assert "metis> stream closed (client_too_slow); re-attaching" in term.text
     assert term.labelled("assistant") == ['assistant> You said: "after the drop"']
     assert len(term.labelled("turn")) == 2
+
+
+async def test_a_turn_too_large_to_replay_is_caught_up_from_a_snapshot(
+    chat_with: Callable[..., Any], api_of: Callable[[Daemon], Api], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stream overflows mid-reply (client_too_slow) and the turn ends while more events
+    were missed than the daemon replays (replay_too_large): the snapshot's reply and the turn's
+    outcome are shown, and the chat goes on."""
+    d, term, chat = await chat_with(config=SMALL_QUEUES, models=SLOW_SCRIPTED)
+    text = "a sentence that takes a while to stream back to the terminal"
+    term.type(text)
+    running = asyncio.ensure_future(chat.run())
+    await term.wait_for("assistant> ")
+
+    async def until_the_turn_ended(kind: str) -> None:
+        if kind == "replay" and chat.turn_id is not None:
+            await api_of(d).wait_turn(chat.session_id, chat.turn_id)
+
+    monkeypatch.setattr(seam.HOOKS, "before_load", until_the_turn_ended)
+    overflow(d, chat.session_id)
+    await term.wait_for("turn> completed")
+    term.type("short")
+    await term.wait_for('"short"')
+    await term.wait_for("turn> completed", count=2)
+    chat.interrupt()  # at the prompt: leave
+    assert await asyncio.wait_for(running, 10) == 0
+    assert (
+        "metis> stream closed (client_too_slow); re-attaching\n"
+        "metis> cannot replay what was missed (replay_too_large); catching up from a snapshot\n"
+        f'assistant> You said: "{text}"\n'
+        "turn> completed in " in term.text
+    )
+    assert term.labelled("assistant")[-1] == 'assistant> You said: "short"'
+    assert not term.labelled("error")
+
+
+async def test_an_expired_cursor_is_caught_up_from_a_snapshot_and_the_turn_followed_live(
+    chat_with: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A burst of events overflows the socket's queue mid-reply (client_too_slow) and, before
+    the re-attach's replay is read, the chat's cursor is pruned (cursor_expired): the snapshot
+    shows the turn still running, the catch-up frames and the live deltas finish the reply, and
+    the outcome arrives live."""
+    d, term, chat = await chat_with(config=SMALL_QUEUES, models=SLOW_SCRIPTED)
+    text = "a sentence that takes a while to stream back, long enough to outlast the re-attach"
+    term.type(text)
+    running = asyncio.ensure_future(chat.run())
+    await term.wait_for("assistant> ")
+
+    async def prune_the_cursor(kind: str) -> None:
+        if kind == "replay":  # all but the newest event, which the chat has not seen
+            await d.core.flush()
+            await prune_events(d.core.db, now_us())
+
+    monkeypatch.setattr(seam.HOOKS, "before_load", prune_the_cursor)
+    overflow(d, chat.session_id)
+    await term.wait_for("turn> completed")
+    chat.interrupt()  # at the prompt: leave
+    assert await asyncio.wait_for(running, 10) == 0
+    assert (
+        "metis> stream closed (client_too_slow); re-attaching\n"
+        "metis> cannot replay what was missed (cursor_expired); catching up from a snapshot\n"
+        "metis> the turn is still running\n" in term.text
+    )
+    assert term.labelled("assistant")[-1] == f'assistant> You said: "{text}"'
+    assert not term.labelled("error")
+
+
+async def test_a_confirmation_missed_with_the_stream_is_asked_from_the_snapshot(
+    chat_with: Callable[..., Any], api_of: Callable[[Daemon], Api], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stream overflows mid-reply, and the confirmation request is emitted while the
+    re-attach's replay (too large) is being refused: the request only exists in the snapshot,
+    from which it is asked, once; the answer lets the turn finish live."""
+    d, term, chat = await chat_with(config=HOLD + SMALL_QUEUES, models=SLOW_SCRIPTED)
+    term.type("please use server tool")
+    running = asyncio.ensure_future(chat.run())
+    await term.wait_for("assistant> ")
+
+    async def until_the_request_is_pending(kind: str) -> None:
+        if kind == "replay":
+            async with asyncio.timeout(10):
+                while not d.core.broker.pending(chat.session_id):
+                    await asyncio.sleep(0.01)
+
+    monkeypatch.setattr(seam.HOOKS, "before_load", until_the_request_is_pending)
+    overflow(d, chat.session_id)
+    await term.wait_for("? [y/n]")
+    term.type("y")
+    await term.wait_for("turn> completed")
+    chat.interrupt()  # at the prompt: leave
+    assert await asyncio.wait_for(running, 10) == 0
+    assert (
+        "(replay_too_large); catching up from a snapshot\n"
+        "assistant> Calling read_file.\n"  # the reply cut short, whole from the snapshot
+        "metis> the turn is still running\n" in term.text
+    )
+    assert term.labelled("confirm") == [  # no "wants:" line: the request never came as an event
+        "confirm> allow read_file: Read conformance? [y/n]",
+        "confirm> allow",
+    ]
+    assert term.labelled("you")[1] == "you> allow"
+    events = await api_of(d).events(chat.session_id, event_types="tool.confirmation_resolved")
+    assert [e["payload"]["decision"] for e in events] == ["allow"]
+
+
+async def test_a_socket_closed_instead_of_answering_the_subscribe_is_attached_again(
+    chat_with: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The re-attach's own queue overflows while its replay loads, so the daemon closes the
+    socket instead of answering: that attach failed, the next one recovers, the chat goes on."""
+    d, term, chat = await chat_with(config=SMALL_QUEUES)
+    running = asyncio.ensure_future(chat.run())
+    await term.wait_for("/help for commands")
+    loads: list[str] = []
+
+    async def overflow_the_first_load(kind: str) -> None:
+        loads.append(kind)
+        if len(loads) == 1:
+            overflow(d, chat.session_id)
+
+    monkeypatch.setattr(seam.HOOKS, "before_load", overflow_the_first_load)
+    overflow(d, chat.session_id)
+    async with asyncio.timeout(10):
+        while loads != ["replay", "replay", "snapshot"]:  # past the last attach's seam point
+            await asyncio.sleep(0.01)
+    term.type("hello again", "/quit")
+    assert await asyncio.wait_for(running, 10) == 0
+    assert "error> re-attach failed: client_too_slow: closed while attaching" in term.text
+    assert term.labelled("assistant") == ['assistant> You said: "hello again"']
 
 
 async def test_an_unreachable_daemon_is_reported(workspace: Path) -> None:

@@ -1,0 +1,101 @@
+"""`metis trace prune --days N`: drop each session's events older than N days (events.md §6.6).
+
+Events are kept forever unless this is run. It works on `METIS_HOME/metis.db` directly, so it
+needs no daemon, and it may also run while one serves the same store: SQLite (WAL) lets both
+write, and the prune commits in short chunks (`metis.core.store.prune`). A WebSocket client
+holding a cursor at or below a pruned stream's new floor gets `cursor_expired` and recovers
+with a snapshot (websocket.md §8).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sqlite3
+import sys
+from pathlib import Path
+
+from metis.commands import usage
+from metis.config import load_settings
+from metis.core.canonical import format_us, now_us
+from metis.core.errors import ConfigError
+from metis.core.store.db import Database
+from metis.core.store.prune import PrunedStream, prune_events
+
+DAY_US = 86_400 * 1_000_000
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "trace", help="trace store maintenance", description="Trace store maintenance."
+    )
+    parser.set_defaults(func=lambda _args: usage(parser))
+    commands = parser.add_subparsers(dest="trace_command", metavar="{prune}")
+    prune = commands.add_parser(
+        "prune",
+        help="delete session events older than N days",
+        description="Delete, per session, the events older than N days from "
+        "$METIS_HOME/metis.db and record the highest deleted seq as the session's retention "
+        "floor (a WebSocket cursor at or below it is expired). The system stream, messages, "
+        "turns and tool calls are never pruned, and each session keeps its newest event. "
+        "Safe to run while the daemon is serving.",
+    )
+    prune.add_argument(
+        "--days",
+        type=_days,
+        required=True,
+        metavar="N",
+        help="age in whole days (0 or more); 0 prunes everything but each session's last event",
+    )
+    prune.set_defaults(func=prune_command)
+
+
+def _days(text: str) -> int:
+    try:
+        days = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of days, got {text!r}") from None
+    if days < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more days, got {days}")
+    return days
+
+
+def prune_command(args: argparse.Namespace) -> int:
+    try:
+        path = load_settings().db_path
+    except ConfigError as exc:
+        print(f"metis: configuration error:\n{exc.message}", file=sys.stderr)
+        return 2
+    if not path.is_file():
+        print(
+            f"metis trace prune: no trace store at {path} (is METIS_HOME right?)", file=sys.stderr
+        )
+        return 1
+    cutoff_us = now_us() - args.days * DAY_US
+    try:
+        pruned = asyncio.run(_prune(path, cutoff_us))
+    except ConfigError as exc:  # a store newer than this metis
+        print(f"metis trace prune: {exc.message}", file=sys.stderr)
+        return 2
+    except sqlite3.Error as exc:
+        print(f"metis trace prune: cannot prune {path}: {exc}", file=sys.stderr)
+        return 1
+    before = format_us(cutoff_us)
+    if not pruned:
+        print(f"nothing to prune: no session has events older than {args.days} day(s) ({before})")
+        return 0
+    total = sum(stream.deleted for stream in pruned)
+    print(
+        f"pruned {total} event(s) older than {args.days} day(s) ({before}) "
+        f"from {len(pruned)} session(s)"
+    )
+    return 0
+
+
+async def _prune(path: Path, cutoff_us: int) -> list[PrunedStream]:
+    db = Database(path)
+    await db.open()
+    try:
+        return await prune_events(db, cutoff_us)
+    finally:
+        await db.close()

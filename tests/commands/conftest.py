@@ -1,0 +1,26 @@
+"""Fixtures shared by the command tests."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+
+import aiohttp
+import pytest
+
+from metis.server.runner import Daemon
+from tests.api import Api
+
+
+@pytest.fixture
+async def api_of() -> AsyncIterator[Callable[[Daemon], Api]]:
+    """Factory: an Api on a daemon's base URL (its HTTP session closed at teardown)."""
+    opened: list[aiohttp.ClientSession] = []
+
+    def make(d: Daemon) -> Api:
+        http = aiohttp.ClientSession(base_url=d.base_url)
+        opened.append(http)
+        return Api(http)
+
+    yield make
+    for http in opened:
+        await http.close()

@@ -1,0 +1,212 @@
+"""`metis trace prune --days N` against a real store: the real command in a subprocess (with the
+daemon serving, and with it stopped and started again afterwards), then WebSocket subscribes
+with old cursors; argument and store errors through the CLI entry point."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from metis.cli import main
+from metis.commands.trace import DAY_US
+from metis.core.events.catalog import SYSTEM_STREAM
+from metis.core.store.migrations import LATEST_VERSION
+from metis.server.runner import Daemon
+from tests.api import Api
+from tests.ws_client import Ws
+
+UNPRUNED_TABLES = ("sessions", "turns", "messages", "tool_calls", "confirmations")
+
+
+async def prune(*args: str) -> tuple[int, str, str]:
+    """The real command, as a user runs it (METIS_HOME comes from the environment)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "metis.cli",
+        "trace",
+        "prune",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+def age(db_path: Path, session_id: str, up_to_seq: int, days: int) -> None:
+    """Back-date a session's events up to `up_to_seq` (what time would have done)."""
+    with sqlite3.connect(db_path, timeout=10) as conn:
+        conn.execute(
+            "UPDATE events SET timestamp_us = timestamp_us - ? WHERE session_id=? AND seq<=?",
+            (days * DAY_US, session_id, up_to_seq),
+        )
+    conn.close()
+
+
+def census(db_path: Path) -> dict[str, Any]:
+    """Row counts of every table a prune must not touch, and each stream's event seqs."""
+    with sqlite3.connect(db_path, timeout=10) as conn:
+        counts = {
+            t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in UNPRUNED_TABLES
+        }
+        streams: dict[str, list[int]] = {}
+        for sid, seq in conn.execute("SELECT session_id, seq FROM events ORDER BY session_id, seq"):
+            streams.setdefault(sid, []).append(seq)
+        floors = dict(conn.execute("SELECT id, events_floor_seq FROM sessions"))
+    conn.close()
+    return {"counts": counts, "streams": streams, "floors": floors}
+
+
+async def expect_cursor_expired(api: Api, session_id: str, since: str) -> None:
+    client = await Ws.open(api, session_id)
+    error = await client.subscribe(since=since)
+    assert error["type"] == "subscribe_error", error
+    assert error["code"] == "cursor_expired" and error["details"]["since"] == since
+    closed = await client.closed()
+    assert closed.code == 1008 and closed.reason is not None
+    assert closed.reason["code"] == "cursor_expired"
+
+
+async def test_a_prune_while_the_daemon_serves_expires_cursors_at_or_below_the_floor(
+    daemon: Daemon, api_of: Callable[[Daemon], Api], workspace: Path
+) -> None:
+    api = api_of(daemon)
+    old = (await api.create_session(workspace))["id"]
+    young = (await api.create_session(workspace))["id"]
+    for sid in (old, young):
+        await api.run_turn(sid, "please use server tool")  # messages, a turn, a tool call
+        await api.run_turn(sid, "hello")
+    events = await api.events(old)
+    await api.events(young)  # flushed
+    floor = events[len(events) // 2]["seq"]
+    db_path = daemon.settings.db_path
+    age(db_path, old, floor, days=40)
+    age(db_path, young, 10**9, days=10)
+    purged = (await api.create_session(workspace))["id"]
+    await api.call("DELETE", f"/sessions/{purged}", params={"purge": "true"})
+    await api.events(young)  # `session.purged` is on the system stream, which is never pruned
+    age(db_path, SYSTEM_STREAM, 10**9, days=40)
+    before = census(db_path)
+    assert before["streams"][SYSTEM_STREAM] and before["counts"]["tool_calls"] == 2
+
+    code, out, err = await prune("--days", "30")
+
+    assert code == 0, err
+    assert out.startswith(f"pruned {floor} event(s) older than 30 day(s) (") and out.endswith(
+        " from 1 session(s)\n"
+    )
+    after = census(db_path)
+    assert after["counts"] == before["counts"]
+    assert after["streams"][old] == before["streams"][old][floor:]
+    assert after["floors"] == {**before["floors"], old: floor}
+    del after["streams"][old], before["streams"][old]
+    assert after["streams"] == before["streams"]  # other sessions and the system stream
+    for since in (events[0]["id"], events[floor - 1]["id"]):  # below and at the floor
+        await expect_cursor_expired(api, old, since)
+    client, ack = await Ws.subscribed(api, old, since=events[floor]["id"])  # above it
+    assert ack["replay_event_count"] == len(events) - floor - 1
+    await client.close()
+    client, _ = await Ws.subscribed(api, old, snapshot=True)  # the documented recovery
+    await client.close()
+    _, done = await api.run_turn(old, "still serving")
+    assert done["seq"] > events[-1]["seq"]
+
+
+async def test_a_daemon_started_after_a_prune_refuses_old_cursors_and_continues_the_stream(
+    start_daemon: Callable[..., Any], api_of: Callable[[Daemon], Api], workspace: Path
+) -> None:
+    d = await start_daemon()
+    sid = (await api_of(d).create_session(workspace))["id"]
+    await api_of(d).run_turn(sid, "hello")
+    events = await api_of(d).events(sid)
+    await d.stop()
+    age(d.settings.db_path, sid, 10**9, days=3)
+
+    code, out, err = await prune("--days", "2")
+
+    assert code == 0, err
+    assert f"pruned {len(events) - 1} event(s)" in out  # the newest event stays
+    d = await start_daemon()
+    api = api_of(d)
+    for since in (events[0]["id"], events[-2]["id"]):
+        await expect_cursor_expired(api, sid, since)
+    client, ack = await Ws.subscribed(api, sid, since=events[-1]["id"])
+    assert ack["replay_event_count"] == 0
+    await client.close()
+    _, done = await api.run_turn(sid, "again")
+    after = await api.events(sid)
+    last = events[-1]["seq"]  # kept; the stream continues after it, not from 1 again
+    assert [e["seq"] for e in after] == list(range(last, done["seq"] + 1))
+    assert not [e for e in after if e["type"] == "bus.gap_detected"]  # never reported
+
+
+async def test_nothing_older_than_the_cutoff_deletes_nothing(
+    daemon: Daemon, api_of: Callable[[Daemon], Api], workspace: Path
+) -> None:
+    api = api_of(daemon)
+    sid = (await api.create_session(workspace))["id"]
+    await api.run_turn(sid, "hello")
+    await api.events(sid)
+    before = census(daemon.settings.db_path)
+    code, out, _ = await prune("--days", "1")
+    assert code == 0
+    assert out.startswith("nothing to prune: no session has events older than 1 day(s)")
+    assert census(daemon.settings.db_path) == before
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["trace", "prune"], "the following arguments are required: --days"),
+        (["trace", "prune", "--days", "ten"], "expected a whole number of days, got 'ten'"),
+        (["trace", "prune", "--days", "1.5"], "expected a whole number of days, got '1.5'"),
+        (["trace", "prune", "--days", "-3"], "expected 0 or more days, got -3"),
+        (["trace", "prune", "--days", "3", "--session", "x"], "unrecognized arguments"),
+    ],
+)
+def test_bad_arguments_are_usage_errors_with_exit_code_2(
+    metis_home: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: metis") and message in err
+
+
+def test_trace_without_a_subcommand_shows_its_help(
+    metis_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["trace"]) == 2
+    assert "prune" in capsys.readouterr().out
+
+
+def test_a_missing_store_is_an_error_and_creates_nothing(
+    metis_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["trace", "prune", "--days", "30"]) == 1
+    assert f"no trace store at {metis_home / 'metis.db'}" in capsys.readouterr().err
+    assert not (metis_home / "metis.db").exists()
+
+
+def test_a_store_newer_than_this_metis_is_refused_untouched(
+    metis_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    metis_home.mkdir()
+    path = metis_home / "metis.db"
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {LATEST_VERSION + 1}")
+    conn.close()
+    assert main(["trace", "prune", "--days", "30"]) == 2
+    assert "newer than this metis supports" in capsys.readouterr().err
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == LATEST_VERSION + 1
+    conn.close()
