@@ -16,7 +16,9 @@ from typing import Any
 import aiohttp
 import pytest
 
+from metis.core.canonical import now_us
 from metis.core.events.envelope import AnyEvent
+from metis.core.store.prune import prune_events
 from metis.server.runner import Daemon
 from metis.server.ws import seam
 from tests.api import Api
@@ -279,6 +281,25 @@ async def test_expired_cursors_are_refused(daemon: Daemon, api: Api, workspace: 
     client, ack = await Ws.subscribed(api, sid, since=events[3]["id"])  # above the floor
     assert ack["replay_event_count"] == len(events) - 4
     await client.close()
+
+
+async def test_a_prune_during_the_replay_read_expires_the_cursor(
+    daemon: Daemon, api: Api, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`metis trace prune` may run beside the daemon: rows it deleted after the floor was read
+    must not go missing from a replay silently (websocket.md §8.4)."""
+    sid = (await api.create_session(workspace))["id"]
+    await patch_model(api, sid, 3)
+    first = (await api.events(sid))[0]
+
+    async def prune_meanwhile(kind: str) -> None:
+        await prune_events(daemon.core.db, now_us() + 1)
+
+    monkeypatch.setattr(seam.HOOKS, "before_load", prune_meanwhile)
+    client = await Ws.open(api, sid)
+    error = await client.subscribe(since=first["id"])
+    assert error["code"] == "cursor_expired"
+    monkeypatch.setattr(seam.HOOKS, "before_load", None)
 
 
 async def test_subscribe_after_a_purge_is_session_not_found_or_closed(

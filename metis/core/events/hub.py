@@ -87,18 +87,27 @@ class _Block:
 
 @dataclass
 class StreamingMessage:
-    """The assistant message streaming in a session: `message.start` sent, not yet completed.
+    """The assistant message in progress: `message.start` sent, and not yet named by a bus event.
 
     Deltas are accumulated per block (appending a chunk is O(1); joining happens only when a
-    client actually joins mid-stream).
+    client actually joins mid-stream). The state outlives `message.complete` until a bus event
+    names the message (`llm.call_completed` / `llm.call_failed`, which raise W): a client whose
+    seam falls in between finds the message neither under W in its snapshot nor in its live
+    queue, so its catch-up carries the whole message, `message.complete` included
+    (websocket.md §9.3 covers only the message still streaming; this closes the gap after it).
     """
 
     start: TransientEvent
     blocks: dict[int, _Block] = field(default_factory=dict)
+    complete: TransientEvent | None = None
 
     @property
     def turn_id(self) -> str:
         return self.start.turn_id
+
+    @property
+    def message_id(self) -> Any:
+        return self.start.payload.get("message_id")
 
     def apply(self, event: TransientEvent) -> None:
         p = event.payload
@@ -158,6 +167,8 @@ class StreamingMessage:
                 out.append(make("tool.use_input_delta", {**ids, "partial_json": text}))
                 if block.ended:
                     out.append(make("tool.use_end", {**ids, "final_input": block.final_input}))
+        if self.complete is not None:
+            out.append(self.complete)
         return out
 
 
@@ -244,6 +255,8 @@ class _SessionLive:
             ref = event.payload.get(key)
             if isinstance(ref, str) and (self.watermark is None or ref > self.watermark):
                 self.watermark = ref
+            if self.streaming is not None and self.streaming.message_id == ref:
+                self.streaming = None  # under W now: the snapshot holds it
         elif (
             event.type in TURN_TERMINAL
             and self.streaming is not None
@@ -255,7 +268,11 @@ class _SessionLive:
         if event.type == "message.start":
             self.streaming = StreamingMessage(event)
         elif event.type == "message.complete":
-            self.streaming = None
+            streaming = self.streaming
+            if streaming is not None and streaming.message_id == event.payload.get("message_id"):
+                streaming.complete = event
+            else:
+                self.streaming = None
         elif self.streaming is not None:
             self.streaming.apply(event)
 

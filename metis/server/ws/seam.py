@@ -152,11 +152,7 @@ async def _replay(core: Any, row: SessionRow, sub: Subscribe, point: SeamPoint) 
     except CursorNotFound:
         since_seq = None
     if since_seq is None or since_seq <= row.events_floor_seq:
-        raise SubscribeError(
-            "cursor_expired",
-            "since is not a retained event of this session; subscribe with a snapshot",
-            since=sub.since,
-        )
+        raise _cursor_expired(sub)
     limit = core.settings.websocket.replay_max_events
     types = sub.filter.stored_types
     if sub.filter.actors is None:
@@ -172,7 +168,19 @@ async def _replay(core: Any, row: SessionRow, sub: Subscribe, point: SeamPoint) 
             limit=limit,
             since=sub.since,
         )
+    # `metis trace prune` may have run since the floor was read: rows it deleted are missing.
+    pruned = await core.session_store.get(row.id)
+    if pruned is not None and since_seq <= pruned.events_floor_seq:
+        raise _cursor_expired(sub)
     return events
+
+
+def _cursor_expired(sub: Subscribe) -> SubscribeError:
+    return SubscribeError(
+        "cursor_expired",
+        "since is not a retained event of this session; subscribe with a snapshot",
+        since=sub.since,
+    )
 
 
 async def _replay_by_actor(
