@@ -39,6 +39,7 @@ from metis.core.store.messages import (
 from metis.core.store.sessions import SessionStore
 from metis.core.tools.dispatcher import Dispatcher
 from metis.core.tools.executor import ToolExecutor
+from metis.core.tools.groups import ProcessGroupLedger
 from metis.core.tools.registry import ToolRegistry
 from metis.core.tools.sandbox import Sandbox
 from metis.core.tools.settings import check_env_passthrough, limits_from_settings
@@ -84,6 +85,7 @@ class Core:
         key_envs = [p.api_key_env for p in self.registry.providers() if p.api_key_env]
         check_env_passthrough(tools, key_envs)
         self.tool_registry = ToolRegistry.with_builtins(tools)
+        self.shell_groups = ProcessGroupLedger(settings.home / "run" / "shell-groups")
         self.broker = ConfirmationBroker(
             self.db, self.bus, timeout_s=tools.confirmation.timeout_seconds
         )
@@ -94,7 +96,9 @@ class Core:
             broker=self.broker,
             registry=self.tool_registry,
             settings=tools,
-            executor=ToolExecutor(tools, limits_from_settings(tools, key_envs)),
+            executor=ToolExecutor(
+                tools, limits_from_settings(tools, key_envs), groups=self.shell_groups
+            ),
             on_committed=lambda session_id, message: self.live.committed(session_id, message),
         )
         self.sessions = SessionService(self)
@@ -115,6 +119,7 @@ class Core:
         self.writer.start()
         await report_gaps(self.db, self.bus)
         await fail_orphaned_turns(self.db, self.bus, self.costs)
+        self.shell_groups.reap()  # commands a crashed daemon left running
         await self.broker.load()
         self.registry.warm_adapters()  # SDK imports and clients now, not on the first turn
         await self.policy.start()

@@ -26,20 +26,13 @@ from tests.api import Api
 from tests.e2e import test_provider_turns as provider_turns
 from tests.e2e.test_costs import U1, U3, assert_store_invariants, cost_of, plain, prices
 from tests.e2e.test_provider_turns import AUTO_TOOLS, models_yaml, session_on, types_of
+from tests.processes import live_group_members
 from tests.serve_process import free_port, wait_until_serving
 
 fake = provider_turns.fake  # the fake provider fixture, shared
 
 INTERRUPTED = "Tool call interrupted: metis stopped before the tool finished"  # events.md §6.7
 PGID_FILE = ".shell-pgid"
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 async def test_daemon_killed_while_a_shell_tool_runs_recovers_on_restart(
@@ -87,7 +80,7 @@ async def test_daemon_killed_while_a_shell_tool_runs_recovers_on_restart(
                     break
                 await asyncio.sleep(0.02)
             pgid = int(pgid_file.read_text())
-            assert group_alive(pgid)
+            assert live_group_members(pgid)
             before_events = await api.events(sid)
             before_messages = (await api.messages(sid))["messages"]
             assert types_of(before_events)[-1] == "tool.called"
@@ -96,6 +89,9 @@ async def test_daemon_killed_while_a_shell_tool_runs_recovers_on_restart(
             await proc.wait()
 
         d = await start_daemon()
+        # tools.md §9: the command's group, in its own session, outlived the killed daemon;
+        # the restart reaps it before serving
+        assert not live_group_members(pgid)
         async with aiohttp.ClientSession(base_url=d.base_url) as http:
             api = Api(http)
             terminal = await api.wait_turn(sid, turn_id)
@@ -175,14 +171,10 @@ async def test_daemon_killed_while_a_shell_tool_runs_recovers_on_restart(
             assert got["cost_so_far_usd"] == plain(cost_of(U1, price) + cost_of(U3, price))
             assert_store_invariants(metis_home, sid)
 
-        # Not asserted: the shell's process group outlives the SIGKILLed daemon and the restart
-        # (it runs in its own session). tools.md §9 says background jobs never outlive the call,
-        # but the contract gives recovery no way to reach the group (tool_calls stores no pgid;
-        # events.md §6.7 repairs rows only). It is killed below so the test leaves nothing behind.
     finally:
         if proc.returncode is None:
             proc.send_signal(signal.SIGKILL)
             await proc.wait()
-        if pgid:
+        if pgid:  # only if the test failed before the restart
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)

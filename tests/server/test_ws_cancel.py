@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from metis.testing import FakeProviderServer, FakeReply
+from tests.processes import live_group_members
 from tests.ws_client import (
     SLOW_SCRIPTED,
     Ws,
@@ -21,22 +22,6 @@ from tests.ws_client import (
     rebuild,
     types_of,
 )
-
-
-def live_members(pgid: int) -> list[int]:
-    """Processes of a group that are still alive (zombies nobody reaped yet do not count)."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(entry.name))
-    return members
 
 
 def is_event(kind: str) -> Callable[[dict[str, Any]], bool]:
@@ -193,11 +178,11 @@ async def test_cancel_during_tool_dispatch_stops_the_shell_process_group(
         while not pgid_file.exists() or not pgid_file.read_text().strip():
             await asyncio.sleep(0.01)
     pgid = int(pgid_file.read_text())
-    assert live_members(pgid)  # running
+    assert live_group_members(pgid)  # running
     await client.send({"type": "cancel", "turn_id": accepted["turn_id"]})
     events = await client.turn(accepted["turn_id"], timeout=15)
     check_turn_grammar(events)
     assert after(events, "tool.called") == ["tool.failed", "turn.cancelled"]
     assert events[-2]["payload"]["error_class"] == "cancelled"
-    assert live_members(pgid) == []
+    assert live_group_members(pgid) == []
     await client.close()

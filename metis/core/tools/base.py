@@ -17,6 +17,7 @@ from metis.core.canonical import ImageBlock, TextBlock
 from metis.core.errors import DomainError
 
 if TYPE_CHECKING:
+    from metis.core.tools.groups import ProcessGroupLedger
     from metis.core.tools.sandbox import Sandbox
 
 KIB = 1024
@@ -68,6 +69,7 @@ class ToolContext:
     limits: ToolLimits = field(default_factory=ToolLimits)
     session_id: str | None = None
     turn_id: str | None = None
+    groups: ProcessGroupLedger | None = None  # notes running shell groups (crash guard)
     log: logging.Logger | logging.LoggerAdapter[logging.Logger] = field(
         default_factory=lambda: logging.getLogger("metis.core.tools")
     )

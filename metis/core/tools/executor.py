@@ -25,6 +25,7 @@ from metis.core.tools.base import (
     ToolOutput,
     ToolTimedOut,
 )
+from metis.core.tools.groups import ProcessGroupLedger
 from metis.core.tools.registry import RegisteredTool
 from metis.core.tools.results import (
     ToolOutcome,
@@ -48,10 +49,12 @@ class ToolExecutor:
         settings: ToolsSettings,
         limits: ToolLimits | None = None,
         *,
+        groups: ProcessGroupLedger | None = None,
         logger: logging.Logger | None = None,
     ) -> None:
         self.settings = settings
         self.limits = limits if limits is not None else limits_from_settings(settings)
+        self.groups = groups
         self.log = logger or log
         self._abandoned: set[asyncio.Task[Any]] = set()
 
@@ -93,6 +96,7 @@ class ToolExecutor:
             limits=self.limits,
             session_id=session_id,
             turn_id=turn_id,
+            groups=self.groups,
             log=logging.LoggerAdapter(
                 self.log, {"session_id": session_id, "tool_use_id": tool_use_id}
             ),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
 import resource
 import time
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from metis.core.runtime import Core
 from metis.core.tools import ToolLimits, ToolsSettings, check_env_passthrough
 from metis.core.tools.builtins.shell import OutputCapture, scrubbed_env
 from metis.core.tools.settings import limits_from_settings
+from tests.processes import live_group_members
 
 KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "METIS_API_KEY", "CUSTOM_PROVIDER_KEY")
 
@@ -45,19 +45,6 @@ async def survivors(pids: list[int]) -> list[int]:
             return []
         await asyncio.sleep(0.02)
     return [pid for pid in pids if alive(pid)]
-
-
-def group_members(pgid: int) -> list[int]:
-    members = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                members.append(int(entry))
-    return members
 
 
 async def wait_for_lines(path: Path, count: int) -> list[str]:
@@ -176,7 +163,7 @@ async def test_cancel_stops_every_process_of_the_group(harness: Any, workspace: 
     command = "echo $$ > pids; sleep 300 & echo $! >> pids; echo started; sleep 300; wait"
     call = asyncio.create_task(harness.call("shell", {"command": command}, cancel_event=cancel))
     main_pid, background_pid = map(int, await wait_for_lines(workspace / "pids", 2))
-    members = group_members(main_pid)
+    members = live_group_members(main_pid)
     assert {main_pid, background_pid} <= set(members) and len(members) >= 3
     started = time.monotonic()
     cancel.set()

@@ -177,6 +177,9 @@ class _Run:
         finally:
             os.close(write_fd)  # the child holds its copy; EOF comes when the group lets go
         self.pgid = proc.pid  # start_new_session: the child leads its own group
+        groups = self.ctx.groups
+        if groups is not None:
+            groups.enter(self.pgid)
         pump = asyncio.create_task(self._pump(reader))
         exited = asyncio.create_task(proc.wait())
         stop = asyncio.create_task(self.ctx.cancel_event.wait())
@@ -197,6 +200,8 @@ class _Run:
             stop.cancel()
             if not self.stopped:  # unwinding abnormally (task cancelled): leave nothing behind
                 self._signal(signal.SIGKILL)
+            if groups is not None:
+                groups.leave(self.pgid)
             pump.cancel()
             exited.cancel()
             transport.close()

@@ -1,0 +1,56 @@
+"""The shell process-group ledger: what a crashed daemon left running is reaped at start-up."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from metis.core.tools.groups import ProcessGroupLedger
+from tests.processes import live_group_members
+
+
+def spawn_group() -> subprocess.Popen[bytes]:
+    """A command in its own session with a background member, as the shell tool runs it."""
+    return subprocess.Popen(["/bin/sh", "-c", "sleep 30 & sleep 30"], start_new_session=True)
+
+
+def test_a_group_noted_and_never_left_is_killed_by_the_next_start(tmp_path: Path) -> None:
+    proc = spawn_group()
+    try:
+        ProcessGroupLedger(tmp_path / "groups").enter(proc.pid)  # then the daemon "crashes"
+        assert ProcessGroupLedger(tmp_path / "groups").reap() == 1
+        proc.wait(timeout=5)
+        for _ in range(100):  # the SIGKILL reaches the background member asynchronously
+            if not live_group_members(proc.pid):
+                break
+            time.sleep(0.02)
+        assert not live_group_members(proc.pid) and not list((tmp_path / "groups").iterdir())
+    finally:
+        proc.kill()
+
+
+def test_a_group_left_normally_is_not_touched(tmp_path: Path) -> None:
+    proc = spawn_group()
+    try:
+        ledger = ProcessGroupLedger(tmp_path / "groups")
+        ledger.enter(proc.pid)
+        ledger.leave(proc.pid)
+        assert ledger.reap() == 0 and live_group_members(proc.pid)
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+
+
+def test_a_reused_pid_is_left_alone(tmp_path: Path) -> None:
+    """A note whose start time differs from the live process's belongs to an earlier process."""
+    proc = spawn_group()
+    try:
+        notes = tmp_path / "groups"
+        notes.mkdir()
+        (notes / str(proc.pid)).write_text("1")  # started at tick 1: not this process
+        assert ProcessGroupLedger(notes).reap() == 0 and live_group_members(proc.pid)
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait()
