@@ -43,8 +43,10 @@ def setup_logging(level: str = "INFO") -> None:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from metis.server.runner import Daemon, freeze_startup_heap
+    from metis.server.runner import Daemon, freeze_startup_heap, protect_process_memory
 
+    if not protect_process_memory():
+        log.info("process memory protection unavailable on this platform")
     settings = load_settings(host=args.host, port=args.port)
     daemon = Daemon(settings)
     await daemon.start()

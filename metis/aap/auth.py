@@ -76,4 +76,5 @@ def bearer_token(header: str | None) -> str | None:
 
 
 def key_matches(token: str, key: str) -> bool:
-    return hmac.compare_digest(token.encode(), key.encode())
+    # aiohttp decodes header bytes with surrogate escapes: undecodable bytes never match
+    return hmac.compare_digest(token.encode("utf-8", "surrogateescape"), key.encode())

@@ -26,6 +26,8 @@ from typing import Any, TextIO
 
 import aiohttp
 
+from metis.core.tools.textutil import visible_controls
+
 DEFAULT_URL = "http://127.0.0.1:8421"
 TERMINAL_TYPES = ("turn.completed", "turn.cancelled", "turn.failed")
 _RECONNECT_ATTEMPTS = 3
@@ -63,7 +65,7 @@ class Renderer:
         self.own_model_changes = 0  # PATCHes of this client whose event is still to come
 
     def _write(self, text: str) -> None:
-        self.out.write(text)
+        self.out.write(visible_controls(text))  # model text must not drive the terminal
         self.out.flush()
 
     def line(self, label: str, text: str) -> None:

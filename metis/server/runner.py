@@ -7,9 +7,11 @@ and shutdown paths (not a test-only server).
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
 import logging
 import socket
+import sys
 
 from aiohttp import web
 
@@ -40,6 +42,25 @@ def freeze_startup_heap() -> None:
     """
     gc.collect()
     gc.freeze()
+
+
+_PR_SET_DUMPABLE = 4
+
+
+def protect_process_memory() -> bool:
+    """Make the daemon non-dumpable (Linux): other processes of the same user — the shell
+    tool's commands among them — can then no longer read its `/proc/<pid>/environ` or memory,
+    where provider keys and `METIS_API_KEY` live (the commands' own environment is scrubbed,
+    but `/proc/$PPID/environ` was readable). Returns whether the protection is in place.
+    Like `freeze_startup_heap`, only the process's entry point calls it.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 class Daemon:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import stat
 from pathlib import Path
@@ -110,6 +111,19 @@ async def test_every_other_route_needs_the_key(aap: AapClient, headers: dict[str
         "GET", "/sessions", headers={"Authorization": f"BEARER {KEY}"}, auth=False
     )
     assert ok.status == 200
+
+
+async def test_an_undecodable_key_is_401_not_500(daemon_and_aap: tuple[Daemon, AapClient]) -> None:
+    """Header bytes that are not UTF-8 reach the key check as surrogate escapes."""
+    daemon, _ = daemon_and_aap
+    reader, writer = await asyncio.open_connection("127.0.0.1", daemon.port)
+    writer.write(
+        b"GET /aap/sessions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+        b"Authorization: Bearer \xff\xfe\r\nConnection: close\r\n\r\n" % daemon.port
+    )
+    status_line = await reader.readline()
+    writer.close()
+    assert status_line.split()[1] == b"401"
 
 
 async def test_generated_key_file_is_private_and_never_logged(

@@ -317,6 +317,15 @@ def test_unknown_event_and_frame_types_are_skipped() -> None:
     assert out.getvalue() == "assistant> hi\nturn> cancelled (user_cancel)\n"
 
 
+def test_model_text_cannot_drive_the_terminal() -> None:
+    """Escape sequences and carriage returns from the daemon are shown escaped, so a reply or
+    a tool input cannot redraw the screen (e.g. fake the confirmation prompt)."""
+    out = io.StringIO()
+    renderer = Renderer(out)
+    renderer.event({"type": "text.delta", "payload": {"text": "ok\r\x1b[2Kconfirm> ls"}})
+    assert out.getvalue() == "assistant> ok\\r\\x1b[2Kconfirm> ls"
+
+
 async def test_sigint_cancels_the_turn_of_the_real_command(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:

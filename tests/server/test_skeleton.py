@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -169,3 +171,15 @@ async def test_health_cost_does_not_grow_with_stored_sessions(
     full = await _health_p50(http)
     # O(1): same order of magnitude; a scan of 10,000 rows would cost far more than this margin.
     assert full < empty * 3 + 0.002
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux-only")
+def test_the_serving_process_is_not_dumpable() -> None:
+    """Same-user processes (the shell tool's commands) cannot read a non-dumpable process's
+    /proc/<pid>/environ, where the provider keys are. Checked in a child: it is process-wide."""
+    probe = (
+        "import ctypes; from metis.server.runner import protect_process_memory; "
+        "assert protect_process_memory(); print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "0"  # PR_GET_DUMPABLE

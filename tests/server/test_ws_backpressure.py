@@ -121,3 +121,26 @@ async def test_a_stalled_client_is_closed_1008_at_once_and_others_get_everything
     assert events_of(await again.take(len(missed))) == missed
     await again.close()
     await healthy.close()
+
+
+async def test_a_client_that_pings_but_never_reads_is_closed_1008(
+    setup: tuple[Daemon, Api, str],
+) -> None:
+    """Pongs are control frames, outside the event queue; a client flooding pings without
+    reading must not grow the daemon's memory without bound: past the queue's size it is
+    closed like any client too slow."""
+    d, api, sid = setup
+    _status, body = await api.call("GET", f"/sessions/{sid}")
+    flooder = await RawWs.connect(
+        "127.0.0.1", d.port, f"/sessions/{sid}/stream?attach={body['attach_token']}"
+    )
+    await flooder.send_text('{"type":"subscribe"}')
+    ping = '{"type":"ping","nonce":"' + "n" * 60 + '"}'
+    async with asyncio.timeout(20):
+        while d.core.hub.client_count(sid) == 1:
+            for _ in range(200):
+                await flooder.send_text(ping)
+            await asyncio.sleep(0.001)
+    _frames, code, reason = await flooder.read_until_close()
+    flooder.close()
+    assert code == 1008 and reason is not None and reason["code"] == "client_too_slow"

@@ -14,7 +14,7 @@ from typing import Any
 from metis.core.canonical import ToolDefinition, redact
 from metis.core.tools.base import PermissionDenied, ToolError
 from metis.core.tools.sandbox import Sandbox, display, writes_paths
-from metis.core.tools.textutil import count_lines, cut, one_line
+from metis.core.tools.textutil import count_lines, cut, one_line, visible_controls
 
 INPUT_SUMMARY_CHARS = 200
 COMMAND_SUMMARY_CHARS = 2000
@@ -81,10 +81,10 @@ def summarize(
         if field in input
     }
     summarizer = _SUMMARIZERS.get(definition.name) or _generic(definition)
-    line = redact(one_line(summarizer(input, paths), INPUT_SUMMARY_CHARS))
+    line = redact(one_line(visible_controls(summarizer(input, paths)), INPUT_SUMMARY_CHARS))
     command = input.get("command")
     command_summary = (
-        redact(cut(command, COMMAND_SUMMARY_CHARS))
+        redact(cut(visible_controls(command), COMMAND_SUMMARY_CHARS))
         if definition.side_effects == "execute" and isinstance(command, str)
         else None
     )

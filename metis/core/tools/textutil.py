@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import re
 
 
 def count_lines(text: str) -> int:
@@ -28,6 +29,18 @@ def count_occurrences(text: str, sub: str) -> int:
 def cut(text: str, limit: int) -> str:
     """`text` cut to at most `limit` characters, ending in `…` when cut."""
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# Characters that can rewrite what a terminal shows (carriage return, escape sequences, C1
+# controls, bidi overrides): model-written text shown for a confirmation must show them, not
+# obey them, or the prompt could display one command while another runs.
+_TERMINAL_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible_controls(text: str) -> str:
+    """`text` with terminal control characters escaped (`\\r`, `\\x1b`); newlines and tabs
+    are kept."""
+    return _TERMINAL_CONTROLS.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def one_line(text: str, limit: int) -> str:

@@ -259,9 +259,15 @@ class Connection:
         )
 
     def _send_control(self, frame: dict[str, Any]) -> None:
-        if not self._closing:
-            self._control.append(dumps(frame))
-            self.client.wake.set()
+        if self._closing:
+            return
+        if len(self._control) >= self.settings.queue_max_events:
+            # A client that keeps pinging but never reads would grow this queue without
+            # bound (control frames are outside the event queue's bound): same remedy.
+            self.close_out_of_band(1008, "client_too_slow")
+            return
+        self._control.append(dumps(frame))
+        self.client.wake.set()
 
     # -- heartbeat (§12) ----------------------------------------------------------------------
 

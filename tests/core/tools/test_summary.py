@@ -52,6 +52,17 @@ def test_shell(workspace: Path) -> None:
     assert line == "Run: curl -H [redacted]" and command == "curl -H [redacted]"
 
 
+def test_terminal_controls_in_a_command_are_shown_not_obeyed(workspace: Path) -> None:
+    """A carriage return or escape sequence in a model's command could redraw a confirmation
+    prompt to show another command; the summaries carry them escaped."""
+    spoof = "touch /tmp/x #\r\x1b[2K\x1b[1Aconfirm> ls\u202e"
+    line, _, command = summary_of(workspace, "shell", {"command": spoof})
+    assert isinstance(line, str) and isinstance(command, str)
+    for text in (line, command):
+        assert not any(ch in text for ch in "\r\x1b\u202e")
+    assert command == "touch /tmp/x #\\r\\x1b[2K\\x1b[1Aconfirm> ls\\u202e"
+
+
 def test_read_tools_and_outside_paths(workspace: Path) -> None:
     assert summary_of(workspace, "read_file", {"path": "a/../b.txt"}) == ("Read b.txt", None, None)
     assert summary_of(workspace, "list_dir", {"path": "."})[0] == "List ."
