@@ -26,6 +26,53 @@ def is_within(root: str, path: str) -> bool:
     return path.startswith(prefix)
 
 
+# The kernel's own limits on a path walk (ELOOP after 40 links); the step bound caps the work a
+# chain of long link targets (`d/../d/../…`) can cost, since resolution runs on the event loop.
+MAX_LINKS = 40
+MAX_STEPS = 4096
+
+
+class UnresolvablePath(Exception):
+    """Too many links or components, or a name the filesystem cannot encode."""
+
+
+def bounded_realpath(path: str) -> str:
+    """`os.path.realpath` of an absolute path (missing parts taken literally, as it does) that
+    gives up on a link loop or a chain past the kernel's limits instead of recursing without
+    bound: a symlink chain committed to a repository must cost a tool call, not the daemon.
+
+    Raises `UnresolvablePath`, which `Sandbox.resolve` reports as outside the workspace.
+    """
+    resolved = "/"
+    pending = path.split("/")[::-1]  # the next component is last
+    links = steps = 0
+    while pending:
+        part = pending.pop()
+        steps += 1
+        if steps > MAX_STEPS:
+            raise UnresolvablePath
+        if part in ("", "."):
+            continue
+        if part == "..":
+            resolved = os.path.dirname(resolved)
+            continue
+        candidate = os.path.join(resolved, part)
+        try:
+            target = os.readlink(candidate)
+        except (OSError, ValueError) as exc:  # not a link, missing, or not encodable
+            if isinstance(exc, ValueError):
+                raise UnresolvablePath from None
+            resolved = candidate
+            continue
+        links += 1
+        if links > MAX_LINKS:
+            raise UnresolvablePath
+        if target.startswith("/"):
+            resolved = "/"
+        pending.extend(target.split("/")[::-1])
+    return resolved
+
+
 def display(text: str, limit: int = 300) -> str:
     """A path or name safe to show: undecodable bytes and control characters made visible."""
     if any("\ud800" <= ch <= "\udfff" for ch in text):
@@ -75,7 +122,10 @@ class Sandbox:
             raise PathOutsideWorkspace(display(str(path)))
         self.ensure_root()
         joined = os.path.join(self.root, path)  # an absolute `path` is taken as is
-        real = os.path.realpath(joined)
+        try:
+            real = bounded_realpath(joined)
+        except UnresolvablePath:
+            raise PathOutsideWorkspace(display(path)) from None
         if not is_within(self.root, real):
             raise PathOutsideWorkspace(display(path))
         rel = self.relative(real)

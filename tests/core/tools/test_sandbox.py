@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -188,3 +189,39 @@ def test_resolve_rules(workspace: Path, tmp_path: Path) -> None:
     with pytest.raises(PathOutsideWorkspace):
         sandbox.resolve(str(tmp_path))
     assert os.path.isabs(sandbox.root)
+
+
+def test_link_loops_long_chains_and_unencodable_names_are_refused_quickly(
+    workspace: Path,
+) -> None:
+    """A symlink chain (e.g. committed to a cloned repository) costs one refused call, not a
+    frozen event loop or a crashed turn; neither does a name the filesystem cannot encode."""
+    (workspace / "loop1").symlink_to("loop2")
+    (workspace / "loop2").symlink_to("loop1")
+    for i in range(1, 1200):  # deeper than Python's realpath recursion allows
+        (workspace / f"l{i}").symlink_to(f"l{i + 1}")
+    (workspace / "l1200").write_text("end\n")
+    padded = "d/.." + "/d/.." * 800
+    (workspace / "d").mkdir()
+    for i in range(1, 60):  # each link walks 1,600 components
+        (workspace / f"p{i}").symlink_to(f"{padded}/p{i + 1}")
+    sandbox = Sandbox(workspace)
+    started = time.monotonic()
+    for path in ("loop1", "l1", "p1", "ok\ud800"):
+        with pytest.raises(PathOutsideWorkspace):
+            sandbox.resolve(path)
+    assert time.monotonic() - started < 2  # generous: ~10 ms here; unbounded took 13 s
+    (workspace / "short").symlink_to("l1190")
+    assert sandbox.resolve("short").rel == "l1200"  # 11 links: within the limit
+
+
+async def test_grep_skips_unresolvable_links(harness: Any, workspace: Path) -> None:
+    (workspace / "loop1").symlink_to("loop2")
+    (workspace / "loop2").symlink_to("loop1")
+    for i in range(1, 1200):
+        (workspace / f"l{i}").symlink_to(f"l{i + 1}")
+    (workspace / "l1200").write_text("needle\n")
+    (workspace / "plain.txt").write_text("needle\n")
+    call = await harness.call("grep_files", {"pattern": "needle"})
+    assert call.stage == "executed", call.text
+    assert "plain.txt" in call.text and "l1200" in call.text

@@ -22,7 +22,14 @@ from typing import Any
 from metis.core.canonical import ToolDefinition
 from metis.core.tools.base import ToolCancelled, ToolContext, ToolError, ToolOutput
 from metis.core.tools.builtins._common import object_schema, path_schema
-from metis.core.tools.sandbox import ResolvedPath, Sandbox, display, is_within
+from metis.core.tools.sandbox import (
+    ResolvedPath,
+    Sandbox,
+    UnresolvablePath,
+    bounded_realpath,
+    display,
+    is_within,
+)
 
 SKIP_DIRS = frozenset(
     {
@@ -84,8 +91,8 @@ class GrepFilesTool:
     async def run(self, input: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         pattern: str = input["pattern"]
         ignore_case: bool = input.get("ignore_case", False)
-        try:
-            re.compile(pattern, re.IGNORECASE if ignore_case else 0)
+        try:  # off the loop: compiling a crafted pattern can take seconds (pure Python)
+            await asyncio.to_thread(re.compile, pattern, re.IGNORECASE if ignore_case else 0)
         except re.error as exc:
             raise ToolError(f"Invalid regular expression: {exc}") from None
         target = ctx.workspace.resolve(input.get("path", "."))
@@ -167,7 +174,7 @@ def _candidate(sandbox: Sandbox, entry: os.DirEntry[str], pending: list[str]) ->
     """The real path to search for `entry`, queueing subdirectories; None to skip it."""
     try:
         if entry.is_symlink():
-            real = os.path.realpath(entry.path)
+            real = bounded_realpath(entry.path)
             if not is_within(sandbox.root, real):
                 return None
             info = os.stat(real)
@@ -178,7 +185,7 @@ def _candidate(sandbox: Sandbox, entry: os.DirEntry[str], pending: list[str]) ->
         else:
             real = entry.path
             info = entry.stat(follow_symlinks=False)
-    except OSError:
+    except (OSError, UnresolvablePath):
         return None
     if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE_BYTES:
         return None
