@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from metis.aap.settings import AapSettings
+from metis.core.canonical import MAX_IMAGE_BYTES
 from metis.core.errors import ConfigError
 from metis.core.tools.settings import ToolsSettings
 from metis.core.yamlsrc import MarkedDict, line_of, read_yaml_file, suggest
@@ -33,7 +34,8 @@ class _Section(BaseModel):
 
 class LimitsSettings(_Section):
     max_request_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
-    max_image_bytes: int = Field(default=5 * 1024 * 1024, ge=1)
+    # at most the store's ceiling (canonical.MAX_IMAGE_BYTES, also Anthropic's per-image limit)
+    max_image_bytes: int = Field(default=MAX_IMAGE_BYTES, ge=1, le=MAX_IMAGE_BYTES)
     max_output_tokens_per_call: int = Field(default=8192, ge=1)
     max_llm_calls_per_turn: int = Field(default=50, ge=1)
     turn_timeout_s: float | None = Field(default=None, gt=0)

@@ -11,6 +11,8 @@ import os
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from metis.core.canonical import MAX_IMAGE_BYTES
+
 CORS_ENV = "METIS_AAP_CORS_ORIGINS"
 
 
@@ -21,7 +23,7 @@ class AapSettings(BaseModel):
     workspace_roots: tuple[str, ...] = ()
     page_size: int = Field(default=20, ge=1, le=200)
     max_request_bytes: int = Field(default=20 * 1024 * 1024, ge=1024)
-    max_image_bytes: int = Field(default=5 * 1024 * 1024, ge=1)
+    max_image_bytes: int = Field(default=MAX_IMAGE_BYTES, ge=1, le=MAX_IMAGE_BYTES)
     sse_heartbeat_seconds: float = Field(default=15.0, gt=0)
     stream_queue_limit: int = Field(default=10_000, ge=1)
 

@@ -441,8 +441,11 @@ def interrupted_form(content: list[Any]) -> list[Any]:
     ]
 
 
-def parse_user_content(raw: Any) -> list[Any]:
-    """Client content (text and image blocks only) → canonical blocks, or InvalidContent."""
+def parse_user_content(raw: Any, *, max_image_bytes: int = MAX_IMAGE_BYTES) -> list[Any]:
+    """Client content (text and image blocks only) → canonical blocks, or InvalidContent.
+
+    `max_image_bytes` is the configured limit (`limits.max_image_bytes`); the store's own
+    check at write time uses the ceiling `MAX_IMAGE_BYTES`, which the setting cannot exceed."""
     if not isinstance(raw, list):
         raise InvalidContent([{"index": None, "msg": "content must be a list of blocks"}])
     blocks: list[Any] = []
@@ -460,7 +463,7 @@ def parse_user_content(raw: Any) -> list[Any]:
                 errors.append({"index": i, "msg": f"{where}: {first['msg']}".strip(": ")})
     if errors:
         raise InvalidContent(errors)
-    more = content_errors("user", blocks)
+    more = content_errors("user", blocks, max_image_bytes=max_image_bytes)
     if more:
         raise InvalidContent(more)
     return blocks

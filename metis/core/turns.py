@@ -102,7 +102,8 @@ class TurnService:
             )
         elif resolution is not None:
             raise ValueError("a resolution needs the suspend confirmation policy")
-        blocks = parse_user_content(content) if plan is None else []
+        limit = core.settings.limits.max_image_bytes
+        blocks = parse_user_content(content, max_image_bytes=limit) if plan is None else []
         if alias_prefix:
             resolved = resolve_override(blocks, core.registry, field=per_message_override)
         else:

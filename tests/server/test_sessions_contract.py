@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -307,3 +308,29 @@ async def test_attach_fields_use_the_bound_address_fresh_tokens_and_no_store(
             assert ack["type"] == "subscribe_ack"
         finally:
             await ws.close()
+
+
+async def test_an_image_over_the_configured_limit_is_invalid_content(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """events.md §2.4 rule 5 with `limits.max_image_bytes` lowered: the setting, not the
+    5 MiB default, decides; the image at the limit is accepted."""
+    d = await start_daemon(config="limits: {max_image_bytes: 1024}\n")
+    async with aiohttp.ClientSession(base_url=d.base_url) as http:
+        api = Api(http)
+        sid = (await api.create_session(workspace))["id"]
+
+        def image(size: int) -> dict[str, Any]:
+            data = base64.b64encode(b"\x89PNG" + b"\0" * (size - 4)).decode()
+            return {
+                "type": "image",
+                "source": {"type": "base64", "media_type": "image/png", "data": data},
+            }
+
+        url = f"/sessions/{sid}/turns"
+        status, body = await api.call("POST", url, {"content": [image(1025)]})
+        assert status == 400 and body["error"]["code"] == "invalid_content"
+        assert "1024" in body["error"]["details"]["errors"][0]["msg"]
+        status, accepted = await api.call("POST", url, {"content": [image(1024)]})
+        assert status == 202, accepted
+        await api.wait_turn(sid, accepted["turn_id"])
