@@ -32,6 +32,7 @@ from metis.core.events.bus import EventBus
 from metis.core.store.db import Database, execute_all
 from metis.core.store.messages import INSERT_MESSAGE_SQL, message_row
 from metis.core.tools.executor import ToolExecutor
+from metis.core.tools.pathorder import PathOrder, PathTurn
 from metis.core.tools.policy import SurfaceToolPolicy, configured_mode, resolve_mode
 from metis.core.tools.precheck import precheck
 from metis.core.tools.registry import RegisteredTool, ToolRegistry
@@ -102,6 +103,7 @@ class _Job:
     gate_event_id: str | None = None
     called_event_id: str | None = None
     parked: bool = False
+    path_turn: PathTurn | None = None
     published: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -132,7 +134,7 @@ class Dispatcher:
         self.on_committed = on_committed or (lambda session_id, message: None)
         self._global = asyncio.Semaphore(settings.max_concurrent_global)
         self._session_slots: dict[str, asyncio.Semaphore] = {}
-        self._path_locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._path_order = PathOrder()
         self._trusted = settings.confirmation.resolved_trusted_workspaces()
 
     def offered(
@@ -157,8 +159,7 @@ class Dispatcher:
 
     def forget_session(self, session_id: str) -> None:
         self._session_slots.pop(session_id, None)
-        for key in [k for k in self._path_locks if k[0] == session_id]:
-            del self._path_locks[key]
+        self._path_order.forget(lambda key: isinstance(key, tuple) and key[0] == session_id)
 
     # -- the batch ----------------------------------------------------------------------------
 
@@ -187,8 +188,17 @@ class Dispatcher:
         process: Callable[[_Job], Awaitable[ToolOutcome | InputInvalid | None]],
         parent_event_id: str | None,
     ) -> list[Message | None]:
-        """Concurrent execution, publication in tool_use order (§2 "Ordered publication")."""
+        """Concurrent execution, publication in tool_use order (§2 "Ordered publication").
+
+        The writes' path order (§4.1) is fixed here, before any job starts: each write-class
+        tool use joins the queue of its resolved path in tool_use order, so the order in which
+        confirmations are answered cannot reorder writes to one path.
+        """
         results: list[Message | None] = [None] * len(jobs)
+        for job in jobs:
+            job.path_turn = self._path_order.enqueue(
+                (turn.session_id, real) for real in self._write_paths(turn, job.block)
+            )
 
         async def run(index: int) -> None:
             job = jobs[index]
@@ -196,6 +206,9 @@ class Dispatcher:
                 outcome = await process(job)
             except asyncio.CancelledError:
                 outcome = failed("cancelled", cancelled_result_text())
+            finally:
+                # ran, or ended without running: the next write to its path may go
+                self._path_order.release(job.path_turn)
             if index > 0:
                 await jobs[index - 1].published.wait()
             try:
@@ -206,6 +219,23 @@ class Dispatcher:
 
         await asyncio.gather(*(run(i) for i in range(len(jobs))))
         return results
+
+    def _write_paths(self, turn: TurnTools, block: ToolUseBlock) -> tuple[str, ...]:
+        """The resolved paths a write-class tool use will lock, or () if it cannot get to run
+        (not an enabled builtin, invalid input, refused by the pre-check: steps 1–3 decide the
+        same way again in `_process`, and nothing between changes their inputs)."""
+        if block.name in turn.application_tools:
+            return ()
+        entry = self.registry.lookup(block.name, turn.surface_policy)
+        if entry is None or entry.definition.side_effects != "write":
+            return ()
+        validation = entry.validate(block.input)
+        if not validation.ok:
+            return ()
+        check = precheck(entry.definition, validation.value or {}, turn.sandbox)
+        if check.failure is not None:
+            return ()
+        return tuple(path.real for path in check.paths)
 
     # -- AAP resolution: granted suspended calls (tools.md §6.2 step 6) -----------------------
 
@@ -334,22 +364,30 @@ class Dispatcher:
         return {tool_name: decision} if decision else {}
 
     async def execute(self, turn: TurnTools, job: _Job) -> ToolOutcome:
-        """Steps 5–7: take the slot (and path lock), announce `tool.called`, run."""
+        """Steps 5–7: wait for the path's turn, take the slots, announce `tool.called`, run.
+
+        A write first waits until every earlier write to its path (in tool_use order, §4.1)
+        has finished or dropped out, and only then queues for the session and global slots: a
+        write held back by its path holds no slot, so nothing else (reads included) waits
+        behind a path. Cancelled while waiting for either: `tool.failed{cancelled}`, no
+        `tool.called` (§4.3).
+        """
         entry = job.entry
         assert entry is not None
+        if job.path_turn is None and entry.definition.side_effects == "write":
+            # not planned by a batch: join the path's queue now, behind whatever is in it
+            paths = precheck(entry.definition, job.input, turn.sandbox).paths
+            job.path_turn = self._path_order.enqueue((turn.session_id, p.real) for p in paths)
         session_slot = self._session_slots.setdefault(
             turn.session_id, asyncio.Semaphore(self.settings.max_concurrent_per_session)
         )
-        lock = None
-        if entry.definition.side_effects == "write":
-            paths = precheck(entry.definition, job.input, turn.sandbox).paths
-            if paths:
-                lock = self._path_locks.setdefault((turn.session_id, paths[0].real), asyncio.Lock())
-        acquired: list[Any] = []
+        acquired: list[asyncio.Semaphore] = []
         try:
-            for gate in (session_slot, self._global, lock):
-                if gate is None:
-                    continue
+            if job.path_turn is not None and not await _wait_unless_cancelled(
+                job.path_turn.ready, turn.cancel
+            ):
+                return failed("cancelled", cancelled_result_text())
+            for gate in (session_slot, self._global):
                 if not await _acquire_unless_cancelled(gate, turn.cancel):
                     return failed("cancelled", cancelled_result_text())
                 acquired.append(gate)
@@ -370,6 +408,7 @@ class Dispatcher:
         finally:
             for gate in reversed(acquired):
                 gate.release()
+            self._path_order.release(job.path_turn)
 
     async def _park_application(
         self, turn: TurnTools, job: _Job, definition: ToolDefinition, parent: str | None
@@ -524,9 +563,7 @@ class InputInvalid:
     outcome: ToolOutcome
 
 
-async def _acquire_unless_cancelled(
-    gate: asyncio.Semaphore | asyncio.Lock, cancel: asyncio.Event
-) -> bool:
+async def _acquire_unless_cancelled(gate: asyncio.Semaphore, cancel: asyncio.Event) -> bool:
     """Wait for a slot, or give up when the turn is cancelled (`tool.failed{cancelled}`)."""
     if cancel.is_set():
         return False
@@ -534,6 +571,11 @@ async def _acquire_unless_cancelled(
     cancelled = asyncio.ensure_future(cancel.wait())
     try:
         await asyncio.wait({acquire, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        # the task itself is being cancelled: never leave a slot taken on nobody's behalf
+        if not acquire.cancel() and not acquire.cancelled() and acquire.exception() is None:
+            gate.release()
+        raise
     finally:
         cancelled.cancel()
     if acquire.done() and not acquire.cancelled():
@@ -543,6 +585,21 @@ async def _acquire_unless_cancelled(
         return True
     acquire.cancel()
     return False
+
+
+async def _wait_unless_cancelled(ready: asyncio.Event, cancel: asyncio.Event) -> bool:
+    """Wait for `ready` (a path's turn); False when the turn is cancelled first."""
+    if cancel.is_set():
+        return False
+    if ready.is_set():
+        return True
+    waits = {asyncio.ensure_future(ready.wait()), asyncio.ensure_future(cancel.wait())}
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in waits:
+            waiting.cancel()
+    return ready.is_set() and not cancel.is_set()
 
 
 def cancelled_outcome() -> ToolOutcome:
