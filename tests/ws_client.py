@@ -210,7 +210,7 @@ def check_turn_grammar(events: list[dict[str, Any]]) -> None:
     call_open = False
     message_open: str | None = None
     open_tools: set[str] = set()
-    tools_allowed = False
+    tools_allowed = closing = False
     started_message = None
     for e in events[2:-1]:
         t, p = e["type"], e["payload"]
@@ -236,6 +236,10 @@ def check_turn_grammar(events: list[dict[str, Any]]) -> None:
             assert call_open and message_open is None, types
             call_open = False
             tools_allowed = t == "llm.call_completed" and p["stop_reason"] == "tool_use"
+            # a reply ending otherwise closes its tool uses unrun (docs/decisions.md)
+            closing = t == "llm.call_completed" and not tools_allowed
+        elif t == "tool.failed" and closing and p.get("error_class") == "cancelled":
+            assert not call_open, (t, types)
         elif t.startswith("tool."):
             assert tools_allowed and not call_open, (t, types)
     assert not call_open and message_open is None, types

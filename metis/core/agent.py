@@ -36,7 +36,7 @@ from metis.core.live import LiveSession
 from metis.core.model_types import ModelEntry
 from metis.core.providers.base import LLMRequest, MessageComplete
 from metis.core.providers.errors import ProviderError
-from metis.core.resume import Resolution, close_parked, run_resolution
+from metis.core.resume import Resolution, close_unanswered, run_resolution
 from metis.core.routing.context import estimate_input_tokens
 from metis.core.routing.engine import RouteDecision
 from metis.core.slots import TurnSlot
@@ -227,6 +227,8 @@ class TurnRunner:
         limit = self.core.settings.limits.max_llm_calls_per_turn
         if self.run.resolution is not None:  # suspend/resume: answers first, then the loop
             await run_resolution(self.core, self.run)
+            # a granted call that ran (`tool.called`) locks the model (routing.md §4.6)
+            self._locked = self.core.costs.turn(self.run.turn_id).tool_call_count > 0
         while True:
             if self._cancelled():
                 return self._end_cancelled()
@@ -269,14 +271,21 @@ class TurnRunner:
             self._locked = True
             if complete.stop_reason == "cancelled":
                 return self._end_cancelled()
-            if complete.stop_reason != "tool_use":
+            tool_uses = [b for b in message.content if isinstance(b, ToolUseBlock)]
+            if complete.stop_reason != "tool_use":  # its tool uses are answered, never run
+                await close_unanswered(
+                    self.core,
+                    self.run.session_id,
+                    self.run.turn_id,
+                    tool_uses,
+                    self.last_llm_event_id,
+                )
                 stop = (
                     complete.stop_reason if complete.stop_reason in LLM_STOP_REASONS else "end_turn"
                 )
                 return self._end(
                     "turn.completed", {"stop_reason": stop, "pending_tool_use_ids": []}
                 )
-            tool_uses = [b for b in message.content if isinstance(b, ToolUseBlock)]
             turn_tools = TurnTools(
                 session_id=self.run.session_id,
                 turn_id=self.run.turn_id,
@@ -293,7 +302,7 @@ class TurnRunner:
             if self._cancelled():
                 if batch.suspended_ids:  # suspend/resume: nothing stays pending after a cancel
                     parked = [b for b in tool_uses if b.id in set(batch.suspended_ids)]
-                    await close_parked(self.core, self.run.session_id, self.run.turn_id, parked)
+                    await close_unanswered(self.core, self.run.session_id, self.run.turn_id, parked)
                 return self._end_cancelled()
             if batch.suspended_ids:
                 return self._end(
@@ -521,7 +530,7 @@ class TurnRunner:
         wall_ms = int((time.monotonic() - self.run.started_monotonic) * 1000)
         totals = self.core.costs.end_turn(self.run.turn_id).turn_payload(wall_ms)
         default_actor = "agent" if event_type == "turn.completed" else "system"
-        self.run.slot.terminal_emitted = True
+        self.run.slot.outcome = event_type.removeprefix("turn.")
         self.emit(
             event_type,
             {**totals, **fields},

@@ -17,8 +17,10 @@ exactly once, and only then does the agent loop continue. This module owns that 
    `tool.failed{user_denied}`) or `tool.completed`; then granted calls redo the sandbox
    pre-check and execute through the dispatcher, their results stored in tool_use order.
 
-`close_parked` is the other direction: a suspend-policy turn that ends any other way than
-`tool_use` (a cancel) leaves no call pending — each parked call gets `Tool call cancelled`.
+`close_unanswered` is the other direction: a turn that ends any other way than `tool_use` — a
+cancel while calls are parked, or a model reply holding tool uses that stopped for another
+reason (`max_tokens`, `end_turn`, `refusal`) — leaves no call pending: each gets
+`Tool call cancelled`.
 
 Core stays surface-agnostic: the surface hands over plain answers and, optionally, a callback
 that adds its own rows to the acceptance transaction.
@@ -441,14 +443,20 @@ async def run_resolution(core: Any, run: Any) -> None:
     await dispatcher.run_granted(tools, grants, parent_event_id=run.route_event_id)
 
 
-async def close_parked(
-    core: Any, session_id: str, turn_id: str, parked: Sequence[ToolUseBlock]
+async def close_unanswered(
+    core: Any,
+    session_id: str,
+    turn_id: str,
+    tool_uses: Sequence[ToolUseBlock],
+    parent_event_id: str | None = None,
 ) -> None:
-    """A suspend-policy turn ending without `tool_use` leaves nothing pending (aap.md §7):
-    open requests are withdrawn and each parked call gets a stored `Tool call cancelled`."""
+    """A turn ending without `tool_use` leaves no tool use unanswered (tools.md §2, aap.md §7):
+    otherwise the next turn would be refused for pending calls, and providers reject a history
+    with a call and no result. Open requests are withdrawn; each call gets a stored
+    `Tool call cancelled` and its `tool.failed{cancelled}`, which also closes its row."""
     await core.broker.withdraw_turn(turn_id)
     dispatcher = core.dispatcher
-    for block in parked:
+    for block in tool_uses:
         outcome = failed("cancelled", cancelled_text())
         message = await dispatcher.store_result(session_id, turn_id, block.id, outcome)
-        dispatcher.emit_outcome(session_id, turn_id, block, outcome, message.id, None)
+        dispatcher.emit_outcome(session_id, turn_id, block, outcome, message.id, parent_event_id)

@@ -21,7 +21,11 @@ class TurnSlot:
     cancel_event: asyncio.Event = field(default_factory=asyncio.Event)
     cancel_reason: str | None = None
     released: asyncio.Event = field(default_factory=asyncio.Event)
-    terminal_emitted: bool = False
+    outcome: str | None = None  # completed | cancelled | failed, once the terminal event is out
+
+    @property
+    def terminal_emitted(self) -> bool:
+        return self.outcome is not None
 
 
 class TurnSlots:

@@ -289,7 +289,9 @@ class TurnService:
         if slot is None or slot.turn_id != turn_id:
             status = turn["status"] if turn["status"] != "running" else "completing"
             raise TurnAlreadyCompleted(turn_id, status)
-        if slot.status == "completing" or slot.terminal_emitted:
+        if slot.outcome is not None:  # ended; only its flush is pending
+            raise TurnAlreadyCompleted(turn_id, slot.outcome)
+        if slot.status == "completing":
             raise TurnAlreadyCompleted(turn_id, "completing")
         moved = self.request_cancel(slot, reason)
         if moved:

@@ -59,7 +59,6 @@ from metis.core.providers.streaming import (
     ToolSlot,
     drive_complete,
     drive_stream,
-    estimate_output_tokens,
     parse_tool_input,
 )
 from metis.core.providers.transport import post_event_stream, post_json, sdk_http_client
@@ -283,7 +282,6 @@ class AnthropicTranslator:
         "output_tokens",
         "provider",
         "raw_stop",
-        "saw_delta_usage",
         "saw_start",
     )
 
@@ -299,7 +297,6 @@ class AnthropicTranslator:
         self.cache_read = 0
         self.cache_write = 0
         self.saw_start = False
-        self.saw_delta_usage = False
 
     def feed(self, event: ServerEvent, out: list[StreamEvent]) -> None:
         """One server event; the SDK's rules: unnamed and `ping` events are skipped, `error`
@@ -409,7 +406,6 @@ class AnthropicTranslator:
         usage = event.get("usage")
         if usage is None:
             return
-        self.saw_delta_usage = True
         for key, attr in _DELTA_USAGE_FIELDS:
             value = usage.get(key)
             if value is not None:
@@ -430,18 +426,12 @@ class AnthropicTranslator:
         return map_stop_reason(self.raw_stop), self.raw_stop
 
     def usage(self, *, partial: bool) -> TokenUsage:
-        estimated = False
-        input_tokens = self.input_tokens
-        output = self.output_tokens
-        if not self.saw_start:
-            input_tokens = estimate_request_tokens(self._req)
-            estimated = True
-        if partial and not self.saw_delta_usage:
-            output = max(output, estimate_output_tokens(self.builder.emitted_chars))
-            estimated = True
+        """The counts of `message_start`, updated by `message_delta`; a cut-short stream adds
+        nothing to them (the output streamed since is not guessed at)."""
+        estimated = not self.saw_start and not partial
         return TokenUsage(
-            input_tokens=input_tokens,
-            output_tokens=output,
+            input_tokens=estimate_request_tokens(self._req) if estimated else self.input_tokens,
+            output_tokens=self.output_tokens,
             cache_read_tokens=self.cache_read,
             cache_write_tokens=self.cache_write,
             estimated=estimated,

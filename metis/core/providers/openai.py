@@ -229,11 +229,9 @@ def usage_from_wire(usage: Mapping[str, Any], provider: str) -> TokenUsage:
     )
 
 
-def estimated_usage(
-    req: LLMRequest, output_chars: int, provider: str, *, warn: bool = True
-) -> TokenUsage:
+def estimated_usage(req: LLMRequest, output_chars: int, provider: str) -> TokenUsage:
     """Routing-formula input and chars/4 output, flagged `estimated` so the cost is labelled."""
-    if warn and provider not in _estimate_warned:
+    if provider not in _estimate_warned:
         _estimate_warned.add(provider)
         log.warning("provider %s sent no usage; token counts are estimated", provider)
     return TokenUsage(
@@ -444,10 +442,9 @@ class OpenAITranslator:
     def usage(self, *, partial: bool) -> TokenUsage:
         if self.wire_usage is not None:
             return usage_from_wire(self.wire_usage, self.provider)
-        # an interrupted stream simply has not reached its usage chunk yet: no warning then
-        return estimated_usage(
-            self._req, self.builder.emitted_chars, self.provider, warn=not partial
-        )
+        if partial:  # not at its usage chunk yet: the provider reported nothing
+            return TokenUsage()
+        return estimated_usage(self._req, self.builder.emitted_chars, self.provider)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,12 +8,13 @@ cancellation §3.3) lives here once.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from time import perf_counter
 from typing import Any, Literal, Protocol, TypeVar
+
+from pydantic_core import from_json
 
 from metis.core.canonical import (
     ContentBlock,
@@ -144,12 +145,14 @@ def parse_tool_input(text: str, *, context: str = "", warn: bool = True) -> dict
     """The accumulated argument JSON as an object; `{}` when empty, unparseable or not an object.
 
     The dispatcher's schema check then reports a bad input, so a model's broken JSON never
-    breaks the stream.
+    breaks the stream. pydantic_core's parser also refuses what `json` would accept but
+    nothing downstream can hold: lone surrogate escapes (not storable as UTF-8) and nesting
+    deep enough to exhaust the recursion limit.
     """
     if not text.strip():
         return {}
     try:
-        value = json.loads(text)
+        value = from_json(text)
     except ValueError:
         if warn:
             log.warning(
@@ -199,6 +202,18 @@ class ToolSlot:
         self.parts: list[str] = []
         self.ended = False
         self.final_input: dict[str, Any] | None = None
+
+    @property
+    def cut_off(self) -> bool:
+        """The arguments stop mid-JSON: what a call looks like when the output limit cuts it."""
+        text = "".join(self.parts)
+        if not text.strip():
+            return False
+        try:
+            from_json(text)
+        except ValueError:
+            return True
+        return False
 
 
 Slot = TextSlot | ThinkingSlot | RedactedSlot | ToolSlot
@@ -306,6 +321,23 @@ class ContentBuilder:
             if isinstance(b, ToolSlot) and not b.ended
         ]
 
+    def drop_cut_off_tools(self) -> None:
+        """Forget the calls the output limit cut mid-arguments (aap.md §7): such a call was
+        never made, so it must not be stored, announced or answered. Only a cut-off call goes;
+        a complete one stays even when its input is not an object (the schema check reports it).
+        """
+        kept: list[Slot] = []
+        for slot in self.blocks:
+            if isinstance(slot, ToolSlot) and slot.cut_off:
+                log.warning(
+                    "tool call %s (%s) was cut off by the output limit; dropped",
+                    slot.name,
+                    slot.tool_use_id,
+                )
+            else:
+                kept.append(slot)
+        self.blocks = kept
+
     @property
     def tool_count(self) -> int:
         return sum(1 for b in self.blocks if isinstance(b, ToolSlot))
@@ -350,7 +382,11 @@ class Translator(Protocol):
 
     def stop(self) -> tuple[StopReason, str | None]: ...
 
-    def usage(self, *, partial: bool) -> TokenUsage: ...
+    def usage(self, *, partial: bool) -> TokenUsage:
+        """`partial`: the stream was cut short; then only what the provider itself reported
+        counts (0 for the rest), since a failed or cancelled call bills nothing else
+        (events.md §4.4). A finished stream may estimate what the provider never sent."""
+        ...
 
 
 class WireStream(Protocol):
@@ -499,6 +535,8 @@ async def drive_stream(spec: CallSpec, req: LLMRequest) -> AsyncIterator[StreamE
                     for item in out:
                         yield item
                 stop, raw = tr.stop()
+                if stop == "max_tokens":
+                    builder.drop_cut_off_tools()
                 yield MessageComplete(
                     message_id=req.message_id,
                     stop_reason=stop,

@@ -109,7 +109,9 @@ class _Job:
 
 def input_fingerprint(value: dict[str, Any]) -> tuple[str, int]:
     """`input_sha256` and `input_bytes` over sorted-key compact JSON (events.md §4.5)."""
-    encoded = canonical_json(value).encode()
+    encoded = canonical_json(value).encode(
+        "utf-8", "surrogatepass"
+    )  # a model may send lone surrogates
     return hashlib.sha256(encoded).hexdigest(), len(encoded)
 
 

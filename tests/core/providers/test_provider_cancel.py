@@ -86,7 +86,10 @@ async def test_cancel_mid_stream_closes_open_calls_and_completes_cancelled(
     assert complete.stop_reason == "cancelled"
     assert isinstance(events[-2], ToolUseEnd) and events[-2].final_input == {}
     assert complete.final_content[0].text == "Reading"
-    assert complete.usage.input_tokens > 0
+    # usage as reported before the cancel, never estimated (events.md §4.4): Anthropic's
+    # message_start counted the prompt, OpenAI's usage chunk never came
+    assert (complete.usage.input_tokens > 0) is (kind == "anthropic")
+    assert not complete.usage.estimated
     assert hooks.calls == [("started", 1)]  # the caller reports the cancelled attempt itself
     await fake.wait_until(lambda: fake.requests[0].client_disconnected, timeout=2)
     assert not fake.requests[0].completed

@@ -8,6 +8,7 @@ import pytest
 
 from metis.core.canonical import TextBlock, ToolUseBlock
 from metis.core.providers.base import ToolIdMap, ToolUseEnd, ToolUseInputDelta, ToolUseStart
+from metis.core.providers.streaming import parse_tool_input
 from metis.testing import FakeProviderServer, FakeReply
 from tests.core.providers.provider_kit import (
     APIS,
@@ -214,3 +215,13 @@ async def test_complete_mints_canonical_ids_for_json_tool_calls(
     assert all(c.id.startswith("tu_") for c in calls)
     assert len(req.tool_ids) == 2
     assert result.stop_reason == "tool_use"
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    ['{"path": "\\ud800"}', "[" * 100_000 + "]" * 100_000, '{"a": ' * 5000 + "1" + "}" * 5000],
+)
+def test_unholdable_tool_arguments_parse_as_an_empty_input(arguments: str) -> None:
+    """A lone surrogate cannot be stored as UTF-8 and deep nesting exhausts the recursion
+    limit: both are unparseable input (`{}`, then the schema check), never an exception."""
+    assert parse_tool_input(arguments, warn=False) == {}

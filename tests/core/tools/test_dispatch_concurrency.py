@@ -417,3 +417,30 @@ async def test_side_effects_are_the_declared_class_and_every_tool_use_has_one_re
         assert side_effects == DECLARED_CLASS.get(name), name
         assert status == status_of.get(kinds[tool_use_id]["type"], "invalid"), (name, status)
     assert types_of(events).count("llm.call_started") == 3
+
+
+async def test_hostile_tool_inputs_fail_their_calls_never_the_turn(
+    make_env: Callable[..., Any], fake: FakeProviderServer, workspace: Path
+) -> None:
+    """Arguments `json` would accept but nothing downstream can hold — lone surrogate escapes,
+    not storable as UTF-8 — are unparseable input: the call ends `tool.input_invalid`, the
+    turn goes on (deep nesting: tests/core/providers, the fake server cannot send it)."""
+    api = await make_env()
+    sid = await session_on(api, workspace, "anthropic")
+    fake.enqueue(
+        "anthropic",
+        batch(
+            ("read_file", {"path": "\ud800"}),
+            ("shell", {"command": "echo \udfff"}),
+            ("list_dir", {}),
+        ),
+        FakeReply.say("done"),
+    )
+    accepted, terminal = await api.run_turn(sid, "go")
+    assert terminal["type"] == "turn.completed", terminal
+    events = await api.turn_events(sid, accepted["turn_id"])
+    uses, results = await tool_uses_and_results(api, sid)
+    assert len(uses) == 3 and len(results) == 3
+    invalid = one_per_tool_use(events, "tool.input_invalid")
+    assert set(invalid) == {u["id"] for u in uses[:2]}
+    assert [u["id"] for u in uses[2:]] == list(one_per_tool_use(events, "tool.called"))
