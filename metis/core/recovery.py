@@ -56,9 +56,9 @@ async def report_gaps(db: Database, bus: EventBus) -> int:
 async def fail_orphaned_turns(db: Database, bus: EventBus, costs: CostAccumulator) -> list[str]:
     """Mark every `running` turn failed and close what it left open; returns the turn ids."""
     turns = await db.fetchall("SELECT * FROM turns WHERE status='running' ORDER BY id")
+    await _apply_pending_swaps(db)
     for turn in turns:
         await _close_interrupted_tools(db, turn["session_id"], turn["id"])
-        await _apply_pending_swap(db, turn["session_id"])
         started = await db.fetchone(
             "SELECT id FROM events WHERE turn_id=? AND type='turn.started'", (turn["id"],)
         )
@@ -130,10 +130,13 @@ async def _close_interrupted_tools(db: Database, session_id: str, turn_id: str) 
         )
 
 
-async def _apply_pending_swap(db: Database, session_id: str) -> None:
+async def _apply_pending_swaps(db: Database) -> None:
+    """Every queued model swap, not only those behind a `running` turn: a crash between a
+    turn's final flush and its release leaves the turn `completed` with its swap queued, and
+    at start-up no turn holds a slot to wait for (rest-api.md §3.4: the next turn sees it)."""
     async with db.write() as conn:
         await conn.execute(
             "UPDATE sessions SET active_model=pending_model, pending_model_set=0, pending_model=NULL, "
-            "updated_at_us=? WHERE id=? AND pending_model_set=1",
-            (now_us(), session_id),
+            "updated_at_us=? WHERE pending_model_set=1",
+            (now_us(),),
         )

@@ -200,6 +200,7 @@ class SessionService:
             actor="user",
         )
         self.core.live.created_here(session_id)
+        await self.core.flush()  # acknowledged with 201: its first event survives a crash too
         return await self.get(session_id)
 
     async def set_active_model(self, session_id: str, reference: str | None) -> ModelChange:
@@ -231,6 +232,7 @@ class SessionService:
             },
             actor="user",
         )
+        await self.core.flush()  # the 200 acknowledges the change and its event
         if change.active_model is None and not change.swap_queued:
             view = await self.get(session_id)
             return ModelChange(session_id, view.active_model, False, None)
@@ -268,6 +270,7 @@ class SessionService:
                 actor="user",
             )
             await self.core.hub.close_session(session_id, code="session_ended")
+            await self.core.flush()  # the 200 acknowledges the end and its event
         except BaseException:
             self._ending.discard(session_id)
             raise

@@ -13,6 +13,7 @@ import pytest
 
 from metis.config import Settings
 from metis.core.errors import ConfigError
+from metis.core.recovery import fail_orphaned_turns
 from metis.core.runtime import Core
 from metis.core.store.db import Database
 from metis.core.store.migrations import LATEST_VERSION
@@ -385,3 +386,24 @@ async def test_a_patch_applied_after_the_turn_ended_beats_one_queued_during_it(
         "SELECT active_model, pending_model_set FROM sessions WHERE id=?", (sid,)
     )
     assert r is not None and (r["active_model"], r["pending_model_set"]) == ("latest", 0)
+
+
+async def test_start_up_applies_a_swap_queued_behind_a_turn_that_already_completed(
+    core: Core,
+) -> None:
+    """A crash between a turn's final flush and its release leaves the turn completed and its
+    swap queued; recovery applies it, so the next turn routes to the model the PATCH chose."""
+    sid = await insert_session(core.db)
+    async with core.db.write() as conn:
+        await conn.execute(
+            "UPDATE sessions SET pending_model_set=1, pending_model='local:scripted' WHERE id=?",
+            (sid,),
+        )
+    await fail_orphaned_turns(core.db, core.bus, core.costs)  # no running turn at all
+    row = await core.db.fetchone(
+        "SELECT active_model, pending_model_set FROM sessions WHERE id=?", (sid,)
+    )
+    assert row is not None and (row["active_model"], row["pending_model_set"]) == (
+        "local:scripted",
+        0,
+    )
