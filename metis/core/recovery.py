@@ -8,6 +8,8 @@ stored error result, and holes in a stream's seq become visible `bus.gap_detecte
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 from decimal import Decimal
 
@@ -16,6 +18,7 @@ from metis.core.canonical import (
     MessageMetadata,
     TextBlock,
     ToolResultBlock,
+    decimal_str,
     new_ulid,
     now_us,
 )
@@ -68,6 +71,7 @@ async def fail_orphaned_turns(db: Database, bus: EventBus, costs: CostAccumulato
             int(turn["llm_call_count"]),
             int(turn["tool_call_count"]),
         )
+        await _recover_unprojected_spend(db, costs, turn["session_id"], turn["id"], totals)
         costs.seed_turn(turn["id"], totals)
         wall_ms = max(0, (now_us() - int(turn["started_at_us"])) // 1000)
         bus.emit(
@@ -89,6 +93,53 @@ async def fail_orphaned_turns(db: Database, bus: EventBus, costs: CostAccumulato
             turn["session_id"],
         )
     return [t["id"] for t in turns]
+
+
+async def _recover_unprojected_spend(
+    db: Database, costs: CostAccumulator, session_id: str, turn_id: str, totals: Totals
+) -> None:
+    """Spend the crash kept out of the totals: events reach the store up to 50 ms after they
+    are emitted, but each reply is committed with its usage first. Where the turn's stored
+    replies add up to more than its projected totals, the difference is added to the turn and
+    its session (events.md §7: spend counts whatever the outcome, daemon_restart included)."""
+    stored = Totals()
+    for row in await db.fetchall(
+        "SELECT metadata_json FROM messages WHERE turn_id=? AND role='assistant'", (turn_id,)
+    ):
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            usage = json.loads(row["metadata_json"]).get("usage") or {}
+            stored.add_usage({k: usage.get(k, 0) for k in (*QUARTET, "cost_usd")})
+    missing = Totals(
+        {k: max(0, stored.tokens[k] - totals.tokens[k]) for k in QUARTET},
+        max(Decimal(0), stored.cost - totals.cost),
+    )
+    if not missing.cost and not any(missing.tokens.values()):
+        return
+    log.warning("turn %s: recovering spend its lost events carried (%s USD)", turn_id, missing.cost)
+    payload = {**missing.tokens, "cost_usd": missing.cost}
+    totals.add_usage(payload)
+    costs.session(session_id).add_usage(payload)
+    async with db.write() as conn:
+        for table, column, row_id in (
+            ("turns", "cost_usd", turn_id),
+            ("sessions", "cost_so_far_usd", session_id),
+        ):
+            async with conn.execute(
+                f"SELECT {column} FROM {table} WHERE id=?", (row_id,)
+            ) as cursor:
+                current = await cursor.fetchone()
+            if current is None:
+                continue
+            await conn.execute(
+                f"UPDATE {table} SET {column}=?, "
+                + ", ".join(f"{k}={k}+?" for k in QUARTET)
+                + " WHERE id=?",
+                (
+                    decimal_str(Decimal(current[0]) + missing.cost),
+                    *(missing.tokens[k] for k in QUARTET),
+                    row_id,
+                ),
+            )
 
 
 async def _close_interrupted_tools(db: Database, session_id: str, turn_id: str) -> None:

@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 
 from metis.config import Settings
+from metis.core.canonical import Message, MessageMetadata, TextBlock, new_ulid, now_us
 from metis.core.errors import ConfigError
 from metis.core.recovery import fail_orphaned_turns
 from metis.core.runtime import Core
 from metis.core.store.db import Database
+from metis.core.store.messages import insert_message
 from metis.core.store.migrations import LATEST_VERSION
 from tests.helpers import insert_running_turn, insert_session
 
@@ -407,3 +409,51 @@ async def test_start_up_applies_a_swap_queued_behind_a_turn_that_already_complet
         "local:scripted",
         0,
     )
+
+
+async def test_spend_of_a_committed_reply_whose_events_were_lost_survives_a_crash(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """A reply is committed with its usage before `llm.call_completed` reaches the store (up to
+    50 ms later); a crash in between must not drop the call's spend from turn and session."""
+    settings = make_settings()
+    core = Core(settings)
+    await core.start()
+    sid = await insert_session(core.db)
+    tid = await insert_running_turn(core.db, sid)
+    usage = {"input_tokens": 100, "output_tokens": 20, "cost_usd": "0.6"}
+    reply = Message(
+        id=new_ulid(),
+        session_id=sid,
+        turn_id=tid,
+        role="assistant",
+        content=[TextBlock(text="hi")],
+        created_at_us=now_us(),
+        metadata=MessageMetadata(
+            model="local:scripted",
+            provider="local",
+            routing={"policy": "global_default"},
+            usage=usage,
+            stop_reason="end_turn",
+        ),
+    )
+    async with core.db.write() as conn:
+        await insert_message(conn, reply)
+    await core.db.close()  # the crash: no llm.call_completed was ever stored
+    core = Core(settings)
+    await core.start()
+    try:
+        events, _ = await core.event_store.page(
+            sid, after_seq=0, until_seq=None, types=None, limit=5
+        )
+        [failed] = events
+        assert failed.type == "turn.failed"
+        payload = failed.payload
+        assert payload["total_cost_usd"] == "0.6" and payload["input_tokens"] == 100
+        session = await core.db.fetchone(
+            "SELECT cost_so_far_usd, output_tokens FROM sessions WHERE id=?", (sid,)
+        )
+        assert (session["cost_so_far_usd"], session["output_tokens"]) == ("0.6", 20)
+        assert core.costs.session(sid).cost == Decimal("0.6")
+    finally:
+        await core.stop()
