@@ -13,7 +13,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
-from pydantic_core import from_json
 
 from metis.aap import routes_v1, routes_v3
 from metis.aap.agents import AgentCatalog
@@ -23,6 +22,7 @@ from metis.aap.errors import AapError, error_response, from_domain
 from metis.aap.http import AAP_STATE_KEY, BODY_KEY, CORS_KEY, AapRoute, AapRoutes, AapState
 from metis.aap.store import AapStore
 from metis.aap.workspaces import Workspaces
+from metis.core.canonical import parse_client_json
 from metis.core.errors import DomainError
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ async def _read_json_body(request: web.Request, max_bytes: int) -> None:
         if len(data) > max_bytes:
             raise too_large
     try:
-        value = from_json(data.decode("utf-8"))  # refuses escaped lone surrogates, unlike json
+        value = parse_client_json(data.decode("utf-8"))
     except ValueError:  # UnicodeDecodeError included
         raise AapError("invalid_json", "the body is not valid JSON") from None
     if not isinstance(value, dict):

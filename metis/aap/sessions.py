@@ -227,6 +227,8 @@ def decode_cursor(cursor: str) -> tuple[int, str]:
         tag, stamp, session_id = text.split("|")
         if tag != "c1" or not session_id.startswith("sess_") or not stamp.isdigit():
             raise ValueError(text)
+        if int(stamp) >= 2**63:  # SQLite integers are 64-bit
+            raise ValueError(text)
         return int(stamp), session_id
     except (ValueError, UnicodeDecodeError, binascii.Error):
         raise AapError(

@@ -69,6 +69,8 @@ class Workspaces:
                 return WorkspaceChoice(path, True)
             # An existing entry may be a symlink: judged after resolution, like a path.
             return WorkspaceChoice(self._inside_roots(value, path), True)
+        if "\0" in value:  # no directory name holds one (os calls raise ValueError)
+            raise _bad("workspace must not contain a NUL character")
         expanded = Path(value).expanduser()
         if not expanded.is_absolute():
             raise _bad(

@@ -66,6 +66,8 @@ class PurgeResult:
 def _workspace_filter(raw: str) -> str | None:
     """A list filter normalised as `resolve_workspace` stores paths; None matches nothing
     (a relative path is never resolved against the daemon's own working directory)."""
+    if "\0" in raw:  # no file name holds one (os calls raise ValueError)
+        return None
     path = Path(raw).expanduser()
     if not path.is_absolute():
         return None
@@ -77,6 +79,8 @@ def _workspace_filter(raw: str) -> str | None:
 
 def resolve_workspace(raw: str, allowed_roots: tuple[Path, ...]) -> str:
     """`~` expanded, absolute, existing, a readable directory; returned symlink-resolved."""
+    if "\0" in raw:  # no file name holds one (os calls raise ValueError)
+        raise WorkspaceNotFound(raw, "not_found")
     path = Path(raw).expanduser()
     if not path.is_absolute():
         raise WorkspaceNotFound(raw, "not_absolute")

@@ -137,6 +137,11 @@ def load_yaml_bytes(raw: bytes, *, max_bytes: int = MAX_YAML_BYTES) -> YamlDocum
         return YamlDocument(
             None, [Diagnostic("error", "yaml_syntax", "", line, column, f"YAML syntax: {problem}")]
         )
+    except RecursionError:  # PyYAML composes nested collections recursively
+        return YamlDocument(
+            None,
+            [Diagnostic("error", "yaml_syntax", "", None, None, "YAML syntax: nested too deeply")],
+        )
     except yaml.YAMLError as exc:
         return YamlDocument(None, [Diagnostic("error", "yaml_syntax", "", None, None, str(exc))])
     return YamlDocument(data, _duplicate_key_errors(data, duplicates))

@@ -13,9 +13,9 @@ from typing import Any, Literal, TypeVar, get_args, get_origin
 
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
-from pydantic_core import from_json
 
 from metis.config import PageSize
+from metis.core.canonical import parse_client_json
 from metis.server.errors import ApiError, dumps
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -129,7 +129,7 @@ def _decode_json(raw: bytes) -> Any:
     try:
         # Stricter than json.loads where it matters: an escaped lone surrogate ("\ud800")
         # cannot be stored or sent as UTF-8 and is refused here, with its position.
-        return from_json(text)
+        return parse_client_json(text)
     except ValueError as exc:
         raise validation_error(
             [{"loc": ["body"], "msg": f"malformed JSON: {exc}", "type": "json_invalid"}]

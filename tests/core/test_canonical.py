@@ -242,3 +242,11 @@ def test_anchored_patterns_refuse_a_final_newline() -> None:
     ulid = c.new_ulid()
     assert c.is_ulid(ulid) and not c.is_ulid(ulid + "\n")
     assert c.TOOL_NAME_RE.match("read_file") and not c.TOOL_NAME_RE.match("read_file\n")
+
+
+def test_client_json_is_rfc_8259_and_round_trips() -> None:
+    """What parses can be written back as JSON: no NaN, no infinity, no lone surrogate."""
+    assert c.parse_client_json('{"a": [1e300, -2.5e-300, 10]}') == {"a": [1e300, -2.5e-300, 10]}
+    for bad in ("NaN", "[Infinity]", '{"a": 1e999}', "[-1E+400]", '"\\ud800"'):
+        with pytest.raises(ValueError):
+            c.parse_client_json(bad)

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
-from pydantic_core import from_json, to_json
+from pydantic_core import to_json
 
-from metis.core.canonical import is_ulid
+from metis.core.canonical import is_ulid, parse_client_json
 from metis.core.events.catalog import PERSISTED, STREAMING
 from metis.core.events.envelope import AnyEvent
 
@@ -209,7 +209,7 @@ def parse_subscribe(frame: dict[str, Any]) -> Subscribe:
 def parse_frame(text: str) -> dict[str, Any]:
     """A client text frame: a JSON object with a string `type`, else ProtocolViolation."""
     try:
-        frame = from_json(text)  # refuses escaped lone surrogates, unlike json.loads
+        frame = parse_client_json(text)
     except ValueError:
         raise ProtocolViolation("frame is not JSON") from None
     if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):

@@ -1,0 +1,37 @@
+"""AAP inputs found by fuzzing that once got a 500 or stored what cannot be read back."""
+
+from __future__ import annotations
+
+import base64
+
+from tests.aap.client import AapClient
+
+
+async def test_a_cursor_past_sqlite_integers_is_invalid(aap: AapClient) -> None:
+    for stamp in (2**63, 2**64 + 5):
+        cursor = base64.urlsafe_b64encode(f"c1|{stamp}|sess_x".encode()).decode().rstrip("=")
+        for client in (aap, aap.v1):
+            reply = await client.request("GET", f"/sessions?after={cursor}")
+            assert reply.status == 400 and reply.body["error"]["code"] == "invalid_cursor"
+
+
+async def test_nan_and_infinity_are_invalid_json_and_nothing_is_stored(aap: AapClient) -> None:
+    for number in (b"NaN", b"Infinity", b"1e999"):
+        body = (
+            b'{"agent": {"name": "metis"}, "tools": [{"name": "ct", "description": "d", '
+            b'"parameters": {"type": "object", "x": ' + number + b"}}]}"
+        )
+        reply = await aap.request(
+            "POST", "/sessions", raw=body, headers={"Content-Type": "application/json"}
+        )
+        assert reply.status == 400 and reply.body["error"]["code"] == "invalid_json"
+    listed = await aap.request("GET", "/sessions")
+    assert listed.status == 200 and listed.body["sessions"] == []
+
+
+async def test_a_nul_in_the_workspace_option_is_an_invalid_option(aap: AapClient) -> None:
+    for value in ("/tmp/\u0000", "~\u0000/x"):
+        reply = await aap.request(
+            "POST", "/sessions", {"agent": {"name": "metis", "options": {"workspace": value}}}
+        )
+        assert reply.status == 400 and reply.body["error"]["code"] == "invalid_option", value

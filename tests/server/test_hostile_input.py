@@ -1,0 +1,55 @@
+"""Inputs found by fuzzing the daemon that once got a 500 or stored what cannot be read back."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from metis.server.runner import Daemon
+from tests.api import Api
+from tests.ws_client import Ws
+
+
+@pytest.fixture
+async def api(daemon: Daemon) -> AsyncIterator[Api]:
+    async with aiohttp.ClientSession(base_url=daemon.base_url) as http:
+        yield Api(http)
+
+
+async def raw_post(api: Api, path: str, body: bytes) -> tuple[int, dict]:
+    headers = {"Content-Type": "application/json"}
+    async with api.http.post(path, data=body, headers=headers) as r:
+        return r.status, await r.json()
+
+
+@pytest.mark.parametrize("number", [b"NaN", b"Infinity", b"-Infinity", b"1e999", b"-2E+400"])
+async def test_numbers_json_cannot_write_back_are_refused(
+    api: Api, workspace: Path, number: bytes
+) -> None:
+    sid = (await api.create_session(workspace))["id"]
+    body = b'{"content": [{"type": "text", "text": "x"}], "per_message_override": ' + number + b"}"
+    status, error = await raw_post(api, f"/sessions/{sid}/turns", body)
+    assert status == 400 and error["error"]["code"] == "validation_error"
+    client, _ack = await Ws.subscribed(api, sid)
+    await client.ws.send_str('{"type": "ping", "nonce": ' + number.decode() + "}")
+    closed = await client.closed()
+    assert closed.code == 1008 and closed.reason["code"] == "protocol_error"
+
+
+async def test_a_nul_in_a_workspace_path_is_a_bad_path_not_a_crash(api: Api) -> None:
+    for raw in ("~\u0000", "/tmp/\u0000x"):
+        status, body = await api.call("POST", "/sessions", {"workspace_path": raw})
+        assert status == 400 and body["error"]["code"] == "workspace_not_found", body
+    for raw in ("/tmp/\u0000", "~\u0000"):
+        status, body = await api.call("GET", "/sessions", params={"workspace_path": raw})
+        assert status == 200 and body["sessions"] == []
+
+
+async def test_policy_yaml_nested_too_deeply_is_reported_invalid(api: Api) -> None:
+    deep = "x: " + "[" * 2000 + "]" * 2000 + "\n"
+    status, body = await api.call("POST", "/routing/check", {"policy_yaml": deep})
+    assert status == 200 and body["valid"] is False
+    assert "nested too deeply" in body["errors"][0]
