@@ -20,6 +20,7 @@ from metis.aap.auth import REALM_HEADER, bearer_token, key_matches, load_api_key
 from metis.aap.cors import CorsPolicy
 from metis.aap.errors import AapError, error_response, from_domain
 from metis.aap.http import AAP_STATE_KEY, BODY_KEY, CORS_KEY, AapRoute, AapRoutes, AapState
+from metis.aap.sessions import discard_unfinished_creations
 from metis.aap.store import AapStore
 from metis.aap.workspaces import Workspaces
 from metis.core.canonical import parse_client_json
@@ -191,6 +192,11 @@ def own_origins(port: int) -> tuple[str, ...]:
 def mount(app: web.Application, server: Any) -> AapState:
     """Add `/aap/v1` (first, so prefix resolution hands `/aap/v1/*` to v1) and `/aap`."""
     state = build_state(server)
+
+    async def discard_unfinished(_app: web.Application) -> None:  # before the port listens
+        await discard_unfinished_creations(state)
+
+    app.on_startup.append(discard_unfinished)
     app.add_subapp(V1_PREFIX, _sub_app(routes_v1.routes, state))
     app.add_subapp(V3_PREFIX, _sub_app(routes_v3.routes, state))
     app[AAP_STATE_KEY] = state

@@ -158,6 +158,25 @@ def draft_session(
     return SessionDraft(agent, session, values.workspace, drafts)
 
 
+async def discard_unfinished_creations(state: AapState) -> int:
+    """Start-up: purge AAP-surface sessions without their `aap_sessions` row.
+
+    Creation is two commits (docs/decisions.md); a crash between them leaves a bare session
+    that AAP cannot see (404) and metis cannot drive (409 surface_mismatch). Its client never
+    got a 201, so nothing acknowledged is lost."""
+    core = state.core
+    rows = await core.db.fetchall(
+        "SELECT id FROM sessions WHERE surface='aap' "
+        "AND id NOT IN (SELECT session_id FROM aap_sessions)"
+    )
+    for row in rows:
+        await core.session_store.purge(row["id"])
+        core.bus.forget_stream(row["id"])
+        core.costs.forget_session(row["id"])
+        log.warning("discarded AAP session %s: a crash interrupted its creation", row["id"])
+    return len(rows)
+
+
 async def commit_session(state: AapState, draft: SessionDraft, workspace: str) -> AapSession:
     """Core creates the session (and emits `session.created`); then the AAP row and the seed
     are committed together. If that second step fails the session is purged again.

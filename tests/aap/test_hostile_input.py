@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from tests.aap.client import AapClient
+from tests.aap.conftest import roots
 
 
 async def test_a_cursor_past_sqlite_integers_is_invalid(aap: AapClient) -> None:
@@ -35,3 +39,18 @@ async def test_a_nul_in_the_workspace_option_is_an_invalid_option(aap: AapClient
             "POST", "/sessions", {"agent": {"name": "metis", "options": {"workspace": value}}}
         )
         assert reply.status == 400 and reply.body["error"]["code"] == "invalid_option", value
+
+
+async def test_a_creation_cut_by_a_crash_leaves_no_bare_session(
+    api_key: str, start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """A crash between the two commits of an AAP creation (the core session, then its AAP row)
+    leaves a session AAP cannot see and metis cannot drive; the next start discards it."""
+    first = await start_daemon(**roots(workspace))
+    bare = await first.core.sessions.create(str(workspace), surface="aap")  # commit 1 only
+    await first.stop()
+    second = await start_daemon(**roots(workspace))
+    assert await second.core.session_store.get(bare.id) is None
+    assert (
+        await second.core.db.fetchone("SELECT 1 FROM events WHERE session_id=?", (bare.id,)) is None
+    )
