@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
+import sys
 import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
 
 import aiohttp
 
@@ -34,3 +39,26 @@ async def wait_until_serving(
         if time.monotonic() > give_up:
             raise AssertionError(f"metis serve did not answer {path} within {deadline_s:.0f} s")
         await asyncio.sleep(0.05)
+
+
+async def spawn_serve(
+    metis_home: Path,
+    port: int,
+    *,
+    output: int | IO[Any] = asyncio.subprocess.DEVNULL,
+    environ: Mapping[str, str] | None = None,
+) -> asyncio.subprocess.Process:
+    """`metis serve` as a user starts it: its own interpreter, METIS_HOME from the environment;
+    stdout and stderr both go to `output`."""
+    env = dict(os.environ if environ is None else environ)
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "metis.cli",
+        "serve",
+        "--port",
+        str(port),
+        env={**env, "METIS_HOME": str(metis_home)},
+        stdout=output,
+        stderr=output,
+    )

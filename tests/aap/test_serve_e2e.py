@@ -7,29 +7,18 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
 from pathlib import Path
 
 import aiohttp
 
 from tests.aap.client import WEATHER, AapClient, check_stream, tool_result
-from tests.serve_process import free_port, wait_until_serving
+from tests.serve_process import free_port, spawn_serve, wait_until_serving
 
 
 async def test_metis_serve_speaks_aap_in_every_mode(metis_home: Path) -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "METIS_API_KEY"}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "metis.cli",
-        "serve",
-        "--port",
-        str(port),
-        env={**env, "METIS_HOME": str(metis_home)},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    proc = await spawn_serve(metis_home, port, output=asyncio.subprocess.PIPE, environ=env)
     try:
         async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{port}") as http:
             await wait_until_serving(http, "/aap/meta")

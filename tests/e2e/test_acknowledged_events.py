@@ -7,10 +7,7 @@ subprocess is killed right after each response and restarted on the same METIS_H
 
 from __future__ import annotations
 
-import asyncio
-import os
 import signal
-import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,7 +17,7 @@ import aiohttp
 
 from tests.api import Api
 from tests.e2e.test_provider_turns import types_of
-from tests.serve_process import free_port, wait_until_serving
+from tests.serve_process import free_port, spawn_serve, wait_until_serving
 
 
 @asynccontextmanager
@@ -28,17 +25,7 @@ async def serving(metis_home: Path, log: Path) -> AsyncIterator[tuple[Api, Calla
     """A `metis serve` subprocess and a way to SIGKILL it."""
     port = free_port()
     with log.open("ab") as out:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "metis.cli",
-            "serve",
-            "--port",
-            str(port),
-            env={**os.environ, "METIS_HOME": str(metis_home)},
-            stdout=out,
-            stderr=out,
-        )
+        proc = await spawn_serve(metis_home, port, output=out)
 
     async def kill() -> None:
         if proc.returncode is None:

@@ -14,7 +14,6 @@ import contextlib
 import os
 import signal
 import sqlite3
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from tests.e2e import test_provider_turns as provider_turns
 from tests.e2e.test_costs import U1, U3, assert_store_invariants, cost_of, plain, prices
 from tests.e2e.test_provider_turns import AUTO_TOOLS, models_yaml, session_on, types_of
 from tests.processes import live_group_members
-from tests.serve_process import free_port, wait_until_serving
+from tests.serve_process import free_port, spawn_serve, wait_until_serving
 
 fake = provider_turns.fake  # the fake provider fixture, shared
 
@@ -48,17 +47,7 @@ async def test_daemon_killed_while_a_shell_tool_runs_recovers_on_restart(
     price = prices(fake)
     port = free_port()
     with (tmp_path / "serve.log").open("wb") as log:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "metis.cli",
-            "serve",
-            "--port",
-            str(port),
-            env={**os.environ, "METIS_HOME": str(metis_home)},
-            stdout=log,
-            stderr=log,
-        )
+        proc = await spawn_serve(metis_home, port, output=log)
     command = f"echo $$ > {PGID_FILE}; echo started; sleep 30"
     fake.enqueue(
         "anthropic", FakeReply.call("shell", {"command": command, "timeout_seconds": 60}, usage=U1)

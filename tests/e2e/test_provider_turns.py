@@ -8,9 +8,7 @@ stored messages, files in the workspace, costs, and the requests the provider re
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,7 @@ import pytest
 from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from tests.api import Api
-from tests.serve_process import free_port, wait_until_serving
+from tests.serve_process import free_port, spawn_serve, wait_until_serving
 
 MODELS = """
 pricing_version: "e2e-1"
@@ -360,17 +358,7 @@ async def test_daemon_killed_mid_turn_recovers_on_restart(
     (metis_home / "models.yaml").write_text(models_yaml(fake))
     (metis_home / "config.yaml").write_text(AUTO_TOOLS)
     port = free_port()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "metis.cli",
-        "serve",
-        "--port",
-        str(port),
-        env={**os.environ, "METIS_HOME": str(metis_home)},
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
+    proc = await spawn_serve(metis_home, port)
     fake.enqueue("anthropic", FakeReply.hang_after(4, text="never finished"))
     try:
         async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{port}") as http:
