@@ -3,9 +3,7 @@ restart after it (seq continues, the pruned prefix is never reported as a gap)."
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-
-import pytest
+from collections.abc import Callable
 
 from metis.commands.trace import DAY_US
 from metis.config import Settings
@@ -16,16 +14,6 @@ from metis.core.store.db import Database
 from metis.core.store.prune import PrunedStream, prune_events
 from tests.helpers import insert_session
 from tests.server.test_ws_replay import model_changed
-
-
-@pytest.fixture
-async def core(make_settings: Callable[..., Settings]) -> AsyncIterator[Core]:
-    c = Core(make_settings())
-    await c.start()
-    try:
-        yield c
-    finally:
-        await c.stop()
 
 
 async def stream_with(core: Core, events: int) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 
@@ -22,16 +22,6 @@ from metis.core.store.migrations import LATEST_VERSION
 from tests.helpers import insert_running_turn, insert_session
 
 GAP = {"missing_from_seq": 1, "missing_to_seq": 1, "detected_by": "writer"}
-
-
-@pytest.fixture
-async def core(make_settings: Callable[..., Settings]) -> AsyncIterator[Core]:
-    c = Core(make_settings())
-    await c.start()
-    try:
-        yield c
-    finally:
-        await c.stop()
 
 
 async def test_migration_creates_the_schema_from_an_empty_file(tmp_path: Path) -> None:
