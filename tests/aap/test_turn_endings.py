@@ -19,7 +19,7 @@ import pytest
 from metis.server.runner import Daemon
 from metis.testing import FakeProviderServer, FakeReply
 from tests.aap.client import WEATHER, AapClient, permission
-from tests.aap.conftest import roots
+from tests.aap.conftest import fake_models, roots
 from tests.e2e.test_turn_endings import CUT_OFF_REPLIES
 
 Fake = tuple[Daemon, AapClient, FakeProviderServer]
@@ -79,20 +79,12 @@ async def test_a_call_cut_off_by_the_limit_is_not_announced(fake_aap: Fake, mode
 
 def _two_models(server: FakeProviderServer) -> str:
     """Two models on the fake provider: routing picks haiku and keeps sonnet as its fallback."""
-    return f"""
-pricing_version: "test"
-providers:
-  anthropic: {{adapter: anthropic, base_url: "{server.anthropic_base_url}", api_key: "ak-test"}}
-models:
-  - id: anthropic:claude-haiku-4-5
-    aliases: [haiku]
-    capabilities: {{max_context_tokens: 200000, max_output_tokens: 1024}}
-    pricing: {{input_per_mtok: "1", output_per_mtok: "5"}}
-  - id: anthropic:claude-sonnet-4-6
-    aliases: [sonnet]
-    capabilities: {{max_context_tokens: 200000, max_output_tokens: 1024}}
-    pricing: {{input_per_mtok: "3", output_per_mtok: "15"}}
-"""
+    return fake_models(server) + (
+        "  - id: anthropic:claude-sonnet-4-6\n"
+        "    aliases: [sonnet]\n"
+        "    capabilities: {max_context_tokens: 200000, max_output_tokens: 1024}\n"
+        '    pricing: {input_per_mtok: "3", output_per_mtok: "15"}\n'
+    )
 
 
 ROUTING = "global_default: sonnet\nrules:\n  - name: prefer haiku\n    when: {}\n    use: haiku\n"

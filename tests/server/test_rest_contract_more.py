@@ -365,83 +365,77 @@ async def _raw_post(
 
 @pytest.mark.parametrize(("headers", "body", "received"), NON_JSON)
 async def test_non_json_cancel_body_is_415_and_the_turn_runs_on(
-    start_daemon: Callable[..., Any],
+    make_api: Callable[..., Any],
     workspace: Path,
     headers: dict[str, str],
     body: bytes,
     received: str | None,
 ) -> None:
-    d = await start_daemon(config=HOLD)
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
-        api = Api(http)
-        sid = (await api.create_session(workspace))["id"]
-        turn_id, _ = await hold_turn(api, sid)
-        before = len(await api.events(sid))
-        url = f"/sessions/{sid}/turns/{turn_id}/cancel"
-        status, payload, response_headers = await _raw_post(api, url, body, headers)
-        details = assert_error(status, payload, 415, "unsupported_media_type")
-        assert details == {"content_type": received}
-        assert response_headers["Content-Type"] == "application/json; charset=utf-8"
+    _, api = await make_api(config=HOLD)
+    sid = (await api.create_session(workspace))["id"]
+    turn_id, _ = await hold_turn(api, sid)
+    before = len(await api.events(sid))
+    url = f"/sessions/{sid}/turns/{turn_id}/cancel"
+    status, payload, response_headers = await _raw_post(api, url, body, headers)
+    details = assert_error(status, payload, 415, "unsupported_media_type")
+    assert details == {"content_type": received}
+    assert response_headers["Content-Type"] == "application/json; charset=utf-8"
 
-        # 415 comes before the per-endpoint checks: an unknown session or turn is still 415.
-        for other in (
-            f"/sessions/{NEVER}/turns/{turn_id}/cancel",
-            f"/sessions/{sid}/turns/01M7YA76RDGJRJS6TX6XK99B3P/cancel",
-        ):
-            status, payload, _ = await _raw_post(api, other, body, headers)
-            assert assert_error(status, payload, 415, "unsupported_media_type") == {
-                "content_type": received
-            }
+    # 415 comes before the per-endpoint checks: an unknown session or turn is still 415.
+    for other in (
+        f"/sessions/{NEVER}/turns/{turn_id}/cancel",
+        f"/sessions/{sid}/turns/01M7YA76RDGJRJS6TX6XK99B3P/cancel",
+    ):
+        status, payload, _ = await _raw_post(api, other, body, headers)
+        assert assert_error(status, payload, 415, "unsupported_media_type") == {
+            "content_type": received
+        }
 
-        # A refused request changes nothing: the turn is still in flight, no event was written.
-        _, got = await api.call("GET", f"/sessions/{sid}")
-        assert got["current_turn_id"] == turn_id and got["current_turn_status"] == "in_flight"
-        assert len(await api.events(sid)) == before
+    # A refused request changes nothing: the turn is still in flight, no event was written.
+    _, got = await api.call("GET", f"/sessions/{sid}")
+    assert got["current_turn_id"] == turn_id and got["current_turn_status"] == "in_flight"
+    assert len(await api.events(sid)) == before
 
-        status, accepted = await api.call("POST", url, {"reason": "user_cancel"})
-        assert status == 202 and accepted["cancellation_initiated"] is True
-        assert (await api.wait_turn(sid, turn_id))["type"] == "turn.cancelled"
+    status, accepted = await api.call("POST", url, {"reason": "user_cancel"})
+    assert status == 202 and accepted["cancellation_initiated"] is True
+    assert (await api.wait_turn(sid, turn_id))["type"] == "turn.cancelled"
 
 
 async def test_chunked_non_json_cancel_body_is_415(
-    start_daemon: Callable[..., Any], workspace: Path
+    make_api: Callable[..., Any], workspace: Path
 ) -> None:
     """A chunked body counts as present (§1.2), whatever its length."""
-    d = await start_daemon(config=HOLD)
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
-        api = Api(http)
-        sid = (await api.create_session(workspace))["id"]
-        turn_id, _ = await hold_turn(api, sid)
+    _, api = await make_api(config=HOLD)
+    sid = (await api.create_session(workspace))["id"]
+    turn_id, _ = await hold_turn(api, sid)
 
-        async def chunks() -> AsyncIterator[bytes]:
-            yield b"{}"
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"{}"
 
-        url = f"/sessions/{sid}/turns/{turn_id}/cancel"
-        status, payload, _ = await _raw_post(api, url, chunks(), {"Content-Type": "text/plain"})
-        assert assert_error(status, payload, 415, "unsupported_media_type") == {
-            "content_type": "text/plain"
-        }
-        _, got = await api.call("GET", f"/sessions/{sid}")
-        assert got["current_turn_status"] == "in_flight"
-        await api.call("POST", url)
-        await api.wait_turn(sid, turn_id)
+    url = f"/sessions/{sid}/turns/{turn_id}/cancel"
+    status, payload, _ = await _raw_post(api, url, chunks(), {"Content-Type": "text/plain"})
+    assert assert_error(status, payload, 415, "unsupported_media_type") == {
+        "content_type": "text/plain"
+    }
+    _, got = await api.call("GET", f"/sessions/{sid}")
+    assert got["current_turn_status"] == "in_flight"
+    await api.call("POST", url)
+    await api.wait_turn(sid, turn_id)
 
 
 async def test_empty_cancel_body_with_a_non_json_content_type_is_no_body(
-    start_daemon: Callable[..., Any], workspace: Path
+    make_api: Callable[..., Any], workspace: Path
 ) -> None:
     """§1.2: the media type is checked only for a present body (or a required one); the cancel
     body is optional, so Content-Length 0 with `text/plain` is a plain cancel."""
-    d = await start_daemon(config=HOLD)
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
-        api = Api(http)
-        sid = (await api.create_session(workspace))["id"]
-        turn_id, _ = await hold_turn(api, sid)
-        url = f"/sessions/{sid}/turns/{turn_id}/cancel"
-        status, payload, _ = await _raw_post(api, url, b"", {"Content-Type": "text/plain"})
-        assert status == 202, payload
-        assert payload == {"turn_id": turn_id, "cancellation_initiated": True}
-        assert (await api.wait_turn(sid, turn_id))["type"] == "turn.cancelled"
+    _, api = await make_api(config=HOLD)
+    sid = (await api.create_session(workspace))["id"]
+    turn_id, _ = await hold_turn(api, sid)
+    url = f"/sessions/{sid}/turns/{turn_id}/cancel"
+    status, payload, _ = await _raw_post(api, url, b"", {"Content-Type": "text/plain"})
+    assert status == 202, payload
+    assert payload == {"turn_id": turn_id, "cancellation_initiated": True}
+    assert (await api.wait_turn(sid, turn_id))["type"] == "turn.cancelled"
 
 
 @pytest.mark.parametrize(("headers", "body", "received"), NON_JSON)

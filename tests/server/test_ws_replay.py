@@ -104,39 +104,35 @@ async def test_snapshot_holds_the_newest_messages_and_pages_older_over_rest(
 
 
 async def test_snapshot_during_a_confirmation_wait_lists_the_pending_request(
-    start_daemon: Callable[..., Any], workspace: Path
+    make_api: Callable[..., Any], workspace: Path
 ) -> None:
-    d = await start_daemon(config=HOLD)
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
-        api = Api(http)
-        sid = (await api.create_session(workspace))["id"]
-        status, accepted = await api.submit(sid, "please use server tool")
-        assert status == 202
-        requested = await api.wait_for_event(
-            sid, lambda e: e["type"] == "tool.confirmation_requested"
-        )
-        client = await Ws.open(api, sid)
-        await client.subscribe(snapshot=True)
-        snap = await client.recv()
-        session = snap["session"]
-        assert session["current_turn_id"] == accepted["turn_id"]
-        assert session["current_turn_status"] == "in_flight"
-        [pending] = session["pending_confirmations"]
-        assert pending["confirmation_request_id"] == requested["payload"]["confirmation_request_id"]
-        assert pending["requested_event_id"] == requested["id"]
-        assert snap["snapshot_at_event_id"] == requested["id"]
-        # the assistant message holding the tool use is committed and in the snapshot
-        assert snap["messages"][-1]["id"] == requested["payload"]["message_id"]
-        status, _ = await api.call(
-            "POST",
-            f"/sessions/{sid}/turns/{accepted['turn_id']}/confirmations/"
-            f"{pending['confirmation_request_id']}",
-            {"decision": "allow"},
-        )
-        assert status == 200
-        events = await client.turn(accepted["turn_id"])
-        assert types_of(events)[0] == "tool.confirmation_resolved"
-        await client.close()
+    _, api = await make_api(config=HOLD)
+    sid = (await api.create_session(workspace))["id"]
+    status, accepted = await api.submit(sid, "please use server tool")
+    assert status == 202
+    requested = await api.wait_for_event(sid, lambda e: e["type"] == "tool.confirmation_requested")
+    client = await Ws.open(api, sid)
+    await client.subscribe(snapshot=True)
+    snap = await client.recv()
+    session = snap["session"]
+    assert session["current_turn_id"] == accepted["turn_id"]
+    assert session["current_turn_status"] == "in_flight"
+    [pending] = session["pending_confirmations"]
+    assert pending["confirmation_request_id"] == requested["payload"]["confirmation_request_id"]
+    assert pending["requested_event_id"] == requested["id"]
+    assert snap["snapshot_at_event_id"] == requested["id"]
+    # the assistant message holding the tool use is committed and in the snapshot
+    assert snap["messages"][-1]["id"] == requested["payload"]["message_id"]
+    status, _ = await api.call(
+        "POST",
+        f"/sessions/{sid}/turns/{accepted['turn_id']}/confirmations/"
+        f"{pending['confirmation_request_id']}",
+        {"decision": "allow"},
+    )
+    assert status == 200
+    events = await client.turn(accepted["turn_id"])
+    assert types_of(events)[0] == "tool.confirmation_resolved"
+    await client.close()
 
 
 # ---- replay (tests 3, 4, 5, 25) -----------------------------------------------------------------
