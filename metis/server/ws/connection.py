@@ -16,13 +16,16 @@ import itertools
 import logging
 import secrets
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import WSMsgType, web
+from aiohttp.http import StreamWriter
 
 from metis.core.errors import DomainError
 from metis.core.events.envelope import AnyEvent
 from metis.core.events.hub import CloseMarker, HubClient, SharedEvent
+from metis.server.ws.framing import batches, text_frames
 from metis.server.ws.protocol import (
     CLOSE_MESSAGES,
     ProtocolViolation,
@@ -40,6 +43,11 @@ from metis.server.ws.seam import open_stream
 log = logging.getLogger(__name__)
 
 _connection_ids = itertools.count(1)
+
+# One socket write carries the queued events up to this many bytes of payload (at least one
+# event): large enough that a burst of deltas costs one system call, small enough that a
+# control frame (a pong) never waits behind much.
+WRITE_BATCH_BYTES = 64 * 1024
 
 
 def _reject_all(_event: AnyEvent) -> bool:
@@ -75,6 +83,7 @@ class Connection:
         self._writer: asyncio.Task[None] | None = None
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._transport: asyncio.Transport | None = None
+        self._flow: StreamWriter | None = None  # waits while the socket's buffer is full
         # heartbeat (§12)
         self._last_rx = 0.0
         self._pinged = False
@@ -99,6 +108,7 @@ class Connection:
     async def run(self, request: web.Request) -> None:
         loop = asyncio.get_running_loop()
         self._transport = request.transport  # type: ignore[assignment]
+        self._flow = StreamWriter(request.protocol, loop)
         self._reader = loop.create_task(self._read(), name=f"{self.name}:reader")
         self._writer = loop.create_task(self._write(), name=f"{self.name}:writer")
         self._timers["subscribe"] = loop.call_later(
@@ -216,15 +226,16 @@ class Connection:
         except SubscribeError as exc:
             self.close_out_of_band(1008, exc.code, exc.message, first=dumps(exc.frame()))
             return
-        for frame in preamble.frames:
-            await self.ws.send_frame(frame, WSMsgType.TEXT)
+        for batch in batches(preamble.frames, WRITE_BATCH_BYTES):
+            await self._write_frames(batch)
         self._start_heartbeat()
         await self._drain(preamble.last_sent_seq)
 
     async def _drain(self, last_sent_seq: int) -> None:
-        """LIVE: control frames first, then queued events in hub order (§9.2 step 5)."""
+        """LIVE: control frames first, then queued events in hub order (§9.2 step 5), every
+        event queued at that moment (up to a batch) in one socket write."""
         client, control, ws = self.client, self._control, self.ws
-        wake, text = client.wake, WSMsgType.TEXT
+        wake = client.wake
         while True:
             if control:
                 await ws.send_str(control.popleft())
@@ -234,20 +245,38 @@ class Connection:
                 wake.clear()
                 await wake.wait()
                 continue
-            item = queue.popleft()
-            if type(item) is SharedEvent:
+            payloads: list[bytes] = []
+            size = 0
+            while queue and size < WRITE_BATCH_BYTES:
+                item = queue[0]
+                if type(item) is not SharedEvent:
+                    break  # the close marker: after what is taken so far
+                queue.popleft()
                 event = item.event
                 if not event.transient and event.seq <= last_sent_seq:  # type: ignore[union-attr]
                     continue  # defensive (cannot fire): already replayed or in the snapshot
                 data = item.data
                 if data is None:  # the first socket to send it encodes it for all of them
                     data = item.data = event_frame(event)
-                await ws.send_frame(data, text)
-            elif isinstance(item, CloseMarker):
-                self._close_in_band(item)
+                payloads.append(data)
+                size += len(data)
+            if payloads:
+                await self._write_frames(payloads)
+            elif queue:
+                marker = queue.popleft()
+                assert isinstance(marker, CloseMarker)  # a shared client queues nothing else
+                self._close_in_band(marker)
                 return
-            else:
-                await ws.send_frame(event_frame(item), text)
+
+    async def _write_frames(self, payloads: Sequence[bytes]) -> None:
+        """Text frames in one socket write, then wait while the peer is not taking them (that
+        wait is what lets the hub queue fill up behind a stalled client)."""
+        transport = self._transport
+        if self.ws.closed or transport is None or transport.is_closing():
+            raise ConnectionResetError("the WebSocket is closing")
+        transport.write(text_frames(payloads))
+        assert self._flow is not None
+        await self._flow.drain()
 
     def _close_in_band(self, marker: CloseMarker) -> None:
         """Everything before the marker is sent: hand the close to a task that `run` awaits,
