@@ -28,7 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from metis.config import load_settings
 from metis.server.runner import Daemon, freeze_startup_heap
-from metis.testing.bench import bench_models_yaml, spawn_fake_provider, stop_process
+from metis.testing.bench import (
+    bench_models_yaml,
+    bench_reply,
+    spawn_fake_provider,
+    stop_process,
+)
 
 KEY = "bench-aap-key-0123456789"
 
@@ -42,7 +47,7 @@ def count_events(buffer: bytearray, name: bytes) -> tuple[int, bool]:
 
 
 async def relay(http: aiohttp.ClientSession, base: str, fake_url: str, deltas: int) -> float:
-    reply = {"text": "x" * deltas, "chunk_chars": 1}
+    reply = bench_reply(deltas, chunk_chars=1)
     await http.post(f"{fake_url}/_fake/enqueue", json={"api": "anthropic", "replies": [reply]})
     headers = {"Authorization": f"Bearer {KEY}"}
     async with http.post(

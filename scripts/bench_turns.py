@@ -31,7 +31,12 @@ from metis.config import load_settings
 from metis.core.events.catalog import TURN_TERMINAL
 from metis.core.events.envelope import AnyEvent
 from metis.server.runner import Daemon, freeze_startup_heap
-from metis.testing.bench import bench_models_yaml, spawn_fake_provider, stop_process
+from metis.testing.bench import (
+    bench_models_yaml,
+    bench_reply,
+    spawn_fake_provider,
+    stop_process,
+)
 
 
 class TurnClock:
@@ -78,7 +83,7 @@ async def run_turns(
     daemon: Daemon, url: str, workspace: str, turns: int, deltas: int, profile: str | None
 ) -> Samples:
     """The long session's turns, then its last ten interleaved with a fresh session's first ten."""
-    reply = {"text": "x" * (8 * deltas), "chunk_chars": 8, "repeat": turns + 10}
+    reply = bench_reply(deltas, repeat=turns + 10)
     async with aiohttp.ClientSession() as http:
         await http.post(f"{url}/_fake/enqueue", json={"api": "anthropic", "replies": [reply]})
         clock = TurnClock(daemon, http)

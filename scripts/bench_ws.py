@@ -41,7 +41,12 @@ from yarl import URL
 
 from metis.config import load_settings
 from metis.server.runner import Daemon, freeze_startup_heap
-from metis.testing.bench import bench_models_yaml, spawn_fake_provider, stop_process
+from metis.testing.bench import (
+    bench_models_yaml,
+    bench_reply,
+    spawn_fake_provider,
+    stop_process,
+)
 
 CHUNK = 8
 
@@ -179,7 +184,7 @@ async def run_turns(
         c.accept is not None for c in core.hub._sessions[sid].clients
     ):
         await asyncio.sleep(0.01)
-    reply = {"text": "x" * (CHUNK * deltas), "chunk_chars": CHUNK, "repeat": turns}
+    reply = bench_reply(deltas, chunk_chars=CHUNK, repeat=turns)
     async with aiohttp.ClientSession() as control:
         await control.post(
             f"{fake_url}/_fake/enqueue", json={"api": "anthropic", "replies": [reply]}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from typing import Any
 
 BENCH_MODEL = "anthropic:claude-sonnet-4-6"
 _MODELS = """
@@ -17,6 +18,20 @@ models:
     capabilities: {{max_context_tokens: 200000, max_output_tokens: 8192}}
     pricing: {{input_per_mtok: "3", output_per_mtok: "15"}}
 """
+
+
+def bench_reply(deltas: int, *, chunk_chars: int = 8, repeat: int = 1) -> dict[str, Any]:
+    """A fake-provider reply of `deltas` text deltas, served `repeat` times.
+
+    Its usage figures are given, so the provider does not count the request's tokens: that
+    count reads the whole history, and the provider's time would grow with a long session's
+    history and pass for the daemon's."""
+    return {
+        "text": "x" * (chunk_chars * deltas),
+        "chunk_chars": chunk_chars,
+        "repeat": repeat,
+        "usage": {"input_tokens": 1000, "output_tokens": deltas},
+    }
 
 
 def bench_models_yaml(anthropic_url: str) -> str:

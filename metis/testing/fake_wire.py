@@ -6,11 +6,13 @@ readable in one place, independent of aiohttp plumbing (providers.md §8 "Wire f
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import to_json
 
 from metis.core.canonical import (
     Base64Source,
@@ -335,12 +337,16 @@ class _Content:
 
 
 def resolve_content(api: Api, body: dict[str, Any], reply: FakeReply) -> _Content:
-    system, messages, tools = (anthropic_view if api == "anthropic" else openai_view)(body)
+    """What the reply says and its usage. The request is only read (at a cost that grows with
+    the history) when the reply leaves something to derive from it: the scripted text, or the
+    input token count."""
+    view = functools.cache(lambda: (anthropic_view if api == "anthropic" else openai_view)(body))
     text = reply.text
     thinking = reply.thinking
     signature = FAKE_SIGNATURE
     calls = [(c.name, c.input) for c in reply.tool_calls]
     if text is None and not calls and reply.refusal is None:
+        _system, messages, tools = view()
         plan = plan_scripted_reply(ScriptedView(messages, tools, all_tools_both=True))
         text = plan.text
         calls = [(c.name, c.input) for c in plan.tool_calls]
@@ -354,6 +360,7 @@ def resolve_content(api: Api, body: dict[str, Any], reply: FakeReply) -> _Conten
     usage = reply.usage or FakeUsage()
     input_tokens = usage.input_tokens
     if input_tokens is None:
+        system, messages, tools = view()
         input_tokens = whitespace_tokens(input_token_parts(system, None, messages, tools))
     output_tokens = usage.output_tokens
     if output_tokens is None:
@@ -448,7 +455,7 @@ def anthropic_message(n: int, model: str, reply: FakeReply, content: _Content) -
 
 
 def sse_frame(event: str, data: dict[str, Any]) -> str:
-    return f"event: {event}\ndata: {dumps(data)}\n\n"
+    return f"event: {event}\ndata: {to_json(data).decode()}\n\n"
 
 
 def anthropic_frames(n: int, model: str, reply: FakeReply, content: _Content) -> list[str]:
