@@ -14,6 +14,7 @@ import socket
 import sys
 
 from aiohttp import web
+from aiohttp.http import HttpProcessingError
 
 from metis.config import Settings
 from metis.server.app import create_app, new_state
@@ -63,6 +64,30 @@ def protect_process_memory() -> bool:
         return False
 
 
+class _UnparsableRequests(logging.Filter):
+    """aiohttp logs a request its parser refuses at ERROR, with a traceback that quotes the
+    offending bytes (a header line, which may carry a credential). The client is answered 400
+    already and the fault is its own: one WARNING line naming the parser's error, no bytes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            if record.levelno > logging.WARNING:
+                record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.msg = "refused an HTTP request its parser could not read (%d, %s)"
+            record.args = (exc.code, type(exc).__name__)
+            record.exc_info = record.exc_text = None
+        return True
+
+
+def http_server_logger() -> logging.Logger:
+    """The logger of aiohttp's connection handlers (parse errors, unhandled exceptions)."""
+    logger = logging.getLogger("metis.server.http_errors")
+    if not any(isinstance(f, _UnparsableRequests) for f in logger.filters):
+        logger.addFilter(_UnparsableRequests())
+    return logger
+
+
 class Daemon:
     """One daemon instance: `await start()` returns once it accepts connections."""
 
@@ -93,6 +118,7 @@ class Daemon:
         self._runner = web.AppRunner(
             self.app,
             access_log=None,
+            logger=http_server_logger(),
             handle_signals=False,
             shutdown_timeout=self.settings.limits.shutdown_grace_s,
             lingering_time=1.0,  # an unread oversized upload (413) must not pin a connection for 10 s

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -53,3 +55,31 @@ async def test_policy_yaml_nested_too_deeply_is_reported_invalid(api: Api) -> No
     status, body = await api.call("POST", "/routing/check", {"policy_yaml": deep})
     assert status == 200 and body["valid"] is False
     assert "nested too deeply" in body["errors"][0]
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"GET /health HTTP/1.1\r\nHost: {host}\r\nContent-Length: sk-secret-1\r\n\r\n",
+        b"GET /health HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer sk-secret-1"
+        + b"x" * 9000
+        + b"\r\n\r\n",
+        b"GET\x01sk-secret-1 / HTTP/1.1\r\nHost: {host}\r\n\r\n",
+    ],
+    ids=["bad-content-length", "overlong-header", "bad-method"],
+)
+async def test_an_unparsable_request_is_refused_400_and_logged_without_its_bytes(
+    daemon: Daemon, caplog: pytest.LogCaptureFixture, head: bytes
+) -> None:
+    host = f"127.0.0.1:{daemon.port}".encode()
+    with caplog.at_level(logging.DEBUG):
+        reader, writer = await asyncio.open_connection("127.0.0.1", daemon.port)
+        writer.write(head.replace(b"{host}", host))
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+    assert answer.startswith(b"HTTP/1.") and b" 400 " in answer.split(b"\r\n", 1)[0]
+    logged = [r for r in caplog.records if r.name == "metis.server.http_errors"]
+    assert logged and all(r.levelno <= logging.WARNING for r in logged)
+    for record in caplog.records:
+        assert "sk-secret-1" not in record.getMessage() and not record.exc_info
