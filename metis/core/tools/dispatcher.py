@@ -33,7 +33,12 @@ from metis.core.store.db import Database, execute_all
 from metis.core.store.messages import INSERT_MESSAGE_SQL, message_row
 from metis.core.tools.executor import ToolExecutor
 from metis.core.tools.pathorder import PathOrder, PathTurn
-from metis.core.tools.policy import SurfaceToolPolicy, configured_mode, resolve_mode
+from metis.core.tools.policy import (
+    ModeResolution,
+    SurfaceToolPolicy,
+    configured_mode,
+    resolve_mode,
+)
 from metis.core.tools.precheck import precheck
 from metis.core.tools.registry import RegisteredTool, ToolRegistry
 from metis.core.tools.results import (
@@ -136,6 +141,7 @@ class Dispatcher:
         self.on_committed = on_committed or (lambda session_id, message: None)
         self._global = asyncio.Semaphore(settings.max_concurrent_global)
         self._session_slots: dict[str, asyncio.Semaphore] = {}
+        self._first_questions: dict[tuple[str, str], asyncio.Lock] = {}  # prompt_once (§_confirm)
         self._path_order = PathOrder()
         self._trusted = settings.confirmation.resolved_trusted_workspaces()
 
@@ -161,6 +167,8 @@ class Dispatcher:
 
     def forget_session(self, session_id: str) -> None:
         self._session_slots.pop(session_id, None)
+        for key in [k for k in self._first_questions if k[0] == session_id]:
+            del self._first_questions[key]
         self._path_order.forget(lambda key: isinstance(key, tuple) and key[0] == session_id)
 
     # -- the batch ----------------------------------------------------------------------------
@@ -316,15 +324,58 @@ class Dispatcher:
         if check.failure is not None:
             return check.failure
         # 4. confirmation
-        resolution = resolve_mode(
-            tool_name=block.name,
+        refusal = await self._confirm(turn, job, entry, message_id, parent)
+        if refusal is not None or job.parked:
+            return refusal
+        return await self.execute(turn, job)
+
+    def _resolve_mode(self, turn: TurnTools, job: _Job, entry: RegisteredTool) -> ModeResolution:
+        return resolve_mode(
+            tool_name=job.block.name,
             side_effects=entry.definition.side_effects,
             workspace=turn.sandbox.root,
             confirmation=self.settings.confirmation,
             trusted_roots=self._trusted,
             surface=turn.surface_policy,
-            remembered=self._remembered(turn.session_id, block.name),
+            remembered=self._remembered(turn.session_id, job.block.name),
         )
+
+    async def _confirm(
+        self, turn: TurnTools, job: _Job, entry: RegisteredTool, message_id: str, parent: str | None
+    ) -> ToolOutcome | None:
+        """Step 4: None when the call may run (or is parked: `job.parked`), else its failure.
+
+        `prompt_once` asks the first time only, and the calls of one tool often come in one
+        batch: a call that finds its tool's first question still open waits for that answer
+        (remembered, so it decides this call too) instead of asking a second time."""
+        resolution = self._resolve_mode(turn, job, entry)
+        if not (
+            resolution.action == "ask"
+            and resolution.mode == "prompt_once"
+            and turn.confirmation_policy == "wait"
+        ):
+            return await self._gate(turn, job, entry, resolution, message_id, parent)
+        key = (turn.session_id, job.block.name)
+        question = self._first_questions.setdefault(key, asyncio.Lock())
+        if not await _acquire_unless_cancelled(question, turn.cancel):
+            return failed("cancelled", cancelled_result_text())
+        try:
+            resolution = self._resolve_mode(turn, job, entry)  # an answer may be remembered now
+            return await self._gate(turn, job, entry, resolution, message_id, parent)
+        finally:
+            question.release()
+
+    async def _gate(
+        self,
+        turn: TurnTools,
+        job: _Job,
+        entry: RegisteredTool,
+        resolution: ModeResolution,
+        message_id: str,
+        parent: str | None,
+    ) -> ToolOutcome | None:
+        """The outcome of the call's effective mode: refused, parked, asked, or let through."""
+        block = job.block
         if resolution.action == "policy_denied":
             return failed("policy_denied", policy_denied_text(block.name))
         if resolution.action == "user_denied":
@@ -359,7 +410,7 @@ class Dispatcher:
                 )
             if answer.outcome == "deny":
                 return failed("user_denied", user_denied_text(answer.reason))
-        return await self.execute(turn, job)
+        return None
 
     def _remembered(self, session_id: str, tool_name: str) -> dict[str, Any]:
         decision = self.broker.remembered(session_id, tool_name)
@@ -565,7 +616,9 @@ class InputInvalid:
     outcome: ToolOutcome
 
 
-async def _acquire_unless_cancelled(gate: asyncio.Semaphore, cancel: asyncio.Event) -> bool:
+async def _acquire_unless_cancelled(
+    gate: asyncio.Semaphore | asyncio.Lock, cancel: asyncio.Event
+) -> bool:
     """Wait for a slot, or give up when the turn is cancelled (`tool.failed{cancelled}`)."""
     if cancel.is_set():
         return False

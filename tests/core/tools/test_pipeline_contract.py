@@ -799,3 +799,61 @@ async def test_prompt_once_and_session_scope_are_remembered_also_after_a_restart
     status, _ = await answer(api, other, accepted["turn_id"], rid, "allow")
     assert status == 200
     assert (await api.wait_turn(other, accepted["turn_id"]))["type"] == "turn.completed"
+
+
+@pytest.mark.parametrize("decision", ["allow", "deny"])
+async def test_prompt_once_asks_once_when_one_batch_calls_the_tool_several_times(
+    start_api: Callable[..., Any],
+    fake: FakeProviderServer,  # noqa: F811
+    workspace: Path,
+    decision: str,
+) -> None:
+    """Three `read_file` calls in one batch: one question; its answer (remembered) decides the
+    other two, which never ask (no confirmation events, no second request row)."""
+    (workspace / "notes.txt").write_text("alpha\n")
+    _, api = await start_api(confirmation_config("{read_file: prompt_once}"))
+    sid = await session_on(api, workspace, "anthropic")
+    calls = [("read_file", {"path": "notes.txt"})] * 3
+    fake.enqueue("anthropic", batch(*calls), FakeReply.say("done"))
+    status, accepted = await api.submit(sid, "read thrice")
+    assert status == 202
+    turn_id = accepted["turn_id"]
+    (ask,) = await wait_requests(api, sid, turn_id, 1)
+    await asyncio.sleep(0.2)  # a second question, if one were asked, would be out by now
+    assert len(of_type(await api.turn_events(sid, turn_id), CONFIRMATION_EVENTS[0])) == 1
+    status, _ = await answer(api, sid, turn_id, ask["payload"]["confirmation_request_id"], decision)
+    assert status == 200
+    assert (await api.wait_turn(sid, turn_id))["type"] == "turn.completed"
+    events = await api.turn_events(sid, turn_id)
+    assert len(of_type(events, *CONFIRMATION_EVENTS)) == 2
+    uses, results = await tool_uses_and_results(api, sid)
+    assert len(uses) == 3
+    for use in uses:
+        if decision == "allow":
+            assert text_of(results[use["id"]]) == "alpha\n"
+        else:
+            assert text_of(results[use["id"]]).startswith("Tool call denied")
+
+
+async def test_a_call_waiting_behind_its_tools_first_question_is_cancelled_with_the_turn(
+    start_api: Callable[..., Any],
+    fake: FakeProviderServer,  # noqa: F811
+    workspace: Path,
+    metis_home: Path,
+) -> None:
+    (workspace / "notes.txt").write_text("alpha\n")
+    _, api = await start_api(confirmation_config("{read_file: prompt_once}"))
+    sid = await session_on(api, workspace, "anthropic")
+    fake.enqueue("anthropic", batch(*[("read_file", {"path": "notes.txt"})] * 2))
+    status, accepted = await api.submit(sid, "read twice")
+    assert status == 202
+    turn_id = accepted["turn_id"]
+    await wait_requests(api, sid, turn_id, 1)
+    status, _ = await api.call("POST", f"/sessions/{sid}/turns/{turn_id}/cancel", {})
+    assert status in (200, 202)
+    assert (await api.wait_turn(sid, turn_id))["type"] == "turn.cancelled"
+    events = await api.turn_events(sid, turn_id)
+    failed = of_type(events, "tool.failed")
+    assert len(failed) == 2 and {e["payload"]["error_class"] for e in failed} == {"cancelled"}
+    assert not of_type(events, "tool.called")
+    assert [r["status"] for r in confirmation_rows(metis_home, sid)] == ["withdrawn"]
