@@ -1,9 +1,16 @@
-"""Shell process groups that must not outlive a crashed daemon (tools.md §9).
+"""What a shell command starts must not outlive it, nor a crashed daemon (tools.md §9).
+
+Killing the command's process group misses a process that left the group (`setsid`, a
+daemonising double fork, `tmux new -d`). Every command's environment therefore carries a
+random run marker (`METIS_SHELL_RUN`), which such processes inherit: once the group is stopped,
+the processes still carrying the marker are found in `/proc` and killed too. A process that
+also drops its environment is beyond reach; this is containment, not a sandbox.
 
 A shell command runs in its own session, so a SIGKILLed daemon takes none of it down: `sleep
 3600 &` would run on after the restart, and recovery repairs rows only. Each running group is
-therefore noted as a file (`<pgid>`, holding the leader's start time) in a directory under
-METIS_HOME while it runs; start-up recovery kills every group still noted there.
+therefore noted as a file (`<pgid>`, holding the leader's start time and the run marker) in a
+directory under METIS_HOME while it runs; start-up recovery kills every group still noted there
+and every process carrying a noted marker.
 
 The start time guards against a reused pid: a leader that is alive with another start time is
 someone else's process and is left alone. (A group whose leader has exited keeps its pgid out
@@ -15,10 +22,54 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import signal
 from pathlib import Path
 
 log = logging.getLogger(__name__)
+
+MARKER_ENV = "METIS_SHELL_RUN"
+_PROC = Path("/proc")
+
+
+def new_marker() -> str:
+    return secrets.token_hex(16)
+
+
+def marked_pids(marker: str, proc: Path = _PROC) -> list[int]:
+    """The processes whose environment holds `METIS_SHELL_RUN=<marker>` (Linux; [] elsewhere).
+
+    Processes of other users, and non-dumpable ones, cannot be read and are skipped: a command
+    cannot make another user's process look like its own."""
+    entry = f"{MARKER_ENV}={marker}".encode()
+    found = []
+    try:
+        pids = [int(p.name) for p in proc.iterdir() if p.name.isdigit()]
+    except OSError:
+        return []
+    for pid in pids:
+        try:
+            environ = (proc / str(pid) / "environ").read_bytes()
+        except OSError:
+            continue
+        if environ.startswith(entry + b"\0") or b"\0" + entry + b"\0" in environ:
+            found.append(pid)
+    return found
+
+
+def kill_marked(marker: str, rounds: int = 3) -> int:
+    """SIGKILL every process carrying `marker`, again while new ones appear (one may fork
+    between the scan and its kill); returns how many were killed."""
+    killed = 0
+    for _ in range(rounds):
+        pids = [pid for pid in marked_pids(marker) if pid != os.getpid()]
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+    return killed
 
 
 def _start_time(pid: int) -> str | None:
@@ -38,12 +89,12 @@ class ProcessGroupLedger:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
 
-    def enter(self, pgid: int) -> None:
-        """Note a group just started (its leader is `pgid`). Best effort: a failure to write
-        the note only loses the crash guard, never the command."""
+    def enter(self, pgid: int, marker: str = "") -> None:
+        """Note a group just started (its leader is `pgid`, its processes carry `marker`). Best
+        effort: a failure to write the note only loses the crash guard, never the command."""
         try:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            (self.directory / str(pgid)).write_text(_start_time(pgid) or "")
+            (self.directory / str(pgid)).write_text(f"{_start_time(pgid) or ''}\n{marker}")
         except OSError as exc:
             log.warning("could not note shell process group %d: %s", pgid, exc)
 
@@ -53,14 +104,18 @@ class ProcessGroupLedger:
             (self.directory / str(pgid)).unlink()
 
     def reap(self) -> int:
-        """Start-up: SIGKILL every group a previous daemon left running; returns how many."""
+        """Start-up: SIGKILL every group a previous daemon left running, and the processes
+        that left those groups; returns how many groups."""
         if not self.directory.is_dir():
             return 0
         killed = 0
         for note in self.directory.iterdir():
             with contextlib.suppress(OSError):
                 if note.name.isdigit():
-                    killed += self._reap_one(int(note.name), note.read_text().strip())
+                    start, _, marker = note.read_text().partition("\n")
+                    killed += self._reap_one(int(note.name), start.strip())
+                    if marker.strip():
+                        kill_marked(marker.strip())
                 note.unlink()
         if killed:
             log.warning("killed %d shell process group(s) left by a previous daemon", killed)

@@ -7,7 +7,13 @@ import subprocess
 import time
 from pathlib import Path
 
-from metis.core.tools.groups import ProcessGroupLedger
+from metis.core.tools.groups import (
+    MARKER_ENV,
+    ProcessGroupLedger,
+    kill_marked,
+    marked_pids,
+    new_marker,
+)
 from tests.processes import live_group_members
 
 
@@ -54,3 +60,33 @@ def test_a_reused_pid_is_left_alone(tmp_path: Path) -> None:
     finally:
         os.killpg(proc.pid, 9)
         proc.wait()
+
+
+def test_the_next_start_also_kills_what_left_a_noted_group(tmp_path: Path) -> None:
+    """A process that `setsid` took out of the group still carries the run marker."""
+    marker = new_marker()
+    escaped = subprocess.Popen(
+        ["sleep", "30"], start_new_session=True, env={**os.environ, MARKER_ENV: marker}
+    )
+    proc = spawn_group()
+    try:
+        ProcessGroupLedger(tmp_path / "groups").enter(proc.pid, marker)
+        assert marked_pids(marker) == [escaped.pid]
+        assert ProcessGroupLedger(tmp_path / "groups").reap() == 1
+        assert escaped.wait(timeout=5) == -9
+        assert marked_pids(marker) == []
+    finally:
+        proc.kill()
+        escaped.kill()
+        proc.wait()
+
+
+def test_a_marker_is_matched_whole(tmp_path: Path) -> None:
+    marker = new_marker()
+    other = subprocess.Popen(["sleep", "30"], env={**os.environ, MARKER_ENV: marker + "0"})
+    try:
+        assert marked_pids(marker) == [] and kill_marked(marker) == 0
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()

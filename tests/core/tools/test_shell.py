@@ -218,6 +218,45 @@ async def test_background_job_without_the_pipe_does_not_outlive_the_call(
     assert await survivors([int((workspace / "bg").read_text())]) == []
 
 
+ESCAPE = "setsid sh -c 'echo $$ > escaped; exec sleep 100'"
+
+
+async def test_a_process_that_left_the_group_does_not_outlive_the_call(
+    harness: Any, workspace: Path
+) -> None:
+    """`setsid` takes a process out of the command's group (and session): the group kill
+    misses it, the run marker in its environment does not."""
+    started = time.monotonic()
+    outcome = await shell(
+        harness, f"{ESCAPE} >/dev/null 2>&1 &\nwhile [ ! -s escaped ]; do :; done"
+    )
+    assert time.monotonic() - started < 1.5
+    assert outcome.exit_code == 0
+    assert await survivors([int((workspace / "escaped").read_text())]) == []
+
+
+async def test_a_process_that_left_the_group_holding_the_pipe_cannot_hang_the_call(
+    harness: Any, workspace: Path
+) -> None:
+    started = time.monotonic()
+    outcome = await shell(harness, f"{ESCAPE} &\nwhile [ ! -s escaped ]; do :; done; echo quick")
+    assert time.monotonic() - started < 3.0  # pipe wait 0.5 s + grace 1 s, then the kill
+    assert outcome.text == "exit_code: 0\nquick\n"
+    assert await survivors([int((workspace / "escaped").read_text())]) == []
+
+
+async def test_cancel_also_stops_a_process_that_left_the_group(
+    harness: Any, workspace: Path
+) -> None:
+    cancel = asyncio.Event()
+    command = f"{ESCAPE} & sleep 100"
+    call = asyncio.create_task(harness.call("shell", {"command": command}, cancel_event=cancel))
+    await wait_for_lines(workspace / "escaped", 1)
+    cancel.set()
+    assert (await call).outcome.error_class == "cancelled"
+    assert await survivors([int((workspace / "escaped").read_text())]) == []
+
+
 async def test_huge_output_keeps_head_and_tail_within_the_cap(harness: Any) -> None:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     outcome = await shell(harness, "yes | head -c 100000000; echo; echo THE-END")

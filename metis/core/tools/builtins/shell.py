@@ -1,7 +1,8 @@
 """`shell`: run a command in the workspace (`tools.md` §9).
 
 The command gets a scrubbed environment (provider keys never reach it) and its own process
-group, so timeout and cancel can stop everything it started. Output memory is bounded for any
+group, so timeout and cancel can stop everything it started; processes that leave the group
+are found by the run marker in their environment (`groups.py`) and stopped with it. Output memory is bounded for any
 amount of output (head + rolling tail), and a background job that keeps the pipe open can
 neither hang the call nor outlive it.
 """
@@ -27,6 +28,7 @@ from metis.core.tools.base import (
     ToolTimedOut,
 )
 from metis.core.tools.builtins._common import object_schema
+from metis.core.tools.groups import MARKER_ENV, kill_marked, new_marker
 
 SAFE_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TZ", "TMPDIR"})
 FIXED_ENV = {
@@ -155,6 +157,7 @@ class _Run:
         self.capture = OutputCapture(ctx.limits.shell_head_bytes, ctx.limits.shell_tail_bytes)
         self.stopped = False
         self.pgid = 0
+        self.marker = new_marker()
 
     async def execute(self) -> ToolOutput:
         read_fd, write_fd = os.pipe()
@@ -165,7 +168,7 @@ class _Run:
                 "-c",
                 self.command,
                 cwd=self.root,
-                env=self.env,
+                env={**self.env, MARKER_ENV: self.marker},
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=write_fd,
                 stderr=asyncio.subprocess.STDOUT,
@@ -179,7 +182,7 @@ class _Run:
         self.pgid = proc.pid  # start_new_session: the child leads its own group
         groups = self.ctx.groups
         if groups is not None:
-            groups.enter(self.pgid)
+            groups.enter(self.pgid, self.marker)
         pump = asyncio.create_task(self._pump(reader))
         exited = asyncio.create_task(proc.wait())
         stop = asyncio.create_task(self.ctx.cancel_event.wait())
@@ -200,6 +203,7 @@ class _Run:
             stop.cancel()
             if not self.stopped:  # unwinding abnormally (task cancelled): leave nothing behind
                 self._signal(signal.SIGKILL)
+                kill_marked(self.marker)
             if groups is not None:
                 groups.leave(self.pgid)
             pump.cancel()
@@ -234,6 +238,13 @@ class _Run:
         await asyncio.wait({exited, pump}, timeout=self.limits.shell_kill_grace_seconds)
         self._signal(signal.SIGKILL)
         self.stopped = True
+        escaped = await asyncio.to_thread(kill_marked, self.marker)
+        if escaped:
+            self.ctx.log.info(
+                "shell %s: killed %d process(es) that had left its group",
+                self.ctx.tool_use_id,
+                escaped,
+            )
         await asyncio.wait({exited})
         if not pump.done():
             await asyncio.wait({pump}, timeout=_AFTER_KILL_PIPE_WAIT)
