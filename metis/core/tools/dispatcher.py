@@ -141,7 +141,7 @@ class Dispatcher:
         self.on_committed = on_committed or (lambda session_id, message: None)
         self._global = asyncio.Semaphore(settings.max_concurrent_global)
         self._session_slots: dict[str, asyncio.Semaphore] = {}
-        self._first_questions: dict[tuple[str, str], asyncio.Lock] = {}  # prompt_once (§_confirm)
+        self._first_questions: dict[tuple[str, str], asyncio.Lock] = {}  # prompt_once: see _confirm
         self._path_order = PathOrder()
         self._trusted = settings.confirmation.resolved_trusted_workspaces()
 

@@ -2,9 +2,9 @@
 
 The command gets a scrubbed environment (provider keys never reach it) and its own process
 group, so timeout and cancel can stop everything it started; processes that leave the group
-are found by the run marker in their environment (`groups.py`) and stopped with it. Output memory is bounded for any
-amount of output (head + rolling tail), and a background job that keeps the pipe open can
-neither hang the call nor outlive it.
+are found by the run marker in their environment (`groups.py`) and stopped with it. Output
+memory is bounded for any amount of output (head + rolling tail), and a background job that
+keeps the pipe open can neither hang the call nor outlive it.
 """
 
 from __future__ import annotations
