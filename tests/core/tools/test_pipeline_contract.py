@@ -801,6 +801,21 @@ async def test_prompt_once_and_session_scope_are_remembered_also_after_a_restart
     assert (await api.wait_turn(other, accepted["turn_id"]))["type"] == "turn.completed"
 
 
+async def reads_under_prompt_once(
+    start_api: Callable[..., Any], server: FakeProviderServer, workspace: Path, calls: int
+) -> tuple[Api, str, str]:
+    """A turn whose first reply calls `read_file` (mode `prompt_once`) `calls` times in one
+    batch, then says "done"; returns (api, session id, turn id) once it is accepted."""
+    (workspace / "notes.txt").write_text("alpha\n")
+    _, api = await start_api(confirmation_config("{read_file: prompt_once}"))
+    sid = await session_on(api, workspace, "anthropic")
+    reads = [("read_file", {"path": "notes.txt"})] * calls
+    server.enqueue("anthropic", batch(*reads), FakeReply.say("done"))
+    status, accepted = await api.submit(sid, f"read {calls} times")
+    assert status == 202
+    return api, sid, accepted["turn_id"]
+
+
 @pytest.mark.parametrize("decision", ["allow", "deny"])
 async def test_prompt_once_asks_once_when_one_batch_calls_the_tool_several_times(
     start_api: Callable[..., Any],
@@ -810,14 +825,7 @@ async def test_prompt_once_asks_once_when_one_batch_calls_the_tool_several_times
 ) -> None:
     """Three `read_file` calls in one batch: one question; its answer (remembered) decides the
     other two, which never ask (no confirmation events, no second request row)."""
-    (workspace / "notes.txt").write_text("alpha\n")
-    _, api = await start_api(confirmation_config("{read_file: prompt_once}"))
-    sid = await session_on(api, workspace, "anthropic")
-    calls = [("read_file", {"path": "notes.txt"})] * 3
-    fake.enqueue("anthropic", batch(*calls), FakeReply.say("done"))
-    status, accepted = await api.submit(sid, "read thrice")
-    assert status == 202
-    turn_id = accepted["turn_id"]
+    api, sid, turn_id = await reads_under_prompt_once(start_api, fake, workspace, 3)
     (ask,) = await wait_requests(api, sid, turn_id, 1)
     await asyncio.sleep(0.2)  # a second question, if one were asked, would be out by now
     assert len(of_type(await api.turn_events(sid, turn_id), CONFIRMATION_EVENTS[0])) == 1
@@ -841,13 +849,7 @@ async def test_a_call_waiting_behind_its_tools_first_question_is_cancelled_with_
     workspace: Path,
     metis_home: Path,
 ) -> None:
-    (workspace / "notes.txt").write_text("alpha\n")
-    _, api = await start_api(confirmation_config("{read_file: prompt_once}"))
-    sid = await session_on(api, workspace, "anthropic")
-    fake.enqueue("anthropic", batch(*[("read_file", {"path": "notes.txt"})] * 2))
-    status, accepted = await api.submit(sid, "read twice")
-    assert status == 202
-    turn_id = accepted["turn_id"]
+    api, sid, turn_id = await reads_under_prompt_once(start_api, fake, workspace, 2)
     await wait_requests(api, sid, turn_id, 1)
     status, _ = await api.call("POST", f"/sessions/{sid}/turns/{turn_id}/cancel", {})
     assert status in (200, 202)
