@@ -19,7 +19,7 @@ from metis.core.registry import (
 )
 
 SHIPPED = Path(__file__).resolve().parents[2] / "config" / "models.yaml"
-EXAMPLE = Path(__file__).resolve().parents[3] / "shared" / "design" / "examples" / "models.yaml"
+EXAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "models.yaml"
 
 BASE = """\
 schema_version: 1

@@ -15,7 +15,7 @@ from metis.core.routing.loader import EMPTY_POLICY_VERSION, validate_policy
 from metis.core.routing.predicates import MAX_TEXT_CHARS, Facts
 from tests.core.routing.routing_kit import check_policy, make_ctx, make_policy, make_registry
 
-EXAMPLES = Path(__file__).resolve().parents[4] / "shared" / "design" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "fixtures"
 
 
 def matches(registry: ModelRegistry, when: str, **ctx: Any) -> bool:
