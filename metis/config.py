@@ -71,7 +71,7 @@ class PageSize(_Section):
 
 
 class PagesSettings(_Section):
-    """Page sizes of the REST list endpoints (rest-api.md §3.2, §3.9, §3.10)."""
+    """Page sizes of the REST list endpoints."""
 
     sessions: PageSize = PageSize(default=50, maximum=200)
     messages: PageSize = PageSize(default=50, maximum=200)
@@ -94,7 +94,7 @@ class FileSettings(_Section):
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
     allowed_origins: tuple[str, ...] = ()
     allowed_workspace_roots: tuple[str, ...] = ()
-    # The AAP `workspace` option's default (aap.md §3, §10: a top-level key, not under `aap`);
+    # The AAP `workspace` option's default (a top-level key, not under `aap`);
     # None → METIS_HOME/workspaces/default.
     default_workspace: str | None = None
     log_level: str = "INFO"

@@ -2,7 +2,7 @@
 """Launch the fake provider server: `python scripts/fake_provider.py [--host] [--port] [--script]`.
 
 Only a launcher, so the demo and benchmarks can start it from a checkout; the server itself is
-`metis.testing.fake_provider` (providers.md §8).
+`metis.testing.fake_provider`.
 """
 
 from __future__ import annotations

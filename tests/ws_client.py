@@ -1,5 +1,5 @@
 """WebSocket test clients: the real aiohttp client (`Ws`) and a raw socket client that can stop
-reading (`RawWs`), plus the checks several WebSocket tests share (§10 frame grammar, rebuilding
+reading (`RawWs`), plus the checks several WebSocket tests share (the per-turn frame grammar, rebuilding
 a message from its deltas)."""
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ def comparable(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def check_turn_grammar(events: list[dict[str, Any]]) -> None:
-    """The per-turn frame grammar and invariants of websocket.md §10 for one turn's events."""
+    """The per-turn frame grammar and invariants for one turn's events."""
     types = types_of(events)
     assert types[:2] == ["turn.started", "route.decided"], types
     assert types[-1] in TERMINAL and sum(t in TERMINAL for t in types) == 1, types

@@ -1,4 +1,4 @@
-"""The agents `/meta` declares (aap.md §3), built per request from the live registries.
+"""The agents `/meta` declares, built per request from the live registries.
 
 There is one real agent, `metis`: its tools are the dispatcher registry's definitions verbatim
 (no hidden tools), its options are `model` (auto + configured models) and `workspace`, and its
@@ -167,7 +167,7 @@ class AgentCatalog:
 
 
 def with_secret_option(name: str, option: str, *, history: tuple[HistoryType, ...]) -> AgentFactory:
-    """A derived agent declaring one `secret` option (exercises §5.6 redaction)."""
+    """A derived agent declaring one `secret` option (exercises secret-option redaction)."""
 
     def build(base: AgentSpec) -> AgentSpec:
         secret = OptionSpec(option, "secret", "", title=option, description="A secret value.")

@@ -1,4 +1,4 @@
-"""The AAP sub-apps (`/aap/v1` and `/aap`) and their request pipeline (aap.md §1–2).
+"""The AAP sub-apps (`/aap/v1` and `/aap`) and their request pipeline.
 
 Order for every request under `/aap`, after the app-wide Host check of the metis middleware:
 CORS (a preflight is answered here, without auth) → shutdown → Origin check → auth →
@@ -169,7 +169,7 @@ def build_state(server: Any) -> AapState:
     aap = settings.file.aap
     api_key = load_api_key(settings.home, settings.api_key)
     if api_key.created:
-        # First start: the user needs the key once to configure a client (aap.md §2 keeps it
+        # First start: the user needs the key once to configure a client (it is kept
         # out of logs; the log line above names the file only).
         print(f"metis: AAP API key created in {api_key.path}: {api_key.value}", flush=True)
     workspaces = Workspaces(settings.home, aap, settings.file.default_workspace)

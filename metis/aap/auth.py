@@ -1,4 +1,4 @@
-"""The AAP bearer key (aap.md §2, README decision 9).
+"""The AAP bearer key.
 
 `METIS_API_KEY` wins when set; otherwise the key lives in `METIS_HOME/api_key`, created at the
 first start with `O_EXCL` and mode 0600 (a wider existing mode is tightened with a WARN). The

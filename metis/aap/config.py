@@ -1,4 +1,4 @@
-"""A session's AAP configuration: `agent.tools`, `agent.options`, client `tools` (aap.md §4.2, §5.2–5.6).
+"""A session's AAP configuration: `agent.tools`, `agent.options`, client `tools`.
 
 Validation (each failure is a 400 with its own code), the merge rules of turn overrides, the
 SessionInfo rendering, and the translation into what core understands: a `SurfaceToolPolicy`
@@ -157,7 +157,7 @@ def create_options(
 def merge_options(agent: AgentSpec, session: AapSession, given: Mapping[str, Any]) -> OptionValues:
     """Turn overrides merged by key; `"***"` keeps a stored secret. The workspace is fixed:
     the stored value itself is a no-op, any other value (even one naming the same directory)
-    is refused (aap.md §3)."""
+    is refused."""
     options, secrets = dict(session.options), dict(session.secret_options)
     for key, value in given.items():
         value = _check_value(agent, key, value)

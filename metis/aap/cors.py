@@ -1,4 +1,4 @@
-"""CORS for the AAP routes only (aap.md §2): configured origins, reflected, never credentials.
+"""CORS for the AAP routes only: configured origins, reflected, never credentials.
 
 With no configured origins no `Access-Control-*` header is ever sent. The daemon's own origin
 always counts as allowed for the state-changing Origin check (it is same-origin anyway).

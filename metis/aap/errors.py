@@ -1,4 +1,4 @@
-"""The AAP error envelope and the one table mapping domain errors to AAP wire errors (aap.md §2).
+"""The AAP error envelope and the one table mapping domain errors to AAP wire errors.
 
 AAP bodies use the project envelope `{"error": {"code", "message", "details"}}` with a code
 from the closed table below; the metis REST table (`metis/server/errors.py`) is a different
@@ -16,7 +16,7 @@ from metis.core import errors as core
 from metis.core.tools.base import ToolNameConflict
 from metis.server.errors import WireError
 
-# code -> HTTP status: the closed table of aap.md §2. Adding a code is a contract change.
+# code -> HTTP status: the closed table of the AAP surface. Adding a code is a contract change.
 AAP_ERROR_CODES: dict[str, int] = {
     "invalid_json": 400,
     "validation_error": 400,

@@ -1,4 +1,4 @@
-"""The two AAP history views of a session (aap.md §8).
+"""The two AAP history views of a session.
 
 `full` is every stored message in storage order, unredacted. `compacted` is the core's own
 context view: the list the TurnRunner would send on its next model call — assembled and
@@ -57,7 +57,7 @@ async def compacted_view(core: Any, session: AapSession, full: Sequence[Message]
         if not (m.role == "tool" and m.id in owners and m.metadata.tool_use_id in pending)
     ]
     # Seeded system messages go back where they were stored, so that without compaction the
-    # view equals `full` (aap.md §8). Context messages keep their ids (a synthetic result
+    # view equals `full`. Context messages keep their ids (a synthetic result
     # shares its assistant's), and the sort is stable.
     position = {m.id: i for i, m in enumerate(full)}
     return sorted([*(m for m in full if m.role == "system"), *kept], key=lambda m: position[m.id])

@@ -1,4 +1,4 @@
-"""AAP messages and content blocks ⇄ canonical messages (aap.md §4.1, §8).
+"""AAP messages and content blocks ⇄ canonical messages.
 
 Client-supplied content keeps its form: a string comes back as the same string, a block list as
 the same list (the form is recorded per message in `aap_message_forms`). Model-generated

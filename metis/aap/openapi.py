@@ -93,7 +93,7 @@ def _operation(route: AapRoute, version: int, components: dict[str, Any]) -> dic
         success["content"] = {"application/json": {"schema": schema}}
     op["responses"][str(route.status)] = success
     if route.streams:
-        # An SSE reply is always 200 (aap.md §6.2), whatever the JSON reply's status.
+        # An SSE reply is always 200, whatever the JSON reply's status.
         stream = op["responses"].setdefault("200", {"description": "success (stream)"})
         stream.setdefault("content", {})["text/event-stream"] = {"schema": {"type": "string"}}
     by_status: dict[int, list[str]] = {}

@@ -1,4 +1,4 @@
-"""Core events of one turn → AAP stream events (aap.md §6.1) and stop reasons (§7).
+"""Core events of one turn → AAP stream events and stop reasons.
 
 The renderer reads the session hub's ordered channel, so deltas, completed messages and tool
 outcomes arrive exactly in emission order. `tool_call`s come from `message.complete` (only

@@ -1,4 +1,4 @@
-"""AAP v1 routes at `/aap/v1` (seed 000, aap.md §9): the same sessions in the legacy shapes.
+"""AAP v1 routes at `/aap/v1`: the same sessions in the legacy shapes.
 
 Differences from v3: tool schemas are `inputSchema`; `PUT /session` creates and runs the first
 turn; `GET /session/:id` carries both histories inline; `GET /sessions` lists ids only and sends

@@ -1,4 +1,4 @@
-"""AAP v3 routes at `/aap` (seed 001, aap.md §1, §4): translation only."""
+"""AAP v3 routes at `/aap`: translation only."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""AAP sessions over core sessions (aap.md §4.2–4.6, §5.1): create, read, list, delete, history.
+"""AAP sessions over core sessions: create, read, list, delete, history.
 
 An AAP session *is* a metis session (`surface = "aap"`): core creates it, lists it, streams it
 and purges it; the façade adds one `aap_sessions` row with what only AAP knows. Every check runs
@@ -182,7 +182,7 @@ async def commit_session(state: AapState, draft: SessionDraft, workspace: str) -
     are committed together. If that second step fails the session is purged again.
 
     `workspace` comes from `Workspaces.provisioned(draft.workspace)`. The façade has judged it
-    against the AAP roots (aap.md §3), which core applies instead of the metis setting
+    against the AAP roots, which core applies instead of the metis setting
     `allowed_workspace_roots`.
     """
     core = state.core
@@ -264,7 +264,7 @@ async def page(state: AapState, after: str | None) -> tuple[list[AapSession], st
 async def history(
     state: AapState, session: AapSession, kinds: Sequence[str]
 ) -> dict[str, list[dict[str, Any]]]:
-    """`{"compacted": [...], "full": [...]}` for the requested kinds, in the content form of §4.1."""
+    """`{"compacted": [...], "full": [...]}` for the requested kinds, in the AAP content form."""
     core = state.core
     full = await core.message_store.all_for_session(session.session_id)
     forms = await state.store.forms(session.session_id)

@@ -1,4 +1,4 @@
-"""The `aap` section of `METIS_HOME/config.yaml` (aap.md §10).
+"""The `aap` section of `METIS_HOME/config.yaml`.
 
 Every AAP default lives here. Unknown keys are refused so a typo stops the daemon instead of
 silently widening CORS or the workspace roots. `METIS_AAP_CORS_ORIGINS` (comma-separated)

@@ -1,4 +1,4 @@
-"""The SSE writer of the AAP stream modes (aap.md §6.2).
+"""The SSE writer of the AAP stream modes.
 
 One writer per response; every write is awaited in order, so `turn_stop` can never overtake an
 earlier frame or get lost behind an unawaited write. Frames are `event: <name>` plus one compact

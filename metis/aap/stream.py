@@ -1,4 +1,4 @@
-"""One AAP turn response: subscribe, start the turn, relay it, end it (aap.md §6).
+"""One AAP turn response: subscribe, start the turn, relay it, end it.
 
 The response subscribes to the session hub *before* the turn starts (so `turn.started` and
 every delta are seen, in order), then starts it, then renders it in the requested mode. An AAP
@@ -165,7 +165,7 @@ async def _respond_json(
 async def turn_messages(
     core: Any, session_id: str, turn_id: str | None, client_ids: frozenset[str]
 ) -> list[dict[str, Any]]:
-    """What this turn appended, in storage order, minus the client's own inputs (§6.3)."""
+    """What this turn appended, in storage order, minus the client's own inputs."""
     rows = await core.db.fetchall(
         "SELECT * FROM messages WHERE session_id=? AND turn_id=? ORDER BY id", (session_id, turn_id)
     )

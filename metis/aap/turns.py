@@ -1,9 +1,9 @@
-"""AAP turn requests → core turns (aap.md §4.7, §5.2–5.5).
+"""AAP turn requests → core turns.
 
 A turn request carries either one `user` message or the answers to the session's pending tool
 calls (`tool` results for client tools, `tool_permission`s for untrusted server tools), plus
 optional overrides of the session's agent tools, options and client tools. Everything is
-checked before core is called, in the order of aap.md §5.5 (overrides, then the answers against
+checked before core is called, in a fixed order (overrides, then the answers against
 the pending calls, then content); core then checks the answers again, claims the turn slot,
 routes, and commits overrides, inputs and the turn row in one transaction.
 """
@@ -69,7 +69,7 @@ def check_shape(messages: Sequence[Any]) -> None:
 
 
 async def check_answers(state: AapState, session_id: str, messages: Sequence[Any]) -> None:
-    """aap.md §5.5 step 1: the answers are judged against the pending calls before any content.
+    """The answers are judged against the pending calls before any content.
 
     Only ids and kinds are judged here (the results stand in without content, so core's
     content error for them is expected and ignored); core judges everything again, with the
@@ -94,7 +94,7 @@ async def check_answers(state: AapState, session_id: str, messages: Sequence[Any
 
 
 def parse_turn_messages(messages: Sequence[Any], max_image_bytes: int) -> TurnInput:
-    """The content of messages that passed `check_shape`: the last check of §5.5 step 1."""
+    """The content of messages that passed `check_shape`: the last check before core is called."""
     if isinstance(messages[0], UserMessage):
         blocks, form = parse_content(
             "user",
@@ -135,7 +135,7 @@ async def prepare_turn(
     messages: Sequence[Any],
     version: int,
 ) -> PreparedTurn:
-    """§5.5 step 1 after the session lookup, in the contract's order: overrides → answers vs
+    """The checks after the session lookup, in the contract's order: overrides → answers vs
     pending → content. Nothing is written."""
     agent = state.agents.get(session.agent_name)
     if agent is None:

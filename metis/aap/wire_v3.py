@@ -1,4 +1,4 @@
-"""AAP v3 wire models (seed 001): tool schemas under `parameters`."""
+"""AAP v3 wire models: tool schemas under `parameters`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The AAP `workspace` option (aap.md §3): an absolute directory inside the allowed roots, or a
+"""The AAP `workspace` option: an absolute directory inside the allowed roots, or a
 bare name naming a scratch workspace under `METIS_HOME/workspaces/`.
 
 Scratch workspaces let clients that know nothing about this machine's filesystem (browser apps,
@@ -56,7 +56,7 @@ class Workspaces:
         return str(self.default.resolve())
 
     def roots(self) -> tuple[Path, ...]:
-        """The AAP allowed roots (aap.md §3), resolved; the metis setting plays no part."""
+        """The AAP allowed roots, resolved; the metis setting plays no part."""
         return tuple(
             p.resolve() for p in (self.scratch_root, self.default, *self._extra) if p.exists()
         )
@@ -96,7 +96,7 @@ class Workspaces:
         A missing scratch directory is created on entry (core checks that the directory
         exists). If the block fails, the request is refused after all: a directory created
         here is removed again while still empty, so a refused request leaves nothing on disk
-        (aap.md §2). A cancellation (BaseException) keeps it: a v1 stream cancelled by its
+        A cancellation (BaseException) keeps it: a v1 stream cancelled by its
         client keeps its session, and so its workspace.
         """
         created = choice.scratch and not choice.path.exists()

@@ -6,7 +6,7 @@ live — token deltas as they arrive, tool calls as they happen. Ctrl-C during a
 `cancel` frame; Ctrl-C at the prompt (or end of input, or `/quit`) leaves. A dropped socket is
 re-attached with `since` = the last event seen; when the daemon cannot replay from there
 (`cursor_expired`, `replay_too_large`) the client subscribes with a snapshot instead and shows
-what it says about the turn being waited on: the recoveries websocket.md §8 documents.
+what it says about the turn being waited on (docs/api.md, WebSocket, Subscribe).
 
 Every line is labelled (`you>`, `assistant>`, `tool>`, `confirm>`, `turn>`, …) so a transcript
 reads unambiguously whether or not the terminal has colours.
@@ -31,7 +31,7 @@ from metis.core.tools.textutil import visible_controls
 DEFAULT_URL = "http://127.0.0.1:8421"
 TERMINAL_TYPES = ("turn.completed", "turn.cancelled", "turn.failed")
 _RECONNECT_ATTEMPTS = 3
-# Subscribe errors whose recovery is a snapshot instead of a replay (websocket.md §8).
+# Subscribe errors whose recovery is a snapshot instead of a replay.
 _SNAPSHOT_RECOVERY = ("cursor_expired", "replay_too_large")
 _HELP = (
     "type a message to start a turn; commands:\n"

@@ -1,10 +1,10 @@
-"""`metis trace prune --days N`: drop each session's events older than N days (events.md §6.6).
+"""`metis trace prune --days N`: drop each session's events older than N days.
 
 Events are kept forever unless this is run. It works on `METIS_HOME/metis.db` directly, so it
 needs no daemon, and it may also run while one serves the same store: SQLite (WAL) lets both
 write, and the prune commits in short chunks (`metis.core.store.prune`). A WebSocket client
 holding a cursor at or below a pruned stream's new floor gets `cursor_expired` and recovers
-with a snapshot (websocket.md §8).
+with a snapshot.
 """
 
 from __future__ import annotations

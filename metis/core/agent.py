@@ -1,10 +1,9 @@
-"""TurnRunner: the agent loop of one turn (design README "the path of one turn", step 2).
+"""TurnRunner: the agent loop of one turn (docs/architecture.md, "The path of one turn", step 2).
 
 call the model (streaming every delta through the session's ordered channel) → commit the
 assistant message → `llm.call_completed` → dispatch tool calls → loop, until the model ends its
 turn, a cancel lands, a provider error ends it, or the loop limit is hit. Every path ends with
-exactly one terminal turn event, after every layer has emitted its own closing events
-(websocket.md §10–11).
+exactly one terminal turn event, after every layer has emitted its own closing events.
 """
 
 from __future__ import annotations
@@ -227,7 +226,7 @@ class TurnRunner:
         limit = self.core.settings.limits.max_llm_calls_per_turn
         if self.run.resolution is not None:  # suspend/resume: answers first, then the loop
             await run_resolution(self.core, self.run)
-            # a granted call that ran (`tool.called`) locks the model (routing.md §4.6)
+            # a granted call that ran (`tool.called`) locks the model
             self._locked = self.core.costs.turn(self.run.turn_id).tool_call_count > 0
         while True:
             if self._cancelled():
@@ -311,7 +310,7 @@ class TurnRunner:
                 )
 
     def _failover(self, error: ProviderError, fallbacks: list[str]) -> str | None:
-        """First call only, before any token, for provider-side failures (routing.md §4.6)."""
+        """First call only, before any token, for provider-side failures."""
         if self._locked or error.after_first_token or error.error_class not in FAILOVER_CLASSES:
             return None
         while fallbacks:
@@ -448,7 +447,7 @@ class TurnRunner:
             event.stop_reason not in ("tool_use", "cancelled", "error")
             and self.run.slot.status == "in_flight"
         ):
-            self.run.slot.status = "completing"  # from here a cancel loses (websocket.md §11)
+            self.run.slot.status = "completing"  # from here a cancel loses
         self.core.bus.emit_transient(
             self.run.session_id,
             "message.complete",

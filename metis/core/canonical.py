@@ -1,7 +1,7 @@
 """Canonical vocabulary shared by every layer: ids, time, money, content blocks, messages, usage.
 
 Everything here is pure (no I/O, no HTTP), so providers, tools, the store and all three
-surfaces agree on one representation and one serializer for each concept (events.md §1-2).
+surfaces agree on one representation and one serializer for each concept.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def datetime_to_us(value: datetime) -> int:
 
 
 def format_us(us: int | None) -> str | None:
-    """Wire timestamp `YYYY-MM-DDTHH:MM:SS.ffffffZ` (rest-api.md §1.3)."""
+    """Wire timestamp `YYYY-MM-DDTHH:MM:SS.ffffffZ`."""
     if us is None:
         return None
     return us_to_datetime(us).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -275,9 +275,9 @@ class Usage(BaseModel):
 
 
 def compute_cost(usage: TokenUsage, pricing: Any) -> Decimal:
-    """USD cost of one call from per-million-token prices (events.md §2.3), never quantized.
+    """USD cost of one call from per-million-token prices, never quantized.
 
-    Computed in the 28-digit context of providers.md §7 whatever the caller's context is, so
+    Computed in a 28-significant-digit decimal context whatever the caller's context is, so
     the same usage always prices to the same Decimal.
     """
     with localcontext() as ctx:
@@ -335,7 +335,7 @@ class Message(BaseModel):
         return self.metadata.status
 
     def wire(self) -> dict[str, Any]:
-        """The object every surface renders (events.md §2.1)."""
+        """The object every surface renders."""
         return {
             "id": self.id,
             "session_id": self.session_id,
@@ -375,7 +375,7 @@ def _image_errors(block: ImageBlock, max_image_bytes: int) -> list[str]:
 def content_errors(
     role: str, content: list[Any], *, max_image_bytes: int = MAX_IMAGE_BYTES
 ) -> list[dict[str, Any]]:
-    """Role x block rules and per-block checks of events.md §2.4 (rules 1, 4, 5)."""
+    """Role x block rules and per-block checks of a canonical message."""
     errors: list[dict[str, Any]] = []
     allowed = _ALLOWED_BLOCKS[role]
     if role in ("user", "system") and not content:
@@ -471,7 +471,7 @@ def parse_user_content(raw: Any, *, max_image_bytes: int = MAX_IMAGE_BYTES) -> l
 
 
 # ---------------------------------------------------------------------------------------------
-# Lenient reading: one bad row never makes a session unreadable (events.md §2.5)
+# Lenient reading: one bad row never makes a session unreadable
 # ---------------------------------------------------------------------------------------------
 
 
@@ -514,7 +514,7 @@ def dump_metadata(metadata: MessageMetadata) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Redaction of strings built from exceptions (events.md §3)
+# Redaction of strings built from exceptions
 # ---------------------------------------------------------------------------------------------
 
 _TOKEN_RE = re.compile(
@@ -574,7 +574,7 @@ def canonical_json(value: Any) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Tool specifications (tools.md §1): what a model is offered
+# Tool specifications: what a model is offered
 # ---------------------------------------------------------------------------------------------
 
 SideEffects = Literal["none", "read", "write", "execute", "network"]

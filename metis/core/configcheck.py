@@ -1,6 +1,6 @@
 """Typed field checks shared by the `models.yaml` and `routing.yaml` validators.
 
-Both files promise the same diagnostics (routing.md §1.1, §2.8): every problem collected in one
+Both files promise the same diagnostics: every problem collected in one
 pass, each message starting with its dotted path, one closed vocabulary of codes, and the same
 type rules (booleans are never integers, integers are never floats). Keeping the checks here
 means the two validators cannot drift apart in wording or strictness.

@@ -1,4 +1,4 @@
-"""ConfirmationBroker: one mechanism, two policies (tools.md §6).
+"""ConfirmationBroker: one mechanism, two policies.
 
 - `wait` (metis surface): the request is committed and announced, and the tool use waits for
   the first answer (REST), a timeout, or a withdrawal by cancel/session end.
@@ -86,7 +86,7 @@ class _Pending:
     payload: dict[str, Any] = field(default_factory=dict)
 
     def public(self) -> dict[str, Any]:
-        """The PendingConfirmation object of rest-api.md §2."""
+        """The PendingConfirmation object (a session's `pending_confirmations` item)."""
         return {
             **self.payload,
             "turn_id": self.request.turn_id,

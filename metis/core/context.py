@@ -75,7 +75,7 @@ _assembled: PrefixMemo[tuple[list[Message], list[tuple[Message, str]]]] = Prefix
 
 
 def assemble(history: Sequence[Message]) -> list[Message]:
-    """History as the model may see it (events.md §2.5).
+    """History as the model may see it.
 
     Empty messages are skipped, system messages never travel as messages, and every tool_use
     gets a result before the conversation moves on (a synthetic, unstored error result when

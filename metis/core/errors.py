@@ -74,7 +74,7 @@ class TurnAlreadyCompleted(DomainError):
 
 
 class RoutingFailed(DomainError):
-    """No model can serve the turn; details follow routing.md §5."""
+    """No model can serve the turn; details list the candidates tried and why."""
 
 
 class ConfirmationNotFound(DomainError):
@@ -108,7 +108,7 @@ class EventValidationError(DomainError):
     pass
 
 
-# ---- suspend/resume (tools.md §6.2; raised by metis/core/resume.py) -------------------------
+# ---- suspend/resume (raised by metis/core/resume.py) ----------------------------------------
 
 
 class PendingToolCalls(DomainError):

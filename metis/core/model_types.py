@@ -1,4 +1,4 @@
-"""Frozen data types of the model registry (routing.md §1), shared by registry, adapters and routing.
+"""Frozen data types of the model registry, shared by registry, adapters and routing.
 
 Kept apart from `registry.py` (which loads and validates `models.yaml`) so that provider adapters
 depend only on these shapes, never on the loader.

@@ -1,10 +1,10 @@
-"""The `models.yaml` file format: validation and parsing into registry entries (routing.md §1).
+"""The `models.yaml` file format: validation and parsing into registry entries.
 
 Pure: bytes in, entries and provider drafts (credentials still unresolved) plus every problem
 found out. `metis.core.registry` resolves credentials and builds the `ModelRegistry` from the
 result, so the format rules live in exactly one place.
 
-Diagnostic codes: the shared ones of routing.md §2.8 (`not_utf8`, `too_large`, `yaml_syntax`,
+Diagnostic codes: the ones shared with routing.yaml (`not_utf8`, `too_large`, `yaml_syntax`,
 `root_not_mapping`, `duplicate_key`, `unknown_key`, `missing_key`, `wrong_type`, `out_of_range`,
 `unsupported_schema_version`) plus the registry's own `unknown_provider`, `duplicate_model`,
 `duplicate_alias`, `alias_is_id`, `conflicting_keys` and `builtin_model` (a setting the built-in

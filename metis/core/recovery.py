@@ -1,4 +1,4 @@
-"""Startup recovery, before the port is bound (events.md §6.7).
+"""Startup recovery, before the port is bound.
 
 A crash can leave turns `running`, tool uses without results, `wait` confirmations pending and
 model swaps queued. Each is repaired here into a state a client can understand: the turn is
@@ -101,7 +101,7 @@ async def _recover_unprojected_spend(
     """Spend the crash kept out of the totals: events reach the store up to 50 ms after they
     are emitted, but each reply is committed with its usage first. Where the turn's stored
     replies add up to more than its projected totals, the difference is added to the turn and
-    its session (events.md §7: spend counts whatever the outcome, daemon_restart included)."""
+    its session (spend counts whatever the outcome, daemon_restart included)."""
     stored = Totals()
     for row in await db.fetchall(
         "SELECT metadata_json FROM messages WHERE turn_id=? AND role='assistant'", (turn_id,)
@@ -184,7 +184,7 @@ async def _close_interrupted_tools(db: Database, session_id: str, turn_id: str) 
 async def _apply_pending_swaps(db: Database) -> None:
     """Every queued model swap, not only those behind a `running` turn: a crash between a
     turn's final flush and its release leaves the turn `completed` with its swap queued, and
-    at start-up no turn holds a slot to wait for (rest-api.md §3.4: the next turn sees it)."""
+    at start-up no turn holds a slot to wait for (the next turn sees it)."""
     async with db.write() as conn:
         await conn.execute(
             "UPDATE sessions SET active_model=pending_model, pending_model_set=0, pending_model=NULL, "

@@ -1,4 +1,4 @@
-"""`models.yaml` → `ModelRegistry`: declared models, aliases, credentials, adapters (routing.md §1).
+"""`models.yaml` → `ModelRegistry`: declared models, aliases, credentials, adapters.
 
 The registry is read once at start-up and never changes afterwards, so everything downstream
 (routing, cost, the `/models` route) can hold plain references to it. The file format itself is
@@ -50,7 +50,7 @@ class Credential:
 
 
 class ModelHealth(Protocol):
-    """What `describe_models` needs from the availability tracker (routing.md §6)."""
+    """What `describe_models` needs from the availability tracker."""
 
     def tick(self) -> None: ...
 
@@ -136,7 +136,7 @@ class ModelRegistry:
         """Resolve an explicit reference that must be usable now, else `ModelNotConfigured`.
 
         Shared by the `@alias` prefix, the override field and the sticky model so that all of
-        them report `{reference, reason, env_var?}` identically (routing.md §3, §4.5).
+        them report `{reference, reason, env_var?}` identically.
         """
         model_id = self.resolve(ref)
         reason = "unknown" if model_id is None else self.not_configured_reason(model_id)
@@ -201,7 +201,7 @@ class ModelRegistry:
     # ---- GET /models ----------------------------------------------------------------------
 
     def describe_models(self, health: ModelHealth | None = None) -> dict[str, Any]:
-        """The `GET /models` body (routing.md §1.8); runs the availability tick first."""
+        """The `GET /models` body; runs the availability tick first."""
         if health is not None:
             health.tick()
         configured: list[dict[str, Any]] = []

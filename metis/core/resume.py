@@ -1,4 +1,4 @@
-"""Suspend/resume of tool calls: the `suspend` confirmation policy's second half (tools.md §6.2–6.3).
+"""Suspend/resume of tool calls: the `suspend` confirmation policy's second half.
 
 A turn under the `suspend` policy ends with `turn.completed{tool_use}` when the dispatcher parks
 calls (untrusted server tools awaiting permission, application tools awaiting the client's
@@ -275,7 +275,7 @@ def _tool_message(
 
 
 def accept(plan: ResolutionPlan, session_id: str, turn_id: str) -> Resolution:
-    """Build the acceptance-time `tool` messages, in tool_use order (tools.md §6.2 step 5)."""
+    """Build the acceptance-time `tool` messages, in tool_use order."""
     stamp = now_us()
     accepted: list[AcceptedAnswer] = []
     for call, answer in plan.items:
@@ -307,7 +307,7 @@ async def commit_turn(
     resolution: Resolution | None,
     surface_writes: SurfaceWrites | None,
 ) -> None:
-    """The acceptance transaction (aap.md §5.5 step 4): turn row, input messages, answered
+    """The acceptance transaction: turn row, input messages, answered
     calls and confirmation rows, and the surface's own rows — all or nothing."""
     async with db.write() as conn:
         await write_turn(conn, turn, messages)
@@ -373,7 +373,7 @@ async def _called_event_ids(db: Database, turn_id: str) -> dict[str, str]:
 
 
 async def run_resolution(core: Any, run: Any) -> None:
-    """Announce every answer in tool_use order, then execute the grants (tools.md §6.2 step 6).
+    """Announce every answer in tool_use order, then execute the grants.
 
     `run` is the resolution turn's `TurnRun`; events carry its turn id.
     """
@@ -450,7 +450,7 @@ async def close_unanswered(
     tool_uses: Sequence[ToolUseBlock],
     parent_event_id: str | None = None,
 ) -> None:
-    """A turn ending without `tool_use` leaves no tool use unanswered (tools.md §2, aap.md §7):
+    """A turn ending without `tool_use` leaves no tool use unanswered:
     otherwise the next turn would be refused for pending calls, and providers reject a history
     with a call and no result. Open requests are withdrawn; each call gets a stored
     `Tool call cancelled` and its `tool.failed{cancelled}`, which also closes its row."""

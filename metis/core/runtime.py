@@ -1,6 +1,6 @@
 """Core: the daemon's components wired together, with start-up and shutdown in contract order.
 
-Start-up (seed 003 §3.2): config (already loaded) → registry → SQLite → bus subscribers →
+Start-up: config (already loaded) → registry → SQLite → bus subscribers →
 recovery → ready to bind. Shutdown: cancel turns → drain the bus → close adapters → close SQLite.
 Surfaces receive a started Core and never construct components themselves.
 """

@@ -102,7 +102,7 @@ class SessionService:
         self.store = core.session_store
         # Sessions whose end (or purge) began in this process. An id stays once the end is
         # committed, so the synchronous steps that claim a turn slot or queue a PATCH refuse a
-        # session that ended while they awaited (rest-api.md §3.5: "from this point ... 409").
+        # session that ended while they awaited (from the end's start on, they get 409).
         self._ending: set[str] = set()
 
     # -- reads --------------------------------------------------------------------------------
@@ -178,7 +178,7 @@ class SessionService:
         allowed_roots: tuple[Path, ...] | None = None,
     ) -> SessionView:
         """`allowed_roots` replaces the metis setting `allowed_workspace_roots` for a surface
-        with roots of its own (the AAP façade: aap.md §3), so one surface's setting never
+        with roots of its own (the AAP façade), so one surface's setting never
         refuses the other's workspaces."""
         roots = (
             self.core.settings.allowed_workspace_roots if allowed_roots is None else allowed_roots

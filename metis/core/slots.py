@@ -39,7 +39,7 @@ class TurnSlots:
         """The turn a client should see as running: none once its terminal event is out.
 
         The slot itself is held a little longer (until the trace flush); state shown to
-        clients changes in the same step as the event that changes it (websocket.md §7).
+        clients changes in the same step as the event that changes it.
         """
         slot = self._by_session.get(session_id)
         return None if slot is None or slot.terminal_emitted else slot

@@ -1,5 +1,5 @@
 """TurnService: accept a turn (validate → claim the slot → route → commit → start), cancel it,
-and release it at its end (README decisions 4 and 5, rest-api.md §3.6–3.7).
+and release it at its end.
 
 The in-flight check and the registration of the turn happen in one synchronous step with no
 await between them, so of any number of concurrent submits exactly one is accepted.
@@ -81,7 +81,7 @@ class TurnService:
     ) -> TurnAccepted:
         """Accept a turn. The last three parameters serve the AAP façade (suspend policy):
         `resolution` answers the pending calls of a suspended turn instead of sending
-        `content` (tools.md §6.2), `alias_prefix=False` stores the user's text verbatim (the
+        `content`, `alias_prefix=False` stores the user's text verbatim (the
         model choice comes from `per_message_override` only), and `surface_writes` adds the
         surface's own rows to the acceptance transaction."""
         core = self.core
@@ -321,7 +321,7 @@ class TurnService:
         )
 
     async def close_suspended(self, session_id: str) -> None:
-        """Session end: close tool calls parked by suspended turns (tools.md §6.2 step 7)."""
+        """Session end: close tool calls parked by suspended turns."""
         rows = await self.core.db.fetchall(
             "SELECT id, name FROM tool_calls WHERE session_id=? AND result_message_id IS NULL "
             "AND status IN ('awaiting_confirmation', 'awaiting_client') ORDER BY id",

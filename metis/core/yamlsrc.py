@@ -150,7 +150,7 @@ def load_yaml_bytes(raw: bytes, *, max_bytes: int = MAX_YAML_BYTES) -> YamlDocum
 def _duplicate_key_errors(
     data: Any, duplicates: list[tuple[MarkedDict, Any, int, int]]
 ) -> list[Diagnostic]:
-    """One `duplicate_key` diagnostic per repeated key, in the routing.md §2.8 form.
+    """One `duplicate_key` diagnostic per repeated key, in the shared diagnostic form.
 
     The loader cannot know where a mapping stands while building it, so the dotted path of
     each mapping holding a duplicate is found afterwards by walking the loaded document.

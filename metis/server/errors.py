@@ -1,7 +1,7 @@
 """The metis REST error envelope and the one table mapping domain errors to wire errors.
 
 Every non-2xx response of the metis surface is `{"error": {"code", "message", "details"}}` with a
-code from the closed table of rest-api.md §5; nothing outside that table may be sent.
+code from the closed table below (also in docs/api.md); nothing outside that table may be sent.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from aiohttp import web
 
 from metis.core import errors as core
 
-# code -> HTTP status: the closed table (rest-api.md §5). Adding a code is a contract change.
+# code -> HTTP status: the closed table. Adding a code is a contract change.
 ERROR_CODES: dict[str, int] = {
     "validation_error": 400,
     "invalid_content": 400,

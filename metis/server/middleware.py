@@ -1,4 +1,4 @@
-"""Request guards in the precedence order of rest-api.md §1.6, the error envelope, and access logs.
+"""Request guards in their precedence order (docs/api.md), the error envelope, and access logs.
 
 Order: host_not_allowed → service_shutting_down → route_not_found / method_not_allowed →
 origin_not_allowed → payload_too_large → unsupported_media_type → (handler: validation_error …).
@@ -131,7 +131,7 @@ async def metis_middleware(
 
 
 async def add_security_headers(request: web.Request, response: web.StreamResponse) -> None:
-    """on_response_prepare: headers every metis response carries (rest-api.md §1.1)."""
+    """on_response_prepare: headers every metis response carries."""
     if isinstance(response, web.WebSocketResponse):
         return
     response.headers.setdefault("Cache-Control", "no-store")

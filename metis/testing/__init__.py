@@ -1,4 +1,4 @@
-"""Test support shipped with the package: the fake provider server (providers.md §8).
+"""Test support shipped with the package: the fake provider server.
 
 Names are resolved lazily (PEP 562) so that `python -m metis.testing.fake_provider` does not
 import the module twice.

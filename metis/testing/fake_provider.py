@@ -1,4 +1,4 @@
-"""A loopback fake of the Anthropic Messages and OpenAI Chat Completions APIs (providers.md §8).
+"""A loopback fake of the Anthropic Messages and OpenAI Chat Completions APIs.
 
 The real SDKs talk to it through `base_url`, so tests exercise the adapters' actual wire code:
 SSE framing, tool-call fragments, usage chunks, error bodies, retry headers, dropped and hung

@@ -1,7 +1,7 @@
 """Wire rendering of the fake provider: scripted replies, request decoding, SSE frames and bodies.
 
 Kept apart from the server (`fake_provider.py`) so the byte-level shapes both SDKs must parse are
-readable in one place, independent of aiohttp plumbing (providers.md §8 "Wire fidelity").
+readable in one place, independent of aiohttp plumbing.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class FakeToolCall(BaseModel):
 
 
 class FakeUsage(BaseModel):
-    """Canonical bucket meanings (providers.md §7); a missing count takes the default."""
+    """Canonical bucket meanings; a missing count takes the default."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -67,7 +67,7 @@ class FakeUsage(BaseModel):
 class FakeReply(BaseModel):
     """One scripted answer. JSON-serialisable so out-of-process users can POST it.
 
-    Beyond the design table, a few extra knobs reproduce compatible-server quirks and odd wire
+    Beyond the plain reply fields, a few extra knobs reproduce compatible-server quirks and odd wire
     shapes: `refusal`, `redacted_thinking`, `name_late`, `arguments_as_object`, and the escape
     hatches `raw_sse` (exact frames) / `raw_json` (exact JSON body).
     """

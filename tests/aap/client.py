@@ -105,7 +105,7 @@ class Reply:
 
 
 def check_stream(reply: Reply, mode: str, *, session_start: bool = False) -> None:
-    """The invariants of aap.md §13 for every stream test."""
+    """The stream invariants every stream test checks."""
     assert reply.status == 200 and reply.is_stream, (reply.status, reply.body)
     names = reply.names
     if session_start:

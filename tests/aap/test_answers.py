@@ -1,4 +1,4 @@
-"""Answer validation of a resolution turn (aap.md §5.4, tools.md §6.2 step 4, §13 item 10).
+"""Answer validation of a resolution turn.
 
 Every refused request must leave history, the pending set and the session configuration exactly
 as they were: nothing is stored before all answers match the pending calls once each.

@@ -1,5 +1,5 @@
 """The façade over the same core: live on the metis WebSocket, suspended calls surviving a
-restart, and the layering rule (aap.md §5.1, §13 items 7, 14, 19)."""
+restart, and the layering rule."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Mounting, /meta, auth, CORS and body checks (aap.md §1–3, §13 items 1–4)."""
+"""Mounting, /meta, auth, CORS and body checks."""
 
 from __future__ import annotations
 

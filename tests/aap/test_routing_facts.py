@@ -1,4 +1,4 @@
-"""Turn facts the AAP façade gives routing (routing.md §2.4–2.5) on the real daemon."""
+"""Turn facts the AAP façade gives routing on the real daemon."""
 
 from __future__ import annotations
 

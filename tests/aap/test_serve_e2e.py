@@ -1,4 +1,4 @@
-"""End to end against `metis serve` on a fresh METIS_HOME (aap.md §13 item 18): the independent
+"""End to end against `metis serve` on a fresh METIS_HOME: the independent
 client (plain HTTP + the spec-following SSE parser) drives every stream mode with the scripted
 model; the generated key is read from its file, printed once, and never logged."""
 

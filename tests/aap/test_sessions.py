@@ -1,4 +1,4 @@
-"""Creating, reading, listing and deleting AAP sessions (aap.md §4.2–4.5, §13 items 5–7, 11)."""
+"""Creating, reading, listing and deleting AAP sessions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Stream behaviour against the fake provider through the real SDK (aap.md §6–7, §13 items 12–13):
+"""Stream behaviour against the fake provider through the real SDK:
 thinking and block order, stop reasons, provider errors mid-stream, disconnects, cancels,
 heartbeats, concurrency and routing failures."""
 

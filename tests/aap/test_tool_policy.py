@@ -1,4 +1,4 @@
-"""Tool policy edges of the suspend path (aap.md §5.2–5.4, §7, §8; tools.md §6.2):
+"""Tool policy edges of the suspend path:
 disabled and unknown tools, a configured deny, a grant for a tool disabled meanwhile, a cancel
 while calls are parked, and compaction of the context view."""
 

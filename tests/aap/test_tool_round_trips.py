@@ -1,4 +1,4 @@
-"""Plain turns and every tool round trip, in all three response modes (aap.md §13 items 8–9).
+"""Plain turns and every tool round trip, in all three response modes.
 
 The offline scripted model drives the turns: "use tool" calls the first client tool (else the
 first server tool), "use server tool" the first server tool, "use all tools" every offered tool.

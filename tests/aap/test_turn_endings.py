@@ -1,9 +1,9 @@
 """AAP turns whose model call ends unusually, against the fake provider through the real SDK:
 
-- aap.md §7: a `max_tokens` reply leaves no unanswered `tool_use` in history (each gets a
+- a `max_tokens` reply leaves no unanswered `tool_use` in history (each gets a
   stored `Tool call cancelled`), so the next user turn is accepted; a call cut off by the limit
   is neither announced nor stored.
-- routing.md §4.6, websocket.md §10 invariant 7: once a resolution turn has run a granted tool,
+- once a resolution turn has run a granted tool,
   the model is locked; a provider failure then ends the turn instead of failing over.
 """
 

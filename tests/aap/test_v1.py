@@ -1,4 +1,4 @@
-"""AAP v1 at /aap/v1 and interop with v3 on the same sessions (aap.md §6.4, §9, §13 item 15)."""
+"""AAP v1 at /aap/v1 and interop with v3 on the same sessions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Cancel cases C1 and C4 of websocket.md §11, hit exactly through the real turn path.
+"""Cancel cases C1 and C4 (described below), hit exactly through the real turn path.
 
 C1: the cancel lands after `route.decided`, before `llm.call_started` — right after the 202
 (the runner task has not run yet). C4: the cancel lands at the seam — `llm.call_completed` of a

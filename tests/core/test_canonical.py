@@ -204,7 +204,7 @@ def test_cost_is_exact_decimal_over_four_buckets() -> None:
 
 
 def test_cost_is_computed_in_a_28_digit_context() -> None:
-    """providers.md §7: a result needing more digits is rounded to 28 significant digits."""
+    """A result needing more digits is rounded to 28 significant digits."""
     from decimal import Context
 
     from metis.core.model_types import Pricing

@@ -1,4 +1,4 @@
-"""models.yaml → ModelRegistry (routing.md §1, §9 item 1)."""
+"""models.yaml → ModelRegistry."""
 
 from __future__ import annotations
 

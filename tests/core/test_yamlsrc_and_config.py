@@ -18,7 +18,7 @@ def test_duplicate_keys_are_errors_with_their_line() -> None:
 
 
 def test_duplicate_key_diagnostics_carry_the_full_dotted_path() -> None:
-    """routing.md §2.8: `path` is the duplicate's dotted path and the message starts with it."""
+    """`path` is the duplicate's dotted path and the message starts with it."""
     doc = load_yaml_bytes(
         b"providers:\n  anthropic:\n    adapter: a\n    adapter: b\n"
         b"workspaces:\n  /home/u/x:\n    rules:\n      - {name: a, name: b}\n"

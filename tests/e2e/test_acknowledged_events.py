@@ -1,7 +1,7 @@
 """What a 2xx acknowledged survives a SIGKILL that follows it at once, events included.
 
-Session lifecycle events are flushed before the answer (rest-api.md §3.1: every session has at
-least one event; websocket.md §7: `snapshot_at_event_id` is never null). A real `metis serve`
+Session lifecycle events are flushed before the answer (every session has at least one event,
+so a snapshot's `snapshot_at_event_id` is never null). A real `metis serve`
 subprocess is killed right after each response and restarted on the same METIS_HOME.
 """
 

@@ -1,4 +1,4 @@
-"""Cost accumulation through the real daemon, the real SDKs and the fake provider (events.md §7, §8.12).
+"""Cost accumulation through the real daemon, the real SDKs and the fake provider.
 
 Every LLM call is priced by core from the token counts the fake provider reports; a call that
 completed, was cancelled or failed adds its spend to its turn and its session whatever the turn's
@@ -27,7 +27,7 @@ from tests.e2e.test_provider_turns import MODEL_OF, models_yaml, session_on, typ
 from tests.ws_client import Ws, events_of
 
 SONNET = MODEL_OF["anthropic"]
-DECIMAL_WIRE = re.compile(r"^-?[0-9]+(\.[0-9]*[1-9])?$")  # events.md §2.3, trailing zeros stripped
+DECIMAL_WIRE = re.compile(r"^-?[0-9]+(\.[0-9]*[1-9])?$")  # trailing zeros stripped
 QUARTET = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
 PRICE_KEY = {
     "input_tokens": "input_per_mtok",
@@ -71,7 +71,7 @@ def cost_of(tokens: dict[str, Any], price: dict[str, Decimal]) -> Decimal:
 
 
 def plain(value: Decimal) -> str:
-    """The wire form of events.md §2.3, written independently of the daemon's serializer."""
+    """The Decimal wire form, written independently of the daemon's serializer."""
     if value == 0:
         return "0"
     text = format(value, "f")
@@ -115,7 +115,7 @@ def assert_priced_by_formula(call: dict[str, Any], price: dict[str, Decimal]) ->
 
 
 def assert_store_invariants(metis_home: Path, session_id: str) -> None:
-    """events.md §7: the sessions and turns rows equal the sums over their llm.call_* events."""
+    """The sessions and turns rows equal the sums over their llm.call_* events."""
     db = sqlite3.connect(f"file:{metis_home / 'metis.db'}?mode=ro", uri=True)
     db.row_factory = sqlite3.Row
     try:

@@ -1,4 +1,4 @@
-"""Crash recovery while a tool runs (events.md §6.7 step 3, §7, §8.8 "again while a tool runs").
+"""Crash recovery while a tool runs.
 
 A real `metis serve` subprocess is SIGKILLed while the model's shell call is sleeping. A daemon
 restarted on the same METIS_HOME must fail the turn with `turn.failed{daemon_restart}` at the next
@@ -30,7 +30,7 @@ from tests.serve_process import free_port, spawn_serve, wait_until_serving
 
 fake = provider_turns.fake  # the fake provider fixture, shared
 
-INTERRUPTED = "Tool call interrupted: metis stopped before the tool finished"  # events.md §6.7
+INTERRUPTED = "Tool call interrupted: metis stopped before the tool finished"
 PGID_FILE = ".shell-pgid"
 
 
@@ -78,7 +78,7 @@ async def test_daemon_killed_while_a_shell_tool_runs_recovers_on_restart(
             await proc.wait()
 
         d = await start_daemon()
-        # tools.md §9: the command's group, in its own session, outlived the killed daemon;
+        # the command's group, in its own session, outlived the killed daemon;
         # the restart reaps it before serving
         assert not live_group_members(pgid)
         async with aiohttp.ClientSession(base_url=d.base_url) as http:
@@ -99,7 +99,7 @@ async def test_daemon_killed_while_a_shell_tool_runs_recovers_on_restart(
             assert [e for e in events if e["turn_id"] == turn_id][-1] == terminal
             assert types_of(events).count("turn.failed") == 1
 
-            # the spend of the completed call survives the crash (events.md §7, §8.12)
+            # the spend of the completed call survives the crash
             first_call = plain(cost_of(U1, price))
             assert payload["total_cost_usd"] == first_call and first_call != "0"
             assert payload["llm_call_count"] == 1 and payload["tool_call_count"] == 1

@@ -2,10 +2,10 @@
 provider: tool uses of a turn that did not end with `tool_use`, and the usage a failed or
 cancelled call reports.
 
-- tools.md §2, aap.md §7: after any ending other than `tool_use` (or a suspension) every tool use
+- after any ending other than `tool_use` (or a suspension) every tool use
   of the turn has a stored result — `Tool call cancelled`, announced by `tool.failed{cancelled}` —
   and a call cut off mid-arguments by the output limit is dropped, never stored or announced.
-- events.md §4.4, §7: `llm.call_failed` carries the quartet the provider reported before the
+- `llm.call_failed` carries the quartet the provider reported before the
   failure (0 otherwise), and only that is billed to the turn and the session.
 """
 
@@ -82,7 +82,7 @@ async def test_a_complete_tool_use_of_a_non_tool_use_ending_gets_a_cancelled_res
     assert not (workspace / "notes.txt").exists()  # nothing ran
 
     events = await api.turn_events(sid, accepted["turn_id"])
-    check_turn_grammar(events)  # the closing tool.failed events fit the §10 grammar
+    check_turn_grammar(events)  # the closing tool.failed events fit the per-turn frame grammar
     assert types_of(events)[-4:] == [
         "llm.call_completed",
         "tool.failed",

@@ -1,17 +1,17 @@
-"""More rest-api.md items against the real daemon and its real SQLite file (no mocks of metis).
+"""More REST contract items against the real daemon and its real SQLite file (no mocks of metis).
 
-- §3.9 / §6 test 9 / events.md §8 test 10: ≥ 230 messages walked both ways with `limit=50`,
+- message paging: ≥ 230 messages walked both ways with `limit=50`,
   each seen exactly once, `has_more_*` right on the oldest, newest and empty pages.
-- §3.10 / §1.4 / §6 test 29: a cursor walk over ≥ 250 events with `limit=100`, each event once,
+- events paging: a cursor walk over ≥ 250 events with `limit=100`, each event once,
   in seq order; `next_cursor` non-null iff another row matches (also on an exact boundary).
-- §1.2 / §6 test 16: 415 on the optional-body routes (cancel, `/routing/check`), with
+- 415 on the optional-body routes (cancel, `/routing/check`), with
   `details.content_type`; an empty body with any Content-Type is no body and passes.
-- §1.6 / §6 test 18: `PUT /sessions` and `OPTIONS /health` → 405 with `Allow` and
+- `PUT /sessions` and `OPTIONS /health` → 405 with `Allow` and
   `details.allowed`; `HEAD /sessions/{id}` → 405 and mints no attach token.
-- §3.5 / §6 test 26 / aap.md §4.5: after a purge, every metis route for the id and the upgrade
+- after a purge, every metis route for the id and the upgrade
   → 404 `session_not_found`; so is every AAP route; the SQLite file has no row left for the id
   (`aap_message_forms` and `aap_sessions` included).
-- §3.9 / §6 test 28: messages of a session that never existed → 404, never an empty 200.
+- messages of a session that never existed → 404, never an empty 200.
 
 The ground truth for "every message / every event" is read from the SQLite file through a
 separate read-only connection, not from the API under test.
@@ -113,7 +113,7 @@ async def api(start_daemon: Callable[..., Any]) -> AsyncIterator[tuple[Daemon, A
         yield d, Api(http)
 
 
-# ---- 1. message paging (§3.9, events.md §6.5) ----------------------------------------------------
+# ---- 1. message paging ---------------------------------------------------------------------------
 
 
 async def test_230_plus_messages_walk_both_ways_exactly_once_with_correct_flags(
@@ -208,7 +208,7 @@ async def test_230_plus_messages_walk_both_ways_exactly_once_with_correct_flags(
         assert page == {"messages": [], "has_more_before": False, "has_more_after": False}, query
 
 
-# ---- 2. events cursor walk (§3.10, §1.4) ---------------------------------------------------------
+# ---- 2. events cursor walk -----------------------------------------------------------------------
 
 
 async def test_events_cursor_walk_over_250_plus_events_sees_each_once_in_seq_order(
@@ -305,7 +305,7 @@ async def test_events_cursor_walk_over_250_plus_events_sees_each_once_in_seq_ord
             break
     assert walked_filtered == filtered
 
-    # A cursor names a row of this session only (§1.4): another session's cursor → 400.
+    # A cursor names a row of this session only: another session's cursor → 400.
     other = (await client.create_session(workspace))["id"]
     status, page = await client.call("GET", f"/sessions/{other}/events", params={"limit": "1"})
     assert status == 200 and page["next_cursor"] is None  # only session.created
@@ -333,7 +333,7 @@ async def test_events_cursor_walk_over_250_plus_events_sees_each_once_in_seq_ord
     assert walked == after
 
 
-# ---- 3. 415 on the optional-body routes (§1.2) ---------------------------------------------------
+# ---- 3. 415 on the optional-body routes ----------------------------------------------------------
 
 NON_JSON = [
     pytest.param({"Content-Type": "text/plain"}, b"{}", "text/plain", id="text-plain"),
@@ -404,7 +404,7 @@ async def test_non_json_cancel_body_is_415_and_the_turn_runs_on(
 async def test_chunked_non_json_cancel_body_is_415(
     make_api: Callable[..., Any], workspace: Path
 ) -> None:
-    """A chunked body counts as present (§1.2), whatever its length."""
+    """A chunked body counts as present, whatever its length."""
     _, api = await make_api(config=HOLD)
     sid = (await api.create_session(workspace))["id"]
     turn_id, _ = await hold_turn(api, sid)
@@ -426,7 +426,7 @@ async def test_chunked_non_json_cancel_body_is_415(
 async def test_empty_cancel_body_with_a_non_json_content_type_is_no_body(
     make_api: Callable[..., Any], workspace: Path
 ) -> None:
-    """§1.2: the media type is checked only for a present body (or a required one); the cancel
+    """The media type is checked only for a present body (or a required one); the cancel
     body is optional, so Content-Length 0 with `text/plain` is a plain cancel."""
     _, api = await make_api(config=HOLD)
     sid = (await api.create_session(workspace))["id"]
@@ -475,7 +475,7 @@ async def test_routing_check_media_type_edges(api: tuple[Daemon, Api]) -> None:
     assert_error(status, payload, 415, "unsupported_media_type")
 
 
-# ---- 4. 405 with Allow; HEAD mints nothing (§1.6) ------------------------------------------------
+# ---- 4. 405 with Allow; HEAD mints nothing -------------------------------------------------------
 
 
 def _allowed(header: str) -> set[str]:
@@ -521,7 +521,7 @@ async def test_put_sessions_is_405_with_allow_and_details_allowed(
 async def test_a_preflight_on_metis_routes_is_405_without_cors_even_with_aap_origins(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
-    """§1.1/§1.6: no preflight handling on the metis surface, whatever `aap.cors_origins` says;
+    """No preflight handling on the metis surface, whatever `aap.cors_origins` says;
     405 precedes `origin_not_allowed`."""
     app_origin = "http://app.example:4173"
     d = await start_daemon(aap={"cors_origins": [app_origin]})
@@ -573,7 +573,7 @@ async def test_head_on_a_session_is_405_and_mints_no_token(
             await ws.close()
 
 
-# ---- 5. after a purge, every route is 404 (§3.5, aap.md §4.5) ------------------------------------
+# ---- 5. after a purge, every route is 404 --------------------------------------------------------
 
 
 def metis_routes(sid: str, turn_id: str, request_id: str) -> list[tuple[str, str, Any]]:
@@ -604,7 +604,7 @@ async def assert_metis_routes_404(api: Api, sid: str, turn_id: str, request_id: 
 
 
 async def assert_upgrade_404(http: aiohttp.ClientSession, ws_url: str, sid: str) -> None:
-    """websocket.md §1 step 5: a token minted before the purge meets a session that is gone."""
+    """The upgrade checks: a token minted before the purge meets a session that is gone."""
     with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
         await http.ws_connect(ws_url)
     assert refused.value.status == 404
@@ -763,7 +763,7 @@ async def test_aap_delete_purges_and_metis_routes_are_404(
         assert types == [("session.purged",)]
 
 
-# ---- 6. messages of a session that never existed (§3.9) ------------------------------------------
+# ---- 6. messages of a session that never existed -------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -783,7 +783,7 @@ async def test_messages_of_a_session_that_never_existed_is_404(
 async def test_a_bad_messages_query_on_an_unknown_session_is_400_first(
     api: tuple[Daemon, Api],
 ) -> None:
-    """§1.6: `validation_error` (query) precedes the per-endpoint `session_not_found`."""
+    """`validation_error` (query) precedes the per-endpoint `session_not_found`."""
     _, client = api
     for query, loc in (
         ({"limit": "0"}, ["query", "limit"]),

@@ -1,4 +1,4 @@
-"""/routing/* and /models over HTTP against the real daemon (routing.md §8, rest-api.md §3.11–3.12)."""
+"""/routing/* and /models over HTTP against the real daemon."""
 
 from __future__ import annotations
 

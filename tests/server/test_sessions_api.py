@@ -1,4 +1,4 @@
-"""REST sessions, turns, messages and events against the real daemon (seed 003 §9, rest-api.md §6).
+"""REST sessions, turns, messages and events against the real daemon.
 
 The offline scripted model serves the turns; a `prompt` confirmation policy on read_file holds a
 turn in flight deterministically where a test needs one.
@@ -415,7 +415,7 @@ async def test_confirmation_deny_reaches_the_model_with_the_reason(
 async def test_page_sizes_and_the_reason_length_are_settings(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
-    """rest-api.md: every number is a setting tests may lower (pages.*, limits.max_reason_chars)."""
+    """Every number is a setting tests may lower (pages.*, limits.max_reason_chars)."""
     config = HOLD + (
         "limits: {max_reason_chars: 5}\n"
         "pages: {sessions: {default: 2, maximum: 3}, events: {default: 1, maximum: 1000}}\n"
@@ -577,7 +577,7 @@ async def test_delete_mid_turn_cancels_then_ends_and_refuses_later_writes(
 async def test_a_turn_racing_the_end_is_refused_or_cancelled_never_run_after_it(
     daemon: Daemon, api: Api, workspace: Path
 ) -> None:
-    """rest-api.md §3.5: once the end begins, turns and PATCH get 409. Submits, PATCHes and
+    """Once the end begins, turns and PATCH get 409. Submits, PATCHes and
     DELETEs are fired together; whatever order they land in, nothing happens after
     `session.ended` and an accepted turn ended before it."""
     for _ in range(12):

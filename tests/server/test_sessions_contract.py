@@ -1,11 +1,11 @@
-"""Contract items of rest-api.md that other tests prove only weakly, against the real daemon.
+"""REST contract items that other tests prove only weakly, against the real daemon.
 
-- §3.4 / §6 test 10: a PATCH queued mid-turn leaves the running turn on its model (observable
+- a PATCH queued mid-turn leaves the running turn on its model (observable
   because two distinct models are configured) and the next turn routes to the new sticky.
-- §3.8 / tools.md §6.1: two separate clients answering one confirmation at once; first answer wins.
-- §3.5 / §6 test 25 / websocket.md §14: DELETE mid-turn as one socket sees it, up to the close.
-- §3.7 / §6 test 24: two concurrent cancels while the turn stays `cancelling`, then 409.
-- §3.3 / §6 test 31: `ws_url` from the bound address, a fresh token per GET, `no-store`.
+- two separate clients answering one confirmation at once; first answer wins.
+- DELETE mid-turn as one socket sees it, up to the close.
+- two concurrent cancels while the turn stays `cancelling`, then 409.
+- `ws_url` from the bound address, a fresh token per GET, `no-store`.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def confirmation_url(sid: str, turn_id: str, request: dict[str, Any]) -> str:
     return f"/sessions/{sid}/turns/{turn_id}/confirmations/{request['confirmation_request_id']}"
 
 
-# ---- §3.4: the queued swap -------------------------------------------------------------------
+# ---- the queued swap -------------------------------------------------------------------------
 
 
 async def test_queued_swap_keeps_the_running_turns_model_and_routes_the_next_turn(
@@ -105,7 +105,7 @@ async def test_queued_swap_keeps_the_running_turns_model_and_routes_the_next_tur
     assert len(fake.requests) == 1 and fake.requests[0].api == "anthropic"
 
 
-# ---- §3.8: two clients answer one confirmation at once -----------------------------------------
+# ---- two clients answer one confirmation at once -----------------------------------------------
 
 
 async def test_two_clients_allowing_at_once_apply_once_and_the_tool_runs_once(
@@ -187,7 +187,7 @@ async def test_two_clients_answering_differently_at_once_one_wins_the_other_409(
         assert first(events, "tool.failed")["payload"]["error_class"] == "user_denied"
 
 
-# ---- §3.5: DELETE mid-turn as a socket sees it --------------------------------------------------
+# ---- DELETE mid-turn as a socket sees it --------------------------------------------------------
 
 
 async def test_delete_mid_turn_socket_sees_cancel_then_end_then_close_1000(
@@ -228,7 +228,7 @@ async def test_delete_mid_turn_socket_sees_cancel_then_end_then_close_1000(
     assert got["pending_confirmations"] == [] and got["current_turn_id"] is None
 
 
-# ---- §3.7: concurrent cancels ------------------------------------------------------------------
+# ---- concurrent cancels ------------------------------------------------------------------------
 
 # Ignores the first SIGTERM for a second, so the turn stays `cancelling` while both cancels land.
 SLOW_TO_STOP = "trap 'sleep 1; exit 1' TERM; echo up > ready.txt; sleep 30 & wait"
@@ -275,7 +275,7 @@ async def test_two_concurrent_cancels_are_both_202_then_a_late_one_is_409(
     assert "llm.call_failed" not in types and types.count("llm.call_started") == 1
 
 
-# ---- §3.3: attach fields -----------------------------------------------------------------------
+# ---- attach fields -----------------------------------------------------------------------------
 
 TOKEN_RE = re.compile(r"atk_[A-Za-z0-9_-]{32}")
 
@@ -313,7 +313,7 @@ async def test_attach_fields_use_the_bound_address_fresh_tokens_and_no_store(
 async def test_an_image_over_the_configured_limit_is_invalid_content(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
-    """events.md §2.4 rule 5 with `limits.max_image_bytes` lowered: the setting, not the
+    """The image size rule with `limits.max_image_bytes` lowered: the setting, not the
     5 MiB default, decides; the image at the limit is accepted."""
     d = await start_daemon(config="limits: {max_image_bytes: 1024}\n")
     async with aiohttp.ClientSession(base_url=d.base_url) as http:

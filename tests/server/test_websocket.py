@@ -1,5 +1,4 @@
-"""The WebSocket handshake, attach tokens, subscribe, client frames, heartbeats and closes
-(websocket.md §1–6, §12, §14; required tests 12–15, 17–20, 22, 27–28).
+"""The WebSocket handshake, attach tokens, subscribe, client frames, heartbeats and closes.
 
 Real daemon on a loopback port, real aiohttp WebSocket client, real SQLite. Timing tests lower
 the `websocket:` settings instead of sleeping.
@@ -503,7 +502,7 @@ async def test_purge_closes_1000_session_purged(api: Api, sid: str) -> None:
 async def test_in_band_closes_complete_the_handshake_with_the_client(
     api: Api, workspace: Path
 ) -> None:
-    """The server waits for the client's close reply (§14), so an aiohttp client records the
+    """The server waits for the client's close reply, so an aiohttp client records the
     server's 1000, not 1006 for a connection torn down under its reply."""
     for params, code in (({}, "session_ended"), ({"purge": "true"}, "session_purged")):
         sid = (await api.create_session(workspace))["id"]

@@ -1,4 +1,4 @@
-"""Backpressure (websocket.md §13; required test 11): a client that stops reading is closed with
+"""Backpressure: a client that stops reading is closed with
 1008 `client_too_slow` right after its queue overflows — out of band, not behind its backlog —
 while a second client on the same session receives every event and `emit` never waits.
 

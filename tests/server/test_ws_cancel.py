@@ -1,4 +1,4 @@
-"""Cancellation as every socket sees it (websocket.md §11; required tests 7–10, 22).
+"""Cancellation as every socket sees it.
 
 Each case is reached deterministically: a provider that holds its first byte (C2), a slowly
 streaming model (C3), a confirmation wait (C4 and test 9) and a running shell command (C5).

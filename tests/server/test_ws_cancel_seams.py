@@ -1,4 +1,4 @@
-"""Cancel cases C1 and C4-at-the-seam of websocket.md §11, as every subscribed socket sees them.
+"""Cancel cases C1 and C4-at-the-seam, as every subscribed socket sees them.
 
 tests/core/test_cancel_seams.py proves these two cases at core level (stored event types);
 tests/server/test_ws_cancel.py covers C2, C3, C4 behind a confirmation wait and C5 on a socket.
@@ -91,7 +91,7 @@ def assert_c4_tail(events: list[dict[str, Any]], tool_names: list[str]) -> None:
 
 
 async def assert_cancelled_results_stored(api: Api, sid: str, turn_id: str, n: int) -> None:
-    """Every tool_use of the complete message got a stored is_error result (§11)."""
+    """Every tool_use of the complete message got a stored is_error result."""
     messages = [m for m in (await api.messages(sid))["messages"] if m["turn_id"] == turn_id]
     assert [m["role"] for m in messages] == ["user", "assistant"] + ["tool"] * n
     for m in messages[2:]:

@@ -1,4 +1,4 @@
-"""Snapshot, replay and the gap-free seam (websocket.md §7–9; required tests 2–5, 16, 24, 25, P1).
+"""Snapshot, replay and the gap-free seam.
 
 Events for volume are produced through real REST calls (PATCH emits `session.model_changed`) or
 straight on the real bus; the seam tests inject a delay through the seam's test hook
@@ -199,7 +199,7 @@ async def test_replay_honours_the_filter(api: Api, workspace: Path) -> None:
 
 async def test_a_filter_of_streaming_types_only_replays_nothing(api: Api, workspace: Path) -> None:
     """Streaming events are never stored, so a filter naming no stored type matches no stored
-    row: nothing is replayed and the count says so (§6, §8 step 6), with or without actors."""
+    row: nothing is replayed and the count says so, with or without actors."""
     sid = (await api.create_session(workspace))["id"]
     first = (await api.events(sid))[0]
     await api.run_turn(sid, "while away")
@@ -283,7 +283,7 @@ async def test_a_prune_during_the_replay_read_expires_the_cursor(
     daemon: Daemon, api: Api, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`metis trace prune` may run beside the daemon: rows it deleted after the floor was read
-    must not go missing from a replay silently (websocket.md §8.4)."""
+    must not go missing from a replay silently."""
     sid = (await api.create_session(workspace))["id"]
     await patch_model(api, sid, 3)
     first = (await api.events(sid))[0]
@@ -368,7 +368,7 @@ async def snapshot_with_a_turn_during_its_load(
 async def test_snapshot_of_a_new_session_leaves_out_messages_committed_after_its_seam(
     api: Api, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No event has named a message yet, and W still bounds the snapshot (§7): the turn that
+    """No event has named a message yet, and W still bounds the snapshot: the turn that
     ran during the load arrives live only, not also in the snapshot."""
     sid = (await api.create_session(workspace))["id"]
     client, snap, turn_id = await snapshot_with_a_turn_during_its_load(api, sid, monkeypatch)

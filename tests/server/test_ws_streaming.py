@@ -1,6 +1,5 @@
-"""Live frames of real turns over the WebSocket (websocket.md §9–10, §15; required tests 1, 6,
-21, 23, 26, 29, 30, P2): frame order, deltas that rebuild the stored message, several clients,
-mid-stream joiners and provider failures.
+"""Live frames of real turns over the WebSocket: frame order, deltas that rebuild the stored
+message, several clients, mid-stream joiners and provider failures.
 """
 
 from __future__ import annotations

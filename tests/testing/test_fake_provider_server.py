@@ -1,4 +1,4 @@
-"""§10.12: the fake provider server, exercised with the raw SDKs and plain HTTP."""
+"""The fake provider server, exercised with the raw SDKs and plain HTTP."""
 
 from __future__ import annotations
 

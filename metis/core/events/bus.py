@@ -1,4 +1,4 @@
-"""The in-process event bus: ordered per-session delivery with isolated subscribers (events.md §5).
+"""The in-process event bus: ordered per-session delivery with isolated subscribers.
 
 `emit` is synchronous and never awaits: validate → take the stream's next seq → stamp → hand to
 each subscriber, all in one step on the event-loop thread. Because nothing yields, every

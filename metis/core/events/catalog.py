@@ -1,4 +1,4 @@
-"""The closed event catalog (events.md §4): one payload model per type, nothing else is valid.
+"""The closed event catalog: one payload model per type, nothing else is valid.
 
 Payload models forbid extra fields so a typo in an emitter is caught in tests (strict mode);
 stored payloads come back as plain dicts and are never re-validated, so old rows stay readable.
@@ -437,7 +437,7 @@ _PRIVATE_TYPES = frozenset({"turn.started", "llm.call_started"})
 
 
 def sensitivity_of(event_type: str) -> str:
-    """Derived at serialization, never stored (events.md §3)."""
+    """Derived at serialization, never stored."""
     if event_type in _PRIVATE_TYPES or event_type.startswith("tool."):
         return "private"
     return "pseudonymous"

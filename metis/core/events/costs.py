@@ -2,7 +2,7 @@
 
 Reads (session GETs, terminal turn payloads) need totals that include events the trace writer
 has not flushed yet; this inline subscriber keeps them in memory from the same events the
-writer persists, so both always agree (events.md §7).
+writer persists, so both always agree.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Event envelopes: persisted bus events and streaming-only (transient) events (events.md §3)."""
+"""Event envelopes: persisted bus events and streaming-only (transient) events."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SessionHub: the one ordering point for a session's live clients (websocket.md §9, events.md §5).
+"""SessionHub: the one ordering point for a session's live clients.
 
 An inline bus subscriber (transient events included): each event is appended in O(1), with no
 await, to the bounded queue of every client attached to its session, so every client sees bus
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 Accept = Callable[[AnyEvent], bool]
 
-# Bus events that reference a message committed before them (websocket.md §7 rule 2), and the
+# Bus events that reference a message committed before them, and the
 # payload key holding its id. `llm.call_failed` counts only when it ends the call for good: a
 # failure that will be retried happened before any content, so nothing was committed.
 _MESSAGE_REFS = {
@@ -71,7 +71,7 @@ class SharedEvent:
 QueueItem = AnyEvent | SharedEvent | CloseMarker
 
 
-# -- the message being streamed (catch-up, websocket.md §9.3) ---------------------------------
+# -- the message being streamed (catch-up) ---------------------------------------------------
 
 
 @dataclass
@@ -94,7 +94,7 @@ class StreamingMessage:
     names the message (`llm.call_completed` / `llm.call_failed`, which raise W): a client whose
     seam falls in between finds the message neither under W in its snapshot nor in its live
     queue, so its catch-up carries the whole message, `message.complete` included
-    (websocket.md §9.3 covers only the message still streaming; this closes the gap after it).
+    (the catch-up rule covers only the message still streaming; this closes the gap after it).
     """
 
     start: TransientEvent
@@ -174,7 +174,7 @@ class StreamingMessage:
 
 @dataclass(frozen=True)
 class SeamPoint:
-    """What a client's seam captured, all in one synchronous step (websocket.md §9.2)."""
+    """What a client's seam captured, all in one synchronous step."""
 
     event_id: str | None  # H: the session's latest bus event
     seq: int
@@ -366,7 +366,7 @@ class SessionHub:
     def seam_point(
         self, client: HubClient, accept: Accept | None, unnamed_watermark: Callable[[], str]
     ) -> SeamPoint:
-        """The seam (websocket.md §9.2 step 1), one synchronous step: from here on every
+        """The seam, one synchronous step: from here on every
         matching event enters the client's queue, and everything up to the returned H is the
         client's to load from the store. Anything queued before (nothing but a close marker can
         be, since clients attach with a reject-all filter until they subscribe) is kept.
@@ -436,7 +436,7 @@ class SessionHub:
         self._sessions.pop(session_id, None)
         self.revoke_tokens(session_id)
 
-    # -- attach tokens (websocket.md §2): in memory only, single use, scoped, short-lived -----
+    # -- attach tokens: in memory only, single use, scoped, short-lived -----------------------
 
     def mint_token(self, session_id: str) -> tuple[str, float]:
         now = self.clock()

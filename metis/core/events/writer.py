@@ -1,7 +1,7 @@
 """TraceWriter: persists bus events in batches, with their projections, in one transaction each.
 
 It is an inline bus subscriber (the append is O(1)); a background task flushes on size, on a
-short timer and at every turn boundary (events.md §6.4). Projections (turn and session counters,
+short timer and at every turn boundary. Projections (turn and session counters,
 tokens, Decimal costs, tool-call status) are written from the same events in the same
 transaction, so the tables and the trace can never disagree after a crash.
 """
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 RETRY_DELAYS_S = (0.1, 0.5, 2.0)
 _QUARTET = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
-# Tool-call statuses only move forward (events.md §6.3): a projection never undoes a direct write.
+# Tool-call statuses only move forward: a projection never undoes a direct write.
 _TOOL_STATUS_BEFORE = {
     status: "(" + ", ".join(f"'{s}'" for s in earlier) + ")"
     for status, earlier in {
@@ -244,7 +244,7 @@ class TraceWriter:
 
 @dataclass
 class _Projection:
-    """The projection map of events.md §6.3 for one batch, computed before its transaction."""
+    """The tool-call projection map for one batch, computed before its transaction."""
 
     turns: dict[str, _Spend]
     sessions: dict[str, _Spend]

@@ -1,4 +1,4 @@
-"""Provider adapters: one per `providers.<name>` entry, built by `build_adapter` (providers.md §1).
+"""Provider adapters: one per `providers.<name>` entry, built by `build_adapter`.
 
 The agent loop imports only this package's public names; SDKs stay behind the adapters.
 """

@@ -1,4 +1,4 @@
-"""Anthropic Messages adapter (providers.md §5) over the official `anthropic` SDK.
+"""Anthropic Messages adapter over the official `anthropic` SDK.
 
 Only translation lives here: canonical history → request params, SDK stream events → calls on
 the shared `ContentBuilder`, SDK exceptions → the closed taxonomy. Retries, cancellation and
@@ -208,7 +208,7 @@ def history_messages(
 def build_body(
     req: LLMRequest, provider_name: str, history: HistoryEncoder, *, stream: bool
 ) -> bytes:
-    """The Messages request body (providers.md §5), the history's final part encoded once."""
+    """The Messages request body, the history's final part encoded once."""
     caps = req.capabilities
     caching = caps.supports_prompt_caching
     supports_images, thinking = caps.supports_images, req.thinking_enabled
@@ -269,7 +269,7 @@ def _malformed(req: LLMRequest, provider: str, what: str) -> ProviderError:
 
 
 class AnthropicTranslator:
-    """Anthropic SSE events → canonical events (providers.md §5 stream table)."""
+    """Anthropic SSE events → canonical events ."""
 
     __slots__ = (
         "_req",
@@ -492,7 +492,7 @@ def _status_error(
 def classify(
     exc: BaseException, *, provider: str, model: str, secret: str | None = None
 ) -> ProviderError:
-    """An SDK or transport exception → `ProviderError` (providers.md §5 error table)."""
+    """An SDK or transport exception → `ProviderError`."""
     if isinstance(exc, ProviderError):
         return exc
     if isinstance(exc, anthropic.APIStatusError):

@@ -1,7 +1,7 @@
 """Adapter-facing types: the request, the result, canonical stream events, tool ids and hooks.
 
 Everything the agent loop exchanges with an adapter lives here, so that the TurnRunner depends on
-one small vocabulary and never on an SDK (providers.md §1-2, §4).
+one small vocabulary and never on an SDK.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ AdapterKindName = Literal["anthropic", "openai", "scripted"]
 
 
 # ---------------------------------------------------------------------------------------------
-# Tool ids (providers.md §4)
+# Tool ids
 # ---------------------------------------------------------------------------------------------
 
 
@@ -62,7 +62,7 @@ class ToolIdMap:
 
 
 # ---------------------------------------------------------------------------------------------
-# Attempt hooks (providers.md §3.2)
+# Attempt hooks
 # ---------------------------------------------------------------------------------------------
 
 
@@ -102,7 +102,7 @@ NO_HOOKS = NoHooks()
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LLMRequest:
-    """One logical LLM call; retries of it share `request_id` (providers.md §1).
+    """One logical LLM call; retries of it share `request_id`.
 
     A dataclass rather than a pydantic model because it carries live objects (an `asyncio.Event`,
     the session's `ToolIdMap`, hooks) that must be passed by reference, never copied or validated.
@@ -145,7 +145,7 @@ class LLMResult(BaseModel):
 
 
 # ---------------------------------------------------------------------------------------------
-# Canonical stream events (providers.md §2, events.md §4.8)
+# Canonical stream events
 # ---------------------------------------------------------------------------------------------
 
 
@@ -153,7 +153,7 @@ class _Event(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     def payload(self) -> dict[str, Any]:
-        """The event's wire payload (events.md §4.8): every field but the discriminator."""
+        """The event's wire payload: every field but the discriminator."""
         return self.model_dump(mode="json", exclude={"type"})
 
 
@@ -219,7 +219,7 @@ class ToolUseEnd(_Event):
 class MessageComplete(_Event):
     """Last event of every stream that yielded `message.start`; `final_content` is authoritative.
 
-    `usage` holds tokens only; the core prices it (`compute_cost`) into the events.md `Usage`.
+    `usage` holds tokens only; the core prices it (`compute_cost`) into the event `Usage`.
     """
 
     type: Literal["message.complete"] = "message.complete"
@@ -246,7 +246,7 @@ StreamEvent = Annotated[
 
 
 # ---------------------------------------------------------------------------------------------
-# The adapter protocol (providers.md §1)
+# The adapter protocol
 # ---------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""The closed provider-error taxonomy (providers.md §3.1) and the helpers shared by both mappings.
+"""The closed provider-error taxonomy and the helpers shared by both mappings.
 
 Every failure an adapter surfaces is a `ProviderError` with one of nine classes, so retries,
 availability and the events' `error_class` never depend on which SDK raised what.

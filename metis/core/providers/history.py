@@ -1,4 +1,4 @@
-"""History preparation shared by the wire mappings (providers.md §4).
+"""History preparation shared by the wire mappings.
 
 The stored history is canonical and may be imperfect (cancelled calls, imported seeds, lenient
 reads); this module turns it into a sequence every provider accepts: results right after their
@@ -126,7 +126,7 @@ def result_text(block: ToolResultBlock, image_text: str = "[image]") -> str:
 
 
 def estimate_request_tokens(req: LLMRequest) -> int:
-    """Input tokens of a call whose provider sent no usage (providers.md §6).
+    """Input tokens of a call whose provider sent no usage.
 
     The routing formula itself rather than a copy (docs/decisions.md), so an estimated call
     counts the system prompt, tools and history exactly as `route.decided` did.

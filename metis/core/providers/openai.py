@@ -1,4 +1,4 @@
-"""OpenAI Chat Completions adapter (providers.md §6), also for OpenAI-compatible servers.
+"""OpenAI Chat Completions adapter, also for OpenAI-compatible servers.
 
 Compatible servers (Ollama, llama.cpp, vLLM) differ in small ways — parallel calls all at index
 0, missing indexes, names arriving late, object-valued arguments, `stop` after calls, no usage —
@@ -152,7 +152,7 @@ def history_messages(messages: Sequence[Message], *, supports_images: bool) -> l
 def build_body(
     req: LLMRequest, options: dict[str, Any], history: HistoryEncoder, *, stream: bool
 ) -> bytes:
-    """The Chat Completions request body (providers.md §6), the history's final part encoded once."""
+    """The Chat Completions request body, the history's final part encoded once."""
     caps = req.capabilities
     supports_images = caps.supports_images
     done, rest = history.split(
@@ -258,7 +258,7 @@ class _Call:
 
 
 class OpenAITranslator:
-    """Chat completion chunks → canonical events (providers.md §6 accumulation rules)."""
+    """Chat completion chunks → canonical events."""
 
     __slots__ = (
         "_by_id",
@@ -483,7 +483,7 @@ def _stream_error_class(etype: str | None, code: str | None, message: str) -> Er
 def classify(
     exc: BaseException, *, provider: str, model: str, secret: str | None = None
 ) -> ProviderError:
-    """An SDK or transport exception → `ProviderError` (providers.md §6 error table)."""
+    """An SDK or transport exception → `ProviderError`."""
     if isinstance(exc, ProviderError):
         return exc
     if isinstance(exc, openai.APIStatusError):

@@ -1,4 +1,4 @@
-"""The one retry policy of every adapter (providers.md §3.2); SDK retries are always off.
+"""The one retry policy of every adapter; SDK retries are always off.
 
 The sleep function and the random source are injected so tests run the real policy on a fake
 clock with seeded jitter and never sleep for real.

@@ -1,4 +1,4 @@
-"""The deterministic scripted model `local:scripted` (providers.md §9).
+"""The deterministic scripted model `local:scripted`.
 
 It lets the daemon, the demo and the tests run a whole agent loop with no key and no network.
 The planner is pure and shared with the fake provider server, so "what the offline model says"
@@ -98,7 +98,7 @@ class ScriptedPlan:
 
 
 def neutral_value(schema: Any) -> Any:
-    """The planner's stand-in value for one JSON schema (§9.2 schema filling)."""
+    """The planner's stand-in value for one JSON schema."""
     if not isinstance(schema, dict):
         return NEUTRAL_STRING
     if "const" in schema:
@@ -193,7 +193,7 @@ def _pick_tools(step: str, view: ScriptedView) -> list[ToolDefinition]:
 
 
 def plan_scripted_reply(view: ScriptedView) -> ScriptedPlan:
-    """The scripted model's answer to a history (§9.2; the first applicable step wins)."""
+    """The scripted model's answer to a history (the first applicable step wins)."""
     messages = view.messages
     if messages and messages[-1].role == "tool":
         return ScriptedPlan(text=_results_text(messages), steps=("results",))
@@ -233,7 +233,7 @@ def plan_scripted_reply(view: ScriptedView) -> ScriptedPlan:
 
 
 # ---------------------------------------------------------------------------------------------
-# Whitespace usage (§9.3)
+# Whitespace usage
 # ---------------------------------------------------------------------------------------------
 
 

@@ -1,8 +1,8 @@
 """Wire-independent machinery of a streamed call: cancel racing, block accounting, the retry driver.
 
 Both HTTP adapters only translate wire events into calls on `ContentBuilder`; everything that
-must behave identically across providers (invariants of providers.md §2, retries §3.2,
-cancellation §3.3) lives here once.
+must behave identically across providers (stream invariants, retries, cancellation) lives here
+once.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ class CancelGuard:
 
 
 # ---------------------------------------------------------------------------------------------
-# Block accounting (providers.md §2 invariants 2-3)
+# Block accounting
 # ---------------------------------------------------------------------------------------------
 
 
@@ -322,7 +322,7 @@ class ContentBuilder:
         ]
 
     def drop_cut_off_tools(self) -> None:
-        """Forget the calls the output limit cut mid-arguments (aap.md §7): such a call was
+        """Forget the calls the output limit cut mid-arguments: such a call was
         never made, so it must not be stored, announced or answered. Only a cut-off call goes;
         a complete one stays even when its input is not an object (the schema check reports it).
         """
@@ -384,8 +384,8 @@ class Translator(Protocol):
 
     def usage(self, *, partial: bool) -> TokenUsage:
         """`partial`: the stream was cut short; then only what the provider itself reported
-        counts (0 for the rest), since a failed or cancelled call bills nothing else
-        (events.md §4.4). A finished stream may estimate what the provider never sent."""
+        counts (0 for the rest), since a failed or cancelled call bills nothing else.
+        A finished stream may estimate what the provider never sent."""
         ...
 
 
@@ -463,7 +463,7 @@ def _interrupted(
     first_token_ms: int | None,
     attempt: int,
 ) -> list[StreamEvent]:
-    """The closing events of a stream cut short after `message.start` (providers.md §3.3):
+    """The closing events of a stream cut short after `message.start`:
     a `tool.use_end` per open call, then `message.complete` with the partial content."""
     closing: list[StreamEvent] = list(builder.close_open_tools(warn=False))
     _, raw = tr.stop()
@@ -483,7 +483,7 @@ def _interrupted(
 
 
 async def drive_stream(spec: CallSpec, req: LLMRequest) -> AsyncIterator[StreamEvent]:
-    """Run attempts until one yields content, then stream it (providers.md §2-3)."""
+    """Run attempts until one yields content, then stream it."""
     guard = CancelGuard(req.cancel)
     attempt = 0
     try:

@@ -1,4 +1,4 @@
-"""Routing: which model serves each turn (routing.md §2–7).
+"""Routing: which model serves each turn.
 
 `loader` validates and compiles `routing.yaml`, `predicates` holds the `when:` vocabulary,
 `engine` runs the chain, `alias` parses the `@alias` prefix, `availability` tracks provider

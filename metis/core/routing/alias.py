@@ -1,4 +1,4 @@
-"""The `@alias` message prefix: a one-message model override (routing.md §3).
+"""The `@alias` message prefix: a one-message model override.
 
 One function for every surface that accepts the prefix, so `@sonnet fix this` means the same
 thing everywhere, the escape rules are identical, and an unusable reference is refused before
@@ -38,8 +38,7 @@ def resolve_override(
     """Strip an `@alias` prefix from the first text block and resolve the turn's override.
 
     `field` is the request's `per_message_override` (id or alias); it wins over the prefix.
-    The content is checked before any reference is resolved (rest-api.md §3.6, steps 2 then
-    3): an override with nothing left to send raises `InvalidContent` even when the reference
+    The content is checked before any reference is resolved: an override with nothing left to send raises `InvalidContent` even when the reference
     is unknown; an unknown or unconfigured reference (field, or prefix without field) then
     raises `ModelNotConfigured`.
     """

@@ -1,4 +1,4 @@
-"""Provider and model availability: the state machine of routing.md §6.
+"""Provider and model availability: a small state machine per provider and model.
 
 Routing must stop sending turns to a provider that keeps failing, without a single bad call or a
 user's cancel taking a model out of rotation. The TurnRunner reports one outcome per logical LLM

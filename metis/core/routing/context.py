@@ -1,4 +1,4 @@
-"""Turn facts handed to `RoutingEngine.decide` (routing.md §2.5) and the one token estimate.
+"""Turn facts handed to `RoutingEngine.decide` and the one token estimate.
 
 The core builds a `TurnContext` once per turn, before routing, with one estimate of the whole
 context (`estimated_input_tokens`, what predicates and `route.decided` see). The context-window

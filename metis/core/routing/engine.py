@@ -1,10 +1,10 @@
-"""The routing chain: which model serves a turn, and why (routing.md §4–5).
+"""The routing chain: which model serves a turn, and why.
 
 `RoutingEngine.decide` is synchronous and pure over (active policy, registry, availability,
 context): it walks the fixed slots, validates each candidate, stops at the first valid one and
 records the chain prefix it walked. The returned `RouteDecision` carries everything the surface
 needs: the `route.decided` payload, the failover list, the assistant message's routing summary
-and, when nothing can serve the turn, the `RoutingFailed` error with the §5 details.
+and, when nothing can serve the turn, the `RoutingFailed` error and its details.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ class RouteDecision(NamedTuple):
         return self.chain[self.winner_index] if self.winner_index >= 0 else None
 
     def event_payload(self) -> dict[str, Any]:
-        """The `route.decided` payload (routing.md §5, events.md §4.3)."""
+        """The `route.decided` payload."""
         return {
             "outcome": self.outcome,
             "chosen_model": self.chosen_model,
@@ -171,7 +171,7 @@ class RouteDecision(NamedTuple):
         }
 
     def routing_failed(self) -> RoutingFailed:
-        """The 503 error of a failed decision, with the §5 `details`."""
+        """The 503 error of a failed decision, with its `details`."""
         if self.ok:
             raise ValueError("the decision chose a model; there is no routing failure")
         explicit = self.explicit_choice()
@@ -219,7 +219,7 @@ class _ModelFacts:
 
 
 class _Validator:
-    """Candidate validation of §4.2 with a per-decision memo (deterministic within a decide)."""
+    """Candidate validation with a per-decision memo (deterministic within a decide)."""
 
     __slots__ = ("availability", "ctx", "memo", "models")
 
@@ -277,7 +277,7 @@ _Result = tuple[Outcome, str | None, str | None, tuple[str, ...]]
 
 
 class _Walk:
-    """One pass over the slots of §4.1 for one turn; records the chain prefix it walks."""
+    """One pass over the chain's slots for one turn; records the chain prefix it walks."""
 
     __slots__ = (
         "_defaults",
@@ -403,7 +403,7 @@ class _Walk:
         yield from self.default_models(0)
 
     def fallbacks(self, later: Iterator[str], chosen: str) -> tuple[str, ...]:
-        """Up to two further valid candidates, in chain order, without duplicates (§4.6)."""
+        """Up to two further valid candidates, in chain order, without duplicates."""
         result: list[str] = []
         for model in later:
             if model != chosen and model not in result and self.validate(model)[0] is None:
@@ -454,7 +454,7 @@ class _Walk:
 
 
 class RoutingEngine:
-    """Runs the routing chain for one turn at a time (routing.md §4)."""
+    """Runs the routing chain for one turn at a time."""
 
     def __init__(
         self,
@@ -520,7 +520,7 @@ class RoutingEngine:
     # ---- defaults shown to clients --------------------------------------------------------
 
     def default_model_for(self, workspace_path: str) -> str | None:
-        """The model a session shows as active when it has no sticky (routing.md §4.5)."""
+        """The model a session shows as active when it has no sticky."""
         policy = self.policies.active
         scope = policy.scope_for(workspace_path)
         candidates = [

@@ -1,4 +1,4 @@
-"""`routing.yaml` → validated, compiled `Policy` (routing.md §2).
+"""`routing.yaml` → validated, compiled `Policy`.
 
 `validate_policy(raw, registry)` is the only way to build a policy from bytes: the manager's
 reload path, `POST /routing/check` and `metis routing check` all go through it, so they can
@@ -233,7 +233,7 @@ class _Loader:
     def model_ref(
         self, value: Any, path: str, where: Position, *, serves_turns: bool = False
     ) -> str | None:
-        """Canonical id of a reference; unconfigured targets only warn (routing.md §2.7)."""
+        """Canonical id of a reference; unconfigured targets only warn."""
         ref = self.check.string(value, path, where, nonempty=True)
         if ref is None:
             return None
@@ -447,10 +447,10 @@ class _Loader:
             )
         return PatternSettings(**{k: v for k, v in values.items() if v is not None})
 
-    # ---- warnings: shadowing (routing.md §2.9) -------------------------------------------
+    # ---- warnings: shadowing -------------------------------------------------------------
 
     def shadowing(self, rules: tuple[Rule, ...], scopes: list[Scope]) -> None:
-        """Report exactly the §2.9 cases, per (earlier, later) pair in evaluation order."""
+        """Report the shadowing cases (docs/configuration.md), per (earlier, later) pair in evaluation order."""
         self._shadow_pairs(rules, rules, None)
         for scope in scopes:
             self._shadow_pairs(scope.rules, scope.rules, None)

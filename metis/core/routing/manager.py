@@ -1,4 +1,4 @@
-"""`PolicyManager`: which routing policy is in force, hot reload and last-known-good (§7).
+"""`PolicyManager`: which routing policy is in force, hot reload and last-known-good.
 
 Every way a policy can change (start-up, the file watcher, the turn-start hash check, the API)
 goes through one serialised `reload`, so there is exactly one place deciding what becomes
@@ -52,7 +52,7 @@ def _is_user_file(_change: watchfiles.Change, path: str) -> bool:
 
 
 class PolicyManager:
-    """Holds the active policy and the state of the on-disk file (routing.md §7.1)."""
+    """Holds the active policy and the state of the on-disk file."""
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""The closed predicate vocabulary of `when:` blocks, compiled once at load (routing.md §2.4).
+"""The closed predicate vocabulary of `when:` blocks, compiled once at load.
 
 Compilation turns each `when` mapping into a `When`: a test closure over `Facts` (the turn's
 facts, computed once per decision), the normalised YAML form shown by `GET /routing/policy`,
@@ -72,7 +72,7 @@ class Facts:
 
     def __init__(self, ctx: TurnContext) -> None:
         text = ctx.message_text
-        # Length predicates measure the whole message (routing.md §2.4); only the text the
+        # Length predicates measure the whole message; only the text the
         # matching predicates search is capped.
         self.length = len(text)
         self.text = text[:MAX_TEXT_CHARS] if self.length > MAX_TEXT_CHARS else text
@@ -132,7 +132,7 @@ class When:
         return {c.key: c.shown for c in self.conditions}
 
     def conjuncts(self) -> frozenset[Conjunct]:
-        """Top-level conditions with `all_of` items inlined recursively (routing.md §2.9)."""
+        """Top-level conditions with `all_of` items inlined recursively."""
         result: set[Conjunct] = set()
         for condition in self.conditions:
             if condition.key == "all_of":
@@ -144,7 +144,7 @@ class When:
 
 
 def implies(later: Conjunct, earlier: Conjunct) -> bool:
-    """Whether a later rule's conjunct guarantees an earlier rule's (the §2.9 cases only)."""
+    """Whether a later rule's conjunct guarantees an earlier rule's (the shadowing cases only)."""
     key, value = later
     if key != earlier[0]:
         return False

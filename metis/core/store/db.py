@@ -1,4 +1,4 @@
-"""SQLite access: one writer connection behind a lock, one query-only reader (events.md §6.1).
+"""SQLite access: one writer connection behind a lock, one query-only reader.
 
 Every write goes through `Database.write()` or `Database.transaction()`, so direct writes and
 trace-writer batches never interleave; reads use their own connection and see committed data

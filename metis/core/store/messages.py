@@ -1,4 +1,4 @@
-"""Messages: validated writes, lenient reads, and the id-cursor pages of events.md §6.5."""
+"""Messages: validated writes, lenient reads, and id-cursor pages."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ INSERT_TOOL_CALL_SQL = (
 
 
 def message_row(message: Message, *, validate: bool = True) -> tuple[object, ...]:
-    """The `INSERT_MESSAGE_SQL` parameters; every write is validated (events.md §2.4)."""
+    """The `INSERT_MESSAGE_SQL` parameters; every write is validated."""
     if validate:
         validate_message(message)
     return (
@@ -63,7 +63,7 @@ def message_row(message: Message, *, validate: bool = True) -> tuple[object, ...
 async def insert_message(
     conn: aiosqlite.Connection, message: Message, *, validate: bool = True
 ) -> None:
-    """Insert inside the caller's transaction; every write is validated (events.md §2.4)."""
+    """Insert inside the caller's transaction; every write is validated."""
     await conn.execute(INSERT_MESSAGE_SQL, message_row(message, validate=validate))
 
 

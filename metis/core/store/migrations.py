@@ -53,7 +53,7 @@ CREATE INDEX events_turn ON events(turn_id, seq) WHERE turn_id IS NOT NULL;
 CREATE INDEX events_session_type ON events(session_id, type, seq);
 """
 
-# v2: the AAP façade's surface tables (aap.md §5.1). Surface data lives in surface tables that
+# v2: the AAP façade's surface tables. Surface data lives in surface tables that
 # cascade with their session, so a purge removes it in the same transaction as everything else.
 SCHEMA_V2_AAP = """
 CREATE TABLE aap_sessions (session_id TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,

@@ -1,4 +1,4 @@
-"""Trace retention: delete each session stream's old prefix and raise its floor (events.md §6.6).
+"""Trace retention: delete each session stream's old prefix and raise its floor.
 
 Only `events` rows of streams that have a `sessions` row are deleted, so the `system` stream,
 messages, turns and tool calls are never touched. Each stream keeps its newest event whatever

@@ -1,4 +1,4 @@
-"""Built-in tools, the workspace sandbox and the pure parts of the tool pipeline (`tools.md`).
+"""Built-in tools, the workspace sandbox and the pure parts of the tool pipeline.
 
 The dispatcher (events, storage, slots, confirmations) is built on this API:
 `ToolRegistry` (lookup and offer) → `RegisteredTool.validate` → `precheck` → `resolve_mode`

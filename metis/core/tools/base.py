@@ -1,8 +1,8 @@
 """What every tool shares: the context of one run, what a run returns, and how it may fail.
 
 The dispatcher owns events and storage; a tool only sees a `ToolContext` and answers with a
-`ToolOutput` or one of the exceptions below. The exception class decides the `error_class` of
-`tools.md` §3, so a tool never has to know how failures are reported.
+`ToolOutput` or one of the exceptions below. The exception class decides the `error_class`, so
+a tool never has to know how failures are reported.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ ResultBlock = TextBlock | ImageBlock
 
 
 def shell_keep_bytes(max_result_bytes: int) -> int:
-    """How much head, and how much tail, of its output the shell keeps (§9: 128 KiB each).
+    """How much head, and how much tail, of its output the shell keeps (128 KiB each).
 
     Less the room of the `exit_code:` line and the omission marker, so the shell's whole
     result fits the result cap and its tail is not cut away by it.
@@ -79,7 +79,7 @@ class ToolContext:
         return max(0.0, self.deadline - time.monotonic())
 
     def raise_if_cancelled(self) -> None:
-        """File tools call this before writing and between files (`tools.md` §4.3)."""
+        """File tools call this before writing and between files."""
         if self.cancel_event.is_set():
             raise ToolCancelled()
 
@@ -160,11 +160,11 @@ class ToolTimedOut(ToolInterrupted):
 
 
 class ToolRegistrationError(ValueError):
-    """A tool definition that may not be registered (bad name, duplicate, schema outside §1.1)."""
+    """A tool definition that may not be registered (bad name, duplicate, schema outside the supported subset)."""
 
 
 class ToolNameConflict(DomainError):
-    """An application tool declared under the name of an enabled builtin (`tools.md` §6.3)."""
+    """An application tool declared under the name of an enabled builtin."""
 
     def __init__(self, name: str) -> None:
         super().__init__(f'application tool "{name}" conflicts with a builtin tool', name=name)

@@ -1,4 +1,4 @@
-"""The tool dispatch pipeline of tools.md §2: lookup → schema → sandbox → confirmation → slot →
+"""The tool dispatch pipeline: lookup → schema → sandbox → confirmation → slot →
 `tool.called` → execute → result, for every tool use of one assistant message.
 
 Execution is concurrent (bounded per session and globally); publication is ordered: the `tool`
@@ -81,7 +81,7 @@ class TurnTools:
 def check_application_policy(
     policy: ConfirmationPolicy, application: Iterable[ToolDefinition]
 ) -> None:
-    """Application tools always suspend (tools.md §6.3), so a `wait` turn cannot have any.
+    """Application tools always suspend, so a `wait` turn cannot have any.
 
     Raises ValueError: a surface passing them with `wait` is a programming error, and the
     dispatcher would otherwise park calls that no `wait` client can ever answer.
@@ -113,7 +113,7 @@ class _Job:
 
 
 def input_fingerprint(value: dict[str, Any]) -> tuple[str, int]:
-    """`input_sha256` and `input_bytes` over sorted-key compact JSON (events.md §4.5)."""
+    """`input_sha256` and `input_bytes` over sorted-key compact JSON."""
     encoded = canonical_json(value).encode(
         "utf-8", "surrogatepass"
     )  # a model may send lone surrogates
@@ -154,7 +154,7 @@ class Dispatcher:
     ) -> list[ToolDefinition]:
         """The tools a turn offers the model: its enabled builtins, then its application tools.
 
-        Every turn's tools are assembled here, so the §6.3 guards sit here as the core's
+        Every turn's tools are assembled here, so the application-tool guards sit here as the core's
         backstop behind the surfaces' own checks: an application tool named like a builtin the
         session enables raises `ToolNameConflict` (the model could not tell them apart), and
         one in a `wait` turn raises ValueError. `confirmation_policy` is None for a caller
@@ -198,9 +198,9 @@ class Dispatcher:
         process: Callable[[_Job], Awaitable[ToolOutcome | InputInvalid | None]],
         parent_event_id: str | None,
     ) -> list[Message | None]:
-        """Concurrent execution, publication in tool_use order (§2 "Ordered publication").
+        """Concurrent execution, publication in tool_use order.
 
-        The writes' path order (§4.1) is fixed here, before any job starts: each write-class
+        The writes' path order is fixed here, before any job starts: each write-class
         tool use joins the queue of its resolved path in tool_use order, so the order in which
         confirmations are answered cannot reorder writes to one path.
         """
@@ -247,7 +247,7 @@ class Dispatcher:
             return ()
         return tuple(path.real for path in check.paths)
 
-    # -- AAP resolution: granted suspended calls (tools.md §6.2 step 6) -----------------------
+    # -- AAP resolution: granted suspended calls ----------------------------------------------
 
     async def run_granted(
         self,
@@ -419,11 +419,11 @@ class Dispatcher:
     async def execute(self, turn: TurnTools, job: _Job) -> ToolOutcome:
         """Steps 5–7: wait for the path's turn, take the slots, announce `tool.called`, run.
 
-        A write first waits until every earlier write to its path (in tool_use order, §4.1)
+        A write first waits until every earlier write to its path (in tool_use order)
         has finished or dropped out, and only then queues for the session and global slots: a
         write held back by its path holds no slot, so nothing else (reads included) waits
         behind a path. Cancelled while waiting for either: `tool.failed{cancelled}`, no
-        `tool.called` (§4.3).
+        `tool.called`.
         """
         entry = job.entry
         assert entry is not None

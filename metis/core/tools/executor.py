@@ -1,6 +1,6 @@
 """Run one tool call: effective timeout, cancellation, abandonment, error classes, cap.
 
-This is steps 7–8 of `tools.md` §2 without events or storage: the dispatcher emits
+This is the execute and result steps of the dispatch pipeline without events or storage: the dispatcher emits
 `tool.called` with `timeout_for()`, awaits `run()`, and turns the `ToolOutcome` into the
 stored result and the terminal event. `run()` never raises for a tool's failure.
 """
@@ -59,7 +59,7 @@ class ToolExecutor:
         self._abandoned: set[asyncio.Task[Any]] = set()
 
     def timeout_for(self, entry: RegisteredTool, input: Mapping[str, Any]) -> float:
-        """The effective timeout (§4.2), also the value of `tool.called.timeout_seconds`."""
+        """The effective timeout, also the value of `tool.called.timeout_seconds`."""
         return effective_timeout(entry, input, self.settings.timeouts)
 
     async def run(

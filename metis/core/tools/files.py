@@ -1,4 +1,4 @@
-"""File access under the sandbox rules of `tools.md` §7.2, shared by the file tools.
+"""File access under the sandbox rules, shared by the file tools.
 
 These functions block; the tools call them from a worker thread. The final path component is
 opened with `O_NOFOLLOW` (a file swapped for a symlink after the sandbox check fails instead
@@ -56,7 +56,7 @@ def open_regular(target: ResolvedPath) -> tuple[int, os.stat_result]:
 
 
 def make_parents(sandbox: Sandbox, target: ResolvedPath) -> None:
-    """Create missing parent directories of `target`, re-checking each one by §7.1 first."""
+    """Create missing parent directories of `target`, re-checking each one against the sandbox first."""
     parent = os.path.dirname(target.real)
     missing: list[str] = []
     while not os.path.isdir(parent):

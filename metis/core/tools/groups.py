@@ -1,4 +1,4 @@
-"""What a shell command starts must not outlive it, nor a crashed daemon (tools.md §9).
+"""What a shell command starts must not outlive it, nor a crashed daemon.
 
 Killing the command's process group misses a process that left the group (`setsid`, a
 daemonising double fork, `tmux new -d`). Every command's environment therefore carries a

@@ -1,4 +1,4 @@
-"""The per-session path order of write-class tool uses (`tools.md` §4.1).
+"""The per-session path order of write-class tool uses.
 
 Write-class tool uses whose resolved paths are equal run one after another in tool_use order.
 The order is fixed when a batch is planned, not when each tool use reaches its slot: the

@@ -1,4 +1,4 @@
-"""Effective confirmation mode of a tool for one session (`tools.md` §5). Pure.
+"""Effective confirmation mode of a tool for one session. Pure.
 
 The configured mode comes from `config.yaml` only (never from a workspace file, so a
 workspace cannot trust itself). A surface may ask for `auto` or `prompt` per tool, but never
@@ -59,7 +59,7 @@ def configured_mode(
     confirmation: ConfirmationSettings,
     trusted_roots: Sequence[str],
 ) -> tuple[Mode, Source]:
-    """Rules 2–4 of §5; `workspace` and `trusted_roots` are resolved (realpath) paths."""
+    """Per-tool, trusted-workspace and default rules; `workspace` and `trusted_roots` are resolved (realpath) paths."""
     if tool_name in confirmation.per_tool:
         return confirmation.per_tool[tool_name], "per_tool"
     if side_effects in confirmation.trusted_workspace_modes and any(

@@ -1,7 +1,7 @@
-"""Step 3 of the pipeline (`tools.md` §2): resolve every path field before confirmation.
+"""Step 3 of the pipeline: resolve every path field before confirmation.
 
 Nothing is created or opened here; a missing file is fine. The resolved paths also key the
-per-session path lock of write tools (§4.1).
+per-session path lock of write tools.
 """
 
 from __future__ import annotations

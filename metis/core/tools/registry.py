@@ -2,7 +2,7 @@
 
 The registry stores factories, not instances, so every dispatch gets a fresh tool and no state
 leaks between calls. `enabled` (from `tools.enabled`) limits what any session may be offered;
-a surface's `SurfaceToolPolicy` may narrow it further per session (`tools.md` §1, §5).
+a surface's `SurfaceToolPolicy` may narrow it further per session.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The texts a model receives for each outcome (`tools.md` §3) and the result cap (§4.4).
+"""The texts a model receives for each outcome and the result cap.
 
 Every text is built here so that the dispatcher, the executor and the AAP resolution path
 cannot drift apart; only denials start with `Tool call denied`.
@@ -176,7 +176,7 @@ def failed(
 
 
 def completed(output: ToolOutput, *, duration_ms: int, max_bytes: int) -> ToolOutcome:
-    """A `tool.completed` outcome from what the tool returned, capped per §4.4."""
+    """A `tool.completed` outcome from what the tool returned, capped at the result limit."""
     capped = cap_content(output.content, max_bytes)
     return ToolOutcome(
         error_class=None,

@@ -1,4 +1,4 @@
-"""The workspace sandbox (`tools.md` §7.1): every file tool path is resolved here.
+"""The workspace sandbox: every file tool path is resolved here.
 
 The sandbox stops model mistakes and injected paths (`../`, absolute paths, symlinks leading
 out, writes into `.git`); it does not try to defeat a hostile local process racing it. Tools
@@ -117,7 +117,7 @@ class Sandbox:
         return rel.replace(os.sep, "/")
 
     def resolve(self, path: str, *, write: bool = False) -> ResolvedPath:
-        """Resolve `path` per §7.1 or raise `PathOutsideWorkspace` / `ProtectedPath`."""
+        """Resolve `path` in the sandbox or raise `PathOutsideWorkspace` / `ProtectedPath`."""
         if not isinstance(path, str) or not 1 <= len(path) <= MAX_PATH_CHARS or "\0" in path:
             raise PathOutsideWorkspace(display(str(path)))
         self.ensure_root()

@@ -1,4 +1,4 @@
-"""The JSON Schema subset of `tools.md` §1.1: registration-time checks and strict validation.
+"""The JSON Schema subset tools may use: registration-time checks and strict validation.
 
 A tool's schema is checked once, when it is registered, so validation can trust its shape.
 Model input is validated strictly (no coercion: `"10"` is not an integer, `true` is not a
@@ -49,7 +49,7 @@ _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 class SchemaError(ToolRegistrationError):
-    """A schema outside the §1.1 subset."""
+    """A schema outside the supported subset."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class InputValidation:
 
 
 def check_schema(schema: Any) -> None:
-    """Raise `SchemaError` unless `schema` is a §1.1 root schema."""
+    """Raise `SchemaError` unless `schema` is a supported root schema."""
     if not isinstance(schema, dict):
         raise SchemaError("input_schema must be an object")
     if schema.get("type") != "object":

@@ -1,4 +1,4 @@
-"""The `tools` section of `METIS_HOME/config.yaml` (`tools.md` §5, §10).
+"""The `tools` section of `METIS_HOME/config.yaml`.
 
 Every default of the contract lives here and nowhere else. Unknown keys, classes and modes are
 refused (`extra="forbid"`, literal keys), so a typo stops the daemon instead of silently
@@ -58,7 +58,7 @@ class _Section(BaseModel):
 
 
 class TimeoutsSettings(_Section):
-    """`per_class` entries override the §4.2 defaults one class at a time."""
+    """`per_class` entries override the default timeouts one class at a time."""
 
     per_class: dict[SideEffects, float] = Field(
         default_factory=lambda: dict(DEFAULT_CLASS_TIMEOUTS)
@@ -117,7 +117,7 @@ class SandboxSettings(_Section):
 
 
 class ConfirmationSettings(_Section):
-    """§5. A class missing from a user-given `default` resolves to `prompt` (rule 4)."""
+    """A class missing from a user-given `default` resolves to `prompt`."""
 
     default: dict[SideEffects, Mode] = Field(
         default_factory=lambda: {

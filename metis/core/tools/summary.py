@@ -1,4 +1,4 @@
-"""Confirmation summaries (`tools.md` §6.1): what a user sees before allowing a call.
+"""Confirmation summaries: what a user sees before allowing a call.
 
 One line of at most 200 characters, the paths a write tool targets, and for the shell the
 command (at most 2,000 characters). File contents never appear: the full input stays in the

@@ -1,4 +1,4 @@
-"""Effective timeouts (`tools.md` §4.2).
+"""Effective timeouts.
 
 Most tools get their class default, overridden per class and then per tool in `config.yaml`.
 A tool whose timeout is part of its input (the shell) uses that value capped by its maximum,

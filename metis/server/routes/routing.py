@@ -1,4 +1,4 @@
-"""GET /routing/policy, POST /routing/check, POST /routing/reload, GET /models (routing.md §8)."""
+"""GET /routing/policy, POST /routing/check, POST /routing/reload, GET /models."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Sessions, messages and events over REST (rest-api.md §3.1–3.5, §3.9–3.10)."""
+"""Sessions, messages and events over REST."""
 
 from __future__ import annotations
 
@@ -156,7 +156,7 @@ def list_item(view: SessionView) -> dict[str, Any]:
 
 
 def render_session(view: SessionView) -> dict[str, Any]:
-    """The Session object of rest-api.md §2 (also the WebSocket snapshot's `session`)."""
+    """The Session object (also the WebSocket snapshot's `session`)."""
     return {
         **list_item(view),
         "pending_swap": view.pending_swap,

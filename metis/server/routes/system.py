@@ -1,4 +1,4 @@
-"""GET /health, /server/version and /openapi.json (rest-api.md §3.13)."""
+"""GET /health, /server/version and /openapi.json."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Turns over REST: submit (202), cancel, and answer confirmations (rest-api.md §3.6–3.8)."""
+"""Turns over REST: submit (202), cancel, and answer confirmations."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ async def submit_turn(request: web.Request) -> web.Response:
     body = await read_body(request, SubmitTurnRequest)
     assert body is not None
     session_id = request.match_info["session_id"]
-    # submit checks the session (404, 409) before the content (rest-api.md §3.6 order)
+    # submit checks the session (404, 409) before the content
     accepted = await _core(request).turns.submit(
         session_id, body.content, body.per_message_override
     )

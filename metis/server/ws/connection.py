@@ -1,4 +1,4 @@
-"""One WebSocket connection: AWAIT_SUBSCRIBE → SEAM → LIVE → CLOSING (websocket.md §3, §12–14).
+"""One WebSocket connection: AWAIT_SUBSCRIBE → SEAM → LIVE → CLOSING.
 
 Two tasks per socket. The reader parses client frames (subscribe, cancel, ping, pong) and never
 sends anything itself. The writer is the only task that sends: it waits for the subscribe, runs
@@ -84,7 +84,7 @@ class Connection:
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._transport: asyncio.Transport | None = None
         self._flow: StreamWriter | None = None  # waits while the socket's buffer is full
-        # heartbeat (§12)
+        # heartbeat
         self._last_rx = 0.0
         self._pinged = False
         self._misses = 0
@@ -162,7 +162,7 @@ class Connection:
     async def _send_close(
         self, ws_code: int, code: str, message: str | None = None, first: str | None = None
     ) -> None:
-        """The close handshake (§14): `first`, the close frame, then the client's reply, all
+        """The close handshake: `first`, the close frame, then the client's reply, all
         within the close timeout, else abort. The reader is stopped first: aiohttp's close()
         beside a pending receive() drops the connection without reading the reply, and the
         client then records 1006 instead of our code."""
@@ -232,7 +232,7 @@ class Connection:
         await self._drain(preamble.last_sent_seq)
 
     async def _drain(self, last_sent_seq: int) -> None:
-        """LIVE: control frames first, then queued events in hub order (§9.2 step 5), every
+        """LIVE: control frames first, then queued events in hub order, every
         event queued at that moment (up to a batch) in one socket write."""
         client, control, ws = self.client, self._control, self.ws
         wake = client.wake
@@ -298,7 +298,7 @@ class Connection:
         self._control.append(dumps(frame))
         self.client.wake.set()
 
-    # -- heartbeat (§12) ----------------------------------------------------------------------
+    # -- heartbeat ----------------------------------------------------------------------------
 
     def _start_heartbeat(self) -> None:
         loop = asyncio.get_running_loop()

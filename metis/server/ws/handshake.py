@@ -1,4 +1,4 @@
-"""`GET /sessions/{id}/stream?attach=…`: the upgrade checks of websocket.md §1, then the socket.
+"""`GET /sessions/{id}/stream?attach=…`: the upgrade checks, then the socket.
 
 Host, shutdown and route checks already ran in the middleware. Every refusal here is an
 ordinary HTTP response in the REST error envelope, decided before `prepare()`, so a refused
@@ -53,7 +53,7 @@ class MetisWebSocket(web.WebSocketResponse):
     ),
 )
 async def stream(request: web.Request) -> web.StreamResponse:
-    """Upgrade to the session's WebSocket stream after the checks of websocket.md §1."""
+    """Upgrade to the session's WebSocket stream after the upgrade checks."""
     state = request.app[STATE_KEY]
     core = state.core
     settings = core.settings.websocket

@@ -1,4 +1,4 @@
-"""The WebSocket wire (websocket.md §4–6, §14): client frames in, server frames out.
+"""The WebSocket wire: client frames in, server frames out.
 
 Pure functions and pydantic models only, no I/O, so every parsing and filtering rule is
 testable without a socket. The connection module decides *when* frames are sent; this module

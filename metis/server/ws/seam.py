@@ -1,4 +1,4 @@
-"""The gap-free seam (websocket.md §7–9): what a new subscriber receives before going live.
+"""The gap-free seam: what a new subscriber receives before going live.
 
 Attach and capture (H, W, the session summary, the message in progress) in one synchronous
 step, then read the snapshot or the replay from the store. Live events emitted while those
@@ -57,7 +57,7 @@ HOOKS = SeamHooks()
 async def open_stream(
     core: Any, client: HubClient, sub: Subscribe, hooks: SeamHooks = HOOKS
 ) -> Preamble:
-    """Run §9.2 steps 1–4 for `client`; raises SubscribeError (the client is then detached)."""
+    """Run the seam for `client` up to going live; raises SubscribeError (the client is then detached)."""
     session_id = client.session_id
     hub = core.hub
     if not hub.knows(session_id):
@@ -105,7 +105,7 @@ async def open_stream(
 def _unnamed_watermark(core: Any, session_id: str) -> str:
     """W for a session none of whose messages an event of this process has named yet.
 
-    Ids are minted in increasing order (events.md §1), and once a session is served only a
+    Ids are minted in increasing order, and once a session is served only a
     turn holding its slot commits messages, each minted after the turn id. So with no such
     turn every message minted so far is committed and W is an id minted now; with one, W is
     its turn id, which leaves out what the turn may have committed before naming it (its user
@@ -144,7 +144,7 @@ async def _snapshot(core: Any, session_id: str, session: dict[str, Any], point: 
 
 
 async def _replay(core: Any, row: SessionRow, sub: Subscribe, point: SeamPoint) -> list[Event]:
-    """Matching bus events with seq in (since, H], oldest first; §8 steps 3–6."""
+    """Matching bus events with seq in (since, H], oldest first."""
     assert sub.since is not None
     await core.flush()
     try:

@@ -1,4 +1,4 @@
-"""The hub's catch-up state around the end of a message (websocket.md §9.2–9.3).
+"""The hub's catch-up state around the end of a message.
 
 Between `message.complete` and the bus event naming the message (`llm.call_completed`), a new
 client's snapshot stops at W (the message is not under it) and its live queue starts after the

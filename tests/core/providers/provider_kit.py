@@ -136,7 +136,7 @@ async def collect(stream: AsyncIterator[Any]) -> tuple[list[Any], ProviderError 
 
 
 def check_invariants(events: list[Any]) -> MessageComplete:
-    """providers.md §2 invariants 1-4 on one stream; returns the closing event."""
+    """The canonical stream invariants on one stream; returns the closing event."""
     assert events, "no events"
     assert isinstance(events[0], MessageStart)
     assert sum(isinstance(e, MessageStart) for e in events) == 1

@@ -1,4 +1,4 @@
-"""§10.9: cancellation — before the first token, mid-stream, hung providers, task cancellation."""
+"""Cancellation — before the first token, mid-stream, hung providers, task cancellation."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ async def test_cancel_mid_stream_closes_open_calls_and_completes_cancelled(
     assert complete.stop_reason == "cancelled"
     assert isinstance(events[-2], ToolUseEnd) and events[-2].final_input == {}
     assert complete.final_content[0].text == "Reading"
-    # usage as reported before the cancel, never estimated (events.md §4.4): Anthropic's
+    # usage as reported before the cancel, never estimated: Anthropic's
     # message_start counted the prompt, OpenAI's usage chunk never came
     assert (complete.usage.input_tokens > 0) is (kind == "anthropic")
     assert not complete.usage.estimated

@@ -1,4 +1,4 @@
-"""§10.7: classification of every row of the §3.1 / §5 / §6 error tables."""
+"""Classification of every provider error, for both adapters' error mappings."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""§10.4: request mapping, asserted on the bodies the fake server recorded."""
+"""Request mapping, asserted on the bodies the fake server recorded."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""§10.8: the retry policy through real SDK calls, with a fake clock and seeded jitter."""
+"""The retry policy through real SDK calls, with a fake clock and seeded jitter."""
 
 from __future__ import annotations
 

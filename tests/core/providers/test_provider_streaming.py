@@ -1,4 +1,4 @@
-"""§10.1: text streaming on both APIs, SSE and JSON, through the real SDKs."""
+"""Text streaming on both APIs, SSE and JSON, through the real SDKs."""
 
 from __future__ import annotations
 

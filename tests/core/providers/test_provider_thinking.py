@@ -1,4 +1,4 @@
-"""§10.3: thinking blocks — signature round trip to Anthropic, dropped everywhere else."""
+"""Thinking blocks — signature round trip to Anthropic, dropped everywhere else."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""§10.2: tool calls — one, parallel, compat quirks, canonical ids, derived wire ids."""
+"""Tool calls — one, parallel, compat quirks, canonical ids, derived wire ids."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""§10.5, §10.6, §10.10: usage buckets, estimation, cost, and stop-reason mapping."""
+"""Usage buckets, estimation, cost, and stop-reason mapping."""
 
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ async def test_openai_missing_usage_is_estimated(
 async def test_missing_usage_is_estimated_with_the_routing_formula(
     fake: FakeProviderServer, make_adapter
 ) -> None:
-    """providers.md §6: the estimate routing saw, so `llm.call_*` and routing never disagree."""
+    """The estimate routing saw, so `llm.call_*` and routing never disagree."""
     call = ToolUseBlock(id="tu_1", name="read_file", input={"path": "a.py", "limit": 20})
     history = [
         user("read a.py"),

@@ -1,4 +1,4 @@
-"""§10.11: the scripted model — planner rules and texts, schema filling, streaming, usage, cancel."""
+"""The scripted model — planner rules and texts, schema filling, streaming, usage, cancel."""
 
 from __future__ import annotations
 

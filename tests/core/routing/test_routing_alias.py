@@ -1,4 +1,4 @@
-"""The `@alias` prefix (routing.md §3, §9 item 4)."""
+"""The `@alias` prefix."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def test_override_without_a_message_is_invalid_content(registry: ModelRegistry) 
 def test_an_empty_override_is_invalid_content_before_any_reference_is_resolved(
     registry: ModelRegistry, message: str, field: str | None
 ) -> None:
-    """rest-api.md §3.6: the content check (step 2) precedes the override check (step 3)."""
+    """The content check precedes the override check."""
     with pytest.raises(InvalidContent):
         resolve_override(text(message), registry, field=field)
 

@@ -1,4 +1,4 @@
-"""Provider/model availability state machine (routing.md §6, §9 item 8)."""
+"""Provider/model availability state machine."""
 
 from __future__ import annotations
 

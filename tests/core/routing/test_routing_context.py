@@ -1,4 +1,4 @@
-"""The per-turn token estimate shared by predicates and validation (routing.md §2.5)."""
+"""The per-turn token estimate shared by predicates and validation."""
 
 from __future__ import annotations
 

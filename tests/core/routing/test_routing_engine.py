@@ -1,4 +1,4 @@
-"""The routing chain, validation, explicit choices and failover lists (routing.md §4–5, §9 item 5)."""
+"""The routing chain, validation, explicit choices and failover lists."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""routing.yaml validation and the predicate vocabulary (routing.md §2, §9 items 2 and 10)."""
+"""routing.yaml validation and the predicate vocabulary."""
 
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ def test_text_predicates_see_only_the_first_65536_code_points(registry: ModelReg
 
 
 def test_length_predicates_measure_the_whole_message(registry: ModelRegistry) -> None:
-    """routing.md §2.4: the code-point length of the message text, not of the searched part."""
+    """The code-point length of the message text, not of the searched part."""
     text = "é" * (MAX_TEXT_CHARS + 6)
     assert matches(registry, "{message_length_gt: 65541}", message_text=text)
     assert not matches(registry, "{message_length_gt: 65542}", message_text=text)

@@ -1,4 +1,4 @@
-"""Hot reload, last-known-good and the routing endpoint bodies (routing.md §7–8, §9 item 9)."""
+"""Hot reload, last-known-good and the routing endpoint bodies."""
 
 from __future__ import annotations
 

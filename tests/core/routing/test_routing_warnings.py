@@ -1,4 +1,4 @@
-"""Warnings, shadowing analysis and policy versions (routing.md §2.1, §2.9, §9 item 3)."""
+"""Warnings, shadowing analysis and policy versions."""
 
 from __future__ import annotations
 

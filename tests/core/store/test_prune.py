@@ -1,4 +1,4 @@
-"""Trace retention (events.md §6.6): which events a prune deletes, the floor it records, and a
+"""Trace retention: which events a prune deletes, the floor it records, and a
 restart after it (seq continues, the pruned prefix is never reported as a gap)."""
 
 from __future__ import annotations

@@ -367,7 +367,7 @@ async def test_a_release_applies_a_queued_swap_and_writes_nothing_without_one(
 async def test_a_patch_applied_after_the_turn_ended_beats_one_queued_during_it(
     core: Core,
 ) -> None:
-    """rest-api.md §3.4, last PATCH wins: between a turn's terminal event and its slot release a
+    """Last PATCH wins: between a turn's terminal event and its slot release a
     PATCH applies directly; the release must not then apply the older queued value over it."""
     store = core.session_store
     sid = await insert_session(core.db)

@@ -1,4 +1,4 @@
-"""Dispatcher concurrency and ordering through the real daemon (tools.md §2, §4.1, §11.16/§11.20).
+"""Dispatcher concurrency and ordering through the real daemon.
 
 A real daemon on loopback with a real SQLite file and a temp workspace; the model is the fake
 provider server reached through the real Anthropic/OpenAI SDKs, scripted to reply with several
@@ -125,7 +125,7 @@ async def tool_uses_and_results(
 ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
     """Every tool_use block of the session (in order) and the stored result of each.
 
-    Asserts §2's rule through REST: each tool use ends with exactly one stored `tool` message,
+    Asserts the one-result-per-use rule through REST: each tool use ends with exactly one stored `tool` message,
     and every `tool` message answers a tool use of the session.
     """
     messages = await all_messages(api, sid)
@@ -169,7 +169,7 @@ def results_sent_to_model(fake: FakeProviderServer, api_name: str, index: int) -
     return ids
 
 
-# -- §11.16: six sleeping tools, a limit of 4 -----------------------------------------------------
+# -- six sleeping tools, a limit of 4 -------------------------------------------------------------
 
 
 @pytest.mark.parametrize("api_name", ["anthropic", "openai"])
@@ -236,7 +236,7 @@ async def test_six_sleeping_tools_respect_the_session_limit_and_publish_in_tool_
     assert results_sent_to_model(fake, api_name, 1) == order
 
 
-# -- §4.1: writes to one resolved path serialize ------------------------------------------------
+# -- writes to one resolved path serialize ------------------------------------------------------
 
 
 async def test_writes_to_one_path_run_one_after_another_in_tool_use_order(
@@ -285,7 +285,7 @@ async def test_writes_to_one_path_run_one_after_another_in_tool_use_order(
     assert results_sent_to_model(fake, "anthropic", 1) == order
 
 
-# -- §4.1: the daemon-wide limit ----------------------------------------------------------------
+# -- the daemon-wide limit ----------------------------------------------------------------------
 
 
 async def test_global_limit_bounds_tools_across_sessions(
@@ -324,7 +324,7 @@ async def test_global_limit_bounds_tools_across_sessions(
         assert len(holding) <= 1, (i, holding)
 
 
-# -- §11.20: `tool.called.side_effects`, one stored result per tool use --------------------------
+# -- `tool.called.side_effects`, one stored result per tool use ----------------------------------
 
 
 async def test_side_effects_are_the_declared_class_and_every_tool_use_has_one_result(
@@ -361,7 +361,7 @@ async def test_side_effects_are_the_declared_class_and_every_tool_use_has_one_re
         assert payload["tool_name"] == use["name"]
         assert payload["side_effects"] == DECLARED_CLASS[use["name"]], use["name"]
         assert payload["origin"] == "builtin"
-        # the effective timeout: 60 s for read/write (§4.2), the shell's input default 120 s
+        # the effective timeout: 60 s for read/write, the shell's input default 120 s
         assert payload["timeout_seconds"] == (120 if use["name"] == "shell" else 60), payload
         if use["name"] in ("read_file", "write_file", "patch_file"):  # schemas without defaults
             encoded = json.dumps(
@@ -378,7 +378,7 @@ async def test_side_effects_are_the_declared_class_and_every_tool_use_has_one_re
     assert kinds[invalid]["type"] == "tool.input_invalid" and results[invalid]["is_error"]
     assert kinds[unknown]["type"] == "tool.failed" and results[unknown]["is_error"]
     assert kinds[unknown]["payload"]["error_class"] == "not_found"
-    # actors and causal parents (events.md §4.5): called ← the batch's llm.call_completed,
+    # actors and causal parents: called ← the batch's llm.call_completed,
     # completed ← called; a tool use stopped before `tool.called` hangs off the LLM call
     for event in of_type(events, "tool.called", *TERMINAL_TOOL):
         llm_done = [e for e in of_type(events, "llm.call_completed") if e["seq"] < event["seq"]][-1]
@@ -400,7 +400,7 @@ async def test_side_effects_are_the_declared_class_and_every_tool_use_has_one_re
     assert results[uses[8]["id"]]["content"][0]["text"] == "exit_code: 0\ntwo\n"
 
     # the real SQLite file agrees: one tool_calls row per tool use, its result linked, its
-    # class recorded and its status projected to the terminal one (events.md §6.3)
+    # class recorded and its status projected to the terminal one
     result_ids = {e["payload"]["tool_use_id"]: e["payload"]["result_message_id"] for e in terminals}
     with contextlib.closing(
         sqlite3.connect(f"file:{metis_home / 'metis.db'}?mode=ro", uri=True)

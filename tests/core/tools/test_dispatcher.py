@@ -1,4 +1,4 @@
-"""tools.md §6.3: the dispatcher's backstop guards on a turn's application tools.
+"""The dispatcher's backstop guards on a turn's application tools.
 
 The surfaces refuse bad declarations first (AAP answers `invalid_tools`); these guards make the
 same mistakes impossible at the point where a turn's tools are assembled and dispatched.

@@ -1,4 +1,4 @@
-"""tools.md §3, §4.2–4.4 and §11 items 17–19: timeouts, abandonment, cancel, cap, errors."""
+"""Timeouts, abandonment, cancel, cap, errors."""
 
 from __future__ import annotations
 

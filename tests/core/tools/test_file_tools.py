@@ -1,4 +1,4 @@
-"""tools.md §7.2, §8 and §11 item 5: read_file, write_file, patch_file, list_dir."""
+"""The file tools: read_file, write_file, patch_file, list_dir."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""tools.md §8 `grep_files` and §11 item 6."""
+"""The `grep_files` tool."""
 
 from __future__ import annotations
 

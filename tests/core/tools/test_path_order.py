@@ -1,5 +1,5 @@
 """Writes to one resolved path run in tool_use order, whatever order their confirmations are
-answered in (tools.md §4.1, §4.3), through the real daemon.
+answered in, through the real daemon.
 
 A real daemon on loopback with a real SQLite file and a temp workspace; the model is the fake
 provider server reached through the real Anthropic SDK, scripted to reply with several tool
@@ -126,7 +126,7 @@ def writes(*contents: str) -> FakeReply:
     return batch(*(("write_file", {"path": "same.txt", "content": c}) for c in contents))
 
 
-# -- §4.1: the path order is tool_use order, not confirmation order ------------------------------
+# -- the path order is tool_use order, not confirmation order -----------------------------------
 
 
 @pytest.mark.parametrize("first_decision", ["allow", "deny"])
@@ -211,7 +211,7 @@ async def test_three_writes_answered_last_first_run_first_to_last(
     assert stored_result_order(await all_messages(api, sid)) == order
 
 
-# -- §4.1 "reads never wait for it": a write waiting for its path holds no slot ------------------
+# -- reads never wait for the path order: a write waiting for its path holds no slot -------------
 
 
 async def test_a_write_waiting_for_its_path_holds_no_slot(
@@ -255,7 +255,7 @@ async def test_a_write_waiting_for_its_path_holds_no_slot(
     assert stored_result_order(await all_messages(api, sid)) == order
 
 
-# -- §4.3: cancelled while waiting for the path ---------------------------------------------------
+# -- cancelled while waiting for the path --------------------------------------------------------
 
 
 async def test_cancel_while_a_write_waits_for_its_path(

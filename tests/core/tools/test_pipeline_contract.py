@@ -1,5 +1,4 @@
-"""The dispatch pipeline's gates through the real daemon (tools.md §2, §3, §5, §6.1, §11.2–4,
-§11.11, §11.12, §11.14).
+"""The dispatch pipeline's gates through the real daemon.
 
 A real daemon on loopback with a real SQLite file and a temp workspace; the model is the fake
 provider server reached through the real Anthropic SDK. Each test scripts the model's tool calls
@@ -171,7 +170,7 @@ def llm_completed_before(events: list[dict[str, Any]], event: dict[str, Any]) ->
     return [e for e in of_type(events, "llm.call_completed") if e["seq"] < event["seq"]][-1]
 
 
-# -- §11.2: schema violations end at step 2 --------------------------------------------------------
+# -- schema violations end at step 2 ---------------------------------------------------------------
 
 INVALID_CALLS: list[tuple[str, dict[str, Any], set[str]]] = [
     ("read_file", {"path": "notes.txt", "offset": "10"}, {"$.offset"}),  # no coercion
@@ -220,14 +219,14 @@ async def test_schema_violations_end_as_input_invalid_before_any_gate_or_side_ef
     for use, (name, _, paths) in zip(uses, INVALID_CALLS, strict=True):
         event = invalid[use["id"]]
         payload = event["payload"]
-        # events.md §4.5: exactly these fields, actor system, parent = the batch's LLM call
+        # exactly these fields, actor system, parent = the batch's LLM call
         assert set(payload) == {"tool_use_id", "tool_name", "errors", "result_message_id"}
         assert payload["tool_name"] == name
         assert event["actor"] == "system"
         assert event["parent_event_id"] == llm_completed_before(events, event)["id"]
         assert {e["path"] for e in payload["errors"]} == paths, (name, payload["errors"])
         assert all(set(e) == {"path", "message"} and e["message"] for e in payload["errors"])
-        # §3: the model's text lists the event's errors, one `- {path}: {message}` line each
+        # the model's text lists the event's errors, one `- {path}: {message}` line each
         expected = "\n".join(
             [f"Invalid input for {name}:"]
             + [f"- {e['path']}: {e['message']}" for e in payload["errors"]]
@@ -249,7 +248,7 @@ async def test_schema_violations_end_as_input_invalid_before_any_gate_or_side_ef
     assert confirmation_rows(metis_home, sid) == []
 
 
-# -- §11.2: unknown and not-enabled tools end at step 1 --------------------------------------------
+# -- unknown and not-enabled tools end at step 1 ---------------------------------------------------
 
 
 async def test_unknown_and_not_enabled_tools_fail_not_found_listing_the_offered_tools(
@@ -297,7 +296,7 @@ async def test_unknown_and_not_enabled_tools_fail_not_found_listing_the_offered_
     assert not (workspace / "ran.txt").exists()
 
 
-# -- §11.3/§11.4: sandbox escapes end at step 3 ----------------------------------------------------
+# -- sandbox escapes end at step 3 -----------------------------------------------------------------
 
 
 async def test_path_escapes_fail_permission_denied_before_confirmation_and_touch_nothing(
@@ -362,7 +361,7 @@ async def test_path_escapes_fail_permission_denied_before_confirmation_and_touch
     assert list((workspace / ".git" / "hooks").iterdir()) == []
     assert not (workspace / "sub" / ".git").exists()
     assert "TOP-SECRET" not in str(fake.requests_for("anthropic")[1].body)
-    for row in tool_call_rows(metis_home, sid):  # never started (events.md §6.2 projection)
+    for row in tool_call_rows(metis_home, sid):  # never started (projected status)
         assert (row["status"], row["error_class"], row["started_at_us"]) == (
             "failed",
             "permission_denied",
@@ -372,7 +371,7 @@ async def test_path_escapes_fail_permission_denied_before_confirmation_and_touch
     assert confirmation_rows(metis_home, sid) == []
 
 
-# -- §11.11: `wait`, allowed and successful --------------------------------------------------------
+# -- `wait`, allowed and successful ----------------------------------------------------------------
 
 
 async def test_wait_allow_runs_requested_resolved_called_completed_with_causal_parents(
@@ -414,7 +413,7 @@ async def test_wait_allow_runs_requested_resolved_called_completed_with_causal_p
     assert request["allowed_scopes"] == ["once", "session"] and request["expires_at"]
     assert requested["actor"] == "system"
 
-    # the request is listed for a client attaching later, under the same id (rest-api.md §2)
+    # the request is listed for a client attaching later, under the same id
     _, session = await api.call("GET", f"/sessions/{sid}")
     (listed,) = session["pending_confirmations"]
     assert listed["confirmation_request_id"] == rid and listed["turn_id"] == turn_id
@@ -477,7 +476,7 @@ async def test_wait_allow_runs_requested_resolved_called_completed_with_causal_p
     _, session = await api.call("GET", f"/sessions/{sid}")
     assert session["pending_confirmations"] == []
 
-    # §11.12: the same answer again is an idempotent no-op; a different one is refused
+    # the same answer again is an idempotent no-op; a different one is refused
     status, body = await answer(api, sid, turn_id, rid, "allow")
     assert status == 200 and body["applied"] is False
     status, body = await answer(api, sid, turn_id, rid, "deny")
@@ -499,7 +498,7 @@ async def test_wait_allow_runs_requested_resolved_called_completed_with_causal_p
     assert (await api.wait_turn(sid, accepted["turn_id"]))["type"] == "turn.completed"
 
 
-# -- §11.12: a request id presented under another turn ---------------------------------------------
+# -- a request id presented under another turn -----------------------------------------------------
 
 
 async def test_request_id_under_another_turn_or_session_is_not_found_and_changes_nothing(
@@ -542,7 +541,7 @@ async def test_request_id_under_another_turn_or_session_is_not_found_and_changes
         {"decision": "allow"},
     )
     assert status == 404 and body["error"]["code"] == "turn_not_found", body
-    # malformed ids are unknown ids (rest-api.md §1.3): 404 with the resource's code
+    # malformed ids are unknown ids: 404 with the resource's code
     status, body = await answer(api, sid, turn_id, "not-a-ulid", "allow")
     assert status == 404 and body["error"]["code"] == "confirmation_not_found", body
     status, body = await answer(api, sid, "not-a-ulid", rid, "allow")
@@ -588,7 +587,7 @@ async def test_request_id_under_another_turn_or_session_is_not_found_and_changes
     assert (await api.wait_turn(sid, later))["type"] == "turn.completed"
 
 
-# -- §11.14: policy modes --------------------------------------------------------------------------
+# -- policy modes ----------------------------------------------------------------------------------
 
 
 async def test_deny_mode_fails_policy_denied_without_confirmation_events(
@@ -696,7 +695,7 @@ async def test_prompt_once_and_session_scope_are_remembered_also_after_a_restart
     metis_home: Path,
 ) -> None:
     """`prompt_once`: any answer is remembered; `prompt` remembers only `scope: session`.
-    Remembered decisions are the `remembered = 1` rows, reloaded after a restart (§5)."""
+    Remembered decisions are the `remembered = 1` rows, reloaded after a restart."""
     (workspace / "notes.txt").write_text("alpha\n")
     config = confirmation_config(
         "{read_file: prompt_once, grep_files: prompt_once, list_dir: prompt, write_file: prompt}"
@@ -717,7 +716,7 @@ async def test_prompt_once_and_session_scope_are_remembered_also_after_a_restart
     d1, api = await start_api(config)
     sid = await session_on(api, workspace, "anthropic")
 
-    # turn 1: all four ask, together (§4.1); each gets its answer
+    # turn 1: all four ask, together; each gets its answer
     fake.enqueue("anthropic", batch(*calls), FakeReply.say("first"))
     status, accepted = await api.submit(sid, "first")
     assert status == 202

@@ -1,4 +1,4 @@
-"""tools.md §5 and §11 item 14: effective confirmation mode, as pure unit tests."""
+"""Effective confirmation mode, as pure unit tests."""
 
 from __future__ import annotations
 

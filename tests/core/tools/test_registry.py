@@ -1,4 +1,4 @@
-"""tools.md §1, §8 and §11 item 2: the builtin registry, input validation, `not_found`."""
+"""The builtin registry, input validation, `not_found`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""tools.md §7.1 and §11 items 3–4: hostile paths, symlinks, protected directories.
+"""The sandbox: hostile paths, symlinks, protected directories.
 
 Each escape ends as `permission_denied` at the pre-check (no `tool.called`) and nothing
 outside the root is read, created or changed.

@@ -1,4 +1,4 @@
-"""tools.md §1.1 and §11 item 1: the schema subset, strict validation, defaults."""
+"""The schema subset, strict validation, defaults."""
 
 from __future__ import annotations
 

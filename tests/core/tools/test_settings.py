@@ -1,4 +1,4 @@
-"""tools.md §5 and §10: the `tools` section of config.yaml."""
+"""The `tools` section of config.yaml."""
 
 from __future__ import annotations
 

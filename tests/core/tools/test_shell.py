@@ -1,4 +1,4 @@
-"""tools.md §9 and §11 items 7–10: environment, timeouts, process groups, output bounds."""
+"""The shell tool: environment, timeouts, process groups, output bounds."""
 
 from __future__ import annotations
 

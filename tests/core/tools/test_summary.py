@@ -1,4 +1,4 @@
-"""tools.md §6.1: confirmation summaries never carry file contents."""
+"""Confirmation summaries never carry file contents."""
 
 from __future__ import annotations
 

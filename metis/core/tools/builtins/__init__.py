@@ -1,4 +1,4 @@
-"""The six built-in tools, in the order the contract lists them (`tools.md` §8)."""
+"""The six built-in tools, in the order the contract lists them."""
 
 from __future__ import annotations
 

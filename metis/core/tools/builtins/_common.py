@@ -1,4 +1,4 @@
-"""Schema fragments shared by the built-in tools (`tools.md` §8)."""
+"""Schema fragments shared by the built-in tools."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from metis.core.tools.sandbox import MAX_PATH_CHARS
 
 
 def path_schema(description: str, **extra: Any) -> dict[str, Any]:
-    """The §8 `path` schema: a string of 1..4,096 characters."""
+    """The `path` schema: a string of 1..4,096 characters."""
     return {
         "type": "string",
         "minLength": 1,

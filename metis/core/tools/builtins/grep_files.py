@@ -1,4 +1,4 @@
-"""`grep_files`: regex search over workspace files (`tools.md` §8).
+"""`grep_files`: regex search over workspace files.
 
 The walk (directory listing, symlink and size checks) runs in a worker thread; matching runs
 in a child process (`_grep_search.py`) because `re` holds the GIL during a match, so only a

@@ -1,4 +1,4 @@
-"""`list_dir`: the entries of one directory (`tools.md` §8). Symlinks are shown, not followed."""
+"""`list_dir`: the entries of one directory. Symlinks are shown, not followed."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`patch_file`: replace one exact, unique occurrence of a text (`tools.md` §8).
+"""`patch_file`: replace one exact, unique occurrence of a text.
 
 An exact unique match (never a fuzzy one) means the model must quote the file as it is; the
 refusal texts tell it how to recover. Bytes other than the replaced span, line endings

@@ -1,4 +1,4 @@
-"""`read_file`: a text file, or a window of its lines (`tools.md` §8).
+"""`read_file`: a text file, or a window of its lines.
 
 Lines are streamed with a bounded read per line, so neither a huge file nor a huge single line
 is ever held in memory; the total line count is still reported so the model knows where it is.
@@ -68,7 +68,7 @@ class ReadFileTool:
 
 
 def read_lines(target: ResolvedPath, offset: int, limit: int, cancelled: Callable[[], bool]) -> str:
-    """The §8 result text for lines `offset .. offset+limit-1` of `target`."""
+    """The result text for lines `offset .. offset+limit-1` of `target`."""
     fd, info = open_regular(target)
     with os.fdopen(fd, "rb") as handle:
         head = handle.read(BINARY_SNIFF_BYTES)

@@ -1,4 +1,4 @@
-"""`shell`: run a command in the workspace (`tools.md` §9).
+"""`shell`: run a command in the workspace.
 
 The command gets a scrubbed environment (provider keys never reach it) and its own process
 group, so timeout and cancel can stop everything it started; processes that leave the group
@@ -46,7 +46,7 @@ _AFTER_KILL_PIPE_WAIT = 1.0
 
 
 def definition(default_timeout: int = 120, max_timeout: int = 600) -> ToolDefinition:
-    """The shell's definition; the schema's `maximum` is the configured cap (§4.2)."""
+    """The shell's definition; the schema's `maximum` is the configured cap."""
     return ToolDefinition(
         name="shell",
         title="Run shell command",

@@ -1,4 +1,4 @@
-"""`write_file`: create or replace a text file atomically (`tools.md` §8, §7.2)."""
+"""`write_file`: create or replace a text file atomically."""
 
 from __future__ import annotations
 
