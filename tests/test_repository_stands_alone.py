@@ -23,10 +23,10 @@ _SECTION = "\u00a7"
 FORBIDDEN = re.compile(
     "|".join(
         [
-            _DOT_DOT + _SHARED + r"\b",  # ../shared
-            _SHARED + "/" + _DESIGN + r"\b",  # shared/design
-            r"(?<![\w.-])" + _DESIGN + r"/[\w.-]+\.md\b",  # design/<name>.md
-            r"\b(?:" + _DOCS + r")\.md`?\s*" + _SECTION,  # <design doc>.md §
+            _DOT_DOT + _SHARED + r"\b",  # the sibling folder
+            _SHARED + "/" + _DESIGN + r"\b",  # its design folder
+            r"(?<![\w.-])" + _DESIGN + r"/[\w.-]+\.md\b",  # a design note by path
+            r"\b(?:" + _DOCS + r")\.md`?\s*" + _SECTION,  # a design note's section
         ]
     )
 )
