@@ -8,6 +8,8 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from metis.commands import chat as chat_command
 from metis.commands import models as models_command
@@ -16,7 +18,23 @@ from metis.commands import trace as trace_command
 from metis.config import load_settings
 from metis.core.errors import ConfigError
 
+if TYPE_CHECKING:
+    from metis.server.runner import Daemon
+
 log = logging.getLogger("metis")
+
+SERVE_ENVIRONMENT = """\
+settings: flag > environment > METIS_HOME/config.yaml (host, port) > default.
+
+environment:
+  METIS_HOME     data directory: metis.db (the trace store), config.yaml, models.yaml,
+                 routing.yaml, api_key, daemon.lock (default ~/.metis)
+  METIS_PORT     port to listen on (default 8421)
+  METIS_HOST     loopback address to bind (127.0.0.1, ::1 or localhost)
+  METIS_API_KEY  the daemon's bearer key (default: the key in METIS_HOME/api_key,
+                 created at the first start)
+  METIS_OFFLINE  1 serves only the scripted model local:scripted
+"""
 
 
 class _KeyValueFormatter(logging.Formatter):
@@ -42,32 +60,76 @@ def setup_logging(level: str = "INFO") -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def _login_url(daemon: Daemon) -> str | None:
+    """Hook for the dashboard's one-time login URL (`<url>/login?token=…`); None until the
+    server's auth module can mint one. The banner prints it as `Dashboard: <url>`."""
+    return None
+
+
+def _available_models(daemon: Daemon) -> str:
+    registry = daemon.core.registry
+    if registry.offline_mode:
+        why = "METIS_OFFLINE=1" if daemon.settings.offline else "no provider key is set"
+        return f"local:scripted (offline: {why})"
+    default = registry.default_model()
+    ready = [m.id for m in registry.models() if not m.scripted and registry.is_configured(m.id)]
+    return ", ".join(f"{m} (default)" if m == default else m for m in ready)
+
+
+def print_banner(daemon: Daemon) -> None:
+    """What a user needs once the daemon is healthy: plain stdout lines, not log records."""
+    lines = [
+        f"metis is serving at {daemon.base_url}",
+        f"  home:    {daemon.settings.home}",
+        f"  models:  {_available_models(daemon)}",
+    ]
+    login = _login_url(daemon)
+    if login is not None:
+        lines.append(f"Dashboard: {login}")
+    lines.append("Next: run `metis chat` in another terminal (Ctrl-C here stops the daemon).")
+    print("\n".join(lines), flush=True)
+
+
 async def _serve(args: argparse.Namespace) -> int:
+    from metis.server.lock import acquire
     from metis.server.runner import Daemon, freeze_startup_heap, protect_process_memory
 
     if not protect_process_memory():
         log.info("process memory protection unavailable on this platform")
-    settings = load_settings(host=args.host, port=args.port)
-    daemon = Daemon(settings)
-    await daemon.start()
-    freeze_startup_heap()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    log.info("signal received; shutting down")
-    await daemon.stop()
+    home = Path(args.home).expanduser() if args.home else None
+    settings = load_settings(home=home, host=args.host, port=args.port)
+    lock = acquire(settings.home)  # before the store opens: one daemon per METIS_HOME
+    try:
+        daemon = Daemon(settings)
+        await daemon.start()
+        lock.record(daemon.base_url)
+        freeze_startup_heap()
+        print_banner(daemon)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        log.info("signal received; shutting down")
+        await daemon.stop()
+    finally:
+        lock.release()
     return 0
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from metis.server.lock import DaemonAlreadyRunning
+    from metis.server.runner import BindError
+
     setup_logging(args.log_level)
     try:
         return asyncio.run(_serve(args))
     except ConfigError as exc:
         print(f"metis: configuration error:\n{exc.message}", file=sys.stderr)
         return 2
+    except (BindError, DaemonAlreadyRunning) as exc:
+        print(f"metis: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"metis: cannot start: {exc}", file=sys.stderr)
         return 1
@@ -79,9 +141,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="metis", description="local-first coding-agent daemon")
     parser.add_argument("--version", action="version", version=f"metis {metis_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run the daemon in the foreground")
-    serve.add_argument("--host", help="loopback address to bind (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port (default 8421; 0 picks a free one)")
+    serve = sub.add_parser(
+        "serve",
+        help="run the daemon in the foreground",
+        description="Run the daemon in the foreground until Ctrl-C (or SIGTERM). One daemon "
+        "per METIS_HOME: a second `metis serve` on the same home exits naming the first.",
+        epilog=SERVE_ENVIRONMENT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_argument(
+        "--home",
+        metavar="DIR",
+        help="data directory (overrides METIS_HOME; default ~/.metis)",
+    )
+    serve.add_argument(
+        "--host", help="loopback address to bind (overrides METIS_HOST; default 127.0.0.1)"
+    )
+    serve.add_argument(
+        "--port",
+        type=int,
+        help="port (overrides METIS_PORT; default 8421; 0 picks a free one)",
+    )
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     serve.set_defaults(func=_cmd_serve)
     models_command.register(sub)

@@ -225,6 +225,17 @@ def load_file_settings(path: Path) -> FileSettings:
         raise ConfigError("\n".join(messages)) from None
 
 
+def resolve_address(
+    file_settings: FileSettings, *, host: str | None = None, port: int | None = None
+) -> tuple[str, int]:
+    """The requested host and port: argument > METIS_HOST / METIS_PORT > config.yaml > default.
+    The daemon binds with it and every client (`metis.commands.daemon_client`) connects with it."""
+    env_port = os.environ.get("METIS_PORT")
+    requested_host = host or os.environ.get("METIS_HOST") or file_settings.host
+    effective_port = port if port is not None else int(env_port) if env_port else file_settings.port
+    return requested_host, effective_port
+
+
 def load_settings(
     *,
     home: Path | None = None,
@@ -246,9 +257,7 @@ def load_settings(
             else:
                 merged[key] = value
         file_settings = FileSettings.model_validate(merged)
-    env_port = os.environ.get("METIS_PORT")
-    requested_host = host or os.environ.get("METIS_HOST") or file_settings.host
-    effective_port = port if port is not None else int(env_port) if env_port else file_settings.port
+    requested_host, effective_port = resolve_address(file_settings, host=host, port=port)
     bound_host = requested_host
     if requested_host not in LOOPBACK_HOSTS:
         log.error(

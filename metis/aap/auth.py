@@ -64,6 +64,17 @@ def load_api_key(home: Path, env_value: str | None) -> ApiKey:
     return ApiKey(value, path, created)
 
 
+def existing_api_key(home: Path, env_value: str | None) -> str | None:
+    """The key a client of this home sends: the env key, else the key file's; None when
+    neither exists (the daemon creates the file at its first start; a client never does)."""
+    if env_value:
+        return env_value
+    try:
+        return _read(home / KEY_FILE) or None
+    except FileNotFoundError:
+        return None
+
+
 def bearer_token(header: str | None) -> str | None:
     """The token of an `Authorization: Bearer <token>` header (scheme case-insensitive);
     None when the header is missing, malformed or another scheme; "" for an empty token."""

@@ -21,14 +21,16 @@ import json
 import signal
 import sys
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 import aiohttp
 
+from metis.commands.daemon_client import add_arguments, target_from_args
+from metis.core.errors import ConfigError
 from metis.core.tools.textutil import visible_controls
 
-DEFAULT_URL = "http://127.0.0.1:8421"
 TERMINAL_TYPES = ("turn.completed", "turn.cancelled", "turn.failed")
 _RECONNECT_ATTEMPTS = 3
 # Subscribe errors whose recovery is a snapshot instead of a replay.
@@ -38,7 +40,7 @@ _HELP = (
     "  /model <ref>   set the session's model (queued behind a running turn)\n"
     "  /model -       clear it (routing decides again)\n"
     "  /model         show the active model\n"
-    "  /quit          leave (the session stays open)\n"
+    "  /quit          leave (the session stays open once a turn was sent)\n"
     "Ctrl-C cancels the running turn; at the prompt it leaves."
 )
 
@@ -198,8 +200,10 @@ class ChatSession:
         session_id: str | None = None,
         model: str | None = None,
         prompt: bool = False,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.url = url.rstrip("/")
+        self.headers = dict(headers or {})  # the daemon key: sent, never shown
         self.workspace = workspace
         self.lines = lines
         self.render = Renderer(out)
@@ -218,6 +222,8 @@ class ChatSession:
         self._last_event_id: str | None = None
         self._cancel_sent = False
         self._ended = asyncio.Event()
+        self._created = False  # this chat created the session (not `--session`)
+        self._turns_started = 0
 
     # REST ------------------------------------------------------------------------------------
 
@@ -454,6 +460,7 @@ class ChatSession:
             self.render.line("error", str(exc))
             return
         # The turn may already be over: its events can arrive before the 202 is read.
+        self._turns_started += 1
         turn_id = self.turn_id = accepted["turn_id"]
         self._cancel_sent = False
         try:
@@ -563,7 +570,7 @@ class ChatSession:
     # main loop --------------------------------------------------------------------------------
 
     async def run(self) -> int:
-        async with aiohttp.ClientSession() as http:
+        async with aiohttp.ClientSession(headers=self.headers) as http:
             self.http = http
             try:
                 if self.session_id is None:
@@ -571,6 +578,7 @@ class ChatSession:
                     if self.model is not None:
                         body["initial_active_model"] = self.model
                     self.session_id = (await self.call("POST", "/sessions", body))["id"]
+                    self._created = True
                 snapshot = await self.attach()
             except aiohttp.ClientConnectionError:
                 self.render.line(
@@ -596,8 +604,24 @@ class ChatSession:
                     await consumer
                 if self.ws is not None:
                     await self.ws.close()
-            self.render.line("metis", f"bye; `metis chat --session {self.session_id}` continues it")
+            if await self._end_if_unused():
+                self.render.line("metis", f"bye; session {self.session_id} was never used: ended")
+            else:
+                self.render.line(
+                    "metis", f"bye; `metis chat --session {self.session_id}` continues it"
+                )
         return 0
+
+    async def _end_if_unused(self) -> bool:
+        """A session this chat created and sent no turn to is ended (DELETE, data kept), so
+        quitting at once leaves no idle active session behind. True when it was ended."""
+        if not self._created or self._turns_started or self._ended.is_set():
+            return False
+        try:
+            await self.call("DELETE", f"/sessions/{self.session_id}")
+        except (ApiFailure, aiohttp.ClientError, TimeoutError):
+            return False
+        return True
 
     async def _loop(self) -> None:
         while not self._ended.is_set():
@@ -646,14 +670,20 @@ async def _chat(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue[str | None] = asyncio.Queue()
     workspace = str(Path(args.workspace).expanduser().resolve()) if args.workspace else None
+    try:
+        target = target_from_args(args)
+    except ConfigError as exc:
+        print(f"metis: configuration error:\n{exc.message}", file=sys.stderr)
+        return 2
     chat = ChatSession(
-        args.url,
+        target.url,
         workspace,
         lines,
         sys.stdout,
         session_id=args.session,
         model=args.model,
         prompt=sys.stdin.isatty() and sys.stdout.isatty(),
+        headers=target.headers(),
     )
     _stdin_lines(loop, lines)
     with contextlib.suppress(NotImplementedError):
@@ -675,7 +705,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         description="Start a session on WORKSPACE (default: the current directory) and chat.",
     )
     parser.add_argument("workspace", nargs="?", help="workspace directory (default: .)")
-    parser.add_argument("--url", default=DEFAULT_URL, help=f"daemon URL (default {DEFAULT_URL})")
     parser.add_argument("--session", help="continue an existing session instead of creating one")
     parser.add_argument("--model", help="initial model reference (default: routing decides)")
+    add_arguments(parser)
     parser.set_defaults(func=chat_command)

@@ -7,7 +7,9 @@ and shutdown paths (not a test-only server).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
+import errno
 import gc
 import logging
 import socket
@@ -23,12 +25,33 @@ from metis.server.state import ServerState
 log = logging.getLogger(__name__)
 
 
+class BindError(Exception):
+    """The daemon's address cannot be bound (in use, not allowed): start-up stops at once."""
+
+    def __init__(self, host: str, port: int, cause: OSError) -> None:
+        self.host, self.port = host, port
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if cause.errno == errno.EADDRINUSE:
+            problem = "the address is already in use (another metis or another program)"
+        else:
+            problem = cause.strerror or str(cause)
+        super().__init__(
+            f"cannot listen on {where}: {problem}. Choose another port with "
+            f"`metis serve --port N` or METIS_PORT=N (0 picks a free one)."
+        )
+
+
 def _bind(host: str, port: int) -> socket.socket:
+    """Bind without listening: a busy port fails here, before the store is opened, and
+    connections are refused (not queued) until `Daemon.start` listens."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host if host != "localhost" else "127.0.0.1", port))
-    sock.listen(128)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host if host != "localhost" else "127.0.0.1", port))
+    except OSError as exc:
+        sock.close()
+        raise BindError(host, port, exc) from None
     sock.setblocking(False)
     return sock
 
@@ -111,10 +134,28 @@ class Daemon:
         return f"http://{self.state.base_host}:{self.state.port}"
 
     async def start(self) -> None:
-        # config → registry → SQLite → subscribers → tools happen in Core.start, before bind.
-        await self.state.core.start()
+        # The port is bound first (a busy one stops start-up before SQLite opens); then
+        # config → registry → SQLite → subscribers → tools in Core.start; only then listen.
         sock = _bind(self.state.host, self.settings.port)
         self.state.port = sock.getsockname()[1]
+        try:
+            await self.state.core.start()
+        except BaseException:
+            sock.close()
+            with contextlib.suppress(Exception):  # close what did open (the store's threads)
+                await self.state.core.abort()
+            raise
+        try:
+            await self._listen(sock)
+        except BaseException:
+            # the store's threads would otherwise keep the process alive
+            sock.close()
+            await self.stop()
+            raise
+        log.info("metis listening on %s", self.base_url)
+
+    async def _listen(self, sock: socket.socket) -> None:
+        sock.listen(128)
         self._runner = web.AppRunner(
             self.app,
             access_log=None,
@@ -125,7 +166,6 @@ class Daemon:
         )
         await self._runner.setup()
         await web.SockSite(self._runner, sock).start()
-        log.info("metis listening on %s", self.base_url)
 
     async def stop(self) -> None:
         """503 for new requests → cancel turns → close sockets → drain → close pools and SQLite."""

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from metis.commands.chat import ChatSession, Renderer
+from metis.commands.daemon_client import resolve_daemon
 from metis.core.canonical import now_us
 from metis.core.store.prune import prune_events
 from metis.server.runner import Daemon
@@ -66,7 +67,10 @@ def chat_with(start_daemon: Callable[..., Any], workspace: Path) -> Callable[...
     async def make(**files: Any) -> tuple[Daemon, Terminal, ChatSession]:
         d = await start_daemon(**files)
         term = Terminal()
-        return d, term, ChatSession(d.base_url, str(workspace), term.lines, term.out)
+        chat = ChatSession(
+            d.base_url, str(workspace), term.lines, term.out, headers=resolve_daemon().headers()
+        )
+        return d, term, chat
 
     return make
 
@@ -85,6 +89,38 @@ async def test_a_turn_streams_labelled_and_quit_leaves_the_session_open(
     assert term.labelled("metis")[-1].startswith("metis> bye;")
     _, session = await api_of(d).call("GET", f"/sessions/{chat.session_id}")
     assert session["ended_at"] is None and session["turn_count"] == 1
+
+
+async def test_quitting_before_the_first_turn_ends_the_session_it_created(
+    chat_with: Callable[..., Any], api_of: Callable[[Daemon], Api]
+) -> None:
+    d, term, chat = await chat_with()
+    term.type("/quit")
+    assert await asyncio.wait_for(chat.run(), 15) == 0
+    assert (
+        term.labelled("metis")[-1] == f"metis> bye; session {chat.session_id} was never used: ended"
+    )
+    _, session = await api_of(d).call("GET", f"/sessions/{chat.session_id}")
+    assert session["ended_at"] is not None and session["turn_count"] == 0
+
+
+async def test_quitting_a_continued_session_before_a_turn_leaves_it_open(
+    chat_with: Callable[..., Any], api_of: Callable[[Daemon], Api], workspace: Path
+) -> None:
+    d, term, _ = await chat_with()
+    created = await api_of(d).create_session(workspace)
+    chat = ChatSession(
+        d.base_url,
+        None,
+        term.lines,
+        term.out,
+        session_id=created["id"],
+        headers=resolve_daemon().headers(),
+    )
+    term.type("/quit")
+    assert await asyncio.wait_for(chat.run(), 15) == 0
+    _, session = await api_of(d).call("GET", f"/sessions/{created['id']}")
+    assert session["ended_at"] is None  # not this chat's to end
 
 
 async def test_tool_calls_show_and_a_confirmation_is_answered_in_the_terminal(

@@ -13,8 +13,11 @@ per-turn paths therefore use `fetchone`/`fetchall` and `transaction()`, one roun
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import sqlite3
+import stat
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, closing
 from pathlib import Path
@@ -38,6 +41,26 @@ _PRAGMAS = (
 )
 
 
+STORE_FILE_MODE = 0o600
+_SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+def _chmod_private(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_IMODE(path.stat().st_mode) != STORE_FILE_MODE:
+            path.chmod(STORE_FILE_MODE)
+
+
+def restrict_store_modes(path: Path) -> None:
+    """The store holds every prompt, reply and tool output: owner-only (0600). The file is
+    created 0600 before SQLite opens it, and SQLite gives its `-wal`, `-shm` and journal the
+    database file's mode; files left wider by an older metis are tightened here."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, STORE_FILE_MODE))
+    for each in (path, *(path.with_name(path.name + suffix) for suffix in _SIDE_FILES)):
+        _chmod_private(each)
+
+
 class Database:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -48,6 +71,7 @@ class Database:
 
     async def open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        restrict_store_modes(self.path)
         self._writer = await self._connect()
         try:
             await self._migrate(self._writer)
@@ -77,6 +101,7 @@ class Database:
             backup = self.path.with_name(f"{self.path.name}.pre-v{version}.bak")
             log.info("backing up %s to %s before migrating", self.path, backup)
             await conn.execute("VACUUM INTO ?", (str(backup),))
+            _chmod_private(backup)
         for step in range(version, LATEST_VERSION):
             await conn.execute("BEGIN IMMEDIATE")
             try:

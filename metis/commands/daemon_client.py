@@ -1,0 +1,78 @@
+"""How a command finds its daemon: the URL to call and the key to send.
+
+The address has the precedence `metis serve` binds with (`metis.config.resolve_address`):
+flag (`--url`, else `--host`/`--port`) > METIS_HOST / METIS_PORT > `METIS_HOME/config.yaml` >
+127.0.0.1:8421; METIS_HOME itself is `--home` > METIS_HOME > ~/.metis. A home configured with
+port 0 (a free port picked at start) is found through the running daemon's `daemon.lock`.
+
+The key is the daemon's own: METIS_API_KEY, else `METIS_HOME/api_key` (read, never created),
+sent as `Authorization: Bearer <key>` on every HTTP request and WebSocket upgrade. The key is
+never printed; `DaemonTarget`'s repr leaves it out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from metis.aap.auth import existing_api_key
+from metis.config import LOOPBACK_HOSTS, default_home, load_file_settings, resolve_address
+from metis.server.lock import LOCK_FILE, read_holder
+
+
+@dataclass(frozen=True)
+class DaemonTarget:
+    url: str
+    home: Path
+    api_key: str | None = field(default=None, repr=False)
+
+    def headers(self) -> dict[str, str]:
+        """Headers for every request to the daemon (empty when no key is known)."""
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+
+def _url_host(host: str) -> str:
+    if host not in LOOPBACK_HOSTS:
+        host = "127.0.0.1"  # the daemon refuses other hosts and binds this one instead
+    return "[::1]" if host == "::1" else "127.0.0.1" if host == "localhost" else host
+
+
+def resolve_daemon(
+    *,
+    url: str | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    home: Path | str | None = None,
+) -> DaemonTarget:
+    """Where the daemon of `home` listens and its key. Raises ConfigError for a bad
+    config.yaml (the message names file, line and key)."""
+    home_path = Path(home).expanduser() if home else default_home()
+    key = existing_api_key(home_path, os.environ.get("METIS_API_KEY") or None)
+    if url:
+        return DaemonTarget(url.rstrip("/"), home_path, key)
+    file_settings = load_file_settings(home_path / "config.yaml")
+    requested_host, effective_port = resolve_address(file_settings, host=host, port=port)
+    if effective_port == 0:
+        _pid, running_url = read_holder(home_path / LOCK_FILE)
+        if running_url:
+            return DaemonTarget(running_url, home_path, key)
+    return DaemonTarget(f"http://{_url_host(requested_host)}:{effective_port}", home_path, key)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--url`, `--host`, `--port`, `--home` for a command that talks to the daemon."""
+    group = parser.add_argument_group(
+        "daemon",
+        "which daemon to talk to: flag > METIS_HOST/METIS_PORT > METIS_HOME/config.yaml > "
+        "http://127.0.0.1:8421; the key is METIS_API_KEY, else METIS_HOME/api_key",
+    )
+    group.add_argument("--url", help="daemon URL (overrides --host/--port)")
+    group.add_argument("--host", help="daemon host (overrides METIS_HOST)")
+    group.add_argument("--port", type=int, help="daemon port (overrides METIS_PORT)")
+    group.add_argument("--home", metavar="DIR", help="METIS_HOME of the daemon (overrides env)")
+
+
+def target_from_args(args: argparse.Namespace) -> DaemonTarget:
+    return resolve_daemon(url=args.url, host=args.host, port=args.port, home=args.home)

@@ -1,0 +1,82 @@
+"""One daemon per METIS_HOME: an exclusive `flock` on `METIS_HOME/daemon.lock`.
+
+`metis serve` takes the lock before it opens the store and holds it for the life of the
+process; the file says which process holds it (`pid`) and where it listens (`url`), so a second
+`metis serve` on the same home can name them. The kernel releases a `flock` when its holder
+dies, however it dies (kill -9 included): a lock file left behind never blocks a start, and the
+file is never deleted (deleting it would let two processes lock two different files).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from pathlib import Path
+
+LOCK_FILE = "daemon.lock"
+
+
+class DaemonAlreadyRunning(Exception):
+    """Another process holds this METIS_HOME's lock."""
+
+    def __init__(self, home: Path, pid: int | None, url: str | None) -> None:
+        self.home, self.pid, self.url = home, pid, url
+        who = f"pid {pid}" if pid is not None else "another process"
+        where = f" at {url}" if url else " (still starting; no URL yet)"
+        super().__init__(
+            f"a metis daemon is already running on {home}: {who}{where}. "
+            f"Use it (`metis chat`), stop it, or start this one on another home "
+            f"(`metis serve --home DIR` or METIS_HOME=DIR)."
+        )
+
+
+class DaemonLock:
+    """The held lock; `record(url)` once the address is known, `release()` at exit."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self._fd: int | None = fd
+
+    def record(self, url: str | None) -> None:
+        assert self._fd is not None, "lock released"
+        data = json.dumps({"pid": os.getpid(), "url": url}).encode() + b"\n"
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, data, 0)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)  # no stale pid/URL for the next reader
+            os.close(fd)  # closing the only descriptor releases the flock
+
+
+def read_holder(path: Path) -> tuple[int | None, str | None]:
+    """The pid and URL a lock file names (None for what it does not say)."""
+    try:
+        data = json.loads(path.read_text() or "{}")
+    except (OSError, ValueError):
+        return None, None
+    if not isinstance(data, dict):
+        return None, None
+    pid, url = data.get("pid"), data.get("url")
+    return (pid if isinstance(pid, int) else None, url if isinstance(url, str) else None)
+
+
+def acquire(home: Path) -> DaemonLock:
+    """Take the home's lock or raise DaemonAlreadyRunning naming its holder."""
+    path = home / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise DaemonAlreadyRunning(home, *read_holder(path)) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    lock = DaemonLock(path, fd)
+    lock.record(None)
+    return lock

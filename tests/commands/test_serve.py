@@ -1,0 +1,221 @@
+"""`metis serve` as a user starts it, in a real subprocess on real loopback ports: a busy port,
+a second daemon on one METIS_HOME (and the lock a kill -9 leaves), the store's file modes,
+the start-up banner, `--home` and `--help`; and `metis chat` finding a daemon on a non-default
+port through METIS_PORT and through config.yaml."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import stat
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from metis.cli import main
+from metis.commands.daemon_client import resolve_daemon
+from metis.server.lock import LOCK_FILE, read_holder
+from tests.serve_process import SERVE_START_DEADLINE_S, free_port
+
+Spawn = Callable[..., Any]
+
+
+class Serve:
+    """One `metis serve` subprocess: stdout piped (the banner), stderr in a file."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, log: Path) -> None:
+        self.proc = proc
+        self.log = log
+        self.out = ""
+
+    async def banner(self) -> str:
+        """Stdout up to the banner's last line (the daemon is healthy by then)."""
+        assert self.proc.stdout is not None
+        async with asyncio.timeout(SERVE_START_DEADLINE_S):
+            while "Next:" not in self.out:
+                line = await self.proc.stdout.readline()
+                if not line:
+                    raise AssertionError(f"metis serve ended: {self.log.read_text()}")
+                self.out += line.decode()
+        return self.out
+
+    async def finish(self, timeout: float = 60) -> tuple[int, str]:
+        out, _ = await asyncio.wait_for(self.proc.communicate(), timeout)
+        self.out += out.decode() if out else ""
+        assert self.proc.returncode is not None
+        return self.proc.returncode, self.log.read_text()
+
+
+@pytest.fixture
+async def serve(tmp_path: Path, metis_home: Path) -> AsyncIterator[Spawn]:
+    """Factory: `metis serve ARGS` with METIS_HOME and `env` on top of the test's environment;
+    still-running ones are stopped (SIGTERM) at teardown."""
+    started: list[Serve] = []
+
+    async def spawn(*args: str, env: dict[str, str] | None = None) -> Serve:
+        log = tmp_path / f"serve-{len(started)}.log"
+        with log.open("wb") as err:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "metis.cli",
+                "serve",
+                *args,
+                env={**os.environ, "METIS_HOME": str(metis_home), **(env or {})},
+                stdout=asyncio.subprocess.PIPE,
+                stderr=err,
+                preexec_fn=lambda: os.umask(0o022),  # a usual umask: 0644 unless metis says so
+            )
+        started.append(Serve(proc, log))
+        return started[-1]
+
+    yield spawn
+    for each in started:
+        if each.proc.returncode is None:
+            each.proc.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(each.proc.communicate(), 60)
+
+
+async def test_a_busy_port_exits_at_once_naming_the_address_and_how_to_choose_another(
+    serve: Spawn, metis_home: Path
+) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        code, err = await (await serve("--port", str(port))).finish()
+    assert code == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in err and "already in use" in err
+    assert "--port" in err and "METIS_PORT" in err
+    assert not (metis_home / "metis.db").exists()  # stopped before the store was opened
+
+
+async def test_a_second_serve_on_the_same_home_exits_naming_the_running_daemon(
+    serve: Spawn, metis_home: Path
+) -> None:
+    port = free_port()
+    first = await serve("--port", str(port))
+    await first.banner()
+    url = f"http://127.0.0.1:{port}"
+    assert read_holder(metis_home / LOCK_FILE) == (first.proc.pid, url)
+    code, err = await (await serve("--port", "0")).finish()
+    assert code == 1
+    assert f"already running on {metis_home}: pid {first.proc.pid} at {url}" in err
+    assert first.proc.returncode is None  # the first one serves on, untouched
+    async with (
+        aiohttp.ClientSession(headers=resolve_daemon().headers()) as http,
+        http.get(f"{url}/health") as response,
+    ):
+        assert response.status == 200
+
+
+async def test_the_lock_of_a_daemon_killed_with_sigkill_does_not_block_a_start(
+    serve: Spawn, metis_home: Path
+) -> None:
+    killed = await serve("--port", "0")
+    await killed.banner()
+    killed.proc.send_signal(signal.SIGKILL)
+    await killed.finish()
+    assert read_holder(metis_home / LOCK_FILE)[0] == killed.proc.pid  # left behind
+    again = await serve("--port", "0")
+    await again.banner()
+    assert read_holder(metis_home / LOCK_FILE)[0] == again.proc.pid
+
+
+async def test_the_store_and_its_wal_and_shm_are_created_owner_only(
+    serve: Spawn, metis_home: Path, workspace: Path
+) -> None:
+    port = free_port()
+    await (await serve("--port", str(port))).banner()
+    async with aiohttp.ClientSession(headers=resolve_daemon().headers()) as http:
+        body = {"workspace_path": str(workspace)}
+        async with http.post(f"http://127.0.0.1:{port}/sessions", json=body) as response:
+            assert response.status == 201, await response.text()
+    for name in ("metis.db", "metis.db-wal", "metis.db-shm"):
+        mode = stat.S_IMODE((metis_home / name).stat().st_mode)
+        assert mode == 0o600, f"{name} has mode {mode:o}"
+
+
+async def test_serve_prints_its_url_home_models_and_next_step_once_healthy(
+    serve: Spawn, metis_home: Path
+) -> None:
+    port = free_port()
+    daemon = await serve("--port", str(port), env={"METIS_OFFLINE": "1"})
+    out = await daemon.banner()
+    url = f"http://127.0.0.1:{port}"
+    async with (
+        aiohttp.ClientSession(headers=resolve_daemon().headers()) as http,
+        http.get(f"{url}/health") as response,
+    ):
+        assert response.status == 200  # healthy when the banner is out
+    assert f"metis is serving at {url}\n" in out
+    assert f"home:    {metis_home}\n" in out
+    assert "models:  local:scripted (offline: METIS_OFFLINE=1)\n" in out
+    assert "`metis chat`" in out
+    assert "level=" not in out  # plain lines; the logs go to stderr
+
+
+async def test_the_home_flag_overrides_metis_home(
+    serve: Spawn, metis_home: Path, tmp_path: Path
+) -> None:
+    chosen = tmp_path / "chosen-home"
+    out = await (await serve("--home", str(chosen), "--port", "0")).banner()
+    assert f"home:    {chosen}\n" in out
+    assert (chosen / "metis.db").exists() and (chosen / LOCK_FILE).exists()
+    assert not (metis_home / "metis.db").exists()
+
+
+def test_serve_help_documents_the_home_and_the_environment(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    text = capsys.readouterr().out
+    for name in ("--home", "METIS_HOME", "METIS_PORT", "METIS_HOST", "METIS_API_KEY"):
+        assert name in text, name
+
+
+async def chat_over_a_pipe(env: dict[str, str], workspace: Path) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "metis.cli",
+        "chat",
+        str(workspace),
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(b"hello, daemon\n/quit\n"), 60)
+    assert proc.returncode == 0, out.decode() + err.decode()
+    return out.decode()
+
+
+async def test_chat_finds_a_daemon_on_the_port_in_metis_port(
+    serve: Spawn, metis_home: Path, workspace: Path
+) -> None:
+    port = str(free_port())
+    await (await serve(env={"METIS_PORT": port})).banner()
+    env = {**os.environ, "METIS_HOME": str(metis_home), "METIS_PORT": port}
+    out = await chat_over_a_pipe(env, workspace)
+    assert 'assistant> You said: "hello, daemon"' in out
+
+
+async def test_chat_finds_a_daemon_on_the_port_in_config_yaml(
+    serve: Spawn, metis_home: Path, workspace: Path
+) -> None:
+    metis_home.mkdir(parents=True)
+    port = free_port()
+    (metis_home / "config.yaml").write_text(f"port: {port}\n")
+    out = await (await serve()).banner()
+    assert f"127.0.0.1:{port}" in out
+    env = {**os.environ, "METIS_HOME": str(metis_home)}
+    out = await chat_over_a_pipe(env, workspace)
+    assert 'assistant> You said: "hello, daemon"' in out
