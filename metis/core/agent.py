@@ -35,7 +35,9 @@ from metis.core.live import LiveSession
 from metis.core.model_types import ModelEntry
 from metis.core.providers.base import LLMRequest, MessageComplete
 from metis.core.providers.errors import ProviderError
+from metis.core.registry import ModelRegistry
 from metis.core.resume import Resolution, close_unanswered, run_resolution
+from metis.core.routing.availability import key_refused_message
 from metis.core.routing.context import estimate_input_tokens
 from metis.core.routing.engine import RouteDecision
 from metis.core.slots import TurnSlot
@@ -80,6 +82,17 @@ def with_seeded_instructions(prompt: str, history: Sequence[Message]) -> str:
     ]
     seeded = [text for text in seeded if text]
     return "\n\n".join([prompt, *seeded]) if seeded else prompt
+
+
+def failure_message(registry: ModelRegistry, error: ProviderError) -> str:
+    """The turn's failure text: a refused key says which provider and variable, then what the
+    provider answered (already scrubbed of the key by the adapter)."""
+    if error.error_class != "auth":
+        return error.message
+    explained = key_refused_message(
+        registry, error.provider, error.http_status, error.provider_error
+    )
+    return f"{explained} (provider said: {error.message})"
 
 
 class _Hooks:
@@ -246,7 +259,12 @@ class TurnRunner:
             if isinstance(outcome, ProviderError):
                 if outcome.error_class == "cancelled" or self._cancelled():
                     return self._end_cancelled()
-                self.core.availability.record_failure(model, outcome.error_class)
+                self.core.availability.record_failure(
+                    model,
+                    outcome.error_class,
+                    http_status=outcome.http_status,
+                    provider_error=outcome.provider_error,
+                )
                 next_model = self._failover(outcome, fallbacks)
                 if next_model is not None:
                     log.warning(
@@ -263,7 +281,7 @@ class TurnRunner:
                     {
                         "reason": "provider_error",
                         "error_class": outcome.error_class,
-                        "message": redact(outcome.message, limit=2000),
+                        "message": redact(failure_message(self.core.registry, outcome), limit=2000),
                     },
                 )
             message, complete = outcome

@@ -209,6 +209,7 @@ class RoutingProviderUnavailable(Payload):
         "probation_failure",
     ]
     since: str
+    message: str | None = None  # why, in words (a refused key names its variable, never the key)
 
 
 class RoutingProviderRecovered(Payload):

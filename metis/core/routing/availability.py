@@ -44,16 +44,21 @@ class _ScopeState:
     since_mono: float = 0.0
     since_wall: datetime | None = None
     trigger: str | None = None
+    message: str | None = None  # why, in words a user can act on (never a key)
     probation: bool = False
+
+    def recovers_at(self) -> str:
+        assert self.since_wall is not None
+        return format_datetime(self.since_wall + timedelta(seconds=RECOVERY_AFTER_S))
 
     def detail(self, scope: str) -> dict[str, Any]:
         assert self.since_wall is not None
-        recovers = self.since_wall + timedelta(seconds=RECOVERY_AFTER_S)
         return {
             "scope": scope,
             "since": format_datetime(self.since_wall),
             "trigger_reason": self.trigger,
-            "recovers_at": format_datetime(recovers),
+            "recovers_at": self.recovers_at(),
+            "message": self.message,
         }
 
 
@@ -75,6 +80,40 @@ class _ProviderState(_ScopeState):
 
 def _no_emit(event_type: str, payload: dict[str, Any]) -> None:
     log.debug("%s %s", event_type, payload)
+
+
+_TRIGGER_TEXT = {
+    "consecutive_failures": f"{FAILURE_STREAK} failed calls in a row",
+    "network_burst": f"{NETWORK_BURST} network failures within {NETWORK_WINDOW_S:.0f} s",
+    "multi_model_failures": f"{MULTI_MODEL} of its models failed repeatedly",
+    "probation_failure": "it failed again right after recovering",
+}
+
+
+def key_refused_message(
+    registry: ModelRegistry,
+    provider: str,
+    http_status: int | None = None,
+    provider_error: str | None = None,
+) -> str:
+    """What a provider's auth refusal means, naming where the key comes from (never the key)."""
+    config = registry.provider(provider)
+    env_var = config.api_key_env if config is not None else None
+    source = f"${env_var}" if env_var else f"providers.{provider}.api_key in models.yaml"
+    status = f"HTTP {http_status}" if http_status is not None else "auth error"
+    if provider_error:
+        status += f", {provider_error}"
+    if http_status is not None and http_status not in (401, 403):
+        # e.g. an exhausted quota: the key is known but the account may not use it
+        return (
+            f"{provider} refused the key from {source} ({status}): the provider refused this "
+            "key for this account (quota or billing); fix the account or the key"
+        )
+    fix = f"set a valid key in {env_var}" if env_var else "correct the key in models.yaml"
+    return (
+        f"{provider} refused the key from {source} ({status}): the provider refused this key; "
+        f"{fix} and restart the daemon"
+    )
 
 
 class Availability:
@@ -118,6 +157,10 @@ class Availability:
             return "model_unavailable", self._models[model_id].detail("model")
         return "healthy", None
 
+    def unavailable_detail(self, model_id: str) -> dict[str, Any] | None:
+        """Why a model is unavailable and until when (`availability_detail`), or None."""
+        return self.model_status(model_id)[1]
+
     # ---- reports from the TurnRunner ------------------------------------------------------
 
     def record_success(self, model_id: str) -> None:
@@ -135,11 +178,19 @@ class Availability:
         state.probation = False
         state.clear_windows()
 
-    def record_failure(self, model_id: str, error_class: str) -> None:
+    def record_failure(
+        self,
+        model_id: str,
+        error_class: str,
+        *,
+        http_status: int | None = None,
+        provider_error: str | None = None,
+    ) -> None:
         """A logical call failed after the adapter's retries with `error_class`.
 
         Only `rate_limit`, `server_error`, `network` and `auth` count; anything else
-        (`cancelled`, `invalid_request`, `context_overflow`, ...) changes nothing.
+        (`cancelled`, `invalid_request`, `context_overflow`, ...) changes nothing. An `auth`
+        failure's status and provider code make the unavailability's message precise.
         """
         provider = split_model_id(model_id)[0]
         if provider == LOCAL_PROVIDER or error_class not in COUNTED_ERRORS:
@@ -149,7 +200,8 @@ class Availability:
         state = self._provider(provider)
         if not state.unavailable:
             if is_auth:
-                self._trip_provider(provider, state, "auth_error")
+                message = key_refused_message(self._registry, provider, http_status, provider_error)
+                self._trip_provider(provider, state, "auth_error", message)
             elif state.probation:
                 self._trip_provider(provider, state, "probation_failure")
             elif error_class == "network":
@@ -162,7 +214,11 @@ class Availability:
         if model.unavailable:
             return
         if model.probation:
-            self._trip_model(model_id, model, "auth_error" if is_auth else "probation_failure")
+            if is_auth:
+                message = key_refused_message(self._registry, provider, http_status, provider_error)
+                self._trip_model(model_id, model, "auth_error", message)
+            else:
+                self._trip_model(model_id, model, "probation_failure")
             return
         if error_class not in STREAK_ERRORS:
             return
@@ -226,18 +282,23 @@ class Availability:
     def _provider_models(self, provider: str) -> list[str]:
         return [m.id for m in self._registry.models() if m.provider == provider]
 
-    def _trip(self, state: _ScopeState, trigger: str) -> None:
+    def _trip(self, state: _ScopeState, trigger: str, message: str | None) -> None:
         state.unavailable, state.probation, state.trigger = True, False, trigger
+        state.message = message or _TRIGGER_TEXT.get(trigger, trigger)
         state.since_mono = self._clock.monotonic()
         state.since_wall = self._clock.wall()
 
-    def _trip_provider(self, name: str, state: _ProviderState, trigger: str) -> None:
-        self._trip(state, trigger)
+    def _trip_provider(
+        self, name: str, state: _ProviderState, trigger: str, message: str | None = None
+    ) -> None:
+        self._trip(state, trigger, message)
         self._down_providers.add(name)
         self._announce_down(name, "provider_wide", self._provider_models(name), state)
 
-    def _trip_model(self, model_id: str, state: _ModelState, trigger: str) -> None:
-        self._trip(state, trigger)
+    def _trip_model(
+        self, model_id: str, state: _ModelState, trigger: str, message: str | None = None
+    ) -> None:
+        self._trip(state, trigger, message)
         self._down_models.add(model_id)
         self._announce_down(split_model_id(model_id)[0], "model_specific", [model_id], state)
 
@@ -254,6 +315,7 @@ class Availability:
                 "models_affected": models,
                 "trigger_reason": state.trigger,
                 "since": format_datetime(state.since_wall),
+                "message": state.message,
             },
         )
 
@@ -282,6 +344,7 @@ class Availability:
         now = self._clock.monotonic() if now is None else now
         downtime = max(0.0, now - state.since_mono)
         state.unavailable, state.trigger, state.since_wall = False, None, None
+        state.message = None
         log.info("provider %s recovered (%s, %s)", provider, scope, reason)
         self._emit(
             "routing.provider_recovered",
@@ -306,4 +369,5 @@ __all__ = [
     "STREAK_WINDOW_S",
     "Availability",
     "EmitSystemEvent",
+    "key_refused_message",
 ]

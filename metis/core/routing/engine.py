@@ -91,16 +91,43 @@ class ChainEntry(NamedTuple):
 
 
 class TriedCandidate(NamedTuple):
-    """One rejected candidate, as listed in the 503 `details.tried`."""
+    """One rejected candidate, as listed in the 503 `details.tried`.
+
+    An unavailable candidate also says why (`unavailable_reason`, the trigger such as
+    `auth_error`, and `message`, in words) and when routing tries it again (`recovers_at`).
+    """
 
     model: str
     policy: str
     rule_name: str | None
     reason: str
     unavailable_scope: str | None
+    unavailable_reason: str | None = None
+    message: str | None = None
+    recovers_at: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return self._asdict()
+
+    def explained(self, availability: Availability) -> TriedCandidate:
+        """This candidate with the availability's why and until-when filled in."""
+        if self.unavailable_scope is None:
+            return self
+        detail = availability.unavailable_detail(self.model)
+        if detail is None:
+            return self
+        return self._replace(
+            unavailable_reason=detail["trigger_reason"],
+            message=detail["message"],
+            recovers_at=detail["recovers_at"],
+        )
+
+    def why(self) -> str:
+        """The reason code, and for an unavailable model what happened and until when."""
+        if self.message is None:
+            return self.reason
+        until = f"; routing tries it again after {self.recovers_at}" if self.recovers_at else ""
+        return f"{self.reason}: {self.message}{until}"
 
 
 class RouteDecision(NamedTuple):
@@ -176,9 +203,9 @@ class RouteDecision(NamedTuple):
             raise ValueError("the decision chose a model; there is no routing failure")
         explicit = self.explicit_choice()
         if explicit is not None:
-            message = _explicit_message(explicit)
+            message = _explicit_message(explicit, self.tried[-1] if self.tried else None)
         elif self.tried:
-            tried = ", ".join(f"{t.model} ({t.reason})" for t in self.tried)
+            tried = ", ".join(f"{t.model} ({t.why()})" for t in self.tried)
             message = f"no model can serve this turn; tried: {tried}"
         else:
             message = (
@@ -195,8 +222,10 @@ class RouteDecision(NamedTuple):
         )
 
 
-def _explicit_message(explicit: dict[str, Any]) -> str:
+def _explicit_message(explicit: dict[str, Any], tried: TriedCandidate | None) -> str:
     model, reason = explicit["model"], explicit["reason"]
+    if tried is not None and tried.model == model:
+        reason = tried.why()
     if explicit["policy"] == OVERRIDE:
         return (
             f"the per-message override {model} cannot serve this turn ({reason}); pick another "
@@ -502,7 +531,7 @@ class RoutingEngine:
             estimated_input_tokens=ctx.estimated_input_tokens,
             elapsed_ms=round((time.perf_counter() - started) * 1000, 3),
             chain=tuple(walk.chain),
-            tried=() if chose else tuple(walk.tried),
+            tried=() if chose else tuple(t.explained(self.availability) for t in walk.tried),
             alternative_providers_configured=() if chose else self._alternatives(walk.tried),
         )
 

@@ -9,6 +9,10 @@ from metis.core.routing.availability import Availability
 from tests.core.routing.routing_kit import EventLog, ManualClock
 
 SONNET, OPUS, HAIKU = "anthropic:sonnet", "anthropic:opus", "anthropic:haiku"
+REFUSED = (  # an auth failure reported without a status (a stream's error event)
+    "anthropic refused the key from $ANTHROPIC_API_KEY (auth error): the provider refused this "
+    "key; set a valid key in ANTHROPIC_API_KEY and restart the daemon"
+)
 ANTHROPIC_MODELS = [SONNET, OPUS, HAIKU]
 
 
@@ -35,6 +39,7 @@ def test_five_counted_failures_within_the_window_take_the_model_out(
                 "models_affected": [SONNET],
                 "trigger_reason": "consecutive_failures",
                 "since": "2026-05-08T12:01:40.000000Z",
+                "message": "5 failed calls in a row",
             },
         )
     ]
@@ -66,6 +71,7 @@ def test_one_auth_failure_takes_the_provider_out(
             "models_affected": ANTHROPIC_MODELS,
             "trigger_reason": "auth_error",
             "since": "2026-05-08T12:00:00.000000Z",
+            "message": REFUSED,
         }
     ]
 
@@ -249,6 +255,7 @@ def test_models_body_shows_each_availability_value(
         "since": "2026-05-08T12:00:00.000000Z",
         "trigger_reason": "auth_error",
         "recovers_at": "2026-05-08T12:05:00.000000Z",
+        "message": REFUSED,
     }
     assert by_id["openai:gpt-5"]["availability"] == "model_unavailable"
     assert by_id["openai:gpt-5"]["availability_detail"] == {
@@ -256,9 +263,27 @@ def test_models_body_shows_each_availability_value(
         "since": "2026-05-08T12:01:00.000000Z",
         "trigger_reason": "consecutive_failures",
         "recovers_at": "2026-05-08T12:06:00.000000Z",
+        "message": "5 failed calls in a row",
     }
     assert by_id["openai:mini"]["availability"] == "healthy"
     assert by_id["openai:mini"]["availability_detail"] is None
     clock.advance(240)
     body = registry.describe_models(availability)  # runs the tick first
     assert {m["id"]: m["availability"] for m in body["models"]}[OPUS] == "healthy"
+
+
+def test_a_refused_key_and_an_exhausted_quota_are_told_apart(
+    availability: Availability, registry: ModelRegistry
+) -> None:
+    availability.record_failure(HAIKU, "auth", http_status=403, provider_error="permission_error")
+    assert availability.unavailable_detail(HAIKU)["message"] == (  # type: ignore[index]
+        "anthropic refused the key from $ANTHROPIC_API_KEY (HTTP 403, permission_error): the "
+        "provider refused this key; set a valid key in ANTHROPIC_API_KEY and restart the daemon"
+    )
+    availability.record_failure(
+        "openai:gpt-5", "auth", http_status=429, provider_error="insufficient_quota"
+    )
+    message = availability.unavailable_detail("openai:gpt-5")["message"]  # type: ignore[index]
+    assert "(HTTP 429, insufficient_quota)" in message and "quota or billing" in message
+    availability.reset()
+    assert availability.unavailable_detail(HAIKU) is None

@@ -11,7 +11,7 @@ from metis.core.errors import RoutingFailed
 from metis.core.registry import SCRIPTED_MODEL_ID, ModelRegistry
 from metis.core.routing.availability import Availability
 from metis.core.routing.engine import RouteDecision, RoutingEngine, StaticPolicy
-from tests.core.routing.routing_kit import make_ctx, make_policy, make_registry
+from tests.core.routing.routing_kit import ManualClock, make_ctx, make_policy, make_registry
 
 Build = Callable[..., RoutingEngine]
 
@@ -334,6 +334,9 @@ def test_rejected_strict_override_refuses_the_turn(make_engine: Build) -> None:
             "rule_name": None,
             "reason": "no_vision_support",
             "unavailable_scope": None,
+            "unavailable_reason": None,
+            "message": None,
+            "recovers_at": None,
         }
     ]
     assert "openai:mini" in error.message and "without the override" in error.message
@@ -382,8 +385,8 @@ def test_no_candidate_lists_every_rejection_in_chain_order(
     make_engine: Build, availability: Availability
 ) -> None:
     registry = make_registry({"ANTHROPIC_API_KEY": "k"})
-    availability_for = Availability(registry)
-    availability_for.record_failure("anthropic:opus", "auth")
+    availability_for = Availability(registry, clock=ManualClock())
+    availability_for.record_failure("anthropic:opus", "auth", http_status=401)
     engine = RoutingEngine(
         registry,
         _static(registry, "global_default: gpt5\nrules: [{name: deep, when: {}, use: opus}]\n"),
@@ -395,8 +398,10 @@ def test_no_candidate_lists_every_rejection_in_chain_order(
     error = decision.routing_failed()
     assert isinstance(error, RoutingFailed)
     assert error.message == (
-        "no model can serve this turn; tried: anthropic:opus (provider_unavailable), "
-        "openai:gpt-5 (not_configured)"
+        "no model can serve this turn; tried: anthropic:opus (provider_unavailable: "
+        "anthropic refused the key from $ANTHROPIC_API_KEY (HTTP 401): the provider refused "
+        "this key; set a valid key in ANTHROPIC_API_KEY and restart the daemon; routing tries "
+        "it again after 2026-05-08T12:05:00.000000Z), openai:gpt-5 (not_configured)"
     )
     assert error.details == {
         "tried": [
@@ -406,6 +411,11 @@ def test_no_candidate_lists_every_rejection_in_chain_order(
                 "rule_name": "deep",
                 "reason": "provider_unavailable",
                 "unavailable_scope": "provider",
+                "unavailable_reason": "auth_error",
+                "message": "anthropic refused the key from $ANTHROPIC_API_KEY (HTTP 401): the "
+                "provider refused this key; set a valid key in ANTHROPIC_API_KEY and restart "
+                "the daemon",
+                "recovers_at": "2026-05-08T12:05:00.000000Z",
             },
             {
                 "model": "openai:gpt-5",
@@ -413,6 +423,9 @@ def test_no_candidate_lists_every_rejection_in_chain_order(
                 "rule_name": None,
                 "reason": "not_configured",
                 "unavailable_scope": None,
+                "unavailable_reason": None,
+                "message": None,
+                "recovers_at": None,
             },
         ],
         "alternative_providers_configured": [],
