@@ -13,6 +13,8 @@ import argparse
 import asyncio
 import sqlite3
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from metis.commands import usage
@@ -20,7 +22,7 @@ from metis.config import load_settings
 from metis.core.canonical import format_us, now_us
 from metis.core.errors import ConfigError
 from metis.core.store.db import Database
-from metis.core.store.prune import PrunedStream, prune_events
+from metis.core.store.prune import PrunedStream, count_prunable, prune_events
 
 DAY_US = 86_400 * 1_000_000
 
@@ -38,7 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "$METIS_HOME/metis.db and record the highest deleted seq as the session's retention "
         "floor (a WebSocket cursor at or below it is expired). The system stream, messages, "
         "turns and tool calls are never pruned, and each session keeps its newest event. "
-        "Safe to run while the daemon is serving.",
+        "Safe to run while the daemon is serving. From a terminal it shows the count and asks "
+        "before deleting (--yes skips the question); --dry-run only counts.",
     )
     prune.add_argument(
         "--days",
@@ -46,6 +49,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         required=True,
         metavar="N",
         help="age in whole days (0 or more); 0 prunes everything but each session's last event",
+    )
+    prune.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="count what would be deleted and delete nothing",
+    )
+    prune.add_argument(
+        "--yes",
+        "-y",
+        action="store_true",
+        help="delete without asking (the question is asked only when stdin is a terminal)",
     )
     prune.set_defaults(func=prune_command)
 
@@ -72,30 +86,59 @@ def prune_command(args: argparse.Namespace) -> int:
         )
         return 1
     cutoff_us = now_us() - args.days * DAY_US
+    before = format_us(cutoff_us)
+    ask = None
+    if not (args.dry_run or args.yes) and sys.stdin.isatty():
+        ask = partial(_confirm, days=args.days, before=before)
     try:
-        pruned = asyncio.run(_prune(path, cutoff_us))
+        pruned = asyncio.run(_prune(path, cutoff_us, dry_run=args.dry_run, ask=ask))
     except ConfigError as exc:  # a store newer than this metis
         print(f"metis trace prune: {exc.message}", file=sys.stderr)
         return 2
     except sqlite3.Error as exc:
         print(f"metis trace prune: cannot prune {path}: {exc}", file=sys.stderr)
         return 1
-    before = format_us(cutoff_us)
+    if pruned is None:
+        print("nothing deleted")
+        return 1
     if not pruned:
         print(f"nothing to prune: no session has events older than {args.days} day(s) ({before})")
         return 0
-    total = sum(stream.deleted for stream in pruned)
-    print(
-        f"pruned {total} event(s) older than {args.days} day(s) ({before}) "
-        f"from {len(pruned)} session(s)"
-    )
+    done = "would prune" if args.dry_run else "pruned"
+    print(f"{done} {_describe(pruned, args.days, before)}")
+    if args.dry_run:
+        print("dry run: nothing was deleted")
     return 0
 
 
-async def _prune(path: Path, cutoff_us: int) -> list[PrunedStream]:
+def _describe(streams: list[PrunedStream], days: int, before: str) -> str:
+    total = sum(stream.deleted for stream in streams)
+    return f"{total} event(s) older than {days} day(s) ({before}) from {len(streams)} session(s)"
+
+
+def _confirm(would: list[PrunedStream], days: int, before: str) -> bool:
+    print(f"delete {_describe(would, days, before)}? [y/N] ", end="", flush=True)
+    answer = sys.stdin.readline()
+    return answer.strip().lower() in ("y", "yes")
+
+
+async def _prune(
+    path: Path,
+    cutoff_us: int,
+    *,
+    dry_run: bool = False,
+    ask: Callable[[list[PrunedStream]], bool] | None = None,
+) -> list[PrunedStream] | None:
+    """The streams pruned (with `dry_run`, those that would be); None when `ask` said no."""
     db = Database(path)
     await db.open()
     try:
+        if dry_run or ask is not None:
+            would = await count_prunable(db, cutoff_us)
+            if dry_run or not would:
+                return would
+            if not await asyncio.to_thread(ask, would):
+                return None
         return await prune_events(db, cutoff_us)
     finally:
         await db.close()

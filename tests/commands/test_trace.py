@@ -5,6 +5,7 @@ with old cursors; argument and store errors through the CLI entry point."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import sys
 from collections.abc import Callable
@@ -160,6 +161,86 @@ async def test_nothing_older_than_the_cutoff_deletes_nothing(
     assert code == 0
     assert out.startswith("nothing to prune: no session has events older than 1 day(s)")
     assert census(daemon.settings.db_path) == before
+
+
+async def aged_session(daemon: Daemon, api_of: Callable[[Daemon], Api], workspace: Path) -> int:
+    """A session whose events but the newest are 40 days old; returns how many a prune of 30
+    days deletes."""
+    api = api_of(daemon)
+    sid = (await api.create_session(workspace))["id"]
+    await api.run_turn(sid, "hello")
+    events = await api.events(sid)
+    age(daemon.settings.db_path, sid, events[-2]["seq"], days=40)
+    return len(events) - 1
+
+
+async def prune_at_a_terminal(*args: str, answer: bytes | None) -> tuple[int, str]:
+    """The real command with a pseudo-terminal as stdin (what `isatty` sees at a prompt);
+    `answer` is typed once the question is shown (None: expect no question)."""
+    leader, follower = os.openpty()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "metis.cli",
+            "trace",
+            "prune",
+            *args,
+            stdin=follower,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        os.close(follower)
+        assert proc.stdout is not None
+        seen = b""
+        if answer is not None:
+            async with asyncio.timeout(60):
+                while b"[y/N] " not in seen:
+                    chunk = await proc.stdout.read(256)
+                    assert chunk, seen.decode()
+                    seen += chunk
+            os.write(leader, answer)
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        os.close(leader)
+    assert proc.returncode is not None
+    return proc.returncode, (seen + out).decode()
+
+
+async def test_a_dry_run_counts_what_a_prune_deletes_and_deletes_nothing(
+    daemon: Daemon, api_of: Callable[[Daemon], Api], workspace: Path
+) -> None:
+    old = await aged_session(daemon, api_of, workspace)
+    before = census(daemon.settings.db_path)
+    code, out, err = await prune("--days", "30", "--dry-run")
+    assert code == 0, err
+    assert out.startswith(f"would prune {old} event(s) older than 30 day(s) (")
+    assert out.endswith(" from 1 session(s)\ndry run: nothing was deleted\n")
+    assert census(daemon.settings.db_path) == before
+    code, out, err = await prune("--days", "30")  # the same count, deleted this time
+    assert code == 0 and out.startswith(f"pruned {old} event(s) older than 30 day(s) ("), err
+
+
+async def test_at_a_terminal_a_prune_asks_first_and_no_deletes_nothing(
+    daemon: Daemon, api_of: Callable[[Daemon], Api], workspace: Path
+) -> None:
+    old = await aged_session(daemon, api_of, workspace)
+    before = census(daemon.settings.db_path)
+    code, out = await prune_at_a_terminal("--days", "30", answer=b"n\n")
+    assert f"delete {old} event(s) older than 30 day(s) (" in out and "? [y/N] " in out
+    assert code == 1 and "nothing deleted" in out
+    assert census(daemon.settings.db_path) == before
+    code, out = await prune_at_a_terminal("--days", "30", answer=b"y\n")
+    assert code == 0 and f"pruned {old} event(s)" in out
+    assert census(daemon.settings.db_path) != before
+
+
+async def test_at_a_terminal_yes_prunes_without_asking(
+    daemon: Daemon, api_of: Callable[[Daemon], Api], workspace: Path
+) -> None:
+    old = await aged_session(daemon, api_of, workspace)
+    code, out = await prune_at_a_terminal("--days", "30", "--yes", answer=None)
+    assert code == 0 and "[y/N]" not in out and f"pruned {old} event(s)" in out
 
 
 @pytest.mark.parametrize(

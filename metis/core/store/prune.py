@@ -68,6 +68,23 @@ async def prune_events(
     return pruned
 
 
+async def count_prunable(db: Database, older_than_us: int) -> list[PrunedStream]:
+    """What `prune_events` with the same cutoff would delete, deleting nothing: the streams
+    that would lose events, with how many and the floor they would get."""
+    would: list[PrunedStream] = []
+    for plan in await db.fetchall(_PLAN_SQL, (older_than_us,)):
+        end = int(plan["last_seq"])
+        if plan["first_kept"] is not None:
+            end = min(end, int(plan["first_kept"]))
+        row = await db.fetchone(
+            "SELECT COUNT(*), MAX(seq) FROM events WHERE session_id=? AND seq>? AND seq<?",
+            (plan["session_id"], int(plan["floor"]), end),
+        )
+        if row is not None and row[0]:
+            would.append(PrunedStream(plan["session_id"], int(row[0]), int(row[1])))
+    return would
+
+
 def _delete_chunk(
     conn: sqlite3.Connection, *, session_id: str, above: int, end: int, limit: int
 ) -> tuple[int, int] | None:
