@@ -169,9 +169,9 @@ def build_state(server: Any) -> AapState:
     aap = settings.file.aap
     api_key = load_api_key(settings.home, settings.api_key)
     if api_key.created:
-        # First start: the user needs the key once to configure a client (it is kept
-        # out of logs; the log line above names the file only).
-        print(f"metis: AAP API key created in {api_key.path}: {api_key.value}", flush=True)
+        # First start: say where the key is so the user can configure an AAP client. The key
+        # itself is never printed or logged (a terminal's scrollback is not a secret store).
+        print(f"metis: API key created in {api_key.path} (mode 0600)", flush=True)
     workspaces = Workspaces(settings.home, aap, settings.file.default_workspace)
     workspaces.ensure_default()
     return AapState(
