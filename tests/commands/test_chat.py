@@ -302,7 +302,7 @@ async def test_a_confirmation_missed_with_the_stream_is_asked_from_the_snapshot(
         "metis> the turn is still running\n" in term.text
     )
     assert term.labelled("confirm") == [  # no "wants:" line: the request never came as an event
-        "confirm> allow read_file: Read conformance? [y/n]",
+        "confirm> allow read_file: Read metis-demo.txt? [y/n]",
         "confirm> allow",
     ]
     assert term.labelled("you")[1] == "you> allow"

@@ -120,7 +120,7 @@ async def test_230_plus_messages_walk_both_ways_exactly_once_with_correct_flags(
     api: tuple[Daemon, Api], workspace: Path, metis_home: Path
 ) -> None:
     _, client = api
-    (workspace / "conformance").write_text("a file for read_file\n")
+    (workspace / "metis-demo.txt").write_text("a file for read_file\n")
     sid = (await client.create_session(workspace))["id"]
     # Each "use server tool" turn stores 4 messages: user, assistant(tool_use), tool, assistant.
     accepted = await run_turns(client, sid, [f"use server tool {i}" for i in range(58)])

@@ -112,8 +112,8 @@ async def test_two_clients_allowing_at_once_apply_once_and_the_tool_runs_once(
     make_api: Callable[..., Any], workspace: Path
 ) -> None:
     d, api_a = await make_api(config=HOLD)
-    # The scripted model's read_file input is {"path": "conformance"}: make it succeed.
-    (workspace / "conformance").write_text("contents of the conformance file\n")
+    # The scripted model's read_file input is {"path": "metis-demo.txt"}: make it succeed.
+    (workspace / "metis-demo.txt").write_text("contents of the conformance file\n")
     sid = (await api_a.create_session(workspace))["id"]
     turn_id, request = await hold_turn(api_a, sid)
     url = confirmation_url(sid, turn_id, request)
@@ -157,7 +157,7 @@ async def test_two_clients_answering_differently_at_once_one_wins_the_other_409(
     make_api: Callable[..., Any], workspace: Path
 ) -> None:
     d, api_a = await make_api(config=HOLD)
-    (workspace / "conformance").write_text("contents\n")
+    (workspace / "metis-demo.txt").write_text("contents\n")
     sid = (await api_a.create_session(workspace))["id"]
     turn_id, request = await hold_turn(api_a, sid)
     url = confirmation_url(sid, turn_id, request)

@@ -44,6 +44,9 @@ from metis.core.providers.errors import ProviderError
 from metis.core.providers.streaming import CancelGuard, CancelRequested
 
 NEUTRAL_STRING = "conformance"
+# The value of every required string `path`: what the demo's file tools read and write in the
+# user's workspace, named so that a stray file says where it came from.
+DEMO_FILE = "metis-demo.txt"
 THINKING_SIGNATURE = "scripted"
 SNIPPET_LIMIT = 200
 THINKING_QUOTE_LIMIT = 80
@@ -138,8 +141,15 @@ def fill_object(schema: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(required, list):
         return {}
     return {
-        name: neutral_value(properties.get(name, {})) for name in required if isinstance(name, str)
+        name: _demo_value(name, properties.get(name, {}))
+        for name in required
+        if isinstance(name, str)
     }
+
+
+def _demo_value(name: str, schema: Any) -> Any:
+    value = neutral_value(schema)
+    return DEMO_FILE if name == "path" and value == NEUTRAL_STRING else value
 
 
 def _snippet(block: ToolResultBlock) -> str:

@@ -89,11 +89,22 @@ def test_use_all_tools_calls_every_offered_tool_in_order() -> None:
     p = plan(user("Please USE ALL TOOLS now"), tools=[SERVER_A, CLIENT, SERVER_B])
     assert p.text == "Calling read_file, ask_user, list_dir."
     assert [(c.name, c.input) for c in p.tool_calls] == [
-        ("read_file", {"path": "conformance"}),
+        ("read_file", {"path": "metis-demo.txt"}),
         ("ask_user", {"q": "conformance"}),
         ("list_dir", {}),
     ]
     assert p.stop_reason == "tool_use"
+
+
+def test_the_demo_writes_only_to_a_file_named_metis_demo_txt() -> None:
+    """`use all tools` runs in the user's workspace: its writes name themselves."""
+    path_and = {"path": {"type": "string"}, "content": {"type": "string"}}
+    write = tool(
+        "write_file",
+        schema={"type": "object", "properties": path_and, "required": ["path", "content"]},
+    )
+    p = plan(user("use all tools"), tools=[write])
+    assert [c.input for c in p.tool_calls] == [{"path": "metis-demo.txt", "content": "conformance"}]
 
 
 def test_use_server_tool_calls_the_first_builtin() -> None:
@@ -229,7 +240,7 @@ async def test_scripted_stream_chunks_text_thinking_and_tool_input() -> None:
     assert complete.final_content == [
         TextBlock(text="Calling read_file."),
         ToolUseBlock(
-            id=complete.final_content[1].id, name="read_file", input={"path": "conformance"}
+            id=complete.final_content[1].id, name="read_file", input={"path": "metis-demo.txt"}
         ),
     ]
     assert [e.text for e in events if isinstance(e, TextDelta)] == [
@@ -239,7 +250,7 @@ async def test_scripted_stream_chunks_text_thinking_and_tool_input() -> None:
         "le.",
     ]
     fragments = [e.partial_json for e in events if isinstance(e, ToolUseInputDelta)]
-    assert fragments == ['{"pat', 'h":"c', "onfor", "mance", '"}']
+    assert fragments == ['{"pat', 'h":"m', "etis-", "demo.", 'txt"}']
     assert complete.stop_reason == "tool_use" and complete.provider_stop_reason is None
     assert complete.final_content[1].id.startswith("tu_")
     assert hooks.calls == [("started", 1)]
