@@ -61,9 +61,10 @@ def setup_logging(level: str = "INFO") -> None:
 
 
 def _login_url(daemon: Daemon) -> str | None:
-    """Hook for the dashboard's one-time login URL (`<url>/login?token=…`); None until the
-    server's auth module can mint one. The banner prints it as `Dashboard: <url>`."""
-    return None
+    """The dashboard's one-time login URL (`<url>/login?token=…`, minted by the server's auth
+    state through `Daemon.login_url`); None where the daemon cannot mint one."""
+    mint = getattr(daemon, "login_url", None)
+    return str(mint()) if callable(mint) else None
 
 
 def _available_models(daemon: Daemon) -> str:
