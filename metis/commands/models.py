@@ -1,20 +1,57 @@
-"""`metis models` and `metis models check [PATH]`: inspect and validate the model registry.
+"""`metis models`, `metis models check [PATH]`, `metis models reset [MODEL]`.
 
-`check` runs exactly the validation `metis serve` runs at start-up, so a file that passes here
-starts the daemon; listing shows which providers have a key before any turn is attempted.
+Listing asks the running daemon (`GET /models`, with its key) so it shows live availability:
+which models routing skips, why, and until when; with no daemon answering (or `--models FILE`)
+it shows the registry from models.yaml alone. `reset` asks the daemon to treat a model (and its
+provider), or every model, as healthy again. `check` runs exactly the validation `metis serve`
+runs at start-up, so a file that passes here starts the daemon.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
+import aiohttp
+
+from metis.commands.daemon_client import DaemonTarget, add_arguments, target_from_args
 from metis.config import SHIPPED_CONFIG_DIR, default_home
 from metis.core.configcheck import format_diagnostic
+from metis.core.errors import ConfigError
 from metis.core.registry import ModelRegistry, load_models_file
 
 MODELS_FILE = "models.yaml"
+DAEMON_TIMEOUT_S = 3.0
+
+
+class NoDaemon(Exception):
+    """No daemon answered (refused, timed out) or it refused the key; the message says which."""
+
+
+async def _daemon_call(target: DaemonTarget, method: str, path: str) -> tuple[int, Any]:
+    timeout = aiohttp.ClientTimeout(total=DAEMON_TIMEOUT_S)
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=timeout, headers=target.headers()) as http,
+            http.request(method, target.url + path) as response,
+        ):
+            body = await response.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        raise NoDaemon(f"no daemon answers at {target.url} ({type(exc).__name__})") from exc
+    if response.status == 401:
+        raise NoDaemon(
+            f"the daemon at {target.url} refused the key (METIS_API_KEY, else METIS_HOME/api_key)"
+        )
+    return response.status, body
+
+
+def daemon_call(target: DaemonTarget, method: str, path: str) -> tuple[int, Any]:
+    """One REST call to the daemon; raises `NoDaemon` when there is no usable answer."""
+    return asyncio.run(_daemon_call(target, method, path))
 
 
 def default_models_path() -> Path:
@@ -37,12 +74,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="list the model registry and which providers have credentials",
         description="List models.yaml ($METIS_HOME/models.yaml, else the shipped default).",
     )
-    parser.add_argument("--models", type=Path, default=None, help="models.yaml to read")
+    parser.add_argument(
+        "--models",
+        type=Path,
+        default=None,
+        help="models.yaml to read instead of asking the daemon (no live availability)",
+    )
+    add_arguments(parser)
     parser.set_defaults(func=list_models)
-    commands = parser.add_subparsers(dest="models_command", metavar="{check}")
+    commands = parser.add_subparsers(dest="models_command", metavar="{check,reset}")
     check = commands.add_parser("check", help="validate a models.yaml without starting anything")
     check.add_argument("path", nargs="?", type=Path, default=None, help="file to validate")
     check.set_defaults(func=check_models)
+    # SUPPRESS: daemon flags given before `reset` are not overwritten by the sub-parser's defaults
+    reset = commands.add_parser(
+        "reset",
+        help="make the daemon try a model (and its provider) again, or every model",
+        description="Clear the running daemon's availability state: for MODEL (id or alias) "
+        "and its provider, or for every model. Routing uses them again from the next turn.",
+        argument_default=argparse.SUPPRESS,
+    )
+    reset.add_argument("model", nargs="?", default=None, help="model id or alias (default: all)")
+    add_arguments(reset)
+    reset.set_defaults(func=reset_models)
 
 
 def check_models(args: argparse.Namespace) -> int:
@@ -68,7 +122,100 @@ def _status(registry: ModelRegistry, model_id: str) -> str:
     return reason
 
 
+def _target(args: argparse.Namespace) -> DaemonTarget | None:
+    try:
+        return target_from_args(args)
+    except ConfigError as exc:
+        print(f"metis: configuration error:\n{exc.message}", file=sys.stderr)
+        return None
+
+
+def reset_models(args: argparse.Namespace) -> int:
+    target = _target(args)
+    if target is None:
+        return 2
+    path = f"/models/{quote(args.model, safe=':')}/reset" if args.model else "/models/reset"
+    try:
+        status, body = daemon_call(target, "POST", path)
+    except NoDaemon as exc:
+        print(f"metis: {exc}; availability lives in the running daemon", file=sys.stderr)
+        return 1
+    if status != 200:
+        error = body.get("error", {}) if isinstance(body, dict) else {}
+        print(f"metis: {error.get('code', status)}: {error.get('message', body)}", file=sys.stderr)
+        return 1
+    what = body["model"] or "every model"
+    recovered = ", ".join(body["recovered"]) or "none was unavailable"
+    print(f"reset {what}; healthy again: {recovered}")
+    return 0
+
+
+def _print_table(rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )
+
+
+def _live_status(model: dict[str, Any]) -> str:
+    if model["availability"] == "healthy":
+        return "healthy"
+    detail = model.get("availability_detail") or {}
+    return f"unavailable ({detail.get('trigger_reason')}) until {detail.get('recovers_at')}"
+
+
+def show_live(target: DaemonTarget, body: dict[str, Any]) -> None:
+    """The daemon's `GET /models`: availability as routing sees it now, and why."""
+    rows = [("MODEL", "TIER", "ALIASES", "AVAILABILITY")]
+    for model in body["models"]:
+        rows.append(
+            (
+                model["id"],
+                model.get("tier") or "-",
+                ", ".join(model.get("aliases") or []) or "-",
+                _live_status(model) + (" [scripted]" if model.get("scripted") else ""),
+            )
+        )
+    for model in body["unconfigured"]:
+        reason = model["reason"]
+        if reason == "no_credentials" and model.get("env_var"):
+            reason = f"no key ({model['env_var']} unset)"
+        elif reason == "offline_forced":
+            reason = "off (METIS_OFFLINE=1)"
+        rows.append((model["id"], "-", "-", reason))
+    _print_table(rows)
+    down = [m for m in body["models"] if m["availability"] != "healthy"]
+    if down:
+        print()
+        for model in down:
+            detail = model.get("availability_detail") or {}
+            print(f"{model['id']}: {detail.get('message') or detail.get('trigger_reason')}")
+            print(
+                f"  unavailable since {detail.get('since')}, routing tries it again after "
+                f"{detail.get('recovers_at')}; `metis models reset {model['id']}` does it now"
+            )
+    print()
+    print(f"source: the daemon at {target.url} (live availability)")
+    print(f"pricing_version: {body['pricing_version']}")
+    print(f"offline mode: {'on' if body['offline_mode'] else 'off'}")
+
+
 def list_models(args: argparse.Namespace) -> int:
+    note = None
+    if args.models is None:
+        target = _target(args)
+        if target is None:
+            return 2
+        try:
+            status, body = daemon_call(target, "GET", "/models")
+        except NoDaemon as exc:
+            note = f"{exc}: availability shown from models.yaml only"
+        else:
+            if status == 200:
+                show_live(target, body)
+                return 0
+            note = f"the daemon at {target.url} answered {status}: showing models.yaml only"
     path: Path = args.models or default_models_path()
     registry = load_for_cli(path)
     if registry is None:
@@ -83,12 +230,10 @@ def list_models(args: argparse.Namespace) -> int:
                 _status(registry, entry.id) + (" [scripted]" if entry.scripted else ""),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print(
-            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        )
+    _print_table(rows)
     print()
+    if note is not None:
+        print(note)
     print(f"source: {path}")
     print(f"pricing_version: {registry.pricing_version}")
     mode = "on (only local:scripted is served unless asked)" if registry.offline_mode else "off"

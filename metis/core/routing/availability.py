@@ -265,6 +265,28 @@ class Availability:
         self._providers.clear()
         self._models.clear()
 
+    def reset_model(self, model_id: str) -> list[str]:
+        """Heal one model and its provider, counters cleared (`POST /models/{model}/reset`).
+
+        Returns the models that were unavailable and are healthy now (a provider-wide outage
+        heals every model of the provider).
+        """
+        provider = split_model_id(model_id)[0]
+        recovered: list[str] = []
+        if provider in self._down_providers:
+            recovered += [m for m in self._provider_models(provider) if m not in self._down_models]
+            self._recover_provider(provider, self._providers[provider], "manual_reset")
+        if model_id in self._down_models:
+            recovered.append(model_id)
+            self._recover_model(model_id, self._models[model_id], "manual_reset")
+        self._providers.pop(provider, None)
+        self._models.pop(model_id, None)
+        return sorted(set(recovered))
+
+    def unavailable_models(self) -> list[str]:
+        """Every registry model routing currently skips (its own or its provider's outage)."""
+        return [m.id for m in self._registry.models() if self.unavailable_scope(m.id) is not None]
+
     # ---- transitions ----------------------------------------------------------------------
 
     def _provider(self, name: str) -> _ProviderState:

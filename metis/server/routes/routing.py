@@ -1,4 +1,5 @@
-"""GET /routing/policy, POST /routing/check, POST /routing/reload, GET /models."""
+"""GET /routing/policy, POST /routing/check, POST /routing/reload, GET /models, and the
+availability resets POST /models/reset and POST /models/{model}/reset."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
+from metis.core.errors import ModelNotConfigured
 from metis.server.http import RouteTable, json_response, parse_query, read_body
 from metis.server.state import STATE_KEY
 
@@ -59,6 +61,11 @@ class ReloadResponse(BaseModel):
     availability_reset: bool
 
 
+class ResetResponse(BaseModel):
+    model: str | None
+    recovered: list[str]
+
+
 class ModelsResponse(BaseModel):
     offline_mode: bool
     pricing_version: str
@@ -101,3 +108,28 @@ async def models(request: web.Request) -> web.Response:
     """Configured models with availability, and declared-but-unconfigured ones."""
     core = request.app[STATE_KEY].core
     return json_response(core.registry.describe_models(core.availability))
+
+
+@routes.route("POST", "/models/reset", response_model=ResetResponse)
+async def reset_models(request: web.Request) -> web.Response:
+    """Mark every model and provider healthy again; `recovered` lists the models that were not."""
+    availability = request.app[STATE_KEY].core.availability
+    recovered = availability.unavailable_models()
+    availability.reset()
+    return json_response({"model": None, "recovered": recovered})
+
+
+@routes.route(
+    "POST",
+    "/models/{model}/reset",
+    response_model=ResetResponse,
+    errors=("model_not_configured",),
+)
+async def reset_model(request: web.Request) -> web.Response:
+    """Mark one model (id or alias) and its provider healthy again, counters cleared."""
+    core = request.app[STATE_KEY].core
+    ref = request.match_info["model"]
+    model_id = core.registry.resolve(ref)
+    if model_id is None:
+        raise ModelNotConfigured(f"unknown model '{ref}'", reference=ref, reason="unknown")
+    return json_response({"model": model_id, "recovered": core.availability.reset_model(model_id)})

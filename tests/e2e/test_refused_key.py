@@ -1,0 +1,210 @@
+"""A provider refusing the configured key: every surface says so, and none shows the key.
+
+The daemon reads OpenAI's key from an environment variable named in models.yaml; the fake
+provider expects another key and answers 401, through the real SDK. The failed turn, the
+availability shown by `GET /models` and `metis models`, the next turn's `routing_failed` and
+`metis chat` must all name the provider and the variable and say the provider refused the key;
+`POST /models/{model}/reset` and `metis models reset` put the model back in rotation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from metis.commands.chat import ChatSession
+from metis.commands.daemon_client import resolve_daemon
+from metis.server.runner import Daemon
+from metis.testing.fake_provider import FakeProviderServer, FakeReply
+from tests.api import Api
+from tests.commands.test_chat import Terminal
+from tests.serve_process import free_port
+
+ENV_VAR = "METIS_TEST_OPENAI_KEY"
+WRONG_KEY = "sk-mistyped-0123456789abcdefXYZ"
+MODELS = """
+pricing_version: "e2e-1"
+providers:
+  openai: {{adapter: openai, base_url: "{openai}", api_key_env: {env}}}
+models:
+  - id: openai:gpt-5
+    aliases: [gpt5]
+    capabilities: {{max_context_tokens: 272000, max_output_tokens: 8192}}
+    pricing: {{input_per_mtok: "1.25", output_per_mtok: "10.00"}}
+"""
+REFUSED = f"openai refused the key from ${ENV_VAR} (HTTP 401"
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeProviderServer]:
+    async with FakeProviderServer(expected_keys={"openai": "ok-the-right-key"}) as server:
+        yield server
+
+
+@pytest.fixture
+async def daemon_with_wrong_key(
+    fake: FakeProviderServer, start_daemon: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> Daemon:
+    monkeypatch.setenv(ENV_VAR, WRONG_KEY)
+    d: Daemon = await start_daemon(models=MODELS.format(openai=fake.openai_base_url, env=ENV_VAR))
+    return d
+
+
+def client(d: Daemon) -> aiohttp.ClientSession:
+    """An HTTP client sending the daemon's key, found the way `metis` commands find it."""
+    return aiohttp.ClientSession(base_url=d.base_url, headers=resolve_daemon().headers())
+
+
+async def test_a_refused_key_is_named_in_the_turn_models_and_routing_failed(
+    daemon_with_wrong_key: Daemon, fake: FakeProviderServer, workspace: Path
+) -> None:
+    async with client(daemon_with_wrong_key) as http:
+        api = Api(http)
+        sid = (await api.create_session(workspace))["id"]
+        _, terminal = await api.run_turn(sid, "hello")
+        assert terminal["type"] == "turn.failed"
+        failure = terminal["payload"]
+        assert failure["error_class"] == "auth"
+        assert failure["message"].startswith(REFUSED), failure
+        assert "the provider refused this key" in failure["message"]
+        assert f"set a valid key in {ENV_VAR}" in failure["message"]
+        assert len(fake.requests_for("openai")) == 1
+
+        _, models = await api.call("GET", "/models")
+        detail = models["models"][0]["availability_detail"]
+        assert detail["trigger_reason"] == "auth_error" and detail["message"].startswith(REFUSED)
+
+        status, body = await api.submit(sid, "hello again")
+        assert status == 503 and body["error"]["code"] == "routing_failed", body
+        assert REFUSED in body["error"]["message"]
+        [tried] = body["error"]["details"]["tried"]
+        assert tried["model"] == "openai:gpt-5" and tried["reason"] == "provider_unavailable"
+        assert tried["unavailable_reason"] == "auth_error"
+        assert tried["recovers_at"] == detail["recovers_at"]
+        assert tried["message"].startswith(REFUSED)
+        assert tried["recovers_at"] in body["error"]["message"]
+        assert len(fake.requests_for("openai")) == 1  # routing skipped the refused provider
+
+        events = await api.events(sid)
+        unavailable = [e for e in events if e["type"] == "routing.provider_unavailable"]
+        for text in (json.dumps(events), json.dumps(models), json.dumps(body)):
+            assert WRONG_KEY not in text
+        assert not unavailable or unavailable[0]["payload"]["message"].startswith(REFUSED)
+
+
+async def test_metis_chat_shows_why_the_key_was_refused(
+    daemon_with_wrong_key: Daemon, workspace: Path
+) -> None:
+    term = Terminal()
+    d = daemon_with_wrong_key
+    chat = ChatSession(
+        d.base_url,
+        str(workspace),
+        term.lines,
+        term.out,
+        headers=resolve_daemon(url=d.base_url).headers(),
+    )
+    term.type("hello")
+    run = asyncio.create_task(chat.run())
+    await term.wait_for("turn> failed")
+    term.type("hello again", "/quit")
+    assert await asyncio.wait_for(run, 15) == 0
+    [failed] = term.labelled("turn")
+    assert failed.startswith(f"turn> failed: provider_error: {REFUSED}"), term.text
+    assert "the provider refused this key" in failed
+    [refused] = [line for line in term.labelled("error") if "routing_failed" in line]
+    assert REFUSED in refused and "routing tries it again after" in refused, term.text
+    assert WRONG_KEY not in term.text
+
+
+async def refuse_once(api: Api, workspace: Path) -> str:
+    """A session whose first turn met the refused key; returns its id."""
+    sid = (await api.create_session(workspace))["id"]
+    _, terminal = await api.run_turn(sid, "hello")
+    assert terminal["payload"]["error_class"] == "auth", terminal
+    return sid
+
+
+async def test_reset_over_rest_puts_the_model_back_in_rotation(
+    daemon_with_wrong_key: Daemon, fake: FakeProviderServer, workspace: Path
+) -> None:
+    async with client(daemon_with_wrong_key) as http:
+        api = Api(http)
+        sid = await refuse_once(api, workspace)
+        status, body = await api.call("POST", "/models/gpt5/reset")
+        assert (status, body) == (200, {"model": "openai:gpt-5", "recovered": ["openai:gpt-5"]})
+        _, models = await api.call("GET", "/models")
+        assert models["models"][0]["availability"] == "healthy"
+        status, body = await api.call("POST", "/models/openai:gpt-5/reset")
+        assert (status, body) == (200, {"model": "openai:gpt-5", "recovered": []})
+
+        fake.expected_keys["openai"] = WRONG_KEY  # as if the provider now accepted the key
+        fake.enqueue("openai", FakeReply.say("served again"))
+        _, terminal = await api.run_turn(sid, "hello again")
+        assert terminal["type"] == "turn.completed", terminal
+
+        fake.expected_keys["openai"] = "ok-the-right-key"
+        await refuse_once(api, workspace)
+        status, body = await api.call("POST", "/models/reset")
+        assert (status, body) == (200, {"model": None, "recovered": ["openai:gpt-5"]})
+        status, body = await api.call("POST", "/models/no-such-model/reset")
+        assert status == 400 and body["error"]["code"] == "model_not_configured"
+        recovered = [e for e in await api.events(sid) if e["type"] == "routing.provider_recovered"]
+        assert all(e["payload"]["recovery_reason"] == "manual_reset" for e in recovered)
+        _, doc = await api.call("GET", "/openapi.json")
+        assert "post" in doc["paths"]["/models/reset"]
+        one = doc["paths"]["/models/{model}/reset"]["post"]
+        assert "model_not_configured" in one["x-error-codes"]
+
+
+def metis(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "metis.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+async def test_metis_models_shows_the_daemons_availability_and_resets_it(
+    daemon_with_wrong_key: Daemon, workspace: Path
+) -> None:
+    url = daemon_with_wrong_key.base_url
+    async with client(daemon_with_wrong_key) as http:
+        await refuse_once(Api(http), workspace)
+    listed = await asyncio.to_thread(metis, "models", "--url", url)
+    assert listed.returncode == 0, listed.stderr
+    [row] = [line for line in listed.stdout.splitlines() if line.startswith("openai:gpt-5 ")]
+    assert "unavailable (auth_error) until " in row
+    assert f"openai:gpt-5: {REFUSED}" in listed.stdout
+    assert "`metis models reset openai:gpt-5`" in listed.stdout
+    assert f"source: the daemon at {url} (live availability)" in listed.stdout
+    assert WRONG_KEY not in listed.stdout + listed.stderr
+
+    reset = await asyncio.to_thread(metis, "models", "reset", "gpt5", "--url", url)
+    assert reset.returncode == 0, reset.stderr
+    assert reset.stdout.strip() == "reset openai:gpt-5; healthy again: openai:gpt-5"
+    listed = await asyncio.to_thread(metis, "models", "--url", url)
+    [row] = [line for line in listed.stdout.splitlines() if line.startswith("openai:gpt-5 ")]
+    assert row.endswith("healthy"), listed.stdout
+
+
+async def test_metis_models_without_a_daemon_shows_models_yaml_and_says_so(
+    metis_home: Path,
+) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    listed = await asyncio.to_thread(metis, "models", "--url", url)
+    assert listed.returncode == 0, listed.stderr
+    assert f"no daemon answers at {url}" in listed.stdout
+    assert "source: " in listed.stdout and "models.yaml" in listed.stdout
+    reset = await asyncio.to_thread(metis, "models", "reset", "--url", url)
+    assert reset.returncode == 1 and f"no daemon answers at {url}" in reset.stderr
