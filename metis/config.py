@@ -87,6 +87,16 @@ class EventsSettings(_Section):
     writer_max_pending: int = Field(default=100_000, ge=1)
 
 
+class AuthSettings(_Section):
+    """Who may drive the metis REST and WebSocket surface (AAP always requires the key)."""
+
+    # false: the metis surface takes requests without the key (clients of the seed API); the
+    # daemon logs a WARNING at start-up. The AAP façade keeps requiring it either way.
+    required: bool = True
+    login_token_ttl_s: float = Field(default=300.0, gt=0)  # a login URL's one-time token
+    browser_session_ttl_s: float = Field(default=12 * 3600.0, gt=0)  # the cookie's session
+
+
 class FileSettings(_Section):
     """The schema of `config.yaml` (every key optional)."""
 
@@ -104,6 +114,7 @@ class FileSettings(_Section):
     events: EventsSettings = EventsSettings()
     tools: ToolsSettings = ToolsSettings()
     aap: AapSettings = AapSettings()
+    auth: AuthSettings = AuthSettings()
 
 
 class Settings(BaseModel):

@@ -34,6 +34,7 @@ from metis.server.runner import Daemon, freeze_startup_heap
 from metis.testing.bench import (
     bench_models_yaml,
     bench_reply,
+    daemon_headers,
     spawn_fake_provider,
     stop_process,
 )
@@ -45,6 +46,7 @@ class TurnClock:
     def __init__(self, daemon: Daemon, http: aiohttp.ClientSession) -> None:
         self.daemon = daemon
         self.http = http
+        self.headers = daemon_headers(daemon)
         self._ended: dict[str, tuple[float, str]] = {}
         self._waiters: dict[str, asyncio.Event] = {}
         daemon.core.bus.subscribe("bench", self._on_event)
@@ -56,7 +58,8 @@ class TurnClock:
 
     async def session(self, workspace: str) -> str:
         body = {"workspace_path": workspace, "initial_active_model": "sonnet"}
-        async with self.http.post(f"{self.daemon.base_url}/sessions", json=body) as r:
+        url = f"{self.daemon.base_url}/sessions"
+        async with self.http.post(url, json=body, headers=self.headers) as r:
             return str((await r.json())["id"])
 
     async def turn(self, session_id: str, text: str) -> tuple[float, float]:
@@ -65,7 +68,7 @@ class TurnClock:
         url = f"{self.daemon.base_url}/sessions/{session_id}/turns"
         cpu_started = time.process_time()
         started = time.perf_counter()
-        async with self.http.post(url, json=body) as r:
+        async with self.http.post(url, json=body, headers=self.headers) as r:
             turn_id = (await r.json())["turn_id"]
         await self._waiters.setdefault(turn_id, asyncio.Event()).wait()
         ended, outcome = self._ended[turn_id]

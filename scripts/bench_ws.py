@@ -44,6 +44,7 @@ from metis.server.runner import Daemon, freeze_startup_heap
 from metis.testing.bench import (
     bench_models_yaml,
     bench_reply,
+    daemon_headers,
     spawn_fake_provider,
     stop_process,
 )
@@ -243,7 +244,7 @@ async def main_async(args: argparse.Namespace) -> None:
     freeze_startup_heap()  # as `metis serve` does
     frames_per_turn = args.deltas + 7
     try:
-        async with aiohttp.ClientSession(base_url=d.base_url) as http:
+        async with aiohttp.ClientSession(base_url=d.base_url, headers=daemon_headers(d)) as http:
             await run_turns(d, http, fake_url, 1, 2, args.deltas)  # warm-up (SDK import, pools)
             alone = await run_turns(d, http, fake_url, 0, args.turns, args.deltas)
             profile = cProfile.Profile() if args.profile else None

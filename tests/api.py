@@ -8,16 +8,43 @@ from typing import Any
 
 import aiohttp
 
+from metis.server.runner import Daemon
+
 TERMINAL = ("turn.completed", "turn.cancelled", "turn.failed")
 
 
+def key_headers(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def auth_headers(daemon: Daemon) -> dict[str, str]:
+    """The header every metis REST client sends: the daemon's key (metis/server/auth.py)."""
+    assert daemon.state.auth is not None
+    return key_headers(daemon.state.auth.api_key.value)
+
+
+def home_headers(metis_home: Path) -> dict[str, str]:
+    """The key of a `metis serve` subprocess: it wrote METIS_HOME/api_key at its first start."""
+    return key_headers((metis_home / "api_key").read_text().strip())
+
+
+def api_session(daemon: Daemon, **kwargs: Any) -> aiohttp.ClientSession:
+    """An HTTP client of a daemon that sends its key with every request."""
+    return aiohttp.ClientSession(base_url=daemon.base_url, headers=auth_headers(daemon), **kwargs)
+
+
 class Api:
-    def __init__(self, session: aiohttp.ClientSession) -> None:
+    def __init__(
+        self, session: aiohttp.ClientSession, headers: dict[str, str] | None = None
+    ) -> None:
         self.http = session
+        self.headers = headers or {}  # sent with every call (on top of the session's own)
 
     async def call(
         self, method: str, path: str, body: Any = None, **kwargs: Any
     ) -> tuple[int, Any]:
+        if self.headers:
+            kwargs["headers"] = {**self.headers, **kwargs.get("headers", {})}
         async with self.http.request(method, path, json=body, **kwargs) as r:
             data = await r.json() if r.content_type == "application/json" else await r.text()
             return r.status, data

@@ -12,6 +12,7 @@ import pytest
 
 from metis.config import Settings, load_settings
 from metis.server.runner import Daemon
+from tests.api import api_session
 
 STRICT = {"events": {"strict": True}}
 
@@ -53,7 +54,7 @@ async def daemon(make_settings: Callable[..., Settings]) -> AsyncIterator[Daemon
 
 @pytest.fixture
 async def http(daemon: Daemon) -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(base_url=daemon.base_url) as session:
+    async with api_session(daemon) as session:
         yield session
 
 

@@ -19,6 +19,7 @@ ERROR_CODES: dict[str, int] = {
     "invalid_content": 400,
     "workspace_not_found": 400,
     "model_not_configured": 400,
+    "unauthorized": 401,
     "attach_token_invalid": 401,
     "host_not_allowed": 403,
     "origin_not_allowed": 403,

@@ -40,6 +40,13 @@ class RouteSpec:
     errors: tuple[str, ...] = ()
     tag: str = "metis"
     websocket: bool = False
+    # served without the daemon's key (metis/server/auth.py); a WebSocket upgrade is
+    # authorised by its attach token instead
+    public: bool = False
+
+    @property
+    def needs_key(self) -> bool:
+        return not (self.public or self.websocket)
 
     @property
     def origin_checked(self) -> bool:

@@ -1,8 +1,9 @@
 """Request guards in their precedence order (docs/api.md), the error envelope, and access logs.
 
-Order: host_not_allowed → service_shutting_down → route_not_found / method_not_allowed →
-origin_not_allowed → payload_too_large → unsupported_media_type → (handler: validation_error …).
-A refused request reaches no handler, so it writes no row and no event.
+Order: host_not_allowed → service_shutting_down → unauthorized → route_not_found /
+method_not_allowed → origin_not_allowed → payload_too_large → unsupported_media_type → (handler: validation_error …).
+A refused request reaches no handler, so it writes no row and no event. `unauthorized` comes
+before routing, so a client without the key learns nothing about which paths exist.
 
 Paths under `/aap` take the AAP pipeline (`metis/aap/app.py`: its own CORS, shutdown, auth,
 404/405, body checks and error envelope); only the Host check applies here to both surfaces.
@@ -16,8 +17,9 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from metis.aap.app import is_aap_path
+from metis.aap.app import is_aap_path, own_origins
 from metis.core.errors import DomainError
+from metis.server.auth import CHALLENGE, Credential
 from metis.server.errors import ApiError, error_response, from_domain
 from metis.server.http import STATE_CHANGING_METHODS, spec_of
 from metis.server.state import STATE_KEY, ServerState
@@ -49,10 +51,28 @@ def _check_host(request: web.Request, state: ServerState) -> None:
         raise ApiError("host_not_allowed", "Host header is not an allowed loopback name")
 
 
+def _check_auth(request: web.Request, state: ServerState) -> Credential | None:
+    """The request's credential (metis/server/auth.py); None when its route needs none."""
+    auth = state.auth
+    spec = spec_of(request)
+    if auth is not None and (not auth.required or (spec is not None and not spec.needs_key)):
+        return None
+    credential = auth.credential(request, state.port) if auth is not None else None
+    if credential is None:
+        raise ApiError(
+            "unauthorized",
+            "a valid `Authorization: Bearer <key>` is required (the key is METIS_API_KEY, "
+            "else the file METIS_HOME/api_key)",
+            headers=dict(CHALLENGE),
+        )
+    return credential
+
+
 def _check_preconditions(request: web.Request, state: ServerState) -> None:
     _check_host(request, state)
     if state.shutting_down:
         raise ApiError("service_shutting_down", "metis is shutting down")
+    credential = _check_auth(request, state)
     http_exc = request.match_info.http_exception
     if http_exc is not None:
         if isinstance(http_exc, web.HTTPMethodNotAllowed):
@@ -68,6 +88,18 @@ def _check_preconditions(request: web.Request, state: ServerState) -> None:
     guarded = request.method in STATE_CHANGING_METHODS or is_websocket_upgrade(request)
     if origin is not None and guarded and not origin_allowed(origin, state):
         raise ApiError("origin_not_allowed", "Origin is not allowed", {"origin": origin})
+    # A browser session may only change state from the daemon's own pages: the Origin must be
+    # present and one of its loopback origins (`allowed_origins` does not extend this).
+    if (
+        credential == "cookie"
+        and request.method in STATE_CHANGING_METHODS
+        and (origin is None or origin.lower() not in own_origins(state.port))
+    ):
+        raise ApiError(
+            "origin_not_allowed",
+            "a cookie-authenticated request that changes state needs the daemon's own Origin",
+            {"origin": origin},
+        )
     spec = spec_of(request)
     if spec is None or spec.body == "none":
         return

@@ -15,6 +15,13 @@ from metis.server.errors import ERROR_CODES
 from metis.server.http import RouteSpec
 
 _ALWAYS = ("host_not_allowed", "service_shutting_down", "internal_error")
+SECURITY_SCHEME = "metisBearer"
+_BEARER = {
+    "type": "http",
+    "scheme": "bearer",
+    "description": "The daemon's key (METIS_API_KEY, else the file METIS_HOME/api_key); a browser "
+    "session cookie from GET /login is accepted in its place.",
+}
 _WITH_BODY = (
     "payload_too_large",
     "unsupported_media_type",
@@ -54,6 +61,7 @@ def _operation(spec: RouteSpec, components: dict[str, Any]) -> dict[str, Any]:
             (
                 *spec.errors,
                 *_ALWAYS,
+                *(("unauthorized",) if spec.needs_key else ()),
                 *(("origin_not_allowed",) if spec.origin_checked else ()),
                 *(_WITH_BODY if spec.body != "none" else ()),
             )
@@ -62,6 +70,8 @@ def _operation(spec: RouteSpec, components: dict[str, Any]) -> dict[str, Any]:
     if spec.query_model is not None and "validation_error" not in codes:
         codes.append("validation_error")
     op: dict[str, Any] = {"summary": spec.summary, "tags": [spec.tag], "responses": {}}
+    # public routes and the WebSocket upgrade (authorised by its attach token) need no key
+    op["security"] = [{SECURITY_SCHEME: []}] if spec.needs_key else []
     params = [
         {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
         for name in re.findall(r"{(\w+)}", spec.path)
@@ -108,5 +118,5 @@ def build_openapi(specs: list[RouteSpec], version: str) -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "metis", "version": version},
         "paths": paths,
-        "components": {"schemas": components},
+        "components": {"schemas": components, "securitySchemes": {SECURITY_SCHEME: _BEARER}},
     }

@@ -133,6 +133,15 @@ class Daemon:
     def base_url(self) -> str:
         return f"http://{self.state.base_host}:{self.state.port}"
 
+    def login_url(self) -> str:
+        """A fresh browser login URL, `<base_url>/login?token=…`: its token is single-use,
+        expires after `auth.login_token_ttl_s` (5 min) and is not the key. Call it after
+        `start()` (the URL names the bound port); each call mints a new token."""
+        auth = self.state.auth
+        if auth is None:  # pragma: no cover - create_app always sets it
+            raise RuntimeError("the daemon's app has no authentication state")
+        return self.base_url + auth.login_path()
+
     async def start(self) -> None:
         # The port is bound first (a busy one stops start-up before SQLite opens); then
         # config → registry → SQLite → subscribers → tools in Core.start; only then listen.

@@ -8,6 +8,7 @@ from aiohttp import web
 
 from metis.config import Settings
 from metis.core.runtime import Core
+from metis.server.auth import ServerAuth
 
 
 @dataclass
@@ -17,6 +18,8 @@ class ServerState:
     host: str
     port: int
     shutting_down: bool = False
+    # set by `create_app` (the key is the AAP façade's, loaded once); None refuses every request
+    auth: ServerAuth | None = None
 
     @property
     def base_host(self) -> str:

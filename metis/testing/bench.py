@@ -39,6 +39,11 @@ def bench_models_yaml(anthropic_url: str) -> str:
     return _MODELS.format(url=anthropic_url)
 
 
+def daemon_headers(daemon: Any) -> dict[str, str]:
+    """The daemon's key as the metis REST header (a `metis.server.runner.Daemon`)."""
+    return {"Authorization": f"Bearer {daemon.state.auth.api_key.value}"}
+
+
 async def spawn_fake_provider() -> tuple[asyncio.subprocess.Process, str]:
     """Start `python -m metis.testing.fake_provider` on a free port; returns (process, base URL)."""
     proc = await asyncio.create_subprocess_exec(

@@ -7,13 +7,11 @@ import ast
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 import metis.core
 from metis.server.runner import Daemon
 from tests.aap.client import WEATHER, AapClient, permission, tool_result
 from tests.aap.conftest import roots
-from tests.api import Api
+from tests.api import Api, api_session
 from tests.ws_client import Ws, rebuild, types_of
 
 
@@ -22,7 +20,7 @@ async def test_an_aap_turn_is_observed_live_on_the_metis_websocket(
 ) -> None:
     _, aap = daemon_and_aap
     sid = await aap.create()
-    client, _ = await Ws.subscribed(Api(aap.http), sid)
+    client, _ = await Ws.subscribed(Api(aap.http, aap.auth()), sid)
     reply = await aap.say(sid, "watched from metis", "delta")
     assert reply.stop == "end_turn"
     started = await client.until(
@@ -50,7 +48,7 @@ async def test_a_suspended_call_survives_a_restart(
     second = await start_daemon(**roots(workspace))
     aap2 = await client_for(second)
     async with (
-        aiohttp.ClientSession(base_url=second.base_url) as http,
+        api_session(second) as http,
         http.get(f"/sessions/{sid}") as r,
     ):
         pending = (await r.json())["pending_confirmations"]
@@ -65,7 +63,7 @@ async def test_a_suspended_call_survives_a_restart(
     assert result["toolCallId"] == calls["list_dir"] and "README.md" in result["content"]
     assert "get_weather (ok): fog" in answered.text()
     async with (
-        aiohttp.ClientSession(base_url=second.base_url) as http,
+        api_session(second) as http,
         http.get(f"/sessions/{sid}") as r,
     ):
         assert (await r.json())["pending_confirmations"] == []

@@ -6,10 +6,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from tests.aap.client import WEATHER, tool_result
 from tests.aap.conftest import roots
+from tests.api import api_session
 
 RESUMING_RULE = """
 schema_version: 1
@@ -33,7 +32,7 @@ async def test_a_turn_resuming_tool_calls_has_tool_use_in_progress(
     second = await aap.turn(sid, [tool_result(call["toolCallId"], "rain")], "none")
     assert second.stop == "end_turn"
     async with (
-        aiohttp.ClientSession(base_url=daemon.base_url) as http,
+        api_session(daemon) as http,
         http.get(f"/sessions/{sid}/events", params={"event_types": "route.decided"}) as r,
     ):
         decided = [e["payload"] for e in (await r.json())["events"]]

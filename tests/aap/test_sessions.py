@@ -245,7 +245,7 @@ async def test_workspace_option_rules(
     inside = workspace / "sub"
     inside.mkdir()
     sid = await aap.create(options={"workspace": str(inside)})
-    rows = await Api(aap.http).call("GET", f"/sessions/{sid}")
+    rows = await Api(aap.http, aap.auth()).call("GET", f"/sessions/{sid}")
     assert rows[1]["workspace_path"] == str(inside.resolve())
     scratch = await aap.create(options={"workspace": "scratch-1"})
     created = metis_home / "workspaces" / "scratch-1"
@@ -293,7 +293,7 @@ async def test_aap_workspaces_ignore_the_metis_workspace_roots(
     }
     for value, path in expected.items():
         sid = await aap.create(options={} if value is None else {"workspace": value})
-        _status, row = await Api(aap.http).call("GET", f"/sessions/{sid}")
+        _status, row = await Api(aap.http, aap.auth()).call("GET", f"/sessions/{sid}")
         assert row["workspace_path"] == str(path.resolve())
 
 
@@ -307,7 +307,7 @@ async def test_default_workspace_is_the_top_level_setting(
     option = next(o for o in meta.body["agents"][0]["options"] if o["name"] == "workspace")
     assert option["default"] == str(chosen.resolve()) and chosen.is_dir()
     sid = await aap.create(options={})
-    _status, row = await Api(aap.http).call("GET", f"/sessions/{sid}")
+    _status, row = await Api(aap.http, aap.auth()).call("GET", f"/sessions/{sid}")
     assert row["workspace_path"] == str(chosen.resolve())
     (metis_home / "config.yaml").write_text(f"aap:\n  default_workspace: {chosen}\n")
     with pytest.raises(ConfigError, match=r"aap\.default_workspace: unknown key"):
@@ -439,7 +439,7 @@ async def test_pagination_walks_everything_once_despite_concurrent_changes(
 ) -> None:
     daemon = await start_daemon(aap={"page_size": 3, "workspace_roots": [str(workspace)]})
     aap = await client_for(daemon)
-    metis_session = await Api(aap.http).create_session(workspace)
+    metis_session = await Api(aap.http, aap.auth()).create_session(workspace)
     existing = [await aap.create() for _ in range(10)]
     seen: list[str] = []
     after = None
@@ -477,7 +477,7 @@ async def test_aap_session_is_a_metis_session(
     daemon_and_aap: tuple[Daemon, AapClient], workspace: Path
 ) -> None:
     daemon, aap = daemon_and_aap
-    api = Api(aap.http)
+    api = Api(aap.http, aap.auth())
     sid = await aap.create()
     status, listed = await api.call("GET", "/sessions")
     [item] = [s for s in listed["sessions"] if s["id"] == sid]
@@ -511,7 +511,7 @@ async def test_suspended_permission_is_not_answerable_through_metis(
     _daemon, aap = daemon_and_aap
     sid = await aap.create(tools=[{"name": "list_dir"}])
     reply = await aap.say(sid, "use server tool")
-    api = Api(aap.http)
+    api = Api(aap.http, aap.auth())
     status, session = await api.call("GET", f"/sessions/{sid}")
     [pending] = session["pending_confirmations"]
     url = f"/sessions/{sid}/turns/{pending['turn_id']}/confirmations/{pending['confirmation_request_id']}"
@@ -537,7 +537,7 @@ async def test_metis_end_closes_pending_calls(daemon_and_aap: tuple[Daemon, AapC
     sid = await aap.create(client_tools=[WEATHER])
     reply = await aap.say(sid, "use tool")
     [call] = reply.tool_calls()
-    status, _ = await Api(aap.http).call("DELETE", f"/sessions/{sid}")
+    status, _ = await Api(aap.http, aap.auth()).call("DELETE", f"/sessions/{sid}")
     assert status == 200
     history = await aap.history(sid)
     assert history[-1] == {

@@ -170,7 +170,7 @@ async def test_metis_cancel_during_a_stream_ends_it_with_error(fake_aap: Fake) -
     daemon, aap, fake = fake_aap
     fake.enqueue("anthropic", FakeReply.say("z" * 400, **SLOW))
     sid = await aap.create()
-    api = Api(aap.http)
+    api = Api(aap.http, aap.auth())
 
     async def cancel() -> int:
         status, session = await api.call("GET", f"/sessions/{sid}")

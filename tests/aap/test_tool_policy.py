@@ -82,7 +82,7 @@ async def test_a_cancel_leaves_no_call_pending(fake_aap: Fake) -> None:
     sid = await aap.create(
         tools=[{"name": "shell", "trust": True}, {"name": "list_dir"}], client_tools=[WEATHER]
     )
-    api = Api(aap.http)
+    api = Api(aap.http, aap.auth())
 
     async def cancel_when_running() -> None:
         for _ in range(200):

@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 
 from metis.server.runner import Daemon
-from tests.api import Api
+from tests.api import Api, api_session
 
 
 @pytest.fixture
@@ -17,7 +17,7 @@ async def api_of() -> AsyncIterator[Callable[[Daemon], Api]]:
     opened: list[aiohttp.ClientSession] = []
 
     def make(d: Daemon) -> Api:
-        http = aiohttp.ClientSession(base_url=d.base_url)
+        http = api_session(d)
         opened.append(http)
         return Api(http)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.api import Api
+from tests.api import Api, home_headers
 from tests.e2e.test_provider_turns import types_of
 from tests.serve_process import free_port, spawn_serve, wait_until_serving
 
@@ -35,7 +35,7 @@ async def serving(metis_home: Path, log: Path) -> AsyncIterator[tuple[Api, Calla
     try:
         async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{port}") as http:
             await wait_until_serving(http, "/health")
-            yield Api(http), kill
+            yield Api(http, home_headers(metis_home)), kill
     finally:
         await kill()
 

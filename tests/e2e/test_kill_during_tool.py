@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
-from tests.api import Api
+from tests.api import Api, api_session, home_headers
 from tests.e2e import test_provider_turns as provider_turns
 from tests.e2e.test_costs import U1, U3, assert_store_invariants, cost_of, plain, prices
 from tests.e2e.test_provider_turns import AUTO_TOOLS, models_yaml, session_on, types_of
@@ -55,8 +55,8 @@ async def test_daemon_killed_while_a_shell_tool_runs_recovers_on_restart(
     pgid = 0
     try:
         async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{port}") as http:
-            api = Api(http)
             await wait_until_serving(http, "/health")
+            api = Api(http, home_headers(metis_home))
             sid = await session_on(api, workspace, "anthropic")
             status, accepted = await api.submit(sid, "run the slow command")
             assert status == 202, accepted
@@ -81,7 +81,7 @@ async def test_daemon_killed_while_a_shell_tool_runs_recovers_on_restart(
         # the command's group, in its own session, outlived the killed daemon;
         # the restart reaps it before serving
         assert not live_group_members(pgid)
-        async with aiohttp.ClientSession(base_url=d.base_url) as http:
+        async with api_session(d) as http:
             api = Api(http)
             terminal = await api.wait_turn(sid, turn_id)
 

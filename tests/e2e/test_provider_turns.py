@@ -18,7 +18,7 @@ import pytest
 
 from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
-from tests.api import Api
+from tests.api import Api, api_session, home_headers
 from tests.serve_process import free_port, spawn_serve, wait_until_serving
 
 MODELS = """
@@ -57,7 +57,7 @@ async def env(
     fake: FakeProviderServer, start_daemon: Callable[..., Any]
 ) -> AsyncIterator[tuple[Daemon, Api, FakeProviderServer]]:
     d = await start_daemon(config=AUTO_TOOLS, models=models_yaml(fake))
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
+    async with api_session(d) as http:
         yield d, Api(http), fake
 
 
@@ -280,7 +280,7 @@ async def test_first_call_fails_over_to_the_next_candidate(
         "global_default: gpt5\nrules:\n  - name: prefer sonnet\n    when: {}\n    use: sonnet\n"
     )
     d = await start_daemon(config=AUTO_TOOLS, models=models_yaml(fake), routing=routing)
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
+    async with api_session(d) as http:
         api = Api(http)
         sid = (await api.create_session(workspace))["id"]
         fake.enqueue("anthropic", FakeReply.fail(429, "rate_limit_error", retry_after=0, repeat=3))
@@ -362,8 +362,8 @@ async def test_daemon_killed_mid_turn_recovers_on_restart(
     fake.enqueue("anthropic", FakeReply.hang_after(4, text="never finished"))
     try:
         async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{port}") as http:
-            api = Api(http)
             await wait_until_serving(http, "/health")
+            api = Api(http, home_headers(metis_home))
             sid = await session_on(api, workspace, "anthropic")
             status, accepted = await api.submit(sid, "this turn will be interrupted")
             assert status == 202
@@ -374,7 +374,7 @@ async def test_daemon_killed_mid_turn_recovers_on_restart(
         proc.send_signal(signal.SIGKILL)
         await proc.wait()
     d = await start_daemon()
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
+    async with api_session(d) as http:
         api = Api(http)
         terminal = await api.wait_turn(sid, accepted["turn_id"])
         assert (
@@ -406,7 +406,7 @@ async def test_history_beyond_the_context_window_is_compacted_not_refused(
     fake: FakeProviderServer, start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
     d = await start_daemon(models=SMALL_MODEL.format(anthropic=fake.anthropic_base_url))
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
+    async with api_session(d) as http:
         api = Api(http)
         sid = (await api.create_session(workspace))["id"]
         for i in range(4):  # each message is ~3,000 tokens; the window holds about two

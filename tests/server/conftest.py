@@ -10,7 +10,7 @@ import pytest
 
 from metis.server.runner import Daemon
 from metis.testing import FakeProviderServer
-from tests.api import Api
+from tests.api import Api, api_session
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ async def make_api(start_daemon: Callable[..., Any]) -> AsyncIterator[Callable[.
 
     async def make(**kw: Any) -> tuple[Daemon, Api]:
         d = await start_daemon(**kw)
-        http = aiohttp.ClientSession(base_url=d.base_url)
+        http = api_session(d)
         opened.append(http)
         return d, Api(http)
 

@@ -7,17 +7,16 @@ import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import aiohttp
 import pytest
 
 from metis.server.runner import Daemon
-from tests.api import Api
+from tests.api import Api, api_session
 from tests.ws_client import Ws
 
 
 @pytest.fixture
 async def api(daemon: Daemon) -> AsyncIterator[Api]:
-    async with aiohttp.ClientSession(base_url=daemon.base_url) as http:
+    async with api_session(daemon) as http:
         yield Api(http)
 
 

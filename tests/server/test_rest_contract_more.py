@@ -32,7 +32,7 @@ import pytest
 from metis.server.runner import Daemon
 from tests.aap.client import AapClient
 from tests.aap.conftest import KEY, roots
-from tests.api import TERMINAL, Api
+from tests.api import TERMINAL, Api, api_session
 from tests.server.test_sessions_api import HOLD, hold_turn
 
 NEVER = "sess_01M7YA76RDGJRJS6TX6XK99B3P"  # well-formed, never created
@@ -109,7 +109,7 @@ def assert_error(status: int, body: Any, http: int, code: str) -> dict[str, Any]
 @pytest.fixture
 async def api(start_daemon: Callable[..., Any]) -> AsyncIterator[tuple[Daemon, Api]]:
     d = await start_daemon()
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
+    async with api_session(d) as http:
         yield d, Api(http)
 
 
@@ -525,7 +525,7 @@ async def test_a_preflight_on_metis_routes_is_405_without_cors_even_with_aap_ori
     405 precedes `origin_not_allowed`."""
     app_origin = "http://app.example:4173"
     d = await start_daemon(aap={"cors_origins": [app_origin]})
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
+    async with api_session(d) as http:
         sid = (await Api(http).create_session(workspace))["id"]
         preflight = {"Access-Control-Request-Method": "POST"}
         for origin in (app_origin, "http://evil.example"):
@@ -548,7 +548,7 @@ async def test_head_on_a_session_is_405_and_mints_no_token(
 ) -> None:
     # One outstanding token per session: any extra mint would evict the first one.
     d = await start_daemon(websocket={"attach_tokens_per_session_max": 1})
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
+    async with api_session(d) as http:
         api = Api(http)
         sid = (await api.create_session(workspace))["id"]
         status, got = await api.call("GET", f"/sessions/{sid}")
@@ -630,7 +630,7 @@ async def test_purged_metis_session_is_404_on_every_route_and_leaves_no_row(
     start_daemon: Callable[..., Any], workspace: Path, metis_home: Path, aap_key: str
 ) -> None:
     d = await start_daemon(config=HOLD, **roots(workspace))
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
+    async with api_session(d) as http:
         api = Api(http)
         sid = (await api.create_session(workspace))["id"]
         await run_turns(api, sid, ["hello"])
@@ -678,7 +678,7 @@ async def test_purged_aap_session_is_404_on_metis_and_aap_routes_and_forms_are_g
     start_daemon: Callable[..., Any], workspace: Path, metis_home: Path, aap_key: str
 ) -> None:
     d = await start_daemon(**roots(workspace))
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
+    async with api_session(d) as http:
         api = Api(http)
         aap = AapClient(http, aap_key, workspace=str(workspace.resolve()))
         sid = await aap.create(tools=[{"name": "list_dir"}])
@@ -737,7 +737,7 @@ async def test_aap_delete_purges_and_metis_routes_are_404(
     start_daemon: Callable[..., Any], workspace: Path, metis_home: Path, aap_key: str
 ) -> None:
     d = await start_daemon(**roots(workspace))
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
+    async with api_session(d) as http:
         api = Api(http)
         aap = AapClient(http, aap_key, workspace=str(workspace.resolve()))
         sid = await aap.create()

@@ -7,16 +7,15 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
 from metis.server.runner import Daemon
-from tests.api import Api
+from tests.api import Api, api_session
 
 
 @pytest.fixture
 async def api(daemon: Daemon) -> AsyncIterator[Api]:
-    async with aiohttp.ClientSession(base_url=daemon.base_url) as http:
+    async with api_session(daemon) as http:
         yield Api(http)
 
 
@@ -119,7 +118,7 @@ async def test_models_shows_an_unavailable_provider(start_daemon: Callable[..., 
     )
     d = await start_daemon(models=models)
     d.core.availability.record_failure("anthropic:claude-haiku-4-5", "auth")
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
+    async with api_session(d) as http:
         _, body = await Api(http).call("GET", "/models")
     haiku = body["models"][0]
     assert haiku["availability"] == "provider_unavailable"

@@ -14,19 +14,18 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
 from metis.server.errors import ERROR_CODES
 from metis.server.runner import Daemon
-from tests.api import Api
+from tests.api import Api, api_session
 
 HOLD = "tools:\n  confirmation:\n    per_tool: {read_file: prompt}\n"
 
 
 @pytest.fixture
 async def api(daemon: Daemon) -> AsyncIterator[Api]:
-    async with aiohttp.ClientSession(base_url=daemon.base_url) as http:
+    async with api_session(daemon) as http:
         yield Api(http)
 
 
@@ -34,7 +33,7 @@ async def api(daemon: Daemon) -> AsyncIterator[Api]:
 async def held(start_daemon: Callable[..., Any]) -> AsyncIterator[tuple[Daemon, Api]]:
     """A daemon whose read_file calls wait for a confirmation (turns stay in flight)."""
     d = await start_daemon(config=HOLD)
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
+    async with api_session(d) as http:
         yield d, Api(http)
 
 
@@ -281,7 +280,7 @@ async def test_routing_failure_is_503_and_leaves_nothing_but_one_route_decided(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
     d = await start_daemon(models=FAKE_MODELS)
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
+    async with api_session(d) as http:
         api = Api(http)
         sid = (await api.create_session(workspace))["id"]
         d.core.availability.record_failure("anthropic:claude-haiku-4-5", "auth")
@@ -421,7 +420,7 @@ async def test_page_sizes_and_the_reason_length_are_settings(
         "pages: {sessions: {default: 2, maximum: 3}, events: {default: 1, maximum: 1000}}\n"
     )
     d = await start_daemon(config=config)
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
+    async with api_session(d) as http:
         api = Api(http)
         for _ in range(4):
             sid = (await api.create_session(workspace))["id"]
@@ -471,7 +470,7 @@ async def test_confirmation_timeout_fails_the_tool(
     d = await start_daemon(
         config="tools:\n  confirmation:\n    per_tool: {read_file: prompt}\n    timeout_seconds: 1\n"
     )
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
+    async with api_session(d) as http:
         api = Api(http)
         sid = (await api.create_session(workspace))["id"]
         turn_id, request = await hold_turn(api, sid)
@@ -965,7 +964,7 @@ async def test_a_turn_over_its_time_limit_is_cancelled_with_reason_timeout(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
     d = await start_daemon(config=HOLD, limits={"turn_timeout_s": 0.5})
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
+    async with api_session(d) as http:
         api = Api(http)
         sid = (await api.create_session(workspace))["id"]
         turn_id, _ = await hold_turn(api, sid)  # waits on a confirmation nobody answers

@@ -17,10 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from metis.testing import FakeProviderServer, FakeReply, FakeToolCall
-from tests.api import Api
+from tests.api import Api, api_session
 from tests.server.test_sessions_api import HOLD, hold_turn
 from tests.ws_client import Closed, Ws, events_of, fake_models, types_of
 
@@ -117,7 +115,7 @@ async def test_two_clients_allowing_at_once_apply_once_and_the_tool_runs_once(
     sid = (await api_a.create_session(workspace))["id"]
     turn_id, request = await hold_turn(api_a, sid)
     url = confirmation_url(sid, turn_id, request)
-    async with aiohttp.ClientSession(base_url=d.base_url) as http_b:
+    async with api_session(d) as http_b:
         api_b = Api(http_b)
         answers = await asyncio.gather(
             api_a.call("POST", url, {"decision": "allow"}),
@@ -161,7 +159,7 @@ async def test_two_clients_answering_differently_at_once_one_wins_the_other_409(
     sid = (await api_a.create_session(workspace))["id"]
     turn_id, request = await hold_turn(api_a, sid)
     url = confirmation_url(sid, turn_id, request)
-    async with aiohttp.ClientSession(base_url=d.base_url) as http_b:
+    async with api_session(d) as http_b:
         answers = await asyncio.gather(
             api_a.call("POST", url, {"decision": "allow"}),
             Api(http_b).call("POST", url, {"decision": "deny", "reason": "no"}),
@@ -316,7 +314,7 @@ async def test_an_image_over_the_configured_limit_is_invalid_content(
     """The image size rule with `limits.max_image_bytes` lowered: the setting, not the
     5 MiB default, decides; the image at the limit is accepted."""
     d = await start_daemon(config="limits: {max_image_bytes: 1024}\n")
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
+    async with api_session(d) as http:
         api = Api(http)
         sid = (await api.create_session(workspace))["id"]
 

@@ -17,7 +17,7 @@ import pytest
 
 from metis.core.events.catalog import PERSISTED, STREAMING
 from metis.server.runner import Daemon
-from tests.api import Api
+from tests.api import Api, api_session
 from tests.ws_client import Ws, events_of, types_of
 
 HOLD = "tools:\n  confirmation:\n    per_tool: {read_file: prompt}\n"
@@ -25,7 +25,7 @@ HOLD = "tools:\n  confirmation:\n    per_tool: {read_file: prompt}\n"
 
 @pytest.fixture
 async def api(daemon: Daemon) -> AsyncIterator[Api]:
-    async with aiohttp.ClientSession(base_url=daemon.base_url) as http:
+    async with api_session(daemon) as http:
         yield Api(http)
 
 
@@ -130,7 +130,7 @@ async def test_minting_keeps_at_most_the_cap_and_delete_revokes(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
     d = await start_daemon(websocket={"attach_tokens_per_session_max": 5})
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
+    async with api_session(d) as http:
         api = Api(http)
         sid = (await api.create_session(workspace))["id"]
         tokens = [await token_of(api, sid) for _ in range(12)]
@@ -520,7 +520,7 @@ async def test_shutdown_sends_turn_cancelled_then_closes_1001(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
     d = await start_daemon(config=HOLD)
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
+    async with api_session(d) as http:
         api = Api(http)
         sid = (await api.create_session(workspace))["id"]
         client, _ = await Ws.subscribed(api, sid)

@@ -15,11 +15,10 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
 from metis.server.runner import Daemon
-from tests.api import Api
+from tests.api import Api, api_session
 from tests.ws_client import RawWs, Ws, events_of
 
 QUEUE = 50
@@ -30,7 +29,7 @@ async def setup(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> AsyncIterator[tuple[Daemon, Api, str]]:
     d = await start_daemon(websocket={"queue_max_events": QUEUE})
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
+    async with api_session(d) as http:
         api = Api(http)
         sid = (await api.create_session(workspace))["id"]
         yield d, api, sid

@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
 from metis.core.canonical import now_us
@@ -21,7 +20,7 @@ from metis.core.events.envelope import AnyEvent
 from metis.core.store.prune import prune_events
 from metis.server.runner import Daemon
 from metis.server.ws import seam
-from tests.api import Api
+from tests.api import Api, api_session
 from tests.ws_client import Ws, events_of, types_of
 
 HOLD = "tools:\n  confirmation:\n    per_tool: {read_file: prompt}\n"
@@ -29,7 +28,7 @@ HOLD = "tools:\n  confirmation:\n    per_tool: {read_file: prompt}\n"
 
 @pytest.fixture
 async def api(daemon: Daemon) -> AsyncIterator[Api]:
-    async with aiohttp.ClientSession(base_url=daemon.base_url) as http:
+    async with api_session(daemon) as http:
         yield Api(http)
 
 
@@ -88,7 +87,7 @@ async def test_snapshot_holds_the_newest_messages_and_pages_older_over_rest(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
     d = await start_daemon(websocket={"snapshot_messages": 3})
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
+    async with api_session(d) as http:
         api = Api(http)
         sid = (await api.create_session(workspace))["id"]
         for text in ("one", "two", "three"):
@@ -217,7 +216,7 @@ async def test_replay_limit_refuses_one_more_than_the_limit(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
     d = await start_daemon(websocket={"replay_max_events": 40})
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
+    async with api_session(d) as http:
         api = Api(http)
         sid = (await api.create_session(workspace))["id"]
         start = (await api.events(sid))[-1]["id"]
@@ -384,7 +383,7 @@ async def test_snapshot_after_a_restart_leaves_out_messages_committed_after_its_
     """A restarted daemon has seen no event of the session name a message; W is still defined
     at the seam: the earlier history is in the snapshot, the turn run during the load is not."""
     before = await start_daemon()
-    async with aiohttp.ClientSession(base_url=before.base_url) as http:
+    async with api_session(before) as http:
         api = Api(http)
         sid = (await api.create_session(workspace))["id"]
         await api.run_turn(sid, "before the restart")
@@ -392,7 +391,7 @@ async def test_snapshot_after_a_restart_leaves_out_messages_committed_after_its_
         head = (await api.events(sid))[-1]
     await before.stop()
     after = await start_daemon()
-    async with aiohttp.ClientSession(base_url=after.base_url) as http:
+    async with api_session(after) as http:
         api = Api(http)
         client, snap, turn_id = await snapshot_with_a_turn_during_its_load(api, sid, monkeypatch)
         assert snap["snapshot_at_event_id"] == head["id"] and snap["messages"] == history

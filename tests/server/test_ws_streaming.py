@@ -9,13 +9,12 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
 from metis.server.runner import Daemon
 from metis.server.ws.protocol import PRESETS
 from metis.testing import FakeProviderServer, FakeReply
-from tests.api import Api
+from tests.api import Api, api_session
 from tests.ws_client import (
     SLOW_SCRIPTED,
     STREAMING,
@@ -31,7 +30,7 @@ from tests.ws_client import (
 
 @pytest.fixture
 async def api(daemon: Daemon) -> AsyncIterator[Api]:
-    async with aiohttp.ClientSession(base_url=daemon.base_url) as http:
+    async with api_session(daemon) as http:
         yield Api(http)
 
 
@@ -40,14 +39,14 @@ async def fake_api(
     fake: FakeProviderServer, start_daemon: Callable[..., Any]
 ) -> AsyncIterator[Api]:
     d = await start_daemon(models=fake_models(fake))
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
+    async with api_session(d) as http:
         yield Api(http)
 
 
 @pytest.fixture
 async def slow_api(start_daemon: Callable[..., Any]) -> AsyncIterator[tuple[Daemon, Api]]:
     d = await start_daemon(models=SLOW_SCRIPTED)
-    async with aiohttp.ClientSession(base_url=d.base_url) as http:
+    async with api_session(d) as http:
         yield d, Api(http)
 
 

@@ -40,7 +40,13 @@ def metis_version() -> str:
     return package_version("metis")
 
 
-@routes.route("GET", "/health", response_model=HealthResponse, errors=("service_shutting_down",))
+@routes.route(
+    "GET",
+    "/health",
+    public=True,
+    response_model=HealthResponse,
+    errors=("service_shutting_down",),
+)
 async def health(request: web.Request) -> web.Response:
     """Liveness and load: O(1), from in-memory counters only (never scans the store)."""
     core = request.app[STATE_KEY].core
@@ -73,7 +79,7 @@ async def server_version(request: web.Request) -> web.Response:
     )
 
 
-@routes.route("GET", "/openapi.json")
+@routes.route("GET", "/openapi.json", public=True)
 async def openapi(request: web.Request) -> web.Response:
     """The OpenAPI 3.1 document generated at start-up from the routes' pydantic models."""
     return json_response(request.app[OPENAPI_KEY])

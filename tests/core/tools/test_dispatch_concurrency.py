@@ -24,7 +24,7 @@ import aiohttp
 import pytest
 
 from metis.testing.fake_provider import FakeProviderServer, FakeReply, FakeToolCall
-from tests.api import Api
+from tests.api import Api, api_session
 from tests.e2e.test_provider_turns import AUTO_TOOLS, models_yaml, session_on, types_of
 
 TERMINAL_TOOL = ("tool.input_invalid", "tool.completed", "tool.failed")
@@ -56,7 +56,7 @@ async def make_env(
     async def make(**tools: int) -> Api:
         extra = "".join(f"  {key}: {value}\n" for key, value in tools.items())
         d = await start_daemon(config=AUTO_TOOLS + extra, models=models_yaml(fake))
-        http = aiohttp.ClientSession(base_url=d.base_url)
+        http = api_session(d)
         opened.append(http)
         return Api(http)
 

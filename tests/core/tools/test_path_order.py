@@ -21,7 +21,7 @@ import pytest
 
 from metis.core.tools.pathorder import PathOrder
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
-from tests.api import Api
+from tests.api import Api, api_session
 from tests.core.tools.test_dispatch_concurrency import (
     TERMINAL_TOOL,
     all_messages,
@@ -59,7 +59,7 @@ async def make_api(
     async def make(confirmation: str, **tools: int) -> Api:
         extra = "".join(f"  {key}: {value}\n" for key, value in tools.items())
         d = await start_daemon(config=AUTO_TOOLS + confirmation + extra, models=models_yaml(fake))
-        http = aiohttp.ClientSession(base_url=d.base_url)
+        http = api_session(d)
         opened.append(http)
         return Api(http)
 

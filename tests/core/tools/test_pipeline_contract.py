@@ -25,7 +25,7 @@ import pytest
 
 from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
-from tests.api import Api
+from tests.api import Api, api_session
 from tests.core.tools.test_dispatch_concurrency import (
     batch,
     fake,  # noqa: F401  (fixture)
@@ -75,7 +75,7 @@ async def start_api(
             d = await start_daemon()
         else:
             d = await start_daemon(config=config, models=models_yaml(fake))
-        http = aiohttp.ClientSession(base_url=d.base_url)
+        http = api_session(d)
         opened.append(http)
         return d, Api(http)
 

@@ -1,0 +1,134 @@
+"""Who may drive the metis REST surface: the daemon's key, or a browser session cookie.
+
+Every route but the public ones (`GET /health`, `GET /openapi.json`, `GET /login`) needs the
+daemon's key as `Authorization: Bearer <key>`: the same key as AAP (`metis/aap/auth.py`:
+`METIS_API_KEY`, else `METIS_HOME/api_key`). A browser cannot be given the key; it gets a
+session cookie instead from a login URL the daemon mints (`Daemon.login_url()`):
+`GET /login?token=<one-time token>` with a token that is short-lived, single-use and not the
+key. A cookie-authenticated request that changes state must also carry the daemon's own
+loopback Origin (the middleware checks it). The WebSocket upgrade is authorised by its
+single-use attach token, which only an authenticated request obtains.
+
+Login tokens and browser session ids are kept as SHA-256 digests only: a lookup never compares
+the secret itself (no timing signal about its bytes) and the tables hold no usable credential.
+`config.yaml` `auth: {required: false}` switches the metis check off (the AAP key stays).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from aiohttp import web
+
+from metis.aap.auth import ApiKey, bearer_token, key_matches
+from metis.config import AuthSettings
+
+# The cookie name carries the port: cookies are not port-scoped, so two daemons on one host
+# (two METIS_HOMEs) would otherwise overwrite each other's session in the browser.
+COOKIE_PREFIX = "metis_session_"
+CHALLENGE = {"WWW-Authenticate": "Bearer"}
+LOGIN_PATH = "/login"
+
+Credential = Literal["key", "cookie"]
+Clock = Callable[[], float]
+
+
+def _digest(secret: str) -> bytes:
+    # aiohttp decodes header bytes with surrogate escapes; such a value simply never matches
+    return hashlib.sha256(secret.encode("utf-8", "surrogateescape")).digest()
+
+
+class _ExpiringSecrets:
+    """Random secrets with an expiry, stored by digest; expired ones are pruned on issue."""
+
+    def __init__(self, ttl_s: float, clock: Clock = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._expiry: dict[bytes, float] = {}
+
+    def _issue(self) -> str:
+        now = self._clock()
+        self._expiry = {d: t for d, t in self._expiry.items() if t > now}
+        secret = secrets.token_urlsafe(32)
+        self._expiry[_digest(secret)] = now + self.ttl_s
+        return secret
+
+    def __len__(self) -> int:
+        return len(self._expiry)
+
+
+class LoginTokens(_ExpiringSecrets):
+    """One-time tokens of the browser login URL: valid for `ttl_s`, each redeemable once."""
+
+    def mint(self) -> str:
+        return self._issue()
+
+    def redeem(self, token: str) -> bool:
+        """True once for a minted, unexpired token; a used, expired or unknown token is False."""
+        expires = self._expiry.pop(_digest(token), None)
+        return expires is not None and expires > self._clock()
+
+
+class BrowserSessions(_ExpiringSecrets):
+    """Server-side browser sessions: the cookie holds a random id, valid for `ttl_s`."""
+
+    def open(self) -> str:
+        return self._issue()
+
+    def valid(self, session_id: str) -> bool:
+        digest = _digest(session_id)
+        expires = self._expiry.get(digest)
+        if expires is None:
+            return False
+        if expires <= self._clock():
+            del self._expiry[digest]
+            return False
+        return True
+
+
+@dataclass
+class ServerAuth:
+    """The metis surface's authentication state: the daemon's key, login tokens, sessions."""
+
+    api_key: ApiKey
+    settings: AuthSettings
+    login_tokens: LoginTokens = field(init=False)
+    sessions: BrowserSessions = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.login_tokens = LoginTokens(self.settings.login_token_ttl_s)
+        self.sessions = BrowserSessions(self.settings.browser_session_ttl_s)
+
+    def __repr__(self) -> str:  # never the key
+        return f"ServerAuth(required={self.required}, key={self.api_key!r})"
+
+    @property
+    def required(self) -> bool:
+        return self.settings.required
+
+    @staticmethod
+    def cookie_name(port: int) -> str:
+        return f"{COOKIE_PREFIX}{port}"
+
+    def credential(self, request: web.Request, port: int) -> Credential | None:
+        """How a request is authenticated, or None. A present `Authorization` header decides
+        alone: a wrong key is refused even when a valid cookie comes along."""
+        header = request.headers.get("Authorization")
+        if header is not None:
+            token = bearer_token(header)
+            if token and key_matches(token, self.api_key.value):
+                return "key"
+            return None
+        session_id = request.cookies.get(self.cookie_name(port))
+        if session_id and self.sessions.valid(session_id):
+            return "cookie"
+        return None
+
+    def login_path(self) -> str:
+        """A fresh one-time login path (`/login?token=…`); prefix it with the daemon's URL."""
+        return f"{LOGIN_PATH}?token={self.login_tokens.mint()}"

@@ -1,0 +1,343 @@
+"""No one drives the metis surface without the daemon's key (metis/server/auth.py).
+
+The route matrix walks the app's own router, so a route added later is covered without editing
+this file. Everything runs against a real daemon on loopback with real HTTP and WebSocket clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import AsyncIterator, Callable
+from http.cookies import SimpleCookie
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from metis.server.auth import COOKIE_PREFIX
+from metis.server.http import ROUTE_SPEC_KEY
+from metis.server.runner import Daemon
+from tests.api import Api, api_session, auth_headers, key_headers
+
+NEVER = "sess_01M7YA76RDGJRJS6TX6XK99B3P"  # well-formed, never created
+SAMPLES = {
+    "session_id": NEVER,
+    "turn_id": "01M7YA76RDGJRJS6TX6XK99B3Q",
+    "request_id": "toolu_01",
+    "model": "haiku",
+}
+# Served without the key: liveness, the API description, and the login exchange (which needs
+# its one-time token instead). Everything else needs the key or a browser session cookie.
+PUBLIC = {("GET", "/health"), ("GET", "/openapi.json"), ("GET", "/login")}
+STREAM = ("GET", "/sessions/{session_id}/stream")  # authorised by its attach token
+WRITES = {"POST", "PATCH", "PUT", "DELETE"}
+
+
+def metis_routes(d: Daemon) -> list[tuple[str, str]]:
+    """(method, path template) of every metis route in the app's router (AAP has its own)."""
+    out = set()
+    for resource in d.app.router.resources():
+        if isinstance(resource, web.PrefixedSubAppResource):
+            continue  # /aap and /aap/v1: the AAP key tests (tests/aap/test_pipeline.py)
+        for route in resource:
+            out.add((route.method, resource.canonical))
+    return sorted(out)
+
+
+def concrete(template: str) -> str:
+    return re.sub(r"{(\w+)}", lambda m: SAMPLES[m.group(1)], template)
+
+
+def jar() -> aiohttp.CookieJar:
+    return aiohttp.CookieJar(unsafe=True)  # aiohttp's default jar ignores cookies of IP hosts
+
+
+async def browser_of(d: Daemon) -> aiohttp.ClientSession:
+    """A client holding a browser session cookie (from a login URL), never the key."""
+    http = aiohttp.ClientSession(cookie_jar=jar())
+    async with http.get(d.login_url(), allow_redirects=False) as r:
+        assert r.status == 303, await r.text()
+    return http
+
+
+async def call(
+    http: aiohttp.ClientSession, d: Daemon, method: str, path: str, **kw: Any
+) -> tuple[int, dict[str, str], Any]:
+    async with http.request(method, d.base_url + path, allow_redirects=False, **kw) as r:
+        body = await r.json() if r.content_type == "application/json" else await r.text()
+        return r.status, dict(r.headers), body
+
+
+def assert_unauthorized(status: int, headers: dict[str, str], body: Any, where: Any) -> None:
+    assert status == 401, (where, status, body)
+    assert headers.get("WWW-Authenticate") == "Bearer", where
+    assert body["error"]["code"] == "unauthorized" and body["error"]["details"] == {}, where
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"], where
+
+
+@pytest.fixture
+async def closing() -> AsyncIterator[Callable[[aiohttp.ClientSession], aiohttp.ClientSession]]:
+    opened: list[aiohttp.ClientSession] = []
+
+    def keep(http: aiohttp.ClientSession) -> aiohttp.ClientSession:
+        opened.append(http)
+        return http
+
+    yield keep
+    for http in opened:
+        await http.close()
+
+
+# ---- the route matrix ---------------------------------------------------------------------
+
+
+async def test_the_router_has_exactly_the_expected_public_routes(daemon: Daemon) -> None:
+    specs = daemon.app[ROUTE_SPEC_KEY].values()
+    routes = set(metis_routes(daemon))
+    assert {(s.method, s.path) for s in specs} == routes  # every entry comes from a route table
+    assert {(s.method, s.path) for s in specs if s.public} == PUBLIC
+    assert STREAM in routes
+
+
+@pytest.mark.parametrize("credential", ["none", "wrong key", "empty bearer", "basic scheme"])
+async def test_every_route_refuses_a_request_without_the_key(
+    daemon: Daemon, credential: str, closing: Any
+) -> None:
+    headers = {
+        "none": {},
+        "wrong key": key_headers("not-the-key-" + "x" * 32),
+        "empty bearer": {"Authorization": "Bearer "},
+        "basic scheme": {"Authorization": f"Basic {daemon.state.auth.api_key.value}"},
+    }[credential]
+    http = closing(aiohttp.ClientSession(headers=headers))
+    checked = 0
+    for method, template in metis_routes(daemon):
+        if (method, template) == STREAM:
+            continue  # test_the_websocket_is_authorised_by_its_attach_token
+        body = {} if method in WRITES else None
+        status, resp_headers, payload = await call(
+            http, daemon, method, concrete(template), json=body
+        )
+        if (method, template) in {("GET", "/health"), ("GET", "/openapi.json")}:
+            assert status == 200, (template, payload)
+            continue
+        assert_unauthorized(status, resp_headers, payload, (credential, method, template))
+        checked += 1
+    assert checked >= 15
+    # an unknown path says nothing about what exists either
+    status, resp_headers, payload = await call(http, daemon, "GET", "/no/such/path")
+    assert_unauthorized(status, resp_headers, payload, "unknown path")
+
+
+@pytest.mark.parametrize("credential", ["key", "cookie"])
+async def test_every_route_serves_the_key_and_a_browser_session(
+    daemon: Daemon, credential: str, closing: Any
+) -> None:
+    if credential == "key":
+        http = closing(aiohttp.ClientSession(headers=auth_headers(daemon)))
+    else:
+        http = closing(await browser_of(daemon))
+    for method, template in metis_routes(daemon):
+        if (method, template) in {STREAM, ("GET", "/login")}:
+            continue  # the stream takes an attach token; /login a one-time token
+        headers = {"Origin": daemon.base_url} if method in WRITES else {}
+        body = {} if method in WRITES else None
+        status, _, payload = await call(
+            http, daemon, method, concrete(template), json=body, headers=headers
+        )
+        assert status not in (401, 403), (credential, method, template, status, payload)
+        assert status < 500, (credential, method, template, payload)
+
+
+# ---- the login URL and the browser session ------------------------------------------------
+
+
+async def test_a_login_token_is_single_use_and_sets_a_strict_http_only_cookie(
+    daemon: Daemon, closing: Any
+) -> None:
+    url = daemon.login_url()
+    key = daemon.state.auth.api_key.value
+    assert url.startswith(daemon.base_url + "/login?token=") and key not in url
+    http = closing(aiohttp.ClientSession(cookie_jar=jar()))
+    status, headers, _ = await call(http, daemon, "GET", url.removeprefix(daemon.base_url))
+    assert status == 303 and headers["Location"] == "/"
+    assert headers["Referrer-Policy"] == "no-referrer" and headers["Cache-Control"] == "no-store"
+    cookie = SimpleCookie(headers["Set-Cookie"])
+    [name] = cookie.keys()
+    morsel = cookie[name]
+    assert name == f"{COOKIE_PREFIX}{daemon.port}"
+    assert morsel["httponly"] is True and morsel["samesite"] == "Strict"
+    assert morsel["path"] == "/" and int(morsel["max-age"]) > 0
+    token = url.split("token=", 1)[1]
+    assert morsel.value not in (token, key) and len(morsel.value) >= 32
+    # the cookie authenticates; the token does not work twice
+    assert (await call(http, daemon, "GET", "/sessions"))[0] == 200
+    again = closing(aiohttp.ClientSession(cookie_jar=jar()))
+    assert_unauthorized(*await call(again, daemon, "GET", "/login?token=" + token), "reused")
+    assert_unauthorized(*await call(again, daemon, "GET", "/sessions"), "no cookie")
+
+
+async def test_wrong_missing_and_expired_login_tokens_are_refused(
+    start_daemon: Callable[..., Any], closing: Any
+) -> None:
+    d = await start_daemon(auth={"login_token_ttl_s": 0.2})
+    http = closing(aiohttp.ClientSession(cookie_jar=jar()))
+    expired = d.login_url()
+    key = d.state.auth.api_key.value
+    for path in ("/login", "/login?token=", "/login?token=guess", f"/login?token={key}"):
+        assert_unauthorized(*await call(http, d, "GET", path), path)
+    await asyncio.sleep(0.3)
+    assert_unauthorized(*await call(http, d, "GET", expired.removeprefix(d.base_url)), "expired")
+    assert_unauthorized(*await call(http, d, "GET", "/sessions"), "no session was opened")
+    fresh = d.login_url()
+    assert (await call(http, d, "GET", fresh.removeprefix(d.base_url)))[0] == 303
+
+
+async def test_a_browser_session_expires(start_daemon: Callable[..., Any], closing: Any) -> None:
+    d = await start_daemon(auth={"browser_session_ttl_s": 0.3})
+    http = closing(await browser_of(d))
+    assert (await call(http, d, "GET", "/sessions"))[0] == 200
+    await asyncio.sleep(0.4)
+    assert_unauthorized(*await call(http, d, "GET", "/sessions"), "expired session")
+
+
+async def test_a_forged_cookie_or_a_wrong_key_next_to_a_good_cookie_is_refused(
+    daemon: Daemon, closing: Any
+) -> None:
+    forged = closing(aiohttp.ClientSession(cookies={f"{COOKIE_PREFIX}{daemon.port}": "x" * 43}))
+    assert_unauthorized(*await call(forged, daemon, "GET", "/sessions"), "forged")
+    http = closing(await browser_of(daemon))
+    wrong = key_headers("not-the-key")
+    assert_unauthorized(*await call(http, daemon, "GET", "/sessions", headers=wrong), "wrong")
+
+
+async def test_cookie_writes_need_the_daemons_own_origin(
+    start_daemon: Callable[..., Any], workspace: Path, closing: Any
+) -> None:
+    extra = "http://localhost:5173"  # allowed for key holders, not for cookie writes
+    d = await start_daemon(allowed_origins=[extra])
+    http = closing(await browser_of(d))
+    body = {"workspace_path": str(workspace)}
+    for origin in (None, "http://evil.example", "null", extra, "http://127.0.0.1:1"):
+        headers = {} if origin is None else {"Origin": origin}
+        status, _, payload = await call(http, d, "POST", "/sessions", json=body, headers=headers)
+        assert status == 403 and payload["error"]["code"] == "origin_not_allowed", (origin, payload)
+    assert (await call(http, d, "GET", "/sessions"))[2]["sessions"] == []  # nothing was created
+    status, _, created = await call(
+        http, d, "POST", "/sessions", json=body, headers={"Origin": d.base_url}
+    )
+    assert status == 201, created
+    localhost = f"http://localhost:{d.port}"
+    status, _, _ = await call(
+        http, d, "DELETE", f"/sessions/{created['id']}", headers={"Origin": localhost}
+    )
+    assert status == 200
+    # a key holder keeps the existing rule: no Origin, or an allowed one
+    keyed = closing(aiohttp.ClientSession(headers=auth_headers(d)))
+    for headers in ({}, {"Origin": extra}):
+        status, _, payload = await call(keyed, d, "POST", "/sessions", json=body, headers=headers)
+        assert status == 201, payload
+
+
+# ---- the WebSocket ------------------------------------------------------------------------
+
+
+async def test_the_websocket_is_authorised_by_its_attach_token(
+    daemon: Daemon, workspace: Path, closing: Any
+) -> None:
+    async with api_session(daemon) as keyed:
+        created = await Api(keyed).create_session(workspace)
+    sid = created["id"]
+    anonymous = closing(aiohttp.ClientSession())
+    # the token endpoint needs the key: no token, no attach
+    status, headers, body = await call(anonymous, daemon, "GET", f"/sessions/{sid}")
+    assert_unauthorized(status, headers, body, "token endpoint")
+    assert "attach_token" not in str(body)
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await anonymous.ws_connect(f"{daemon.base_url}/sessions/{sid}/stream")
+    assert refused.value.status == 401  # attach_token_invalid
+    # a key holder obtains a token; the socket itself needs no key, and the URL holds none
+    async with api_session(daemon) as keyed:
+        status, got = await Api(keyed).call("GET", f"/sessions/{sid}")
+    assert status == 200 and daemon.state.auth.api_key.value not in got["ws_url"]
+    ws = await anonymous.ws_connect(got["ws_url"])
+    try:
+        await ws.send_json({"type": "subscribe"})
+        frame = await asyncio.wait_for(ws.receive_json(), 5)
+        assert frame["type"] == "subscribe_ack", frame
+    finally:
+        await ws.close()
+    # single use: the same URL does not attach twice
+    with pytest.raises(aiohttp.WSServerHandshakeError) as reused:
+        await anonymous.ws_connect(got["ws_url"])
+    assert reused.value.status == 401
+
+
+# ---- auth.required: false -------------------------------------------------------------------
+
+
+async def test_auth_required_false_serves_without_the_key_and_warns_once(
+    start_daemon: Callable[..., Any],
+    workspace: Path,
+    caplog: pytest.LogCaptureFixture,
+    closing: Any,
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        d = await start_daemon(auth={"required": False})
+    warnings = [r for r in caplog.records if "auth.required is false" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING
+    anonymous = Api(closing(aiohttp.ClientSession(base_url=d.base_url)))
+    created = await anonymous.create_session(workspace)
+    status, got = await anonymous.call("GET", f"/sessions/{created['id']}")
+    assert status == 200 and got["attach_token"]
+    assert (await anonymous.call("GET", "/server/version"))[0] == 200
+    # AAP keeps its key
+    status, body = await anonymous.call("GET", "/aap/sessions")
+    assert status == 401 and body["error"]["code"] == "unauthorized"
+    status, _ = await anonymous.call("GET", "/aap/sessions", headers=auth_headers(d))
+    assert status == 200
+
+
+async def test_no_warning_when_auth_is_required(
+    start_daemon: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        await start_daemon()
+    assert "auth.required" not in caplog.text
+
+
+# ---- the key stays secret; the API description declares it ---------------------------------
+
+
+async def test_the_key_is_never_logged(
+    daemon: Daemon, caplog: pytest.LogCaptureFixture, closing: Any
+) -> None:
+    key = daemon.state.auth.api_key.value
+    with caplog.at_level(logging.DEBUG):
+        http = closing(aiohttp.ClientSession())
+        for headers in (auth_headers(daemon), key_headers(key + "x"), key_headers(key[:-1])):
+            await call(http, daemon, "GET", "/sessions", headers=headers)
+            await call(http, daemon, "POST", "/sessions", headers=headers, data=b"{bad")
+        await call(http, daemon, "GET", daemon.login_url().removeprefix(daemon.base_url))
+    assert caplog.records and key not in caplog.text and key[:-1] not in caplog.text
+
+
+async def test_openapi_declares_the_bearer_scheme(daemon: Daemon) -> None:
+    async with aiohttp.ClientSession() as http:  # public: no key
+        status, _, doc = await call(http, daemon, "GET", "/openapi.json")
+    assert status == 200
+    scheme = doc["components"]["securitySchemes"]["metisBearer"]
+    assert scheme["type"] == "http" and scheme["scheme"] == "bearer"
+    for method, template in metis_routes(daemon):
+        op = doc["paths"][template][method.lower()]
+        if (method, template) in PUBLIC or (method, template) == STREAM:
+            assert op["security"] == [], template
+        else:
+            assert op["security"] == [{"metisBearer": []}], template
+            assert "unauthorized" in op["x-error-codes"] and "401" in op["responses"], template
+    assert doc["paths"]["/health"]["get"]["security"] == []
+    assert doc["paths"]["/aap/sessions"]["get"]["security"] == [{"aapBearer": []}]
