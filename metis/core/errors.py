@@ -46,6 +46,19 @@ class WorkspaceNotFound(DomainError):
         super().__init__(f"workspace {path!r} is not usable: {reason}", reason=reason)
 
 
+class WorkspaceRefused(DomainError):
+    """An existing directory no session may use unless it is listed explicitly as an allowed
+    root: `/`, the user's home, METIS_HOME, a system directory (`protected_workspaces`)."""
+
+    def __init__(self, path: str, resolved: str) -> None:
+        super().__init__(
+            f"workspace {path!r} is a system, home or metis directory; list it explicitly among "
+            "the allowed workspace roots to use it",
+            reason="protected_directory",
+            path=resolved,
+        )
+
+
 class ModelNotConfigured(DomainError):
     """An explicit model reference that cannot be used (unknown, no key, offline forced)."""
 

@@ -6,6 +6,7 @@ end/purge ordering) lives here so the metis REST and the AAP façade behave iden
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from dataclasses import dataclass
@@ -14,7 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from metis.core.canonical import format_us, new_session_id, now_us
-from metis.core.errors import SessionAlreadyEnded, SessionNotFound, WorkspaceNotFound
+from metis.core.errors import (
+    SessionAlreadyEnded,
+    SessionNotFound,
+    WorkspaceNotFound,
+    WorkspaceRefused,
+)
 from metis.core.events.catalog import SYSTEM_STREAM
 from metis.core.store.sessions import SessionRow
 
@@ -77,8 +83,77 @@ def _workspace_filter(raw: str) -> str | None:
         return None
 
 
-def resolve_workspace(raw: str, allowed_roots: tuple[Path, ...]) -> str:
-    """`~` expanded, absolute, existing, a readable directory; returned symlink-resolved."""
+# Directories no session works in unless an allowed root names them exactly: an agent with
+# shell and write tools there reaches the whole system (or all of the user's files). Their
+# descendants stay usable (`/usr/local/src/x`, `/var/www/site`), except on the pseudo
+# filesystems below, where no project lives.
+SYSTEM_DIRECTORIES = (
+    "/",
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/home",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/media",
+    "/mnt",
+    "/opt",
+    "/proc",
+    "/root",
+    "/run",
+    "/sbin",
+    "/srv",
+    "/sys",
+    "/usr",
+    "/var",
+    # macOS
+    "/Applications",
+    "/Library",
+    "/System",
+    "/Users",
+    "/Volumes",
+    "/private",
+    "/private/etc",
+    "/private/var",
+)
+PSEUDO_FILESYSTEMS = (Path("/dev"), Path("/proc"), Path("/sys"))
+
+
+def protected_workspaces(metis_home: Path | None = None) -> frozenset[Path]:
+    """The system directories, the user's home and METIS_HOME (it holds the API key), each
+    as written and symlink-resolved (`/bin` may be `/usr/bin`, `/etc` may be `/private/etc`)."""
+    paths = [Path(p) for p in SYSTEM_DIRECTORIES]
+    with contextlib.suppress(RuntimeError):  # no home directory can be determined
+        paths.append(Path.home())
+    if metis_home is not None:
+        paths.append(metis_home.expanduser())
+    out: set[Path] = set()
+    for path in paths:
+        out.add(path)
+        with contextlib.suppress(OSError):
+            out.add(path.resolve())
+    return frozenset(out)
+
+
+def _protected(resolved: Path, protected: frozenset[Path]) -> bool:
+    if resolved in protected:
+        return True
+    return any(
+        fs in protected and (fs == resolved or fs in resolved.parents) for fs in PSEUDO_FILESYSTEMS
+    )
+
+
+def resolve_workspace(
+    raw: str, allowed_roots: tuple[Path, ...], protected: frozenset[Path] = frozenset()
+) -> str:
+    """`~` expanded, absolute, existing, a readable directory; returned symlink-resolved.
+
+    A `protected` directory (`protected_workspaces`) is refused unless `allowed_roots` lists
+    exactly that directory: a root above it (say `/`) does not make `/etc` usable.
+    """
     if "\0" in raw:  # no file name holds one (os calls raise ValueError)
         raise WorkspaceNotFound(raw, "not_found")
     path = Path(raw).expanduser()
@@ -91,6 +166,8 @@ def resolve_workspace(raw: str, allowed_roots: tuple[Path, ...]) -> str:
     if not os.access(path, os.R_OK | os.X_OK):
         raise WorkspaceNotFound(raw, "not_accessible")
     resolved = path.resolve(strict=True)
+    if _protected(resolved, protected) and resolved not in allowed_roots:
+        raise WorkspaceRefused(raw, str(resolved))
     if allowed_roots and not any(resolved == r or r in resolved.parents for r in allowed_roots):
         raise WorkspaceNotFound(raw, "not_accessible")
     return str(resolved)
@@ -183,7 +260,9 @@ class SessionService:
         roots = (
             self.core.settings.allowed_workspace_roots if allowed_roots is None else allowed_roots
         )
-        workspace = resolve_workspace(workspace_path, roots)
+        workspace = resolve_workspace(
+            workspace_path, roots, protected_workspaces(self.core.settings.home)
+        )
         sticky = (
             self.core.registry.require_configured(initial_active_model)
             if initial_active_model is not None

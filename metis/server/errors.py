@@ -19,6 +19,7 @@ ERROR_CODES: dict[str, int] = {
     "invalid_content": 400,
     "workspace_not_found": 400,
     "model_not_configured": 400,
+    "invalid_workspace": 400,
     "unauthorized": 401,
     "attach_token_invalid": 401,
     "host_not_allowed": 403,
@@ -46,6 +47,7 @@ ERROR_CODES: dict[str, int] = {
 _DOMAIN_CODES: dict[type[core.DomainError], str] = {
     core.InvalidContent: "invalid_content",
     core.WorkspaceNotFound: "workspace_not_found",
+    core.WorkspaceRefused: "invalid_workspace",
     core.ModelNotConfigured: "model_not_configured",
     core.SessionNotFound: "session_not_found",
     core.SessionAlreadyEnded: "session_already_ended",

@@ -211,7 +211,7 @@ def _core(request: web.Request) -> Any:
     body="required",
     request_model=CreateSessionRequest,
     response_model=Session,
-    errors=("workspace_not_found", "model_not_configured"),
+    errors=("workspace_not_found", "invalid_workspace", "model_not_configured"),
 )
 async def create_session(request: web.Request) -> web.Response:
     """Create a session over a workspace directory."""
