@@ -83,6 +83,8 @@ class PolicyManager:
         self.loaded_at: datetime | None = None
         self.valid = True
         self.errors: list[str] = []
+        self.errors_file: Path | None = None  # the file `errors` belong to
+        self.error_diagnostics: tuple[Diagnostic, ...] = ()
         self.warnings: list[str] = []
         self.using_last_known_good = False
         self.file_version: str | None = None
@@ -138,6 +140,7 @@ class PolicyManager:
             "errors": list(self.errors),
             "warnings": list(self.warnings),
             "availability_reset": reset,
+            **self.in_force(),
         }
 
     async def ensure_current(self) -> None:
@@ -162,13 +165,13 @@ class PolicyManager:
             assert problem is not None
             result = PolicyCheck(None, hashlib.sha256(b"").hexdigest(), (problem,))
         if result.policy is not None:
-            self.valid, self.errors = True, []
+            self._set_errors(None, None)
             self._reported_invalid = None
             self._activate(result.policy, "user_file", self.user_path, reason, result)
             assert raw is not None
             self._persist_lkg(raw)
             return
-        self.valid, self.errors = False, result.errors
+        self._set_errors(self.user_path, result)
         log.warning("%s is invalid: %s", self.user_path, "; ".join(result.errors))
         if reason == "startup":
             self._startup_fallback(key, result)
@@ -205,7 +208,7 @@ class PolicyManager:
             result = PolicyCheck(None, BUILTIN_EMPTY.version, (diagnostic,))
         self._reported_invalid = None
         if result.policy is not None:
-            self.valid, self.errors = True, []
+            self._set_errors(None, None)
             self._activate(result.policy, "shipped_default", self.shipped_path, reason, result)
             return
         log.error(
@@ -213,8 +216,57 @@ class PolicyManager:
             self.shipped_path,
             "; ".join(result.errors),
         )
-        self.valid, self.errors = False, result.errors
+        self._set_errors(self.shipped_path, result)
         self._activate(BUILTIN_EMPTY, "builtin_empty", None, reason, None)
+
+    def _set_errors(self, path: Path | None, result: PolicyCheck | None) -> None:
+        """Valid (no result) or the errors of the file at `path`."""
+        self.valid = result is None
+        self.errors = result.errors if result is not None else []
+        self.errors_file = path
+        self.error_diagnostics = (
+            tuple(d for d in result.diagnostics if d.severity == "error") if result else ()
+        )
+
+    def in_force(self) -> dict[str, Any]:
+        """Which policy routes turns now and why, with the errors located in their file."""
+        user, source = self.user_path, self.source
+        in_force = {
+            "user_file": f"{user}",
+            "last_known_good": f"the last version of {user} that loaded ({self.lkg_path})",
+            "shipped_default": f"the shipped default ({self.shipped_path})",
+            "builtin_empty": "the built-in empty policy (no rules: turns go to the default model)",
+        }[source]
+        if self.valid:
+            if source == "user_file":
+                reason = f"{user} is valid; it is in force"
+            elif source == "shipped_default":
+                reason = f"there is no {user}; {in_force} is in force"
+            else:
+                reason = f"{in_force} is in force"
+        elif self.errors_file == user:
+            if source == "user_file":
+                in_force = f"the last version of {user} that loaded"
+            reason = f"{user} has errors; {in_force} is in force"
+        else:
+            reason = f"{self.errors_file} has errors; {in_force} is in force"
+        errors_file = str(self.errors_file) if self.errors_file is not None else None
+        return {
+            "in_force": source,
+            "reason": reason,
+            "user_file": str(user),
+            "error_details": [
+                {
+                    "file": errors_file,
+                    "line": d.line,
+                    "column": d.column,
+                    "code": d.code,
+                    "path": d.path,
+                    "message": d.message,
+                }
+                for d in self.error_diagnostics
+            ],
+        }
 
     def _activate(
         self,
@@ -327,6 +379,7 @@ class PolicyManager:
             "errors": list(self.errors),
             "warnings": list(self.warnings),
             "using_last_known_good": self.using_last_known_good,
+            **self.in_force(),
         }
 
     # ---- watcher --------------------------------------------------------------------------

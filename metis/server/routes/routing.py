@@ -25,6 +25,17 @@ class ReloadQuery(BaseModel):
     reset_availability: bool = False
 
 
+class ErrorDetail(BaseModel):
+    """One error of the file named in `file`, where it is (line/column are 1-based or null)."""
+
+    file: str | None
+    line: int | None
+    column: int | None
+    code: str
+    path: str
+    message: str
+
+
 class PolicyResponse(BaseModel):
     version: str
     valid: bool
@@ -40,6 +51,10 @@ class PolicyResponse(BaseModel):
     errors: list[str]
     warnings: list[str]
     using_last_known_good: bool
+    in_force: str
+    reason: str
+    user_file: str
+    error_details: list[ErrorDetail]
 
 
 class CheckResponse(BaseModel):
@@ -59,6 +74,10 @@ class ReloadResponse(BaseModel):
     errors: list[str]
     warnings: list[str]
     availability_reset: bool
+    in_force: str
+    reason: str
+    user_file: str
+    error_details: list[ErrorDetail]
 
 
 class ResetResponse(BaseModel):

@@ -269,6 +269,10 @@ async def test_api_reload_always_revalidates_and_reports_its_outcome(
         "errors": [],
         "warnings": [],
         "availability_reset": True,
+        "in_force": "user_file",
+        "reason": f"{home / 'routing.yaml'} is valid; it is in force",
+        "user_file": str(home / "routing.yaml"),
+        "error_details": [],
     }
     assert availability.unavailable_scope("anthropic:haiku") is None
     assert [t for t, _ in events].count("routing.policy_loaded") == 2
@@ -437,6 +441,10 @@ pattern: {{enabled: false}}
         "errors": [],
         "warnings": [body["warnings"][0]],
         "using_last_known_good": False,
+        "in_force": "user_file",
+        "reason": f"{home / 'routing.yaml'} is valid; it is in force",
+        "user_file": str(home / "routing.yaml"),
+        "error_details": [],
     }
     assert body["warnings"][0].startswith("pattern: pattern-based routing is reserved")
 
