@@ -60,13 +60,6 @@ def setup_logging(level: str = "INFO") -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def _login_url(daemon: Daemon) -> str | None:
-    """The dashboard's one-time login URL (`<url>/login?token=…`, minted by the server's auth
-    state through `Daemon.login_url`); None where the daemon cannot mint one."""
-    mint = getattr(daemon, "login_url", None)
-    return str(mint()) if callable(mint) else None
-
-
 def _available_models(daemon: Daemon) -> str:
     registry = daemon.core.registry
     if registry.offline_mode:
@@ -84,9 +77,8 @@ def print_banner(daemon: Daemon) -> None:
         f"  home:    {daemon.settings.home}",
         f"  models:  {_available_models(daemon)}",
     ]
-    login = _login_url(daemon)
-    if login is not None:
-        lines.append(f"Dashboard: {login}")
+    ttl_min = round(daemon.settings.file.auth.login_token_ttl_s / 60)
+    lines.append(f"Dashboard: {daemon.login_url()}  (one-time login link, valid {ttl_min} min)")
     lines.append("Next: run `metis chat` in another terminal (Ctrl-C here stops the daemon).")
     print("\n".join(lines), flush=True)
 

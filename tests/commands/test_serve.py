@@ -21,7 +21,6 @@ import pytest
 from metis.cli import main
 from metis.commands.daemon_client import resolve_daemon
 from metis.server.lock import LOCK_FILE, read_holder
-from metis.server.runner import Daemon
 from tests.serve_process import SERVE_START_DEADLINE_S, free_port
 
 Spawn = Callable[..., Any]
@@ -160,8 +159,13 @@ async def test_serve_prints_its_url_home_models_and_next_step_once_healthy(
     assert "models:  local:scripted (offline: METIS_OFFLINE=1)\n" in out
     assert "`metis chat`" in out
     assert "level=" not in out  # plain lines; the logs go to stderr
-    if hasattr(Daemon, "login_url"):  # the one-time browser login (metis/server/auth.py)
-        assert f"Dashboard: {url}/login?token=" in out
+    [login] = [line.split()[1] for line in out.splitlines() if line.startswith("Dashboard: ")]
+    assert login.startswith(f"{url}/login?token=")
+    async with aiohttp.ClientSession() as browser:  # the printed link logs a browser in once
+        async with browser.get(login, allow_redirects=False) as response:
+            assert response.status == 303 and response.headers["Location"] == "/"
+        async with browser.get(login, allow_redirects=False) as response:
+            assert response.status == 401
 
 
 async def test_the_home_flag_overrides_metis_home(
