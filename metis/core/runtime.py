@@ -37,6 +37,7 @@ from metis.core.store.messages import (
     message_row,
 )
 from metis.core.store.sessions import SessionStore
+from metis.core.tools.bwrap import ShellSandbox, detect
 from metis.core.tools.dispatcher import Dispatcher
 from metis.core.tools.executor import ToolExecutor
 from metis.core.tools.groups import ProcessGroupLedger
@@ -86,6 +87,7 @@ class Core:
         check_env_passthrough(tools, key_envs)
         self.tool_registry = ToolRegistry.with_builtins(tools)
         self.shell_groups = ProcessGroupLedger(settings.home / "run" / "shell-groups")
+        self.shell_sandbox = self._detect_shell_sandbox()
         self.broker = ConfirmationBroker(
             self.db, self.bus, timeout_s=tools.confirmation.timeout_seconds
         )
@@ -97,7 +99,10 @@ class Core:
             registry=self.tool_registry,
             settings=tools,
             executor=ToolExecutor(
-                tools, limits_from_settings(tools, key_envs), groups=self.shell_groups
+                tools,
+                limits_from_settings(tools, key_envs),
+                groups=self.shell_groups,
+                shell_sandbox=self.shell_sandbox,
             ),
             on_committed=lambda session_id, message: self.live.committed(session_id, message),
         )
@@ -105,6 +110,29 @@ class Core:
         self.turns = TurnService(self)
         self.started_at_us = 0
         self._started_monotonic = 0.0
+
+    def _detect_shell_sandbox(self) -> ShellSandbox | None:
+        """Once at start-up: bubblewrap for the shell, or one WARNING saying why not."""
+        tools = self.settings.tools
+        if "shell" not in tools.enabled:
+            return None
+        sandbox, why = detect(
+            mode=tools.shell.sandbox,
+            bwrap_path=tools.shell.bwrap_path,
+            network=tools.shell.network,
+            metis_home=str(self.settings.home),
+        )
+        if sandbox is None:
+            log.warning(
+                "shell commands run unsandboxed (%s): every shell call asks for confirmation",
+                why,
+            )
+        return sandbox
+
+    @property
+    def shell_sandbox_name(self) -> str:
+        """What contains shell commands: `bubblewrap` or `none` (`/health`, `/server/version`)."""
+        return "none" if self.shell_sandbox is None else self.shell_sandbox.name
 
     def emit_system_event(self, event_type: str, payload: dict[str, Any]) -> None:
         """Daemon-level events (routing, purge) go to the `system` stream."""

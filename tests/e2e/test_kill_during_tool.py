@@ -31,7 +31,22 @@ from tests.serve_process import free_port, spawn_serve, wait_until_serving
 fake = provider_turns.fake  # the fake provider fixture, shared
 
 INTERRUPTED = "Tool call interrupted: metis stopped before the tool finished"
-PGID_FILE = ".shell-pgid"
+STARTED_FILE = ".shell-started"
+
+
+def noted_groups(metis_home: Path) -> list[int]:
+    """The running shell groups the daemon noted (`groups.py`): the host's process group ids,
+    which `$$` inside the sandbox's own PID namespace is not."""
+    ledger = metis_home / "run" / "shell-groups"
+    return [int(p.name) for p in ledger.iterdir() if p.name.isdigit()] if ledger.is_dir() else []
+
+
+async def gone(pgid: int) -> bool:
+    for _ in range(100):
+        if not live_group_members(pgid):
+            return True
+        await asyncio.sleep(0.02)
+    return False
 
 
 async def test_daemon_killed_while_a_shell_tool_runs_recovers_on_restart(
@@ -48,7 +63,7 @@ async def test_daemon_killed_while_a_shell_tool_runs_recovers_on_restart(
     port = free_port()
     with (tmp_path / "serve.log").open("wb") as log:
         proc = await spawn_serve(metis_home, port, output=log)
-    command = f"echo $$ > {PGID_FILE}; echo started; sleep 30"
+    command = f"echo started > {STARTED_FILE}; echo started; sleep 30"
     fake.enqueue(
         "anthropic", FakeReply.call("shell", {"command": command, "timeout_seconds": 60}, usage=U1)
     )
@@ -56,6 +71,8 @@ async def test_daemon_killed_while_a_shell_tool_runs_recovers_on_restart(
     try:
         async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{port}") as http:
             await wait_until_serving(http, "/health")
+            async with http.get("/health") as r:
+                sandboxed = (await r.json())["shell_sandbox"] == "bubblewrap"
             api = Api(http, home_headers(metis_home))
             sid = await session_on(api, workspace, "anthropic")
             status, accepted = await api.submit(sid, "run the slow command")
@@ -63,12 +80,12 @@ async def test_daemon_killed_while_a_shell_tool_runs_recovers_on_restart(
             turn_id = accepted["turn_id"]
             called = await api.wait_for_event(sid, lambda e: e["type"] == "tool.called")
             assert called["turn_id"] == turn_id and called["payload"]["tool_name"] == "shell"
-            pgid_file = workspace / PGID_FILE
-            for _ in range(200):  # the shell really runs: it wrote its process group id
-                if pgid_file.exists() and pgid_file.read_text().strip():
+            started_file = workspace / STARTED_FILE
+            for _ in range(200):  # the shell really runs
+                if started_file.exists() and started_file.read_text().strip():
                     break
                 await asyncio.sleep(0.02)
-            pgid = int(pgid_file.read_text())
+            [pgid] = noted_groups(metis_home)
             assert live_group_members(pgid)
             before_events = await api.events(sid)
             before_messages = (await api.messages(sid))["messages"]
@@ -77,10 +94,14 @@ async def test_daemon_killed_while_a_shell_tool_runs_recovers_on_restart(
             proc.send_signal(signal.SIGKILL)
             await proc.wait()
 
+        if sandboxed:  # --die-with-parent: the sandbox died with the daemon
+            assert await gone(pgid)
+        else:  # the command's group, in its own session, outlived the killed daemon
+            assert live_group_members(pgid)
         d = await start_daemon()
-        # the command's group, in its own session, outlived the killed daemon;
-        # the restart reaps it before serving
+        # the restart reaps what is left before serving
         assert not live_group_members(pgid)
+        assert noted_groups(metis_home) == []
         async with api_session(d) as http:
             api = Api(http)
             terminal = await api.wait_turn(sid, turn_id)

@@ -161,23 +161,24 @@ async def test_cancel_of_a_read_confirmation_wait_gives_the_same_sequence(
 
 
 async def test_cancel_during_tool_dispatch_stops_the_shell_process_group(
-    fake: FakeProviderServer, make_api: Callable[..., Any], workspace: Path
+    fake: FakeProviderServer, make_api: Callable[..., Any], workspace: Path, metis_home: Path
 ) -> None:
     """C5 (test 8): tool.failed{cancelled} → turn.cancelled; the command's group is gone."""
     config = "tools:\n  confirmation:\n    per_tool: {shell: auto}\n"
     _, api = await make_api(models=fake_models(fake), config=config)
-    command = "echo $$ > pgid.txt; sleep 30 & sleep 30; wait"
+    command = "echo started > started.txt; sleep 30 & sleep 30; wait"
     fake.enqueue("anthropic", FakeReply.call("shell", {"command": command}))
     sid = (await api.create_session(workspace))["id"]
     client, _ = await Ws.subscribed(api, sid)
     status, accepted = await api.submit(sid, "run it")
     assert status == 202, accepted
     await client.until(is_event("tool.called"))
-    pgid_file = workspace / "pgid.txt"
+    started = workspace / "started.txt"
     async with asyncio.timeout(5):
-        while not pgid_file.exists() or not pgid_file.read_text().strip():
+        while not started.exists() or not started.read_text().strip():
             await asyncio.sleep(0.01)
-    pgid = int(pgid_file.read_text())
+    # the host's process group id, as the daemon noted it (`$$` in the sandbox is not)
+    [pgid] = [int(p.name) for p in (metis_home / "run" / "shell-groups").iterdir()]
     assert live_group_members(pgid)  # running
     await client.send({"type": "cancel", "turn_id": accepted["turn_id"]})
     events = await client.turn(accepted["turn_id"], timeout=15)

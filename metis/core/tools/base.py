@@ -17,6 +17,7 @@ from metis.core.canonical import ImageBlock, TextBlock
 from metis.core.errors import DomainError
 
 if TYPE_CHECKING:
+    from metis.core.tools.bwrap import ShellSandbox
     from metis.core.tools.groups import ProcessGroupLedger
     from metis.core.tools.sandbox import Sandbox
 
@@ -70,6 +71,7 @@ class ToolContext:
     session_id: str | None = None
     turn_id: str | None = None
     groups: ProcessGroupLedger | None = None  # notes running shell groups (crash guard)
+    shell_sandbox: ShellSandbox | None = None  # None: the shell runs unsandboxed
     log: logging.Logger | logging.LoggerAdapter[logging.Logger] = field(
         default_factory=lambda: logging.getLogger("metis.core.tools")
     )

@@ -338,6 +338,7 @@ class Dispatcher:
             trusted_roots=self._trusted,
             surface=turn.surface_policy,
             remembered=self._remembered(turn.session_id, job.block.name),
+            always_ask=self.executor.unsandboxed(entry),
         )
 
     async def _confirm(
@@ -381,7 +382,12 @@ class Dispatcher:
         if resolution.action == "user_denied":
             return failed("user_denied", user_denied_text())
         if resolution.action == "ask":
-            summary = summarize(entry.definition, job.input, turn.sandbox)
+            summary = summarize(
+                entry.definition,
+                job.input,
+                turn.sandbox,
+                unsandboxed=self.executor.unsandboxed(entry),
+            )
             request = ConfirmationRequest(
                 session_id=turn.session_id,
                 turn_id=turn.turn_id,

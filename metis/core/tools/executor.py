@@ -25,6 +25,8 @@ from metis.core.tools.base import (
     ToolOutput,
     ToolTimedOut,
 )
+from metis.core.tools.builtins.shell import ShellTool
+from metis.core.tools.bwrap import ShellSandbox
 from metis.core.tools.groups import ProcessGroupLedger
 from metis.core.tools.registry import RegisteredTool
 from metis.core.tools.results import (
@@ -50,13 +52,19 @@ class ToolExecutor:
         limits: ToolLimits | None = None,
         *,
         groups: ProcessGroupLedger | None = None,
+        shell_sandbox: ShellSandbox | None = None,
         logger: logging.Logger | None = None,
     ) -> None:
         self.settings = settings
         self.limits = limits if limits is not None else limits_from_settings(settings)
         self.groups = groups
+        self.shell_sandbox = shell_sandbox
         self.log = logger or log
         self._abandoned: set[asyncio.Task[Any]] = set()
+
+    def unsandboxed(self, entry: RegisteredTool) -> bool:
+        """Whether this call is the builtin shell running without a sandbox (always asked)."""
+        return self.shell_sandbox is None and entry.factory is ShellTool
 
     def timeout_for(self, entry: RegisteredTool, input: Mapping[str, Any]) -> float:
         """The effective timeout, also the value of `tool.called.timeout_seconds`."""
@@ -97,6 +105,7 @@ class ToolExecutor:
             session_id=session_id,
             turn_id=turn_id,
             groups=self.groups,
+            shell_sandbox=self.shell_sandbox,
             log=logging.LoggerAdapter(
                 self.log, {"session_id": session_id, "tool_use_id": tool_use_id}
             ),

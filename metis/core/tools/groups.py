@@ -57,6 +57,25 @@ def marked_pids(marker: str, proc: Path = _PROC) -> list[int]:
     return found
 
 
+def group_members(pgid: int, proc: Path = _PROC) -> list[int]:
+    """The live processes of process group `pgid` (Linux; [] elsewhere)."""
+    members = []
+    try:
+        entries = [p for p in proc.iterdir() if p.name.isdigit()]
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # The command name (field 2) may hold spaces and parentheses: split after its last ")".
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
+
+
 def kill_marked(marker: str, rounds: int = 3) -> int:
     """SIGKILL every process carrying `marker`, again while new ones appear (one may fork
     between the scan and its kill); returns how many were killed."""

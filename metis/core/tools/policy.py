@@ -2,7 +2,9 @@
 
 The configured mode comes from `config.yaml` only (never from a workspace file, so a
 workspace cannot trust itself). A surface may ask for `auto` or `prompt` per tool, but never
-lifts a configured `deny`. A remembered session decision then answers without asking.
+lifts a configured `deny`. A remembered session decision then answers without asking, except
+that a call made with `always_ask` (the shell without its sandbox) is asked every time: only
+a `deny`, configured or remembered, answers it without a question.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ def resolve_mode(
     trusted_roots: Sequence[str],
     surface: SurfaceToolPolicy | None = None,
     remembered: Mapping[str, Decision] | None = None,
+    always_ask: bool = False,
 ) -> ModeResolution:
     """The effective mode for (session workspace, tool, surface policy, remembered decisions).
 
@@ -90,6 +93,10 @@ def resolve_mode(
     if surface is not None and tool_name in surface.modes:
         mode, source = surface.modes[tool_name], "surface"
     decision = (remembered or {}).get(tool_name)
+    if always_ask:
+        if decision == "deny":
+            return ModeResolution("user_denied", mode, source, decision)
+        return ModeResolution("ask", mode, source)
     if decision == "allow":
         return ModeResolution("run", mode, source, decision)
     if decision == "deny":

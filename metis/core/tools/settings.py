@@ -82,9 +82,15 @@ class TimeoutsSettings(_Section):
 
 
 class ShellSettings(_Section):
+    """`sandbox: auto` runs commands in bubblewrap when it works here (`bwrap_path`, else
+    `bwrap` on PATH); `off`, or no usable bwrap, runs them unsandboxed, each one confirmed."""
+
     default_timeout_seconds: int = Field(default=120, ge=1)
     max_timeout_seconds: int = Field(default=600, ge=1)
     env_passthrough: tuple[str, ...] = ()
+    sandbox: Literal["auto", "off"] = "auto"
+    network: bool = False
+    bwrap_path: str | None = Field(default=None, min_length=1)
 
     @field_validator("env_passthrough")
     @classmethod

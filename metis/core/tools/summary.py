@@ -2,7 +2,8 @@
 
 One line of at most 200 characters, the paths a write tool targets, and for the shell the
 command (at most 2,000 characters). File contents never appear: the full input stays in the
-assistant message the event points to.
+assistant message the event points to. A shell without its sandbox says so first:
+`Run (unsandboxed): …`.
 """
 
 from __future__ import annotations
@@ -71,7 +72,11 @@ def _shown_path(sandbox: Sandbox, value: Any, write: bool) -> str:
 
 
 def summarize(
-    definition: ToolDefinition, input: Mapping[str, Any], sandbox: Sandbox
+    definition: ToolDefinition,
+    input: Mapping[str, Any],
+    sandbox: Sandbox,
+    *,
+    unsandboxed: bool = False,
 ) -> ConfirmationSummary:
     """The summary fields of `tool.confirmation_requested` for a validated input."""
     write = writes_paths(definition.side_effects)
@@ -81,7 +86,10 @@ def summarize(
         if field in input
     }
     summarizer = _SUMMARIZERS.get(definition.name) or _generic(definition)
-    line = redact(one_line(visible_controls(summarizer(input, paths)), INPUT_SUMMARY_CHARS))
+    text = summarizer(input, paths)
+    if unsandboxed:
+        text = f"Run (unsandboxed): {input.get('command', '')}"
+    line = redact(one_line(visible_controls(text), INPUT_SUMMARY_CHARS))
     command = input.get("command")
     command_summary = (
         redact(cut(visible_controls(command), COMMAND_SUMMARY_CHARS))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from importlib.metadata import version as package_version
+from typing import Literal
 
 from aiohttp import web
 from pydantic import BaseModel
@@ -21,6 +22,7 @@ class HealthResponse(BaseModel):
     uptime_seconds: float
     active_sessions: int
     active_turns: int
+    shell_sandbox: Literal["bubblewrap", "none"]
 
 
 class SchemaVersions(BaseModel):
@@ -34,6 +36,7 @@ class VersionResponse(BaseModel):
     version: str
     schema_versions: SchemaVersions
     streaming_protocol: int
+    shell_sandbox: Literal["bubblewrap", "none"]
 
 
 def metis_version() -> str:
@@ -57,6 +60,7 @@ async def health(request: web.Request) -> web.Response:
             "uptime_seconds": round(core.uptime_seconds, 3),
             "active_sessions": core.active_session_count(),
             "active_turns": core.active_turn_count(),
+            "shell_sandbox": core.shell_sandbox_name,
         }
     )
 
@@ -75,6 +79,7 @@ async def server_version(request: web.Request) -> web.Response:
                 "storage": core.db.schema_version,
             },
             "streaming_protocol": 1,
+            "shell_sandbox": core.shell_sandbox_name,
         }
     )
 

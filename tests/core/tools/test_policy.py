@@ -134,3 +134,23 @@ def test_default_settings_are_the_contract_defaults() -> None:
     assert confirmation.trusted_workspaces == ()
     assert confirmation.trusted_workspace_modes == {"write": "auto"}
     assert confirmation.timeout_seconds == 300
+
+
+def test_always_ask_overrides_auto_and_remembered_allow_but_not_deny() -> None:
+    def asked(config: dict[str, Any], remembered: dict[str, Any] | None = None) -> str:
+        confirmation = ConfirmationSettings.model_validate(config)
+        return resolve_mode(
+            tool_name="shell",
+            side_effects="execute",
+            workspace="/work/project",
+            confirmation=confirmation,
+            trusted_roots=confirmation.resolved_trusted_workspaces(),
+            surface=SurfaceToolPolicy(modes={"shell": "auto"}),
+            remembered=remembered,
+            always_ask=True,
+        ).action
+
+    assert asked({"default": {"execute": "auto"}}) == "ask"
+    assert asked({"per_tool": {"shell": "auto"}}, {"shell": "allow"}) == "ask"
+    assert asked({}, {"shell": "deny"}) == "user_denied"
+    assert asked({"per_tool": {"shell": "deny"}}) == "policy_denied"

@@ -89,3 +89,11 @@ def test_other_tools_get_a_generic_line(workspace: Path) -> None:
         "Deploy: out/site",
         ["out/site"],
     )
+
+
+def test_an_unsandboxed_shell_says_so(workspace: Path) -> None:
+    entry = REGISTRY.get("shell")
+    assert entry is not None
+    result = summarize(entry.definition, {"command": "make"}, Sandbox(workspace), unsandboxed=True)
+    assert result.input_summary == "Run (unsandboxed): make"
+    assert result.command_summary == "make"

@@ -1,5 +1,8 @@
 """`shell`: run a command in the workspace.
 
+With bubblewrap present the command runs in a sandbox (`bwrap.py`); without it, unsandboxed
+and confirmed every time (the dispatcher sees `ToolExecutor.unsandboxed`).
+
 The command gets a scrubbed environment (provider keys never reach it) and its own process
 group, so timeout and cancel can stop everything it started; processes that leave the group
 are found by the run marker in their environment (`groups.py`) and stopped with it. Output
@@ -28,7 +31,7 @@ from metis.core.tools.base import (
     ToolTimedOut,
 )
 from metis.core.tools.builtins._common import object_schema
-from metis.core.tools.groups import MARKER_ENV, kill_marked, new_marker
+from metis.core.tools.groups import MARKER_ENV, group_members, kill_marked, new_marker
 
 SAFE_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TZ", "TMPDIR"})
 FIXED_ENV = {
@@ -142,6 +145,8 @@ class ShellTool:
         ctx.workspace.ensure_root()
         root = ctx.workspace.root
         env = scrubbed_env(root, ctx.limits.env_passthrough, ctx.limits.forbidden_env)
+        if ctx.shell_sandbox is not None:
+            env["TMPDIR"] = "/tmp"  # the sandbox's private tmpfs; the host's TMPDIR is read-only
         return await _Run(input["command"], root, env, ctx).execute()
 
 
@@ -158,15 +163,15 @@ class _Run:
         self.stopped = False
         self.pgid = 0
         self.marker = new_marker()
+        sandbox = ctx.shell_sandbox
+        self.argv = ["/bin/sh", "-c", command] if sandbox is None else sandbox.argv(command, root)
 
     async def execute(self) -> ToolOutput:
         read_fd, write_fd = os.pipe()
         transport, reader = await self._open_reader(read_fd)
         try:
             proc = await asyncio.create_subprocess_exec(
-                "/bin/sh",
-                "-c",
-                self.command,
+                *self.argv,
                 cwd=self.root,
                 env={**self.env, MARKER_ENV: self.marker},
                 stdin=asyncio.subprocess.DEVNULL,
@@ -179,7 +184,7 @@ class _Run:
             raise ToolError(f"Could not start the shell: {exc}") from None
         finally:
             os.close(write_fd)  # the child holds its copy; EOF comes when the group lets go
-        self.pgid = proc.pid  # start_new_session: the child leads its own group
+        self.pgid = proc.pid  # start_new_session: the child (sh, or bwrap) leads its own group
         groups = self.ctx.groups
         if groups is not None:
             groups.enter(self.pgid, self.marker)
@@ -227,13 +232,27 @@ class _Run:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pgid, signum)
 
+    def _terminate(self) -> None:
+        """SIGTERM the command's processes. In the sandbox the group leader is bwrap: a SIGTERM
+        would kill it, and `--die-with-parent` would then SIGKILL the whole sandbox at once,
+        leaving the command no grace. So there every member but bwrap gets it (bwrap's init in
+        the sandbox ignores it from outside); a process forked between scan and kill misses
+        the SIGTERM only, never the SIGKILL."""
+        if self.ctx.shell_sandbox is None:
+            self._signal(signal.SIGTERM)
+            return
+        for pid in group_members(self.pgid):
+            if pid != self.pgid:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGTERM)
+
     async def _stop_group(self, exited: asyncio.Task[int], pump: asyncio.Task[None]) -> None:
         """SIGTERM the group, allow the grace period, then SIGKILL it; always reap the child.
 
         The grace ends early once the main process has exited and the pipe is closed. The
         final SIGKILL also reaches members that ignore SIGTERM and hold no pipe.
         """
-        self._signal(signal.SIGTERM)
+        self._terminate()
         started = time.monotonic()
         await asyncio.wait({exited, pump}, timeout=self.limits.shell_kill_grace_seconds)
         self._signal(signal.SIGKILL)
