@@ -9,6 +9,7 @@ from aiohttp import web
 from metis.aap import app as aap
 from metis.aap import openapi as aap_openapi
 from metis.core.runtime import Core
+from metis.dashboard import routes as dashboard
 from metis.server import ws
 from metis.server.auth import ServerAuth
 from metis.server.http import ROUTE_SPEC_KEY, RouteSpec
@@ -25,6 +26,7 @@ ROUTE_TABLES = (
     routing.routes,
     system.routes,
     login.routes,
+    dashboard.routes,
     ws.routes,
 )
 

@@ -1,0 +1,72 @@
+"""Markdown → safe HTML: markdown-it-py renders, Pygments highlights, nh3 sanitizes.
+
+Model output is untrusted (a prompt injection can make it write anything), so raw HTML in the
+source is escaped by markdown-it (`html: False`) and the result goes through an nh3 allow-list
+anyway: no script, no event handler attributes, no style, only http(s)/mailto links.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import nh3
+from markdown_it import MarkdownIt
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import get_lexer_by_name
+from pygments.util import ClassNotFound
+
+_TAGS = {
+    "a", "b", "blockquote", "br", "code", "del", "div", "em", "h1", "h2", "h3", "h4", "h5",
+    "h6", "hr", "i", "li", "ol", "p", "pre", "s", "span", "strong", "table", "tbody", "td",
+    "th", "thead", "tr", "ul",
+}  # fmt: skip
+_ATTRIBUTES = {
+    "a": {"href", "title"},
+    "code": {"class"},
+    "div": {"class"},
+    "pre": {"class"},
+    "span": {"class"},
+    "td": {"align"},
+    "th": {"align"},
+    "ol": {"start"},
+}
+_SCHEMES = {"http", "https", "mailto"}
+_FORMATTER = HtmlFormatter(nowrap=True, classprefix="hl-")
+
+
+def _highlight(code: str, lang: str, _attrs: Any) -> str:
+    """Pygments spans for a fenced block with a known language; "" lets markdown-it escape."""
+    if not lang:
+        return ""
+    try:
+        lexer = get_lexer_by_name(lang.split()[0])
+    except ClassNotFound:
+        return ""
+    return highlight(code, lexer, _FORMATTER)
+
+
+@lru_cache(maxsize=1)
+def _parser() -> MarkdownIt:
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "highlight": _highlight})
+    return md.enable(["table", "strikethrough"])
+
+
+def render_markdown(text: str) -> str:
+    """Sanitized HTML for one markdown text (safe to assign to innerHTML)."""
+    return nh3.clean(
+        _parser().render(text),
+        tags=_TAGS,
+        attributes=_ATTRIBUTES,
+        url_schemes=_SCHEMES,
+        link_rel="noopener noreferrer nofollow",
+        strip_comments=True,
+    )
+
+
+def highlight_css() -> str:
+    """The Pygments theme for highlighted code: light by default, dark under the media query."""
+    light = HtmlFormatter(style="friendly", classprefix="hl-").get_style_defs(".md pre")
+    dark = HtmlFormatter(style="monokai", classprefix="hl-").get_style_defs(".md pre")
+    return f"{light}\n@media (prefers-color-scheme: dark) {{\n{dark}\n}}\n"

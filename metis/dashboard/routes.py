@@ -1,0 +1,240 @@
+"""The dashboard's routes: the page at `/`, its static files, server-side markdown rendering
+and the costs summary.
+
+`/` and `/static/…` are public (they hold no data and no secret): without a valid browser
+session `/` answers a small page saying how to log in (`metis open`, or the login URL
+`metis serve` prints; metis/server/auth.py). Every page and file carries a strict
+Content-Security-Policy: scripts and styles only from the daemon itself, no inline code.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from functools import lru_cache
+from importlib.resources import files
+from typing import Any, Literal
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field
+
+from metis.core.canonical import decimal_str, now_us
+from metis.dashboard.render import highlight_css, render_markdown
+from metis.server.errors import ApiError
+from metis.server.http import RouteTable, json_response, parse_query, read_body
+from metis.server.state import STATE_KEY, ServerState
+
+routes = RouteTable()
+
+_TYPES = {
+    ".html": "text/html",
+    ".js": "text/javascript",
+    ".css": "text/css",
+    ".svg": "image/svg+xml",
+}
+MAX_RENDER_TEXTS = 200
+MAX_RENDER_CHARS = 1_000_000
+
+
+@lru_cache(maxsize=1)
+def _static_files() -> dict[str, tuple[bytes, str]]:
+    """Every shipped file by its path under static/ (the only paths ever served)."""
+    root = files("metis.dashboard") / "static"
+    found: dict[str, tuple[bytes, str]] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        for child in node.iterdir():
+            name = f"{prefix}{child.name}"
+            if child.is_dir():
+                walk(child, f"{name}/")
+            else:
+                suffix = "." + child.name.rsplit(".", 1)[-1]
+                if suffix in _TYPES:
+                    found[name] = (child.read_bytes(), _TYPES[suffix])
+
+    walk(root, "")
+    found["highlight.css"] = (highlight_css().encode(), "text/css")
+    return found
+
+
+def security_headers(state: ServerState) -> dict[str, str]:
+    """Headers of every dashboard response (the WebSocket is the only other origin allowed)."""
+    port = state.port
+    # a CSP source cannot name an IPv6 literal: the page is served on 127.0.0.1 or localhost
+    sockets = f"ws://127.0.0.1:{port} ws://localhost:{port}"
+    csp = (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        f"connect-src 'self' {sockets}; font-src 'self'; object-src 'none'; base-uri 'none'; "
+        "form-action 'self'; frame-ancestors 'none'"
+    )
+    return {
+        "Content-Security-Policy": csp,
+        "X-Frame-Options": "DENY",
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        "Cache-Control": "no-store",
+    }
+
+
+def _file_response(state: ServerState, name: str) -> web.Response:
+    body, content_type = _static_files()[name]
+    return web.Response(
+        body=body,
+        content_type=content_type,
+        charset="utf-8",
+        headers=security_headers(state),
+    )
+
+
+def logged_in(request: web.Request) -> bool:
+    """Whether the browser may see the app: a valid session cookie (or the key, or auth off)."""
+    state: ServerState = request.app[STATE_KEY]
+    auth = state.auth
+    if auth is None:
+        return False
+    if not auth.required:
+        return True
+    return auth.credential(request, state.port) is not None
+
+
+@routes.route("GET", "/", public=True, summary="The dashboard (a login hint without a session)")
+async def index(request: web.Request) -> web.Response:
+    """The dashboard's page; without a browser session, a page saying how to log in."""
+    state = request.app[STATE_KEY]
+    return _file_response(state, "index.html" if logged_in(request) else "login.html")
+
+
+@routes.route(
+    "GET",
+    "/static/{name:.+}",
+    public=True,
+    errors=("route_not_found",),
+    summary="The dashboard's static files (scripts, styles)",
+)
+async def static(request: web.Request) -> web.Response:
+    """One shipped file; anything else is 404."""
+    name = request.match_info["name"]
+    if name not in _static_files() or name.endswith(".html"):
+        raise ApiError("route_not_found", "no such file")
+    return _file_response(request.app[STATE_KEY], name)
+
+
+class RenderRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    markdown: list[str] = Field(strict=True, max_length=MAX_RENDER_TEXTS)
+
+
+class RenderResponse(BaseModel):
+    html: list[str]
+
+
+@routes.route(
+    "POST",
+    "/render/markdown",
+    body="required",
+    request_model=RenderRequest,
+    response_model=RenderResponse,
+    summary="Render markdown texts to sanitized HTML (as the dashboard shows model output)",
+)
+async def render(request: web.Request) -> web.Response:
+    """Each text rendered by markdown-it, code highlighted, then sanitized by nh3."""
+    body = await read_body(request, RenderRequest)
+    assert body is not None
+    if sum(len(t) for t in body.markdown) > MAX_RENDER_CHARS:
+        raise ApiError(
+            "validation_error",
+            "request validation failed",
+            {
+                "errors": [
+                    {
+                        "loc": ["body", "markdown"],
+                        "msg": f"at most {MAX_RENDER_CHARS} characters in all",
+                        "type": "too_long",
+                    }
+                ]
+            },
+        )
+    return json_response({"html": [render_markdown(t) for t in body.markdown]})
+
+
+class CostsQuery(BaseModel):
+    days: int = Field(default=30, ge=1, le=366)
+
+
+class CostRow(BaseModel):
+    key: str
+    cost_usd: str
+    turns: int
+    input_tokens: int
+    output_tokens: int
+
+
+class CostsResponse(BaseModel):
+    since: str
+    total_usd: str
+    by_day: list[CostRow]
+    by_model: list[CostRow]
+    by_session: list[CostRow]
+
+
+_DAY_US = 86_400_000_000
+
+
+@routes.route("GET", "/costs", query_model=CostsQuery, response_model=CostsResponse)
+async def costs(request: web.Request) -> web.Response:
+    """Spend of the last `days` days (UTC) by day, model and session, from the turns table."""
+    query = parse_query(request, CostsQuery)
+    core = request.app[STATE_KEY].core
+    today_us = now_us() // _DAY_US * _DAY_US
+    since_us = today_us - (query.days - 1) * _DAY_US
+    turns = await core.store.sessions.turns_since(since_us)
+    groups: dict[str, dict[str, dict[str, Any]]] = {"day": {}, "model": {}, "session": {}}
+    total = Decimal(0)
+    for turn in turns:
+        total += turn.cost_usd
+        day = _day(turn.started_at_us)
+        for kind, key in (("day", day), ("model", turn.model), ("session", turn.session_id)):
+            bucket = groups[kind].setdefault(
+                key, {"cost": Decimal(0), "turns": 0, "input_tokens": 0, "output_tokens": 0}
+            )
+            bucket["cost"] += turn.cost_usd
+            bucket["turns"] += 1
+            bucket["input_tokens"] += sum(
+                turn.tokens[k] for k in ("input_tokens", "cache_read_tokens", "cache_write_tokens")
+            )
+            bucket["output_tokens"] += turn.tokens["output_tokens"]
+    days = {_day(since_us + i * _DAY_US): None for i in range(query.days)}
+    for day in days:  # every day of the window, zero when nothing ran
+        groups["day"].setdefault(
+            day, {"cost": Decimal(0), "turns": 0, "input_tokens": 0, "output_tokens": 0}
+        )
+
+    def listed(kind: str, order: Literal["key", "cost"]) -> list[dict[str, Any]]:
+        items = [
+            {
+                "key": key,
+                "cost_usd": decimal_str(b["cost"]),
+                "turns": b["turns"],
+                "input_tokens": b["input_tokens"],
+                "output_tokens": b["output_tokens"],
+            }
+            for key, b in groups[kind].items()
+        ]
+        if order == "key":
+            return sorted(items, key=lambda i: i["key"])
+        return sorted(items, key=lambda i: (-Decimal(i["cost_usd"]), -i["turns"], i["key"]))
+
+    return json_response(
+        {
+            "since": _day(since_us),
+            "total_usd": decimal_str(total),
+            "by_day": listed("day", "key"),
+            "by_model": listed("model", "cost"),
+            "by_session": listed("session", "cost")[:20],
+        }
+    )
+
+
+def _day(us: int) -> str:
+    return datetime.fromtimestamp(us / 1_000_000, UTC).strftime("%Y-%m-%d")

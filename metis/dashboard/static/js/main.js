@@ -1,0 +1,37 @@
+// The dashboard's router: #/ sessions, #/s/<id> a session, #/s/<id>/trace its trace,
+// #/routing routing & models, #/costs costs.
+
+import { sessionsView } from "./views/sessions.js";
+import { sessionView } from "./views/session.js";
+import { traceView } from "./views/trace.js";
+import { routingView } from "./views/routing.js";
+import { costsView } from "./views/costs.js";
+import { clear } from "./dom.js";
+
+const app = document.getElementById("app");
+let current = null;
+
+function route() {
+  if (current?.stop) current.stop();
+  current = null;
+  clear(app);
+  const hash = location.hash.replace(/^#/, "") || "/";
+  let m;
+  let nav = "sessions";
+  if ((m = hash.match(/^\/s\/([\w-]+)\/trace$/))) current = traceView(app, m[1]);
+  else if ((m = hash.match(/^\/s\/([\w-]+)$/))) current = sessionView(app, m[1]);
+  else if (hash === "/routing") (current = routingView(app)), (nav = "routing");
+  else if (hash === "/costs") (current = costsView(app)), (nav = "costs");
+  else current = sessionsView(app);
+  for (const a of document.querySelectorAll("[data-nav]")) {
+    if (a.dataset.nav === nav) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+  app.dataset.ready = "1";
+}
+
+window.addEventListener("hashchange", () => {
+  route();
+  app.focus({ preventScroll: true });
+});
+route();

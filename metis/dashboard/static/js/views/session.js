@@ -1,0 +1,393 @@
+// One session, live: transcript (server-rendered markdown), streaming deltas, tool cards,
+// confirmations, composer, cancel, model selector, cost and tokens.
+
+import { api, renderMarkdown, allEvents } from "../api.js";
+import { h, clear, setHtml, fmtCost, fmtInt, fmtMs, toast } from "../dom.js";
+import { SessionStream } from "../stream.js";
+import { toolCard } from "./toolcard.js";
+import { confirmationCard } from "./confirm.js";
+
+const TERMINAL = new Set(["turn.completed", "turn.cancelled", "turn.failed"]);
+
+export function sessionView(root, sessionId) {
+  const msgs = new Map(); // message id → {el, role, live}
+  const cards = new Map(); // tool_use_id → toolCard
+  const confirms = new Map(); // confirmation_request_id → confirmationCard
+  let session = null;
+  let turnId = null;
+  let ended = false;
+  const totals = { input: 0, output: 0, cost: 0 };
+
+  const title = h("h1", { class: "session-title" }, "Session");
+  const meta = h("p", { class: "muted small mono" });
+  const conn = h("span", { class: "badge conn-state", role: "status" }, "connecting");
+  const costEl = h("span", { id: "cost", class: "stat" });
+  const tokensEl = h("span", { id: "tokens", class: "stat" });
+  const turnState = h("span", { id: "turn-state", class: "badge", "aria-live": "polite" }, "idle");
+  const modelSelect = h("select", { id: "model-select", "aria-label": "Model" });
+  const modelNote = h("span", { class: "muted small", id: "model-note" });
+  const transcript = h("div", { id: "transcript", class: "transcript", role: "log", "aria-live": "off", "aria-label": "Transcript" });
+  const confirmArea = h("section", { id: "confirmations", class: "confirmations", "aria-label": "Pending confirmations" });
+  const input = h("textarea", { id: "composer-input", rows: 3, placeholder: "Message (Ctrl+Enter to send; start with @alias to pick a model)", "aria-label": "Message" });
+  const send = h("button", { type: "submit", class: "primary", id: "send" }, "Send");
+  const cancel = h("button", { type: "button", id: "cancel", class: "danger", hidden: true }, "Cancel");
+  const composerError = h("p", { class: "error", role: "alert", id: "composer-error" });
+  const composer = h("form", { class: "composer", "aria-label": "Send a message" }, input, h("div", { class: "composer-actions" }, send, cancel), composerError);
+
+  root.append(h("section", { class: "view session" },
+    h("div", { class: "view-head" },
+      h("div", {}, h("a", { href: "#/", class: "small" }, "← Sessions"), title, meta),
+      h("div", { class: "session-side" },
+        h("div", { class: "row" }, conn, turnState, h("a", { href: `#/s/${sessionId}/trace`, id: "trace-link" }, "Trace")),
+        h("div", { class: "row" }, h("label", { for: "model-select" }, "Model"), modelSelect, modelNote),
+        h("div", { class: "row" }, costEl, tokensEl))),
+    transcript, confirmArea, composer));
+
+  function showTotals() {
+    costEl.textContent = `Cost ${fmtCost(totals.cost)}`;
+    tokensEl.textContent = `Tokens ${fmtInt(totals.input)} in · ${fmtInt(totals.output)} out`;
+  }
+
+  function setTurn(id, label) {
+    turnId = id;
+    turnState.textContent = label || (id ? "running" : "idle");
+    turnState.className = `badge ${id ? "running" : ""}`;
+    cancel.hidden = !id;
+    send.disabled = !!id || ended;
+  }
+
+  // ---- transcript ------------------------------------------------------------------------
+
+  function place(id, el) {
+    el.dataset.id = id;
+    for (const child of transcript.children) {
+      if (child.dataset.id > id) return transcript.insertBefore(el, child);
+    }
+    transcript.append(el);
+  }
+
+  function bubble(id, role, extra = "") {
+    const body = h("div", { class: "body" });
+    const el = h("article", { class: `msg ${role} ${extra}`, "aria-label": role === "user" ? "You" : "Assistant" },
+      h("div", { class: "who" }, role === "user" ? "you" : role), body);
+    const m = { el, body, role, blocks: [] };
+    msgs.set(id, m);
+    place(id, el);
+    return m;
+  }
+
+  function card(toolUseId, name, inputValue) {
+    let c = cards.get(toolUseId);
+    if (!c) {
+      c = toolCard(toolUseId, name);
+      cards.set(toolUseId, c);
+    }
+    if (inputValue !== undefined) c.setInput(inputValue);
+    return c;
+  }
+
+  async function renderBlocks(m, blocks) {
+    const texts = [];
+    for (const b of blocks) {
+      if (b.type === "text") texts.push(b.text);
+      if (b.type === "thinking") texts.push(b.thinking || "");
+    }
+    const html = texts.length ? await renderMarkdown(texts) : [];
+    let i = 0;
+    const out = [];
+    for (const b of blocks) {
+      if (b.type === "text") {
+        const div = h("div", { class: "md" });
+        setHtml(div, html[i++]);
+        out.push(div);
+      } else if (b.type === "thinking") {
+        const div = h("div", { class: "md" });
+        setHtml(div, html[i++]);
+        out.push(h("details", { class: "thinking" }, h("summary", {}, "Thinking"), div));
+      } else if (b.type === "redacted_thinking") {
+        out.push(h("details", { class: "thinking" }, h("summary", {}, "Thinking (redacted)")));
+      } else if (b.type === "tool_use") {
+        out.push(card(b.id, b.name, b.input).el);
+      } else if (b.type === "image") {
+        out.push(h("span", { class: "muted" }, "[image]"));
+      }
+    }
+    clear(m.body).append(...out);
+  }
+
+  async function addStored(message) {
+    if (message.role === "tool") {
+      for (const b of message.content) {
+        if (b.type === "tool_result") card(b.tool_use_id).setResult(b);
+      }
+      return;
+    }
+    if (message.role !== "user" && message.role !== "assistant") return;
+    const existing = msgs.get(message.id);
+    if (existing && !existing.live) return;
+    const m = existing || bubble(message.id, message.role);
+    m.live = false;
+    m.el.classList.remove("streaming");
+    await renderBlocks(m, message.content);
+  }
+
+  async function syncMessages() {
+    // the newest stored messages: fills what streaming frames (never replayed) left out
+    const page = await api("GET", `/sessions/${sessionId}/messages?limit=50`);
+    for (const message of page.messages) await addStored(message);
+  }
+
+  // ---- live streaming ----------------------------------------------------------------------
+
+  function liveMessage(id) {
+    let m = msgs.get(id);
+    if (!m) {
+      m = bubble(id, "assistant", "streaming");
+      m.live = true;
+      m.parts = new Map();
+    }
+    return m;
+  }
+
+  function livePart(m, index, kind) {
+    let part = m.parts.get(index);
+    if (!part) {
+      if (kind === "thinking") {
+        const text = h("div", { class: "stream-text" });
+        part = { el: h("details", { class: "thinking" }, h("summary", {}, "Thinking…"), text), text };
+      } else {
+        const text = h("div", { class: "stream-text" });
+        part = { el: text, text };
+      }
+      m.parts.set(index, part);
+      m.body.append(part.el);
+    }
+    return part;
+  }
+
+  function onStreaming(ev, frame) {
+    const p = ev.payload;
+    if (ev.type === "message.start") {
+      const m = liveMessage(p.message_id);
+      if (frame.catch_up && m.live) {
+        // the text so far comes again: start the live message over (no duplicate)
+        m.parts = new Map();
+        clear(m.body);
+      }
+      return;
+    }
+    const m = msgs.get(p.message_id);
+    if (!m || !m.live) return;
+    if (ev.type === "text.delta" || ev.type === "thinking.delta") {
+      livePart(m, p.content_block_index, ev.type === "thinking.delta" ? "thinking" : "text").text.append(p.text);
+    } else if (ev.type === "tool.use_start") {
+      const c = card(p.tool_use_id, p.tool_name);
+      m.parts.set(p.content_block_index, { el: c.el });
+      m.body.append(c.el);
+    } else if (ev.type === "tool.use_input_delta") {
+      card(p.tool_use_id).appendInput(p.partial_json);
+    } else if (ev.type === "tool.use_end") {
+      card(p.tool_use_id).setInput(p.final_input);
+    } else if (ev.type === "message.complete") {
+      m.live = false;
+      m.el.classList.remove("streaming");
+      m.el.dataset.stop = p.stop_reason;
+      renderBlocks(m, p.final_content);
+    }
+  }
+
+  // ---- confirmations -----------------------------------------------------------------------
+
+  function showConfirmation(p, turn) {
+    if (confirms.has(p.confirmation_request_id)) return;
+    const c = confirmationCard(sessionId, turn, p, card(p.tool_use_id).input);
+    confirms.set(p.confirmation_request_id, c);
+    confirmArea.append(c.el);
+    card(p.tool_use_id).setStatus("awaiting confirmation");
+  }
+
+  function resolveConfirmation(p) {
+    const c = confirms.get(p.confirmation_request_id);
+    if (c) c.resolved(p);
+    const tc = cards.get(p.tool_use_id);
+    if (tc) tc.setStatus(p.decision === "allow" ? "allowed" : p.decision === "deny" ? "denied" : p.decision);
+  }
+
+  // ---- bus events ----------------------------------------------------------------------------
+
+  function onEvent(ev, frame) {
+    if (!ev.id) return onStreaming(ev, frame);
+    const p = ev.payload;
+    switch (ev.type) {
+      case "turn.started":
+        setTurn(ev.turn_id);
+        if (p.user_message_id && !msgs.has(p.user_message_id)) syncMessages();
+        break;
+      case "llm.call_completed":
+        totals.input += p.input_tokens + p.cache_read_tokens + p.cache_write_tokens;
+        totals.output += p.output_tokens;
+        totals.cost += Number(p.cost_usd);
+        showTotals();
+        break;
+      case "tool.confirmation_requested":
+        showConfirmation(p, ev.turn_id);
+        break;
+      case "tool.confirmation_resolved":
+        resolveConfirmation(p);
+        break;
+      case "tool.called":
+        card(p.tool_use_id, p.tool_name).setStatus("running");
+        break;
+      case "tool.completed":
+      case "tool.failed":
+        card(p.tool_use_id).setOutcome(ev.type, p);
+        syncMessages();
+        break;
+      case "session.model_changed":
+        refreshSession();
+        break;
+      case "session.ended":
+        ended = true;
+        setTurn(null, "ended");
+        break;
+      default:
+        if (TERMINAL.has(ev.type)) {
+          setTurn(null, ev.type === "turn.completed" ? "idle" : ev.type.split(".")[1]);
+          for (const c of confirms.values()) c.turnEnded?.();
+          syncMessages();
+        }
+    }
+  }
+
+  async function onSnapshot(frame) {
+    session = frame.session;
+    msgs.clear();
+    clear(transcript);
+    showSession(session);
+    for (const message of frame.messages) await addStored(message);
+    // tool outcomes (duration, exit code) and the totals so far come from stored events
+    const events = await allEvents(sessionId, {
+      event_types: "tool.completed,tool.failed,llm.call_completed,tool.confirmation_resolved",
+      until: frame.snapshot_at_event_id,
+    });
+    totals.input = totals.output = totals.cost = 0;
+    for (const ev of events) {
+      if (ev.type === "llm.call_completed") {
+        const p = ev.payload;
+        totals.input += p.input_tokens + p.cache_read_tokens + p.cache_write_tokens;
+        totals.output += p.output_tokens;
+        totals.cost += Number(p.cost_usd);
+      } else if (ev.type === "tool.confirmation_resolved") {
+        const tc = cards.get(ev.payload.tool_use_id);
+        if (tc) tc.setStatus(ev.payload.decision === "allow" ? "allowed" : "denied");
+      } else {
+        const tc = cards.get(ev.payload.tool_use_id);
+        if (tc) tc.setOutcome(ev.type, ev.payload);
+      }
+    }
+    showTotals();
+    setTurn(session.current_turn_id);
+    for (const pc of session.pending_confirmations) showConfirmation(pc, pc.turn_id);
+    transcript.scrollTop = transcript.scrollHeight;
+  }
+
+  function showSession(s) {
+    title.textContent = s.id;
+    meta.textContent = `${s.workspace_path} · ${s.surface}`;
+    modelNote.textContent = s.sticky_model ? "pinned" : "routing decides";
+    modelSelect.value = s.sticky_model || "";
+  }
+
+  async function refreshSession() {
+    try {
+      const s = await api("GET", `/sessions/${sessionId}`);
+      session = s;
+      showSession(s);
+    } catch { /* shown by the stream */ }
+  }
+
+  async function loadModels() {
+    try {
+      const data = await api("GET", "/models");
+      const configured = data.models || data.configured || [];
+      clear(modelSelect).append(h("option", { value: "" }, "auto (routing)"),
+        ...configured.map((m) => h("option", { value: m.id }, m.aliases?.length ? `${m.aliases[0]} — ${m.id}` : m.id)));
+      if (session) modelSelect.value = session.sticky_model || "";
+    } catch (err) { toast(`${err.code}: ${err.message}`); }
+  }
+
+  modelSelect.addEventListener("change", async () => {
+    try {
+      const r = await api("PATCH", `/sessions/${sessionId}`, { active_model: modelSelect.value || null });
+      modelNote.textContent = r.swap_queued ? "applies after this turn" : modelSelect.value ? "pinned" : "routing decides";
+    } catch (err) { toast(`${err.code}: ${err.message}`); }
+  });
+
+  composer.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const text = input.value;
+    if (!text.trim()) return;
+    composerError.textContent = "";
+    send.disabled = true;
+    try {
+      const r = await api("POST", `/sessions/${sessionId}/turns`, { content: [{ type: "text", text }] });
+      input.value = "";
+      if (!msgs.has(r.user_message_id)) {
+        const m = bubble(r.user_message_id, "user");
+        renderBlocks(m, [{ type: "text", text }]);
+      }
+      setTurn(r.turn_id);
+    } catch (err) {
+      composerError.textContent = `${err.code}: ${err.message}`;
+      send.disabled = !!turnId;
+    }
+  });
+  input.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) composer.requestSubmit();
+  });
+  cancel.addEventListener("click", async () => {
+    const cancelling = turnId;
+    if (!cancelling) return;
+    try {
+      await api("POST", `/sessions/${sessionId}/turns/${cancelling}/cancel`);
+      if (turnId === cancelling) turnState.textContent = "cancelling";
+    } catch (err) { toast(`${err.code}: ${err.message}`); }
+  });
+
+  const stream = new SessionStream(sessionId, {
+    onSnapshot,
+    onEvent,
+    onResync: () => syncMessages(),
+    onState: (s) => {
+      conn.textContent = s;
+      conn.className = `badge conn-state ${s}`;
+      root.dataset.conn = s;
+    },
+    onGone: async (why, s) => {
+      ended = true;
+      conn.textContent = why;
+      setTurn(null, why);
+      if (why === "purged") return toast("this session was purged");
+      if (s) {
+        session = s;
+        showSession(s);
+        const page = await api("GET", `/sessions/${sessionId}/messages?limit=50`);
+        for (const message of page.messages) await addStored(message);
+      }
+      composer.hidden = true;
+    },
+  });
+  // follow the newest content unless the reader scrolled up
+  let pinned = true;
+  transcript.addEventListener("scroll", () => {
+    pinned = transcript.scrollHeight - transcript.scrollTop - transcript.clientHeight < 60;
+  });
+  const follow = new MutationObserver(() => {
+    if (pinned) transcript.scrollTop = transcript.scrollHeight;
+  });
+  follow.observe(transcript, { childList: true, subtree: true, characterData: true });
+  showTotals();
+  loadModels();
+  stream.start();
+  return { stop() { stream.stop(); follow.disconnect(); } };
+}

@@ -1,0 +1,109 @@
+// Sessions: a live list (polled) with filters, new session, end and purge.
+
+import { api } from "../api.js";
+import { h, clear, fmtCost, ago, fmtTime, toast } from "../dom.js";
+import { confirmDialog } from "./dialog.js";
+
+const POLL_MS = 2000;
+
+export function sessionsView(root) {
+  let timer = null;
+  let stopped = false;
+  const filters = { status: "all", workspace: "" };
+
+  const status = h("select", { id: "f-status", "aria-label": "Status" },
+    h("option", { value: "all" }, "all"),
+    h("option", { value: "active" }, "active"),
+    h("option", { value: "ended" }, "ended"));
+  const wsFilter = h("input", { id: "f-workspace", type: "search", placeholder: "workspace path", "aria-label": "Workspace filter" });
+  status.addEventListener("change", () => { filters.status = status.value; refresh(); });
+  wsFilter.addEventListener("change", () => { filters.workspace = wsFilter.value.trim(); refresh(); });
+
+  const pathInput = h("input", { id: "new-workspace", type: "text", required: true, placeholder: "/path/to/workspace", "aria-describedby": "new-error", autocomplete: "off" });
+  const newError = h("p", { id: "new-error", class: "error", role: "alert" });
+  const form = h("form", { class: "new-session", "aria-label": "New session" },
+    h("label", { for: "new-workspace" }, "New session on workspace"),
+    pathInput,
+    h("button", { type: "submit", class: "primary" }, "Create"),
+    newError);
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    newError.textContent = "";
+    try {
+      const s = await api("POST", "/sessions", { workspace_path: pathInput.value.trim() });
+      location.hash = `#/s/${s.id}`;
+    } catch (err) {
+      newError.textContent = `${err.code}: ${err.message}`;
+      pathInput.setAttribute("aria-invalid", "true");
+    }
+  });
+
+  const tbody = h("tbody");
+  const empty = h("p", { class: "muted", hidden: true }, "No sessions yet.");
+  const table = h("table", { class: "sessions" },
+    h("caption", { class: "sr-only" }, "Sessions"),
+    h("thead", {}, h("tr", {},
+      ["Session", "Workspace", "Surface", "Status", "Model", "Turns", "Cost", "Last activity", ""].map((t) => h("th", { scope: "col" }, t)))),
+    tbody);
+
+  root.append(
+    h("section", { class: "view" },
+      h("div", { class: "view-head" }, h("h1", {}, "Sessions"),
+        h("div", { class: "filters" }, h("label", { for: "f-status" }, "Status"), status, h("label", { for: "f-workspace" }, "Workspace"), wsFilter)),
+      form,
+      h("div", { class: "table-wrap" }, table),
+      empty));
+
+  async function end(s) {
+    try {
+      await api("DELETE", `/sessions/${s.id}`);
+      refresh();
+    } catch (err) { toast(`${err.code}: ${err.message}`); }
+  }
+
+  async function purge(s) {
+    const ok = await confirmDialog(
+      "Purge session?",
+      `This deletes every message and event of ${s.id} (${s.title || s.workspace_path}). It cannot be undone.`,
+      "Purge");
+    if (!ok) return;
+    try {
+      await api("DELETE", `/sessions/${s.id}?purge=true`);
+      refresh();
+    } catch (err) { toast(`${err.code}: ${err.message}`); }
+  }
+
+  function row(s) {
+    const running = s.current_turn_id ? h("span", { class: "badge running" }, "running") : null;
+    return h("tr", { dataset: { id: s.id }, class: s.status },
+      h("td", { class: "title" }, h("a", { href: `#/s/${s.id}` }, s.title || h("span", { class: "muted" }, "(no prompt yet)")), h("div", { class: "muted small mono" }, s.id)),
+      h("td", { class: "mono small wrap" }, s.workspace_path),
+      h("td", {}, h("span", { class: `badge surface-${s.surface}` }, s.surface)),
+      h("td", {}, h("span", { class: `badge ${s.status}` }, s.status), " ", running),
+      h("td", { class: "mono small" }, s.active_model || "", s.sticky_model ? h("span", { class: "muted", title: "pinned" }, " 📌") : null),
+      h("td", { class: "num" }, String(s.turn_count)),
+      h("td", { class: "num" }, fmtCost(s.cost_so_far_usd)),
+      h("td", { title: fmtTime(s.updated_at) }, ago(s.updated_at)),
+      h("td", { class: "actions" },
+        s.status === "active" ? h("button", { type: "button", onclick: () => end(s), "aria-label": `End session ${s.id}` }, "End") : null,
+        h("button", { type: "button", class: "danger", onclick: () => purge(s), "aria-label": `Purge session ${s.id}` }, "Purge")));
+  }
+
+  async function refresh() {
+    clearTimeout(timer);
+    try {
+      const params = new URLSearchParams({ limit: "100", status: filters.status });
+      if (filters.workspace) params.set("workspace_path", filters.workspace);
+      const { sessions } = await api("GET", `/sessions?${params}`);
+      if (stopped) return;
+      clear(tbody).append(...sessions.map(row));
+      empty.hidden = sessions.length > 0;
+    } catch (err) {
+      if (!stopped) toast(`${err.code}: ${err.message}`);
+    }
+    if (!stopped) timer = setTimeout(refresh, POLL_MS);
+  }
+
+  refresh();
+  return { stop() { stopped = true; clearTimeout(timer); } };
+}

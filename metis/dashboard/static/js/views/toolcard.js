@@ -1,0 +1,82 @@
+// A tool call as a card: input (a diff for write_file/patch_file, the command for shell),
+// status, result, duration and exit code.
+
+import { h, clear, fmtMs } from "../dom.js";
+
+export function diffView(name, input) {
+  if (!input || typeof input !== "object") return null;
+  const lines = [];
+  if (name === "write_file" && typeof input.content === "string") {
+    lines.push(["meta", `+++ ${input.path}`]);
+    for (const l of input.content.split("\n")) lines.push(["add", `+${l}`]);
+  } else if (name === "patch_file" && typeof input.old_text === "string") {
+    lines.push(["meta", `--- ${input.path}`], ["meta", `+++ ${input.path}`]);
+    for (const l of input.old_text.split("\n")) lines.push(["del", `-${l}`]);
+    for (const l of String(input.new_text ?? "").split("\n")) lines.push(["add", `+${l}`]);
+  } else {
+    return null;
+  }
+  return h("pre", { class: "diff", "aria-label": `Changes to ${input.path}` },
+    lines.map(([kind, text]) => h("span", { class: `d-${kind}` }, text, "\n")));
+}
+
+function inputView(name, input) {
+  const diff = diffView(name, input);
+  if (diff) return diff;
+  if (name === "shell" && input && typeof input.command === "string") {
+    return h("pre", { class: "command" }, h("span", { class: "prompt", "aria-hidden": "true" }, "$ "), input.command);
+  }
+  return h("pre", { class: "json" }, JSON.stringify(input, null, 2));
+}
+
+export function toolCard(toolUseId, name) {
+  const nameEl = h("span", { class: "tool-name" }, name || "tool");
+  const status = h("span", { class: "badge tool-status" }, "requested");
+  const duration = h("span", { class: "muted small tool-duration" });
+  const exit = h("span", { class: "badge exit", hidden: true });
+  const inputBox = h("div", { class: "tool-input" });
+  const resultBox = h("div", { class: "tool-result", hidden: true });
+  const el = h("details", { class: "tool-card", open: true, dataset: { toolUseId } },
+    h("summary", {}, h("span", { class: "tool-icon", "aria-hidden": "true" }, "⚙"), nameEl, status, exit, duration),
+    inputBox, resultBox);
+  let partial = "";
+  const c = {
+    el,
+    input: undefined,
+    setInput(value) {
+      c.input = value;
+      if (value === undefined) return;
+      clear(inputBox).append(inputView(nameEl.textContent, value));
+    },
+    appendInput(piece) {
+      partial += piece;
+      clear(inputBox).append(h("pre", { class: "json partial" }, partial));
+    },
+    setStatus(s) {
+      status.textContent = s;
+      status.className = `badge tool-status s-${s.replace(/\s+/g, "-")}`;
+    },
+    setOutcome(type, p) {
+      if (p.tool_name) nameEl.textContent = p.tool_name;
+      duration.textContent = fmtMs(p.duration_ms);
+      if (type === "tool.failed") {
+        c.setStatus(p.error_class === "user_denied" ? "denied" : "failed");
+        if (!resultBox.childElementCount) c.setResult({ is_error: true, content: [{ type: "text", text: `${p.error_class}: ${p.message}` }] });
+      } else {
+        c.setStatus(p.is_error ? "error" : "done");
+      }
+      if (p.exit_code !== null && p.exit_code !== undefined) {
+        exit.hidden = false;
+        exit.textContent = `exit ${p.exit_code}`;
+        exit.className = `badge exit ${p.exit_code === 0 ? "ok" : "bad"}`;
+      }
+    },
+    setResult(block) {
+      const text = (block.content || []).map((b) => (b.type === "text" ? b.text : "[image]")).join("\n");
+      resultBox.hidden = false;
+      el.classList.toggle("is-error", !!block.is_error);
+      clear(resultBox).append(h("div", { class: "small muted" }, block.is_error ? "Error" : "Result"), h("pre", { class: "output" }, text));
+    },
+  };
+  return c;
+}

@@ -1,0 +1,85 @@
+"""The dashboard's server side without a browser: pages, headers, rendering, costs, titles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiohttp
+
+from metis.dashboard.render import render_markdown
+from metis.server.runner import Daemon
+from tests.api import Api
+
+
+def test_render_escapes_raw_html_and_strips_dangerous_links() -> None:
+    html = render_markdown(
+        "<script>alert(1)</script> <img src=x onerror=alert(1)> [x](javascript:alert(1)) "
+        '<a href="javascript:alert(1)">y</a> [ok](https://example.org)\n\n'
+        "```python\ndef f():\n    return 1\n```\n"
+    )
+    assert "<script" not in html and "<img" not in html
+    assert '<a href="javascript' not in html and "&lt;script&gt;" in html
+    assert 'href="https://example.org"' in html
+    assert 'rel="noopener noreferrer nofollow"' in html
+    assert '<span class="hl-k">def</span>' in html
+
+
+async def test_pages_and_static_files(daemon: Daemon) -> None:
+    async with aiohttp.ClientSession(base_url=daemon.base_url) as anon:
+        async with anon.get("/") as r:
+            assert r.status == 200
+            body = await r.text()
+            assert "metis open" in body and "/static/js/main.js" not in body
+            csp = r.headers["Content-Security-Policy"]
+            assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
+            assert r.headers["X-Frame-Options"] == "DENY"
+        async with anon.get("/static/js/main.js") as r:
+            assert r.status == 200 and r.content_type == "text/javascript"
+            assert r.headers["X-Content-Type-Options"] == "nosniff"
+        async with anon.get("/static/highlight.css") as r:
+            assert r.status == 200 and ".hl-k" in await r.text()
+        for missing in ("/static/nope.js", "/static/../auth.py", "/static/index.html"):
+            async with anon.get(missing) as r:
+                assert r.status in (401, 404), missing
+        async with anon.post("/render/markdown", json={"markdown": ["x"]}) as r:
+            assert r.status == 401
+
+
+async def test_logged_in_page_render_endpoint_and_openapi(daemon: Daemon) -> None:
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as browser:
+        async with browser.get(daemon.login_url(), allow_redirects=True) as r:
+            assert r.status == 200
+            assert "/static/js/main.js" in await r.text()
+        origin = {"Origin": daemon.base_url}
+        async with browser.post(
+            daemon.base_url + "/render/markdown",
+            json={"markdown": ["**b** <b onclick=x>"]},
+            headers=origin,
+        ) as r:
+            assert r.status == 200
+            assert (await r.json())["html"] == ["<p><strong>b</strong> &lt;b onclick=x&gt;</p>\n"]
+        async with browser.get(daemon.base_url + "/openapi.json") as r:
+            paths = (await r.json())["paths"]
+            assert "/render/markdown" in paths and "/costs" in paths
+
+
+async def test_session_list_titles_status_and_costs(
+    http: aiohttp.ClientSession, workspace: Path
+) -> None:
+    api = Api(http)
+    session = await api.create_session(workspace)
+    status, listed = await api.call("GET", "/sessions")
+    assert status == 200
+    item = listed["sessions"][0]
+    assert item["title"] is None and item["status"] == "active"
+    status, _ = await api.submit(session["id"], "hello **there**")
+    assert status == 202
+    await api.wait_for_event(session["id"], lambda e: e["type"] == "turn.completed")
+    _, listed = await api.call("GET", "/sessions")
+    assert listed["sessions"][0]["title"] == "hello **there**"
+    status, costs = await api.call("GET", "/costs", params={"days": 7})
+    assert status == 200
+    assert len(costs["by_day"]) == 7
+    assert costs["by_model"][0]["key"] == "local:scripted"
+    assert costs["by_session"][0]["turns"] == 1
+    assert costs["total_usd"] == "0"
