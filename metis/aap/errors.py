@@ -70,7 +70,7 @@ def from_domain(exc: core.DomainError) -> AapError:
         return AapError("turn_in_flight", exc.message, dict(exc.details))
     if isinstance(exc, core.RoutingFailed):
         return AapError("routing_failed", exc.message, dict(exc.details))
-    if isinstance(exc, core.WorkspaceNotFound | core.WorkspaceRefused):
+    if isinstance(exc, core.WorkspaceNotFound | core.WorkspaceRefused | core.WorkspaceInvalid):
         return AapError("invalid_option", exc.message, {"option": "workspace", **exc.details})
     if isinstance(exc, core.ModelNotConfigured):
         return AapError("invalid_option", exc.message, {"option": "model"})

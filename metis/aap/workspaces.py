@@ -18,6 +18,8 @@ from pathlib import Path
 
 from metis.aap.errors import AapError
 from metis.aap.settings import AapSettings
+from metis.core.errors import WorkspaceInvalid
+from metis.core.sessions import expand_workspace
 
 BARE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 
@@ -71,7 +73,10 @@ class Workspaces:
             return WorkspaceChoice(self._inside_roots(value, path), True)
         if "\0" in value:  # no directory name holds one (os calls raise ValueError)
             raise _bad("workspace must not contain a NUL character")
-        expanded = Path(value).expanduser()
+        try:
+            expanded = expand_workspace(value)
+        except WorkspaceInvalid as exc:
+            raise _bad(exc.message) from exc
         if not expanded.is_absolute():
             raise _bad(
                 "workspace must be an absolute directory or a bare name "

@@ -46,6 +46,14 @@ class WorkspaceNotFound(DomainError):
         super().__init__(f"workspace {path!r} is not usable: {reason}", reason=reason)
 
 
+class WorkspaceInvalid(DomainError):
+    """A value that names no directory at all: `~user` for a user this machine does not know
+    (or a `~` whose home directory cannot be determined)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"workspace {path!r} is not a valid path: {reason}", reason=reason)
+
+
 class WorkspaceRefused(DomainError):
     """An existing directory no session may use unless it is listed explicitly as an allowed
     root: `/`, the user's home, METIS_HOME, a system directory (`protected_workspaces`)."""

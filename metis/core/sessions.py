@@ -18,6 +18,7 @@ from metis.core.canonical import format_us, new_session_id, now_us
 from metis.core.errors import (
     SessionAlreadyEnded,
     SessionNotFound,
+    WorkspaceInvalid,
     WorkspaceNotFound,
     WorkspaceRefused,
 )
@@ -69,12 +70,22 @@ class PurgeResult:
     events_deleted: int
 
 
+def expand_workspace(raw: str) -> Path:
+    """`raw` with a leading `~` or `~user` expanded: the one place a client's workspace value
+    meets `expanduser`, which raises RuntimeError for an unknown user or an undeterminable
+    home. Such a value names no directory: `WorkspaceInvalid`."""
+    try:
+        return Path(raw).expanduser()
+    except RuntimeError as exc:
+        raise WorkspaceInvalid(raw, "home_directory_unknown") from exc
+
+
 def _workspace_filter(raw: str) -> str | None:
     """A list filter normalised as `resolve_workspace` stores paths; None matches nothing
     (a relative path is never resolved against the daemon's own working directory)."""
     if "\0" in raw:  # no file name holds one (os calls raise ValueError)
         return None
-    path = Path(raw).expanduser()
+    path = expand_workspace(raw)
     if not path.is_absolute():
         return None
     try:
@@ -156,7 +167,7 @@ def resolve_workspace(
     """
     if "\0" in raw:  # no file name holds one (os calls raise ValueError)
         raise WorkspaceNotFound(raw, "not_found")
-    path = Path(raw).expanduser()
+    path = expand_workspace(raw)
     if not path.is_absolute():
         raise WorkspaceNotFound(raw, "not_absolute")
     if not path.exists():

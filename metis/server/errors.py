@@ -48,6 +48,7 @@ _DOMAIN_CODES: dict[type[core.DomainError], str] = {
     core.InvalidContent: "invalid_content",
     core.WorkspaceNotFound: "workspace_not_found",
     core.WorkspaceRefused: "invalid_workspace",
+    core.WorkspaceInvalid: "invalid_workspace",
     core.ModelNotConfigured: "model_not_configured",
     core.SessionNotFound: "session_not_found",
     core.SessionAlreadyEnded: "session_already_ended",

@@ -41,6 +41,21 @@ async def test_a_nul_in_the_workspace_option_is_an_invalid_option(aap: AapClient
         assert reply.status == 400 and reply.body["error"]["code"] == "invalid_option", value
 
 
+async def test_a_tilde_naming_no_known_user_is_an_invalid_option(aap: AapClient) -> None:
+    """`Path.expanduser` raises RuntimeError for `~user` with no such user: once a 500."""
+    for value in ("~nosuchuser-metis", "~\u00a5", "~nosuchuser-metis/x"):
+        agent = {"name": "metis", "options": {"workspace": value}}
+        reply = await aap.request("POST", "/sessions", {"agent": agent})
+        assert reply.status == 400 and reply.body["error"]["code"] == "invalid_option", value
+        assert reply.body["error"]["details"]["option"] == "workspace"
+        body = {"agent": agent, "messages": [{"role": "user", "content": "hi"}]}
+        reply = await aap.v1.request("PUT", "/session", body)
+        assert reply.status == 400 and reply.body["error"]["code"] == "invalid_option", value
+        assert reply.body["error"]["details"]["option"] == "workspace"
+    listed = await aap.request("GET", "/sessions")
+    assert listed.status == 200 and listed.body["sessions"] == []
+
+
 async def test_a_creation_cut_by_a_crash_leaves_no_bare_session(
     api_key: str, start_daemon: Callable[..., Any], workspace: Path
 ) -> None:

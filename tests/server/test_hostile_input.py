@@ -49,6 +49,15 @@ async def test_a_nul_in_a_workspace_path_is_a_bad_path_not_a_crash(api: Api) -> 
         assert status == 200 and body["sessions"] == []
 
 
+async def test_a_tilde_naming_no_known_user_is_an_invalid_workspace(api: Api) -> None:
+    """`Path.expanduser` raises RuntimeError for `~user` with no such user: once a 500."""
+    for raw in ("~nosuchuser-metis", "~\u00a5", "~nosuchuser-metis/x"):
+        status, body = await api.call("POST", "/sessions", {"workspace_path": raw})
+        assert status == 400 and body["error"]["code"] == "invalid_workspace", body
+        status, body = await api.call("GET", "/sessions", params={"workspace_path": raw})
+        assert status == 400 and body["error"]["code"] == "invalid_workspace", body
+
+
 async def test_policy_yaml_nested_too_deeply_is_reported_invalid(api: Api) -> None:
     deep = "x: " + "[" * 2000 + "]" * 2000 + "\n"
     status, body = await api.call("POST", "/routing/check", {"policy_yaml": deep})
