@@ -133,7 +133,12 @@ export function sessionView(root, sessionId) {
 
   async function syncMessages() {
     // the newest stored messages: fills what streaming frames (never replayed) left out
-    const page = await api("GET", `/sessions/${sessionId}/messages?limit=50`);
+    let page;
+    try {
+      page = await api("GET", `/sessions/${sessionId}/messages?limit=50`);
+    } catch {
+      return; // the daemon went away: the stream re-attaches and calls this again
+    }
     for (const message of page.messages) await addStored(message);
   }
 
@@ -260,6 +265,14 @@ export function sessionView(root, sessionId) {
   }
 
   async function onSnapshot(frame) {
+    try {
+      await applySnapshot(frame);
+    } catch (err) {
+      toast(`${err.code}: ${err.message}`);
+    }
+  }
+
+  async function applySnapshot(frame) {
     session = frame.session;
     msgs.clear();
     clear(transcript);
