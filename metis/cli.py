@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 from metis.commands import chat as chat_command
 from metis.commands import models as models_command
 from metis.commands import routing as routing_command
+from metis.commands import run as run_command
+from metis.commands import sessions as sessions_command
 from metis.commands import trace as trace_command
 from metis.config import load_settings
 from metis.core.errors import ConfigError
@@ -160,6 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     models_command.register(sub)
     routing_command.register(sub)
     chat_command.register(sub)
+    run_command.register(sub)
+    sessions_command.register(sub)
     trace_command.register(sub)
     return parser
 

@@ -27,6 +27,7 @@ from typing import Any, TextIO
 
 import aiohttp
 
+from metis.commands.client import ApiFailure, DaemonApi, reason_code
 from metis.commands.daemon_client import add_arguments, target_from_args
 from metis.core.errors import ConfigError
 from metis.core.tools.textutil import visible_controls
@@ -35,6 +36,7 @@ TERMINAL_TYPES = ("turn.completed", "turn.cancelled", "turn.failed")
 _RECONNECT_ATTEMPTS = 3
 # Subscribe errors whose recovery is a snapshot instead of a replay.
 _SNAPSHOT_RECOVERY = ("cursor_expired", "replay_too_large")
+_ANSWERS = {"y": "allow", "yes": "allow", "n": "deny", "no": "deny"}
 _HELP = (
     "type a message to start a turn; commands:\n"
     "  /model <ref>   set the session's model (queued behind a running turn)\n"
@@ -43,16 +45,6 @@ _HELP = (
     "  /quit          leave (the session stays open once a turn was sent)\n"
     "Ctrl-C cancels the running turn; at the prompt it leaves."
 )
-
-
-class ApiFailure(Exception):
-    """A non-2xx answer from the daemon, with its error envelope's code."""
-
-    def __init__(self, status: int, body: Any) -> None:
-        error = body.get("error", {}) if isinstance(body, dict) else {}
-        self.status = status
-        self.code = error.get("code", f"http_{status}")
-        super().__init__(f"{self.code}: {error.get('message', body)}")
 
 
 # -- rendering ---------------------------------------------------------------------------------
@@ -482,17 +474,22 @@ class ChatSession:
         """
         summary = request.get("command_summary") or request.get("input_summary") or ""
         self.render.line("confirm", f"allow {request.get('tool_name')}: {summary}? [y/n]")
-        answer = asyncio.ensure_future(self.lines.get())
-        while not answer.done() and not self._turn_over(turn_id):
-            await self._until_changed(answer)
-        if not answer.done():
-            answer.cancel()  # the turn ended (cancelled, withdrawn) before an answer came
-            return
-        line = answer.result()
-        if line is None:
-            self.lines.put_nowait(None)  # keep the end of input for the main loop
-            return
-        decision = "allow" if line.strip().lower() in ("y", "yes") else "deny"
+        while True:
+            answer = asyncio.ensure_future(self.lines.get())
+            while not answer.done() and not self._turn_over(turn_id):
+                await self._until_changed(answer)
+            if not answer.done():
+                answer.cancel()  # the turn ended (cancelled, withdrawn) before an answer came
+                return
+            line = answer.result()
+            if line is None:
+                self.lines.put_nowait(None)  # keep the end of input for the main loop
+                return
+            decision = _ANSWERS.get(line.strip().lower())
+            if decision is not None:
+                break
+            # anything else is asked again: a stray line must not decide for the user
+            self.render.line("confirm", f"please answer y or n: allow {request.get('tool_name')}?")
         self.render.line("you", decision)
         try:
             await self.call(
@@ -625,13 +622,16 @@ class ChatSession:
 
     async def _loop(self) -> None:
         while not self._ended.is_set():
-            if self.prompt:
+            # A line typed while a turn was streaming is already queued: its terminal echo was
+            # mixed into the reply, so it is shown again, labelled, when its turn comes.
+            typed_ahead = not self.lines.empty()
+            if self.prompt and not typed_ahead:
                 self.render.prompt()
             line = await self.lines.get()
             if line is None:
                 return
             line = line.strip()
-            if self.prompt:
+            if self.prompt and not typed_ahead:
                 self.render.prompted()
             elif line:
                 self.render.line("you", line)  # a piped transcript still shows who said what
@@ -644,12 +644,7 @@ class ChatSession:
             await self.run_turn(line)
 
 
-def _reason_code(reason: Any) -> str | None:
-    """The `code` of a JSON close reason, if it is one."""
-    try:
-        return str(json.loads(reason)["code"]) if reason else None
-    except (ValueError, TypeError, KeyError):
-        return None
+_reason_code = reason_code
 
 
 # -- the command ---------------------------------------------------------------------------------
@@ -666,6 +661,35 @@ def _stdin_lines(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[str | Non
     threading.Thread(target=read, name="metis-chat-stdin", daemon=True).start()
 
 
+async def newest_session(url: str, headers: Mapping[str, str], workspace: str) -> str | None:
+    """The id of the newest active session on `workspace` (`--continue`), if any."""
+    async with DaemonApi(url, headers) as api:
+        found = await api.call(
+            "GET",
+            "/sessions",
+            params={
+                "workspace_path": workspace,
+                "status": "active",
+                "surface": "metis",
+                "limit": 1,
+            },
+        )
+    sessions = found.get("sessions") or []
+    return str(sessions[0]["id"]) if sessions else None
+
+
+async def _resolve_session(args: argparse.Namespace, url: str, headers: Mapping[str, str]) -> str:
+    """`--session ID` as given; `--continue`: the newest active session of the workspace."""
+    if not args.continue_:
+        return str(args.session) if args.session else ""
+    workspace = str(Path(args.workspace or ".").expanduser().resolve())
+    try:
+        found = await newest_session(url, headers, workspace)
+    except (ApiFailure, aiohttp.ClientError):
+        found = None
+    return found or ""
+
+
 async def _chat(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue[str | None] = asyncio.Queue()
@@ -675,12 +699,15 @@ async def _chat(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"metis: configuration error:\n{exc.message}", file=sys.stderr)
         return 2
+    session_id = await _resolve_session(args, target.url, target.headers())
+    if args.continue_ and not session_id:
+        print("metis> no active session on this workspace to continue; starting a new one")
     chat = ChatSession(
         target.url,
         workspace,
         lines,
         sys.stdout,
-        session_id=args.session,
+        session_id=session_id or None,
         model=args.model,
         prompt=sys.stdin.isatty() and sys.stdout.isatty(),
         headers=target.headers(),
@@ -691,7 +718,16 @@ async def _chat(args: argparse.Namespace) -> int:
     return await chat.run()
 
 
+def use_tui(args: argparse.Namespace) -> bool:
+    """The full-screen app when both ends are a terminal, unless `--plain`."""
+    return not args.plain and sys.stdin.isatty() and sys.stdout.isatty()
+
+
 def chat_command(args: argparse.Namespace) -> int:
+    if use_tui(args):
+        from metis.commands.tui.app import run_app  # Textual loads only for the app
+
+        return run_app(args)
     try:
         return asyncio.run(_chat(args))
     except KeyboardInterrupt:  # pragma: no cover - only without a signal handler
@@ -702,10 +738,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser = subparsers.add_parser(
         "chat",
         help="chat with the running daemon in this terminal",
-        description="Start a session on WORKSPACE (default: the current directory) and chat.",
+        description="Start a session on WORKSPACE (default: the current directory) and chat. "
+        "At a terminal this opens a full-screen app (docs/tui.md); --plain, or a pipe, keeps "
+        "a line-by-line client.",
     )
     parser.add_argument("workspace", nargs="?", help="workspace directory (default: .)")
-    parser.add_argument("--session", help="continue an existing session instead of creating one")
+    resume = parser.add_mutually_exclusive_group()
+    resume.add_argument("--session", help="continue an existing session instead of creating one")
+    resume.add_argument(
+        "--continue",
+        dest="continue_",
+        action="store_true",
+        help="continue the newest active session of this workspace",
+    )
     parser.add_argument("--model", help="initial model reference (default: routing decides)")
+    parser.add_argument(
+        "--plain", action="store_true", help="line-by-line client, even at a terminal"
+    )
     add_arguments(parser)
     parser.set_defaults(func=chat_command)

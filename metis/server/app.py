@@ -10,7 +10,7 @@ from metis.aap import app as aap
 from metis.aap import openapi as aap_openapi
 from metis.core.runtime import Core
 from metis.dashboard import routes as dashboard
-from metis.server import ws
+from metis.server import titles, ws
 from metis.server.auth import ServerAuth
 from metis.server.http import ROUTE_SPEC_KEY, RouteSpec
 from metis.server.middleware import add_security_headers, metis_middleware
@@ -45,6 +45,7 @@ def create_app(state: ServerState) -> web.Application:
     app[ROUTE_SPEC_KEY] = specs
     # AAP v1 at /aap/v1 and v3 at /aap (own pipeline, metis/aap/app.py)
     aap_state = aap.mount(app, state)
+    state.core.store.register(titles.extension())  # set session titles (metis/server/titles.py)
     # The metis surface takes the same key, loaded once by the AAP mount (metis/aap/auth.py).
     state.auth = ServerAuth(aap_state.api_key, state.settings.file.auth)
     if not state.auth.required:

@@ -412,3 +412,36 @@ async def test_the_command_runs_over_piped_stdin(daemon: Daemon, workspace: Path
     assert proc.returncode == 0, err.decode()
     assert 'assistant> You said: "hello from a pipe"' in text
     assert "turn> completed in " in text and "you> hello from a pipe" in text
+
+
+async def test_an_invalid_confirmation_answer_is_asked_again(
+    chat_with: Callable[..., Any], api_of: Callable[[Daemon], Api]
+) -> None:
+    d, term, chat = await chat_with(config=HOLD)
+    term.type("please use server tool", "maybe", "", "n", "/quit")
+    assert await asyncio.wait_for(chat.run(), 15) == 0
+    assert term.text.count("confirm> please answer y or n: allow read_file?") == 2
+    events = await api_of(d).events(chat.session_id, event_types="tool.confirmation_resolved")
+    assert [e["payload"]["decision"] for e in events] == ["deny"]
+
+
+async def test_a_line_typed_during_a_turn_is_echoed_when_it_is_sent(
+    chat_with: Callable[..., Any], workspace: Path
+) -> None:
+    d, term, _ = await chat_with(models=SLOW_SCRIPTED)
+    chat = ChatSession(
+        d.base_url,
+        str(workspace),
+        term.lines,
+        term.out,
+        prompt=True,  # at a terminal: the terminal echoes what is typed at the prompt
+        headers=resolve_daemon().headers(),
+    )
+    term.type("a sentence that takes a while to stream back")
+    running = asyncio.ensure_future(chat.run())
+    await term.wait_for("assistant> ")
+    term.type("typed while streaming")  # its terminal echo was lost in the reply
+    await term.wait_for("turn> completed", count=2)
+    term.type("/quit")
+    assert await asyncio.wait_for(running, 10) == 0
+    assert "you> typed while streaming" in term.text

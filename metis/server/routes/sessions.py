@@ -12,6 +12,7 @@ from metis.core.canonical import decimal_str, format_us, is_ulid, now_us
 from metis.core.errors import CursorNotFound
 from metis.core.events.catalog import PERSISTED
 from metis.core.sessions import SessionView
+from metis.server import titles
 from metis.server.errors import ApiError
 from metis.server.http import (
     RouteTable,
@@ -22,6 +23,7 @@ from metis.server.http import (
     validation_error,
 )
 from metis.server.state import STATE_KEY, ServerState
+from metis.server.titles import TITLE_CHARS
 
 routes = RouteTable()
 _SESSION_ERRORS = ("session_not_found",)
@@ -38,9 +40,12 @@ class CreateSessionRequest(BaseModel):
 
 
 class PatchSessionRequest(BaseModel):
+    """Either field or both; an absent field is left as it is (`null` clears it)."""
+
     model_config = ConfigDict(extra="forbid")
 
-    active_model: str | None = Field(strict=True)
+    active_model: str | None = Field(default=None, strict=True)
+    title: str | None = Field(default=None, strict=True, min_length=1, max_length=TITLE_CHARS)
 
 
 class PendingSwap(BaseModel):
@@ -72,13 +77,19 @@ class Session(SessionListItem):
 
 
 class SessionWithAttach(Session):
+    title: str | None  # set with PATCH, else the first prompt's first line
     attach_token: str | None
     attach_token_expires_at: str | None
     ws_url: str | None
 
 
+class SessionSummary(SessionListItem):
+    status: Literal["active", "ended"]
+    title: str | None  # set with PATCH, else the first prompt's first line; None before it
+
+
 class SessionList(BaseModel):
-    sessions: list[SessionListItem]
+    sessions: list[SessionSummary]
     next_cursor: str | None
 
 
@@ -87,6 +98,7 @@ class ModelChangeResponse(BaseModel):
     active_model: str | None
     swap_queued: bool
     swap_queued_until_turn: str | None
+    title: str | None = None  # present when the PATCH set it
 
 
 class EndResponse(BaseModel):
@@ -243,7 +255,17 @@ async def list_sessions(request: web.Request) -> web.Response:
         status=None if query.status == "all" else query.status,
     )
     next_cursor = encode_cursor(views[-1].id) if more and views else None
-    return json_response({"sessions": [list_item(v) for v in views], "next_cursor": next_cursor})
+    named = await session_titles(core, [v.id for v in views])
+    items = [
+        {**list_item(v), "status": "ended" if v.ended else "active", "title": named.get(v.id)}
+        for v in views
+    ]
+    return json_response({"sessions": items, "next_cursor": next_cursor})
+
+
+async def session_titles(core: Any, session_ids: list[str]) -> dict[str, str]:
+    """Each session's title (metis/server/titles.py), one query for the page."""
+    return await titles.session_titles(core.db, session_ids)
 
 
 @routes.route(
@@ -253,7 +275,8 @@ async def get_session(request: web.Request) -> web.Response:
     """A session with a fresh single-use attach token for its WebSocket stream."""
     state = request.app[STATE_KEY]
     view = await state.core.sessions.get(request.match_info["session_id"])
-    return json_response({**render_session(view), **_attach_fields(state, view)})
+    title = (await session_titles(state.core, [view.id])).get(view.id)
+    return json_response({**render_session(view), "title": title, **_attach_fields(state, view)})
 
 
 @routes.route(
@@ -265,20 +288,37 @@ async def get_session(request: web.Request) -> web.Response:
     errors=("session_not_found", "session_already_ended", "model_not_configured"),
 )
 async def patch_session(request: web.Request) -> web.Response:
-    """Set or clear the sticky model; queued behind a running turn."""
+    """Set or clear the sticky model (queued behind a running turn) and/or the title."""
     body = await read_body(request, PatchSessionRequest)
     assert body is not None
-    change = await _core(request).sessions.set_active_model(
-        request.match_info["session_id"], body.active_model
-    )
-    return json_response(
-        {
+    core = _core(request)
+    session_id = request.match_info["session_id"]
+    if not body.model_fields_set:
+        raise validation_error(
+            [{"loc": ["body"], "msg": "set active_model or title", "type": "missing"}]
+        )
+    if "title" in body.model_fields_set:
+        view = await core.sessions.get(session_id)  # 404 for an unknown session
+        await titles.set_title(core.db, view.id, body.title)
+    if "active_model" in body.model_fields_set:
+        change = await core.sessions.set_active_model(session_id, body.active_model)
+        answer = {
             "id": change.id,
             "active_model": change.active_model,
             "swap_queued": change.swap_queued,
             "swap_queued_until_turn": change.swap_queued_until_turn,
         }
-    )
+    else:
+        view = await core.sessions.get(session_id)
+        answer = {
+            "id": view.id,
+            "active_model": view.active_model,
+            "swap_queued": False,
+            "swap_queued_until_turn": None,
+        }
+    if "title" in body.model_fields_set:
+        answer["title"] = (await session_titles(core, [session_id])).get(session_id)
+    return json_response(answer)
 
 
 @routes.route(

@@ -1,0 +1,115 @@
+"""A small REST client of the daemon shared by `metis chat`, `metis run` and `metis sessions`.
+
+Every request carries the daemon's key (`daemon_client.DaemonTarget.headers`); the key is never
+shown. A non-2xx answer raises `ApiFailure` with the error envelope's code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+
+
+class ApiFailure(Exception):
+    """A non-2xx answer from the daemon, with its error envelope's code."""
+
+    def __init__(self, status: int, body: Any) -> None:
+        error = body.get("error", {}) if isinstance(body, dict) else {}
+        self.status = status
+        self.code = error.get("code", f"http_{status}")
+        self.details = error.get("details") or {}
+        super().__init__(f"{self.code}: {error.get('message', body)}")
+
+
+class DaemonApi:
+    """REST calls over one aiohttp session (use as `async with DaemonApi(url, headers)`)."""
+
+    def __init__(self, url: str, headers: Mapping[str, str] | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.headers = dict(headers or {})
+        self.http: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> DaemonApi:
+        self.http = aiohttp.ClientSession(headers=self.headers)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.http is not None:
+            await self.http.close()
+
+    async def call(
+        self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None
+    ) -> Any:
+        assert self.http is not None
+        async with self.http.request(method, self.url + path, json=body, params=params) as r:
+            data = await r.json(content_type=None)
+            if r.status >= 300:
+                raise ApiFailure(r.status, data)
+            return data
+
+    async def ws_connect(self, ws_url: str) -> aiohttp.ClientWebSocketResponse:
+        assert self.http is not None
+        return await self.http.ws_connect(ws_url, max_msg_size=0)
+
+    async def all_messages(self, session_id: str) -> list[dict[str, Any]]:
+        """Every stored message of a session, oldest first (paged back with `before`)."""
+        out: list[dict[str, Any]] = []
+        params: dict[str, Any] = {"limit": 200}
+        while True:
+            page = await self.call("GET", f"/sessions/{session_id}/messages", params=params)
+            out[:0] = page["messages"]
+            if not page.get("has_more_before") or not page["messages"]:
+                return out
+            params = {"limit": 200, "before": page["messages"][0]["id"]}
+
+    async def all_events(self, session_id: str, event_types: str | None = None) -> list[Any]:
+        """Every persisted event of a session (optionally of some types), oldest first."""
+        out: list[dict[str, Any]] = []
+        params: dict[str, Any] = {"limit": 1000}
+        if event_types:
+            params["event_types"] = event_types
+        while True:
+            page = await self.call("GET", f"/sessions/{session_id}/events", params=params)
+            out.extend(page["events"])
+            if page.get("next_cursor") is None:
+                return out
+            params["cursor"] = page["next_cursor"]
+
+    async def sessions(self, **query: Any) -> list[dict[str, Any]]:
+        """Sessions matching `query` (GET /sessions filters), newest first, every page."""
+        out: list[dict[str, Any]] = []
+        params = {k: v for k, v in query.items() if v is not None}
+        while True:
+            page = await self.call("GET", "/sessions", params=params)
+            out.extend(page["sessions"])
+            if page.get("next_cursor") is None:
+                return out
+            params["cursor"] = page["next_cursor"]
+
+
+def reason_code(reason: Any) -> str | None:
+    """The `code` of a WebSocket JSON close reason, if it is one."""
+    try:
+        return str(json.loads(reason)["code"]) if reason else None
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def text_of(message: Mapping[str, Any]) -> str:
+    """The text blocks of a canonical message, joined."""
+    return "\n".join(
+        b.get("text", "") for b in message.get("content") or [] if b.get("type") == "text"
+    )
+
+
+def tool_result_text(block: Mapping[str, Any]) -> str:
+    """The text of a `tool_result` block (its content is a string or a block list)."""
+    content = block.get("content")
+    if isinstance(content, str):
+        return content
+    return "\n".join(
+        b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text"
+    )

@@ -1,0 +1,127 @@
+"""A session as a file: Markdown to read (a heading per turn, tool calls as fenced blocks,
+costs) or JSON to process (the canonical messages and the persisted events, as the REST API
+returns them)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from metis.commands import tooldisplay
+from metis.commands.client import DaemonApi, text_of, tool_result_text
+
+ATTACH_FIELDS = ("attach_token", "attach_token_expires_at", "ws_url")
+TURN_END = ("turn.completed", "turn.cancelled", "turn.failed")
+
+
+async def collect(api: DaemonApi, session_id: str) -> dict[str, Any]:
+    """The session (without its attach token), every message and every persisted event."""
+    session = await api.call("GET", f"/sessions/{session_id}")
+    for key in ATTACH_FIELDS:
+        session.pop(key, None)
+    return {
+        "session": session,
+        "messages": await api.all_messages(session_id),
+        "events": await api.all_events(session_id),
+    }
+
+
+def to_json(data: dict[str, Any]) -> str:
+    return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+
+
+def _fence(text: str, info: str = "") -> str:
+    """A fenced block whose fence is longer than any backtick run inside."""
+    longest = run = 0
+    for ch in text:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{info}\n{text.rstrip(chr(10))}\n{fence}\n"
+
+
+def to_markdown(data: dict[str, Any]) -> str:
+    session = data["session"]
+    messages = data["messages"]
+    events = data["events"]
+    ends = {e["turn_id"]: e for e in events if e["type"] in TURN_END}
+    durations = {
+        e["payload"]["tool_use_id"]: e["payload"].get("duration_ms")
+        for e in events
+        if e["type"] in ("tool.completed", "tool.failed")
+    }
+    results: dict[str, dict[str, Any]] = {}
+    for m in messages:
+        for block in m.get("content") or []:
+            if block.get("type") == "tool_result":
+                results[block["tool_use_id"]] = block
+    title = session.get("title") or session["id"]
+    out = [
+        f"# {title}\n",
+        f"- session: `{session['id']}`",
+        f"- workspace: `{session['workspace_path']}`",
+        f"- model: {session.get('active_model') or 'routing decides'}",
+        f"- created: {session.get('created_at')}"
+        + (f", ended: {session['ended_at']}" if session.get("ended_at") else ""),
+        f"- turns: {session.get('turn_count')}, cost: ${session.get('cost_so_far_usd')}\n",
+    ]
+    turn_no = 0
+    current_turn: str | None = None
+
+    def close_turn(turn_id: str | None) -> None:
+        end = ends.get(turn_id or "")
+        if end is None:
+            return
+        p = end["payload"]
+        outcome = end["type"].removeprefix("turn.")
+        extra = f" ({p.get('reason')}: {p.get('message', '')})" if outcome != "completed" else ""
+        out.append(
+            f"_Turn {outcome}{extra} · {p.get('llm_call_count', 0)} call(s) · "
+            f"{p.get('input_tokens', 0)} in / {p.get('output_tokens', 0)} out tokens · "
+            f"${p.get('total_cost_usd', '0')} · {(p.get('wall_time_ms') or 0) / 1000:.1f} s_\n"
+        )
+
+    for m in messages:
+        role = m["role"]
+        if role == "user" and m.get("turn_id") != current_turn:
+            close_turn(current_turn)
+            current_turn = m.get("turn_id")
+            turn_no += 1
+            first = text_of(m).strip().splitlines()[0] if text_of(m).strip() else ""
+            out.append(f"## Turn {turn_no}: {first[:80]}\n")
+        if role == "user":
+            out.append("**You:**\n")
+            out.append(text_of(m).strip() + "\n")
+        elif role == "assistant":
+            model = (m.get("metadata") or {}).get("model")
+            out.append(f"**Assistant**{f' ({model})' if model else ''}:\n")
+            for block in m.get("content") or []:
+                kind = block.get("type")
+                if kind == "text" and block.get("text", "").strip():
+                    out.append(block["text"].strip() + "\n")
+                elif kind == "thinking" and block.get("thinking", "").strip():
+                    quoted = "\n".join("> " + line for line in block["thinking"].splitlines())
+                    out.append(f"> _thinking_\n{quoted}\n")
+                elif kind == "tool_use":
+                    out.append(_tool_block(block, results.get(block["id"]), durations))
+    close_turn(current_turn)
+    return "\n".join(out)
+
+
+def _tool_block(
+    block: dict[str, Any], result: dict[str, Any] | None, durations: dict[str, Any]
+) -> str:
+    name = block.get("name", "")
+    tool_input = block.get("input") or {}
+    parts = [f"Tool call `{name}` {tooldisplay.summary(name, tool_input)}\n"]
+    diff = tooldisplay.file_diff(name, tool_input, None) if name == "patch_file" else None
+    if diff is not None:
+        parts.append(_fence(diff, "diff"))
+    else:
+        parts.append(_fence(json.dumps(tool_input, ensure_ascii=False, indent=2), "json"))
+    if result is not None:
+        status = "error" if result.get("is_error") else "ok"
+        took = durations.get(block["id"])
+        parts.append(f"Result ({status}{f', {took} ms' if took is not None else ''}):\n")
+        parts.append(_fence(tool_result_text(result) or "(no output)", "text"))
+    return "\n".join(parts)

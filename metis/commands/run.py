@@ -1,0 +1,188 @@
+"""`metis run "prompt"`: one turn, non-interactive, for scripts.
+
+It creates a session on the workspace, sends the prompt, streams the reply's text to stdout
+(tool calls and confirmations are reported on stderr), then ends the session (its data stays:
+`metis sessions export ID`). Confirmations are answered by flag: `--yes` allows, `--deny-all`
+(the default) denies. `--json` prints one JSON object at the end instead of the text. The exit
+status is 0 when the turn completed, 1 when it failed or was cancelled, 2 for a usage or
+configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from metis.commands import tooldisplay
+from metis.commands.client import ApiFailure, DaemonApi
+from metis.commands.daemon_client import add_arguments, target_from_args
+from metis.core.errors import ConfigError
+
+TERMINAL_TYPES = ("turn.completed", "turn.cancelled", "turn.failed")
+
+
+def _err(text: str) -> None:
+    print(f"metis: {text}", file=sys.stderr, flush=True)
+
+
+async def run_turn(api: DaemonApi, args: argparse.Namespace) -> int:
+    workspace = str(Path(args.workspace or ".").expanduser().resolve())
+    session = await api.call("POST", "/sessions", {"workspace_path": workspace})
+    session_id = session["id"]
+    got = await api.call("GET", f"/sessions/{session_id}")
+    ws = await api.ws_connect(got["ws_url"])
+    text_parts: list[str] = []
+    tools: list[dict[str, Any]] = []
+    outcome: dict[str, Any] = {}
+    try:
+        await ws.send_json({"type": "subscribe", "filter": "preset:chat", "snapshot": True})
+        for _ in range(2):  # the ack, then the snapshot
+            frame = await ws.receive_json(timeout=10)
+            if frame.get("type") == "subscribe_error":
+                raise ApiFailure(409, {"error": frame})
+        body: dict[str, Any] = {"content": [{"type": "text", "text": args.prompt}]}
+        if args.model:
+            body["per_message_override"] = args.model
+        accepted = await api.call("POST", f"/sessions/{session_id}/turns", body)
+        turn_id = accepted["turn_id"]
+        decision = "allow" if args.yes else "deny"
+        while not outcome:
+            msg = await ws.receive()
+            if msg.type != aiohttp.WSMsgType.TEXT:
+                _err("the stream closed before the turn ended")
+                return 1
+            frame = json.loads(msg.data)
+            if frame.get("type") == "ping":
+                await ws.send_json({"type": "pong", "nonce": frame.get("nonce")})
+                continue
+            if frame.get("type") != "event":
+                continue
+            event = frame["event"]
+            kind, p = event["type"], event.get("payload") or {}
+            if event.get("turn_id") not in (None, turn_id):
+                continue
+            if kind == "text.delta":
+                text_parts.append(p.get("text", ""))
+                if not args.json:
+                    sys.stdout.write(p.get("text", ""))
+                    sys.stdout.flush()
+            elif kind == "tool.use_start":
+                tools.append({"id": p["tool_use_id"], "name": p.get("tool_name")})
+            elif kind == "tool.use_end":
+                for call in tools:
+                    if call["id"] == p["tool_use_id"]:
+                        call["input"] = p.get("final_input")
+                        summary = tooldisplay.summary(_name(call), call["input"])
+                        if not args.json:
+                            _err(f"tool {_name(call)} {summary}")
+            elif kind == "tool.confirmation_requested":
+                summary = p.get("command_summary") or p.get("input_summary")
+                _err(f"{decision} {p.get('tool_name')}: {summary}")
+                answer: dict[str, Any] = {"decision": decision}
+                if decision == "deny":
+                    answer["reason"] = "metis run without --yes"
+                await api.call(
+                    "POST",
+                    f"/sessions/{session_id}/turns/{turn_id}/confirmations/"
+                    f"{p['confirmation_request_id']}",
+                    answer,
+                )
+            elif kind in ("tool.completed", "tool.failed"):
+                for call in tools:
+                    if call["id"] == p["tool_use_id"]:
+                        call["is_error"] = kind == "tool.failed" or p.get("is_error")
+                        call["duration_ms"] = p.get("duration_ms")
+            elif kind in TERMINAL_TYPES:
+                outcome = {"status": kind.removeprefix("turn."), **p}
+    finally:
+        await ws.close()
+        with contextlib.suppress(ApiFailure, aiohttp.ClientError):
+            await api.call("DELETE", f"/sessions/{session_id}")
+    final = await api.call("GET", f"/sessions/{session_id}")
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "session_id": session_id,
+                    "turn_id": turn_id,
+                    "status": outcome["status"],
+                    "reason": outcome.get("reason"),
+                    "message": outcome.get("message"),
+                    "model": final.get("active_model") or accepted.get("model"),
+                    "text": "".join(text_parts),
+                    "tool_calls": [
+                        {
+                            "name": _name(tool),
+                            "summary": tooldisplay.summary(_name(tool), tool.get("input")),
+                            "is_error": bool(tool.get("is_error")),
+                            "duration_ms": tool.get("duration_ms"),
+                        }
+                        for tool in tools
+                    ],
+                    "input_tokens": outcome.get("input_tokens", 0),
+                    "output_tokens": outcome.get("output_tokens", 0),
+                    "cost_usd": outcome.get("total_cost_usd", "0"),
+                },
+                ensure_ascii=False,
+            )
+        )
+    else:
+        if text_parts and not "".join(text_parts).endswith("\n"):
+            print()
+        line = f"turn {outcome['status']} · session {session_id} · ${outcome.get('total_cost_usd')}"
+        if outcome["status"] != "completed":
+            line += f" · {outcome.get('reason')}: {outcome.get('message') or ''}"
+        _err(line)
+    return 0 if outcome["status"] == "completed" else 1
+
+
+def _name(tool: dict[str, Any]) -> str:
+    return str(tool.get("name") or "")
+
+
+async def _main(args: argparse.Namespace) -> int:
+    try:
+        target = target_from_args(args)
+    except ConfigError as exc:
+        _err(f"configuration error:\n{exc.message}")
+        return 2
+    try:
+        async with DaemonApi(target.url, target.headers()) as api:
+            return await run_turn(api, args)
+    except aiohttp.ClientConnectionError:
+        _err(f"cannot reach the daemon at {target.url}; is `metis serve` running?")
+        return 1
+    except ApiFailure as exc:
+        _err(str(exc))
+        return 2 if exc.status == 400 else 1
+
+
+def run_command(args: argparse.Namespace) -> int:
+    return asyncio.run(_main(args))
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "run",
+        help="run one turn non-interactively and print the reply",
+        description="Send PROMPT as one turn in a new session, stream the reply's text to "
+        "stdout, and exit 0 if the turn completed (1 if it failed or was cancelled).",
+    )
+    parser.add_argument("prompt", help="the message to send")
+    parser.add_argument("--workspace", metavar="DIR", help="workspace directory (default: .)")
+    parser.add_argument("--model", metavar="ALIAS", help="model for this turn (default: routing)")
+    answers = parser.add_mutually_exclusive_group()
+    answers.add_argument("--yes", action="store_true", help="allow every tool confirmation")
+    answers.add_argument(
+        "--deny-all", action="store_true", help="deny every tool confirmation (the default)"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    add_arguments(parser)
+    parser.set_defaults(func=run_command)

@@ -1,0 +1,142 @@
+"""`metis sessions [list|show ID|end ID|export ID]`: the daemon's sessions, for scripts.
+
+`list` prints one line per session (newest first; `--json` the REST objects), `show` one
+session with its turns, `end` ends it (data kept), `export` writes it as Markdown (readable) or
+JSON (the canonical messages and events) to stdout or `--output FILE`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from metis.commands import export as exporter
+from metis.commands import usage
+from metis.commands.client import ApiFailure, DaemonApi
+from metis.commands.daemon_client import add_arguments, target_from_args
+from metis.core.errors import ConfigError
+
+
+def _line(s: dict[str, Any]) -> str:
+    state = "ended" if s.get("ended_at") else "active"
+    title = (s.get("title") or "-").replace("\t", " ")
+    return "\t".join(
+        [
+            s["id"],
+            state,
+            str(s.get("turn_count", 0)),
+            f"${s.get('cost_so_far_usd', '0')}",
+            str(s.get("created_at", ""))[:19],
+            s.get("workspace_path", ""),
+            title,
+        ]
+    )
+
+
+async def _list(api: DaemonApi, args: argparse.Namespace) -> int:
+    workspace = str(Path(args.workspace).expanduser().resolve()) if args.workspace else None
+    status = "all" if args.all else "active"
+    sessions = await api.sessions(workspace_path=workspace, status=status, limit=200)
+    if args.json:
+        print(json.dumps({"sessions": sessions}, ensure_ascii=False, indent=2))
+        return 0
+    for s in sessions:
+        print(_line(s))
+    return 0
+
+
+async def _show(api: DaemonApi, args: argparse.Namespace) -> int:
+    session = await api.call("GET", f"/sessions/{args.id}")
+    for key in exporter.ATTACH_FIELDS:
+        session.pop(key, None)
+    if args.json:
+        print(json.dumps(session, ensure_ascii=False, indent=2))
+        return 0
+    print(f"session   {session['id']}")
+    print(f"title     {session.get('title') or '-'}")
+    print(f"workspace {session['workspace_path']}")
+    print(
+        f"model     {session.get('active_model')}"
+        + ("" if session.get("sticky_model") else " (routing)")
+    )
+    print(f"created   {session['created_at']}")
+    print(f"status    {'ended ' + session['ended_at'] if session.get('ended_at') else 'active'}")
+    print(f"turns     {session['turn_count']}")
+    print(f"cost      ${session['cost_so_far_usd']}")
+    ends = await api.all_events(args.id, "turn.completed,turn.cancelled,turn.failed")
+    for n, e in enumerate(ends, 1):
+        p = e["payload"]
+        print(
+            f"  turn {n}: {e['type'].removeprefix('turn.')} · {p.get('llm_call_count', 0)} call(s) · "
+            f"{p.get('tool_call_count', 0)} tool(s) · ${p.get('total_cost_usd', '0')}"
+        )
+    return 0
+
+
+async def _end(api: DaemonApi, args: argparse.Namespace) -> int:
+    ended = await api.call("DELETE", f"/sessions/{args.id}")
+    print(f"ended {ended['id']} at {ended['ended_at']}")
+    return 0
+
+
+async def _export(api: DaemonApi, args: argparse.Namespace) -> int:
+    data = await exporter.collect(api, args.id)
+    text = exporter.to_json(data) if args.format == "json" else exporter.to_markdown(data)
+    if args.output:
+        Path(args.output).expanduser().write_text(text, encoding="utf-8")
+        print(f"exported {args.id} to {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+async def _main(args: argparse.Namespace) -> int:
+    try:
+        target = target_from_args(args)
+    except ConfigError as exc:
+        print(f"metis: configuration error:\n{exc.message}", file=sys.stderr)
+        return 2
+    try:
+        async with DaemonApi(target.url, target.headers()) as api:
+            result: int = await args.action(api, args)
+            return result
+    except aiohttp.ClientConnectionError:
+        print(f"metis: cannot reach the daemon at {target.url}", file=sys.stderr)
+        return 1
+    except ApiFailure as exc:
+        print(f"metis: {exc}", file=sys.stderr)
+        return 1
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "sessions", help="list, show, end and export the daemon's sessions"
+    )
+    sub = parser.add_subparsers(dest="sessions_command")
+    parser.set_defaults(func=lambda _args: usage(parser))
+
+    def command(name: str, help_text: str, action: Any) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(func=lambda a: asyncio.run(_main(a)), action=action)
+        add_arguments(p)
+        return p
+
+    p = command("list", "sessions, newest first (active ones unless --all)", _list)
+    p.add_argument("--workspace", metavar="DIR", help="only the sessions of this workspace")
+    p.add_argument("--all", action="store_true", help="include ended sessions")
+    p.add_argument("--json", action="store_true", help="the REST objects as JSON")
+    p = command("show", "one session and its turns", _show)
+    p.add_argument("id")
+    p.add_argument("--json", action="store_true", help="the REST object as JSON")
+    p = command("end", "end a session (its data is kept)", _end)
+    p.add_argument("id")
+    p = command("export", "write a session as Markdown or JSON", _export)
+    p.add_argument("id")
+    p.add_argument("--format", choices=("md", "json"), default="md")
+    p.add_argument("--output", metavar="FILE", help="write to FILE (default: stdout)")

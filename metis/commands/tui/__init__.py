@@ -1,0 +1,1 @@
+"""The full-screen terminal app of `metis chat` (Textual); see docs/tui.md."""

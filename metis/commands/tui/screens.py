@@ -1,0 +1,167 @@
+"""Modal screens: a tool call's confirmation and the session picker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rich.syntax import Syntax
+from rich.text import Text
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Input, OptionList, Static
+from textual.widgets.option_list import Option
+
+from metis.commands import tooldisplay
+
+
+@dataclass(frozen=True)
+class Decision:
+    decision: str  # "allow" | "deny"
+    scope: str = "once"  # "once" | "session"
+    reason: str | None = None
+
+
+class ConfirmScreen(ModalScreen[Decision | None]):
+    """`y` allow once, `a` allow for this session, `n` deny (then an optional reason), Esc
+    decide later. `None` is the result when it is closed without an answer."""
+
+    DEFAULT_CSS = """
+    ConfirmScreen { align: center middle; }
+    ConfirmScreen > Vertical {
+        width: 90%; max-width: 120; height: auto; max-height: 90%;
+        border: thick $warning; background: $surface; padding: 1 2;
+    }
+    ConfirmScreen .title { text-style: bold; }
+    ConfirmScreen VerticalScroll { height: auto; max-height: 24; margin: 1 0; }
+    ConfirmScreen .keys { color: $text-muted; }
+    ConfirmScreen Input { display: none; }
+    ConfirmScreen Input.asking { display: block; }
+    """
+
+    BINDINGS = [
+        Binding("y", "allow", "allow once"),
+        Binding("a", "allow_session", "allow for this session"),
+        Binding("n", "deny", "deny"),
+        Binding("escape", "later", "decide later"),
+    ]
+
+    def __init__(
+        self, request: dict[str, Any], tool_input: dict[str, Any] | None, workspace: str | None
+    ) -> None:
+        super().__init__()
+        self.request = request
+        self.request_id = str(request["confirmation_request_id"])
+        self.tool_input = tool_input
+        self.workspace = workspace
+        self.detail = ""  # the diff or the command shown
+
+    def compose(self) -> Any:
+        name = str(self.request.get("tool_name"))
+        summary = self.request.get("command_summary") or self.request.get("input_summary") or ""
+        with Vertical():
+            yield Static(
+                Text.assemble(
+                    ("Allow ", "bold"),
+                    (name, "bold yellow"),
+                    (f" ({self.request.get('side_effects')})?", "bold"),
+                ),
+                classes="title",
+            )
+            yield Static(Text(str(summary)))
+            body = self._body(name)
+            if body is not None:
+                with VerticalScroll():
+                    yield Static(body, id="confirm-body")
+            scopes = self.request.get("allowed_scopes") or ["once"]
+            keys = "[y] allow once   "
+            if "session" in scopes:
+                keys += "[a] allow for this session   "
+            keys += "[n] deny (with a reason)   [Esc] decide later"
+            yield Static(Text(keys), classes="keys")
+            yield Input(placeholder="reason for denying (optional), Enter to send", id="reason")
+
+    def _body(self, name: str) -> Any:
+        diff = tooldisplay.file_diff(name, self.tool_input, self.workspace)
+        if diff is not None:
+            self.detail = diff
+            return Syntax(diff.rstrip("\n"), "diff", theme="ansi_dark")
+        command = (self.tool_input or {}).get("command") or self.request.get("command_summary")
+        if name == "shell" and command:
+            self.detail = str(command)
+            return Syntax(str(command), "bash", theme="ansi_dark")
+        return None
+
+    def _asking_reason(self) -> bool:
+        return self.query_one("#reason", Input).has_class("asking")
+
+    def action_allow(self) -> None:
+        if not self._asking_reason():
+            self.dismiss(Decision("allow"))
+
+    def action_allow_session(self) -> None:
+        scopes = self.request.get("allowed_scopes") or ["once"]
+        if not self._asking_reason() and "session" in scopes:
+            self.dismiss(Decision("allow", "session"))
+
+    def action_deny(self) -> None:
+        reason = self.query_one("#reason", Input)
+        if not reason.has_class("asking"):
+            reason.add_class("asking")
+            reason.focus()
+
+    def action_later(self) -> None:
+        self.dismiss(None)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.dismiss(Decision("deny", "once", event.value.strip() or None))
+
+
+class SessionPicker(ModalScreen[str | None]):
+    """The sessions of this workspace, newest first; Enter switches, Esc closes."""
+
+    DEFAULT_CSS = """
+    SessionPicker { align: center middle; }
+    SessionPicker > Vertical {
+        width: 90%; max-width: 110; height: auto; max-height: 80%;
+        border: thick $accent; background: $surface; padding: 1 2;
+    }
+    SessionPicker OptionList { height: auto; max-height: 30; }
+    SessionPicker .keys { color: $text-muted; }
+    """
+
+    BINDINGS = [Binding("escape", "close", "close")]
+
+    def __init__(self, sessions: list[dict[str, Any]], current: str | None) -> None:
+        super().__init__()
+        self.sessions = sessions
+        self.current = current
+
+    def compose(self) -> Any:
+        options = []
+        for s in self.sessions:
+            title = s.get("title") or "(no prompt yet)"
+            mark = "● " if s["id"] == self.current else "  "
+            state = "ended" if s.get("ended_at") else "active"
+            label = Text.assemble(
+                (mark, "bold green"),
+                (title[:60], "bold"),
+                (
+                    f"  {s.get('turn_count', 0)} turn(s) · {state} · "
+                    f"{str(s.get('created_at', ''))[:16].replace('T', ' ')} · {s['id']}",
+                    "dim",
+                ),
+            )
+            options.append(Option(label, id=s["id"]))
+        with Vertical():
+            yield Static(Text("Sessions on this workspace", style="bold"))
+            yield OptionList(*options, id="sessions")
+            yield Static(Text("Enter: switch   Esc: close"), classes="keys")
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option.id)
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,83 @@
+"""Session titles: set with `PATCH /sessions/{id}` `{"title": …}`, else the first line of the
+session's first user message (shortened), else null.
+
+A set title lives in the `session_titles` table, a store extension with its own migration track
+(`metis.core.store.store.StoreExtension`); it cascades with its session, so a purge removes it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from metis.core.canonical import now_us
+from metis.core.store.store import StoreExtension
+
+TRACK = "session_titles"
+TITLE_CHARS = 200
+MIGRATIONS: tuple[str, ...] = (
+    """
+CREATE TABLE IF NOT EXISTS session_titles (session_id TEXT PRIMARY KEY
+  REFERENCES sessions(id) ON DELETE CASCADE, title TEXT NOT NULL, updated_at_us INTEGER NOT NULL);
+""",
+)
+
+
+def extension() -> StoreExtension:
+    return StoreExtension(TRACK, MIGRATIONS)
+
+
+def first_line(text: str) -> str | None:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:TITLE_CHARS]
+    return None
+
+
+async def session_titles(db: Any, session_ids: list[str]) -> dict[str, str]:
+    """Each session's title: the one set, else its first prompt's first line (one query each
+    for the page)."""
+    if not session_ids:
+        return {}
+    marks = ",".join("?" * len(session_ids))
+    ids = tuple(session_ids)
+    titles: dict[str, str] = {}
+    rows = await db.fetchall(
+        "SELECT m.session_id, m.content_json FROM messages m WHERE m.id IN ("
+        "SELECT MIN(id) FROM messages WHERE role = 'user' AND session_id IN "
+        f"({marks}) GROUP BY session_id)",
+        ids,
+    )
+    for row in rows:
+        try:
+            blocks = json.loads(row["content_json"])
+        except ValueError:
+            continue
+        text = "\n".join(
+            b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text"
+        )
+        title = first_line(text)
+        if title:
+            titles[row["session_id"]] = title
+    for row in await db.fetchall(
+        f"SELECT session_id, title FROM session_titles WHERE session_id IN ({marks})", ids
+    ):
+        titles[row["session_id"]] = row["title"]
+    return titles
+
+
+async def set_title(db: Any, session_id: str, title: str | None) -> None:
+    """Set the title (None: back to the first prompt's first line)."""
+
+    def work(conn: Any) -> None:
+        if title is None:
+            conn.execute("DELETE FROM session_titles WHERE session_id = ?", (session_id,))
+            return
+        conn.execute(
+            "INSERT INTO session_titles (session_id, title, updated_at_us) VALUES (?, ?, ?) "
+            "ON CONFLICT (session_id) DO UPDATE SET title = excluded.title, "
+            "updated_at_us = excluded.updated_at_us",
+            (session_id, title, now_us()),
+        )
+
+    await db.transaction(work)

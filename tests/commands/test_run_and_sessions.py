@@ -1,0 +1,143 @@
+"""`metis run` and `metis sessions` as real subprocesses against a real daemon (offline
+scripted model); exports compared with what the store serves over REST."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from metis.server.runner import Daemon
+from tests.api import Api
+
+HOLD = "tools:\n  confirmation:\n    per_tool: {read_file: prompt}\n"
+
+
+async def metis(*args: str, timeout: float = 60) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "metis.cli",
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=dict(os.environ),
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_run_streams_the_reply_and_ends_its_session(
+    daemon: Daemon, workspace: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    code, out, err = await metis(
+        "run", "hello from a script", "--workspace", str(workspace), "--url", daemon.base_url
+    )
+    assert code == 0, err
+    assert out == 'You said: "hello from a script"\n'
+    assert "turn completed" in err
+    _, listing = await api_of(daemon).call("GET", "/sessions")
+    [session] = listing["sessions"]
+    assert session["ended_at"] is not None and session["turn_count"] == 1
+    assert session["title"] == "hello from a script"
+
+
+async def test_run_json_with_yes_and_deny_all(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    d = await start_daemon(config=HOLD)
+    code, out, err = await metis(
+        "run",
+        "please use server tool",
+        "--workspace",
+        str(workspace),
+        "--url",
+        d.base_url,
+        "--json",
+        "--yes",
+    )
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["status"] == "completed"
+    assert [t["name"] for t in result["tool_calls"]] == ["read_file"]
+    assert "allow read_file" in err
+    code, out, err = await metis(
+        "run",
+        "please use server tool",
+        "--workspace",
+        str(workspace),
+        "--url",
+        d.base_url,
+        "--json",
+        "--deny-all",
+    )
+    assert code == 0, err
+    assert "user_denied" in json.loads(out)["text"] or "denied" in json.loads(out)["text"]
+    assert "deny read_file" in err
+
+
+async def test_run_exits_non_zero_when_the_turn_fails(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """A model reference that is not configured: the turn is refused (exit 2, a usage error),
+    and an unreachable daemon is exit 1."""
+    d = await start_daemon()
+    code, _, err = await metis(
+        "run", "hi", "--workspace", str(workspace), "--url", d.base_url, "--model", "nope"
+    )
+    assert code != 0 and "model_not_configured" in err
+    code, _, err = await metis("run", "hi", "--url", "http://127.0.0.1:9")
+    assert code == 1 and "cannot reach the daemon" in err
+
+
+async def test_sessions_list_show_export_and_end(
+    daemon: Daemon, workspace: Path, api_of: Callable[[Daemon], Api], tmp_path: Path
+) -> None:
+    api = api_of(daemon)
+    session = await api.create_session(workspace)
+    sid = session["id"]
+    await api.run_turn(sid, "first line of the prompt\nsecond line")
+    await api.run_turn(sid, "please use server tool")
+    url = ("--url", daemon.base_url)
+    code, out, err = await metis("sessions", "list", *url)
+    assert code == 0, err
+    [line] = out.splitlines()
+    fields = line.split("\t")
+    assert fields[0] == sid and fields[1] == "active" and fields[2] == "2"
+    assert fields[-1] == "first line of the prompt"
+    code, out, _ = await metis("sessions", "show", sid, *url)
+    assert code == 0 and f"session   {sid}" in out and "turn 2: completed" in out
+
+    code, out, _ = await metis("sessions", "export", sid, "--format", "json", *url)
+    assert code == 0
+    exported = json.loads(out)
+    assert exported["messages"] == (await api.messages(sid, limit=200))["messages"]
+    assert exported["events"] == await api.events(sid)
+    assert exported["session"]["id"] == sid and "attach_token" not in exported["session"]
+
+    target = tmp_path / "session.md"
+    code, _, err = await metis(
+        "sessions", "export", sid, "--format", "md", "--output", str(target), *url
+    )
+    assert code == 0, err
+    md = target.read_text()
+    assert md.startswith("# first line of the prompt\n")
+    assert "## Turn 1: first line of the prompt" in md and "## Turn 2: please use server tool" in md
+    assert "Tool call `read_file` metis-demo.txt" in md and "```json" in md
+    assert "File not found: metis-demo.txt" in md  # the tool's result, fenced
+    assert "_Turn completed" in md and "$0" in md
+
+    code, out, _ = await metis("sessions", "end", sid, *url)
+    assert code == 0 and out.startswith(f"ended {sid}")
+    code, out, _ = await metis("sessions", "list", *url)
+    assert out == ""
+    code, out, _ = await metis("sessions", "list", "--all", "--json", *url)
+    assert [s["id"] for s in json.loads(out)["sessions"]] == [sid]
+    code, _, err = await metis("sessions", "show", "sess_01M7YA76RDGJRJS6TX6XK99B3P", *url)
+    assert code == 1 and "session_not_found" in err

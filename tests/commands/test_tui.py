@@ -1,0 +1,310 @@
+"""`metis chat` as a full-screen app: Textual's Pilot drives `ChatApp` against a real daemon
+(offline scripted model). Screenshots of the main screens go to tests/artifacts/."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from metis.commands.daemon_client import resolve_daemon
+from metis.commands.tui.app import ChatApp
+from metis.commands.tui.screens import ConfirmScreen, SessionPicker
+from metis.commands.tui.widgets import (
+    AssistantMessage,
+    Note,
+    PromptInput,
+    ToolCard,
+    UserMessage,
+)
+from metis.server.runner import Daemon
+from tests.api import Api
+from tests.ws_client import SLOW_SCRIPTED
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+SIZE = (110, 40)
+
+
+def screenshot(app: ChatApp, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    app.save_screenshot(filename=f"{name}.svg", path=str(ARTIFACTS))
+
+
+async def until(condition: Callable[[], Any], timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.02)
+
+
+def make_app(d: Daemon, workspace: Path, **kwargs: Any) -> ChatApp:
+    target = resolve_daemon()
+    return ChatApp(
+        d.base_url, target.headers(), workspace=str(workspace), home=target.home, **kwargs
+    )
+
+
+def texts(app: ChatApp, kind: type) -> list[str]:
+    return [w.text for w in app.query(kind)]
+
+
+def notes(app: ChatApp) -> str:
+    return "\n".join(str(n.render()) for n in app.query(Note))
+
+
+async def type_text(pilot: Any, app: ChatApp, text: str) -> None:
+    """Type into the prompt and press Enter (the press returns once the app is idle)."""
+    app.prompt.focus()
+    app.prompt.set_text(text)
+    await pilot.press("enter")
+
+
+def send(app: ChatApp, text: str) -> None:
+    """Submit a prompt without waiting for the app to settle (to watch a turn run)."""
+    app.prompt.post_message(PromptInput.Submitted(text))
+
+
+async def test_a_turn_streams_into_the_transcript_and_the_status_bar_matches_rest(
+    start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    d = await start_daemon(models=SLOW_SCRIPTED)
+    app = make_app(d, workspace)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(lambda: app.session_id and app.reader is not None)
+        send(app, "hello there, a longer sentence to stream")
+        # streaming: part of the reply is shown while the turn runs, with the spinner
+        await until(lambda: any(0 < len(t) < 20 for t in texts(app, AssistantMessage)))
+        assert app.turn_id is not None
+        await pilot.pause(0.2)
+        spinner = str(app.query_one("#spinner").render())
+        assert "working" in spinner and "local:scripted" in spinner
+        screenshot(app, "chat-streaming")
+        await until(lambda: app.turn_id is None)
+        await pilot.pause()
+        assert texts(app, UserMessage) == ["hello there, a longer sentence to stream"]
+        assert texts(app, AssistantMessage) == [
+            'You said: "hello there, a longer sentence to stream"'
+        ]
+        assert "turn completed" in notes(app)
+        _, session = await api_of(d).call("GET", f"/sessions/{app.session_id}")
+        [call] = await api_of(d).events(app.session_id, event_types="llm.call_completed")
+        await until(lambda: app.status.fields.get("cost") == f"${session['cost_so_far_usd']}")
+        fields = app.status.fields
+        assert fields["model"] == f"{session['active_model']} (routing)"
+        p = call["payload"]
+        assert fields["tokens"] == f"{p['input_tokens']} in / {p['output_tokens']} out"
+        window = 200000
+        assert (
+            fields["context"] == f"{100 * (p['input_tokens'] + p['output_tokens']) / window:.1f}%"
+        )
+        screenshot(app, "chat-turn")
+        await type_text(pilot, app, "/quit")
+    assert app.return_value == 0
+
+
+async def test_quitting_an_unused_session_ends_it(
+    start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    d = await start_daemon()
+    app = make_app(d, workspace)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(lambda: app.reader is not None)
+        await pilot.press("ctrl+c")
+        await pilot.press("ctrl+c")  # a second Ctrl-C when idle quits
+        await until(lambda: app.return_value is not None)
+    _, session = await api_of(d).call("GET", f"/sessions/{app.session_id}")
+    assert session["ended_at"] is not None and session["turn_count"] == 0
+
+
+CONFIRM_ALL = "tools:\n  confirmation:\n    per_tool: {read_file: prompt}\n"
+
+
+async def wait_modal(app: ChatApp) -> ConfirmScreen:
+    await until(lambda: isinstance(app.screen, ConfirmScreen) and app.screen.is_mounted)
+    await until(lambda: bool(app.screen.query(".keys")))
+    assert isinstance(app.screen, ConfirmScreen)
+    return app.screen
+
+
+async def test_confirmations_y_a_and_n_with_a_reason(
+    start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    """`use all tools` asks for write_file, patch_file and shell: allow once (the modal shows
+    the diff), allow for the session, deny with a reason."""
+    d = await start_daemon()
+    app = make_app(d, workspace)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(lambda: app.reader is not None)
+        send(app, "please use all tools")
+        modal = await wait_modal(app)
+        assert modal.request["tool_name"] == "write_file"
+        body = modal.detail
+        assert "+++ b/metis-demo.txt" in body and "+conformance" in body
+        screenshot(app, "confirm-write-file")
+        await pilot.press("y")
+        modal = await wait_modal(app)
+        while modal.request["tool_name"] == "write_file":  # the same modal until it closes
+            await pilot.pause(0.05)
+            modal = await wait_modal(app)
+        assert modal.request["tool_name"] == "patch_file"
+        await pilot.press("a")
+        await until(
+            lambda: (
+                isinstance(app.screen, ConfirmScreen) and app.screen.request["tool_name"] == "shell"
+            )
+        )
+        assert app.screen.detail == "conformance"
+        screenshot(app, "confirm-shell")
+        await pilot.press("n")
+        await pilot.press(*"not here")
+        await pilot.press("enter")
+        await until(lambda: app.turn_id is None and "turn completed" in notes(app))
+        await pilot.pause(0.3)
+        cards = {c.name_: c for c in app.query(ToolCard)}
+        assert cards["write_file"].result is not None
+        assert (
+            cards["shell"].state.startswith("denied: not here") or "denied" in cards["shell"].state
+        )
+        screenshot(app, "tool-cards")
+    events = await api_of(d).events(app.session_id, event_types="tool.confirmation_resolved")
+    decided = [
+        (e["payload"]["decision"], e["payload"]["scope"], e["payload"]["reason"]) for e in events
+    ]
+    assert decided == [
+        ("allow", "once", None),
+        ("allow", "session", None),
+        ("deny", "once", "not here"),
+    ]
+
+
+async def test_an_answer_given_elsewhere_closes_the_modal(
+    start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    d = await start_daemon(config=CONFIRM_ALL)
+    app = make_app(d, workspace)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(lambda: app.reader is not None)
+        send(app, "please use server tool")
+        modal = await wait_modal(app)
+        request = modal.request
+        status, _ = await api_of(d).call(
+            "POST",
+            f"/sessions/{app.session_id}/turns/{request['turn_id']}/confirmations/"
+            f"{request['confirmation_request_id']}",
+            {"decision": "allow"},
+        )
+        assert status == 200
+        await until(lambda: not isinstance(app.screen, ConfirmScreen))
+        await until(lambda: app.turn_id is None)
+        await pilot.pause()
+        [card] = app.query(ToolCard)
+        assert card.state.startswith("allowed") or card.result is not None
+
+
+async def test_escape_cancels_the_running_turn(
+    start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    d = await start_daemon(models=SLOW_SCRIPTED)
+    app = make_app(d, workspace)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(lambda: app.reader is not None)
+        send(app, "a sentence that takes a while to stream back to the terminal")
+        await until(lambda: any(texts(app, AssistantMessage)))
+        await pilot.press("escape")
+        await until(lambda: "turn cancelled (user_cancel)" in notes(app))
+        assert app.turn_id is None
+        assert "cut short (cancelled)" in "\n".join(str(w.render()) for w in app.query(".note"))
+    cancelled = await api_of(d).events(app.session_id, event_types="turn.cancelled")
+    assert [e["payload"]["reason"] for e in cancelled] == ["user_cancel"]
+
+
+async def test_resuming_shows_the_earlier_conversation(
+    start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    d = await start_daemon()
+    api = api_of(d)
+    session = await api.create_session(workspace)
+    await api.run_turn(session["id"], "first question")
+    await api.run_turn(session["id"], "please use server tool")
+    app = make_app(d, workspace, continue_latest=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(lambda: app.reader is not None)
+        await pilot.pause()
+        assert app.session_id == session["id"]
+        assert texts(app, UserMessage) == ["first question", "please use server tool"]
+        replies = texts(app, AssistantMessage)
+        assert replies[0] == 'You said: "first question"'
+        [card] = app.query(ToolCard)
+        assert card.name_ == "read_file" and card.result is not None
+        assert card.duration_ms is not None
+        screenshot(app, "resumed")
+        await type_text(pilot, app, "/quit")
+    _, after = await api.call("GET", f"/sessions/{session['id']}")
+    assert after["ended_at"] is None  # a resumed session is not this app's to end
+
+
+async def test_slash_commands_model_cost_title_sessions_new_and_export(
+    start_daemon: Callable[..., Any],
+    workspace: Path,
+    api_of: Callable[[Daemon], Api],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    d = await start_daemon()
+    api = api_of(d)
+    app = make_app(d, workspace)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(lambda: app.reader is not None)
+        first = app.session_id
+        # completion: "/mo" + Tab completes the common prefix, "/model sc" + Tab the alias
+        app.prompt.set_text("/mo")
+        await pilot.press("tab")
+        assert app.prompt.text == "/model"
+        app.prompt.set_text("/model sc")
+        await pilot.press("tab")
+        assert app.prompt.text == "/model scripted "
+        await pilot.press("enter")
+        await until(lambda: "(pinned)" in app.status.fields.get("model", ""))
+        _, session = await api.call("GET", f"/sessions/{first}")
+        assert session["sticky_model"] == "local:scripted"
+        await type_text(pilot, app, "/model -")
+        await until(lambda: "(routing)" in app.status.fields.get("model", ""))
+        await type_text(pilot, app, "hello")
+        await until(lambda: "turn completed" in notes(app))
+        await type_text(pilot, app, "/cost")
+        await until(lambda: "session cost $0" in notes(app))
+        await type_text(pilot, app, "/models")
+        await until(lambda: any("local:scripted" in t for t in texts(app, AssistantMessage)))
+        await type_text(pilot, app, "/title My demo session")
+        await until(lambda: "title: My demo session" in notes(app))
+        _, session = await api.call("GET", f"/sessions/{first}")
+        assert session["title"] == "My demo session"
+        await type_text(pilot, app, "/export md")
+        await until(lambda: "exported to" in notes(app))
+        await type_text(pilot, app, f"/export json {tmp_path / 'out.json'}")
+        await until(lambda: (tmp_path / "out.json").exists())
+        await type_text(pilot, app, "/help")
+        await until(lambda: "/sessions" in notes(app))
+        screenshot(app, "slash-commands")
+        await type_text(pilot, app, "/new")
+        await until(lambda: app.session_id != first and app.reader is not None)
+        assert texts(app, UserMessage) == []
+        await type_text(pilot, app, "/sessions")
+        await until(lambda: isinstance(app.screen, SessionPicker))
+        await pilot.pause()
+        screenshot(app, "session-picker")
+        picker = app.screen
+        assert isinstance(picker, SessionPicker)
+        assert [s["id"] for s in picker.sessions][:2][-1] == first
+        from textual.widgets import OptionList
+
+        options = picker.query_one(OptionList)
+        options.highlighted = [s["id"] for s in picker.sessions].index(first)
+        await pilot.press("enter")
+        await until(lambda: app.session_id == first and app.reader is not None)
+        await pilot.pause()
+        assert texts(app, UserMessage) == ["hello"]
+    assert (tmp_path / f"{first}.md").read_text().startswith("# My demo session")
