@@ -49,6 +49,9 @@ class WebSocketSettings(_Section):
     attach_tokens_per_session_max: int = Field(default=100, ge=1)
     subscribe_timeout_s: float = Field(default=10.0, gt=0)
     queue_max_events: int = Field(default=1000, ge=1)
+    # A live client (WebSocket or AAP stream) that takes nothing from its queue for this long
+    # while a turn waits for room is closed as too slow; one that keeps reading never is.
+    slow_client_timeout_s: float = Field(default=10.0, gt=0)
     replay_max_events: int = Field(default=10_000, ge=1)
     snapshot_messages: int = Field(default=50, ge=1)
     ping_interval_s: float = Field(default=30.0, gt=0)

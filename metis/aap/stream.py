@@ -72,7 +72,9 @@ class Subscription:
 
     async def next(self, timeout: float) -> AnyEvent | CloseMarker | None:
         if self.client.queue:
-            return self.client.queue.popleft()
+            item = self.client.queue.popleft()
+            self.client.taken()
+            return item
         if self.overflowed:
             return None
         try:

@@ -382,7 +382,10 @@ class TurnRunner:
             async with contextlib.aclosing(
                 self.core.registry.adapter_for(entry.id).stream(request)
             ) as stream:
+                hub = self.core.hub
                 async for event in stream:
+                    if hub.pressed:  # a live client's queue is filling: let it catch up
+                        await hub.make_room(self.run.session_id)
                     if isinstance(event, MessageComplete):
                         complete = event
                         if event.stop_reason == "error":

@@ -60,7 +60,9 @@ class Core:
         self.writer = TraceWriter(self.db, self.bus, settings.events)
         ws = settings.websocket
         self.hub = SessionHub(
-            token_ttl_s=ws.attach_token_ttl_s, tokens_per_session=ws.attach_tokens_per_session_max
+            token_ttl_s=ws.attach_token_ttl_s,
+            tokens_per_session=ws.attach_tokens_per_session_max,
+            stall_timeout_s=ws.slow_client_timeout_s,
         )
         self.event_store = EventStore(self.db)
         self.message_store = MessageStore(self.db)

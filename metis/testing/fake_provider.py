@@ -376,6 +376,13 @@ class FakeProviderServer:
         await response.prepare(request)
         failure = reply.failure or ("drop" if reply.fail_after_events is not None else None)
         fail_at = reply.fail_after_events if failure is not None else None
+        if reply.single_write and failure is None:
+            await response.write("".join(frames).encode())
+            record.events_sent += len(frames)
+            await response.write_eof()
+            record.completed = True
+            self._notify()
+            return response
         for i, frame in enumerate(frames):
             if fail_at is not None and i >= fail_at:
                 break

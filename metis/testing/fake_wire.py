@@ -88,6 +88,9 @@ class FakeReply(BaseModel):
     chunk_chars: int = Field(default=8, ge=1)
     delay_ms: float = 0
     first_byte_delay_ms: float = 0
+    # The whole event stream in one socket write, as a fast provider or proxy may deliver it:
+    # the client then parses every delta from one buffer without waiting on the network.
+    single_write: bool = False
     fail_after_events: int | None = None
     failure: Failure | None = None
     same_index_parallel: bool = False

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -295,17 +296,39 @@ async def test_v1_put_refused_by_routing_leaves_no_session_and_no_scratch_direct
     assert not (daemon.settings.home / "workspaces" / "fresh2").exists()
 
 
-async def test_a_reader_too_slow_for_the_queue_cancels_the_turn(
-    api_key: str, fake: FakeProviderServer, start_daemon: Any, client_for: Any, workspace: Path
+async def test_a_reader_that_stops_reading_cancels_the_turn(
+    api_key: str, fake: FakeProviderServer, start_daemon: Any, workspace: Path
 ) -> None:
+    """A stream reader that takes nothing for `websocket.slow_client_timeout_s` while the turn
+    waits for room in its queue has gone: the turn is cancelled as `client_disconnect`. (A
+    reader that keeps reading gets every delta: tests/aap/test_burst_delivery.py.)"""
     overrides = roots(workspace)
     overrides["aap"]["stream_queue_limit"] = 3
-    daemon = await start_daemon(models=fake_models(fake), **overrides)
-    aap = await client_for(daemon)
-    fake.enqueue("anthropic", FakeReply.say("x" * 2000, chunk_chars=1))
-    sid = await aap.create()
-    reply = await aap.say(sid, "flood me", "delta")
-    check_stream(reply, "delta")
-    assert reply.stop == "error"
+    daemon = await start_daemon(
+        models=fake_models(fake), websocket={"slow_client_timeout_s": 0.5}, **overrides
+    )
+    # 10 MB of deltas: far more than the kernel's socket buffers hold for a reader that stops.
+    fake.enqueue("anthropic", FakeReply.say("x" * 10_000_000, chunk_chars=2_000, single_write=True))
+    async with aiohttp.ClientSession(base_url=daemon.base_url) as http:
+        aap = AapClient(http, api_key, workspace=str(workspace.resolve()))
+        sid = await aap.create()
+    body = json.dumps({"stream": "delta", "messages": [{"role": "user", "content": "flood me"}]})
+    request = (
+        f"POST /aap/sessions/{sid}/turns HTTP/1.1\r\nHost: 127.0.0.1:{daemon.port}\r\n"
+        f"Authorization: Bearer {api_key}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n{body}"
+    )
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    try:
+        await loop.sock_connect(sock, ("127.0.0.1", daemon.port))
+        await loop.sock_sendall(sock, request.encode())  # then never read a byte
+        async with asyncio.timeout(30):
+            while not await _events(daemon, sid, "turn.cancelled"):
+                await asyncio.sleep(0.1)
+    finally:
+        sock.close()
     [cancelled] = await _events(daemon, sid, "turn.cancelled")
     assert cancelled["reason"] == "client_disconnect"

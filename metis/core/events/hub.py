@@ -6,6 +6,12 @@ events and streaming deltas in exactly the order they were emitted. A client who
 overflows is detached at once and told out of band (`on_overflow`); it never misses an event
 silently. Session end, purge and shutdown append an in-band close marker after the last event.
 
+Bursts are paced, not dropped: a provider may deliver a whole reply in one socket read, and the
+turn would then emit thousands of deltas without yielding, filling a fast reader's queue before
+its writer ever runs. A queue past half its bound marks its client *pressed*; the turn's stream
+loop then awaits `SessionHub.make_room` until the consumer has taken the queue down to a quarter.
+Only a consumer that takes nothing for `stall_timeout_s` is detached as too slow.
+
 The hub also keeps, per session, what a late joiner needs at its seam, updated in the same
 synchronous step that delivers each event: the latest bus event (H), the message watermark (W,
 the newest message id an event has referenced, so committed before that event) and the
@@ -210,17 +216,38 @@ class HubClient:
         self.wake = asyncio.Event()
         self.detached = False
         self.closed = asyncio.Event()  # set by the consumer once it sends nothing more
+        # Pacing (see the module docstring): pressed past `high_water`, released at `low_water`.
+        self.high_water = max(1, maxsize // 2)
+        self.low_water = maxsize // 4
+        self.room = asyncio.Event()
+        self.room.set()
+        self.pressed_set: set[HubClient] | None = None  # the hub's, while attached
 
     def offer(self, item: AnyEvent | SharedEvent) -> bool:
         """O(1), never waits; False means overflow (the hub then detaches this client)."""
         event = item.event if isinstance(item, SharedEvent) else item
         if self.accept is not None and not self.accept(event):
             return True
-        if len(self.queue) >= self.maxsize:
+        queue = self.queue
+        if len(queue) >= self.maxsize:
             return False
-        self.queue.append(item)
+        queue.append(item)
         self.wake.set()
+        if len(queue) >= self.high_water and self.room.is_set() and self.pressed_set is not None:
+            self.room.clear()
+            self.pressed_set.add(self)
         return True
+
+    def taken(self) -> None:
+        """The consumer took items off the queue: release the producer once it is low enough.
+        Consumers that pop the deque directly call this after each batch."""
+        if not self.room.is_set() and len(self.queue) <= self.low_water:
+            self.release()
+
+    def release(self) -> None:
+        self.room.set()
+        if self.pressed_set is not None:
+            self.pressed_set.discard(self)
 
     def push_close(self, marker: CloseMarker) -> None:
         self.queue.append(marker)  # bypasses the bound: it must always fit
@@ -235,7 +262,9 @@ class HubClient:
         while not self.queue:
             self.wake.clear()
             await self.wake.wait()
-        return self.queue.popleft()
+        item = self.queue.popleft()
+        self.taken()
+        return item
 
 
 @dataclass
@@ -284,8 +313,18 @@ class _Token:
 
 
 class SessionHub:
-    def __init__(self, *, token_ttl_s: float = 60.0, tokens_per_session: int = 100) -> None:
+    def __init__(
+        self,
+        *,
+        token_ttl_s: float = 60.0,
+        tokens_per_session: int = 100,
+        stall_timeout_s: float = 10.0,
+    ) -> None:
         self._sessions: dict[str, _SessionLive] = {}
+        # Clients whose queue is past its high-water mark: a producer checks this (empty almost
+        # always) once per delta, so the common case costs one truth test.
+        self.pressed: set[HubClient] = set()
+        self.stall_timeout_s = stall_timeout_s
         self._tokens: dict[str, _Token] = {}
         self.token_ttl_s = token_ttl_s
         self.tokens_per_session = tokens_per_session
@@ -332,11 +371,29 @@ class SessionHub:
             if isinstance(purged, str):
                 self.forget(purged)
 
+    async def make_room(self, session_id: str) -> None:
+        """Wait until every pressed client of this session has taken its queue down to its
+        low-water mark. A client that takes nothing for `stall_timeout_s` has stopped reading:
+        it is detached as overflowed (told out of band) and the producer goes on."""
+        for client in [c for c in self.pressed if c.session_id == session_id]:
+            while not client.room.is_set():
+                before = len(client.queue)
+                try:
+                    await asyncio.wait_for(client.room.wait(), self.stall_timeout_s)
+                except TimeoutError:
+                    if len(client.queue) >= before:  # took nothing in the whole interval
+                        live = self._sessions.get(session_id)
+                        if live is not None:
+                            self._overflow(live, client)
+                        else:
+                            client.release()
+
     def _overflow(self, live: _SessionLive, client: HubClient) -> None:
         if client in live.clients:
             live.clients.remove(client)
         client.detached = True
         client.queue.clear()
+        client.release()
         log.warning(
             "client %s of session %s overflowed its queue (capacity %d); detached",
             client.name,
@@ -356,12 +413,15 @@ class SessionHub:
         if client not in live.clients:
             live.clients.append(client)
         client.detached = False
+        client.pressed_set = self.pressed
 
     def detach(self, client: HubClient) -> None:
         live = self._sessions.get(client.session_id)
         if live is not None and client in live.clients:
             live.clients.remove(client)
         client.detached = True
+        client.release()  # a detached client never holds a producer back
+        client.pressed_set = None
 
     def seam_point(
         self, client: HubClient, accept: Accept | None, unnamed_watermark: Callable[[], str]

@@ -260,6 +260,7 @@ class Connection:
                     data = item.data = event_frame(event)
                 payloads.append(data)
                 size += len(data)
+            client.taken()
             if payloads:
                 await self._write_frames(payloads)
             elif queue:
