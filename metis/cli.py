@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from metis.commands import chat as chat_command
 from metis.commands import models as models_command
+from metis.commands import open_dashboard as open_command
 from metis.commands import routing as routing_command
 from metis.commands import run as run_command
 from metis.commands import sessions as sessions_command
@@ -165,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_command.register(sub)
     sessions_command.register(sub)
     trace_command.register(sub)
+    open_command.register(sub)
     return parser
 
 

@@ -11,7 +11,7 @@ from metis.aap import openapi as aap_openapi
 from metis.core.runtime import Core
 from metis.dashboard import routes as dashboard
 from metis.server import titles, ws
-from metis.server.auth import ServerAuth
+from metis.server.auth import SESSIONS_FILE, ServerAuth
 from metis.server.http import ROUTE_SPEC_KEY, RouteSpec
 from metis.server.middleware import add_security_headers, metis_middleware
 from metis.server.openapi import build_openapi
@@ -47,7 +47,11 @@ def create_app(state: ServerState) -> web.Application:
     aap_state = aap.mount(app, state)
     state.core.store.register(titles.extension())  # set session titles (metis/server/titles.py)
     # The metis surface takes the same key, loaded once by the AAP mount (metis/aap/auth.py).
-    state.auth = ServerAuth(aap_state.api_key, state.settings.file.auth)
+    state.auth = ServerAuth(
+        aap_state.api_key,
+        state.settings.file.auth,
+        sessions_file=state.settings.home / SESSIONS_FILE,  # browser sessions survive a restart
+    )
     if not state.auth.required:
         app.on_startup.append(_warn_unauthenticated)
     app[system.OPENAPI_KEY] = aap_openapi.extend(

@@ -11,16 +11,24 @@ single-use attach token, which only an authenticated request obtains.
 
 Login tokens and browser session ids are kept as SHA-256 digests only: a lookup never compares
 the secret itself (no timing signal about its bytes) and the tables hold no usable credential.
+Browser sessions outlive the daemon: their digests and expiry times (wall clock) are written to
+`METIS_HOME/browser_sessions.json` (mode 0600, replaced atomically on every login), so a page
+keeps working across a restart. Login tokens stay in memory: a restart voids the unused ones.
 `config.yaml` `auth: {required: false}` switches the metis check off (the AAP key stays).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
+import logging
+import os
 import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from aiohttp import web
@@ -33,6 +41,10 @@ from metis.config import AuthSettings
 COOKIE_PREFIX = "metis_session_"
 CHALLENGE = {"WWW-Authenticate": "Bearer"}
 LOGIN_PATH = "/login"
+SESSIONS_FILE = "browser_sessions.json"  # in METIS_HOME
+_SESSIONS_FORMAT = 1
+
+log = logging.getLogger(__name__)
 
 Credential = Literal["key", "cookie"]
 Clock = Callable[[], float]
@@ -75,10 +87,23 @@ class LoginTokens(_ExpiringSecrets):
 
 
 class BrowserSessions(_ExpiringSecrets):
-    """Server-side browser sessions: the cookie holds a random id, valid for `ttl_s`."""
+    """Server-side browser sessions: the cookie holds a random id, valid for `ttl_s`.
+
+    With a `path`, the sessions (digest → wall-clock expiry) are loaded from that file and the
+    file is rewritten atomically, mode 0600, whenever a session opens; without one they live in
+    memory only. An unreadable file is logged and ignored (its browsers log in again).
+    """
+
+    def __init__(self, ttl_s: float, clock: Clock = time.time, *, path: Path | None = None) -> None:
+        super().__init__(ttl_s, clock)
+        self.path = path
+        if path is not None:
+            self._expiry = self._load(path)
 
     def open(self) -> str:
-        return self._issue()
+        session_id = self._issue()
+        self._save()
+        return session_id
 
     def valid(self, session_id: str) -> bool:
         digest = _digest(session_id)
@@ -90,6 +115,53 @@ class BrowserSessions(_ExpiringSecrets):
             return False
         return True
 
+    def _load(self, path: Path) -> dict[bytes, float]:
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            log.warning("browser sessions not restored: cannot read %s (%s)", path, exc.strerror)
+            return {}
+        try:
+            data = json.loads(raw)
+            if data.get("format") != _SESSIONS_FORMAT:
+                raise ValueError("unknown format")
+            now = self._clock()
+            return {
+                bytes.fromhex(digest): float(expires)
+                for digest, expires in data["sessions"].items()
+                if len(digest) == 64 and float(expires) > now
+            }
+        except (ValueError, TypeError, KeyError, AttributeError):
+            log.warning("browser sessions not restored: %s is not a sessions file", path)
+            return {}
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        body = json.dumps(
+            {
+                "format": _SESSIONS_FORMAT,
+                "sessions": {d.hex(): t for d, t in self._expiry.items()},
+            },
+            separators=(",", ":"),
+        ).encode()
+        tmp = self.path.with_name(f".{self.path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, body)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            # the session works until the daemon stops; only its restart is lost
+            log.warning("browser sessions not saved to %s (%s)", self.path, exc.strerror)
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
 
 @dataclass
 class ServerAuth:
@@ -97,12 +169,16 @@ class ServerAuth:
 
     api_key: ApiKey
     settings: AuthSettings
+    # where browser sessions persist (METIS_HOME/browser_sessions.json); None: memory only
+    sessions_file: Path | None = None
     login_tokens: LoginTokens = field(init=False)
     sessions: BrowserSessions = field(init=False)
 
     def __post_init__(self) -> None:
         self.login_tokens = LoginTokens(self.settings.login_token_ttl_s)
-        self.sessions = BrowserSessions(self.settings.browser_session_ttl_s)
+        self.sessions = BrowserSessions(
+            self.settings.browser_session_ttl_s, path=self.sessions_file
+        )
 
     def __repr__(self) -> str:  # never the key
         return f"ServerAuth(required={self.required}, key={self.api_key!r})"
@@ -132,3 +208,7 @@ class ServerAuth:
     def login_path(self) -> str:
         """A fresh one-time login path (`/login?token=…`); prefix it with the daemon's URL."""
         return f"{LOGIN_PATH}?token={self.login_tokens.mint()}"
+
+    def new_login(self) -> tuple[str, float]:
+        """A fresh one-time login path and the wall-clock time (epoch seconds) it expires."""
+        return self.login_path(), time.time() + self.login_tokens.ttl_s

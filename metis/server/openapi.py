@@ -74,7 +74,7 @@ def _operation(spec: RouteSpec, components: dict[str, Any]) -> dict[str, Any]:
     op["security"] = [{SECURITY_SCHEME: []}] if spec.needs_key else []
     params = [
         {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-        for name in re.findall(r"{(\w+)}", spec.path)
+        for name in re.findall(r"{(\w+)}", path_template(spec.path))
     ]
     if spec.query_model is not None:
         for name, field in spec.query_model.model_fields.items():
@@ -109,11 +109,17 @@ def _operation(spec: RouteSpec, components: dict[str, Any]) -> dict[str, Any]:
     return op
 
 
+def path_template(path: str) -> str:
+    """An aiohttp path as an OpenAPI template: `/static/{name:.+}` → `/static/{name}`."""
+    return re.sub(r"{(\w+):[^}]+}", r"{\1}", path)
+
+
 def build_openapi(specs: list[RouteSpec], version: str) -> dict[str, Any]:
     components: dict[str, Any] = {}
     paths: dict[str, dict[str, Any]] = {}
     for spec in specs:
-        paths.setdefault(spec.path, {})[spec.method.lower()] = _operation(spec, components)
+        operations = paths.setdefault(path_template(spec.path), {})
+        operations[spec.method.lower()] = _operation(spec, components)
     return {
         "openapi": "3.1.0",
         "info": {"title": "metis", "version": version},

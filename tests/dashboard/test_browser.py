@@ -7,8 +7,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.dashboard.conftest import DaemonThread, events_of, rest
 
 LONG = "please stream this slowly " + "word " * 60
@@ -190,10 +188,11 @@ def test_aap_session_appears_and_streams(
     shot(page, "session-aap")
 
 
-@pytest.mark.daemon_config({"auth": {"required": False}})
 def test_reconnects_after_daemon_restart(page: Any, served: DaemonThread, workspace: Path) -> None:
-    # Browser sessions live in the daemon's memory, so a restart needs a new login; with auth
-    # off the page keeps working and this checks the socket's own resume (`since`).
+    # auth is required: the browser session outlives the daemon (METIS_HOME/browser_sessions.json)
+    # and the socket resumes with `since`, so the page keeps working without a new login
+    assert served.daemon is not None and served.daemon.state.auth is not None
+    assert served.daemon.state.auth.required
     session_id = open_session(page, workspace)
     send(page, "first turn")
     wait_idle(page)
@@ -211,6 +210,14 @@ def test_reconnects_after_daemon_restart(page: Any, served: DaemonThread, worksp
     wait_idle(page)
     ids = page.eval_on_selector_all(".msg", "els => els.map(e => e.dataset.id)")
     assert len(ids) == 4 and len(set(ids)) == 4, ids
+    # the page itself still writes (cookie + Origin) and a reload shows the app, not the login
+    send(page, "third turn from the page")
+    page.wait_for_selector(".msg.assistant .md:has-text('third turn from the page')")
+    wait_idle(page)
+    page.reload()
+    page.wait_for_selector("#app[data-ready]")
+    page.wait_for_selector(".msg.user:has-text('third turn from the page')")
+    assert page.locator("#login").count() == 0
 
 
 def test_xss_probe_stays_inert(page: Any, served: DaemonThread, workspace: Path) -> None:

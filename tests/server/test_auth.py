@@ -7,8 +7,11 @@ this file. Everything runs against a real daemon on loopback with real HTTP and 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import re
+import stat
 from collections.abc import AsyncIterator, Callable
 from http.cookies import SimpleCookie
 from pathlib import Path
@@ -18,7 +21,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from metis.server.auth import COOKIE_PREFIX
+from metis.server.auth import COOKIE_PREFIX, SESSIONS_FILE, ServerAuth
 from metis.server.http import ROUTE_SPEC_KEY
 from metis.server.runner import Daemon
 from tests.api import Api, api_session, auth_headers, key_headers
@@ -29,10 +32,21 @@ SAMPLES = {
     "turn_id": "01M7YA76RDGJRJS6TX6XK99B3Q",
     "request_id": "toolu_01",
     "model": "haiku",
+    "name": "app.css",
 }
-# Served without the key: liveness, the API description, and the login exchange (which needs
-# its one-time token instead). Everything else needs the key or a browser session cookie.
-PUBLIC = {("GET", "/health"), ("GET", "/openapi.json"), ("GET", "/login")}
+# Served without the key: liveness, the API description, the login exchange (which needs its
+# one-time token instead) and the dashboard's page and files (no data: without a session the
+# page says how to log in). Everything else needs the key or a browser session cookie.
+PUBLIC = {
+    ("GET", "/health"),
+    ("GET", "/openapi.json"),
+    ("GET", "/login"),
+    ("GET", "/"),
+    ("GET", "/static/{name}"),
+}
+SERVED_TO_ANYONE = PUBLIC - {("GET", "/login")}
+# Minting a login URL takes the key itself: a browser session cannot extend itself.
+KEY_ONLY = {("POST", "/login/tokens")}
 STREAM = ("GET", "/sessions/{session_id}/stream")  # authorised by its attach token
 WRITES = {"POST", "PATCH", "PUT", "DELETE"}
 
@@ -46,6 +60,11 @@ def metis_routes(d: Daemon) -> list[tuple[str, str]]:
         for route in resource:
             out.add((route.method, resource.canonical))
     return sorted(out)
+
+
+def canonical(path: str) -> str:
+    """A route path as the router's canonical form spells it (`{name:.+}` → `{name}`)."""
+    return re.sub(r"{(\w+):[^}]+}", r"{\1}", path)
 
 
 def concrete(template: str) -> str:
@@ -98,8 +117,10 @@ async def closing() -> AsyncIterator[Callable[[aiohttp.ClientSession], aiohttp.C
 async def test_the_router_has_exactly_the_expected_public_routes(daemon: Daemon) -> None:
     specs = daemon.app[ROUTE_SPEC_KEY].values()
     routes = set(metis_routes(daemon))
-    assert {(s.method, s.path) for s in specs} == routes  # every entry comes from a route table
-    assert {(s.method, s.path) for s in specs if s.public} == PUBLIC
+    # every entry comes from a route table
+    assert {(s.method, canonical(s.path)) for s in specs} == routes
+    assert {(s.method, canonical(s.path)) for s in specs if s.public} == PUBLIC
+    assert routes >= KEY_ONLY
     assert STREAM in routes
 
 
@@ -122,7 +143,7 @@ async def test_every_route_refuses_a_request_without_the_key(
         status, resp_headers, payload = await call(
             http, daemon, method, concrete(template), json=body
         )
-        if (method, template) in {("GET", "/health"), ("GET", "/openapi.json")}:
+        if (method, template) in SERVED_TO_ANYONE:
             assert status == 200, (template, payload)
             continue
         assert_unauthorized(status, resp_headers, payload, (credential, method, template))
@@ -144,6 +165,8 @@ async def test_every_route_serves_the_key_and_a_browser_session(
     for method, template in metis_routes(daemon):
         if (method, template) in {STREAM, ("GET", "/login")}:
             continue  # the stream takes an attach token; /login a one-time token
+        if credential == "cookie" and (method, template) in KEY_ONLY:
+            continue  # test_only_the_key_mints_a_login_url
         headers = {"Origin": daemon.base_url} if method in WRITES else {}
         body = {} if method in WRITES else None
         status, _, payload = await call(
@@ -203,6 +226,73 @@ async def test_a_browser_session_expires(start_daemon: Callable[..., Any], closi
     assert (await call(http, d, "GET", "/sessions"))[0] == 200
     await asyncio.sleep(0.4)
     assert_unauthorized(*await call(http, d, "GET", "/sessions"), "expired session")
+
+
+async def test_only_the_key_mints_a_login_url(daemon: Daemon, closing: Any) -> None:
+    keyed = closing(aiohttp.ClientSession(headers=auth_headers(daemon)))
+    status, _, body = await call(keyed, daemon, "POST", "/login/tokens")
+    assert status == 201, body
+    assert set(body) == {"url", "expires_at"}
+    assert body["url"].startswith(daemon.base_url + "/login?token=")
+    assert daemon.state.auth.api_key.value not in body["url"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", body["expires_at"])
+    browser = closing(aiohttp.ClientSession(cookie_jar=jar()))
+    status, _, _ = await call(browser, daemon, "GET", body["url"].removeprefix(daemon.base_url))
+    assert status == 303
+    assert (await call(browser, daemon, "GET", "/sessions"))[0] == 200
+    # a browser session cannot mint itself new ones, not even from the daemon's own Origin
+    refused = await call(
+        browser, daemon, "POST", "/login/tokens", headers={"Origin": daemon.base_url}
+    )
+    assert_unauthorized(*refused, "cookie mints")
+
+
+async def test_browser_sessions_survive_a_restart_and_are_stored_as_digests(
+    start_daemon: Callable[..., Any], metis_home: Path, closing: Any
+) -> None:
+    first = await start_daemon()
+    http = closing(await browser_of(first))
+    [cookie] = list(http.cookie_jar)
+    session_id = cookie.value
+    stored = metis_home / SESSIONS_FILE
+    assert stat.S_IMODE(stored.stat().st_mode) == 0o600
+    text = stored.read_text()
+    assert session_id not in text
+    assert hashlib.sha256(session_id.encode()).hexdigest() in text
+    await first.stop()
+    second = await start_daemon()
+    again = closing(
+        aiohttp.ClientSession(cookies={ServerAuth.cookie_name(second.port): session_id})
+    )
+    assert (await call(again, second, "GET", "/sessions"))[0] == 200
+    forged = closing(aiohttp.ClientSession(cookies={ServerAuth.cookie_name(second.port): "x"}))
+    assert_unauthorized(*await call(forged, second, "GET", "/sessions"), "forged")
+
+
+async def test_expired_or_unreadable_stored_sessions_are_not_restored(
+    start_daemon: Callable[..., Any],
+    metis_home: Path,
+    closing: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    first = await start_daemon(auth={"browser_session_ttl_s": 0.3})
+    http = closing(await browser_of(first))
+    [cookie] = list(http.cookie_jar)
+    await first.stop()
+    await asyncio.sleep(0.4)
+    second = await start_daemon()
+    expired = closing(
+        aiohttp.ClientSession(cookies={ServerAuth.cookie_name(second.port): cookie.value})
+    )
+    assert_unauthorized(*await call(expired, second, "GET", "/sessions"), "expired")
+    await second.stop()
+    (metis_home / SESSIONS_FILE).write_text("{not json")
+    with caplog.at_level(logging.WARNING):
+        third = await start_daemon()
+    assert "browser sessions not restored" in caplog.text
+    fresh = closing(await browser_of(third))  # and logging in rewrites the file
+    assert (await call(fresh, third, "GET", "/sessions"))[0] == 200
+    assert json.loads((metis_home / SESSIONS_FILE).read_text())["format"] == 1
 
 
 async def test_a_forged_cookie_or_a_wrong_key_next_to_a_good_cookie_is_refused(

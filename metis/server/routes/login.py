@@ -1,7 +1,8 @@
-"""`GET /login?token=…`: a browser trades a one-time login token for a session cookie.
+"""`GET /login?token=…`: a browser trades a one-time login token for a session cookie;
+`POST /login/tokens`: a key holder (`metis open`) asks the running daemon for such a URL.
 
 The token comes from a login URL the daemon mints (`Daemon.login_url()`, printed by
-`metis serve`); it is not the key. See metis/server/auth.py.
+`metis serve`, or `POST /login/tokens`); it is not the key. See metis/server/auth.py.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ import math
 from aiohttp import web
 from pydantic import BaseModel
 
+from metis.core.canonical import format_us
 from metis.server.auth import CHALLENGE, LOGIN_PATH
 from metis.server.errors import ApiError
-from metis.server.http import RouteTable, parse_query
+from metis.server.http import RouteTable, json_response, parse_query
 from metis.server.state import STATE_KEY
 
 routes = RouteTable()
@@ -54,3 +56,37 @@ async def login(request: web.Request) -> web.Response:
         samesite="Strict",
     )
     return response
+
+
+class LoginUrl(BaseModel):
+    url: str
+    expires_at: str
+
+
+@routes.route(
+    "POST",
+    f"{LOGIN_PATH}/tokens",
+    status=201,
+    response_model=LoginUrl,
+    errors=("unauthorized",),
+    summary="A fresh one-time browser login URL (key only: a browser session cannot mint one)",
+)
+async def new_login_url(request: web.Request) -> web.Response:
+    """Mint a login URL for `metis open`: single-use, valid `auth.login_token_ttl_s`."""
+    state = request.app[STATE_KEY]
+    auth = state.auth
+    if auth is None or (auth.required and auth.credential(request, state.port) != "key"):
+        # a session cookie must not extend itself into new sessions: only the key mints
+        raise ApiError(
+            "unauthorized",
+            "only the daemon's key (`Authorization: Bearer <key>`) can mint a login URL",
+            headers=dict(CHALLENGE),
+        )
+    path, expires = auth.new_login()
+    return json_response(
+        {
+            "url": f"http://{state.base_host}:{state.port}{path}",
+            "expires_at": format_us(int(expires * 1_000_000)),
+        },
+        status=201,
+    )
