@@ -14,29 +14,27 @@ from typing import Any
 
 from aiohttp import web
 
-from metis.aap import routes_v1, routes_v3
+from metis.aap import openapi, routes_v1, routes_v3
 from metis.aap.agents import AgentCatalog
-from metis.aap.auth import REALM_HEADER, bearer_token, key_matches, load_api_key
 from metis.aap.cors import CorsPolicy
 from metis.aap.errors import AapError, error_response, from_domain
-from metis.aap.http import AAP_STATE_KEY, BODY_KEY, CORS_KEY, AapRoute, AapRoutes, AapState
+from metis.aap.http import AAP_STATE_KEY, BODY_KEY, CORS_KEY, AapState
 from metis.aap.sessions import discard_unfinished_creations
 from metis.aap.store import AapStore
 from metis.aap.workspaces import Workspaces
-from metis.core.canonical import parse_client_json
 from metis.core.errors import DomainError
+from metis.http import body
+from metis.http.apikey import bearer_token, key_matches, load_api_key
+from metis.http.routes import RouteSpec, RouteTable, add_routes, loopback_origins, spec_of
 
 log = logging.getLogger(__name__)
 
 V3_PREFIX = "/aap"
 V1_PREFIX = "/aap/v1"
-ROUTES_KEY = web.AppKey("metis.aap.routes", dict)
+# Every path under it is the AAP pipeline's (the metis middleware only checks its Host).
+PREFIX = V3_PREFIX
 _STATE_CHANGING = frozenset({"POST", "PUT", "DELETE"})
-
-
-def is_aap_path(path: str) -> bool:
-    """Paths the AAP pipeline owns (the metis middleware only checks their Host)."""
-    return path == V3_PREFIX or path.startswith(V3_PREFIX + "/")
+REALM_HEADER = {"WWW-Authenticate": 'Bearer realm="metis-aap"'}
 
 
 # ---- the pipeline ----------------------------------------------------------------------------
@@ -47,12 +45,7 @@ async def _preflight(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
-def _route_of(request: web.Request) -> AapRoute | None:
-    routes: dict[Any, AapRoute] = request.match_info.current_app.get(ROUTES_KEY, {})
-    return routes.get(request.match_info.route)
-
-
-def _authorize(request: web.Request, state: AapState, route: AapRoute | None) -> None:
+def _authorize(request: web.Request, state: AapState, route: RouteSpec | None) -> None:
     token = bearer_token(request.headers.get("Authorization"))
     if route is not None and route.public and not token:
         return  # /meta is public; only a non-empty wrong key is refused
@@ -82,32 +75,20 @@ def _routing_error(request: web.Request) -> None:
 
 
 async def _read_json_body(request: web.Request, max_bytes: int) -> None:
-    if request.content_type.lower() != "application/json":
+    if not body.is_json(request):
         raise AapError(
             "unsupported_media_type",
             "the body must be application/json",
             {"content_type": request.headers.get("Content-Type")},
         )
-    too_large = AapError(
-        "request_too_large", f"body exceeds {max_bytes} bytes", {"max_bytes": max_bytes}
-    )
-    if request.content_length is not None and request.content_length > max_bytes:
-        raise too_large
-    data = bytearray()
-    while True:
-        chunk = await request.content.read(65536)
-        if not chunk:
-            break
-        data += chunk
-        if len(data) > max_bytes:
-            raise too_large
     try:
-        value = parse_client_json(data.decode("utf-8"))
-    except ValueError:  # UnicodeDecodeError included
+        request[BODY_KEY] = body.decode_json_object(await body.read_capped(request, max_bytes))
+    except body.BodyRefused as exc:
+        if exc.reason == "too_large":
+            raise AapError("request_too_large", exc.message, {"max_bytes": max_bytes}) from None
+        if exc.reason == "not_object":
+            raise AapError("invalid_json", "the body must be a JSON object") from None
         raise AapError("invalid_json", "the body is not valid JSON") from None
-    if not isinstance(value, dict):
-        raise AapError("invalid_json", "the body must be a JSON object")
-    request[BODY_KEY] = value
 
 
 async def _pipeline(
@@ -121,10 +102,10 @@ async def _pipeline(
         raise AapError("service_shutting_down", "metis is shutting down")
     if origin is not None and request.method in _STATE_CHANGING and not state.cors.allowed(origin):
         raise AapError("origin_not_allowed", "Origin is not allowed", {"origin": origin})
-    route = _route_of(request)
+    route = spec_of(request)
     _authorize(request, state, route)
     _routing_error(request)
-    if route is not None and route.body:
+    if route is not None and route.body != "none":
         await _read_json_body(request, state.settings.max_request_bytes)
     return await handler(request)
 
@@ -153,14 +134,11 @@ async def aap_middleware(
 # ---- mounting --------------------------------------------------------------------------------
 
 
-def _sub_app(table: AapRoutes, state: AapState) -> web.Application:
+def _sub_app(table: RouteTable, state: AapState) -> web.Application:
     app = web.Application(middlewares=[aap_middleware])
     app[AAP_STATE_KEY] = state
-    mapping: dict[Any, AapRoute] = {}
-    for spec in table.routes:
-        mapping[app.router.add_route(spec.method, spec.path, spec.handler)] = spec
+    add_routes(app, table.specs)
     app.router.add_route("OPTIONS", "/{tail:.*}", _preflight)
-    app[ROUTES_KEY] = mapping
     return app
 
 
@@ -178,15 +156,16 @@ def build_state(server: Any) -> AapState:
         server=server,
         settings=aap,
         api_key=api_key,
-        cors=CorsPolicy(aap.effective_cors_origins(), lambda: own_origins(server.port)),
+        cors=CorsPolicy(aap.effective_cors_origins(), lambda: loopback_origins(server.port)),
         workspaces=workspaces,
         agents=AgentCatalog(server.core, workspaces),
         store=AapStore(server.core.db),
     )
 
 
-def own_origins(port: int) -> tuple[str, ...]:
-    return (f"http://127.0.0.1:{port}", f"http://localhost:{port}", f"http://[::1]:{port}")
+def extend_openapi(doc: dict[str, Any]) -> dict[str, Any]:
+    """Add the AAP operations to the daemon's OpenAPI document (`metis/aap/openapi.py`)."""
+    return openapi.extend(doc)
 
 
 def mount(app: web.Application, server: Any) -> AapState:

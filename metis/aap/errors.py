@@ -1,20 +1,18 @@
 """The AAP error envelope and the one table mapping domain errors to AAP wire errors.
 
-AAP bodies use the project envelope `{"error": {"code", "message", "details"}}` with a code
-from the closed table below; the metis REST table (`metis/server/errors.py`) is a different
-surface with different codes and is never used for `/aap` responses.
+AAP bodies use the project envelope `{"error": {"code", "message", "details"}}` (rendered by the
+kernel, `metis/http/errors.py`) with a code from the closed table below; the metis REST table is
+a different surface with different codes and is never used for `/aap` responses.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
-
-from aiohttp import web
 
 from metis.core import errors as core
 from metis.core.tools.base import ToolNameConflict
-from metis.server.errors import WireError
+from metis.http.errors import WireError
+from metis.http.errors import error_response as error_response
 
 # code -> HTTP status: the closed table of the AAP surface. Adding a code is a contract change.
 AAP_ERROR_CODES: dict[str, int] = {
@@ -77,21 +75,6 @@ def from_domain(exc: core.DomainError) -> AapError:
     if isinstance(exc, ToolNameConflict):
         return AapError("invalid_tools", exc.message, dict(exc.details))
     return AapError("internal_error", "internal error")
-
-
-def error_body(error: AapError) -> str:
-    body = {"error": {"code": error.code, "message": error.message, "details": error.details}}
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
-
-
-def error_response(error: AapError) -> web.Response:
-    return web.Response(
-        status=error.status,
-        text=error_body(error),
-        content_type="application/json",
-        charset="utf-8",
-        headers=error.headers,
-    )
 
 
 def validation_error(

@@ -6,14 +6,12 @@ with the metis REST table.
 
 from __future__ import annotations
 
-import re
 from typing import Any
-
-from pydantic import BaseModel
 
 from metis.aap import routes_v1, routes_v3
 from metis.aap.errors import AAP_ERROR_CODES
-from metis.aap.http import AapRoute
+from metis.http import openapi
+from metis.http.routes import RouteSpec
 
 _ALWAYS = (
     "unauthorized",  # `GET /meta` too: it is public, but a non-empty wrong key is refused
@@ -32,78 +30,32 @@ _WITH_BODY = (
 PREFIXES = {3: "/aap", 1: "/aap/v1"}
 
 
-def _ref(model: type[BaseModel], components: dict[str, Any], prefix: str) -> dict[str, Any]:
-    name = f"{prefix}{model.__name__}"
-    schema = model.model_json_schema(
-        by_alias=True, ref_template="#/components/schemas/" + prefix + "{model}"
-    )
-    for sub, definition in schema.pop("$defs", {}).items():
-        components.setdefault(prefix + sub, definition)
-    components.setdefault(name, schema)
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _error_schema(codes: list[str]) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "required": ["error"],
-        "properties": {
-            "error": {
-                "type": "object",
-                "required": ["code", "message", "details"],
-                "properties": {
-                    "code": {"type": "string", "enum": codes},
-                    "message": {"type": "string"},
-                    "details": {"type": "object"},
-                },
-            }
-        },
-    }
-
-
-def _operation(route: AapRoute, version: int, components: dict[str, Any]) -> dict[str, Any]:
+def _operation(route: RouteSpec, version: int, components: dict[str, Any]) -> dict[str, Any]:
     prefix = f"AapV{version}"
-    codes = list(dict.fromkeys((*route.errors, *_ALWAYS, *(_WITH_BODY if route.body else ()))))
+    has_body = route.body != "none"
+    codes = list(dict.fromkeys((*route.errors, *_ALWAYS, *(_WITH_BODY if has_body else ()))))
     if route.method == "DELETE":
         codes.append("origin_not_allowed")
     op: dict[str, Any] = {
         "summary": route.summary,
-        "tags": [f"aap-v{version}"],
+        "tags": [route.tag],
         "responses": {},
         "x-error-codes": list(dict.fromkeys(codes)),
     }
-    params = [
-        {"name": n, "in": "path", "required": True, "schema": {"type": "string"}}
-        for n in re.findall(r"{(\w+)}", route.path)
-    ]
+    params = openapi.path_parameters(route.path)
     if params:
         op["parameters"] = params
     if not route.public:
         op["security"] = [{"aapBearer": []}]
-    if route.request_model is not None:
-        op["requestBody"] = {
-            "required": True,
-            "content": {
-                "application/json": {"schema": _ref(route.request_model, components, prefix)}
-            },
-        }
-    success: dict[str, Any] = {"description": "success"}
-    if route.response_model is not None:
-        schema = _ref(route.response_model, components, prefix)
-        success["content"] = {"application/json": {"schema": schema}}
-    op["responses"][str(route.status)] = success
+    body = openapi.request_body(route, components, prefix)
+    if body is not None:
+        op["requestBody"] = body
+    op["responses"][str(route.status)] = openapi.success_response(route, components, prefix)
     if route.streams:
         # An SSE reply is always 200, whatever the JSON reply's status.
         stream = op["responses"].setdefault("200", {"description": "success (stream)"})
         stream.setdefault("content", {})["text/event-stream"] = {"schema": {"type": "string"}}
-    by_status: dict[int, list[str]] = {}
-    for code in op["x-error-codes"]:
-        by_status.setdefault(AAP_ERROR_CODES[code], []).append(code)
-    for status, status_codes in sorted(by_status.items()):
-        op["responses"][str(status)] = {
-            "description": ", ".join(status_codes),
-            "content": {"application/json": {"schema": _error_schema(status_codes)}},
-        }
+    openapi.add_error_responses(op["responses"], op["x-error-codes"], AAP_ERROR_CODES)
     return op
 
 
@@ -114,7 +66,7 @@ def extend(doc: dict[str, Any]) -> dict[str, Any]:
     schemes["aapBearer"] = {"type": "http", "scheme": "bearer"}
     for version, table in ((3, routes_v3.routes), (1, routes_v1.routes)):
         base = PREFIXES[version]
-        for route in table.routes:
+        for route in table.specs:
             path = base + route.path
             doc["paths"].setdefault(path, {})[route.method.lower()] = _operation(
                 route, version, components

@@ -1,4 +1,5 @@
-"""AAP v1 routes at `/aap/v1`: the same sessions in the legacy shapes.
+"""AAP v1 routes at `/aap/v1`: the same sessions in the legacy shapes, a thin adapter over the
+v3 handlers (`metis/aap/routes_v3.py`) wherever the v1 wire allows.
 
 Differences from v3: tool schemas are `inputSchema`; `PUT /session` creates and runs the first
 turn; `GET /session/:id` carries both histories inline; `GET /sessions` lists ids only and sends
@@ -11,19 +12,17 @@ from typing import Any
 
 from aiohttp import web
 
-from metis.aap import sessions
+from metis.aap import routes_v3, sessions
 from metis.aap.errors import TURN_ERRORS, AapError, validation_error
 from metis.aap.http import (
-    AapRoutes,
     cors_headers,
     json_response,
-    no_content,
     parse_body,
     raw_body,
     state_of,
 )
 from metis.aap.stream import respond
-from metis.aap.turns import PreparedTurn, parse_turn_messages, plan_turn, prepare_turn
+from metis.aap.turns import PreparedTurn, parse_turn_messages, plan_turn
 from metis.aap.wire import AgentResponse, UserMessage
 from metis.aap.wire_v1 import (
     CreateRunResponse,
@@ -34,9 +33,10 @@ from metis.aap.wire_v1 import (
     TurnRequest,
 )
 from metis.aap.workspaces import Workspaces
+from metis.http.routes import RouteTable
 
 VERSION = 1
-routes = AapRoutes(VERSION)
+routes = RouteTable(tag=f"aap-v{VERSION}")
 _SESSION = ("session_not_found",)
 
 
@@ -65,10 +65,7 @@ def _body(request: web.Request, model: Any) -> Any:
 @routes.route("GET", "/meta", public=True, response_model=MetaResponse)
 async def meta(request: web.Request) -> web.Response:
     """The protocol version (1) and the agents, with `inputSchema` tool schemas."""
-    state = state_of(request)
-    return json_response(
-        request, {"version": VERSION, "agents": [a.info(VERSION) for a in state.agents.all()]}
-    )
+    return routes_v3.meta_of(request, VERSION)
 
 
 @routes.route("GET", "/sessions", response_model=SessionList, errors=("invalid_cursor",))
@@ -87,7 +84,7 @@ async def list_sessions(request: web.Request) -> web.Response:
     "PUT",
     "/session",
     status=201,
-    body=True,
+    body="required",
     streams=True,
     request_model=CreateSessionRequest,
     response_model=CreateRunResponse,
@@ -146,7 +143,7 @@ async def get_session(request: web.Request) -> web.Response:
 @routes.route(
     "POST",
     "/session/{session_id}",
-    body=True,
+    body="required",
     streams=True,
     request_model=TurnRequest,
     response_model=AgentResponse,
@@ -154,20 +151,10 @@ async def get_session(request: web.Request) -> web.Response:
 )
 async def post_turn(request: web.Request) -> web.StreamResponse:
     """Send a user message or tool answers to an existing session."""
-    state = state_of(request)
-    body = _body(request, TurnRequest)
-    session = await sessions.require(state, request.match_info["session_id"])
-    prepared = await prepare_turn(
-        state, session, body.agent, raw_body(request).get("tools"), body.messages, VERSION
-    )
-    plan = plan_turn(state, prepared, body.stream or "none", cors_headers(request))
-    return await respond(request, state, plan)
+    return await routes_v3.run_turn(request, _body(request, TurnRequest), VERSION)
 
 
-@routes.route("DELETE", "/session/{session_id}", status=204, errors=_SESSION)
-async def delete_session(request: web.Request) -> web.Response:
-    """Delete the session and all its history (a metis purge)."""
-    state = state_of(request)
-    session = await sessions.require(state, request.match_info["session_id"])
-    await state.core.sessions.purge(session.session_id)
-    return no_content(request)
+# the v3 handler as is: the same path parameter, no body, an empty 204
+routes.route("DELETE", "/session/{session_id}", status=204, errors=_SESSION)(
+    routes_v3.delete_session
+)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from metis.aap import sessions
 from metis.aap.errors import TURN_ERRORS
 from metis.aap.http import (
-    AapRoutes,
     cors_headers,
     json_response,
     no_content,
@@ -28,18 +29,24 @@ from metis.aap.wire_v3 import (
     TurnRequest,
 )
 from metis.aap.workspaces import Workspaces
+from metis.http.routes import RouteTable
 
 VERSION = 3
-routes = AapRoutes(VERSION)
+routes = RouteTable(tag=f"aap-v{VERSION}")
 _SESSION = ("session_not_found",)
 
 
 @routes.route("GET", "/meta", public=True, response_model=MetaResponse)
 async def meta(request: web.Request) -> web.Response:
     """The protocol version and the agents this server runs."""
+    return meta_of(request, VERSION)
+
+
+def meta_of(request: web.Request, version: int) -> web.Response:
+    """`GET /meta` in `version`'s shapes (v1 differs in its tool schemas only)."""
     state = state_of(request)
     return json_response(
-        request, {"version": VERSION, "agents": [a.info(VERSION) for a in state.agents.all()]}
+        request, {"version": version, "agents": [a.info(version) for a in state.agents.all()]}
     )
 
 
@@ -58,7 +65,7 @@ async def list_sessions(request: web.Request) -> web.Response:
     "POST",
     "/sessions",
     status=201,
-    body=True,
+    body="required",
     request_model=CreateSessionRequest,
     response_model=CreatedResponse,
     errors=(
@@ -115,7 +122,7 @@ async def get_history(request: web.Request) -> web.Response:
 @routes.route(
     "POST",
     "/sessions/{session_id}/turns",
-    body=True,
+    body="required",
     streams=True,
     request_model=TurnRequest,
     response_model=AgentResponse,
@@ -123,11 +130,15 @@ async def get_history(request: web.Request) -> web.Response:
 )
 async def post_turn(request: web.Request) -> web.StreamResponse:
     """Send a user message or tool answers; the reply streams (delta/message) or returns (none)."""
+    return await run_turn(request, parse_body(request, TurnRequest), VERSION)
+
+
+async def run_turn(request: web.Request, body: Any, version: int) -> web.StreamResponse:
+    """A parsed turn request (v3 `TurnRequest` or v1's) against the path's session."""
     state = state_of(request)
-    body = parse_body(request, TurnRequest)
     session = await sessions.require(state, request.match_info["session_id"])
     prepared = await prepare_turn(
-        state, session, body.agent, raw_body(request).get("tools"), body.messages, VERSION
+        state, session, body.agent, raw_body(request).get("tools"), body.messages, version
     )
     plan = plan_turn(state, prepared, body.stream or "none", cors_headers(request))
     return await respond(request, state, plan)

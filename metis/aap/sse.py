@@ -9,10 +9,11 @@ went away raises `ClientGone`, which the caller turns into a `client_disconnect`
 from __future__ import annotations
 
 import contextlib
-import json
 from typing import Any
 
 from aiohttp import web
+
+from metis.http.jsontext import dumps
 
 
 class ClientGone(Exception):
@@ -20,7 +21,7 @@ class ClientGone(Exception):
 
 
 def frame(event: str, data: dict[str, Any]) -> bytes:
-    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    payload = dumps(data)
     return f"event: {event}\ndata: {payload}\n\n".encode()
 
 

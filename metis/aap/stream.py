@@ -10,7 +10,6 @@ a tool or read the answer.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -25,6 +24,7 @@ from metis.aap.sse import ClientGone, SseWriter
 from metis.core.events.envelope import AnyEvent
 from metis.core.events.hub import CloseMarker, HubClient
 from metis.core.store.messages import row_to_message
+from metis.http.jsontext import dumps
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ async def _respond_json(
     body["messages"] = await turn_messages(
         core, plan.session_id, turn_id, plan.answered_application_ids
     )
-    return web.json_response(body, status=plan.status_json, headers=plan.cors_headers, dumps=_dumps)
+    return web.json_response(body, status=plan.status_json, headers=plan.cors_headers, dumps=dumps)
 
 
 async def turn_messages(
@@ -229,7 +229,3 @@ async def _respond_sse(
             cancel_turn(core, plan.session_id, turn_id, "client_disconnect")
         await writer.finish()
     return writer.response
-
-
-def _dumps(data: Any) -> str:
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))

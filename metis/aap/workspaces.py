@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from metis.aap.errors import AapError
-from metis.aap.settings import AapSettings
+from metis.config import AapSettings
 from metis.core.errors import WorkspaceInvalid
 from metis.core.sessions import expand_workspace
 

@@ -17,8 +17,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from metis.aap.auth import existing_api_key
 from metis.config import LOOPBACK_HOSTS, default_home, load_file_settings, resolve_address
+from metis.http.apikey import existing_api_key
 from metis.server.lock import LOCK_FILE, read_holder
 
 

@@ -94,6 +94,11 @@ class _Pending:
         }
 
 
+# A suspended request is answered by the surface that suspended it, never by the `wait` path;
+# the surface that refuses says where to answer instead (its own wire message).
+SUSPEND_ANSWERED_ELSEWHERE = "this request is answered through the surface that suspended it"
+
+
 class ConfirmationBroker:
     def __init__(self, db: Database, bus: EventBus, *, timeout_s: float = 300.0) -> None:
         self.db = db
@@ -275,7 +280,7 @@ class ConfirmationBroker:
                 session_id, turn_id, request_id, decision, scope
             )
         if pending.policy == "suspend":
-            raise ConfirmationPolicyMismatch("this request is answered through AAP", surface="aap")
+            raise ConfirmationPolicyMismatch(SUSPEND_ANSWERED_ELSEWHERE, policy="suspend")
         if pending.status != "pending":
             resolution = _RESOLUTION_OF_STATUS[pending.status]
             if resolution == decision and pending.scope == scope:
@@ -323,7 +328,7 @@ class ConfirmationBroker:
         if row is None:
             raise ConfirmationNotFound(request_id)
         if row["policy"] == "suspend":
-            raise ConfirmationPolicyMismatch("this request is answered through AAP", surface="aap")
+            raise ConfirmationPolicyMismatch(SUSPEND_ANSWERED_ELSEWHERE, policy="suspend")
         resolution = _RESOLUTION_OF_STATUS.get(row["status"], "timeout")
         if resolution == decision and row["scope"] == scope:
             return ResolveResult(False, decision, scope)

@@ -6,14 +6,13 @@ import logging
 
 from aiohttp import web
 
-from metis.aap import app as aap
-from metis.aap import openapi as aap_openapi
+from metis.aap import app as aap  # the one place the metis surface knows AAP: its mount
 from metis.core.runtime import Core
 from metis.dashboard import routes as dashboard
+from metis.http.routes import RouteSpec, add_routes
 from metis.server import titles, ws
 from metis.server.auth import SESSIONS_FILE, ServerAuth
-from metis.server.http import ROUTE_SPEC_KEY, RouteSpec
-from metis.server.middleware import add_security_headers, metis_middleware
+from metis.server.middleware import SELF_GUARDED_KEY, add_security_headers, metis_middleware
 from metis.server.openapi import build_openapi
 from metis.server.routes import login, routing, sessions, system, turns
 from metis.server.state import STATE_KEY, ServerState
@@ -39,14 +38,12 @@ def create_app(state: ServerState) -> web.Application:
     limits = state.settings.limits
     app = web.Application(middlewares=[metis_middleware], client_max_size=limits.max_request_bytes)
     app[STATE_KEY] = state
-    specs: dict[object, RouteSpec] = {}
-    for spec in all_specs():
-        specs[app.router.add_route(spec.method, spec.path, spec.handler)] = spec
-    app[ROUTE_SPEC_KEY] = specs
+    specs = add_routes(app, all_specs())
     # AAP v1 at /aap/v1 and v3 at /aap (own pipeline, metis/aap/app.py)
     aap_state = aap.mount(app, state)
+    app[SELF_GUARDED_KEY] = (aap.PREFIX,)
     state.core.store.register(titles.extension())  # set session titles (metis/server/titles.py)
-    # The metis surface takes the same key, loaded once by the AAP mount (metis/aap/auth.py).
+    # The metis surface takes the same key, loaded once by the AAP mount (metis/http/apikey.py).
     state.auth = ServerAuth(
         aap_state.api_key,
         state.settings.file.auth,
@@ -54,11 +51,14 @@ def create_app(state: ServerState) -> web.Application:
     )
     if not state.auth.required:
         app.on_startup.append(_warn_unauthenticated)
-    app[system.OPENAPI_KEY] = aap_openapi.extend(
-        build_openapi(list(specs.values()), system.metis_version())
-    )
+    app[system.OPENAPI_KEY] = openapi_document(list(specs.values()), system.metis_version())
     app.on_response_prepare.append(add_security_headers)
     return app
+
+
+def openapi_document(specs: list[RouteSpec], version: str) -> dict[str, object]:
+    """The daemon's `/openapi.json`: the metis operations, then the mounted AAP ones."""
+    return aap.extend_openapi(build_openapi(specs, version))
 
 
 async def _warn_unauthenticated(_app: web.Application) -> None:

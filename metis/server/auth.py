@@ -1,7 +1,7 @@
 """Who may drive the metis REST surface: the daemon's key, or a browser session cookie.
 
 Every route but the public ones (`GET /health`, `GET /openapi.json`, `GET /login`) needs the
-daemon's key as `Authorization: Bearer <key>`: the same key as AAP (`metis/aap/auth.py`:
+daemon's key as `Authorization: Bearer <key>`: the same key as AAP (`metis/http/apikey.py`:
 `METIS_API_KEY`, else `METIS_HOME/api_key`). A browser cannot be given the key; it gets a
 session cookie instead from a login URL the daemon mints (`Daemon.login_url()`):
 `GET /login?token=<one-time token>` with a token that is short-lived, single-use and not the
@@ -33,8 +33,8 @@ from typing import Literal
 
 from aiohttp import web
 
-from metis.aap.auth import ApiKey, bearer_token, key_matches
 from metis.config import AuthSettings
+from metis.http.apikey import ApiKey, bearer_token, key_matches
 
 # The cookie name carries the port: cookies are not port-scoped, so two daemons on one host
 # (two METIS_HOMEs) would otherwise overwrite each other's session in the browser.

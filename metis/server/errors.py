@@ -6,12 +6,8 @@ code from the closed table below (also in docs/api.md); nothing outside that tab
 
 from __future__ import annotations
 
-import json
-from typing import Any, ClassVar
-
-from aiohttp import web
-
 from metis.core import errors as core
+from metis.http.errors import WireError
 
 # code -> HTTP status: the closed table. Adding a code is a contract change.
 ERROR_CODES: dict[str, int] = {
@@ -63,29 +59,6 @@ _DOMAIN_CODES: dict[type[core.DomainError], str] = {
 }
 
 
-class WireError(Exception):
-    """An error rendered on the wire: a code of `table` (a closed code → status map), a message,
-    details and extra headers. Each surface subclasses it with its own closed table."""
-
-    table: ClassVar[dict[str, int]]
-
-    def __init__(
-        self,
-        code: str,
-        message: str,
-        details: dict[str, Any] | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        if code not in self.table:
-            raise ValueError(f"{code!r} is not in the closed table of {type(self).__name__}")
-        super().__init__(message)
-        self.code = code
-        self.status = self.table[code]
-        self.message = message
-        self.details = details or {}
-        self.headers = headers or {}
-
-
 class ApiError(WireError):
     """A wire error raised by the metis surface itself (validation, media type, routing)."""
 
@@ -96,23 +69,8 @@ def from_domain(exc: core.DomainError) -> ApiError:
     for cls in type(exc).__mro__:
         code = _DOMAIN_CODES.get(cls)  # type: ignore[arg-type]
         if code is not None:
-            details = dict(exc.details)
             if isinstance(exc, core.ConfirmationPolicyMismatch):
-                details = {"surface": "aap"}
-            return ApiError(code, exc.message, details)
+                # a `suspend` request belongs to the AAP façade (core names no surface)
+                return ApiError(code, "this request is answered through AAP", {"surface": "aap"})
+            return ApiError(code, exc.message, dict(exc.details))
     return ApiError("internal_error", "internal error")
-
-
-def dumps(data: Any) -> str:
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
-
-
-def error_response(error: ApiError) -> web.Response:
-    body = {"error": {"code": error.code, "message": error.message, "details": error.details}}
-    return web.Response(
-        status=error.status,
-        text=dumps(body),
-        content_type="application/json",
-        charset="utf-8",
-        headers=error.headers,
-    )

@@ -1,5 +1,5 @@
-"""Request/response plumbing shared by every metis route: the route table (which also feeds the
-OpenAPI document), JSON bodies, query strings and JSON responses.
+"""The metis surface's request plumbing on the HTTP kernel (`metis/http/`): its route table
+(operations tagged `metis`), JSON bodies and query strings refused with its `validation_error`.
 
 Handlers stay translation-only: parse into a pydantic wire model, call core, render.
 """
@@ -7,90 +7,28 @@ Handlers stay translation-only: parse into a pydantic wire model, call core, ren
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar, get_args, get_origin
+from dataclasses import dataclass
+from typing import Any, TypeVar, get_args, get_origin
 
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from metis.config import PageSize
-from metis.core.canonical import parse_client_json
-from metis.server.errors import ApiError, dumps
+from metis.http import routes
+from metis.http.body import BodyRefused, decode_json
+from metis.http.responses import json_response as json_response
+from metis.http.routes import ROUTE_SPEC_KEY as ROUTE_SPEC_KEY
+from metis.http.routes import RouteSpec as RouteSpec
+from metis.server.errors import ApiError
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-BodyPolicy = Literal["none", "optional", "required"]
 M = TypeVar("M", bound=BaseModel)
 
 
-STATE_CHANGING_METHODS = frozenset({"POST", "PATCH", "DELETE", "PUT"})
-
-
-@dataclass(frozen=True)
-class RouteSpec:
-    method: str
-    path: str
-    handler: Handler
-    summary: str
-    status: int = 200
-    body: BodyPolicy = "none"
-    request_model: type[BaseModel] | None = None
-    query_model: type[BaseModel] | None = None
-    response_model: type[BaseModel] | None = None
-    errors: tuple[str, ...] = ()
-    tag: str = "metis"
-    websocket: bool = False
-    # served without the daemon's key (metis/server/auth.py); a WebSocket upgrade is
-    # authorised by its attach token instead
-    public: bool = False
-
-    @property
-    def needs_key(self) -> bool:
-        return not (self.public or self.websocket)
-
-    @property
-    def origin_checked(self) -> bool:
-        """A foreign Origin is refused on state-changing methods and WebSocket upgrades."""
-        return self.method in STATE_CHANGING_METHODS or self.websocket
-
-
 @dataclass
-class RouteTable:
-    """All routes of one surface, declared once with their wire models."""
+class RouteTable(routes.RouteTable):
+    """All routes of one part of the metis surface, declared once with their wire models."""
 
-    specs: list[RouteSpec] = field(default_factory=list)
-
-    def route(self, method: str, path: str, **kwargs: Any) -> Callable[[Handler], Handler]:
-        def decorator(handler: Handler) -> Handler:
-            summary = kwargs.pop("summary", None) or (handler.__doc__ or "").strip().split("\n")[0]
-            self.specs.append(RouteSpec(method, path, handler, summary, **kwargs))
-            return handler
-
-        return decorator
-
-
-ROUTE_SPEC_KEY = web.AppKey("metis.route_specs", dict)
-
-
-def spec_of(request: web.Request) -> RouteSpec | None:
-    specs = request.app.get(ROUTE_SPEC_KEY)
-    if specs is None:
-        return None
-    return specs.get(request.match_info.route)
-
-
-def json_response(
-    data: Any, status: int = 200, headers: dict[str, str] | None = None
-) -> web.Response:
-    if isinstance(data, BaseModel):
-        data = data.model_dump(mode="json")
-    return web.Response(
-        status=status,
-        text=dumps(data),
-        content_type="application/json",
-        charset="utf-8",
-        headers=headers,
-    )
+    tag: str = "metis"
 
 
 def _pydantic_errors(exc: ValidationError, where: str) -> list[dict[str, Any]]:
@@ -128,19 +66,10 @@ def page_limit(requested: int | None, size: PageSize) -> int:
 def _decode_json(raw: bytes) -> Any:
     """A request body's JSON value; undecodable or malformed → 400 `validation_error`."""
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise validation_error(
-            [{"loc": ["body"], "msg": "body is not UTF-8", "type": "utf8"}]
-        ) from None
-    try:
-        # Stricter than json.loads where it matters: an escaped lone surrogate ("\ud800")
-        # cannot be stored or sent as UTF-8 and is refused here, with its position.
-        return parse_client_json(text)
-    except ValueError as exc:
-        raise validation_error(
-            [{"loc": ["body"], "msg": f"malformed JSON: {exc}", "type": "json_invalid"}]
-        ) from None
+        return decode_json(raw)
+    except BodyRefused as exc:
+        kind = "utf8" if exc.reason == "not_utf8" else "json_invalid"
+        raise validation_error([{"loc": ["body"], "msg": exc.message, "type": kind}]) from None
 
 
 async def read_body(request: web.Request, model: type[M], *, required: bool = True) -> M | None:

@@ -5,8 +5,9 @@ method_not_allowed → origin_not_allowed → payload_too_large → unsupported_
 A refused request reaches no handler, so it writes no row and no event. `unauthorized` comes
 before routing, so a client without the key learns nothing about which paths exist.
 
-Paths under `/aap` take the AAP pipeline (`metis/aap/app.py`: its own CORS, shutdown, auth,
-404/405, body checks and error envelope); only the Host check applies here to both surfaces.
+Paths under a prefix in `SELF_GUARDED_KEY` (the AAP sub-apps, mounted by `metis/server/app.py`)
+take their own pipeline (CORS, shutdown, auth, 404/405, body checks and error envelope); only
+the Host check applies here to both surfaces.
 """
 
 from __future__ import annotations
@@ -17,15 +18,26 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from metis.aap.app import is_aap_path, own_origins
 from metis.core.errors import DomainError
+from metis.http.errors import error_response
+from metis.http.routes import STATE_CHANGING_METHODS, loopback_origins, spec_of
 from metis.server.auth import CHALLENGE, Credential
-from metis.server.errors import ApiError, error_response, from_domain
-from metis.server.http import STATE_CHANGING_METHODS, spec_of
+from metis.server.errors import ApiError, from_domain
 from metis.server.state import STATE_KEY, ServerState
 
 log = logging.getLogger("metis.access")
 errlog = logging.getLogger(__name__)
+
+# Path prefixes of mounted sub-apps that run their own request pipeline.
+SELF_GUARDED_KEY = web.AppKey("metis.self_guarded_prefixes", tuple)
+
+
+def _self_guarded(request: web.Request) -> bool:
+    path = request.path
+    return any(
+        path == prefix or path.startswith(prefix + "/")
+        for prefix in request.app.get(SELF_GUARDED_KEY, ())
+    )
 
 
 def host_allowed(host: str | None, port: int) -> bool:
@@ -37,8 +49,7 @@ def host_allowed(host: str | None, port: int) -> bool:
 
 
 def origin_allowed(origin: str, state: ServerState) -> bool:
-    port = state.port
-    own = {f"http://127.0.0.1:{port}", f"http://localhost:{port}", f"http://[::1]:{port}"}
+    own = loopback_origins(state.port)
     return origin.lower() in own or origin in state.settings.file.allowed_origins
 
 
@@ -93,7 +104,7 @@ def _check_preconditions(request: web.Request, state: ServerState) -> None:
     if (
         credential == "cookie"
         and request.method in STATE_CHANGING_METHODS
-        and (origin is None or origin.lower() not in own_origins(state.port))
+        and (origin is None or origin.lower() not in loopback_origins(state.port))
     ):
         raise ApiError(
             "origin_not_allowed",
@@ -127,7 +138,7 @@ async def metis_middleware(
     state: ServerState = request.app[STATE_KEY]
     started = time.perf_counter()
     try:
-        if is_aap_path(request.path):
+        if _self_guarded(request):
             _check_host(request, state)  # DNS-rebinding defence for both surfaces
         else:
             _check_preconditions(request, state)

@@ -7,7 +7,6 @@ decides what they look like.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -18,6 +17,7 @@ from pydantic_core import to_json
 from metis.core.canonical import is_ulid, parse_client_json
 from metis.core.events.catalog import PERSISTED, STREAMING
 from metis.core.events.envelope import AnyEvent
+from metis.http.jsontext import dumps as dumps
 
 PROTOCOL_VERSION = 1
 MAX_CLOSE_REASON_BYTES = 123
@@ -51,14 +51,6 @@ PRESETS: dict[str, frozenset[str]] = {
 SubscribeErrorCode = Literal[
     "session_not_found", "cursor_expired", "replay_too_large", "invalid_filter", "invalid_subscribe"
 ]
-
-
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-
-
-def dumps(frame: dict[str, Any]) -> str:
-    """Compact JSON; one shared encoder (this runs once per event on the hot path)."""
-    return _ENCODER.encode(frame)
 
 
 # -- client frames ----------------------------------------------------------------------------

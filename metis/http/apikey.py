@@ -1,4 +1,4 @@
-"""The AAP bearer key.
+"""The daemon's bearer key, taken by both HTTP surfaces (metis REST/WebSocket and AAP).
 
 `METIS_API_KEY` wins when set; otherwise the key lives in `METIS_HOME/api_key`, created at the
 first start with `O_EXCL` and mode 0600 (a wider existing mode is tightened with a WARN). The
@@ -20,7 +20,6 @@ from metis.core.canonical import register_secret
 log = logging.getLogger(__name__)
 
 KEY_FILE = "api_key"
-REALM_HEADER = {"WWW-Authenticate": 'Bearer realm="metis-aap"'}
 
 
 @dataclass(frozen=True)

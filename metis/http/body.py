@@ -1,0 +1,66 @@
+"""Reading a request's JSON body: a size cap, the content type, RFC 8259-only JSON.
+
+The checks are shared; the wire errors are not: each caller turns a `BodyRefused` reason into
+its own surface's code (e.g. `payload_too_large` vs `request_too_large`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from aiohttp import web
+
+from metis.core.canonical import parse_client_json
+
+Reason = Literal["too_large", "not_utf8", "malformed", "not_object"]
+
+
+class BodyRefused(Exception):
+    def __init__(self, reason: Reason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+def is_json(request: web.Request) -> bool:
+    """Whether the declared content type is `application/json` (parameters ignored)."""
+    return request.content_type.lower() == "application/json"
+
+
+def declared_too_large(request: web.Request, max_bytes: int) -> bool:
+    return request.content_length is not None and request.content_length > max_bytes
+
+
+async def read_capped(request: web.Request, max_bytes: int) -> bytes:
+    """The body, read in chunks and refused as soon as it exceeds `max_bytes`."""
+    if declared_too_large(request, max_bytes):
+        raise BodyRefused("too_large", f"body exceeds {max_bytes} bytes")
+    data = bytearray()
+    while True:
+        chunk = await request.content.read(65536)
+        if not chunk:
+            break
+        data += chunk
+        if len(data) > max_bytes:
+            raise BodyRefused("too_large", f"body exceeds {max_bytes} bytes")
+    return bytes(data)
+
+
+def decode_json(raw: bytes) -> Any:
+    """A body's JSON value: UTF-8, RFC 8259 only (no NaN/Infinity, no number overflowing to
+    infinity, no escaped lone surrogate)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BodyRefused("not_utf8", "body is not UTF-8") from None
+    try:
+        return parse_client_json(text)
+    except ValueError as exc:
+        raise BodyRefused("malformed", f"malformed JSON: {exc}") from None
+
+
+def decode_json_object(raw: bytes) -> dict[str, Any]:
+    value = decode_json(raw)
+    if not isinstance(value, dict):
+        raise BodyRefused("not_object", "body must be a JSON object")
+    return value

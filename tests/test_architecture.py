@@ -1,0 +1,152 @@
+"""The import graph keeps the layers apart (docs/architecture.md).
+
+Every module under `metis/` is parsed (not imported); its `import`/`from … import` statements,
+relative ones resolved, give the edges. Core and the config never reach a surface or the HTTP
+stack, however indirectly; each surface builds on the HTTP kernel (`metis.http`) rather than on
+the other surface, the metis surface knowing AAP at its one mount point only.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "metis"
+
+SURFACES_AND_UI = ("metis.server", "metis.aap", "metis.commands", "metis.dashboard", "metis.http")
+HTTP_STACK = ("aiohttp",)  # the server side (aiohttp.web) and the client alike
+AAP_MOUNT_POINT = "metis.server.app"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+@cache
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _resolve(module: str, node: ast.ImportFrom, is_package: bool) -> str:
+    if node.level == 0:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+@cache
+def direct_imports(module: str) -> frozenset[str]:
+    """Every module `module` names in an import statement (function-level ones included)."""
+    path = _modules()[module]
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            target = _resolve(module, node, path.name == "__init__.py")
+            found.add(target)
+            # `from pkg import sub` imports the submodule `pkg.sub` when there is one
+            found.update(
+                f"{target}.{alias.name}"
+                for alias in node.names
+                if f"{target}.{alias.name}" in _modules()
+            )
+    return frozenset(found)
+
+
+def _in_package(name: str) -> Iterable[str]:
+    """`name` and the packages above it that are metis modules (importing runs their inits)."""
+    parts = name.split(".")
+    for i in range(1, len(parts) + 1):
+        candidate = ".".join(parts[:i])
+        if candidate in _modules():
+            yield candidate
+
+
+@cache
+def transitive_imports(module: str) -> frozenset[str]:
+    seen: set[str] = set()
+    expanded: set[str] = set()
+    stack = [module]
+    while stack:
+        current = stack.pop()
+        if current in expanded:
+            continue
+        expanded.add(current)
+        for name in direct_imports(current):
+            seen.add(name)
+            packages = list(_in_package(name))  # importing `a.b.c` runs `a` and `a.b` too
+            seen.update(packages)
+            stack.extend(packages)
+    return frozenset(seen)
+
+
+def _under(name: str, prefixes: Iterable[str]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def _offending(module: str, forbidden: Iterable[str]) -> list[str]:
+    forbidden = tuple(forbidden)
+    return sorted(n for n in transitive_imports(module) if _under(n, forbidden))
+
+
+def test_the_graph_sees_every_module_and_resolves_relative_imports() -> None:
+    assert "metis.core.runtime" in _modules()
+    assert "metis.http.routes" in _modules()
+    # a sanity check of the walk itself: the daemon app reaches both surfaces and the kernel
+    reached = transitive_imports("metis.server.app")
+    assert {"metis.aap.app", "metis.http.routes", "metis.core.runtime", "aiohttp"} <= reached
+
+
+def test_core_never_imports_a_surface_or_the_http_stack() -> None:
+    offenders = {
+        module: bad
+        for module in _modules()
+        if _under(module, ("metis.core",))
+        and (bad := _offending(module, (*SURFACES_AND_UI, *HTTP_STACK)))
+    }
+    assert offenders == {}
+
+
+def test_the_config_never_imports_a_surface_or_the_http_stack() -> None:
+    assert _offending("metis.config", (*SURFACES_AND_UI, *HTTP_STACK)) == []
+
+
+def test_the_http_kernel_knows_no_surface() -> None:
+    offenders = {
+        module: bad
+        for module in _modules()
+        if _under(module, ("metis.http",))
+        and (bad := _offending(module, ("metis.server", "metis.aap", "metis.commands")))
+    }
+    assert offenders == {}
+
+
+def test_aap_builds_on_the_kernel_never_on_the_metis_surface() -> None:
+    aap = [m for m in _modules() if _under(m, ("metis.aap",))]
+    offenders = {m: bad for m in aap if (bad := _offending(m, ("metis.server",)))}
+    assert offenders == {}
+    assert any("metis.http.routes" in direct_imports(m) for m in aap)
+
+
+def test_the_metis_surface_knows_aap_only_at_its_mount_point() -> None:
+    server = [m for m in _modules() if _under(m, ("metis.server", "metis.dashboard"))]
+    offenders = {
+        m: sorted(n for n in direct_imports(m) if _under(n, ("metis.aap",)))
+        for m in server
+        if m != AAP_MOUNT_POINT
+    }
+    assert {m: bad for m, bad in offenders.items() if bad} == {}
+    assert sorted(n for n in direct_imports(AAP_MOUNT_POINT) if _under(n, ("metis.aap",))) == [
+        "metis.aap",
+        "metis.aap.app",
+    ]
+    assert any("metis.http.routes" in direct_imports(m) for m in server)
