@@ -399,8 +399,14 @@ class ConfirmationBroker:
                 (stamp, session_id),
             )
 
+    def holds(self, session_id: str) -> bool:
+        return any(p.request.session_id == session_id for p in self._requests.values()) or any(
+            key[0] == session_id for key in self._remembered
+        )
+
     def forget_session(self, session_id: str) -> None:
-        """Purge: drop every trace of the session from memory."""
+        """End or purge: drop every trace of the session from memory (the store keeps the
+        requests and their answers; a late answer is judged from there)."""
         for key in [k for k, p in self._requests.items() if p.request.session_id == session_id]:
             del self._requests[key]
         for key in [k for k in self._remembered if k[0] == session_id]:

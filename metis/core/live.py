@@ -71,5 +71,9 @@ class LiveSessions:
             live.history.extend(messages)
 
     def forget(self, session_id: str) -> None:
+        """The session is over (ended or purged): its history is read from the store again."""
         self._live.pop(session_id, None)
         self._created_here.discard(session_id)
+
+    def holds(self, session_id: str) -> bool:
+        return session_id in self._live or session_id in self._created_here

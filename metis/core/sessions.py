@@ -224,7 +224,12 @@ class SessionService:
         return SessionView(
             row=row,
             active_model=sticky or self.core.engine.default_model_for(row.workspace_path),
-            cost_so_far_usd=self.core.costs.session(row.id).cost,
+            # An ended session's spend is final in its row; the accumulator forgot it at the end.
+            cost_so_far_usd=(
+                row.cost_so_far_usd
+                if row.status == "ended"
+                else self.core.costs.session(row.id).cost
+            ),
             current_turn_id=slot.turn_id if slot else None,
             current_turn_status=_slot_status(slot),
             pending_confirmations=self.core.broker.pending(row.id),
@@ -368,7 +373,22 @@ class SessionService:
         except BaseException:
             self._ending.discard(session_id)
             raise
+        self._release(session_id)
         return await self.get(session_id)
+
+    def _release(self, session_id: str) -> None:
+        """A session that is over (its end and every event flushed): drop what this process
+        holds in memory for it, so a long-running daemon does not grow with every session it
+        served. Reads of an ended session go to the store (history, spend, confirmations).
+
+        Kept: the id in `_ending` (a request that read the row before the end may still be on
+        its way to claiming a turn slot) and the bus's seq counter (an event on the stream
+        must continue it); both are a few bytes, like the counters seeded at start-up."""
+        self.core.live.forget(session_id)
+        self.core.costs.forget_session(session_id)
+        self.core.broker.forget_session(session_id)
+        self.core.dispatcher.forget_session(session_id)
+        self.core.hub.forget(session_id)
 
     async def purge(self, session_id: str) -> PurgeResult:
         row = await self.require(session_id)
@@ -384,9 +404,7 @@ class SessionService:
             messages, events = await self.store.purge(session_id)
             ended_at = row.ended_at_us or now_us()
             self.core.bus.forget_stream(session_id)
-            self.core.costs.forget_session(session_id)
-            self.core.broker.forget_session(session_id)
-            self.core.live.forget(session_id)
+            self._release(session_id)
             self.core.bus.emit(
                 SYSTEM_STREAM,
                 "session.purged",

@@ -496,6 +496,12 @@ class SessionHub:
         self._sessions.pop(session_id, None)
         self.revoke_tokens(session_id)
 
+    def holds(self, session_id: str) -> bool:
+        """Whether anything of the session (seam state, clients, tokens) is in memory."""
+        return session_id in self._sessions or any(
+            v.session_id == session_id for v in self._tokens.values()
+        )
+
     # -- attach tokens: in memory only, single use, scoped, short-lived -----------------------
 
     def mint_token(self, session_id: str) -> tuple[str, float]:

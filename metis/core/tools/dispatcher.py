@@ -165,7 +165,13 @@ class Dispatcher:
         self.registry.check_application_tools([t.name for t in application], surface)
         return [*self.registry.offered(surface), *application]
 
+    def holds(self, session_id: str) -> bool:
+        return session_id in self._session_slots or any(
+            key[0] == session_id for key in self._first_questions
+        )
+
     def forget_session(self, session_id: str) -> None:
+        """End or purge: the session runs no more tool calls."""
         self._session_slots.pop(session_id, None)
         for key in [k for k in self._first_questions if k[0] == session_id]:
             del self._first_questions[key]
