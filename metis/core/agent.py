@@ -31,6 +31,7 @@ from metis.core.canonical import (
     redact,
 )
 from metis.core.context import SYSTEM_PROMPT, assemble, compact, workspace_facts
+from metis.core.instructions import ProjectInstructions
 from metis.core.live import LiveSession
 from metis.core.model_types import ModelEntry
 from metis.core.providers.base import LLMRequest, MessageComplete
@@ -82,6 +83,11 @@ def with_seeded_instructions(prompt: str, history: Sequence[Message]) -> str:
     ]
     seeded = [text for text in seeded if text]
     return "\n\n".join([prompt, *seeded]) if seeded else prompt
+
+
+def with_project_instructions(prompt: str, instructions: ProjectInstructions | None) -> str:
+    """The workspace's AGENTS.md / CLAUDE.md (metis/core/instructions.py) after the prompt."""
+    return f"{prompt}\n\n{instructions.prompt_section()}" if instructions is not None else prompt
 
 
 def failure_message(registry: ModelRegistry, error: ProviderError) -> str:
@@ -146,6 +152,7 @@ class TurnRunner:
         self._locked = False  # a token streamed or a tool ran: no more failover
         self.partial_error: MessageComplete | None = None
         self._priced: tuple[MessageComplete, Usage] | None = None  # see price()
+        self.instructions: ProjectInstructions | None = None  # read when the loop starts
 
     # -- event helpers ------------------------------------------------------------------------
 
@@ -237,6 +244,9 @@ class TurnRunner:
             self.run.surface_policy, list(self.run.application_tools.values())
         )
         limit = self.core.settings.limits.max_llm_calls_per_turn
+        self.instructions = await self.core.instructions.for_turn(
+            self.run.session_id, self.run.turn_id, self.run.workspace, self.run.route_event_id
+        )
         if self.run.resolution is not None:  # suspend/resume: answers first, then the loop
             await run_resolution(self.core, self.run)
             # a granted call that ran (`tool.called`) locks the model
@@ -347,7 +357,10 @@ class TurnRunner:
         caps = entry.capabilities
         max_out = min(caps.max_output_tokens, self.core.settings.limits.max_output_tokens_per_call)
         volatile = workspace_facts(self.run.workspace)
-        stable = with_seeded_instructions(SYSTEM_PROMPT, self.run.live.history)
+        # the project's instructions change rarely: they belong to the cached (stable) part
+        stable = with_project_instructions(
+            with_seeded_instructions(SYSTEM_PROMPT, self.run.live.history), self.instructions
+        )
         system = f"{stable}\n{volatile}"
 
         def estimate_of(messages: Sequence[Message]) -> int:

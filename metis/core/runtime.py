@@ -20,6 +20,7 @@ from metis.core.events.catalog import SYSTEM_STREAM
 from metis.core.events.costs import CostAccumulator
 from metis.core.events.hub import SessionHub
 from metis.core.events.writer import TraceWriter
+from metis.core.instructions import SessionInstructions
 from metis.core.live import LiveSessions
 from metis.core.recovery import fail_orphaned_turns, report_gaps, seed_from_store
 from metis.core.registry import ModelRegistry, load_registry
@@ -94,6 +95,7 @@ class Core:
             self.db, self.bus, timeout_s=tools.confirmation.timeout_seconds
         )
         self.live = LiveSessions(self.message_store)
+        self.instructions = SessionInstructions(self.bus)  # AGENTS.md / CLAUDE.md per turn
         self.dispatcher = Dispatcher(
             db=self.db,
             bus=self.bus,

@@ -83,6 +83,15 @@ class SessionPurged(Payload):
     events_deleted: int
 
 
+class SessionInstructionsLoaded(Payload):
+    """The project instruction file a turn uses changed (all null: the file went away)."""
+
+    file: str | None
+    sha256: str | None
+    bytes: int | None
+    truncated: bool | None
+
+
 # --- turn ------------------------------------------------------------------------------------
 
 
@@ -401,6 +410,7 @@ PERSISTED: dict[str, type[Payload]] = {
     "session.model_changed": SessionModelChanged,
     "session.ended": SessionEnded,
     "session.purged": SessionPurged,
+    "session.instructions_loaded": SessionInstructionsLoaded,
     "turn.started": TurnStarted,
     "turn.completed": TurnCompleted,
     "turn.cancelled": TurnCancelled,

@@ -76,8 +76,17 @@ class Session(SessionListItem):
     pending_confirmations: list[dict[str, Any]]
 
 
+class InstructionsInUse(BaseModel):
+    """The project instruction file (AGENTS.md, else CLAUDE.md) the session's turns use."""
+
+    file: str
+    sha256: str
+    truncated: bool
+
+
 class SessionWithAttach(Session):
     title: str | None  # set with PATCH, else the first prompt's first line
+    instructions: InstructionsInUse | None
     attach_token: str | None
     attach_token_expires_at: str | None
     ws_url: str | None
@@ -276,7 +285,15 @@ async def get_session(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     view = await state.core.sessions.get(request.match_info["session_id"])
     title = (await session_titles(state.core, [view.id])).get(view.id)
-    return json_response({**render_session(view), "title": title, **_attach_fields(state, view)})
+    instructions = await state.core.instructions.in_use(view.id, view.row.workspace_path)
+    return json_response(
+        {
+            **render_session(view),
+            "title": title,
+            "instructions": instructions.wire() if instructions is not None else None,
+            **_attach_fields(state, view),
+        }
+    )
 
 
 @routes.route(

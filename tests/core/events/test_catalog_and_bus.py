@@ -19,6 +19,7 @@ CATALOG = {
     "session.model_changed",
     "session.ended",
     "session.purged",
+    "session.instructions_loaded",
     "turn.started",
     "turn.completed",
     "turn.cancelled",

@@ -1,0 +1,194 @@
+"""Project instructions: the workspace root's `AGENTS.md` (else `CLAUDE.md`) in the system prompt.
+
+At every turn the file is looked up again. A `stat` (mtime, size, inode) that matches the last
+read answers from memory, so an unchanged file costs one or two `stat` calls; a changed one is
+read (in a thread) and hashed. The text sent to the model is capped at 32 KiB, with a note
+saying so. A session announces the file it uses with `session.instructions_loaded` whenever
+that file (or its content hash) differs from the one its previous turn used.
+
+Only a regular file whose real path lies inside the workspace is read: a link leading out of
+the workspace is ignored, like any path a tool could not read either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import stat
+from dataclasses import dataclass
+from typing import Any
+
+from metis.core.tools.sandbox import is_within
+
+log = logging.getLogger(__name__)
+
+INSTRUCTION_FILES: tuple[str, ...] = ("AGENTS.md", "CLAUDE.md")
+MAX_INSTRUCTIONS_BYTES = 32 * 1024
+_CHUNK = 1 << 16
+
+
+@dataclass(frozen=True)
+class ProjectInstructions:
+    """One instruction file as read: `bytes` and `sha256` are the whole file's."""
+
+    file: str  # the name at the workspace root: AGENTS.md or CLAUDE.md
+    sha256: str
+    bytes: int
+    truncated: bool
+    text: str  # what the system prompt carries (cut to the cap, with the note)
+
+    def wire(self) -> dict[str, Any]:
+        """`GET /sessions/{id}`'s `instructions` object."""
+        return {"file": self.file, "sha256": self.sha256, "truncated": self.truncated}
+
+    def event_payload(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "sha256": self.sha256,
+            "bytes": self.bytes,
+            "truncated": self.truncated,
+        }
+
+    def prompt_section(self) -> str:
+        """The system prompt's section for these instructions."""
+        return (
+            f"Project instructions (from {self.file} at the workspace root; follow them "
+            f"unless the user says otherwise):\n{self.text}"
+        )
+
+
+def truncation_note(file: str, size: int, cap: int) -> str:
+    return f"[{file} is {size:,} bytes; only its first {cap:,} bytes are included here.]"
+
+
+def _cut(data: bytes, cap: int) -> str:
+    """The first `cap` bytes as text, never ending inside a UTF-8 sequence."""
+    end = min(cap, len(data))
+    if end < len(data):
+        while end > 0 and (data[end] & 0xC0) == 0x80:
+            end -= 1
+    return data[:end].decode("utf-8", "replace")
+
+
+def _read(path: str, name: str, cap: int) -> ProjectInstructions:
+    """Read and hash one file (runs in a thread)."""
+    digest = hashlib.sha256()
+    head = bytearray()
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+            if len(head) <= cap:
+                head.extend(chunk[: cap + 1 - len(head)])
+    truncated = size > cap
+    text = _cut(bytes(head), cap)
+    if truncated:
+        text = f"{text}\n{truncation_note(name, size, cap)}"
+    return ProjectInstructions(name, digest.hexdigest(), size, truncated, text)
+
+
+_StatKey = tuple[str, int, int, int, int]  # (name, device, inode, size, mtime_ns)
+
+
+class InstructionsReader:
+    """Looks up a workspace's instruction file; answers from memory while its `stat` holds."""
+
+    def __init__(self, max_bytes: int = MAX_INSTRUCTIONS_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._known: dict[str, tuple[_StatKey, ProjectInstructions]] = {}
+        self.reads = 0  # files actually read (tests check that an unchanged file is not)
+
+    def _locate(self, workspace: str) -> tuple[str, str, os.stat_result] | None:
+        root = os.path.realpath(workspace)
+        for name in INSTRUCTION_FILES:
+            path = os.path.join(root, name)
+            try:
+                info = os.stat(path)
+            except (OSError, ValueError):
+                continue
+            if not stat.S_ISREG(info.st_mode):
+                continue
+            if os.path.islink(path) and not is_within(root, os.path.realpath(path)):
+                log.warning("%s in %s links outside the workspace; not used", name, root)
+                continue
+            return name, path, info
+        return None
+
+    async def read(self, workspace: str) -> ProjectInstructions | None:
+        """The workspace's instructions now, or None when it has neither file."""
+        found = self._locate(workspace)
+        if found is None:
+            self._known.pop(workspace, None)
+            return None
+        name, path, info = found
+        key: _StatKey = (name, info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        known = self._known.get(workspace)
+        if known is not None and known[0] == key:
+            return known[1]
+        try:
+            loaded = await asyncio.to_thread(_read, path, name, self.max_bytes)
+        except OSError as exc:
+            log.warning("could not read %s: %s", path, exc)
+            return None
+        self.reads += 1
+        if known is not None and known[1].sha256 == loaded.sha256 and known[1].file == name:
+            loaded = known[1]  # touched, not changed: keep the object (and the prompt) as is
+        self._known[workspace] = (key, loaded)
+        return loaded
+
+
+class SessionInstructions:
+    """The instruction file each session uses, and its `session.instructions_loaded` events."""
+
+    def __init__(self, bus: Any, reader: InstructionsReader | None = None) -> None:
+        self.bus = bus
+        self.reader = reader or InstructionsReader()
+        self._in_use: dict[str, ProjectInstructions | None] = {}
+
+    async def for_turn(
+        self, session_id: str, turn_id: str, workspace: str, parent_event_id: str | None
+    ) -> ProjectInstructions | None:
+        """Read the instructions for a turn; announce them when they differ from the last turn's.
+
+        A session's first turn in this daemon's life announces the file it finds (none: no
+        event); a later one announces a changed file, or `file: null` when it went away.
+        """
+        current = await self.reader.read(workspace)
+        known = session_id in self._in_use
+        previous = self._in_use.get(session_id)
+        self._in_use[session_id] = current
+        if _identity(current) == _identity(previous) and (known or current is None):
+            return current
+        payload = (
+            current.event_payload()
+            if current is not None
+            else {"file": None, "sha256": None, "bytes": None, "truncated": None}
+        )
+        self.bus.emit(
+            session_id,
+            "session.instructions_loaded",
+            payload,
+            actor="system",
+            turn_id=turn_id,
+            parent_event_id=parent_event_id,
+        )
+        return current
+
+    async def in_use(self, session_id: str, workspace: str) -> ProjectInstructions | None:
+        """What the session's last turn used; before any turn, what its next turn would use."""
+        if session_id in self._in_use:
+            return self._in_use[session_id]
+        return await self.reader.read(workspace)
+
+    def holds(self, session_id: str) -> bool:
+        return session_id in self._in_use
+
+    def forget(self, session_id: str) -> None:
+        self._in_use.pop(session_id, None)
+
+
+def _identity(value: ProjectInstructions | None) -> tuple[str, str] | None:
+    return None if value is None else (value.file, value.sha256)

@@ -1,0 +1,178 @@
+"""Project instructions: the workspace's AGENTS.md (else CLAUDE.md) reaches the model's system
+prompt at every turn, is re-read when it changes, and is announced with
+`session.instructions_loaded`; `GET /sessions/{id}` shows the file in use."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from metis.core.instructions import MAX_INSTRUCTIONS_BYTES, InstructionsReader
+from metis.server.runner import Daemon
+from metis.testing.fake_provider import FakeProviderServer, FakeReply
+from tests.api import Api, api_session
+from tests.e2e.test_provider_turns import AUTO_TOOLS, MODEL_OF, models_yaml
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeProviderServer]:
+    async with FakeProviderServer(
+        expected_keys={"anthropic": "ak-test", "openai": "ok-test"}
+    ) as server:
+        yield server
+
+
+@pytest.fixture
+async def env(
+    fake: FakeProviderServer, start_daemon: Callable[..., Any]
+) -> AsyncIterator[tuple[Daemon, Api, FakeProviderServer]]:
+    d = await start_daemon(config=AUTO_TOOLS, models=models_yaml(fake))
+    async with api_session(d) as http:
+        yield d, Api(http), fake
+
+
+def system_text(fake: FakeProviderServer, api_name: str, index: int = -1) -> tuple[str, str]:
+    """(stable, volatile) system text of a recorded request."""
+    body = fake.requests_for(api_name)[index].body  # type: ignore[arg-type]
+    if api_name == "anthropic":
+        blocks = body["system"]
+        stable = blocks[0]["text"]
+        volatile = blocks[1]["text"] if len(blocks) > 1 else ""
+        return stable, volatile
+    first = body["messages"][0]
+    assert first["role"] in ("system", "developer")
+    return first["content"], ""
+
+
+def loaded_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in events if e["type"] == "session.instructions_loaded"]
+
+
+@pytest.mark.parametrize("api_name", ["anthropic", "openai"])
+async def test_agents_md_reaches_the_system_prompt_and_is_announced_once(
+    env: tuple[Daemon, Api, FakeProviderServer], workspace: Path, api_name: str
+) -> None:
+    _, api, fake = env
+    text = "Always run `make check` before you answer.\nUse tabs.\n"
+    (workspace / "AGENTS.md").write_text(text)
+    sid = (await api.create_session(workspace, initial_active_model=MODEL_OF[api_name]))["id"]
+    fake.enqueue(api_name, FakeReply.say("one"), FakeReply.say("two"))
+    first, _ = await api.run_turn(sid, "hello")
+    await api.run_turn(sid, "again")
+    stable, volatile = system_text(fake, api_name, 0)
+    assert "Always run `make check` before you answer." in stable and "AGENTS.md" in stable
+    if api_name == "anthropic":  # the instructions are in the stable (cacheable) block
+        assert "make check" not in volatile and "Current date" in volatile
+    assert system_text(fake, api_name, 1)[0] == stable  # unchanged file: same prompt
+    events = loaded_events(await api.events(sid))
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    assert [e["payload"] for e in events] == [
+        {"file": "AGENTS.md", "sha256": digest, "bytes": len(text.encode()), "truncated": False}
+    ]
+    assert events[0]["turn_id"] == first["turn_id"]
+    _, session = await api.call("GET", f"/sessions/{sid}")
+    assert session["instructions"] == {"file": "AGENTS.md", "sha256": digest, "truncated": False}
+
+
+async def test_a_change_is_picked_up_on_the_next_turn(
+    env: tuple[Daemon, Api, FakeProviderServer], workspace: Path
+) -> None:
+    _, api, fake = env
+    (workspace / "CLAUDE.md").write_text("Prefer small functions.\n")
+    sid = (await api.create_session(workspace, initial_active_model=MODEL_OF["anthropic"]))["id"]
+    fake.enqueue("anthropic", FakeReply.say("a"), FakeReply.say("b"), FakeReply.say("c"))
+    await api.run_turn(sid, "one")
+    assert "Prefer small functions." in system_text(fake, "anthropic")[0]
+    # AGENTS.md wins over CLAUDE.md as soon as it exists
+    (workspace / "AGENTS.md").write_text("Write docstrings everywhere.\n")
+    second, _ = await api.run_turn(sid, "two")
+    stable = system_text(fake, "anthropic")[0]
+    assert "Write docstrings everywhere." in stable and "Prefer small functions." not in stable
+    # an edit with the same size and a restored mtime is still seen (inode/size/mtime + hash)
+    path = workspace / "AGENTS.md"
+    before = path.stat()
+    path.write_text("Write docstrings nowhere.  \n")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 1))
+    third, _ = await api.run_turn(sid, "three")
+    assert "Write docstrings nowhere." in system_text(fake, "anthropic")[0]
+    events = loaded_events(await api.events(sid))
+    assert [e["payload"]["file"] for e in events] == ["CLAUDE.md", "AGENTS.md", "AGENTS.md"]
+    assert [e["turn_id"] for e in events[1:]] == [second["turn_id"], third["turn_id"]]
+    assert len({e["payload"]["sha256"] for e in events}) == 3
+
+
+async def test_an_oversized_file_is_cut_with_a_note(
+    env: tuple[Daemon, Api, FakeProviderServer], workspace: Path
+) -> None:
+    _, api, fake = env
+    line = "- rule número ünïcödé\n"
+    text = line * (3 * MAX_INSTRUCTIONS_BYTES // len(line.encode()))
+    (workspace / "AGENTS.md").write_text(text)
+    sid = (await api.create_session(workspace, initial_active_model=MODEL_OF["anthropic"]))["id"]
+    fake.enqueue("anthropic", FakeReply.say("ok"))
+    await api.run_turn(sid, "go")
+    stable = system_text(fake, "anthropic")[0]
+    size = len(text.encode())
+    assert f"[AGENTS.md is {size:,} bytes; only its first 32,768 bytes are included here.]" in (
+        stable
+    )
+    included = stable.split("workspace root; follow them unless the user says otherwise):\n")[1]
+    body = included.rsplit("\n[AGENTS.md is", 1)[0]
+    assert text.startswith(body) and 32_000 < len(body.encode()) <= MAX_INSTRUCTIONS_BYTES
+    assert "\ufffd" not in body  # never cut inside a character
+    (event,) = loaded_events(await api.events(sid))
+    assert event["payload"]["truncated"] is True and event["payload"]["bytes"] == size
+    _, session = await api.call("GET", f"/sessions/{sid}")
+    assert session["instructions"]["truncated"] is True
+
+
+async def test_no_file_means_no_instructions_and_no_event(
+    env: tuple[Daemon, Api, FakeProviderServer], workspace: Path
+) -> None:
+    _, api, fake = env
+    sid = (await api.create_session(workspace, initial_active_model=MODEL_OF["anthropic"]))["id"]
+    _, session = await api.call("GET", f"/sessions/{sid}")
+    assert session["instructions"] is None
+    fake.enqueue("anthropic", FakeReply.say("a"), FakeReply.say("b"))
+    await api.run_turn(sid, "go")
+    assert "Project instructions" not in system_text(fake, "anthropic")[0]
+    assert loaded_events(await api.events(sid)) == []
+    # a file that appears, then goes away: announced both times
+    (workspace / "AGENTS.md").write_text("x\n")
+    await api.run_turn(sid, "again")
+    (workspace / "AGENTS.md").unlink()
+    fake.enqueue("anthropic", FakeReply.say("c"))
+    await api.run_turn(sid, "third")
+    assert "Project instructions" not in system_text(fake, "anthropic")[0]
+    events = loaded_events(await api.events(sid))
+    assert [e["payload"]["file"] for e in events] == ["AGENTS.md", None]
+    _, session = await api.call("GET", f"/sessions/{sid}")
+    assert session["instructions"] is None
+
+
+async def test_an_unchanged_file_is_not_read_again_and_links_out_are_ignored(
+    tmp_path: Path,
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    reader = InstructionsReader()
+    assert await reader.read(str(ws)) is None
+    (ws / "AGENTS.md").write_text("rules\n")
+    first = await reader.read(str(ws))
+    assert first is not None and first.text == "rules\n" and reader.reads == 1
+    for _ in range(5):
+        assert await reader.read(str(ws)) is first
+    assert reader.reads == 1
+    (ws / "AGENTS.md").unlink()
+    outside = tmp_path / "secret.txt"
+    outside.write_text("not for the model\n")
+    (ws / "AGENTS.md").symlink_to(outside)
+    (ws / "CLAUDE.md").symlink_to(ws / "inside.md")
+    (ws / "inside.md").write_text("inside rules\n")
+    found = await reader.read(str(ws))
+    assert found is not None and found.file == "CLAUDE.md" and found.text == "inside rules\n"
