@@ -20,7 +20,7 @@ from metis.aap.cors import CorsPolicy
 from metis.aap.errors import AapError, error_response, from_domain
 from metis.aap.http import AAP_STATE_KEY, BODY_KEY, CORS_KEY, AapState
 from metis.aap.sessions import discard_unfinished_creations
-from metis.aap.store import AapStore
+from metis.aap.store import AapStore, extension
 from metis.aap.workspaces import Workspaces
 from metis.core.errors import DomainError
 from metis.http import body
@@ -152,7 +152,7 @@ def build_state(server: Any) -> AapState:
         print(f"metis: API key created in {api_key.path} (mode 0600)", flush=True)
     workspaces = Workspaces(settings.home, aap, settings.file.default_workspace)
     workspaces.ensure_default()
-    return AapState(
+    state = AapState(
         server=server,
         settings=aap,
         api_key=api_key,
@@ -161,6 +161,10 @@ def build_state(server: Any) -> AapState:
         agents=AgentCatalog(server.core, workspaces),
         store=AapStore(server.core.db),
     )
+    # the AAP tables' migration track and the start-up repair of an interrupted creation
+    # (run by Core.start before the port listens)
+    server.core.store.register(extension(lambda: discard_unfinished_creations(state)))
+    return state
 
 
 def extend_openapi(doc: dict[str, Any]) -> dict[str, Any]:
@@ -171,11 +175,6 @@ def extend_openapi(doc: dict[str, Any]) -> dict[str, Any]:
 def mount(app: web.Application, server: Any) -> AapState:
     """Add `/aap/v1` (first, so prefix resolution hands `/aap/v1/*` to v1) and `/aap`."""
     state = build_state(server)
-
-    async def discard_unfinished(_app: web.Application) -> None:  # before the port listens
-        await discard_unfinished_creations(state)
-
-    app.on_startup.append(discard_unfinished)
     app.add_subapp(V1_PREFIX, _sub_app(routes_v1.routes, state))
     app.add_subapp(V3_PREFIX, _sub_app(routes_v3.routes, state))
     app[AAP_STATE_KEY] = state

@@ -23,16 +23,14 @@ from metis.core.routing.context import estimate_input_tokens
 
 
 async def _model_for_next_call(core: Any, session: AapSession) -> Any:
-    row = await core.db.fetchone(
-        "SELECT model FROM turns WHERE session_id=? ORDER BY ordinal DESC LIMIT 1",
-        (session.session_id,),
-    )
-    model = row["model"] if row else core.engine.default_model_for(session.workspace_path)
+    model = await core.session_store.latest_turn_model(session.session_id)
+    if model is None:
+        model = core.engine.default_model_for(session.workspace_path)
     return core.registry.get(model) if model else None
 
 
 async def compacted_view(core: Any, session: AapSession, full: Sequence[Message]) -> list[Message]:
-    pending = set(await pending_ids(core.db, session.session_id))
+    pending = set(await pending_ids(core.store, session.session_id))
     entry = await _model_for_next_call(core, session)
     context = assemble(full)
     if entry is not None:

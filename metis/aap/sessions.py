@@ -25,7 +25,7 @@ from metis.aap.errors import AapError
 from metis.aap.history import compacted_view
 from metis.aap.http import AapState
 from metis.aap.mapping import parse_content, render_history
-from metis.aap.store import AapSession, AapStore, Form
+from metis.aap.store import AapSession, AapWrites, Form
 from metis.aap.wire import AgentConfig, SeedMessage, SystemMessage, ToolMessage, UserMessage
 from metis.core.canonical import (
     Message,
@@ -37,7 +37,6 @@ from metis.core.canonical import (
     now_us,
     validate_message,
 )
-from metis.core.store.messages import insert_message
 
 log = logging.getLogger(__name__)
 
@@ -165,16 +164,13 @@ async def discard_unfinished_creations(state: AapState) -> int:
     that AAP cannot see (404) and metis cannot drive (409 surface_mismatch). Its client never
     got a 201, so nothing acknowledged is lost."""
     core = state.core
-    rows = await core.db.fetchall(
-        "SELECT id FROM sessions WHERE surface='aap' "
-        "AND id NOT IN (SELECT session_id FROM aap_sessions)"
-    )
-    for row in rows:
-        await core.session_store.purge(row["id"])
-        core.bus.forget_stream(row["id"])
-        core.costs.forget_session(row["id"])
-        log.warning("discarded AAP session %s: a crash interrupted its creation", row["id"])
-    return len(rows)
+    session_ids = await state.store.unfinished_creations()
+    for session_id in session_ids:
+        await core.session_store.purge(session_id)
+        core.bus.forget_stream(session_id)
+        core.costs.forget_session(session_id)
+        log.warning("discarded AAP session %s: a crash interrupted its creation", session_id)
+    return len(session_ids)
 
 
 async def commit_session(state: AapState, draft: SessionDraft, workspace: str) -> AapSession:
@@ -207,11 +203,11 @@ async def commit_session(state: AapState, draft: SessionDraft, workspace: str) -
         if form is not None:
             forms.append((message.id, form))
     try:
-        async with core.db.write() as conn:
-            await AapStore.insert(conn, session)
-            for message in messages:
-                await insert_message(conn, message)
-            await AapStore.insert_forms(conn, view.id, forms)
+        async with core.store.transaction() as tx:
+            aap = tx.using(AapWrites)
+            aap.insert(session)
+            tx.messages.insert(*messages)
+            aap.insert_forms(view.id, forms)
     except BaseException:
         log.exception("storing the AAP configuration of %s failed; purging it", view.id)
         await core.sessions.purge(view.id)

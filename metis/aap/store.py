@@ -1,21 +1,48 @@
-"""The AAP surface tables (`aap_sessions`, `aap_message_forms`; migration v2).
+"""The AAP surface tables (`aap_sessions`, `aap_message_forms`): the AAP store extension.
 
 Core never reads these: they hold what only the AAP façade knows — the agent configuration,
 trust flags, client tools, option values, and which content form (string or block list) a
 client used for each message it supplied, so history re-renders exactly what was sent.
 Both cascade with the session row, so a purge removes them in the same transaction.
+
+The tables have their own migration track, `aap` (`AAP_MIGRATIONS`), registered with the core
+store by `extension()`. Databases from before migration tracks already hold these tables
+(core schema v2 created them): the track's first step adopts them as they are.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import aiosqlite
-
 from metis.core.store.db import Database
+from metis.core.store.store import StoreExtension
+from metis.core.store.tx import TxWrites
+
+TRACK = "aap"
+
+# AAP_MIGRATIONS[i] upgrades the `aap` track from version i to i + 1.
+AAP_MIGRATIONS: tuple[str, ...] = (
+    """
+CREATE TABLE IF NOT EXISTS aap_sessions (session_id TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+  agent_name TEXT NOT NULL, created_via INTEGER NOT NULL CHECK (created_via IN (1, 3)),
+  agent_tools_json TEXT NOT NULL, options_json TEXT NOT NULL, secret_options_json TEXT NOT NULL DEFAULT '{}',
+  client_tools_json TEXT NOT NULL, created_at_us INTEGER NOT NULL, updated_at_us INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS aap_sessions_created ON aap_sessions(created_at_us, session_id);
+CREATE TABLE IF NOT EXISTS aap_message_forms (message_id TEXT PRIMARY KEY, session_id TEXT NOT NULL
+  REFERENCES sessions(id) ON DELETE CASCADE, form TEXT NOT NULL CHECK (form IN ('string', 'blocks')));
+CREATE INDEX IF NOT EXISTS aap_message_forms_session ON aap_message_forms(session_id);
+""",
+)
+
+
+def extension(recover: Callable[[], Awaitable[object]] | None = None) -> StoreExtension:
+    """The AAP tables as a store extension; `recover` is the surface's start-up repair."""
+    return StoreExtension(TRACK, AAP_MIGRATIONS, recover)
+
 
 Form = Literal["string", "blocks"]
 
@@ -84,48 +111,63 @@ class AapStore:
         )
         return {r["message_id"]: r["form"] for r in rows}
 
-    # -- writes (inside a caller's transaction) ------------------------------------------------
+    async def unfinished_creations(self) -> list[str]:
+        """AAP-surface sessions without their `aap_sessions` row (a crash between the two
+        commits of a creation)."""
+        rows = await self.db.fetchall(
+            "SELECT id FROM sessions WHERE surface='aap' "
+            "AND id NOT IN (SELECT session_id FROM aap_sessions)"
+        )
+        return [r["id"] for r in rows]
 
-    @staticmethod
-    async def insert(conn: aiosqlite.Connection, session: AapSession) -> None:
-        await conn.execute(
-            "INSERT INTO aap_sessions (session_id, agent_name, created_via, agent_tools_json, "
-            "options_json, secret_options_json, client_tools_json, created_at_us, updated_at_us) "
-            "VALUES (?,?,?,?,?,?,?,?,?)",
-            (
-                session.session_id,
-                session.agent_name,
-                session.created_via,
-                _dumps(session.agent_tools),
-                _dumps(session.options),
-                _dumps(session.secret_options),
-                _dumps(session.client_tools),
-                session.created_at_us,
-                session.updated_at_us,
-            ),
+
+class AapWrites(TxWrites):
+    """The AAP rows, queued in a core store transaction: `tx.using(AapWrites)`."""
+
+    def insert(self, session: AapSession) -> None:
+        params = (
+            session.session_id,
+            session.agent_name,
+            session.created_via,
+            _dumps(session.agent_tools),
+            _dumps(session.options),
+            _dumps(session.secret_options),
+            _dumps(session.client_tools),
+            session.created_at_us,
+            session.updated_at_us,
+        )
+        self._add(
+            lambda conn: conn.execute(
+                "INSERT INTO aap_sessions (session_id, agent_name, created_via, agent_tools_json, "
+                "options_json, secret_options_json, client_tools_json, created_at_us, updated_at_us) "
+                "VALUES (?,?,?,?,?,?,?,?,?)",
+                params,
+            )
         )
 
-    @staticmethod
-    async def update_config(conn: aiosqlite.Connection, session: AapSession, stamp: int) -> None:
-        await conn.execute(
-            "UPDATE aap_sessions SET agent_tools_json=?, options_json=?, secret_options_json=?, "
-            "client_tools_json=?, updated_at_us=? WHERE session_id=?",
-            (
-                _dumps(session.agent_tools),
-                _dumps(session.options),
-                _dumps(session.secret_options),
-                _dumps(session.client_tools),
-                stamp,
-                session.session_id,
-            ),
+    def update_config(self, session: AapSession, stamp: int) -> None:
+        params = (
+            _dumps(session.agent_tools),
+            _dumps(session.options),
+            _dumps(session.secret_options),
+            _dumps(session.client_tools),
+            stamp,
+            session.session_id,
+        )
+        self._add(
+            lambda conn: conn.execute(
+                "UPDATE aap_sessions SET agent_tools_json=?, options_json=?, secret_options_json=?, "
+                "client_tools_json=?, updated_at_us=? WHERE session_id=?",
+                params,
+            )
         )
 
-    @staticmethod
-    async def insert_forms(
-        conn: aiosqlite.Connection, session_id: str, forms: list[tuple[str, Form]]
-    ) -> None:
+    def insert_forms(self, session_id: str, forms: list[tuple[str, Form]]) -> None:
         if forms:
-            await conn.executemany(
-                "INSERT INTO aap_message_forms (message_id, session_id, form) VALUES (?,?,?)",
-                [(message_id, session_id, form) for message_id, form in forms],
+            rows = [(message_id, session_id, form) for message_id, form in forms]
+            self._add(
+                lambda conn: conn.executemany(
+                    "INSERT INTO aap_message_forms (message_id, session_id, form) VALUES (?,?,?)",
+                    rows,
+                )
             )

@@ -23,7 +23,6 @@ from metis.aap.render import TERMINAL, TOOL_OUTCOMES, Renderer, stop_reason_of
 from metis.aap.sse import ClientGone, SseWriter
 from metis.core.events.envelope import AnyEvent
 from metis.core.events.hub import CloseMarker, HubClient
-from metis.core.store.messages import row_to_message
 from metis.http.jsontext import dumps
 
 log = logging.getLogger(__name__)
@@ -168,10 +167,7 @@ async def turn_messages(
     core: Any, session_id: str, turn_id: str | None, client_ids: frozenset[str]
 ) -> list[dict[str, Any]]:
     """What this turn appended, in storage order, minus the client's own inputs."""
-    rows = await core.db.fetchall(
-        "SELECT * FROM messages WHERE session_id=? AND turn_id=? ORDER BY id", (session_id, turn_id)
-    )
-    messages = [row_to_message(r) for r in rows]
+    messages = await core.message_store.of_turn(session_id, turn_id)
     kept = [
         m
         for m in messages

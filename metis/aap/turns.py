@@ -15,8 +15,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import aiosqlite
-
 from metis.aap.config import (
     application_tools,
     check_agent_tools,
@@ -29,12 +27,13 @@ from metis.aap.errors import AapError, validation_error
 from metis.aap.http import AapState
 from metis.aap.mapping import parse_content
 from metis.aap.render import Renderer
-from metis.aap.store import AapSession, AapStore, Form
+from metis.aap.store import AapSession, AapWrites, Form
 from metis.aap.stream import TurnPlan
 from metis.aap.wire import AgentOverride, ToolMessage, ToolPermissionMessage, UserMessage
 from metis.core.canonical import Message, now_us
 from metis.core.errors import InvalidContent
 from metis.core.resume import Answer, ApplicationResult, PermissionAnswer, prepare_resolution
+from metis.core.store.tx import Transaction
 
 
 @dataclass(frozen=True)
@@ -89,7 +88,7 @@ async def check_answers(state: AapState, session_id: str, messages: Sequence[Any
         ]
     with contextlib.suppress(InvalidContent):
         await prepare_resolution(
-            core.db, session_id, answers, max_image_bytes=state.settings.max_image_bytes
+            core.store, session_id, answers, max_image_bytes=state.settings.max_image_bytes
         )
 
 
@@ -171,16 +170,17 @@ def plan_turn(
     core = state.core
     session, turn_input = prepared.session, prepared.input
 
-    async def surface_writes(conn: aiosqlite.Connection, inputs: list[Message]) -> None:
+    def surface_writes(tx: Transaction, inputs: list[Message]) -> None:
+        aap = tx.using(AapWrites)
         if prepared.changed:
-            await AapStore.update_config(conn, session, now_us())
+            aap.update_config(session, now_us())
         forms: list[tuple[str, Form]] = []
         for message in inputs:
             if message.role == "user" and turn_input.user_form is not None:
                 forms.append((message.id, turn_input.user_form))
             elif message.metadata.tool_use_id in turn_input.answer_forms:
                 forms.append((message.id, turn_input.answer_forms[message.metadata.tool_use_id]))
-        await AapStore.insert_forms(conn, session.session_id, forms)
+        aap.insert_forms(session.session_id, forms)
 
     async def start() -> Any:
         return await core.turns.submit(

@@ -42,6 +42,7 @@ from metis.core.routing.availability import key_refused_message
 from metis.core.routing.context import estimate_input_tokens
 from metis.core.routing.engine import RouteDecision
 from metis.core.slots import TurnSlot
+from metis.core.store.messages import NewToolCall
 from metis.core.tools.dispatcher import TurnTools, input_fingerprint
 from metis.core.tools.policy import SurfaceToolPolicy
 
@@ -524,7 +525,7 @@ class TurnRunner:
                 stop_reason=complete.stop_reason if status == "complete" else None,
             ),
         )
-        tool_rows = []
+        tool_calls: list[NewToolCall] = []
         for block in content:
             if isinstance(block, ToolUseBlock):
                 definition = self.run.application_tools.get(block.name)
@@ -533,21 +534,21 @@ class TurnRunner:
                 )
                 side_effects = definition or (registered.definition if registered else None)
                 sha, _ = input_fingerprint(block.input)
-                tool_rows.append(
-                    (
-                        block.id,
-                        self.run.session_id,
-                        self.run.turn_id,
-                        message.id,
-                        self.run.live.tool_ids.provider_id(block.id),
-                        block.name,
-                        side_effects.side_effects if side_effects else None,
-                        "application" if definition is not None else "builtin",
-                        sha,
-                        message.created_at_us,
+                tool_calls.append(
+                    NewToolCall(
+                        id=block.id,
+                        session_id=self.run.session_id,
+                        turn_id=self.run.turn_id,
+                        message_id=message.id,
+                        provider_tool_use_id=self.run.live.tool_ids.provider_id(block.id),
+                        name=block.name,
+                        side_effects=side_effects.side_effects if side_effects else None,
+                        origin="application" if definition is not None else "builtin",
+                        input_sha256=sha,
+                        created_at_us=message.created_at_us,
                     )
                 )
-        await self.core.commit_messages(self.run.session_id, [message], tool_rows)
+        await self.core.commit_messages(self.run.session_id, [message], tool_calls)
         return message
 
     # -- endings ------------------------------------------------------------------------------

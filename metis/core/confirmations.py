@@ -13,7 +13,6 @@ that is not stored.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -25,7 +24,8 @@ from metis.core.errors import (
     ConfirmationPolicyMismatch,
 )
 from metis.core.events.bus import EventBus
-from metis.core.store.db import Database
+from metis.core.store.confirmations import NewConfirmation
+from metis.core.store.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +100,8 @@ SUSPEND_ANSWERED_ELSEWHERE = "this request is answered through the surface that 
 
 
 class ConfirmationBroker:
-    def __init__(self, db: Database, bus: EventBus, *, timeout_s: float = 300.0) -> None:
-        self.db = db
+    def __init__(self, store: Store, bus: EventBus, *, timeout_s: float = 300.0) -> None:
+        self.store = store
         self.bus = bus
         self.timeout_s = timeout_s
         self._requests: dict[str, _Pending] = {}
@@ -109,31 +109,23 @@ class ConfirmationBroker:
 
     async def load(self) -> None:
         """Reload remembered session decisions and pending suspend requests after a restart."""
-        rows = await self.db.fetchall(
-            "SELECT c.session_id, c.tool_name, c.status FROM confirmations c JOIN sessions s ON s.id=c.session_id "
-            "WHERE c.remembered=1 AND s.status='active' ORDER BY c.resolved_at_us"
-        )
-        for row in rows:
-            self._remembered[(row["session_id"], row["tool_name"])] = (
-                "allow" if row["status"] == "allowed" else "deny"
+        for row in await self.store.confirmations.remembered():
+            self._remembered[(row.session_id, row.tool_name)] = (
+                "allow" if row.status == "allowed" else "deny"
             )
         await self._load_suspended()
 
     async def _load_suspended(self) -> None:
         """Suspended requests outlive a restart: list them again (their event holds the summary)."""
-        rows = await self.db.fetchall(
-            "SELECT c.*, e.payload_json FROM confirmations c LEFT JOIN events e ON e.id = c.requested_event_id "
-            "WHERE c.policy='suspend' AND c.status='pending' ORDER BY c.id"
-        )
-        for row in rows:
-            if row["payload_json"] is None:
+        for row in await self.store.confirmations.suspended():
+            payload = row.payload
+            if payload is None:
                 continue
-            payload = json.loads(row["payload_json"])
             request = ConfirmationRequest(
-                session_id=row["session_id"],
-                turn_id=row["turn_id"],
-                tool_use_id=row["tool_use_id"],
-                tool_name=row["tool_name"],
+                session_id=row.session_id,
+                turn_id=row.turn_id,
+                tool_use_id=row.tool_use_id,
+                tool_name=row.tool_name,
                 side_effects=payload["side_effects"],
                 input_summary=payload["input_summary"],
                 projected_modifications=payload["projected_modifications"],
@@ -142,10 +134,10 @@ class ConfirmationBroker:
                 parent_event_id=None,
             )
             pending = _Pending(
-                row["id"], request, "suspend", None, requested_event_id=row["requested_event_id"]
+                row.id, request, "suspend", None, requested_event_id=row.requested_event_id
             )
             pending.payload = payload
-            self._requests[row["id"]] = pending
+            self._requests[row.id] = pending
 
     # -- remembered decisions -----------------------------------------------------------------
 
@@ -177,20 +169,18 @@ class ConfirmationBroker:
             "allowed_scopes": ["once", "session"] if policy == "wait" else ["once"],
             "expires_at": format_us(expires),
         }
-        async with self.db.write() as conn:
-            await conn.execute(
-                "INSERT INTO confirmations (id, session_id, turn_id, tool_use_id, tool_name, policy, status, "
-                "requested_at_us, expires_at_us) VALUES (?,?,?,?,?,?,'pending',?,?)",
-                (
-                    request_id,
-                    request.session_id,
-                    request.turn_id,
-                    request.tool_use_id,
-                    request.tool_name,
-                    policy,
-                    stamp,
-                    expires,
-                ),
+        async with self.store.transaction() as tx:
+            tx.confirmations.insert(
+                NewConfirmation(
+                    id=request_id,
+                    session_id=request.session_id,
+                    turn_id=request.turn_id,
+                    tool_use_id=request.tool_use_id,
+                    tool_name=request.tool_name,
+                    policy=policy,
+                    requested_at_us=stamp,
+                    expires_at_us=expires,
+                )
             )
         self._requests[request_id] = pending
         event = self.bus.emit(
@@ -202,11 +192,8 @@ class ConfirmationBroker:
             parent_event_id=request.parent_event_id,
         )
         pending.requested_event_id = event.id if event else None
-        async with self.db.write() as conn:
-            await conn.execute(
-                "UPDATE confirmations SET requested_event_id=? WHERE id=?",
-                (pending.requested_event_id, request_id),
-            )
+        async with self.store.transaction() as tx:
+            tx.confirmations.set_requested_event(request_id, pending.requested_event_id)
         return pending
 
     async def ask(
@@ -321,33 +308,27 @@ class ConfirmationBroker:
         self, session_id: str, turn_id: str, request_id: str, decision: str, scope: str
     ) -> ResolveResult:
         """Requests settled before a restart stay known until purge."""
-        row = await self.db.fetchone(
-            "SELECT * FROM confirmations WHERE id=? AND session_id=? AND turn_id=?",
-            (request_id, session_id, turn_id),
-        )
+        row = await self.store.confirmations.get(request_id, session_id, turn_id)
         if row is None:
             raise ConfirmationNotFound(request_id)
-        if row["policy"] == "suspend":
+        if row.policy == "suspend":
             raise ConfirmationPolicyMismatch(SUSPEND_ANSWERED_ELSEWHERE, policy="suspend")
-        resolution = _RESOLUTION_OF_STATUS.get(row["status"], "timeout")
-        if resolution == decision and row["scope"] == scope:
+        resolution = _RESOLUTION_OF_STATUS.get(row.status, "timeout")
+        if resolution == decision and row.scope == scope:
             return ResolveResult(False, decision, scope)
-        raise ConfirmationAlreadyResolved(resolution, format_us(row["resolved_at_us"]))
+        raise ConfirmationAlreadyResolved(resolution, format_us(row.resolved_at_us))
 
     async def _store_resolution(
         self, pending: _Pending, *, remembered: bool, reason: str | None
     ) -> None:
-        async with self.db.write() as conn:
-            await conn.execute(
-                "UPDATE confirmations SET status=?, scope=?, remembered=?, reason=?, resolved_at_us=? WHERE id=?",
-                (
-                    pending.status,
-                    pending.scope,
-                    int(remembered),
-                    reason,
-                    pending.resolved_at_us,
-                    pending.id,
-                ),
+        async with self.store.transaction() as tx:
+            tx.confirmations.resolve(
+                pending.id,
+                status=pending.status,
+                scope=pending.scope,
+                remembered=remembered,
+                reason=reason,
+                resolved_at_us=pending.resolved_at_us,
             )
 
     # -- withdrawal and views -----------------------------------------------------------------
@@ -393,11 +374,8 @@ class ConfirmationBroker:
         for pending in self._requests.values():
             if pending.request.session_id == session_id and pending.status == "pending":
                 pending.status, pending.resolved_at_us = "withdrawn", stamp
-        async with self.db.write() as conn:
-            await conn.execute(
-                "UPDATE confirmations SET status='withdrawn', resolved_at_us=? WHERE session_id=? AND status='pending'",
-                (stamp, session_id),
-            )
+        async with self.store.transaction() as tx:
+            tx.confirmations.withdraw_pending(session_id, stamp)
 
     def holds(self, session_id: str) -> bool:
         return any(p.request.session_id == session_id for p in self._requests.values()) or any(

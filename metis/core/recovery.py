@@ -13,38 +13,25 @@ import json
 import logging
 from decimal import Decimal
 
-from metis.core.canonical import (
-    Message,
-    MessageMetadata,
-    TextBlock,
-    ToolResultBlock,
-    decimal_str,
-    new_ulid,
-    now_us,
-)
+from metis.core.canonical import now_us
 from metis.core.events.bus import EventBus
 from metis.core.events.costs import QUARTET, CostAccumulator, Totals
-from metis.core.store.db import Database
-from metis.core.store.events import EventStore
-from metis.core.store.messages import insert_message
+from metis.core.store.sessions import Spend
+from metis.core.store.store import Store
+from metis.core.tools.results import INTERRUPTED, failed, tool_result_message
 
 log = logging.getLogger(__name__)
 
-INTERRUPTED_TEXT = "Tool call interrupted: metis stopped before the tool finished"
 
-
-async def seed_from_store(db: Database, bus: EventBus, costs: CostAccumulator) -> None:
+async def seed_from_store(store: Store, bus: EventBus, costs: CostAccumulator) -> None:
     """Continue every stream's seq and every session's spend where the store left them."""
-    bus.seed(await EventStore(db).max_seqs())
-    for row in await db.fetchall(
-        "SELECT id, cost_so_far_usd, input_tokens, cache_read_tokens, cache_write_tokens, "
-        "output_tokens FROM sessions"
-    ):
-        costs.seed_session(row["id"], {k: row[k] for k in QUARTET}, Decimal(row["cost_so_far_usd"]))
+    bus.seed(await store.events.max_seqs())
+    for spend in await store.sessions.spends():
+        costs.seed_session(spend.session_id, spend.tokens, spend.cost)
 
 
-async def report_gaps(db: Database, bus: EventBus) -> int:
-    gaps = await EventStore(db).find_gaps()
+async def report_gaps(store: Store, bus: EventBus) -> int:
+    gaps = await store.events.find_gaps()
     for stream, first, last in gaps:
         log.warning("stream %s is missing seq %d..%d", stream, first, last)
         bus.emit(
@@ -56,58 +43,50 @@ async def report_gaps(db: Database, bus: EventBus) -> int:
     return len(gaps)
 
 
-async def fail_orphaned_turns(db: Database, bus: EventBus, costs: CostAccumulator) -> list[str]:
+async def fail_orphaned_turns(store: Store, bus: EventBus, costs: CostAccumulator) -> list[str]:
     """Mark every `running` turn failed and close what it left open; returns the turn ids."""
-    turns = await db.fetchall("SELECT * FROM turns WHERE status='running' ORDER BY id")
-    await _apply_pending_swaps(db)
+    turns = await store.sessions.running_turns()
+    # Every queued model swap, not only those behind a `running` turn: a crash between a
+    # turn's final flush and its release leaves the turn `completed` with its swap queued, and
+    # at start-up no turn holds a slot to wait for (the next turn sees it).
+    await store.sessions.apply_all_pending_swaps(now_us())
     for turn in turns:
-        await _close_interrupted_tools(db, turn["session_id"], turn["id"])
-        started = await db.fetchone(
-            "SELECT id FROM events WHERE turn_id=? AND type='turn.started'", (turn["id"],)
-        )
-        totals = Totals(
-            {k: int(turn[k]) for k in QUARTET},
-            Decimal(turn["cost_usd"]),
-            int(turn["llm_call_count"]),
-            int(turn["tool_call_count"]),
-        )
-        await _recover_unprojected_spend(db, costs, turn["session_id"], turn["id"], totals)
-        costs.seed_turn(turn["id"], totals)
-        wall_ms = max(0, (now_us() - int(turn["started_at_us"])) // 1000)
+        await _close_interrupted_tools(store, turn.session_id, turn.id)
+        started = await store.events.first_id_of_type(turn.id, "turn.started")
+        totals = Totals(dict(turn.tokens), turn.cost_usd, turn.llm_call_count, turn.tool_call_count)
+        await _recover_unprojected_spend(store, costs, turn.session_id, turn.id, totals)
+        costs.seed_turn(turn.id, totals)
+        wall_ms = max(0, (now_us() - turn.started_at_us) // 1000)
         bus.emit(
-            turn["session_id"],
+            turn.session_id,
             "turn.failed",
             {
-                **costs.end_turn(turn["id"]).turn_payload(wall_ms),
+                **costs.end_turn(turn.id).turn_payload(wall_ms),
                 "reason": "daemon_restart",
                 "error_class": None,
                 "message": "metis stopped while this turn was running",
             },
             actor="system",
-            turn_id=turn["id"],
-            parent_event_id=started["id"] if started else None,
+            turn_id=turn.id,
+            parent_event_id=started,
         )
         log.warning(
-            "turn %s of %s was interrupted by a restart; marked failed",
-            turn["id"],
-            turn["session_id"],
+            "turn %s of %s was interrupted by a restart; marked failed", turn.id, turn.session_id
         )
-    return [t["id"] for t in turns]
+    return [t.id for t in turns]
 
 
 async def _recover_unprojected_spend(
-    db: Database, costs: CostAccumulator, session_id: str, turn_id: str, totals: Totals
+    store: Store, costs: CostAccumulator, session_id: str, turn_id: str, totals: Totals
 ) -> None:
     """Spend the crash kept out of the totals: events reach the store up to 50 ms after they
     are emitted, but each reply is committed with its usage first. Where the turn's stored
     replies add up to more than its projected totals, the difference is added to the turn and
     its session (spend counts whatever the outcome, daemon_restart included)."""
     stored = Totals()
-    for row in await db.fetchall(
-        "SELECT metadata_json FROM messages WHERE turn_id=? AND role='assistant'", (turn_id,)
-    ):
+    for metadata_json in await store.messages.assistant_metadata_json(turn_id):
         with contextlib.suppress(ValueError, TypeError, AttributeError):
-            usage = json.loads(row["metadata_json"]).get("usage") or {}
+            usage = json.loads(metadata_json).get("usage") or {}
             stored.add_usage({k: usage.get(k, 0) for k in (*QUARTET, "cost_usd")})
     missing = Totals(
         {k: max(0, stored.tokens[k] - totals.tokens[k]) for k in QUARTET},
@@ -119,75 +98,20 @@ async def _recover_unprojected_spend(
     payload = {**missing.tokens, "cost_usd": missing.cost}
     totals.add_usage(payload)
     costs.session(session_id).add_usage(payload)
-    async with db.write() as conn:
-        for table, column, row_id in (
-            ("turns", "cost_usd", turn_id),
-            ("sessions", "cost_so_far_usd", session_id),
-        ):
-            async with conn.execute(
-                f"SELECT {column} FROM {table} WHERE id=?", (row_id,)
-            ) as cursor:
-                current = await cursor.fetchone()
-            if current is None:
-                continue
-            await conn.execute(
-                f"UPDATE {table} SET {column}=?, "
-                + ", ".join(f"{k}={k}+?" for k in QUARTET)
-                + " WHERE id=?",
-                (
-                    decimal_str(Decimal(current[0]) + missing.cost),
-                    *(missing.tokens[k] for k in QUARTET),
-                    row_id,
-                ),
-            )
+    spend = Spend(dict(missing.tokens), missing.cost)
+    async with store.transaction() as tx:
+        tx.sessions.add_turn_spend(turn_id, spend)
+        tx.sessions.add_session_spend(session_id, spend)
 
 
-async def _close_interrupted_tools(db: Database, session_id: str, turn_id: str) -> None:
+async def _close_interrupted_tools(store: Store, session_id: str, turn_id: str) -> None:
     """Store an error result for every tool use of the turn (or resumed by it) left without one."""
-    rows = await db.fetchall(
-        "SELECT id FROM tool_calls WHERE result_message_id IS NULL AND session_id=? AND "
-        "(turn_id=? OR id IN (SELECT tool_use_id FROM confirmations WHERE resolved_in_turn_id=?)) "
-        "ORDER BY id",
-        (session_id, turn_id, turn_id),
-    )
+    tool_use_ids = await store.messages.interrupted_tool_calls(session_id, turn_id)
     stamp = now_us()
-    async with db.write() as conn:
-        for row in rows:
-            message = Message(
-                id=new_ulid(),
-                session_id=session_id,
-                turn_id=turn_id,
-                role="tool",
-                content=[
-                    ToolResultBlock(
-                        tool_use_id=row["id"],
-                        content=[TextBlock(text=INTERRUPTED_TEXT)],
-                        is_error=True,
-                    )
-                ],
-                created_at_us=stamp,
-                metadata=MessageMetadata(tool_use_id=row["id"]),
-            )
-            await insert_message(conn, message)
-            await conn.execute(
-                "UPDATE tool_calls SET status='failed', error_class='internal_error', is_error=1, "
-                "result_message_id=?, ended_at_us=? WHERE id=?",
-                (message.id, stamp, row["id"]),
-            )
-        await conn.execute(
-            "UPDATE confirmations SET status='expired', resolved_at_us=? "
-            "WHERE turn_id=? AND policy='wait' AND status='pending'",
-            (stamp, turn_id),
-        )
-
-
-async def _apply_pending_swaps(db: Database) -> None:
-    """Every queued model swap, not only those behind a `running` turn: a crash between a
-    turn's final flush and its release leaves the turn `completed` with its swap queued, and
-    at start-up no turn holds a slot to wait for (the next turn sees it)."""
-    async with db.write() as conn:
-        await conn.execute(
-            "UPDATE sessions SET active_model=pending_model, pending_model_set=0, pending_model=NULL, "
-            "updated_at_us=? WHERE pending_model_set=1",
-            (now_us(),),
-        )
+    outcome = failed("internal_error", INTERRUPTED)
+    async with store.transaction() as tx:
+        for tool_use_id in tool_use_ids:
+            message = tool_result_message(session_id, turn_id, tool_use_id, outcome, stamp)
+            tx.messages.insert(message)
+            tx.messages.fail_interrupted(tool_use_id, message.id, stamp)
+        tx.confirmations.expire_waiting(turn_id, stamp)

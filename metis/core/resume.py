@@ -28,37 +28,40 @@ that adds its own rows to the acceptance transaction.
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
-
-import aiosqlite
+from typing import Any, Literal, cast
 
 from metis.core.canonical import (
     ImageBlock,
     Message,
-    MessageMetadata,
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
     canonical_json,
     content_errors,
-    new_ulid,
     now_us,
 )
 from metis.core.errors import InvalidContent, InvalidResolution, PendingToolCalls
-from metis.core.store.db import Database
-from metis.core.store.sessions import NewTurn, write_turn
+from metis.core.store.sessions import NewTurn
+from metis.core.store.store import Store
+from metis.core.store.tx import Transaction
 from metis.core.tools.dispatcher import TurnTools
-from metis.core.tools.results import ToolOutcome, cancelled_text, failed, user_denied_text
+from metis.core.tools.results import (
+    ToolOutcome,
+    cancelled_text,
+    failed,
+    tool_result_message,
+    user_denied_text,
+)
 
 log = logging.getLogger(__name__)
 
 CallKind = Literal["permission", "application"]
-SurfaceWrites = Callable[[aiosqlite.Connection, list[Message]], Awaitable[None]]
-"""A surface's own rows for the acceptance transaction; receives the turn's input messages."""
+SurfaceWrites = Callable[[Transaction, list[Message]], None]
+"""A surface's own rows for the acceptance transaction: queued on it (through the surface's
+store extension, `tx.using(...)`); receives the turn's input messages."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -101,39 +104,30 @@ class PendingCall:
     called_at_us: int
 
 
-async def load_pending(db: Database, session_id: str) -> list[PendingCall]:
+async def load_pending(store: Store, session_id: str) -> list[PendingCall]:
     """Pending calls in tool_use order, from committed rows only (so they survive restarts).
 
     A permission is pending while its `suspend` confirmation row is; an application call while
     it has no stored result. Neither depends on event projections.
     """
-    rows = await db.fetchall(
-        "SELECT tc.id, tc.name, tc.origin, tc.turn_id, tc.message_id, tc.created_at_us, "
-        "tc.started_at_us, c.id AS confirmation_id, c.requested_event_id FROM tool_calls tc "
-        "LEFT JOIN confirmations c ON c.tool_use_id = tc.id "
-        "WHERE tc.session_id=? AND tc.result_message_id IS NULL AND "
-        "((c.policy='suspend' AND c.status='pending') OR (c.id IS NULL AND tc.origin='application')) "
-        "ORDER BY tc.message_id, tc.id",
-        (session_id,),
-    )
     return [
         PendingCall(
-            tool_use_id=r["id"],
-            name=r["name"],
-            kind="permission" if r["confirmation_id"] is not None else "application",
-            turn_id=r["turn_id"],
-            message_id=r["message_id"],
-            confirmation_id=r["confirmation_id"],
-            requested_event_id=r["requested_event_id"],
-            called_at_us=r["started_at_us"] or r["created_at_us"],
+            tool_use_id=r.id,
+            name=r.name,
+            kind="permission" if r.confirmation_id is not None else "application",
+            turn_id=r.turn_id,
+            message_id=r.message_id,
+            confirmation_id=r.confirmation_id,
+            requested_event_id=r.requested_event_id,
+            called_at_us=r.started_at_us or r.created_at_us,
         )
-        for r in rows
+        for r in await store.messages.parked_calls(session_id)
     ]
 
 
-async def pending_ids(db: Database, session_id: str) -> list[str]:
+async def pending_ids(store: Store, session_id: str) -> list[str]:
     """What a surface shows as "waiting for an answer" (e.g. AAP history checks)."""
-    return [p.tool_use_id for p in await load_pending(db, session_id)]
+    return [p.tool_use_id for p in await load_pending(store, session_id)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,10 +214,10 @@ def match_answers(
 
 
 async def prepare_resolution(
-    db: Database, session_id: str, answers: Sequence[Answer] | None, *, max_image_bytes: int
+    store: Store, session_id: str, answers: Sequence[Answer] | None, *, max_image_bytes: int
 ) -> ResolutionPlan | None:
     """None for a plain user-message turn; the matched plan for a resolution; or raise."""
-    pending = await load_pending(db, session_id)
+    pending = await load_pending(store, session_id)
     if answers is None:
         if pending:
             raise PendingToolCalls([p.tool_use_id for p in pending])
@@ -256,24 +250,6 @@ class Resolution:
         return [a.message for a in self.accepted if a.message is not None]
 
 
-def _tool_message(
-    session_id: str, turn_id: str, tool_use_id: str, outcome: ToolOutcome, stamp: int
-) -> Message:
-    return Message(
-        id=new_ulid(),
-        session_id=session_id,
-        turn_id=turn_id,
-        role="tool",
-        content=[
-            ToolResultBlock(
-                tool_use_id=tool_use_id, content=list(outcome.content), is_error=outcome.is_error
-            )
-        ],
-        created_at_us=stamp,
-        metadata=MessageMetadata(tool_use_id=tool_use_id),
-    )
-
-
 def accept(plan: ResolutionPlan, session_id: str, turn_id: str) -> Resolution:
     """Build the acceptance-time `tool` messages, in tool_use order."""
     stamp = now_us()
@@ -292,7 +268,7 @@ def accept(plan: ResolutionPlan, session_id: str, turn_id: str) -> Resolution:
         elif not answer.granted:
             outcome = failed("user_denied", user_denied_text(answer.reason or None))
         message = (
-            _tool_message(session_id, turn_id, call.tool_use_id, outcome, stamp)
+            tool_result_message(session_id, turn_id, call.tool_use_id, outcome, stamp)
             if outcome is not None
             else None
         )
@@ -301,7 +277,7 @@ def accept(plan: ResolutionPlan, session_id: str, turn_id: str) -> Resolution:
 
 
 async def commit_turn(
-    db: Database,
+    store: Store,
     turn: NewTurn,
     messages: list[Message],
     resolution: Resolution | None,
@@ -309,45 +285,37 @@ async def commit_turn(
 ) -> None:
     """The acceptance transaction: turn row, input messages, answered
     calls and confirmation rows, and the surface's own rows — all or nothing."""
-    async with db.write() as conn:
-        await write_turn(conn, turn, messages)
+    async with store.transaction() as tx:
+        tx.sessions.insert_turn(turn, messages)
         if resolution is not None:
-            await _settle_rows(conn, resolution, turn.id)
+            _settle_rows(tx, resolution, turn.id)
         if surface_writes is not None:
-            await surface_writes(conn, messages)
+            surface_writes(tx, messages)
 
 
-async def _settle_rows(conn: aiosqlite.Connection, resolution: Resolution, turn_id: str) -> None:
+def _settle_rows(tx: Transaction, resolution: Resolution, turn_id: str) -> None:
     stamp = now_us()
     for item in resolution.accepted:
         call = item.call
+        gone = _gone(call)
         if item.message is not None:
-            cur = await conn.execute(
-                "UPDATE tool_calls SET result_message_id=? WHERE id=? AND result_message_id IS NULL",
-                (item.message.id, call.tool_use_id),
-            )
-            if cur.rowcount != 1:
-                raise _gone(call)
+            tx.messages.link_unanswered_result(call.tool_use_id, item.message.id, gone)
         if isinstance(item.answer, PermissionAnswer):
-            reason = item.answer.reason if not item.answer.granted else None
-            cur = await conn.execute(
-                "UPDATE confirmations SET status=?, scope='once', remembered=0, reason=?, "
-                "resolved_at_us=?, resolved_in_turn_id=? WHERE id=? AND status='pending'",
-                (
-                    "allowed" if item.answer.granted else "denied",
-                    reason,
-                    stamp,
-                    turn_id,
-                    call.confirmation_id,
-                ),
+            tx.confirmations.settle_suspended(
+                call.confirmation_id,
+                granted=item.answer.granted,
+                reason=item.answer.reason if not item.answer.granted else None,
+                stamp=stamp,
+                turn_id=turn_id,
+                gone=gone,
             )
-            if cur.rowcount != 1:
-                raise _gone(call)
 
 
-def _gone(call: PendingCall) -> InvalidResolution:
+def _gone(call: PendingCall) -> Callable[[], InvalidResolution]:
     """A call answered or closed concurrently (session end): the whole acceptance rolls back."""
-    return InvalidResolution(missing=[], unknown=[call.tool_use_id], duplicate=[], wrong_kind=[])
+    return lambda: InvalidResolution(
+        missing=[], unknown=[call.tool_use_id], duplicate=[], wrong_kind=[]
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -365,11 +333,9 @@ def _blocks_by_id(history: Sequence[Message], message_ids: set[str]) -> dict[str
     }
 
 
-async def _called_event_ids(db: Database, turn_id: str) -> dict[str, str]:
-    rows = await db.fetchall(
-        "SELECT id, payload_json FROM events WHERE turn_id=? AND type='tool.called'", (turn_id,)
-    )
-    return {json.loads(r["payload_json"]).get("tool_use_id"): r["id"] for r in rows}
+async def _called_event_ids(store: Store, turn_id: str) -> dict[str, str]:
+    events = await store.events.of_turn(turn_id, "tool.called")
+    return {cast(str, e.payload.get("tool_use_id")): e.id for e in events}
 
 
 async def run_resolution(core: Any, run: Any) -> None:
@@ -384,7 +350,7 @@ async def run_resolution(core: Any, run: Any) -> None:
     called: dict[str, str] = {}
     if any(a.call.kind == "application" for a in resolution.accepted):
         await core.flush()
-        called = await _called_event_ids(core.db, resolution.resumes_turn_id)
+        called = await _called_event_ids(core.store, resolution.resumes_turn_id)
     grants: list[tuple[ToolUseBlock, str | None]] = []
     for item in resolution.accepted:
         call, answer = item.call, item.answer

@@ -8,8 +8,8 @@ Surfaces receive a started Core and never construct components themselves.
 from __future__ import annotations
 
 import logging
-import sqlite3
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from metis.config import Settings
@@ -30,14 +30,8 @@ from metis.core.routing.manager import PolicyManager
 from metis.core.sessions import SessionService
 from metis.core.slots import TurnSlots
 from metis.core.store.db import Database
-from metis.core.store.events import EventStore
-from metis.core.store.messages import (
-    INSERT_MESSAGE_SQL,
-    INSERT_TOOL_CALL_SQL,
-    MessageStore,
-    message_row,
-)
-from metis.core.store.sessions import SessionStore
+from metis.core.store.messages import NewToolCall
+from metis.core.store.store import Store
 from metis.core.tools.bwrap import ShellSandbox, detect
 from metis.core.tools.dispatcher import Dispatcher
 from metis.core.tools.executor import ToolExecutor
@@ -56,18 +50,19 @@ class Core:
         # config → registry: an invalid models.yaml stops start-up here (ConfigError).
         self.registry = registry or load_registry(settings.models_path)
         self.db = Database(settings.db_path)
+        self.store = Store(self.db)
         self.bus = EventBus(strict=settings.events.strict)
         self.costs = CostAccumulator()
-        self.writer = TraceWriter(self.db, self.bus, settings.events)
+        self.writer = TraceWriter(self.store.events, self.bus, settings.events)
         ws = settings.websocket
         self.hub = SessionHub(
             token_ttl_s=ws.attach_token_ttl_s,
             tokens_per_session=ws.attach_tokens_per_session_max,
             stall_timeout_s=ws.slow_client_timeout_s,
         )
-        self.event_store = EventStore(self.db)
-        self.message_store = MessageStore(self.db)
-        self.session_store = SessionStore(self.db)
+        self.event_store = self.store.events
+        self.message_store = self.store.messages
+        self.session_store = self.store.sessions
         self.slots = TurnSlots()
         self.availability = Availability(self.registry, emit_system_event=self.emit_system_event)
         self.policy = PolicyManager(
@@ -92,12 +87,12 @@ class Core:
         self.shell_groups = ProcessGroupLedger(settings.home / "run" / "shell-groups")
         self.shell_sandbox = self._detect_shell_sandbox()
         self.broker = ConfirmationBroker(
-            self.db, self.bus, timeout_s=tools.confirmation.timeout_seconds
+            self.store, self.bus, timeout_s=tools.confirmation.timeout_seconds
         )
         self.live = LiveSessions(self.message_store)
         self.instructions = SessionInstructions(self.bus)  # AGENTS.md / CLAUDE.md per turn
         self.dispatcher = Dispatcher(
-            db=self.db,
+            store=self.store,
             bus=self.bus,
             broker=self.broker,
             registry=self.tool_registry,
@@ -143,20 +138,21 @@ class Core:
         self.bus.emit(SYSTEM_STREAM, event_type, payload, actor="system")
 
     async def start(self) -> None:
-        await self.db.open()
+        await self.store.open()
         self.bus.subscribe("trace-writer", self.writer)
         self.bus.subscribe("cost-accumulator", self.costs)
         self.bus.subscribe("session-hub", self.hub, transient=True)
-        await seed_from_store(self.db, self.bus, self.costs)
+        await seed_from_store(self.store, self.bus, self.costs)
         self.writer.start()
-        await report_gaps(self.db, self.bus)
-        await fail_orphaned_turns(self.db, self.bus, self.costs)
+        await report_gaps(self.store, self.bus)
+        await fail_orphaned_turns(self.store, self.bus, self.costs)
         self.shell_groups.reap()  # commands a crashed daemon left running
         await self.broker.load()
         self.registry.warm_adapters()  # SDK imports and clients now, not on the first turn
         await self.policy.start()
         self.policy.start_watcher()
         await self.writer.flush()
+        await self.store.recover_extensions()  # a surface's own repairs, before requests
         self.started_at_us = now_us()
         self._started_monotonic = time.monotonic()
         log.info(
@@ -190,17 +186,12 @@ class Core:
         return Sandbox(workspace, self.settings.tools.sandbox.protected_dirs)
 
     async def commit_messages(
-        self, session_id: str, messages: list[Message], tool_rows: list[tuple[object, ...]] = ()
+        self, session_id: str, messages: list[Message], tool_calls: Sequence[NewToolCall] = ()
     ) -> None:
         """Commit messages (and the tool_calls rows of their tool uses) in one transaction."""
-        rows = [message_row(message) for message in messages]  # validated before the write
-
-        def write(conn: sqlite3.Connection) -> None:
-            conn.executemany(INSERT_MESSAGE_SQL, rows)
-            if tool_rows:
-                conn.executemany(INSERT_TOOL_CALL_SQL, tool_rows)
-
-        await self.db.transaction(write)
+        async with self.store.transaction() as tx:
+            tx.messages.insert(*messages)  # validated before the write
+            tx.messages.insert_tool_calls(tool_calls)
         self.live.committed(session_id, *messages)
 
     async def flush(self) -> None:

@@ -95,7 +95,7 @@ class TurnService:
         if confirmation_policy == "suspend":
             await self._wait_for_release(session_id)  # a just-suspended turn's rows are flushed
             plan = await prepare_resolution(
-                core.db,
+                core.store,
                 session_id,
                 resolution,
                 max_image_bytes=core.settings.limits.max_image_bytes,
@@ -191,7 +191,7 @@ class TurnService:
             if accepted is None and surface_writes is None:
                 await core.session_store.insert_turn(new_turn, inputs)
             else:
-                await commit_turn(core.db, new_turn, inputs, accepted, surface_writes)
+                await commit_turn(core.store, new_turn, inputs, accepted, surface_writes)
         except BaseException:
             core.slots.release(slot)
             raise
@@ -283,11 +283,11 @@ class TurnService:
         """The REST/WebSocket cancel: True if this call moved the turn to `cancelling`."""
         await self.core.sessions.require_active(session_id)
         turn = await self.core.session_store.turn(turn_id) if len(turn_id) == 26 else None
-        if turn is None or turn["session_id"] != session_id:
+        if turn is None or turn.session_id != session_id:
             raise TurnNotFound(turn_id)
         slot = self.core.slots.get(session_id)
         if slot is None or slot.turn_id != turn_id:
-            status = turn["status"] if turn["status"] != "running" else "completing"
+            status = turn.status if turn.status != "running" else "completing"
             raise TurnAlreadyCompleted(turn_id, status)
         if slot.outcome is not None:  # ended; only its flush is pending
             raise TurnAlreadyCompleted(turn_id, slot.outcome)
@@ -322,19 +322,15 @@ class TurnService:
 
     async def close_suspended(self, session_id: str) -> None:
         """Session end: close tool calls parked by suspended turns."""
-        rows = await self.core.db.fetchall(
-            "SELECT id, name FROM tool_calls WHERE session_id=? AND result_message_id IS NULL "
-            "AND status IN ('awaiting_confirmation', 'awaiting_client') ORDER BY id",
-            (session_id,),
-        )
-        if not rows:
+        calls = await self.core.store.messages.suspended_tool_calls(session_id)
+        if not calls:
             return
         await self.core.broker.withdraw_suspended(session_id)
         dispatcher = self.core.dispatcher
-        for row in rows:
+        for call in calls:
             outcome = failed("cancelled", cancelled_text())
-            block = ToolUseBlock(id=row["id"], name=row["name"], input={})
-            message = await dispatcher.store_result(session_id, None, row["id"], outcome)
+            block = ToolUseBlock(id=call.id, name=call.name, input={})
+            message = await dispatcher.store_result(session_id, None, call.id, outcome)
             dispatcher.emit_outcome(session_id, None, block, outcome, message.id, None)
 
     def abort_all(self) -> None:

@@ -10,36 +10,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 from collections import defaultdict, deque
-from dataclasses import dataclass, field
-from decimal import Decimal
-from typing import Any
 
 import aiosqlite
-from pydantic_core import to_json
 
 from metis.config import EventsSettings
-from metis.core.canonical import decimal_str
 from metis.core.events.bus import EventBus
 from metis.core.events.catalog import TURN_TERMINAL
 from metis.core.events.envelope import AnyEvent, Event
-from metis.core.store.db import Database
+from metis.core.store.events import (
+    EventStore,
+    ToolCallAwaiting,
+    ToolCallCalled,
+    ToolCallChange,
+    ToolCallEnded,
+    TraceProjection,
+    TurnEnded,
+)
+from metis.core.store.sessions import Spend
 
 log = logging.getLogger(__name__)
 
 RETRY_DELAYS_S = (0.1, 0.5, 2.0)
-_QUARTET = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
-# Tool-call statuses only move forward: a projection never undoes a direct write.
-_TOOL_STATUS_BEFORE = {
-    status: "(" + ", ".join(f"'{s}'" for s in earlier) + ")"
-    for status, earlier in {
-        "awaiting_confirmation": ("pending",),
-        "awaiting_client": ("pending", "awaiting_confirmation"),
-        "running": ("pending", "awaiting_confirmation", "awaiting_client"),
-        "terminal": ("pending", "awaiting_confirmation", "awaiting_client", "running"),
-    }.items()
-}
 _TERMINAL_TOOL_STATUS = {
     "tool.completed": "completed",
     "tool.failed": "failed",
@@ -52,23 +44,9 @@ _TURN_STATUS = {
 }
 
 
-@dataclass
-class _Spend:
-    tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_QUARTET, 0))
-    cost: Decimal = Decimal(0)
-    llm_calls: int = 0
-    tool_calls: int = 0
-    updated_at_us: int = 0
-
-    def add_usage(self, payload: dict[str, Any]) -> None:
-        for key in _QUARTET:
-            self.tokens[key] += int(payload.get(key, 0))
-        self.cost += Decimal(payload.get("cost_usd", "0"))
-
-
 class TraceWriter:
-    def __init__(self, db: Database, bus: EventBus, settings: EventsSettings) -> None:
-        self.db = db
+    def __init__(self, events: EventStore, bus: EventBus, settings: EventsSettings) -> None:
+        self.events = events
         self.bus = bus
         self.settings = settings
         self._pending: deque[Event] = deque()
@@ -218,143 +196,57 @@ class TraceWriter:
 
     async def _write(self, batch: list[Event]) -> None:
         """The batch and its projections in one transaction and one round trip to SQLite."""
-        rows = [
-            (
-                e.id,
-                e.session_id,
-                e.seq,
-                e.turn_id,
-                e.parent_event_id,
-                e.type,
-                e.actor,
-                e.timestamp_us,
-                to_json(e.payload).decode(),  # Rust encoder: ~5x faster than json.dumps here
-            )
-            for e in batch
-        ]
-        projection = _Projection.of(batch)
-
-        def write(conn: sqlite3.Connection) -> None:
-            conn.executemany("INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?)", rows)
-            projection.apply(conn)
-
-        await self.db.transaction(write)
+        await self.events.append(batch, project(batch))
         self.transactions += 1
 
 
-@dataclass
-class _Projection:
-    """The tool-call projection map for one batch, computed before its transaction."""
-
-    turns: dict[str, _Spend]
-    sessions: dict[str, _Spend]
-    tool_updates: list[tuple[str, tuple[Any, ...]]]
-    turn_ends: list[tuple[Any, ...]]
-
-    @classmethod
-    def of(cls, batch: list[Event]) -> _Projection:
-        turns: dict[str, _Spend] = defaultdict(_Spend)
-        sessions: dict[str, _Spend] = defaultdict(_Spend)
-        tool_updates: list[tuple[str, tuple[Any, ...]]] = []
-        turn_ends: list[tuple[Any, ...]] = []
-        for e in batch:
-            p = e.payload
-            if e.type in ("llm.call_completed", "llm.call_failed"):
-                if e.turn_id:
-                    turns[e.turn_id].add_usage(p)
-                sessions[e.session_id].add_usage(p)
-                sessions[e.session_id].updated_at_us = e.timestamp_us
-            elif e.type == "llm.call_started" and e.turn_id:
-                turns[e.turn_id].llm_calls += 1
-            elif e.type == "tool.confirmation_requested":
-                tool_updates.append(_tool_status(p["tool_use_id"], "awaiting_confirmation"))
-            elif e.type == "tool.called":
-                if e.turn_id:
-                    turns[e.turn_id].tool_calls += 1
-                status = "awaiting_client" if p["origin"] == "application" else "running"
-                tool_updates.append(
-                    (
-                        "UPDATE tool_calls SET status=?, started_at_us=? WHERE id=? AND status IN "
-                        f"{_TOOL_STATUS_BEFORE[status]}",
-                        (status, e.timestamp_us, p["tool_use_id"]),
-                    )
+def project(batch: list[Event]) -> TraceProjection:
+    """The projections of one batch, computed before its transaction."""
+    turns: dict[str, Spend] = defaultdict(Spend)
+    sessions: dict[str, Spend] = defaultdict(Spend)
+    tool_calls: list[ToolCallChange] = []
+    turn_ends: list[TurnEnded] = []
+    for e in batch:
+        p = e.payload
+        if e.type in ("llm.call_completed", "llm.call_failed"):
+            if e.turn_id:
+                turns[e.turn_id].add_usage(p)
+            sessions[e.session_id].add_usage(p)
+            sessions[e.session_id].updated_at_us = e.timestamp_us
+        elif e.type == "llm.call_started" and e.turn_id:
+            turns[e.turn_id].llm_calls += 1
+        elif e.type == "tool.confirmation_requested":
+            tool_calls.append(ToolCallAwaiting(p["tool_use_id"]))
+        elif e.type == "tool.called":
+            if e.turn_id:
+                turns[e.turn_id].tool_calls += 1
+            status = "awaiting_client" if p["origin"] == "application" else "running"
+            tool_calls.append(ToolCallCalled(p["tool_use_id"], status, e.timestamp_us))
+        elif e.type in _TERMINAL_TOOL_STATUS:
+            status = _TERMINAL_TOOL_STATUS[e.type]
+            if p.get("error_class") == "cancelled":
+                status = "cancelled"
+            tool_calls.append(
+                ToolCallEnded(
+                    tool_use_id=p["tool_use_id"],
+                    status=status,
+                    ended_at_us=e.timestamp_us,
+                    duration_ms=p.get("duration_ms"),
+                    error_class=p.get("error_class"),
+                    is_error=e.type != "tool.completed" or bool(p.get("is_error")),
+                    result_message_id=p.get("result_message_id"),
                 )
-            elif e.type in _TERMINAL_TOOL_STATUS:
-                status = _TERMINAL_TOOL_STATUS[e.type]
-                if p.get("error_class") == "cancelled":
-                    status = "cancelled"
-                tool_updates.append(
-                    (
-                        "UPDATE tool_calls SET status=?, ended_at_us=?, duration_ms=?, "
-                        "error_class=?, is_error=?, "
-                        "result_message_id=COALESCE(result_message_id, ?) WHERE id=? "
-                        f"AND status IN {_TOOL_STATUS_BEFORE['terminal']}",
-                        (
-                            status,
-                            e.timestamp_us,
-                            p.get("duration_ms"),
-                            p.get("error_class"),
-                            1 if e.type != "tool.completed" or p.get("is_error") else 0,
-                            p.get("result_message_id"),
-                            p["tool_use_id"],
-                        ),
-                    )
-                )
-            elif e.type in _TURN_STATUS and e.turn_id:
-                turn_ends.append(
-                    (
-                        _TURN_STATUS[e.type],
-                        p.get("stop_reason"),
-                        p.get("reason"),
-                        p.get("message"),
-                        e.timestamp_us,
-                        e.turn_id,
-                    )
-                )
-                sessions[e.session_id].updated_at_us = e.timestamp_us
-        return cls(turns, sessions, tool_updates, turn_ends)
-
-    def apply(self, conn: sqlite3.Connection) -> None:
-        """Inside the batch's transaction, on the writer thread."""
-        for turn_id, spend in self.turns.items():
-            _add_spend(conn, "turns", "cost_usd", turn_id, spend)
-        for session_id, spend in self.sessions.items():
-            _add_spend(conn, "sessions", "cost_so_far_usd", session_id, spend)
-        for sql, params in self.tool_updates:
-            conn.execute(sql, params)
-        if self.turn_ends:
-            conn.executemany(
-                "UPDATE turns SET status=?, stop_reason=?, end_reason=?, error_message=?, "
-                "ended_at_us=? WHERE id=? AND status='running'",
-                self.turn_ends,
             )
-
-
-def _tool_status(tool_use_id: str, status: str) -> tuple[str, tuple[Any, ...]]:
-    return (
-        f"UPDATE tool_calls SET status=? WHERE id=? AND status IN {_TOOL_STATUS_BEFORE[status]}",
-        (status, tool_use_id),
-    )
-
-
-def _add_spend(
-    conn: sqlite3.Connection, table: str, cost_col: str, row_id: str, spend: _Spend
-) -> None:
-    """Decimal read-modify-write under the writer lock (never SQL arithmetic on TEXT)."""
-    row = conn.execute(f"SELECT {cost_col} FROM {table} WHERE id=?", (row_id,)).fetchone()
-    if row is None:
-        return
-    cost = decimal_str(Decimal(row[0]) + spend.cost)
-    sets = ", ".join(f"{k}={k}+?" for k in _QUARTET)
-    params: list[Any] = [spend.tokens[k] for k in _QUARTET]
-    extra = ""
-    if table == "turns":
-        extra = ", llm_call_count=llm_call_count+?, tool_call_count=tool_call_count+?"
-        params += [spend.llm_calls, spend.tool_calls]
-    elif spend.updated_at_us:
-        extra = ", updated_at_us=MAX(updated_at_us, ?)"
-        params.append(spend.updated_at_us)
-    conn.execute(
-        f"UPDATE {table} SET {sets}, {cost_col}=?{extra} WHERE id=?",
-        (*params[:4], cost, *params[4:], row_id),
-    )
+        elif e.type in _TURN_STATUS and e.turn_id:
+            turn_ends.append(
+                TurnEnded(
+                    turn_id=e.turn_id,
+                    status=_TURN_STATUS[e.type],
+                    stop_reason=p.get("stop_reason"),
+                    end_reason=p.get("reason"),
+                    error_message=p.get("message"),
+                    ended_at_us=e.timestamp_us,
+                )
+            )
+            sessions[e.session_id].updated_at_us = e.timestamp_us
+    return TraceProjection(turns, sessions, tool_calls, turn_ends)

@@ -18,7 +18,7 @@ import logging
 import os
 import sqlite3
 import stat
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager, closing
 from pathlib import Path
 from typing import TypeVar
@@ -68,6 +68,16 @@ class Database:
         self._reader: aiosqlite.Connection | None = None
         self.write_lock = asyncio.Lock()
         self.schema_version = 0
+        self._tracks: dict[str, tuple[str, ...]] = {}
+        self.track_versions: dict[str, int] = {}
+
+    def add_track(self, name: str, migrations: Sequence[str]) -> None:
+        """A named migration track of an extension's own tables, versioned apart from the
+        core schema (`user_version`) in the `schema_tracks` table; applied by `open()`.
+        `migrations[i]` upgrades the track from version i to i + 1, like `MIGRATIONS`."""
+        if self._writer is not None:
+            raise RuntimeError("migration tracks are added before the database opens")
+        self._tracks[name] = tuple(migrations)
 
     async def open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -75,6 +85,8 @@ class Database:
         self._writer = await self._connect()
         try:
             await self._migrate(self._writer)
+            for name, migrations in self._tracks.items():
+                await self._migrate_track(self._writer, name, migrations)
             self._reader = await self._connect()
             await self._reader.execute("PRAGMA query_only=ON")
         except BaseException:
@@ -114,6 +126,42 @@ class Database:
                 raise
             log.info("migrated %s to schema version %d", self.path, step + 1)
         self.schema_version = LATEST_VERSION
+
+    async def _migrate_track(
+        self, conn: aiosqlite.Connection, name: str, migrations: tuple[str, ...]
+    ) -> None:
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_tracks (name TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+        )
+        async with conn.execute("SELECT version FROM schema_tracks WHERE name=?", (name,)) as cur:
+            row = await cur.fetchone()
+        version, latest = (int(row[0]) if row else 0), len(migrations)
+        if version > latest:
+            raise ConfigError(
+                f"{self.path} has {name} schema version {version}, newer than this metis supports "
+                f"({latest}); refusing to start (no downgrade)"
+            )
+        if version < latest and version > 0:
+            backup = self.path.with_name(f"{self.path.name}.pre-{name}-v{version}.bak")
+            log.info("backing up %s to %s before migrating", self.path, backup)
+            await conn.execute("VACUUM INTO ?", (str(backup),))
+            _chmod_private(backup)
+        for step in range(version, latest):
+            await conn.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in _split_sql(migrations[step]):
+                    await conn.execute(statement)
+                await conn.execute(
+                    "INSERT INTO schema_tracks (name, version) VALUES (?, ?) "
+                    "ON CONFLICT (name) DO UPDATE SET version=excluded.version",
+                    (name, step + 1),
+                )
+                await conn.execute("COMMIT")
+            except BaseException:
+                await conn.execute("ROLLBACK")
+                raise
+            log.info("migrated %s track %s to version %d", self.path, name, step + 1)
+        self.track_versions[name] = latest
 
     @property
     def reader(self) -> aiosqlite.Connection:

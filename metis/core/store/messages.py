@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import aiosqlite
@@ -15,6 +16,7 @@ from metis.core.canonical import (
     validate_message,
 )
 from metis.core.store.db import Database
+from metis.core.store.tx import TxWrites
 
 
 def row_to_message(row: sqlite3.Row) -> Message:
@@ -65,6 +67,115 @@ async def insert_message(
 ) -> None:
     """Insert inside the caller's transaction; every write is validated."""
     await conn.execute(INSERT_MESSAGE_SQL, message_row(message, validate=validate))
+
+
+@dataclass(frozen=True)
+class NewToolCall:
+    """The `tool_calls` row of a tool use in a stored assistant reply (status `pending`)."""
+
+    id: str
+    session_id: str
+    turn_id: str
+    message_id: str
+    provider_tool_use_id: str | None
+    name: str
+    side_effects: str | None
+    origin: str
+    input_sha256: str
+    created_at_us: int
+
+    def row(self) -> tuple[object, ...]:
+        return (
+            self.id,
+            self.session_id,
+            self.turn_id,
+            self.message_id,
+            self.provider_tool_use_id,
+            self.name,
+            self.side_effects,
+            self.origin,
+            self.input_sha256,
+            self.created_at_us,
+        )
+
+
+@dataclass(frozen=True)
+class ToolCallRef:
+    """A tool use left without a result: its id and tool name."""
+
+    id: str
+    name: str
+
+
+@dataclass(frozen=True)
+class ParkedCallRow:
+    """A tool use of a suspended turn that waits for an answer: a `suspend` permission still
+    pending (`confirmation_id` set) or an application call without a stored result."""
+
+    id: str
+    name: str
+    origin: str
+    turn_id: str
+    message_id: str
+    created_at_us: int
+    started_at_us: int | None
+    confirmation_id: str | None
+    requested_event_id: str | None
+
+
+class MessageWrites(TxWrites):
+    """Messages and tool-call rows, queued in a `Transaction`."""
+
+    def insert(self, *messages: Message) -> None:
+        """Store messages (each validated here, before the transaction begins)."""
+        rows = [message_row(message) for message in messages]
+        if len(rows) == 1:
+            row = rows[0]
+            self._add(lambda conn: conn.execute(INSERT_MESSAGE_SQL, row))
+        elif rows:
+            self._add(lambda conn: conn.executemany(INSERT_MESSAGE_SQL, rows))
+
+    def insert_tool_calls(self, calls: Sequence[NewToolCall]) -> None:
+        if calls:
+            rows = [call.row() for call in calls]
+            self._add(lambda conn: conn.executemany(INSERT_TOOL_CALL_SQL, rows))
+
+    def link_result(self, tool_use_id: str, message_id: str) -> None:
+        """The tool use's stored result is `message_id`."""
+        params = (message_id, tool_use_id)
+        self._add(
+            lambda conn: conn.execute(
+                "UPDATE tool_calls SET result_message_id=? WHERE id=?", params
+            )
+        )
+
+    def link_unanswered_result(
+        self, tool_use_id: str, message_id: str, gone: Callable[[], Exception]
+    ) -> None:
+        """Like `link_result`, for a call that must still be without one; else `gone()` is
+        raised and the whole transaction rolls back."""
+        params = (message_id, tool_use_id)
+
+        def link(conn: sqlite3.Connection) -> None:
+            cur = conn.execute(
+                "UPDATE tool_calls SET result_message_id=? WHERE id=? AND result_message_id IS NULL",
+                params,
+            )
+            if cur.rowcount != 1:
+                raise gone()
+
+        self._add(link)
+
+    def fail_interrupted(self, tool_use_id: str, message_id: str, stamp: int) -> None:
+        """Recovery: the call failed (`internal_error`) with the stored result `message_id`."""
+        params = (message_id, stamp, tool_use_id)
+        self._add(
+            lambda conn: conn.execute(
+                "UPDATE tool_calls SET status='failed', error_class='internal_error', is_error=1, "
+                "result_message_id=?, ended_at_us=? WHERE id=?",
+                params,
+            )
+        )
 
 
 @dataclass(frozen=True)
@@ -132,3 +243,66 @@ class MessageStore:
     async def get(self, message_id: str) -> Message | None:
         row = await self.db.fetchone("SELECT * FROM messages WHERE id=?", (message_id,))
         return row_to_message(row) if row else None
+
+    async def of_turn(self, session_id: str, turn_id: str | None) -> list[Message]:
+        """The messages a turn stored, in storage order."""
+        rows = await self.db.fetchall(
+            "SELECT * FROM messages WHERE session_id=? AND turn_id=? ORDER BY id",
+            (session_id, turn_id),
+        )
+        return [row_to_message(r) for r in rows]
+
+    async def assistant_metadata_json(self, turn_id: str) -> list[str]:
+        """The raw `metadata_json` of the turn's replies (recovery reads their usage leniently)."""
+        rows = await self.db.fetchall(
+            "SELECT metadata_json FROM messages WHERE turn_id=? AND role='assistant'", (turn_id,)
+        )
+        return [r["metadata_json"] for r in rows]
+
+    # -- tool calls ---------------------------------------------------------------------------
+
+    async def interrupted_tool_calls(self, session_id: str, turn_id: str) -> list[str]:
+        """Ids of the turn's tool uses (and those it resumed) left without a result, in order."""
+        rows = await self.db.fetchall(
+            "SELECT id FROM tool_calls WHERE result_message_id IS NULL AND session_id=? AND "
+            "(turn_id=? OR id IN (SELECT tool_use_id FROM confirmations WHERE resolved_in_turn_id=?)) "
+            "ORDER BY id",
+            (session_id, turn_id, turn_id),
+        )
+        return [r["id"] for r in rows]
+
+    async def suspended_tool_calls(self, session_id: str) -> list[ToolCallRef]:
+        """Tool uses parked by suspended turns (awaiting a confirmation or the client), by id."""
+        rows = await self.db.fetchall(
+            "SELECT id, name FROM tool_calls WHERE session_id=? AND result_message_id IS NULL "
+            "AND status IN ('awaiting_confirmation', 'awaiting_client') ORDER BY id",
+            (session_id,),
+        )
+        return [ToolCallRef(r["id"], r["name"]) for r in rows]
+
+    async def parked_calls(self, session_id: str) -> list[ParkedCallRow]:
+        """Calls waiting for an answer, in tool_use order, from committed rows only (no event
+        projection involved, so they survive restarts)."""
+        rows = await self.db.fetchall(
+            "SELECT tc.id, tc.name, tc.origin, tc.turn_id, tc.message_id, tc.created_at_us, "
+            "tc.started_at_us, c.id AS confirmation_id, c.requested_event_id FROM tool_calls tc "
+            "LEFT JOIN confirmations c ON c.tool_use_id = tc.id "
+            "WHERE tc.session_id=? AND tc.result_message_id IS NULL AND "
+            "((c.policy='suspend' AND c.status='pending') OR (c.id IS NULL AND tc.origin='application')) "
+            "ORDER BY tc.message_id, tc.id",
+            (session_id,),
+        )
+        return [
+            ParkedCallRow(
+                id=r["id"],
+                name=r["name"],
+                origin=r["origin"],
+                turn_id=r["turn_id"],
+                message_id=r["message_id"],
+                created_at_us=r["created_at_us"],
+                started_at_us=r["started_at_us"],
+                confirmation_id=r["confirmation_id"],
+                requested_event_id=r["requested_event_id"],
+            )
+            for r in rows
+        ]

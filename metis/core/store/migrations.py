@@ -1,4 +1,5 @@
-"""Ordered schema migrations: step i upgrades user_version i → i+1 in one transaction.
+"""Ordered schema migrations of the core tables: step i upgrades user_version i → i+1 in one
+transaction. A store extension's tables have a named track of their own (`Database.add_track`).
 
 Migrations are additive; a column change uses SQLite's create-copy-rename procedure.
 """
@@ -53,19 +54,12 @@ CREATE INDEX events_turn ON events(turn_id, seq) WHERE turn_id IS NOT NULL;
 CREATE INDEX events_session_type ON events(session_id, type, seq);
 """
 
-# v2: the AAP façade's surface tables. Surface data lives in surface tables that
-# cascade with their session, so a purge removes it in the same transaction as everything else.
-SCHEMA_V2_AAP = """
-CREATE TABLE aap_sessions (session_id TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
-  agent_name TEXT NOT NULL, created_via INTEGER NOT NULL CHECK (created_via IN (1, 3)),
-  agent_tools_json TEXT NOT NULL, options_json TEXT NOT NULL, secret_options_json TEXT NOT NULL DEFAULT '{}',
-  client_tools_json TEXT NOT NULL, created_at_us INTEGER NOT NULL, updated_at_us INTEGER NOT NULL);
-CREATE INDEX aap_sessions_created ON aap_sessions(created_at_us, session_id);
-CREATE TABLE aap_message_forms (message_id TEXT PRIMARY KEY, session_id TEXT NOT NULL
-  REFERENCES sessions(id) ON DELETE CASCADE, form TEXT NOT NULL CHECK (form IN ('string', 'blocks')));
-CREATE INDEX aap_message_forms_session ON aap_message_forms(session_id);
-"""
+# v2 is empty. Releases before migration tracks created a surface's own tables in this step;
+# such tables now come from that surface's named track (`Database.add_track`), whose first
+# step adopts the tables an older database already has (`CREATE … IF NOT EXISTS`). The step
+# stays so that the versions of existing databases keep their meaning.
+SCHEMA_V2 = ""
 
 # MIGRATIONS[i] upgrades a database at user_version i to i + 1.
-MIGRATIONS: list[str] = [SCHEMA_V1, SCHEMA_V2_AAP]
+MIGRATIONS: list[str] = [SCHEMA_V1, SCHEMA_V2]
 LATEST_VERSION = len(MIGRATIONS)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
-import aiosqlite
-
-from metis.core.canonical import Message
-from metis.core.store.db import Database, Statement, execute_all, run_on_thread
+from metis.core.canonical import Message, decimal_str
+from metis.core.store.db import Database, Statement, execute_all
 from metis.core.store.messages import INSERT_MESSAGE_SQL, message_row
+from metis.core.store.tx import Transaction, TxWrites
 
 _QUARTET = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
 
@@ -55,6 +55,86 @@ class SessionRow:
             updated_at_us=row["updated_at_us"],
             ended_at_us=row["ended_at_us"],
         )
+
+
+@dataclass(frozen=True)
+class TurnRow:
+    id: str
+    session_id: str
+    ordinal: int
+    status: str
+    model: str
+    tokens: dict[str, int]
+    cost_usd: Decimal
+    llm_call_count: int
+    tool_call_count: int
+    started_at_us: int
+    ended_at_us: int | None
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> TurnRow:
+        return cls(
+            id=row["id"],
+            session_id=row["session_id"],
+            ordinal=row["ordinal"],
+            status=row["status"],
+            model=row["model"],
+            tokens={k: row[k] for k in _QUARTET},
+            cost_usd=Decimal(row["cost_usd"]),
+            llm_call_count=row["llm_call_count"],
+            tool_call_count=row["tool_call_count"],
+            started_at_us=row["started_at_us"],
+            ended_at_us=row["ended_at_us"],
+        )
+
+
+@dataclass(frozen=True)
+class SessionSpend:
+    """What a session has spent so far (seeds the cost accumulator at start-up)."""
+
+    session_id: str
+    tokens: dict[str, int]
+    cost: Decimal
+
+
+@dataclass
+class Spend:
+    """Spend to add to a turn or session row: the token quartet, the cost, and for a turn its
+    call counters; for a session, the time of the event that carried it."""
+
+    tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_QUARTET, 0))
+    cost: Decimal = Decimal(0)
+    llm_calls: int = 0
+    tool_calls: int = 0
+    updated_at_us: int = 0
+
+    def add_usage(self, payload: dict[str, Any]) -> None:
+        for key in _QUARTET:
+            self.tokens[key] += int(payload.get(key, 0))
+        self.cost += Decimal(payload.get("cost_usd", "0"))
+
+
+def add_spend(conn: sqlite3.Connection, table: str, row_id: str, spend: Spend) -> None:
+    """Add `spend` to a `turns` or `sessions` row: a Decimal read-modify-write inside the
+    caller's transaction (never SQL arithmetic on TEXT); a missing row is skipped."""
+    cost_col = "cost_usd" if table == "turns" else "cost_so_far_usd"
+    row = conn.execute(f"SELECT {cost_col} FROM {table} WHERE id=?", (row_id,)).fetchone()
+    if row is None:
+        return
+    cost = decimal_str(Decimal(row[0]) + spend.cost)
+    sets = ", ".join(f"{k}={k}+?" for k in _QUARTET)
+    params: list[Any] = [spend.tokens[k] for k in _QUARTET]
+    extra = ""
+    if table == "turns":
+        extra = ", llm_call_count=llm_call_count+?, tool_call_count=tool_call_count+?"
+        params += [spend.llm_calls, spend.tool_calls]
+    elif spend.updated_at_us:
+        extra = ", updated_at_us=MAX(updated_at_us, ?)"
+        params.append(spend.updated_at_us)
+    conn.execute(
+        f"UPDATE {table} SET {sets}, {cost_col}=?{extra} WHERE id=?",
+        (*params[:4], cost, *params[4:], row_id),
+    )
 
 
 @dataclass(frozen=True)
@@ -102,6 +182,16 @@ class SessionStore:
                 "status, created_at_us, updated_at_us) VALUES (?,?,?,?,?,'active',?,?)",
                 (session_id, workspace_path, surface, active_model, policy_version, stamp, stamp),
             )
+
+    async def spends(self) -> list[SessionSpend]:
+        rows = await self.db.fetchall(
+            "SELECT id, cost_so_far_usd, input_tokens, cache_read_tokens, cache_write_tokens, "
+            "output_tokens FROM sessions"
+        )
+        return [
+            SessionSpend(r["id"], {k: r[k] for k in _QUARTET}, Decimal(r["cost_so_far_usd"]))
+            for r in rows
+        ]
 
     async def get(self, session_id: str) -> SessionRow | None:
         row = await self.db.fetchone("SELECT * FROM sessions WHERE id=?", (session_id,))
@@ -211,11 +301,57 @@ class SessionStore:
 
     async def insert_turn(self, turn: NewTurn, messages: list[Message]) -> None:
         """The turn row, `turn_count + 1` and the turn's input messages in one transaction."""
-        statements = turn_statements(turn, messages)
-        await self.db.transaction(lambda conn: execute_all(conn, statements))
+        async with Transaction(self.db) as tx:
+            tx.sessions.insert_turn(turn, messages)
 
-    async def turn(self, turn_id: str) -> sqlite3.Row | None:
-        return await self.db.fetchone("SELECT * FROM turns WHERE id=?", (turn_id,))
+    async def apply_all_pending_swaps(self, stamp: int) -> None:
+        """Start-up: every queued model swap becomes the session's active model."""
+        await self.db.transaction(
+            lambda conn: conn.execute(
+                "UPDATE sessions SET active_model=pending_model, pending_model_set=0, "
+                "pending_model=NULL, updated_at_us=? WHERE pending_model_set=1",
+                (stamp,),
+            )
+        )
+
+    async def turn(self, turn_id: str) -> TurnRow | None:
+        row = await self.db.fetchone("SELECT * FROM turns WHERE id=?", (turn_id,))
+        return TurnRow.from_row(row) if row else None
+
+    async def running_turns(self) -> list[TurnRow]:
+        """Turns still `running` (at start-up: interrupted by a stop), by id."""
+        rows = await self.db.fetchall("SELECT * FROM turns WHERE status='running' ORDER BY id")
+        return [TurnRow.from_row(r) for r in rows]
+
+    async def latest_turn_model(self, session_id: str) -> str | None:
+        """The model of the session's latest turn (None before its first)."""
+        row = await self.db.fetchone(
+            "SELECT model FROM turns WHERE session_id=? ORDER BY ordinal DESC LIMIT 1",
+            (session_id,),
+        )
+        return row["model"] if row else None
+
+    async def turns_since(self, since_us: int) -> list[TurnRow]:
+        """Turns started at or after `since_us`, by id (the dashboard's costs summary)."""
+        rows = await self.db.fetchall(
+            "SELECT * FROM turns WHERE started_at_us >= ? ORDER BY id", (since_us,)
+        )
+        return [TurnRow.from_row(r) for r in rows]
+
+
+class SessionWrites(TxWrites):
+    """Session and turn rows, queued in a `Transaction`."""
+
+    def insert_turn(self, turn: NewTurn, messages: list[Message]) -> None:
+        """The turn row, `turn_count + 1` and the turn's input messages."""
+        statements = turn_statements(turn, messages)
+        self._add(lambda conn: execute_all(conn, statements))
+
+    def add_turn_spend(self, turn_id: str, spend: Spend) -> None:
+        self._add(lambda conn: add_spend(conn, "turns", turn_id, spend))
+
+    def add_session_spend(self, session_id: str, spend: Spend) -> None:
+        self._add(lambda conn: add_spend(conn, "sessions", session_id, spend))
 
 
 def turn_statements(turn: NewTurn, messages: list[Message]) -> list[Statement]:
@@ -245,10 +381,3 @@ def turn_statements(turn: NewTurn, messages: list[Message]) -> list[Statement]:
         ),
         *((INSERT_MESSAGE_SQL, message_row(message)) for message in messages),
     ]
-
-
-async def write_turn(conn: aiosqlite.Connection, turn: NewTurn, messages: list[Message]) -> None:
-    """`turn_statements` inside the caller's transaction (the AAP acceptance transaction adds
-    more rows to it)."""
-    statements = turn_statements(turn, messages)
-    await run_on_thread(conn, lambda c: execute_all(c, statements))

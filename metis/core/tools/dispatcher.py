@@ -18,19 +18,15 @@ from typing import Any, Literal
 
 from metis.core.canonical import (
     Message,
-    MessageMetadata,
     ToolDefinition,
-    ToolResultBlock,
     ToolUseBlock,
     canonical_json,
-    new_ulid,
     now_us,
     redact,
 )
 from metis.core.confirmations import ConfirmationBroker, ConfirmationRequest
 from metis.core.events.bus import EventBus
-from metis.core.store.db import Database, execute_all
-from metis.core.store.messages import INSERT_MESSAGE_SQL, message_row
+from metis.core.store.store import Store
 from metis.core.tools.executor import ToolExecutor
 from metis.core.tools.pathorder import PathOrder, PathTurn
 from metis.core.tools.policy import (
@@ -49,6 +45,7 @@ from metis.core.tools.results import (
     not_enabled_denied_text,
     not_found_text,
     policy_denied_text,
+    tool_result_message,
     user_denied_text,
 )
 from metis.core.tools.results import cancelled_text as cancelled_result_text
@@ -124,7 +121,7 @@ class Dispatcher:
     def __init__(
         self,
         *,
-        db: Database,
+        store: Store,
         bus: EventBus,
         broker: ConfirmationBroker,
         registry: ToolRegistry,
@@ -132,7 +129,7 @@ class Dispatcher:
         executor: ToolExecutor | None = None,
         on_committed: Any = None,
     ) -> None:
-        self.db = db
+        self.store = store
         self.bus = bus
         self.broker = broker
         self.registry = registry
@@ -527,34 +524,10 @@ class Dispatcher:
     async def store_result(
         self, session_id: str, turn_id: str | None, tool_use_id: str, outcome: ToolOutcome
     ) -> Message:
-        message = Message(
-            id=new_ulid(),
-            session_id=session_id,
-            turn_id=turn_id,
-            role="tool",
-            content=[
-                ToolResultBlock(
-                    tool_use_id=tool_use_id,
-                    content=list(outcome.content),
-                    is_error=outcome.is_error,
-                )
-            ],
-            created_at_us=now_us(),
-            metadata=MessageMetadata(tool_use_id=tool_use_id),
-        )
-        row = message_row(message)  # validated before the write
-        await self.db.transaction(
-            lambda conn: execute_all(
-                conn,
-                [
-                    (INSERT_MESSAGE_SQL, row),
-                    (
-                        "UPDATE tool_calls SET result_message_id=? WHERE id=?",
-                        (message.id, tool_use_id),
-                    ),
-                ],
-            )
-        )
+        message = tool_result_message(session_id, turn_id, tool_use_id, outcome, now_us())
+        async with self.store.transaction() as tx:
+            tx.messages.insert(message)  # validated here, before the write
+            tx.messages.link_result(tool_use_id, message.id)
         self.on_committed(session_id, message)
         return message
 

@@ -10,7 +10,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from metis.core.canonical import TextBlock, redact, text_of
+from metis.core.canonical import (
+    Message,
+    MessageMetadata,
+    TextBlock,
+    ToolResultBlock,
+    new_ulid,
+    redact,
+    text_of,
+)
 from metis.core.tools.base import PermissionDenied, ResultBlock, ToolError, ToolOutput
 from metis.core.tools.schema import InputError
 from metis.core.tools.textutil import seconds
@@ -157,6 +165,26 @@ def cap_content(content: Sequence[ResultBlock], max_bytes: int) -> CappedContent
         out.append(TextBlock(text=head + _marker(shown, total)))
         cut_done = True
     return CappedContent(tuple(out), True, total)
+
+
+def tool_result_message(
+    session_id: str, turn_id: str | None, tool_use_id: str, outcome: ToolOutcome, stamp: int
+) -> Message:
+    """The `tool` message that stores a tool use's result: the one builder for the dispatcher,
+    the resolution path (application results and denials) and start-up recovery."""
+    return Message(
+        id=new_ulid(),
+        session_id=session_id,
+        turn_id=turn_id,
+        role="tool",
+        content=[
+            ToolResultBlock(
+                tool_use_id=tool_use_id, content=list(outcome.content), is_error=outcome.is_error
+            )
+        ],
+        created_at_us=stamp,
+        metadata=MessageMetadata(tool_use_id=tool_use_id),
+    )
 
 
 def failed(

@@ -154,7 +154,7 @@ async def answer_confirmation(request: web.Request) -> web.Response:
         )
     await core.sessions.require(session_id)
     turn = await core.session_store.turn(turn_id) if len(turn_id) == 26 else None
-    if turn is None or turn["session_id"] != session_id:
+    if turn is None or turn.session_id != session_id:
         raise TurnNotFound(turn_id)
     result = await core.broker.resolve(
         session_id, turn_id, request_id, body.decision, body.scope, body.reason

@@ -391,7 +391,7 @@ async def test_start_up_applies_a_swap_queued_behind_a_turn_that_already_complet
             "UPDATE sessions SET pending_model_set=1, pending_model='local:scripted' WHERE id=?",
             (sid,),
         )
-    await fail_orphaned_turns(core.db, core.bus, core.costs)  # no running turn at all
+    await fail_orphaned_turns(core.store, core.bus, core.costs)  # no running turn at all
     row = await core.db.fetchone(
         "SELECT active_model, pending_model_set FROM sessions WHERE id=?", (sid,)
     )

@@ -15,6 +15,7 @@ from metis.core.canonical import ToolDefinition
 from metis.core.confirmations import ConfirmationBroker
 from metis.core.events.bus import EventBus
 from metis.core.store.db import Database
+from metis.core.store.store import Store
 from metis.core.tools import (
     Sandbox,
     SurfaceToolPolicy,
@@ -40,11 +41,11 @@ def application(name: str) -> ToolDefinition:
 def dispatcher(tmp_path: Path) -> Dispatcher:
     """Nothing here is dispatched, so the database is never opened."""
     settings = ToolsSettings()
-    db, bus = Database(tmp_path / "metis.db"), EventBus()
+    store, bus = Store(Database(tmp_path / "metis.db")), EventBus()
     return Dispatcher(
-        db=db,
+        store=store,
         bus=bus,
-        broker=ConfirmationBroker(db, bus),
+        broker=ConfirmationBroker(store, bus),
         registry=ToolRegistry.with_builtins(settings),
         settings=settings,
     )
