@@ -160,7 +160,13 @@ def render_message(message: Message, form: Form | None = None) -> dict[str, Any]
             "role": "system",
             "content": "".join(b.text for b in message.content if isinstance(b, TextBlock)),
         }
-    return {"role": message.role, "content": render_content(message.content, form)}
+    rendered: dict[str, Any] = {
+        "role": message.role,
+        "content": render_content(message.content, form),
+    }
+    if message.role == "assistant" and message.metadata.status != "complete":
+        rendered["interrupted"] = True  # metis: metadata.status "cancelled" or "error"
+    return rendered
 
 
 def render_history(messages: Iterable[Message], forms: Mapping[str, Form]) -> list[dict[str, Any]]:

@@ -114,6 +114,9 @@ class HistoryMessage(Wire):
     role: Literal["system", "user", "assistant", "tool"]
     tool_call_id: str | None = None
     content: Content
+    # An assistant reply cut short (its turn cancelled, its provider failed mid-stream): what
+    # the model had said by then. Absent on every complete message.
+    interrupted: Literal[True] | None = None
 
 
 class AgentResponse(Wire):

@@ -19,7 +19,7 @@ from metis.testing import FakeProviderServer, FakeReply
 from tests.aap.client import AapClient, check_stream
 from tests.aap.conftest import fake_models, roots
 from tests.aap.sse import SseParser
-from tests.api import Api
+from tests.api import Api, api_session
 
 Fake = tuple[Daemon, AapClient, FakeProviderServer]
 SLOW = {"chunk_chars": 1, "delay_ms": 15}
@@ -87,6 +87,7 @@ async def test_provider_error_mid_stream_still_ends_with_turn_stop(
     history = await aap.history(sid)
     partial = history[-1]
     assert partial["role"] == "assistant" and "partial"[:3] in json.dumps(partial)
+    assert partial["interrupted"] is True
     if mode == "none":
         assert reply.body["messages"] == [history[-1]]
     [failed] = await _events(daemon, sid, "turn.failed")
@@ -130,8 +131,18 @@ async def test_client_disconnect_cancels_the_turn(fake_aap: Fake) -> None:
     await asyncio.sleep(0.05)
     history = await aap.history(sid)  # consistent: the user message and the partial answer
     assert [m["role"] for m in history] == ["user", "assistant"]
+    # The partial answer says it was cut, on every surface that shows it.
+    assert history[-1]["interrupted"] is True and history[-1]["content"].startswith("x")
+    assert (await aap.history(sid, "compacted"))[-1]["interrupted"] is True
+    v1 = await aap.v1.request("GET", f"/session/{sid}")
+    assert v1.body["history"]["full"][-1]["interrupted"] is True
+    async with api_session(daemon) as http:
+        stored = (await Api(http).messages(sid))["messages"]
+    assert stored[-1]["metadata"]["status"] == "cancelled"
     again = await aap.say(sid, "next")
     assert again.status == 200
+    history = await aap.history(sid)
+    assert "interrupted" not in history[-1] and "interrupted" not in history[0]
 
 
 async def test_none_mode_client_disconnect_cancels_too(fake_aap: Fake) -> None:
