@@ -41,6 +41,10 @@ class LimitsSettings(_Section):
     turn_release_wait_s: float = Field(default=2.0, ge=0)
     shutdown_grace_s: float = Field(default=30.0, ge=0)
     max_reason_chars: int = Field(default=1000, ge=1)  # a confirmation's deny reason
+    # A connection must deliver a whole request head (request line and headers) within this
+    # long of its opening or of the end of its previous response, else it is closed: a client
+    # that sends its headers a byte at a time, or sends nothing, cannot hold it open.
+    header_read_timeout_s: float = Field(default=60.0, gt=0)
 
 
 class WebSocketSettings(_Section):

@@ -172,6 +172,10 @@ class Daemon:
             handle_signals=False,
             shutdown_timeout=self.settings.limits.shutdown_grace_s,
             lingering_time=1.0,  # an unread oversized upload (413) must not pin a connection for 10 s
+            # aiohttp arms this timer when a connection opens and after each response, and
+            # closes the connection when it fires before a whole request head has arrived:
+            # the bound on a slow (or silent) client's headers. Bytes arriving do not re-arm it.
+            keepalive_timeout=self.settings.limits.header_read_timeout_s,
         )
         await self._runner.setup()
         await web.SockSite(self._runner, sock).start()
