@@ -83,8 +83,8 @@ async def run_turn(api: DaemonApi, args: argparse.Namespace) -> int:
                         if not args.json:
                             _err(f"tool {_name(call)} {summary}")
             elif kind == "tool.confirmation_requested":
-                summary = p.get("command_summary") or p.get("input_summary")
-                _err(f"{decision} {p.get('tool_name')}: {summary}")
+                asked = p.get("command_summary") or p.get("input_summary")
+                _err(f"{decision} {p.get('tool_name')}: {asked}")
                 answer: dict[str, Any] = {"decision": decision}
                 if decision == "deny":
                     answer["reason"] = "metis run without --yes"

@@ -14,13 +14,19 @@ from metis.commands.daemon_client import resolve_daemon
 from metis.commands.tui.app import ChatApp
 from metis.commands.tui.screens import ConfirmScreen, SessionPicker
 from metis.commands.tui.widgets import (
+    CHUNK_CHARS,
     AssistantMessage,
+    MarkdownChunk,
     Note,
     PromptInput,
     ToolCard,
     UserMessage,
+    block_starts,
+    split_chunks,
 )
 from metis.server.runner import Daemon
+from metis.testing import FakeProviderServer, FakeReply
+from metis.testing.bench import bench_models_yaml
 from tests.api import Api
 from tests.ws_client import SLOW_SCRIPTED
 
@@ -308,3 +314,42 @@ async def test_slash_commands_model_cost_title_sessions_new_and_export(
         await pilot.pause()
         assert texts(app, UserMessage) == ["hello"]
     assert (tmp_path / f"{first}.md").read_text().startswith("# My demo session")
+
+
+def test_a_reply_is_cut_into_chunks_only_between_top_level_blocks() -> None:
+    text = (
+        "intro paragraph\n\n```python\nx = 1\n\ny = 2\n```\n\n- one\n\n- two\n\n  more of two\n\n"
+        "1. first\n\n2. second\n\n# Heading\n\nlast paragraph\n"
+    )
+    cuts = [text[i:].split("\n", 1)[0] for i in block_starts(text)]
+    # never inside a fence, before a list item (it may continue a list) or an indented line
+    assert cuts == ["```python", "# Heading", "last paragraph"]
+    assert "".join(split_chunks(text * 200)) == text * 200
+    assert all(len(piece) >= CHUNK_CHARS for piece in split_chunks(text * 200)[:-1])
+
+
+async def test_a_reply_of_5000_deltas_in_one_burst_reaches_the_transcript_whole(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """The provider writes 5,000 text deltas at once (the bench: scripts/bench_tui.py): the
+    transcript ends up showing all of the text, cut into a few widgets, not one per block."""
+    text = "".join(
+        f"## Part {n}\n\nSome `code` and **bold** text for part {n}.\n\n"
+        f"```python\ndef f_{n}() -> int:\n    return {n}\n```\n\n- a\n- b\n\n"
+        for n in range(400)
+    )[: 5000 * 8]
+    async with FakeProviderServer() as fake:
+        fake.enqueue("anthropic", FakeReply.say(text, chunk_chars=8, single_write=True))
+        d = await start_daemon(models=bench_models_yaml(fake.anthropic_base_url))
+        app = make_app(d, workspace)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(lambda: app.reader is not None)
+            send(app, "go")
+            await until(lambda: "turn completed" in notes(app), timeout=60)
+            [reply] = app.query(AssistantMessage)
+            assert reply.text == text
+            await until(lambda: reply.source == text, timeout=60)
+            chunks = reply.query(MarkdownChunk)
+            assert len(text) // (2 * CHUNK_CHARS) < len(chunks) < len(text) // (CHUNK_CHARS // 2)
+            await pilot.pause()
+            screenshot(app, "long-reply")

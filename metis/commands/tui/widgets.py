@@ -2,18 +2,32 @@
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from collections.abc import Iterator
+from typing import Any, ClassVar
 
+from rich.console import JustifyMethod
+from rich.markdown import Heading
+from rich.markdown import Markdown as RichMarkdown
 from rich.syntax import Syntax
 from rich.text import Text
 from textual import events
 from textual.containers import Vertical
+from textual.geometry import Size
 from textual.message import Message
-from textual.widgets import Collapsible, Markdown, Static, TextArea
+from textual.strip import Strip
+from textual.timer import Timer
+from textual.widget import Widget
+from textual.widgets import Collapsible, Static, TextArea
 
 from metis.commands import tooldisplay
 
 PREVIEW_LINES = 8
+FRAME_S = 1 / 30  # streamed text is drawn at most this often
+CHUNK_CHARS = 600  # a reply is cut into widgets of about this much Markdown
+DRAW_CHARS = 1200  # at most this much more text is drawn per frame
+SLOW_CHUNK_CHARS = 2000  # a live chunk longer than this (a huge code block) is drawn less often
+CODE_THEME = "monokai"
 
 
 class UserMessage(Static):
@@ -28,13 +42,60 @@ class UserMessage(Static):
         self.text = text
 
 
+class MarkdownChunk(Widget):
+    """A run of whole Markdown blocks, rendered by Rich once per text and width (a line-API
+    widget: layout passes and scrolling reuse the rendered lines)."""
+
+    DEFAULT_CSS = """
+    MarkdownChunk { height: auto; }
+    """
+
+    def __init__(self, source: str, *, first: bool) -> None:
+        super().__init__(classes="md first" if first else "md")
+        self.source = source
+        self._lines: list[Strip] = []
+        self._rendered: tuple[str, int] | None = None  # (source, width) of _lines
+
+    def set_source(self, source: str) -> None:
+        if source != self.source:
+            self.source = source
+            self.refresh(layout=True)
+
+    def lines(self, width: int) -> list[Strip]:
+        if self._rendered != (self.source, width):
+            console = self.app.console
+            markdown = LeftMarkdown(self.source, code_theme=CODE_THEME, hyperlinks=True)
+            rendered = console.render_lines(
+                markdown, console.options.update(width=width, height=None), style=self.rich_style
+            )
+            self._lines = [Strip(line) for line in rendered] if self.source.strip() else []
+            self._rendered = (self.source, width)
+        return self._lines
+
+    def get_content_width(self, container: Size, viewport: Size) -> int:
+        return container.width
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return len(self.lines(width))
+
+    def render_line(self, y: int) -> Strip:
+        lines = self.lines(self.size.width)
+        return lines[y] if y < len(lines) else Strip.blank(self.size.width, self.rich_style)
+
+
 class AssistantMessage(Vertical):
-    """A reply: Markdown (code blocks highlighted), streamed as deltas arrive."""
+    """A reply as Markdown (code blocks highlighted), streamed as deltas arrive.
+
+    A long reply is cut into chunks at block boundaries, each one widget: the finished ones
+    are rendered once, only the last one is rendered again as text arrives, at most once a
+    frame however fast the deltas come. (One widget per Markdown block, as Textual's Markdown
+    widget makes, turns every layout pass over a long transcript into thousands of widgets.)
+    """
 
     DEFAULT_CSS = """
     AssistantMessage { height: auto; margin: 1 0 0 0; padding: 0 1; border-left: thick $success; }
-    AssistantMessage > Markdown { margin: 0; padding: 0; }
-    AssistantMessage > Markdown > *:last-child { margin-bottom: 0; }
+    AssistantMessage > .md { height: auto; margin: 1 0 0 0; }
+    AssistantMessage > .md.first { margin: 0; }
     AssistantMessage > .note { color: $warning; }
     """
 
@@ -43,24 +104,108 @@ class AssistantMessage(Vertical):
         self.message_id = message_id
         self.text = text
         self.model = model
-        self.markdown = Markdown(text)
-        self._stream: Any = None
+        pieces = split_chunks(text)
+        self._settled = len(text) - len(pieces[-1])  # where the last (live) chunk starts
+        self._shown = len(text)  # how much of the text the chunks show
+        self._chunks = [MarkdownChunk(piece, first=i == 0) for i, piece in enumerate(pieces)]
+        self._timer: Timer | None = None
 
     def compose(self) -> Any:
-        yield self.markdown
+        yield from self._chunks
 
-    async def append(self, fragment: str) -> None:
+    @property
+    def source(self) -> str:
+        """The text the chunks show (all of `text` a few frames after the last delta)."""
+        return "".join(chunk.source for chunk in self._chunks)
+
+    def append(self, fragment: str) -> None:
+        """Add streamed text; it is drawn on the next frame."""
         self.text += fragment
-        if self._stream is None:
-            self._stream = Markdown.get_stream(self.markdown)
-        await self._stream.write(fragment)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if self._timer is None and self.is_mounted:
+            live = min(len(self.text), self._shown + DRAW_CHARS) - self._settled
+            self._timer = self.set_timer(FRAME_S * max(1.0, live / SLOW_CHUNK_CHARS), self._draw)
+
+    def _draw(self) -> None:
+        """Show up to DRAW_CHARS more of the text: a burst is drawn over a few frames, with
+        the app's other work (keys) in between, not in one long layout pass."""
+        self._timer = None
+        end = min(len(self.text), self._shown + DRAW_CHARS)
+        for start in block_starts(self.text, self._settled, end):
+            if start - self._settled >= CHUNK_CHARS:
+                self._chunks[-1].set_source(self.text[self._settled : start])
+                self._settled = start
+                chunk = MarkdownChunk("", first=False)
+                self._chunks.append(chunk)
+                self.mount(chunk, after=self._chunks[-2])
+        self._chunks[-1].set_source(self.text[self._settled : end])
+        self._shown = end
+        if end < len(self.text):
+            self._schedule()
 
     async def finish(self, note: str | None = None) -> None:
-        if self._stream is not None:
-            await self._stream.stop()
-            self._stream = None
+        """The reply is complete (what is not drawn yet is drawn in the next frames)."""
+        self._schedule()
         if note:
             await self.mount(Static(note, classes="note"))
+
+
+class LeftMarkdown(RichMarkdown):
+    """Rich's Markdown with every heading on the left, as a chat reads."""
+
+    elements = {**RichMarkdown.elements}
+
+
+class _LeftHeading(Heading):
+    LEVEL_ALIGN: ClassVar[dict[str, JustifyMethod]] = dict.fromkeys(
+        ("h1", "h2", "h3", "h4", "h5", "h6"), "left"
+    )
+
+
+LeftMarkdown.elements["heading_open"] = _LeftHeading
+
+_LIST_ITEM = re.compile(r"(?:[-*+]|\d{1,9}[.)])(?:[ \t]|$)")
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
+
+
+def block_starts(text: str, start: int = 0, end: int | None = None) -> Iterator[int]:
+    """Offsets after `start` (a block boundary, outside any code fence) where a top-level
+    Markdown block starts after a blank line and the line ends before `end`: cut there, the two
+    parts render as the whole does (not inside a fence, a list or an indented continuation)."""
+    fence = ""
+    blank = False
+    pos = start
+    while (newline := text.find("\n", pos, len(text) if end is None else end)) >= 0:
+        line = text[pos:newline]
+        if fence:
+            stripped = line.strip()
+            if stripped.startswith(fence) and not stripped.strip(fence[0]):
+                fence = ""
+        elif not line.strip():
+            blank = True
+        else:
+            if blank and line[0] not in " \t" and not _LIST_ITEM.match(line):
+                yield pos
+            blank = False
+            opening = _FENCE.match(line)
+            if opening:
+                fence = opening.group(1)
+        pos = newline + 1
+
+
+def split_chunks(text: str) -> list[str]:
+    """`text` cut at block starts into pieces of at least CHUNK_CHARS (the last may be
+    shorter); never empty."""
+    pieces: list[str] = []
+    settled = 0
+    for start in block_starts(text):
+        if start - settled >= CHUNK_CHARS:
+            pieces.append(text[settled:start])
+            settled = start
+    pieces.append(text[settled:])
+    return pieces
 
 
 class ThinkingBlock(Collapsible):
@@ -74,10 +219,17 @@ class ThinkingBlock(Collapsible):
     def __init__(self, text: str = "") -> None:
         self.text = text
         self.body = Static(Text(text))
+        self._timer: Timer | None = None
         super().__init__(self.body, title="thinking…", collapsed=True)
 
     def append(self, fragment: str) -> None:
+        """Add streamed thinking; it is drawn on the next frame."""
         self.text += fragment
+        if self._timer is None and self.is_mounted:
+            self._timer = self.set_timer(FRAME_S, self._draw)
+
+    def _draw(self) -> None:
+        self._timer = None
         self.body.update(Text(self.text))
 
 
