@@ -7,6 +7,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.dashboard.conftest import DaemonThread, events_of, rest
 
 LONG = "please stream this slowly " + "word " * 60
@@ -85,6 +87,16 @@ def test_create_session_and_stream_deltas(
     row = page.wait_for_selector(f"tr[data-id='{session_id}']")
     assert "please stream this slowly" in row.inner_text()
     assert "metis" in row.inner_text()
+    # the long first prompt is clamped to two lines with an ellipsis; the tooltip has all of it
+    link = page.locator(f"tr[data-id='{session_id}'] td.title a")
+    _, listed = rest(served, "GET", f"/sessions/{session_id}")
+    assert listed["title"].startswith("please stream this slowly word word")
+    assert link.get_attribute("title") == listed["title"]
+    box = link.evaluate(
+        "a => ({h: a.clientHeight, full: a.scrollHeight,"
+        " line: parseFloat(getComputedStyle(a).lineHeight)})"
+    )
+    assert box["h"] <= 2 * box["line"] + 1 and box["full"] > box["h"], box
     shot(page, "sessions")
 
 
@@ -220,6 +232,31 @@ def test_reconnects_after_daemon_restart(page: Any, served: DaemonThread, worksp
     assert page.locator("#login").count() == 0
 
 
+@pytest.mark.daemon_config({"websocket": {"snapshot_messages": 4}})
+def test_a_long_transcript_starts_with_the_newest_messages_and_loads_earlier_ones(
+    page: Any, served: DaemonThread, workspace: Path, shot: Any
+) -> None:
+    session_id = open_session(page, workspace)
+    for n in range(3):
+        send(page, f"message {n}")
+        page.wait_for_selector(f".msg.assistant .md:has-text('message {n}')")
+        wait_idle(page)
+    page.goto("about:blank")
+    page.goto(f"{served.url}/#/s/{session_id}")  # a fresh view: the snapshot's newest 4
+    page.wait_for_selector("[data-conn=live]")
+    page.wait_for_selector(".msg.assistant .md:has-text('message 2')")
+    assert page.locator(".msg").count() == 4
+    assert page.evaluate("performance.getEntriesByName('metis:transcript-rendered').length") == 1
+    earlier = page.locator("#load-earlier")
+    assert earlier.is_visible()
+    earlier.click()
+    page.wait_for_selector(".msg.user:has-text('message 0')")
+    assert page.locator("#load-earlier").is_hidden()
+    ids = page.eval_on_selector_all(".msg", "els => els.map(e => e.dataset.id)")
+    assert len(ids) == 6 and ids == sorted(ids), ids
+    assert page.locator(".msg.user").first.inner_text().endswith("message 0")
+
+
 def test_xss_probe_stays_inert(page: Any, served: DaemonThread, workspace: Path) -> None:
     open_session(page, workspace)
     probe = (
@@ -278,6 +315,8 @@ def test_routing_and_costs_views(
     page.goto(served.url + "/#/routing")
     page.wait_for_selector("#models tbody tr")
     assert "local:scripted" in page.inner_text("#models")
+    policy = page.inner_text("#policy")
+    assert "Global default" in policy and "null" not in policy
     page.wait_for_selector("#decisions tbody tr td.mono")
     assert "local:scripted" in page.inner_text("#decisions")
     shot(page, "routing")

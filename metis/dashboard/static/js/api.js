@@ -39,6 +39,9 @@ export async function api(method, path, body) {
 }
 
 const renderCache = new Map();
+// POST /render/markdown takes at most 200 texts and 1,000,000 characters in all
+const RENDER_MAX_TEXTS = 200;
+const RENDER_MAX_CHARS = 1_000_000;
 
 // Markdown → sanitized HTML, rendered by the daemon (model output is untrusted).
 export async function renderMarkdown(texts) {
@@ -50,11 +53,39 @@ export async function renderMarkdown(texts) {
   return texts.map((t) => renderCache.get(t));
 }
 
+// Every text and thinking block of `messages` rendered in as few requests as the daemon allows
+// (then `renderMarkdown` answers them from the cache, without a round trip each).
+export async function prerender(messages) {
+  const texts = [];
+  for (const m of messages) {
+    if (m.role !== "user" && m.role !== "assistant") continue;
+    for (const b of m.content) {
+      if (b.type === "text") texts.push(b.text);
+      else if (b.type === "thinking") texts.push(b.thinking || "");
+    }
+  }
+  const missing = [...new Set(texts.filter((t) => !renderCache.has(t)))];
+  const batches = [];
+  let batch = [];
+  let chars = 0;
+  for (const t of missing) {
+    if (batch.length && (batch.length === RENDER_MAX_TEXTS || chars + t.length > RENDER_MAX_CHARS)) {
+      batches.push(batch);
+      batch = [];
+      chars = 0;
+    }
+    batch.push(t);
+    chars += t.length;
+  }
+  if (batch.length) batches.push(batch);
+  await Promise.all(batches.map((b) => renderMarkdown(b)));
+}
+
 export async function allEvents(sessionId, query = {}) {
   const out = [];
   let cursor = null;
   for (;;) {
-    const params = new URLSearchParams({ limit: "500", ...query });
+    const params = new URLSearchParams({ limit: "1000", ...query });
     if (cursor) params.set("cursor", cursor);
     const page = await api("GET", `/sessions/${sessionId}/events?${params}`);
     out.push(...page.events);

@@ -8,7 +8,7 @@ function dayChart(rows) {
   // with no spend at all (local models), the bars show turns per day instead
   const spend = rows.some((r) => Number(r.cost_usd) > 0);
   const value = (r) => (spend ? Number(r.cost_usd) : r.turns);
-  const fmt = (v) => (spend ? fmtCost(v) : `${v} turns`);
+  const fmt = (v) => (spend ? fmtCost(v) : `${v} turn${v === 1 ? "" : "s"}`);
   const max = Math.max(...rows.map(value), 0);
   const bw = (W - pad * 2) / Math.max(rows.length, 1);
   const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "aria-labelledby": "cost-day-title" },
@@ -27,17 +27,20 @@ function dayChart(rows) {
 }
 
 function barList(rows, label, link) {
-  const max = Math.max(...rows.map((r) => Number(r.cost_usd)), 0);
   if (!rows.length) return h("p", { class: "muted" }, "Nothing yet.");
-  const W = 480, row = 26;
+  // like the day chart: with no spend at all the bars show turns
+  const spend = rows.some((r) => Number(r.cost_usd) > 0);
+  const value = (r) => (spend ? Number(r.cost_usd) : r.turns);
+  const max = Math.max(...rows.map(value), 0);
+  const W = 480, row = 26, x0 = 200;
   const chart = svg("svg", { viewBox: `0 0 ${W} ${rows.length * row}`, class: "chart hbars", role: "img", "aria-label": label });
   rows.forEach((r, i) => {
-    const v = Number(r.cost_usd);
-    const bw = max ? ((W - 200) * v) / max : 0;
+    const bw = max ? ((W - x0 - 70) * value(r)) / max : 0;
+    const shown = spend ? fmtCost(r.cost_usd) : `${r.turns} turn${r.turns === 1 ? "" : "s"}`;
     chart.append(
-      svg("text", { x: 0, y: i * row + 17, class: "tick", text: r.key.length > 26 ? `…${r.key.slice(-25)}` : r.key }),
-      svg("rect", { x: 190, y: i * row + 5, width: Math.max(bw, 1), height: row - 10, class: "bar" }, svg("title", { text: `${r.key}: ${fmtCost(r.cost_usd)}` })),
-      svg("text", { x: 196 + bw, y: i * row + 17, class: "tick", text: fmtCost(r.cost_usd) }));
+      svg("text", { x: 0, y: i * row + 17, class: "tick", text: r.key.length > 24 ? `…${r.key.slice(-21)}` : r.key }),
+      svg("rect", { x: x0, y: i * row + 5, width: Math.max(bw, 1), height: row - 10, class: "bar" }, svg("title", { text: `${r.key}: ${fmtCost(r.cost_usd)} · ${r.turns} turns` })),
+      svg("text", { x: x0 + 6 + bw, y: i * row + 17, class: "tick", text: shown }));
   });
   const table = h("table", { class: "small" }, h("thead", {}, h("tr", {}, [label, "Cost", "Turns", "Tokens in", "Tokens out"].map((t) => h("th", { scope: "col" }, t)))),
     h("tbody", {}, rows.map((r) => h("tr", {}, h("td", { class: "mono" }, link ? h("a", { href: link(r.key) }, r.key) : r.key), h("td", { class: "num" }, fmtCost(r.cost_usd)), h("td", { class: "num" }, String(r.turns)), h("td", { class: "num" }, fmtInt(r.input_tokens)), h("td", { class: "num" }, fmtInt(r.output_tokens))))));

@@ -1,7 +1,7 @@
 // Routing & models: the policy in force, the last route decisions, models with availability.
 
 import { api } from "../api.js";
-import { h, clear, fmtTime, toast } from "../dom.js";
+import { h, append, clear, fmtTime, toast } from "../dom.js";
 
 export function routingView(root) {
   const policyBox = h("div", { id: "policy" });
@@ -26,7 +26,7 @@ export function routingView(root) {
 
   async function loadPolicy() {
     const p = await api("GET", "/routing/policy");
-    clear(policyBox).append(
+    append(clear(policyBox), [
       h("dl", { class: "kv" },
         h("dt", {}, "Version"), h("dd", { class: "mono" }, p.version.slice(0, 16)),
         h("dt", {}, "Source"), h("dd", {}, p.source, p.path ? h("span", { class: "mono small" }, ` (${p.path})`) : ""),
@@ -37,7 +37,7 @@ export function routingView(root) {
       p.warnings.length ? h("ul", { class: "warn" }, p.warnings.map((e) => h("li", {}, e))) : null,
       h("h3", {}, `Rules (${p.rules.length})`),
       p.rules.length ? h("ol", { class: "rules" }, p.rules.map((r) => h("li", {}, h("code", {}, r.name || ""), " ", h("span", { class: "mono small" }, JSON.stringify(r))))) : h("p", { class: "muted" }, "No rules."),
-      h("details", {}, h("summary", {}, "Tiers, workspaces, pattern"), h("pre", { class: "json" }, JSON.stringify({ tiers: p.tiers, workspaces: p.workspaces, pattern: p.pattern }, null, 2))));
+      h("details", {}, h("summary", {}, "Tiers, workspaces, pattern"), h("pre", { class: "json" }, JSON.stringify({ tiers: p.tiers, workspaces: p.workspaces, pattern: p.pattern }, null, 2)))]);
   }
 
   async function loadModels() {

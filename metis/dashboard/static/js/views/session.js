@@ -1,7 +1,13 @@
 // One session, live: transcript (server-rendered markdown), streaming deltas, tool cards,
 // confirmations, composer, cancel, model selector, cost and tokens.
+//
+// A long session stays fast: the transcript starts with the snapshot's newest messages (all
+// their markdown rendered in one request), older ones come with "Load earlier messages", and
+// tool outcomes and token totals are filled in after the transcript is on screen, from the
+// events of the shown turns only. Streaming deltas are buffered and written to the page once
+// per animation frame, so a burst of thousands of deltas never blocks the main thread.
 
-import { api, renderMarkdown, allEvents } from "../api.js";
+import { api, renderMarkdown, allEvents, prerender } from "../api.js";
 import { h, clear, setHtml, fmtCost, fmtInt, fmtMs, toast } from "../dom.js";
 import { SessionStream } from "../stream.js";
 import { toolCard } from "./toolcard.js";
@@ -14,11 +20,16 @@ export function sessionView(root, sessionId) {
   const cards = new Map(); // tool_use_id → toolCard
   const confirms = new Map(); // confirmation_request_id → confirmationCard
   let session = null;
+  let snapshotGen = 0; // a newer snapshot makes the older one's late answers moot
+  let snapshotAt = null;
+  let turnStarts = null;
+  let oldest = null; // the oldest message shown
+  const liveTools = new Set(); // tool_use_ids a live event updated
   let turnId = null;
   let ended = false;
   const totals = { input: 0, output: 0, cost: 0 };
 
-  const title = h("h1", { class: "session-title" }, "Session");
+  const title = h("h1", { class: "session-title clamp" }, "Session");
   const meta = h("p", { class: "muted small mono" });
   const conn = h("span", { class: "badge conn-state", role: "status" }, "connecting");
   const costEl = h("span", { id: "cost", class: "stat" });
@@ -27,6 +38,7 @@ export function sessionView(root, sessionId) {
   const modelSelect = h("select", { id: "model-select", "aria-label": "Model" });
   const modelNote = h("span", { class: "muted small", id: "model-note" });
   const transcript = h("div", { id: "transcript", class: "transcript", role: "log", "aria-live": "off", "aria-label": "Transcript" });
+  const earlier = h("button", { type: "button", id: "load-earlier", class: "load-earlier", hidden: true }, "Load earlier messages");
   const confirmArea = h("section", { id: "confirmations", class: "confirmations", "aria-label": "Pending confirmations" });
   const input = h("textarea", { id: "composer-input", rows: 3, placeholder: "Message (Ctrl+Enter to send; start with @alias to pick a model)", "aria-label": "Message" });
   const send = h("button", { type: "submit", class: "primary", id: "send" }, "Send");
@@ -41,7 +53,12 @@ export function sessionView(root, sessionId) {
         h("div", { class: "row" }, conn, turnState, h("a", { href: `#/s/${sessionId}/trace`, id: "trace-link" }, "Trace")),
         h("div", { class: "row" }, h("label", { for: "model-select" }, "Model"), modelSelect, modelNote),
         h("div", { class: "row" }, costEl, tokensEl))),
-    transcript, confirmArea, composer));
+    earlier, transcript, confirmArea, composer));
+
+  let pinned = true;
+  function stick() {
+    if (pinned) transcript.scrollTop = transcript.scrollHeight;
+  }
 
   function showTotals() {
     costEl.textContent = `Cost ${fmtCost(totals.cost)}`;
@@ -60,6 +77,8 @@ export function sessionView(root, sessionId) {
 
   function place(id, el) {
     el.dataset.id = id;
+    const last = transcript.lastElementChild;
+    if (!last || last.dataset.id < id) return transcript.append(el); // the usual case: newest
     for (const child of transcript.children) {
       if (child.dataset.id > id) return transcript.insertBefore(el, child);
     }
@@ -139,6 +158,7 @@ export function sessionView(root, sessionId) {
     } catch {
       return; // the daemon went away: the stream re-attaches and calls this again
     }
+    await prerender(page.messages).catch(() => {});
     for (const message of page.messages) await addStored(message);
   }
 
@@ -157,17 +177,43 @@ export function sessionView(root, sessionId) {
   function livePart(m, index, kind) {
     let part = m.parts.get(index);
     if (!part) {
+      const node = document.createTextNode("");
+      const text = h("div", { class: "stream-text" }, node);
       if (kind === "thinking") {
-        const text = h("div", { class: "stream-text" });
-        part = { el: h("details", { class: "thinking" }, h("summary", {}, "Thinking…"), text), text };
+        part = { el: h("details", { class: "thinking" }, h("summary", {}, "Thinking…"), text), text, node, buf: "" };
       } else {
-        const text = h("div", { class: "stream-text" });
-        part = { el: text, text };
+        part = { el: text, text, node, buf: "" };
       }
       m.parts.set(index, part);
       m.body.append(part.el);
     }
     return part;
+  }
+
+  // Deltas wait in their part's buffer until the next frame (or 100 ms when frames do not run,
+  // as in a hidden tab): one DOM write and one layout per frame, however many deltas came.
+  const dirty = new Set();
+  let flushFrame = null;
+  let flushTimer = null;
+
+  function queueText(part, text) {
+    part.buf += text;
+    dirty.add(part);
+    if (flushFrame !== null) return;
+    flushFrame = requestAnimationFrame(flush);
+    flushTimer = setTimeout(flush, 100);
+  }
+
+  function flush() {
+    cancelAnimationFrame(flushFrame);
+    clearTimeout(flushTimer);
+    flushFrame = flushTimer = null;
+    for (const part of dirty) {
+      part.node.appendData(part.buf);
+      part.buf = "";
+    }
+    dirty.clear();
+    stick();
   }
 
   function onStreaming(ev, frame) {
@@ -184,7 +230,7 @@ export function sessionView(root, sessionId) {
     const m = msgs.get(p.message_id);
     if (!m || !m.live) return;
     if (ev.type === "text.delta" || ev.type === "thinking.delta") {
-      livePart(m, p.content_block_index, ev.type === "thinking.delta" ? "thinking" : "text").text.append(p.text);
+      queueText(livePart(m, p.content_block_index, ev.type === "thinking.delta" ? "thinking" : "text"), p.text);
     } else if (ev.type === "tool.use_start") {
       const c = card(p.tool_use_id, p.tool_name);
       m.parts.set(p.content_block_index, { el: c.el });
@@ -194,6 +240,7 @@ export function sessionView(root, sessionId) {
     } else if (ev.type === "tool.use_end") {
       card(p.tool_use_id).setInput(p.final_input);
     } else if (ev.type === "message.complete") {
+      flush(); // all of the text is on the page until the rendered markdown replaces it
       m.live = false;
       m.el.classList.remove("streaming");
       m.el.dataset.stop = p.stop_reason;
@@ -238,13 +285,16 @@ export function sessionView(root, sessionId) {
         showConfirmation(p, ev.turn_id);
         break;
       case "tool.confirmation_resolved":
+        liveTools.add(p.tool_use_id);
         resolveConfirmation(p);
         break;
       case "tool.called":
+        liveTools.add(p.tool_use_id);
         card(p.tool_use_id, p.tool_name).setStatus("running");
         break;
       case "tool.completed":
       case "tool.failed":
+        liveTools.add(p.tool_use_id);
         card(p.tool_use_id).setOutcome(ev.type, p);
         syncMessages();
         break;
@@ -273,40 +323,107 @@ export function sessionView(root, sessionId) {
   }
 
   async function applySnapshot(frame) {
+    const gen = ++snapshotGen;
     session = frame.session;
+    snapshotAt = frame.snapshot_at_event_id;
+    turnStarts = null;
+    liveTools.clear();
     msgs.clear();
     clear(transcript);
     showSession(session);
+    await prerender(frame.messages);
+    if (gen !== snapshotGen) return;
     for (const message of frame.messages) await addStored(message);
-    // tool outcomes (duration, exit code) and the totals so far come from stored events
-    const events = await allEvents(sessionId, {
-      event_types: "tool.completed,tool.failed,llm.call_completed,tool.confirmation_resolved",
-      until: frame.snapshot_at_event_id,
-    });
+    oldest = frame.messages[0] || null;
+    earlier.hidden = !frame.has_more_before;
     totals.input = totals.output = totals.cost = 0;
-    for (const ev of events) {
-      if (ev.type === "llm.call_completed") {
-        const p = ev.payload;
-        totals.input += p.input_tokens + p.cache_read_tokens + p.cache_write_tokens;
-        totals.output += p.output_tokens;
-        totals.cost += Number(p.cost_usd);
-      } else if (ev.type === "tool.confirmation_resolved") {
-        const tc = cards.get(ev.payload.tool_use_id);
-        if (tc) tc.setStatus(ev.payload.decision === "allow" ? "allowed" : "denied");
-      } else {
-        const tc = cards.get(ev.payload.tool_use_id);
-        if (tc) tc.setOutcome(ev.type, ev.payload);
-      }
-    }
     showTotals();
     setTurn(session.current_turn_id);
     for (const pc of session.pending_confirmations) showConfirmation(pc, pc.turn_id);
     transcript.scrollTop = transcript.scrollHeight;
+    performance.mark("metis:transcript-rendered");
+    // after the transcript is on screen: the totals so far, and the shown tools' outcomes
+    loadTotals(gen);
+    loadOutcomes(gen, oldest, null);
   }
 
+  async function loadTotals(gen) {
+    try {
+      const events = await allEvents(sessionId, { event_types: "llm.call_completed", ...upTo() });
+      if (gen !== snapshotGen) return;
+      for (const ev of events) {
+        const p = ev.payload;
+        totals.input += p.input_tokens + p.cache_read_tokens + p.cache_write_tokens;
+        totals.output += p.output_tokens;
+        totals.cost += Number(p.cost_usd);
+      }
+      showTotals();
+    } catch { /* the stream re-attaches and takes a new snapshot */ }
+  }
+
+  function upTo() {
+    return snapshotAt ? { until: snapshotAt } : {};
+  }
+
+  // The id of the turn.started event of every turn up to the snapshot (read once).
+  async function turnStartIds() {
+    if (!turnStarts) {
+      const events = await allEvents(sessionId, { event_types: "turn.started", ...upTo() });
+      turnStarts = new Map(events.map((ev) => [ev.turn_id, ev.id]));
+    }
+    return turnStarts;
+  }
+
+  // Tool outcomes (duration, exit code, confirmation) of the turns from `first`'s turn up to
+  // the turn of `stop` (exclusive; null: the snapshot), from the stored events.
+  async function loadOutcomes(gen, first, stop) {
+    if (!first) return;
+    try {
+      const starts = await turnStartIds();
+      const since = first.turn_id ? starts.get(first.turn_id) : null;
+      const until = stop?.turn_id ? starts.get(stop.turn_id) : snapshotAt;
+      const query = { event_types: "tool.completed,tool.failed,tool.confirmation_resolved" };
+      if (since) query.since = since;
+      if (until) query.until = until;
+      const events = await allEvents(sessionId, query);
+      if (gen !== snapshotGen) return;
+      for (const ev of events) {
+        const id = ev.payload.tool_use_id;
+        const tc = cards.get(id);
+        if (!tc || liveTools.has(id)) continue; // a live event already said more
+        if (ev.type === "tool.confirmation_resolved") tc.setStatus(ev.payload.decision === "allow" ? "allowed" : "denied");
+        else tc.setOutcome(ev.type, ev.payload);
+      }
+    } catch { /* as above */ }
+  }
+
+  earlier.addEventListener("click", async () => {
+    if (!oldest) return;
+    earlier.disabled = true;
+    try {
+      const page = await api("GET", `/sessions/${sessionId}/messages?before=${oldest.id}&limit=50`);
+      await prerender(page.messages);
+      const stop = oldest;
+      const keep = transcript.scrollHeight - transcript.scrollTop; // stay where the reader is
+      pinned = false;
+      for (const message of page.messages) await addStored(message);
+      transcript.scrollTop = transcript.scrollHeight - keep;
+      if (page.messages.length) oldest = page.messages[0];
+      earlier.hidden = !page.has_more_before;
+      loadOutcomes(snapshotGen, oldest, stop);
+    } catch (err) {
+      toast(`${err.code}: ${err.message}`);
+    } finally {
+      earlier.disabled = false;
+    }
+  });
+
   function showSession(s) {
-    title.textContent = s.id;
-    meta.textContent = `${s.workspace_path} · ${s.surface}`;
+    // the session's title (its first prompt unless set), clamped, in full as the tooltip
+    title.textContent = s.title || s.id;
+    title.title = s.title || "";
+    title.classList.toggle("named", !!s.title);
+    meta.textContent = `${s.title ? `${s.id} · ` : ""}${s.workspace_path} · ${s.surface}`;
     modelNote.textContent = s.sticky_model ? "pinned" : "routing decides";
     modelSelect.value = s.sticky_model || "";
   }
@@ -385,22 +502,22 @@ export function sessionView(root, sessionId) {
         session = s;
         showSession(s);
         const page = await api("GET", `/sessions/${sessionId}/messages?limit=50`);
+        await prerender(page.messages);
         for (const message of page.messages) await addStored(message);
+        oldest = page.messages[0] || null;
+        earlier.hidden = !page.has_more_before;
       }
       composer.hidden = true;
     },
   });
-  // follow the newest content unless the reader scrolled up
-  let pinned = true;
+  // follow the newest content unless the reader scrolled up (streamed text: `flush` sticks)
   transcript.addEventListener("scroll", () => {
     pinned = transcript.scrollHeight - transcript.scrollTop - transcript.clientHeight < 60;
   });
-  const follow = new MutationObserver(() => {
-    if (pinned) transcript.scrollTop = transcript.scrollHeight;
-  });
-  follow.observe(transcript, { childList: true, subtree: true, characterData: true });
+  const follow = new MutationObserver(stick);
+  follow.observe(transcript, { childList: true, subtree: true });
   showTotals();
   loadModels();
   stream.start();
-  return { stop() { stream.stop(); follow.disconnect(); } };
+  return { stop() { stream.stop(); follow.disconnect(); cancelAnimationFrame(flushFrame); clearTimeout(flushTimer); } };
 }
