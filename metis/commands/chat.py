@@ -36,7 +36,14 @@ TERMINAL_TYPES = ("turn.completed", "turn.cancelled", "turn.failed")
 _RECONNECT_ATTEMPTS = 3
 # Subscribe errors whose recovery is a snapshot instead of a replay.
 _SNAPSHOT_RECOVERY = ("cursor_expired", "replay_too_large")
-_ANSWERS = {"y": "allow", "yes": "allow", "n": "deny", "no": "deny"}
+_ANSWERS = {
+    "y": ("allow", "once"),
+    "yes": ("allow", "once"),
+    "a": ("allow", "session"),
+    "always": ("allow", "session"),
+    "n": ("deny", "once"),
+    "no": ("deny", "once"),
+}
 _HELP = (
     "type a message to start a turn; commands:\n"
     "  /model <ref>   set the session's model (queued behind a running turn)\n"
@@ -148,7 +155,9 @@ class Renderer:
         self.line("confirm", f"{p.get('tool_name')} ({p.get('side_effects')}) wants: {detail}")
 
     def _on_tool_confirmation_resolved(self, p: dict[str, Any]) -> None:
-        self.line("confirm", f"{p.get('decision')}")
+        scope = " for this session" if p.get("scope") == "session" else ""
+        reason = f": {p['reason']}" if p.get("reason") else ""
+        self.line("confirm", f"{p.get('decision')}{scope}{reason}")
 
     def _on_session_model_changed(self, p: dict[str, Any]) -> None:
         if self.own_model_changes:  # already shown from the PATCH answer
@@ -467,39 +476,65 @@ class ChatSession:
             self.turn_id = None
 
     async def confirm(self, turn_id: str, request: dict[str, Any]) -> None:
-        """Ask y/n in the terminal; the answer goes back over REST.
+        """Ask y (allow once), a (allow for this session, when the request offers it) or n
+        (deny, then an optional reason) in the terminal; the answer goes back over REST.
 
         Several requests can be pending at once (one per tool call of a message); each prompt
         names the call it is about, and they are asked one after another in arrival order.
         """
         summary = request.get("command_summary") or request.get("input_summary") or ""
-        self.render.line("confirm", f"allow {request.get('tool_name')}: {summary}? [y/n]")
+        session_scope = "session" in (request.get("allowed_scopes") or ["once"])
+        keys = "y/a/n" if session_scope else "y/n"
+        self.render.line("confirm", f"allow {request.get('tool_name')}: {summary}? [{keys}]")
         while True:
-            answer = asyncio.ensure_future(self.lines.get())
-            while not answer.done() and not self._turn_over(turn_id):
-                await self._until_changed(answer)
-            if not answer.done():
-                answer.cancel()  # the turn ended (cancelled, withdrawn) before an answer came
-                return
-            line = answer.result()
+            line = await self._answer_line(turn_id)
             if line is None:
-                self.lines.put_nowait(None)  # keep the end of input for the main loop
                 return
-            decision = _ANSWERS.get(line.strip().lower())
-            if decision is not None:
+            answer = _ANSWERS.get(line.strip().lower())
+            if answer is not None and (answer[1] == "once" or session_scope):
                 break
             # anything else is asked again: a stray line must not decide for the user
-            self.render.line("confirm", f"please answer y or n: allow {request.get('tool_name')}?")
-        self.render.line("you", decision)
+            choices = "y, a or n" if session_scope else "y or n"
+            self.render.line(
+                "confirm", f"please answer {choices}: allow {request.get('tool_name')}?"
+            )
+        decision, scope = answer
+        body: dict[str, Any] = {"decision": decision, "scope": scope}
+        if decision == "deny":
+            self.render.line("confirm", "reason for denying (optional, Enter skips)?")
+            reason = await self._answer_line(turn_id)
+            if reason is None:
+                return
+            if reason.strip():
+                body["reason"] = reason.strip()
+        self.render.line(
+            "you",
+            decision
+            + (" for this session" if scope == "session" else "")
+            + (f": {body['reason']}" if body.get("reason") else ""),
+        )
         try:
             await self.call(
                 "POST",
                 f"/sessions/{self.session_id}/turns/{turn_id}/confirmations/"
                 f"{request['confirmation_request_id']}",
-                {"decision": decision},
+                body,
             )
         except ApiFailure as exc:
             self.render.line("error", str(exc))
+
+    async def _answer_line(self, turn_id: str) -> str | None:
+        """The next typed line; None when the turn ended first or the input did."""
+        answer = asyncio.ensure_future(self.lines.get())
+        while not answer.done() and not self._turn_over(turn_id):
+            await self._until_changed(answer)
+        if not answer.done():
+            answer.cancel()  # the turn ended (cancelled, withdrawn) before an answer came
+            return None
+        line = answer.result()
+        if line is None:
+            self.lines.put_nowait(None)  # keep the end of input for the main loop
+        return line
 
     def interrupt(self) -> None:
         """Ctrl-C: cancel the running turn (a `cancel` frame), else leave.

@@ -127,14 +127,14 @@ async def test_tool_calls_show_and_a_confirmation_is_answered_in_the_terminal(
     chat_with: Callable[..., Any], api_of: Callable[[Daemon], Api]
 ) -> None:
     d, term, chat = await chat_with(config=HOLD)
-    term.type("please use server tool", "y", "please use server tool again", "n", "/quit")
+    term.type("please use server tool", "y", "please use server tool again", "n", "", "/quit")
     assert await asyncio.wait_for(chat.run(), 15) == 0
     tool = term.labelled("tool")
     assert tool[0].startswith("tool> read_file {") and tool[1] == "tool> running read_file"
     confirm = term.labelled("confirm")
     assert confirm[0].startswith("confirm> read_file (read) wants: ")
     assert any(
-        c.startswith("confirm> allow read_file: ") and c.endswith("? [y/n]") for c in confirm
+        c.startswith("confirm> allow read_file: ") and c.endswith("? [y/a/n]") for c in confirm
     )
     assert "confirm> allow" in confirm
     assert "confirm> deny" in confirm
@@ -291,7 +291,7 @@ async def test_a_confirmation_missed_with_the_stream_is_asked_from_the_snapshot(
 
     monkeypatch.setattr(seam.HOOKS, "before_load", until_the_request_is_pending)
     overflow(d, chat.session_id)
-    await term.wait_for("? [y/n]")
+    await term.wait_for("? [y/a/n]")
     term.type("y")
     await term.wait_for("turn> completed")
     chat.interrupt()  # at the prompt: leave
@@ -302,7 +302,7 @@ async def test_a_confirmation_missed_with_the_stream_is_asked_from_the_snapshot(
         "metis> the turn is still running\n" in term.text
     )
     assert term.labelled("confirm") == [  # no "wants:" line: the request never came as an event
-        "confirm> allow read_file: Read metis-demo.txt? [y/n]",
+        "confirm> allow read_file: Read metis-demo.txt? [y/a/n]",
         "confirm> allow",
     ]
     assert term.labelled("you")[1] == "you> allow"
@@ -418,11 +418,38 @@ async def test_an_invalid_confirmation_answer_is_asked_again(
     chat_with: Callable[..., Any], api_of: Callable[[Daemon], Api]
 ) -> None:
     d, term, chat = await chat_with(config=HOLD)
-    term.type("please use server tool", "maybe", "", "n", "/quit")
+    term.type("please use server tool", "maybe", "", "n", "", "/quit")
     assert await asyncio.wait_for(chat.run(), 15) == 0
-    assert term.text.count("confirm> please answer y or n: allow read_file?") == 2
+    assert term.text.count("confirm> please answer y, a or n: allow read_file?") == 2
     events = await api_of(d).events(chat.session_id, event_types="tool.confirmation_resolved")
     assert [e["payload"]["decision"] for e in events] == ["deny"]
+
+
+async def test_a_allows_for_the_session_and_n_asks_for_a_reason(
+    chat_with: Callable[..., Any], api_of: Callable[[Daemon], Api]
+) -> None:
+    """`please use all tools` asks for write_file, patch_file and shell: `y` allows once, `a`
+    for the session (REST scope session), `n` is followed by an optional reason sent with it."""
+    d, term, chat = await chat_with()
+    term.type("please use all tools", "y", "a", "n", "not here", "/quit")
+    assert await asyncio.wait_for(chat.run(), 30) == 0
+    assert term.labelled("you")[1:4] == [
+        "you> allow",
+        "you> allow for this session",
+        "you> deny: not here",
+    ]
+    confirm = term.labelled("confirm")
+    assert "confirm> reason for denying (optional, Enter skips)?" in confirm
+    assert "confirm> allow for this session" in confirm and "confirm> deny: not here" in confirm
+    events = await api_of(d).events(chat.session_id, event_types="tool.confirmation_resolved")
+    decided = [
+        (e["payload"]["decision"], e["payload"]["scope"], e["payload"]["reason"]) for e in events
+    ]
+    assert decided == [
+        ("allow", "once", None),
+        ("allow", "session", None),
+        ("deny", "once", "not here"),
+    ]
 
 
 async def test_a_line_typed_during_a_turn_is_echoed_when_it_is_sent(
