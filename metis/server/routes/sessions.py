@@ -284,16 +284,24 @@ async def get_session(request: web.Request) -> web.Response:
     """A session with a fresh single-use attach token for its WebSocket stream."""
     state = request.app[STATE_KEY]
     view = await state.core.sessions.get(request.match_info["session_id"])
-    title = (await session_titles(state.core, [view.id])).get(view.id)
-    instructions = await state.core.instructions.in_use(view.id, view.row.workspace_path)
     return json_response(
         {
             **render_session(view),
-            "title": title,
-            "instructions": instructions.wire() if instructions is not None else None,
+            **await session_annotations(state.core, view),
             **_attach_fields(state, view),
         }
     )
+
+
+async def session_annotations(core: Any, view: SessionView) -> dict[str, Any]:
+    """What a single session's view shows beyond its row: its title and the project
+    instruction file in use. GET /sessions/{id} and the WebSocket snapshot share it."""
+    title = (await session_titles(core, [view.id])).get(view.id)
+    instructions = await core.instructions.in_use(view.id, view.row.workspace_path)
+    return {
+        "title": title,
+        "instructions": instructions.wire() if instructions is not None else None,
+    }
 
 
 @routes.route(

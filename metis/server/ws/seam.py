@@ -18,7 +18,7 @@ from metis.core.errors import CursorNotFound
 from metis.core.events.envelope import Event
 from metis.core.events.hub import HubClient, SeamPoint
 from metis.core.store.sessions import SessionRow
-from metis.server.routes.sessions import render_session
+from metis.server.routes.sessions import render_session, session_annotations
 from metis.server.ws.protocol import (
     Subscribe,
     SubscribeError,
@@ -86,6 +86,7 @@ async def open_stream(
         body: list[bytes] = []
         if sub.snapshot:
             assert session is not None
+            session.update(await session_annotations(core, core.sessions.view(row)))
             body.append((await _snapshot(core, session_id, session, point)).encode())
         elif sub.since is not None:
             events = await _replay(core, row, sub, point)
