@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from metis.commands import chat as chat_command
+from metis.commands import mcp as mcp_command
 from metis.commands import models as models_command
 from metis.commands import open_dashboard as open_command
 from metis.commands import routing as routing_command
@@ -165,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat_command.register(sub)
     run_command.register(sub)
     sessions_command.register(sub)
+    mcp_command.register(sub)
     trace_command.register(sub)
     open_command.register(sub)
     return parser

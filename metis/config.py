@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from metis.core.canonical import MAX_IMAGE_BYTES
 from metis.core.errors import ConfigError
+from metis.core.tools.mcp.settings import McpSettings
 from metis.core.tools.settings import ToolsSettings
 from metis.core.yamlsrc import MarkedDict, line_of, read_yaml_file, suggest
 
@@ -147,6 +148,7 @@ class FileSettings(_Section):
     websocket: WebSocketSettings = WebSocketSettings()
     events: EventsSettings = EventsSettings()
     tools: ToolsSettings = ToolsSettings()
+    mcp: McpSettings = McpSettings()  # MCP servers as tool sources (metis/core/tools/mcp/)
     aap: AapSettings = AapSettings()
     auth: AuthSettings = AuthSettings()
 
@@ -205,6 +207,10 @@ class Settings(BaseModel):
     @property
     def tools(self) -> ToolsSettings:
         return self.file.tools
+
+    @property
+    def mcp(self) -> McpSettings:
+        return self.file.mcp
 
     @property
     def allowed_workspace_roots(self) -> tuple[Path, ...]:

@@ -36,6 +36,7 @@ from metis.core.tools.bwrap import ShellSandbox, detect
 from metis.core.tools.dispatcher import Dispatcher
 from metis.core.tools.executor import ToolExecutor
 from metis.core.tools.groups import ProcessGroupLedger
+from metis.core.tools.mcp.manager import McpManager
 from metis.core.tools.registry import ToolRegistry
 from metis.core.tools.sandbox import Sandbox
 from metis.core.tools.settings import check_env_passthrough, limits_from_settings
@@ -105,6 +106,13 @@ class Core:
             ),
             on_committed=lambda session_id, message: self.live.committed(session_id, message),
         )
+        # MCP servers: their process groups share the shell's ledger (reaped at start-up)
+        self.mcp = McpManager(
+            settings.mcp,
+            self.tool_registry,
+            ledger=self.shell_groups,
+            log_dir=settings.home / "logs" / "mcp",
+        )
         self.sessions = SessionService(self)
         self.turns = TurnService(self)
         self.started_at_us = 0
@@ -162,6 +170,10 @@ class Core:
             "offline: scripted model only" if self.registry.offline_mode else "models configured",
         )
 
+    def start_background(self) -> None:
+        """Once the daemon listens: what may take its time (MCP servers) starts, never awaited."""
+        self.mcp.start()
+
     async def shutdown_turns(self) -> None:
         """Shutdown step 2: running turns end with `turn.cancelled{server_shutdown}`."""
         await self.turns.cancel_all("server_shutdown")
@@ -169,12 +181,14 @@ class Core:
     async def abort(self) -> None:
         """Past the shutdown grace: stop turn tasks and close what is left; recovery repairs the rest."""
         self.turns.abort_all()
+        self.mcp.kill()
         await self.policy.aclose()
         await self.registry.aclose()
         await self.db.close()
 
     async def stop(self) -> None:
         await self.turns.wait_all()
+        await self.mcp.aclose()  # no turn uses the servers any more
         await self.policy.aclose()
         await self.bus.drain()
         await self.writer.close()

@@ -14,7 +14,7 @@ from metis.server import titles, ws
 from metis.server.auth import SESSIONS_FILE, ServerAuth
 from metis.server.middleware import SELF_GUARDED_KEY, add_security_headers, metis_middleware
 from metis.server.openapi import build_openapi
-from metis.server.routes import login, routing, sessions, system, turns
+from metis.server.routes import login, mcp, routing, sessions, system, turns
 from metis.server.state import STATE_KEY, ServerState
 
 log = logging.getLogger(__name__)
@@ -24,6 +24,7 @@ ROUTE_TABLES = (
     turns.routes,
     routing.routes,
     system.routes,
+    mcp.routes,
     login.routes,
     dashboard.routes,
     ws.routes,

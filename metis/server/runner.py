@@ -161,6 +161,7 @@ class Daemon:
             sock.close()
             await self.stop()
             raise
+        self.state.core.start_background()  # MCP servers: after the port is bound and listening
         log.info("metis listening on %s", self.base_url)
 
     async def _listen(self, sock: socket.socket) -> None:

@@ -281,6 +281,7 @@ class Dispatcher:
             turn.sandbox.root,
             self.settings.confirmation,
             self._trusted,
+            entry.configured_mode,
         )
         if mode == "deny":
             return failed("policy_denied", policy_denied_text(block.name))
@@ -342,6 +343,7 @@ class Dispatcher:
             surface=turn.surface_policy,
             remembered=self._remembered(turn.session_id, job.block.name),
             always_ask=self.executor.unsandboxed(entry),
+            configured=entry.configured_mode,
         )
 
     async def _confirm(

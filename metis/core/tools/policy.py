@@ -60,10 +60,16 @@ def configured_mode(
     workspace: str,
     confirmation: ConfirmationSettings,
     trusted_roots: Sequence[str],
+    configured: Mode | None = None,
 ) -> tuple[Mode, Source]:
-    """Per-tool, trusted-workspace and default rules; `workspace` and `trusted_roots` are resolved (realpath) paths."""
+    """Per-tool, trusted-workspace and default rules; `workspace` and `trusted_roots` are resolved (realpath) paths.
+
+    `configured` is the mode the tool's source sets for it (an MCP server's `policy`): a
+    per-tool rule of its own, below `tools.confirmation.per_tool`."""
     if tool_name in confirmation.per_tool:
         return confirmation.per_tool[tool_name], "per_tool"
+    if configured is not None:
+        return configured, "per_tool"
     if side_effects in confirmation.trusted_workspace_modes and any(
         is_within(root, workspace) for root in trusted_roots
     ):
@@ -81,13 +87,16 @@ def resolve_mode(
     surface: SurfaceToolPolicy | None = None,
     remembered: Mapping[str, Decision] | None = None,
     always_ask: bool = False,
+    configured: Mode | None = None,
 ) -> ModeResolution:
     """The effective mode for (session workspace, tool, surface policy, remembered decisions).
 
     `trusted_roots` is `confirmation.resolved_trusted_workspaces()`, computed once per config
     load; `remembered` maps tool names to the session's remembered decisions.
     """
-    mode, source = configured_mode(tool_name, side_effects, workspace, confirmation, trusted_roots)
+    mode, source = configured_mode(
+        tool_name, side_effects, workspace, confirmation, trusted_roots, configured
+    )
     if mode == "deny":
         return ModeResolution("policy_denied", mode, source)
     if surface is not None and tool_name in surface.modes:

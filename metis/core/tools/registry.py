@@ -16,7 +16,7 @@ from metis.core.errors import ConfigError
 from metis.core.tools.base import Tool, ToolNameConflict, ToolRegistrationError
 from metis.core.tools.policy import SurfaceToolPolicy
 from metis.core.tools.schema import InputValidation, check_schema, validate_input
-from metis.core.tools.settings import TOOL_NAME_RE, ToolsSettings
+from metis.core.tools.settings import TOOL_NAME_RE, Mode, ToolsSettings
 from metis.core.tools.timeouts import InputTimeout
 
 ToolFactory = Callable[[], Tool]
@@ -27,6 +27,8 @@ class RegisteredTool:
     definition: ToolDefinition
     factory: ToolFactory
     input_timeout: InputTimeout | None = None
+    # the confirmation mode its source configures (MCP servers), under tools.confirmation.per_tool
+    configured_mode: Mode | None = None
 
     @property
     def name(self) -> str:
@@ -42,6 +44,7 @@ class ToolRegistry:
         """`enabled=None` enables every registered tool (tests registering their own)."""
         self._tools: dict[str, RegisteredTool] = {}
         self._enabled = None if enabled is None else frozenset(enabled)
+        self._sources: dict[str, str] = {}  # tool name → source (`mcp:<server>`), see replace_source
 
     @classmethod
     def with_builtins(cls, settings: ToolsSettings) -> ToolRegistry:
@@ -82,6 +85,30 @@ class ToolRegistry:
         self._tools[name] = entry
         return entry
 
+    def replace_source(self, source: str, entries: Iterable[RegisteredTool]) -> None:
+        """Set the tools of a dynamic source (an MCP server) to `entries`, replacing its previous ones.
+
+        Their schemas are the source's own (validated by their `validate`), so the builtin subset
+        check does not apply; `tools.enabled` (a list of builtins) does not limit them either.
+        A name taken by a builtin or another source is refused (`ToolRegistrationError`).
+        """
+        entries = list(entries)
+        for entry in entries:
+            if not TOOL_NAME_RE.match(entry.name):
+                raise ToolRegistrationError(f"invalid tool name {entry.name!r}")
+            owner = self._sources.get(entry.name)
+            if entry.name in self._tools and owner != source:
+                raise ToolRegistrationError(f"tool {entry.name!r} is already registered")
+        for name in [n for n, owner in self._sources.items() if owner == source]:
+            del self._sources[name]
+            del self._tools[name]
+        for entry in entries:
+            self._tools[entry.name] = entry
+            self._sources[entry.name] = source
+
+    def source_of(self, name: str) -> str | None:
+        return self._sources.get(name)
+
     def check_settings(self, settings: ToolsSettings) -> None:
         """Refuse tool names in the settings that name no registered tool."""
         named = {
@@ -108,7 +135,7 @@ class ToolRegistry:
     def is_enabled(self, name: str, surface: SurfaceToolPolicy | None = None) -> bool:
         if name not in self._tools:
             return False
-        if self._enabled is not None and name not in self._enabled:
+        if self._enabled is not None and name not in self._enabled and name not in self._sources:
             return False
         return surface is None or surface.allows(name)
 

@@ -12,12 +12,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from metis.core.canonical import ToolDefinition, redact
+from metis.core.canonical import ToolDefinition, canonical_json, redact
 from metis.core.tools.base import PermissionDenied, ToolError
 from metis.core.tools.sandbox import Sandbox, display, writes_paths
 from metis.core.tools.textutil import count_lines, cut, one_line, visible_controls
 
 INPUT_SUMMARY_CHARS = 200
+MCP_PREFIX = "mcp__"  # tools of MCP servers (metis/core/tools/mcp/)
 COMMAND_SUMMARY_CHARS = 2000
 
 
@@ -54,8 +55,10 @@ _SUMMARIZERS: dict[str, _Summarizer] = {
 
 
 def _generic(definition: ToolDefinition) -> _Summarizer:
-    def summarize(_input: Mapping[str, Any], paths: Mapping[str, str]) -> str:
+    def summarize(input: Mapping[str, Any], paths: Mapping[str, str]) -> str:
         title = definition.title or definition.name
+        if definition.name.startswith(MCP_PREFIX):  # an MCP tool: its arguments, compact
+            return f"{title} {canonical_json(dict(input))}"
         return f"{title}: {', '.join(paths.values())}" if paths else title
 
     return summarize

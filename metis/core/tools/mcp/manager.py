@@ -1,0 +1,72 @@
+"""All configured MCP servers: started in the background once the daemon listens, stopped
+with it, their tools kept in the tool registry under the source `mcp:<server>`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+from metis.core.tools.base import ToolRegistrationError
+from metis.core.tools.groups import ProcessGroupLedger
+from metis.core.tools.mcp.server import McpServer
+from metis.core.tools.mcp.settings import McpSettings
+from metis.core.tools.registry import RegisteredTool, ToolRegistry
+
+log = logging.getLogger(__name__)
+
+
+class McpManager:
+    def __init__(
+        self,
+        settings: McpSettings,
+        registry: ToolRegistry,
+        *,
+        ledger: ProcessGroupLedger | None = None,
+        log_dir: Path | None = None,
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.servers: dict[str, McpServer] = {
+            name: McpServer(
+                name,
+                server,
+                settings,
+                on_tools=self._tools_listed,
+                ledger=ledger,
+                log_dir=log_dir,
+            )
+            for name, server in settings.servers.items()
+        }
+        self._started = False
+
+    def _tools_listed(self, server: McpServer, entries: list[RegisteredTool]) -> None:
+        try:
+            self.registry.replace_source(f"mcp:{server.name}", entries)
+        except ToolRegistrationError as exc:  # a name a builtin or another server holds
+            log.error("MCP server %s: its tools could not be registered: %s", server.name, exc)
+
+    def start(self) -> None:
+        """Start every enabled server in the background (returns at once)."""
+        if self._started:
+            return
+        self._started = True
+        for server in self.servers.values():
+            server.start()
+
+    async def wait_ready(self, timeout: float = 30.0) -> None:
+        """Tests and tools: wait until every enabled server is ready (or the timeout)."""
+        await asyncio.gather(
+            *(s.wait_ready(timeout) for s in self.servers.values() if s.settings.enabled)
+        )
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(s.stop() for s in self.servers.values()))
+
+    def kill(self) -> None:
+        for server in self.servers.values():
+            server.kill()
+
+    def status(self) -> dict[str, Any]:
+        return {"servers": [s.status() for s in self.servers.values()]}

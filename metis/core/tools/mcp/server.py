@@ -1,0 +1,373 @@
+"""One configured MCP server: its connection, its lifecycle, its tools.
+
+A single owner task holds the connection (the SDK's anyio contexts must be entered and left
+in one task): connect → `initialize` → `tools/list` → ready, its tools registered → wait until
+the connection ends (the process exits, its output closes, a ping fails) or the daemon stops →
+restart after a backoff (1 s doubling to 60 s; reset once a connection became ready). Tool
+calls run in the dispatcher's tasks and use the ready session; a server that is not ready
+fails them at once with a reason (`McpUnavailable`), and a call in flight when the connection
+ends fails with the reason it ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import httpx2
+import mcp_types
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from metis.core.canonical import redact, register_secret
+from metis.core.tools.base import ToolError
+from metis.core.tools.groups import ProcessGroupLedger
+from metis.core.tools.mcp import tools as mcp_tools
+from metis.core.tools.mcp.settings import McpServerSettings, McpSettings, expand, server_key
+from metis.core.tools.mcp.transport import (
+    Liveness,
+    StdioProcess,
+    kill_now,
+    server_environment,
+    stdio_transport,
+)
+from metis.core.tools.registry import RegisteredTool
+
+log = logging.getLogger(__name__)
+
+State = Literal["starting", "ready", "restarting", "stopped", "disabled"]
+CLIENT_INFO = mcp_types.Implementation(name="metis", version="1")
+MAX_TOOLS_PAGES = 20
+
+
+class McpUnavailable(ToolError):
+    """The server cannot take the call (down, restarting, or it died mid-call)."""
+
+
+@dataclass(frozen=True)
+class ToolInfo:
+    name: str  # as offered: mcp__<server>__<tool>
+    remote_name: str
+    description: str
+    mode: str
+
+
+class McpServer:
+    def __init__(
+        self,
+        name: str,
+        settings: McpServerSettings,
+        section: McpSettings,
+        *,
+        on_tools: Callable[[McpServer, list[RegisteredTool]], None],
+        ledger: ProcessGroupLedger | None,
+        log_dir: Path | None,
+    ) -> None:
+        self.name = name
+        self.key = server_key(name)
+        self.settings = settings
+        self.section = section
+        self.on_tools = on_tools
+        self.ledger = ledger
+        self.log_dir = log_dir
+        self.state: State = "disabled" if not settings.enabled else "stopped"
+        self.last_error: str | None = None
+        self.tools: list[ToolInfo] = []
+        self.restarts = 0
+        self.connected_at: float | None = None
+        self.pid: int | None = None
+        self._session: ClientSession | None = None
+        self._liveness: Liveness | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+        self._ready = asyncio.Event()
+        self._processes: list[StdioProcess] = []
+        self._skipped: list[str] = []
+
+    # -- wire view --------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """`GET /mcp`'s object: names of env variables and headers, never their values."""
+        s = self.settings
+        return {
+            "name": self.name,
+            "transport": s.transport,
+            "enabled": s.enabled,
+            "state": self.state,
+            "command": s.command,
+            "args": list(s.args),
+            "url": s.url,
+            "env": sorted(s.env),
+            "headers": sorted(s.headers),
+            "policy": s.policy,
+            "tools": [
+                {"name": t.name, "remote_name": t.remote_name, "policy": t.mode} for t in self.tools
+            ],
+            "restarts": self.restarts,
+            "last_error": self.last_error,
+        }
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.settings.enabled and self._task is None:
+            self.state = "starting"
+            self._task = asyncio.create_task(self._run(), name=f"mcp-server-{self.name}")
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if self.settings.enabled:
+            self.state = "stopped"
+
+    def kill(self) -> None:
+        """Past the shutdown grace: kill the process groups without awaiting anything."""
+        kill_now(self._processes)
+
+    async def wait_ready(self, timeout: float) -> bool:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._ready.wait(), timeout)
+        return self._ready.is_set()
+
+    async def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            became_ready = False
+            try:
+                became_ready = await self._connect_and_serve()
+            except Exception as exc:
+                self._fail(self._describe(exc))
+            finally:
+                self._session = None
+                self._ready.clear()
+                self.pid = None
+            if self._stop.is_set():
+                break
+            failures = 0 if became_ready else failures + 1
+            delay = min(
+                self.section.restart_max_seconds,
+                self.section.restart_initial_seconds * 2 ** max(0, failures - 1),
+            )
+            self.state = "restarting"
+            self.restarts += 1
+            log.warning(
+                "MCP server %s is down (%s); restarting in %.1f s",
+                self.name,
+                self.last_error,
+                delay,
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), delay)
+        self.state = "stopped"
+
+    def _fail(self, reason: str) -> None:
+        self.last_error = redact(reason, limit=500)
+
+    @staticmethod
+    def _describe(exc: BaseException) -> str:
+        if isinstance(exc, MCPError):
+            return f"MCP error {exc.code}: {exc.message}"
+        if isinstance(exc, ExceptionGroup):
+            inner = exc.exceptions[0] if exc.exceptions else exc
+            return McpServer._describe(inner)
+        if isinstance(exc, FileNotFoundError):
+            return f"command not found: {exc.filename or exc}"
+        if isinstance(exc, TimeoutError):
+            return "no answer to initialize / tools/list in time"
+        return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+    async def _connect_and_serve(self) -> bool:
+        """One connection: returns whether it became ready (it ended or failed after that)."""
+        async with contextlib.AsyncExitStack() as stack:
+            liveness = Liveness()
+            if self.settings.transport == "stdio":
+                streams = await stack.enter_async_context(self._stdio())
+                liveness = self._processes[-1].liveness
+                self.pid = self._processes[-1].pid
+            else:
+                streams = await stack.enter_async_context(self._http())
+            read, write = streams
+            session = await stack.enter_async_context(
+                ClientSession(read, write, client_info=CLIENT_INFO)
+            )
+            with anyio.fail_after(self.settings.connect_timeout_seconds):
+                await session.initialize()
+                listed = await self._list_tools(session)
+            self._register(listed)
+            self._session, self._liveness = session, liveness
+            self.state = "ready"
+            self.connected_at = time.monotonic()
+            self.last_error = "; ".join(self._skipped) or None
+            self._ready.set()
+            log.info("MCP server %s ready with %d tool(s)", self.name, len(self.tools))
+            reason = await self._until_down(session, liveness)
+            if not self._stop.is_set():
+                self._fail(reason)
+            liveness.end(reason)
+            return True
+
+    async def _until_down(self, session: ClientSession, liveness: Liveness) -> str:
+        """Wait until the connection ends or the daemon stops; the reason it ended. An HTTP
+        server has no process to watch: it is pinged every `ping_interval_seconds`."""
+        http = self.settings.transport == "http"
+        while True:
+            waits = {
+                asyncio.ensure_future(liveness.dead.wait()),
+                asyncio.ensure_future(self._stop.wait()),
+            }
+            try:
+                await asyncio.wait(
+                    waits,
+                    timeout=self.section.ping_interval_seconds if http else None,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            finally:
+                for waiting in waits:
+                    waiting.cancel()
+            if self._stop.is_set():
+                return "stopped"
+            if liveness.dead.is_set():
+                return liveness.reason
+            try:
+                with anyio.fail_after(10):
+                    await session.send_ping()
+            except Exception as exc:
+                return f"ping failed: {self._describe(exc)}"
+
+    def _stdio(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        s = self.settings
+        assert s.command is not None
+        env = {k: expand(v, where=f"mcp.servers.{self.name}.env.{k}") for k, v in s.env.items()}
+        for value in env.values():
+            register_secret(value)  # redacted wherever it might surface
+        stderr = self.log_dir / f"{self.key}.stderr.log" if self.log_dir is not None else None
+        if len(self._processes) > 8:
+            del self._processes[:-8]
+        return stdio_transport(
+            s.command,
+            s.args,
+            server_environment(env),
+            s.cwd,
+            ledger=self.ledger,
+            stderr_path=stderr,
+            started=self._processes,
+        )
+
+    @contextlib.asynccontextmanager
+    async def _http(self) -> Any:
+        s = self.settings
+        assert s.url is not None
+        headers = {
+            k: expand(v, where=f"mcp.servers.{self.name}.headers.{k}") for k, v in s.headers.items()
+        }
+        for value in headers.values():
+            register_secret(value)
+        client = httpx2.AsyncClient(
+            headers=headers,
+            timeout=httpx2.Timeout(30.0, read=300.0),
+        )
+        async with client, streamable_http_client(s.url, http_client=client) as streams:
+            yield streams
+
+    async def _list_tools(self, session: ClientSession) -> list[mcp_types.Tool]:
+        tools: list[mcp_types.Tool] = []
+        cursor: str | None = None
+        for _ in range(MAX_TOOLS_PAGES):
+            params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await session.list_tools(params=params)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return tools
+
+    def _register(self, listed: list[mcp_types.Tool]) -> None:
+        entries: list[RegisteredTool] = []
+        infos: list[ToolInfo] = []
+        self._skipped = []
+        taken: set[str] = set()
+        for tool in listed:
+            name = mcp_tools.tool_name(self.key, tool.name)
+            if name in taken:
+                self._skipped.append(f"tool {tool.name!r} skipped: its name clashes as {name}")
+                continue
+            schema = mcp_tools.offered_schema(tool.input_schema)
+            try:
+                validator = mcp_tools.compile_validator(schema)
+            except mcp_tools.JsonSchemaError as exc:
+                self._skipped.append(
+                    f"tool {tool.name!r} skipped: invalid input schema ({exc.message})"
+                )
+                continue
+            mode = self.settings.mode_for(tool.name)
+            entries.append(
+                mcp_tools.registered(
+                    self,
+                    tool,
+                    name=name,
+                    validator=validator,
+                    mode=mode,
+                    timeout_seconds=self.settings.timeout_for(tool.name),
+                )
+            )
+            infos.append(ToolInfo(name, tool.name, tool.description or "", mode))
+            taken.add(name)
+        self.on_tools(self, entries)
+        self.tools = infos
+
+    # -- calls ------------------------------------------------------------------------------
+
+    async def call(
+        self, remote_name: str, arguments: dict[str, Any], remaining: float
+    ) -> mcp_types.CallToolResult:
+        session, liveness = self._session, self._liveness
+        if session is None or liveness is None or self.state != "ready":
+            why = f": {self.last_error}" if self.last_error else ""
+            raise McpUnavailable(
+                f'MCP server "{self.name}" is not available ({self.state}{why}); '
+                "the tool was not run."
+            )
+        request = asyncio.ensure_future(
+            session.call_tool(remote_name, arguments, read_timeout_seconds=remaining + 5)
+        )
+        dead = asyncio.ensure_future(liveness.dead.wait())
+        try:
+            await asyncio.wait({request, dead}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            request.cancel()  # the SDK tells the server (notifications/cancelled)
+            with contextlib.suppress(BaseException):
+                await request
+            raise
+        finally:
+            dead.cancel()
+        if not request.done():
+            request.cancel()
+            with contextlib.suppress(BaseException):
+                await request
+            raise McpUnavailable(
+                f'MCP server "{self.name}" stopped during the call ({liveness.reason}); '
+                "the call's outcome is unknown."
+            )
+        try:
+            return request.result()
+        except MCPError as exc:
+            if liveness.dead.is_set():
+                raise McpUnavailable(
+                    f'MCP server "{self.name}" stopped during the call ({liveness.reason}); '
+                    "the call's outcome is unknown."
+                ) from None
+            raise ToolError(f'MCP server "{self.name}": {exc.message}') from None
+        except Exception as exc:
+            raise McpUnavailable(
+                f'MCP server "{self.name}" failed the call: {self._describe(exc)}'
+            ) from None

@@ -1,0 +1,151 @@
+"""The `mcp` section of `config.yaml`: MCP servers whose tools join the offered tool set.
+
+```yaml
+mcp:
+  servers:
+    files:                                  # tools are offered as mcp__files__<tool>
+      command: npx
+      args: ["-y", "@modelcontextprotocol/server-filesystem", "/home/me/notes"]
+      env: {LOG_LEVEL: warn, API_TOKEN: "${NOTES_TOKEN}"}   # ${VAR}: from the daemon's env
+      policy: prompt                        # prompt (default) | prompt_once | auto | deny
+      tools: {read_file: {policy: auto}}
+    search:
+      url: https://mcp.example.com/mcp      # Streamable HTTP: https, or http on loopback
+      headers: {Authorization: "Bearer ${SEARCH_TOKEN}"}
+```
+
+A server is either a stdio command or a Streamable HTTP url. Its process gets a minimal
+environment (PATH, HOME, USER, LOGNAME, SHELL, TERM) plus its own `env`: provider keys and the
+daemon's key reach it only when `env` names them explicitly.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from collections.abc import Mapping
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from metis.core.errors import ConfigError
+
+McpMode = Literal["auto", "prompt", "prompt_once", "deny"]
+
+SERVER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}\Z")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+_REFERENCE_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_LOOPBACK_NAMES = frozenset({"localhost"})
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class McpToolSettings(_Section):
+    policy: McpMode | None = None
+    timeout_seconds: float | None = Field(default=None, gt=0)
+
+
+def is_loopback_host(host: str) -> bool:
+    if host.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class McpServerSettings(_Section):
+    command: str | None = Field(default=None, min_length=1)
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict, repr=False)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict, repr=False)
+    policy: McpMode = "prompt"
+    tools: dict[str, McpToolSettings] = Field(default_factory=dict)
+    enabled: bool = True
+    timeout_seconds: float = Field(default=120, gt=0)  # one tool call
+    connect_timeout_seconds: float = Field(default=30, gt=0)  # start + initialize + list
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = [n for n in value if not _ENV_NAME_RE.match(n)]
+        if bad:
+            raise ValueError(f"invalid environment variable names: {', '.join(bad)}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerSettings:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("a server has either `command` (stdio) or `url` (Streamable HTTP)")
+        if self.url is not None:
+            if self.args or self.env or self.cwd:
+                raise ValueError("args, env and cwd belong to a `command` server")
+            parts = urlsplit(self.url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError("url must be an http(s) URL")
+            if parts.scheme == "http" and not is_loopback_host(parts.hostname):
+                raise ValueError("an http url must be on loopback; use https for other hosts")
+        elif self.headers:
+            raise ValueError("headers belong to a `url` server")
+        return self
+
+    @property
+    def transport(self) -> Literal["stdio", "http"]:
+        return "stdio" if self.command is not None else "http"
+
+    def mode_for(self, tool: str) -> McpMode:
+        configured = self.tools.get(tool)
+        return configured.policy if configured and configured.policy else self.policy
+
+    def timeout_for(self, tool: str) -> float:
+        configured = self.tools.get(tool)
+        if configured and configured.timeout_seconds is not None:
+            return configured.timeout_seconds
+        return self.timeout_seconds
+
+
+class McpSettings(_Section):
+    servers: dict[str, McpServerSettings] = Field(default_factory=dict)
+    restart_initial_seconds: float = Field(default=1.0, gt=0)  # first backoff after a death
+    restart_max_seconds: float = Field(default=60.0, gt=0)
+    ping_interval_seconds: float = Field(default=15.0, gt=0)  # liveness of HTTP servers
+
+    @field_validator("servers")
+    @classmethod
+    def _server_names(cls, value: dict[str, McpServerSettings]) -> dict[str, McpServerSettings]:
+        bad = [n for n in value if not SERVER_NAME_RE.match(n)]
+        if bad:
+            raise ValueError(
+                f"invalid server names (letters, digits, - and _; at most 32): {', '.join(bad)}"
+            )
+        prefixes: dict[str, str] = {}
+        for name in value:
+            key = server_key(name)
+            if key in prefixes:
+                raise ValueError(f"servers {prefixes[key]!r} and {name!r} give the same tool names")
+            prefixes[key] = name
+        return value
+
+
+def server_key(name: str) -> str:
+    """The server's part of its tools' names: lower case, `-` → `_`."""
+    return name.lower().replace("-", "_")
+
+
+def expand(value: str, environ: Mapping[str, str] | None = None, *, where: str) -> str:
+    """`${NAME}` references replaced from the daemon's environment (a missing one is an error)."""
+    env = os.environ if environ is None else environ
+
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in env:
+            raise ConfigError(f"{where}: ${{{name}}} is not set in the daemon's environment")
+        return env[name]
+
+    return _REFERENCE_RE.sub(one, value)

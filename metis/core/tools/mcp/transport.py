@@ -1,0 +1,206 @@
+"""The stdio transport of an MCP server, contained like the shell's commands.
+
+The SDK's `stdio_client` runs the server in its own session but does not say which process it
+started. metis must know: the server's process group is noted in the `ProcessGroupLedger`
+while it runs (start-up recovery kills what a SIGKILLed daemon left behind), and the server
+carries the ledger's run marker, so a process that leaves the group is found and killed too.
+This transport spawns the process itself and speaks the same newline-delimited JSON-RPC.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import anyio
+import anyio.abc
+import mcp_types
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.shared.message import SessionMessage
+
+from metis.core.tools.groups import MARKER_ENV, ProcessGroupLedger, kill_marked, new_marker
+
+log = logging.getLogger(__name__)
+
+# What the server process inherits from the daemon; everything else comes from its `env`.
+INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR")
+EXIT_GRACE_SECONDS = 2.0  # after stdin closes, before SIGTERM to the group
+KILL_GRACE_SECONDS = 2.0  # after SIGTERM, before SIGKILL
+
+
+def server_environment(
+    configured: Mapping[str, str], environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """A minimal inherited environment plus the server's own `env` (which wins)."""
+    source = os.environ if environ is None else environ
+    env = {name: source[name] for name in INHERITED_ENV if name in source}
+    env.update(configured)
+    return env
+
+
+@dataclass
+class Liveness:
+    """Set once the connection is over: the process exited or its stdout ended."""
+
+    dead: anyio.Event = field(default_factory=anyio.Event)
+    reason: str = ""
+
+    def end(self, reason: str) -> None:
+        if not self.dead.is_set():
+            self.reason = reason
+            self.dead.set()
+
+
+@dataclass
+class StdioProcess:
+    pid: int
+    marker: str
+    liveness: Liveness
+
+
+def _parse(line: str) -> SessionMessage | Exception:
+    try:
+        message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except ValueError as exc:
+        return exc
+    return SessionMessage(message)
+
+
+@contextlib.asynccontextmanager
+async def stdio_transport(
+    command: str,
+    args: tuple[str, ...],
+    env: dict[str, str],
+    cwd: str | None,
+    *,
+    ledger: ProcessGroupLedger | None,
+    stderr_path: Path | None,
+    started: list[StdioProcess],
+) -> AsyncIterator[
+    tuple[
+        MemoryObjectReceiveStream[SessionMessage | Exception],
+        MemoryObjectSendStream[SessionMessage],
+    ]
+]:
+    """Spawn the server in its own session and bridge its pipes to the session's streams.
+
+    `started` receives the process (pid, marker, liveness) once it runs.
+    """
+    marker = new_marker()
+    errlog: IO[bytes] | int = subprocess.DEVNULL
+    if stderr_path is not None:
+        stderr_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        errlog = open(stderr_path, "wb")  # noqa: SIM115 - closed below
+        with contextlib.suppress(OSError):
+            os.chmod(stderr_path, 0o600)
+    try:
+        process = await anyio.open_process(
+            [command, *args],
+            env={**env, MARKER_ENV: marker},
+            cwd=cwd,
+            stderr=errlog,
+            start_new_session=True,
+        )
+    except BaseException:
+        if not isinstance(errlog, int):
+            errlog.close()
+        raise
+    if ledger is not None:
+        ledger.enter(process.pid, marker)
+    liveness = Liveness()
+    started.append(StdioProcess(process.pid, marker, liveness))
+    read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+
+    async def stdout_reader() -> None:
+        assert process.stdout is not None
+        buffer = b""
+        try:
+            async with read_writer:
+                async for chunk in process.stdout:
+                    lines = (buffer + chunk).split(b"\n")
+                    buffer = lines.pop()
+                    for line in lines:
+                        if line.strip():
+                            await read_writer.send(_parse(line.decode("utf-8", "replace")))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            pass
+        finally:
+            liveness.end("the server closed its output")
+
+    async def stdin_writer() -> None:
+        assert process.stdin is not None
+        try:
+            async with write_reader:
+                async for message in write_reader:
+                    data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    await process.stdin.send((data + "\n").encode())
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            await read_writer.aclose()
+
+    async def exit_watcher() -> None:
+        while process.returncode is None:
+            await anyio.sleep(0.05)
+        liveness.end(f"the server process exited with status {process.returncode}")
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stdout_reader)
+            tg.start_soon(stdin_writer)
+            tg.start_soon(exit_watcher)
+            try:
+                yield read_stream, write_stream
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await _stop(process, marker)
+                    for stream in (read_stream, write_stream, read_writer, write_reader):
+                        await stream.aclose()
+                tg.cancel_scope.cancel()
+    finally:
+        if ledger is not None:
+            ledger.leave(process.pid)
+        if not isinstance(errlog, int):
+            errlog.close()
+
+
+async def _wait_exit(process: anyio.abc.Process, seconds: float) -> bool:
+    with anyio.move_on_after(seconds):
+        while process.returncode is None:
+            await anyio.sleep(0.02)
+    return process.returncode is not None
+
+
+async def _stop(process: anyio.abc.Process, marker: str) -> None:
+    """Close stdin, give the server a moment, then SIGTERM and SIGKILL its whole group, and
+    kill whatever still carries its marker (a process that left the group)."""
+    if process.stdin is not None:
+        with contextlib.suppress(Exception):
+            await process.stdin.aclose()
+    if process.returncode is None and not await _wait_exit(process, EXIT_GRACE_SECONDS):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGTERM)
+        if not await _wait_exit(process, KILL_GRACE_SECONDS):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            await _wait_exit(process, KILL_GRACE_SECONDS)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)  # members left behind by an exited leader
+    kill_marked(marker)
+    if process.stdout is not None:
+        with contextlib.suppress(Exception):
+            await process.stdout.aclose()
+
+
+def kill_now(started: list[StdioProcess]) -> None:
+    """Past the shutdown grace: SIGKILL the groups at once (no awaiting)."""
+    for proc in started:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        kill_marked(proc.marker)

@@ -1,0 +1,49 @@
+"""`GET /mcp`: the configured MCP servers, their state and their tools.
+
+Secrets stay out: environment variables and headers are listed by name only.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from aiohttp import web
+from pydantic import BaseModel
+
+from metis.server.http import RouteTable, json_response
+from metis.server.state import STATE_KEY
+
+routes = RouteTable()
+
+
+class McpToolItem(BaseModel):
+    name: str  # as offered to the model: mcp__<server>__<tool>
+    remote_name: str  # the server's own name of the tool
+    policy: Literal["auto", "prompt", "prompt_once", "deny"]
+
+
+class McpServerItem(BaseModel):
+    name: str
+    transport: Literal["stdio", "http"]
+    enabled: bool
+    state: Literal["starting", "ready", "restarting", "stopped", "disabled"]
+    command: str | None
+    args: list[str]
+    url: str | None
+    env: list[str]  # names only
+    headers: list[str]  # names only
+    policy: Literal["auto", "prompt", "prompt_once", "deny"]
+    tools: list[McpToolItem]
+    restarts: int
+    last_error: str | None
+
+
+class McpResponse(BaseModel):
+    servers: list[McpServerItem]
+
+
+@routes.route("GET", "/mcp", response_model=McpResponse)
+async def list_mcp(request: web.Request) -> web.Response:
+    """The MCP servers of `config.yaml` (`mcp.servers`), in configuration order."""
+    core = request.app[STATE_KEY].core
+    return json_response(core.mcp.status())

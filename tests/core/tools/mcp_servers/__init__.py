@@ -1,0 +1,2 @@
+"""Real MCP servers for the tests, written with the official SDK (`MCPServer`, FastMCP's v2
+name): `demo.py` runs over stdio or Streamable HTTP."""

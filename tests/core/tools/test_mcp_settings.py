@@ -1,0 +1,131 @@
+"""The `mcp` section of config.yaml and the names MCP tools are offered under."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mcp_types
+import pytest
+from pydantic import ValidationError
+
+from metis.config import load_file_settings
+from metis.core.errors import ConfigError
+from metis.core.tools.mcp.settings import McpServerSettings, McpSettings, expand
+from metis.core.tools.mcp.tools import (
+    compile_validator,
+    offered_schema,
+    result_blocks,
+    tool_name,
+    validate_with,
+)
+from metis.core.tools.settings import TOOL_NAME_RE
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:9/mcp",
+        "http://localhost/mcp",
+        "http://[::1]:80/mcp",
+        "https://x.example/mcp",
+    ],
+)
+def test_loopback_http_or_https_urls_are_accepted(url: str) -> None:
+    assert McpServerSettings(url=url).transport == "http"
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"url": "http://example.com/mcp"}, "loopback"),
+        ({"url": "http://10.0.0.1/mcp"}, "loopback"),
+        ({"url": "ftp://127.0.0.1/mcp"}, "http(s)"),
+        ({"command": "x", "url": "https://a.example"}, "either"),
+        ({}, "either"),
+        ({"url": "https://a.example", "env": {"A": "b"}}, "command"),
+        ({"command": "x", "headers": {"A": "b"}}, "url"),
+        ({"command": "x", "env": {"BAD-NAME": "1"}}, "invalid environment"),
+        ({"command": "x", "policy": "sometimes"}, "policy"),
+    ],
+)
+def test_invalid_servers_are_refused(fields: dict[str, object], problem: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        McpServerSettings.model_validate(fields)
+    assert problem in str(refused.value)
+
+
+def test_server_names_must_give_distinct_tool_names() -> None:
+    with pytest.raises(ValidationError, match="same tool names"):
+        McpSettings.model_validate({"servers": {"a-b": {"command": "x"}, "a_b": {"command": "y"}}})
+    with pytest.raises(ValidationError, match="invalid server names"):
+        McpSettings.model_validate({"servers": {"a b": {"command": "x"}}})
+
+
+def test_config_file_errors_name_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("mcp:\n  servers:\n    web:\n      url: http://example.com/mcp\n")
+    with pytest.raises(ConfigError) as refused:
+        load_file_settings(path)
+    assert "config.yaml:" in refused.value.message and "mcp.servers.web" in refused.value.message
+    path.write_text(
+        "mcp:\n  servers:\n    git: {command: uvx, args: [mcp-server-git], policy: auto}\n"
+    )
+    assert load_file_settings(path).mcp.servers["git"].mode_for("git_log") == "auto"
+
+
+def test_references_come_from_the_daemon_environment() -> None:
+    assert expand("Bearer ${TOKEN}", {"TOKEN": "t0k"}, where="x") == "Bearer t0k"
+    with pytest.raises(ConfigError, match=r"\$\{MISSING\} is not set"):
+        expand("${MISSING}", {}, where="mcp.servers.a.env.B")
+
+
+def test_tool_names_are_valid_unique_and_bounded() -> None:
+    assert tool_name("git", "git_log") == "mcp__git__git_log"
+    assert tool_name("files", "Read-File.v2") == "mcp__files__read_file_v2"
+    long_a, long_b = tool_name("srv", "a" * 80), tool_name("srv", "a" * 81)
+    assert len(long_a) == 64 and long_a != long_b
+    for name in (long_a, long_b, tool_name("x", "ÜBER tool")):
+        assert TOOL_NAME_RE.match(name)
+
+
+def test_input_is_validated_against_the_servers_schema() -> None:
+    schema = offered_schema(
+        {
+            "type": "object",
+            "properties": {
+                "n": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None},
+                "tags": {"type": "array", "items": {"$ref": "#/$defs/tag"}},
+            },
+            "required": ["tags"],
+            "$defs": {"tag": {"type": "string", "maxLength": 3}},
+        }
+    )
+    validator = compile_validator(schema)
+    assert validate_with(validator, {"tags": ["ok"], "n": None}).ok
+    bad = validate_with(validator, {"tags": ["long", 1], "n": "x"})
+    assert {e.path for e in bad.errors} == {"$.n", "$.tags[0]", "$.tags[1]"}
+    assert not validate_with(validator, {}).ok
+    assert offered_schema(None) == {"type": "object", "properties": {}}
+
+
+def test_results_map_to_text_and_image_blocks() -> None:
+    result = mcp_types.CallToolResult(
+        content=[
+            mcp_types.TextContent(type="text", text="hello"),
+            mcp_types.ImageContent(type="image", data="aGk=", mime_type="image/png"),
+            mcp_types.ImageContent(type="image", data="aGk=", mime_type="image/tiff"),
+            mcp_types.EmbeddedResource(
+                type="resource",
+                resource=mcp_types.TextResourceContents(uri="file:///a.txt", text="A"),
+            ),
+            mcp_types.ResourceLink(type="resource_link", name="b", uri="file:///b"),
+        ]
+    )
+    blocks = [b.model_dump() for b in result_blocks(result)]
+    assert blocks[0] == {"type": "text", "text": "hello"}
+    assert blocks[1]["type"] == "image" and blocks[1]["source"]["media_type"] == "image/png"
+    assert blocks[2] == {"type": "text", "text": "[image: image/tiff, not shown]"}
+    assert blocks[3]["text"] == "[resource file:///a.txt]\nA"
+    assert blocks[4]["text"] == "[resource link: b file:///b]"
+    empty = mcp_types.CallToolResult(content=[], structured_content={"k": 1})
+    assert [b.model_dump() for b in result_blocks(empty)] == [{"type": "text", "text": '{"k": 1}'}]

@@ -1,0 +1,508 @@
+"""MCP servers as tool sources, end to end: a real daemon, the fake provider through the real
+SDKs, and real MCP servers written with the official SDK (tests/core/tools/mcp_servers/demo.py)
+over stdio and over Streamable HTTP on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from metis.server.runner import Daemon
+from metis.testing.fake_provider import FakeProviderServer, FakeReply
+from tests.api import Api, api_session, home_headers
+from tests.commands.test_run_and_sessions import metis
+from tests.e2e.test_provider_turns import models_yaml, session_on, types_of
+from tests.processes import live_group_members
+from tests.serve_process import free_port, spawn_serve, wait_until_serving
+
+DEMO = Path(__file__).resolve().parents[1] / "core" / "tools" / "mcp_servers" / "demo.py"
+AUTO = "{none: auto, read: auto, write: auto, execute: auto, network: auto}"
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeProviderServer]:
+    async with FakeProviderServer(
+        expected_keys={"anthropic": "ak-test", "openai": "ok-test"}
+    ) as server:
+        yield server
+
+
+def mcp_config(log: Path, *, policy: str = "auto", extra: str = "", http_url: str = "") -> str:
+    lines = [
+        "tools:",
+        f"  confirmation: {{default: {AUTO}}}",
+        "  max_result_bytes: 65536",
+        "mcp:",
+        "  restart_initial_seconds: 0.2",
+        "  servers:",
+        "    demo:",
+        f"      command: {json.dumps(sys.executable)}",
+        f"      args: [{json.dumps(str(DEMO))}]",
+        f"      env: {{MCP_DEMO_LOG: {json.dumps(str(log))}, DEMO_TOKEN: '${{METIS_TEST_DEMO_TOKEN}}'}}",
+        f"      policy: {policy}",
+        "      tools: {add: {policy: auto}, slow: {timeout_seconds: 30}}",
+    ]
+    if http_url:
+        lines += [
+            "    remote:",
+            f"      url: {http_url}",
+            "      headers: {X-Api-Key: '${METIS_TEST_DEMO_TOKEN}'}",
+            "      policy: auto",
+        ]
+    return "\n".join(lines) + "\n" + extra
+
+
+@pytest.fixture
+async def env(
+    fake: FakeProviderServer,
+    start_daemon: Callable[..., Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> AsyncIterator[tuple[Daemon, Api, FakeProviderServer, Path]]:
+    monkeypatch.setenv("METIS_TEST_DEMO_TOKEN", "tok-5ecret-value-123")
+    log = tmp_path / "demo.log"
+    d = await start_daemon(config=mcp_config(log, policy="prompt"), models=models_yaml(fake))
+    await d.core.mcp.wait_ready(30)
+    async with api_session(d) as http:
+        yield d, Api(http), fake, log
+
+
+def log_lines(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+async def until(predicate: Callable[[], Any], timeout: float = 15.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError("condition not met")
+        await asyncio.sleep(0.05)
+
+
+async def answer_all(
+    api: Api, sid: str, turn_id: str, decision: str = "allow", timeout: float = 30.0
+) -> dict[str, Any]:
+    """Answer every confirmation the turn asks for until it ends; its terminal event."""
+    answered: set[str] = set()
+    deadline = asyncio.get_running_loop().time() + timeout
+    while asyncio.get_running_loop().time() < deadline:
+        for e in await api.turn_events(sid, turn_id):
+            if e["type"] in ("turn.completed", "turn.cancelled", "turn.failed"):
+                return e
+            request_id = e["payload"].get("confirmation_request_id")
+            if e["type"] == "tool.confirmation_requested" and request_id not in answered:
+                url = f"/sessions/{sid}/turns/{turn_id}/confirmations/{request_id}"
+                code, body = await api.call("POST", url, {"decision": decision, "scope": "once"})
+                assert code == 200, body
+                answered.add(request_id)
+        await asyncio.sleep(0.05)
+    raise TimeoutError("the turn did not end")
+
+
+async def mcp_status(api: Api) -> dict[str, Any]:
+    status, body = await api.call("GET", "/mcp")
+    assert status == 200, body
+    return {s["name"]: s for s in body["servers"]}
+
+
+@pytest.mark.parametrize("api_name", ["anthropic", "openai"])
+async def test_the_model_calls_an_mcp_tool_and_uses_its_result(
+    env: tuple[Daemon, Api, FakeProviderServer, Path], workspace: Path, api_name: str
+) -> None:
+    _, api, fake, log = env
+    sid = await session_on(api, workspace, api_name)
+    fake.enqueue(
+        api_name,
+        FakeReply.call("mcp__demo__add", {"a": 40}),
+        FakeReply.say("The answer is 42."),
+    )
+    accepted, terminal = await api.run_turn(sid, "add")
+    assert terminal["type"] == "turn.completed", terminal
+    events = await api.turn_events(sid, accepted["turn_id"])
+    called = next(e for e in events if e["type"] == "tool.called")
+    assert called["payload"]["tool_name"] == "mcp__demo__add"
+    assert called["payload"]["origin"] == "builtin" and called["payload"]["timeout_seconds"] == 120
+    assert "tool.completed" in types_of(events) and "tool.confirmation_requested" not in types_of(
+        events
+    )
+    assert log_lines(log) == ["add 40 2"]  # the server's own default, applied by the server
+    # the tool is offered with the server's schema, and its result reaches the model
+    first, second = fake.requests_for(api_name)[-2:]
+    if api_name == "anthropic":
+        offered = {t["name"]: t for t in first.body["tools"]}
+        schema = offered["mcp__demo__add"]["input_schema"]
+        block = second.body["messages"][-1]["content"][0]
+        assert block["type"] == "tool_result" and block["content"][0]["text"] == "42"
+    else:
+        offered = {t["function"]["name"]: t["function"] for t in first.body["tools"]}
+        schema = offered["mcp__demo__add"]["parameters"]
+        assert second.body["messages"][-1]["content"] == "42"
+    assert schema["required"] == ["a"] and schema["properties"]["b"]["minimum"] == 0
+    assert {"read_file", "shell", "mcp__demo__slow", "mcp__demo__picture"} <= set(offered)
+
+
+async def test_get_mcp_lists_servers_tools_and_only_secret_names(
+    env: tuple[Daemon, Api, FakeProviderServer, Path], workspace: Path
+) -> None:
+    _, api, fake, _ = env
+    status, raw = await api.call("GET", "/mcp")
+    assert status == 200 and "tok-5ecret-value-123" not in json.dumps(raw)
+    demo = (await mcp_status(api))["demo"]
+    assert demo["state"] == "ready" and demo["transport"] == "stdio"
+    assert demo["env"] == ["DEMO_TOKEN", "MCP_DEMO_LOG"] and demo["last_error"] is None
+    tools = {t["remote_name"]: t for t in demo["tools"]}
+    assert tools["add"] == {"name": "mcp__demo__add", "remote_name": "add", "policy": "auto"}
+    assert tools["slow"]["policy"] == "prompt"
+    # the same through the CLI
+    d = env[0]
+    code, out, err = await metis("mcp", "list", "--url", d.base_url)
+    assert code == 0, err
+    assert out.splitlines()[0].startswith("demo\tready\tstdio\t")
+    assert "  env: DEMO_TOKEN, MCP_DEMO_LOG" in out and "  mcp__demo__add\tauto" in out
+    assert "tok-5ecret" not in out
+    code, out, _ = await metis("mcp", "list", "--json", "--url", d.base_url)
+    assert code == 0 and json.loads(out)["servers"][0]["name"] == "demo"
+    # the server got the variable it was configured with, not the provider's or daemon's keys
+    sid = await session_on(api, workspace, "anthropic")
+    fake.enqueue(
+        "anthropic",
+        FakeReply.call("mcp__demo__env", {"name": "DEMO_TOKEN"}),
+        FakeReply.call("mcp__demo__env", {"name": "METIS_API_KEY"}),
+        FakeReply.say("ok"),
+    )
+    _, accepted = await api.submit(sid, "env")
+    terminal = await answer_all(api, sid, accepted["turn_id"])
+    assert terminal["type"] == "turn.completed"
+    results = [
+        m["content"][0]["content"][0]["text"]
+        for m in (await api.messages(sid))["messages"]
+        if m["role"] == "tool"
+    ]
+    assert results == ["set", "unset"]
+
+
+async def test_confirmation_required_then_allowed_or_denied(
+    env: tuple[Daemon, Api, FakeProviderServer, Path], workspace: Path
+) -> None:
+    _, api, fake, log = env
+    sid = await session_on(api, workspace, "anthropic")
+    fake.enqueue(
+        "anthropic",
+        FakeReply.call("mcp__demo__slow", {"seconds": 0}),
+        FakeReply.say("done"),
+        FakeReply.call("mcp__demo__slow", {"seconds": 0}),
+        FakeReply.say("fine"),
+    )
+    for decision in ("allow", "deny"):
+        _, accepted = await api.submit(sid, decision)
+        requested = await api.wait_for_event(
+            sid,
+            lambda e, t=accepted["turn_id"]: (
+                e["type"] == "tool.confirmation_requested" and e["turn_id"] == t
+            ),
+        )
+        payload = requested["payload"]
+        assert payload["tool_name"] == "mcp__demo__slow"
+        assert payload["input_summary"] == 'demo: slow {"seconds":0}'
+        url = (
+            f"/sessions/{sid}/turns/{accepted['turn_id']}/confirmations/"
+            f"{payload['confirmation_request_id']}"
+        )
+        code, _ = await api.call("POST", url, {"decision": decision, "scope": "once"})
+        assert code == 200
+        terminal = await api.wait_turn(sid, accepted["turn_id"])
+        assert terminal["type"] == "turn.completed"
+        events = types_of(await api.turn_events(sid, accepted["turn_id"]))
+        if decision == "allow":
+            assert "tool.completed" in events
+        else:
+            assert "tool.called" not in events
+            failed = [
+                e
+                for e in await api.turn_events(sid, accepted["turn_id"])
+                if e["type"] == "tool.failed"
+            ]
+            assert failed[0]["payload"]["error_class"] == "user_denied"
+    assert log_lines(log) == ["slow started", "slow finished"]
+
+
+async def test_a_policy_deny_refuses_without_asking(
+    fake: FakeProviderServer,
+    start_daemon: Callable[..., Any],
+    tmp_path: Path,
+    workspace: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("METIS_TEST_DEMO_TOKEN", "x")
+    log = tmp_path / "demo.log"
+    d = await start_daemon(config=mcp_config(log, policy="deny"), models=models_yaml(fake))
+    await d.core.mcp.wait_ready(30)
+    async with api_session(d) as http:
+        api = Api(http)
+        sid = await session_on(api, workspace, "anthropic")
+        fake.enqueue("anthropic", FakeReply.call("mcp__demo__whoami", {}), FakeReply.say("denied"))
+        accepted, _ = await api.run_turn(sid, "who")
+        failed = next(
+            e for e in await api.turn_events(sid, accepted["turn_id"]) if e["type"] == "tool.failed"
+        )
+        assert failed["payload"]["error_class"] == "policy_denied"
+        assert log_lines(log) == []
+
+
+async def test_input_violating_the_schema_never_reaches_the_server(
+    env: tuple[Daemon, Api, FakeProviderServer, Path], workspace: Path
+) -> None:
+    _, api, fake, log = env
+    sid = await session_on(api, workspace, "anthropic")
+    fake.enqueue(
+        "anthropic",
+        FakeReply.call("mcp__demo__add", {"a": "forty", "b": -1, "c": 1}),
+        FakeReply.say("sorry"),
+    )
+    accepted, terminal = await api.run_turn(sid, "add badly")
+    assert terminal["type"] == "turn.completed"
+    events = await api.turn_events(sid, accepted["turn_id"])
+    invalid = next(e for e in events if e["type"] == "tool.input_invalid")
+    paths = {e["path"] for e in invalid["payload"]["errors"]}
+    assert {"$.a", "$.b"} <= paths
+    assert "tool.called" not in types_of(events) and log_lines(log) == []
+    text = fake.requests_for("anthropic")[-1].body["messages"][-1]["content"][0]["content"][0]
+    assert text["text"].startswith("Invalid input for mcp__demo__add:")
+
+
+async def test_cancel_during_a_slow_mcp_call_cancels_it_on_the_server(
+    env: tuple[Daemon, Api, FakeProviderServer, Path], workspace: Path
+) -> None:
+    _d, api, fake, log = env
+    sid = await session_on(api, workspace, "anthropic")
+    fake.enqueue("anthropic", FakeReply.call("mcp__demo__slow", {"seconds": 60}))
+    _status, accepted = await api.submit(sid, "wait")
+    requested = await api.wait_for_event(sid, lambda e: e["type"] == "tool.confirmation_requested")
+    url = (
+        f"/sessions/{sid}/turns/{accepted['turn_id']}/confirmations/"
+        f"{requested['payload']['confirmation_request_id']}"
+    )
+    await api.call("POST", url, {"decision": "allow", "scope": "once"})
+    await api.wait_for_event(sid, lambda e: e["type"] == "tool.called")
+    await until(lambda: "slow started" in log_lines(log))
+    started = asyncio.get_running_loop().time()
+    code, _ = await api.call("POST", f"/sessions/{sid}/turns/{accepted['turn_id']}/cancel")
+    assert code in (200, 202)
+    terminal = await api.wait_turn(sid, accepted["turn_id"])
+    assert terminal["type"] == "turn.cancelled"
+    assert asyncio.get_running_loop().time() - started < 5
+    failed = next(
+        e for e in await api.turn_events(sid, accepted["turn_id"]) if e["type"] == "tool.failed"
+    )
+    assert failed["payload"]["error_class"] == "cancelled"
+    await until(lambda: "slow cancelled" in log_lines(log))  # notifications/cancelled arrived
+    assert "slow finished" not in log_lines(log)
+    assert (await mcp_status(api))["demo"]["state"] == "ready"  # the server stays up
+
+
+async def test_server_killed_mid_call_fails_the_call_and_is_restarted(
+    env: tuple[Daemon, Api, FakeProviderServer, Path], workspace: Path
+) -> None:
+    d, api, fake, log = env
+    server = d.core.mcp.servers["demo"]
+    pid = server.pid
+    assert pid is not None
+    sid = await session_on(api, workspace, "anthropic")
+    fake.enqueue(
+        "anthropic",
+        FakeReply.call("mcp__demo__slow", {"seconds": 60}),
+        FakeReply.say("the server died"),
+    )
+    _status, accepted = await api.submit(sid, "wait")
+    requested = await api.wait_for_event(sid, lambda e: e["type"] == "tool.confirmation_requested")
+    url = (
+        f"/sessions/{sid}/turns/{accepted['turn_id']}/confirmations/"
+        f"{requested['payload']['confirmation_request_id']}"
+    )
+    await api.call("POST", url, {"decision": "allow", "scope": "once"})
+    await until(lambda: "slow started" in log_lines(log))
+    os.kill(pid, signal.SIGKILL)
+    terminal = await api.wait_turn(sid, accepted["turn_id"], timeout=15)
+    assert terminal["type"] == "turn.completed"
+    failed = next(
+        e for e in await api.turn_events(sid, accepted["turn_id"]) if e["type"] == "tool.failed"
+    )
+    assert failed["payload"]["error_class"] == "tool_error"
+    assert 'MCP server "demo" stopped during the call' in failed["payload"]["message"]
+    # restarted with a new process; its tools work again
+    await until(lambda: server.state == "ready" and server.pid not in (None, pid))
+    demo = (await mcp_status(api))["demo"]
+    assert demo["restarts"] >= 1 and demo["state"] == "ready"
+    assert not live_group_members(pid)
+    fake.enqueue("anthropic", FakeReply.call("mcp__demo__add", {"a": 1}), FakeReply.say("ok"))
+    accepted, terminal = await api.run_turn(sid, "again")
+    assert "tool.completed" in types_of(await api.turn_events(sid, accepted["turn_id"]))
+
+
+async def test_a_down_server_fails_its_tools_at_once(
+    env: tuple[Daemon, Api, FakeProviderServer, Path], workspace: Path
+) -> None:
+    d, api, fake, _ = env
+    server = d.core.mcp.servers["demo"]
+    await server.stop()  # down, its tools still known
+    sid = await session_on(api, workspace, "anthropic")
+    fake.enqueue("anthropic", FakeReply.call("mcp__demo__add", {"a": 1}), FakeReply.say("down"))
+    accepted, terminal = await api.run_turn(sid, "add")
+    assert terminal["type"] == "turn.completed"
+    failed = next(
+        e for e in await api.turn_events(sid, accepted["turn_id"]) if e["type"] == "tool.failed"
+    )
+    assert failed["payload"]["error_class"] == "tool_error"
+    assert failed["payload"]["message"].startswith('MCP server "demo" is not available (stopped')
+
+
+async def test_a_10_mb_result_is_capped_and_images_map_to_image_blocks(
+    env: tuple[Daemon, Api, FakeProviderServer, Path], workspace: Path
+) -> None:
+    _d, api, fake, _ = env
+    sid = await session_on(api, workspace, "anthropic")
+    fake.enqueue(
+        "anthropic",
+        FakeReply.call("mcp__demo__big", {"megabytes": 10}),
+        FakeReply.call("mcp__demo__picture", {}),
+        FakeReply.call("mcp__demo__fail", {}),
+        FakeReply.say("done"),
+    )
+    _, accepted = await api.submit(sid, "big")
+    terminal = await answer_all(api, sid, accepted["turn_id"])
+    assert terminal["type"] == "turn.completed", terminal
+    events = await api.turn_events(sid, accepted["turn_id"])
+    completed = [e for e in events if e["type"] == "tool.completed"]
+    assert completed[0]["payload"]["truncated"] is True
+    assert completed[0]["payload"]["output_bytes"] == 10 * 1024 * 1024
+    results = [
+        m["content"][0] for m in (await api.messages(sid))["messages"] if m["role"] == "tool"
+    ]
+    text = results[0]["content"][0]["text"]
+    assert len(text.encode()) <= 65536 and text.endswith("of 10485760 bytes shown]")
+    assert [b["type"] for b in results[1]["content"]] == ["text", "image"]
+    assert results[1]["content"][1]["source"]["media_type"] == "image/png"
+    failed = next(e for e in events if e["type"] == "tool.failed")
+    assert failed["payload"]["error_class"] == "tool_error"
+    assert "Error executing tool fail" in failed["payload"]["message"]
+
+
+async def test_a_streamable_http_server_on_loopback(
+    fake: FakeProviderServer,
+    start_daemon: Callable[..., Any],
+    tmp_path: Path,
+    workspace: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("METIS_TEST_DEMO_TOKEN", "tok-5ecret-value-123")
+    port = free_port()
+    http_log = tmp_path / "http.log"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(DEMO),
+        "http",
+        str(port),
+        env={**os.environ, "MCP_DEMO_LOG": str(http_log)},
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        async with aiohttp.ClientSession() as probe:
+            for _ in range(200):
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with probe.get(f"http://127.0.0.1:{port}/mcp") as r:
+                        if r.status:
+                            break
+                await asyncio.sleep(0.05)
+        config = mcp_config(tmp_path / "demo.log", http_url=f"http://127.0.0.1:{port}/mcp")
+        d = await start_daemon(config=config, models=models_yaml(fake))
+        await d.core.mcp.wait_ready(30)
+        async with api_session(d) as http:
+            api = Api(http)
+            remote = (await mcp_status(api))["remote"]
+            assert remote["state"] == "ready" and remote["transport"] == "http"
+            assert remote["headers"] == ["X-Api-Key"]
+            sid = await session_on(api, workspace, "anthropic")
+            fake.enqueue(
+                "anthropic",
+                FakeReply.call("mcp__remote__add", {"a": 1, "b": 2}),
+                FakeReply.say("3"),
+            )
+            accepted, terminal = await api.run_turn(sid, "add remotely")
+            assert terminal["type"] == "turn.completed"
+            assert "tool.completed" in types_of(await api.turn_events(sid, accepted["turn_id"]))
+            assert log_lines(http_log) == ["add 1 2"]
+    finally:
+        proc.kill()
+        await proc.wait()
+
+
+async def test_no_orphan_after_a_daemon_kill_9_and_restart(
+    fake: FakeProviderServer,
+    metis_home: Path,
+    start_daemon: Callable[..., Any],
+    tmp_path: Path,
+    workspace: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("METIS_TEST_DEMO_TOKEN", "t")
+    metis_home.mkdir(parents=True, exist_ok=True)
+    (metis_home / "models.yaml").write_text(models_yaml(fake))
+    (metis_home / "config.yaml").write_text(mcp_config(tmp_path / "demo.log"))
+    port = free_port()
+    with (tmp_path / "serve.log").open("wb") as out:
+        proc = await spawn_serve(metis_home, port, output=out)
+    try:
+        async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{port}") as http:
+            await wait_until_serving(http, "/health")
+            api = Api(http, home_headers(metis_home))
+            for _ in range(300):
+                if (await mcp_status(api))["demo"]["state"] == "ready":
+                    break
+                await asyncio.sleep(0.05)
+            sid = await session_on(api, workspace, "anthropic")
+            fake.enqueue(
+                "anthropic",
+                FakeReply.call("mcp__demo__whoami", {}),
+                FakeReply.call("mcp__demo__spawn", {}),
+                FakeReply.say("ok"),
+            )
+            _accepted, terminal = await api.run_turn(sid, "spawn")
+            assert terminal["type"] == "turn.completed", terminal
+            server_pid, child_pid = (
+                int(m["content"][0]["content"][0]["text"])
+                for m in (await api.messages(sid))["messages"]
+                if m["role"] == "tool"
+            )
+        assert live_group_members(server_pid)
+        ledger = metis_home / "run" / "shell-groups"
+        assert (ledger / str(server_pid)).exists()  # noted like a shell group
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    # the sleep the server started is still there (the server may have exited on its stdin's EOF)
+    assert os.path.exists(f"/proc/{child_pid}")
+    d = await start_daemon()
+    try:
+        assert not live_group_members(server_pid)  # reaped before serving
+        assert not (ledger / str(server_pid)).exists()
+        await d.core.mcp.wait_ready(30)
+        new_pid = d.core.mcp.servers["demo"].pid
+        assert new_pid is not None and new_pid != server_pid
+    finally:
+        await d.stop()
+    # a clean stop leaves nothing either
+    assert not live_group_members(new_pid) and list(ledger.iterdir()) == []
