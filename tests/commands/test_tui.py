@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.widgets import Collapsible, Static
+from textual.widgets._collapsible import CollapsibleTitle
 
 from metis.commands.daemon_client import resolve_daemon
 from metis.commands.tui.app import ChatApp
@@ -22,6 +24,7 @@ from metis.commands.tui.widgets import (
     ToolCard,
     UserMessage,
     block_starts,
+    short_path,
     split_chunks,
 )
 from metis.server.runner import Daemon
@@ -353,3 +356,163 @@ async def test_a_reply_of_5000_deltas_in_one_burst_reaches_the_transcript_whole(
             assert len(text) // (2 * CHUNK_CHARS) < len(chunks) < len(text) // (CHUNK_CHARS // 2)
             await pilot.pause()
             screenshot(app, "long-reply")
+
+
+async def test_prompt_history_survives_a_restart(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """↑ walks back through what was sent (commands too) in an earlier run of the app on the
+    same workspace; ↓ returns to the line being typed."""
+    d = await start_daemon()
+    app = make_app(d, workspace)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(lambda: app.reader is not None)
+        await type_text(pilot, app, "first prompt")
+        await until(lambda: "turn completed" in notes(app))
+        await type_text(pilot, app, "/cost")
+        await until(lambda: "session cost" in notes(app))
+        await type_text(pilot, app, "/quit")
+    again = make_app(d, workspace)
+    async with again.run_test(size=SIZE) as pilot:
+        await until(lambda: again.reader is not None)
+        again.prompt.focus()
+        again.prompt.set_text("draft")
+        await pilot.press("up")
+        assert again.prompt.text == "/cost"
+        await pilot.press("up")
+        assert again.prompt.text == "first prompt"
+        await pilot.press("up")  # the oldest stays
+        assert again.prompt.text == "first prompt"
+        await pilot.press("down", "down")
+        assert again.prompt.text == "draft"
+    elsewhere = make_app(d, workspace.parent)  # another workspace: another history
+    async with elsewhere.run_test(size=SIZE) as pilot:
+        await until(lambda: elsewhere.reader is not None)
+        elsewhere.prompt.focus()
+        await pilot.press("up")
+        assert elsewhere.prompt.text == ""
+
+
+async def test_a_shell_cards_long_output_opens_with_show_all(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """The card shows the command and the first lines of its output; the rest is under a
+    collapsed "show all", which a click opens."""
+    async with FakeProviderServer() as fake:
+        fake.enqueue(
+            "anthropic",
+            FakeReply.call("shell", {"command": "seq 1 30"}),
+            FakeReply.say("printed 30 numbers"),
+        )
+        d = await start_daemon(
+            models=bench_models_yaml(fake.anthropic_base_url),
+            config="tools:\n  confirmation:\n    per_tool: {shell: auto}\n",
+        )
+        app = make_app(d, workspace)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(lambda: app.reader is not None)
+            send(app, "count to 30")
+            await until(lambda: "turn completed" in notes(app), timeout=30)
+            [card] = app.query(ToolCard)
+            await until(lambda: card.result is not None)
+            await pilot.pause()
+            assert card.name_ == "shell" and card.exit_code == 0
+            assert card.result is not None and card.result.split() == [str(n) for n in range(1, 31)]
+            preview = str(card.query(Static).filter(".output Static").first().render())
+            assert preview.split() == [str(n) for n in range(1, 9)]
+            more = card.query_one(Collapsible)
+            assert more.collapsed and more.title == "show all (22 more line(s))"
+            screenshot(app, "shell-card")
+            await pilot.click(more.query_one(CollapsibleTitle))
+            await pilot.pause()
+            assert not more.collapsed
+            full = more.query_one(Collapsible.Contents).query_one(Static)
+            assert str(full.render()).split() == [str(n) for n in range(1, 31)]
+            assert full.region.height == 30  # laid out, not clipped
+            screenshot(app, "shell-card-expanded")
+
+
+async def test_a_stream_that_cannot_be_replayed_reloads_the_transcript(
+    start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    """The socket drops and the cursor is no longer replayable (cursor_expired): the app
+    subscribes with a snapshot and shows the session afresh, with what it missed."""
+    d = await start_daemon()
+    api = api_of(d)
+    other = await api.create_session(workspace)
+    await api.run_turn(other["id"], "elsewhere")
+    foreign = (await api.events(other["id"]))[-1]["id"]  # not an event of the app's session
+    app = make_app(d, workspace)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(lambda: app.reader is not None)
+        await type_text(pilot, app, "first question")
+        await until(lambda: "turn completed" in notes(app))
+        ws = app.ws
+        assert ws is not None
+        app.last_event_id = foreign
+        await ws.close()  # the reader re-attaches after 0.2 s: meanwhile a turn runs elsewhere
+        await api.call(
+            "POST",
+            f"/sessions/{app.session_id}/turns",
+            {"content": [{"type": "text", "text": "missed question"}]},
+        )
+        await until(lambda: "reloaded the session" in notes(app))
+        await until(lambda: texts(app, UserMessage) == ["first question", "missed question"])
+        await until(lambda: 'You said: "missed question"' in texts(app, AssistantMessage))
+        assert app.ws is not None and app.ws is not ws
+        await until(lambda: app.turn_id is None)
+        await type_text(pilot, app, "after the reload")  # the new stream is live
+        await until(lambda: 'You said: "after the reload"' in texts(app, AssistantMessage))
+        assert texts(app, UserMessage).count("first question") == 1
+
+
+async def test_resuming_marks_the_earlier_turns(
+    start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    d = await start_daemon()
+    api = api_of(d)
+    session = await api.create_session(workspace)
+    await api.run_turn(session["id"], "one")
+    await api.run_turn(session["id"], "two")
+    app = make_app(d, workspace, session_id=session["id"])
+    async with app.run_test(size=SIZE):
+        await until(lambda: app.reader is not None)
+        markers = [str(n.render()) for n in app.query(".marker")]
+        assert markers == ["── resumed: 2 earlier turn(s) ──"]
+        # the marker sits below the earlier conversation
+        children = list(app.transcript.children)
+        assert children.index(app.query_one(".marker")) > children.index(
+            app.query(AssistantMessage).last()
+        )
+    fresh = make_app(d, workspace)
+    async with fresh.run_test(size=SIZE):
+        await until(lambda: fresh.reader is not None)
+        assert not fresh.query(".marker")
+
+
+def test_the_status_bar_shortens_the_workspace_path() -> None:
+    home = "/home/me"
+    assert short_path("/home/me/code/demo", 40, home) == "~/code/demo"
+    assert short_path("/home/me", 40, home) == "~"
+    assert short_path("/home/meat/x", 40, home) == "/home/meat/x"
+    long = "/home/me/code/clients/acme/platform/services/billing/api"
+    assert short_path(long, 30, home) == "~/…/services/billing/api"
+    assert len(short_path(long, 30, home)) <= 30
+    assert short_path("/srv/projects/one/two/three/four", 22, home) == "/srv/…/two/three/four"
+    assert short_path("/srv/" + "x" * 50, 20, home) == "…" + "x" * 19
+
+
+async def test_the_status_bar_fits_the_workspace_in_a_narrow_terminal(
+    start_daemon: Callable[..., Any], tmp_path: Path
+) -> None:
+    deep = tmp_path / "clients" / "acme" / "platform" / "services" / "billing" / "api"
+    deep.mkdir(parents=True)
+    d = await start_daemon()
+    app = make_app(d, deep)
+    async with app.run_test(size=(90, 20)) as pilot:
+        await until(lambda: app.reader is not None)
+        await pilot.pause()
+        line = str(app.status.render())
+        assert line.rstrip().endswith("/billing/api") and "…" in line
+        assert len(line) <= app.status.content_region.width
+        screenshot(app, "status-narrow")

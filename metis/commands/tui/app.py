@@ -42,6 +42,7 @@ from metis.commands.tui.widgets import (
     ThinkingBlock,
     ToolCard,
     UserMessage,
+    short_path,
 )
 from metis.core.errors import ConfigError
 
@@ -238,7 +239,13 @@ class ChatApp(App[int]):
         self.session = session
         self.workspace = session["workspace_path"]
         await self._show_history()
-        await self.note(f"session {session_id} on {session['workspace_path']}; /help for commands")
+        earlier = int(session.get("turn_count") or 0)
+        if earlier:
+            await self.add(
+                Note(Text(f"── resumed: {earlier} earlier turn(s) ──"), classes="marker")
+            )
+        where = short_path(session["workspace_path"], 60)
+        await self.note(f"session {session_id} on {where}; /help for commands")
         current = session.get("current_turn_id")
         if current:
             self._turn_running(current, session.get("active_model"))
@@ -407,10 +414,17 @@ class ChatApp(App[int]):
         snapshot = await self._subscribe(snapshot=True)
         self.session = snapshot["session"]
         self.replies.clear()
+        self.thinking.clear()
         self.cards.clear()
         await self._show_history()
-        if self.turn_id and self.session.get("current_turn_id") != self.turn_id:
+        await self.note("missed more of the stream than the daemon replays: reloaded the session")
+        current = self.session.get("current_turn_id")
+        if current and current != self.turn_id:
+            self._turn_running(current, self.session.get("active_model"))
+        elif not current and self.turn_id:
             self._turn_over()
+        for request in self.session.get("pending_confirmations") or []:
+            self._queue_confirmation(request)
         await self.refresh_status()
 
     async def _session_over(self) -> None:
@@ -717,7 +731,7 @@ class ChatApp(App[int]):
             return
         how = "pinned" if s.get("sticky_model") else "routing"
         fields = {
-            "workspace": _short_path(s.get("workspace_path", "")),
+            "workspace": s.get("workspace_path", ""),
             "model": f"{s.get('active_model') or '—'} ({how})",
             "cost": f"${s.get('cost_so_far_usd', '0')}",
             "tokens": "",
@@ -747,7 +761,8 @@ class ChatApp(App[int]):
         text = message.text.strip()
         if not text:
             return
-        self.history.add(message.text.rstrip())
+        if text not in ("/quit", "/exit"):  # leaving is not worth recalling
+            self.history.add(message.text.rstrip())
         self.prompt.set_text("")
         self._show_hints([])
         if text.startswith("/"):
@@ -969,13 +984,6 @@ class ChatApp(App[int]):
             return
         with contextlib.suppress(ApiFailure, aiohttp.ClientError):
             await self.api.call("DELETE", f"/sessions/{self.session_id}")
-
-
-def _short_path(path: str, limit: int = 40) -> str:
-    home = str(Path.home())
-    if path.startswith(home + "/"):
-        path = "~" + path[len(home) :]
-    return path if len(path) <= limit else "…" + path[-(limit - 1) :]
 
 
 def _failure_text(exc: ApiFailure) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, ClassVar
 
 from rich.console import JustifyMethod
@@ -68,7 +69,12 @@ class MarkdownChunk(Widget):
             rendered = console.render_lines(
                 markdown, console.options.update(width=width, height=None), style=self.rich_style
             )
-            self._lines = [Strip(line) for line in rendered] if self.source.strip() else []
+            strips = [Strip(line) for line in rendered] if self.source.strip() else []
+            while strips and _empty(strips[0]):  # e.g. a table's blank top edge
+                strips.pop(0)
+            while strips and _empty(strips[-1]):
+                strips.pop()
+            self._lines = strips
             self._rendered = (self.source, width)
         return self._lines
 
@@ -81,6 +87,13 @@ class MarkdownChunk(Widget):
     def render_line(self, y: int) -> Strip:
         lines = self.lines(self.size.width)
         return lines[y] if y < len(lines) else Strip.blank(self.size.width, self.rich_style)
+
+
+def _empty(strip: Strip) -> bool:
+    """Blank and without a background (a code block's padding row has one)."""
+    return not strip.text.strip() and not any(
+        segment.style is not None and segment.style.bgcolor is not None for segment in strip
+    )
 
 
 class AssistantMessage(Vertical):
@@ -327,6 +340,7 @@ class Note(Static):
     DEFAULT_CSS = """
     Note { margin: 1 0 0 0; padding: 0 1; color: $text-muted; }
     Note.error { color: $error; }
+    Note.marker { color: $accent; text-style: bold; content-align: center middle; width: 100%; }
     """
 
 
@@ -335,7 +349,8 @@ class PromptInput(TextArea):
     first/last line, Tab completes."""
 
     DEFAULT_CSS = """
-    PromptInput { height: auto; max-height: 10; min-height: 3; border: round $accent; }
+    PromptInput { height: auto; max-height: 10; min-height: 3; border: round $accent 60%; }
+    PromptInput:focus { border: round $accent; }
     """
 
     class Submitted(Message):
@@ -387,27 +402,59 @@ class PromptInput(TextArea):
         self.cursor_location = (last, len(self.document.get_line(last)))
 
 
-class StatusBar(Static):
-    """Workspace · model · tokens of the last call · context used · session cost."""
+class StatusBar(Widget):
+    """Model · tokens of the last call · context used · session cost · workspace (its path
+    shortened to what the line has room for: ~ for the home directory, the middle elided)."""
 
     DEFAULT_CSS = """
     StatusBar { dock: bottom; height: 1; padding: 0 1; background: $panel; color: $text; }
     """
 
+    ORDER = ("model", "tokens", "context", "cost", "workspace")
+
     def __init__(self) -> None:
-        super().__init__("", id="status")
+        super().__init__(id="status")
         self.fields: dict[str, str] = {}
 
     def show(self, **fields: str) -> None:
         self.fields.update(fields)
-        order = ("model", "tokens", "context", "cost", "workspace")
-        text = Text()
-        for name in order:
+        self.refresh()
+
+    def render(self) -> Text:
+        text = Text(no_wrap=True, overflow="ellipsis")
+        for name in self.ORDER:
             value = self.fields.get(name)
             if not value:
+                continue
+            if name == "workspace":  # last, in the room left (no label: a path reads as one)
+                room = self.content_region.width - text.cell_len - 5
+                if room >= 8:
+                    text.append("  │  ", style="dim")
+                    text.append(short_path(value, room))
                 continue
             if text:
                 text.append("  │  ", style="dim")
             text.append(f"{name} ", style="dim")
             text.append(value, style="bold" if name in ("model", "cost") else "")
-        self.update(text)
+        return text
+
+
+def short_path(path: str, limit: int, home: str | None = None) -> str:
+    """`path` in at most `limit` characters: the home directory as ~, then whole directories
+    elided from the middle (`~/code/…/tui/widgets`), then the start of the last name."""
+    home = str(Path.home()) if home is None else home.rstrip("/")
+    if home and (path == home or path.startswith(home + "/")):
+        path = "~" + path[len(home) :]
+    if len(path) <= limit:
+        return path
+    parts = path.split("/")
+    head, tail = parts[0], parts[1:]
+    if head == "" and tail:  # an absolute path: keep its first directory
+        head, tail = "/" + tail[0], tail[1:]
+    kept: list[str] = []
+    while tail and len(head) + len("/…/") + len("/".join([tail[-1], *kept])) <= limit:
+        kept.insert(0, tail.pop())
+    if kept and tail:
+        return f"{head}/…/{'/'.join(kept)}"
+    last = parts[-1]
+    return "…" + last[-(limit - 1) :] if limit > 1 else "…"
