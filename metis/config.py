@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import ErrorDetails
 
 from metis.core.canonical import MAX_IMAGE_BYTES
 from metis.core.errors import ConfigError
@@ -231,28 +232,31 @@ def ensure_home(home: Path) -> Path:
     return home
 
 
-def _loc_to_message(path: Path, data: Any, error: dict[str, Any]) -> str:
+def _loc_to_message(path: Path, data: Any, error: ErrorDetails) -> str:
     """Render one pydantic error as `file:line: key: problem`, never echoing the value."""
     loc = [str(p) for p in error["loc"]]
     node, line = data, None
     for part in error["loc"]:
-        if (isinstance(node, MarkedDict) and part in node) or (
-            isinstance(node, list) and isinstance(part, int) and part < len(node)
-        ):
-            line = line_of(node, part) or line
-            node = node[part]
-        else:
-            if isinstance(node, MarkedDict):
-                line = line_of(node, part) or node.line or line
-            break
+        match node:
+            case MarkedDict() if part in node:
+                child = node[part]
+            case list() if isinstance(part, int) and part < len(node):
+                child = node[part]
+            case _:
+                if isinstance(node, MarkedDict):
+                    line = line_of(node, part) or node.line or line
+                break
+        line = line_of(node, part) or line
+        node = child
     key = ".".join(loc) or "(root)"
     problem = error["msg"]
     if error["type"] == "extra_forbidden":
-        parent = FileSettings
+        parent: type[BaseModel] = FileSettings
         for part in error["loc"][:-1]:
             field = parent.model_fields.get(str(part))
             annotation = field.annotation if field else None
-            parent = annotation if isinstance(annotation, type) else parent  # type: ignore[assignment]
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                parent = annotation
         problem = f"unknown key{suggest(loc[-1], list(parent.model_fields))}"
     where = f"{path}:{line}" if line else str(path)
     return f"{where}: {key}: {problem}"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from metis.commands import usage
 from metis.config import load_settings
-from metis.core.canonical import format_us, now_us
+from metis.core.canonical import format_datetime, now_us, us_to_datetime
 from metis.core.errors import ConfigError
 from metis.core.store.db import Database
 from metis.core.store.prune import PrunedStream, count_prunable, prune_events
@@ -86,7 +86,7 @@ def prune_command(args: argparse.Namespace) -> int:
         )
         return 1
     cutoff_us = now_us() - args.days * DAY_US
-    before = format_us(cutoff_us)
+    before = format_datetime(us_to_datetime(cutoff_us))
     ask = None
     if not (args.dry_run or args.yes) and sys.stdin.isatty():
         ask = partial(_confirm, days=args.days, before=before)
@@ -133,9 +133,11 @@ async def _prune(
     db = Database(path)
     await db.open()
     try:
-        if dry_run or ask is not None:
+        if dry_run:
+            return await count_prunable(db, cutoff_us)
+        if ask is not None:
             would = await count_prunable(db, cutoff_us)
-            if dry_run or not would:
+            if not would:
                 return would
             if not await asyncio.to_thread(ask, would):
                 return None

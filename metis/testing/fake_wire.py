@@ -463,7 +463,7 @@ def sse_frame(event: str, data: dict[str, Any]) -> str:
 
 def anthropic_frames(n: int, model: str, reply: FakeReply, content: _Content) -> list[str]:
     size = reply.chunk_chars
-    start_message = {
+    start_message: dict[str, Any] = {
         "id": f"msg_fake_{n}",
         "type": "message",
         "role": "assistant",
