@@ -769,7 +769,7 @@ def chat_command(args: argparse.Namespace) -> int:
         return 130
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "chat",
         help="chat with the running daemon in this terminal",

@@ -59,7 +59,7 @@ async def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("mcp", help="the daemon's MCP servers and their tools")
     sub = parser.add_subparsers(dest="mcp_command")
     parser.set_defaults(func=lambda _args: usage(parser))

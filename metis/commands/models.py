@@ -69,7 +69,7 @@ def load_for_cli(path: Path) -> ModelRegistry | None:
     return result.registry
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "models",
         help="list the model registry and which providers have credentials",

@@ -24,7 +24,7 @@ def default_routing_path() -> Path:
     return user if user.exists() else SHIPPED_CONFIG_DIR / ROUTING_FILE
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "routing", help="routing policy tools", description="Routing policy tools."
     )

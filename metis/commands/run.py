@@ -168,7 +168,7 @@ def run_command(args: argparse.Namespace) -> int:
     return asyncio.run(_main(args))
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "run",
         help="run one turn non-interactively and print the reply",

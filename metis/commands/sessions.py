@@ -114,7 +114,7 @@ async def _main(args: argparse.Namespace) -> int:
         return 1
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "sessions", help="list, show, end and export the daemon's sessions"
     )

@@ -27,7 +27,7 @@ from metis.core.store.prune import PrunedStream, count_prunable, prune_events
 DAY_US = 86_400 * 1_000_000
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "trace", help="trace store maintenance", description="Trace store maintenance."
     )
