@@ -7,7 +7,7 @@ import asyncio
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -87,6 +87,11 @@ def print_banner(daemon: Daemon) -> None:
     print("\n".join(lines), flush=True)
 
 
+async def _freeze_when_warm(daemon: Daemon, freeze: Callable[[], None]) -> None:
+    await daemon.warmed()
+    freeze()
+
+
 async def _serve(args: argparse.Namespace) -> int:
     from metis.server.lock import acquire
     from metis.server.runner import Daemon, freeze_startup_heap, protect_process_memory
@@ -100,14 +105,16 @@ async def _serve(args: argparse.Namespace) -> int:
         daemon = Daemon(settings)
         await daemon.start()
         lock.record(daemon.base_url)
-        freeze_startup_heap()
         print_banner(daemon)
+        # what start-up leaves alive is frozen once the SDKs imported in the background are in
+        freezing = asyncio.create_task(_freeze_when_warm(daemon, freeze_startup_heap))
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
         log.info("signal received; shutting down")
+        freezing.cancel()
         await daemon.stop()
     finally:
         lock.release()

@@ -96,6 +96,7 @@ async def main(deltas: int, n: int) -> None:
             Path(home, "models.yaml").write_text(bench_models_yaml(url))
             daemon = Daemon(load_settings(home=Path(home), port=0))
             await daemon.start()
+            await daemon.warmed()  # the SDKs imported in the background are in
             freeze_startup_heap()  # as `metis serve` does
             try:
                 async with aiohttp.ClientSession() as http:

@@ -235,6 +235,7 @@ async def running_daemon(fake_url: str) -> AsyncIterator[Daemon]:
         Path(home, "models.yaml").write_text(bench_models_yaml(fake_url))
         daemon = Daemon(load_settings(home=Path(home), port=0, overrides={"log_level": "WARNING"}))
         await daemon.start()
+        await daemon.warmed()  # the SDKs imported in the background are in
         freeze_startup_heap()
         try:
             yield daemon

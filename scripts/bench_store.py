@@ -69,6 +69,7 @@ async def health_p50(session: aiohttp.ClientSession, n: int = 500) -> float:
 async def bench_health(home: Path) -> tuple[float, float]:
     daemon = Daemon(load_settings(home=home, port=0))
     await daemon.start()
+    await daemon.warmed()  # the SDKs imported in the background are in
     freeze_startup_heap()  # as `metis serve` does
     async with aiohttp.ClientSession(base_url=daemon.base_url) as session:
         empty = await health_p50(session)

@@ -113,6 +113,7 @@ async def main(turns: int, deltas: int, profile: str | None) -> None:
             Path(home, "models.yaml").write_text(bench_models_yaml(url))
             daemon = Daemon(load_settings(home=Path(home), port=0))
             await daemon.start()
+            await daemon.warmed()  # the SDKs imported in the background are in
             freeze_startup_heap()  # as `metis serve` does
             try:
                 samples = await run_turns(daemon, url, workspace, turns, deltas, profile)

@@ -241,6 +241,7 @@ async def main_async(args: argparse.Namespace) -> None:
     (home / "models.yaml").write_text(bench_models_yaml(fake_url))
     d = Daemon(load_settings(home=home, port=0, overrides={"log_level": "WARNING"}))
     await d.start()
+    await d.warmed()  # the SDKs imported in the background are in
     freeze_startup_heap()  # as `metis serve` does
     frames_per_turn = args.deltas + 7
     try:

@@ -10,13 +10,17 @@ turns any validation error into one `ConfigError` listing them all, so `metis se
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import importlib
 import logging
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 from metis.core.canonical import register_secret
 from metis.core.configcheck import format_diagnostic
@@ -33,11 +37,18 @@ from metis.core.models_yaml import (
 from metis.core.yamlsrc import Diagnostic
 
 if TYPE_CHECKING:
-    from metis.core.providers import ProviderAdapter
+    from metis.core.providers import LLMRequest, LLMResult, ProviderAdapter, StreamEvent
 
 log = logging.getLogger(__name__)
 
 NotConfiguredReason = Literal["unknown", "no_credentials", "offline_forced"]
+
+# The module behind each adapter kind whose import is worth doing ahead of the first call: the
+# SDKs take seconds and tens of MiB to import (the scripted adapter imports nothing heavy).
+_SDK_ADAPTER_MODULES = {
+    "anthropic": "metis.core.providers.anthropic",
+    "openai": "metis.core.providers.openai",
+}
 
 
 @dataclass(frozen=True)
@@ -79,6 +90,8 @@ class ModelRegistry:
         self.pricing_version = pricing_version
         self.source = source
         self._adapters: dict[str, ProviderAdapter] = {}
+        self._warm: asyncio.Event | None = None  # set once `warm_in_background` is over
+        self._closing = False  # a warm-up ending after `aclose` builds nothing
         self._default_model = next(
             (m.id for m in self._models if not m.scripted and self.is_configured(m.id)), None
         )
@@ -179,18 +192,74 @@ class ModelRegistry:
             )
         adapter = self._adapters.get(entry.provider)
         if adapter is None:
-            adapter = build_adapter(self._providers[entry.provider])
+            provider = self._providers[entry.provider]
+            if (
+                self._warm is not None
+                and not self._warm.is_set()
+                and provider.adapter in _SDK_ADAPTER_MODULES
+            ):  # a stand-in has no `kind` of its own; nothing reads one before the call
+                return cast("ProviderAdapter", _AfterWarmUp(self, model_id))
+            adapter = build_adapter(provider)
             self._adapters[entry.provider] = adapter
         return adapter
 
     def warm_adapters(self) -> None:
-        """Build the adapter of every configured model's provider (start-up, not first turn)."""
+        """Build the adapter of every configured model's provider now, in this thread."""
         for entry in self._models:
             if self.is_configured(entry.id):
                 self.adapter_for(entry.id)
 
+    def warm_in_background(self) -> None:
+        """Import the configured providers' SDKs in a thread, then build their adapters.
+
+        Importing the SDKs takes seconds (their pydantic types), so the daemon binds and answers
+        `/health` first and calls this once it listens; a first turn that comes later finds its
+        adapter ready. One that comes sooner gets a stand-in whose call waits for the warm-up:
+        the event loop never blocks on an import. The adapters themselves (their HTTP clients)
+        are built on the loop's thread, once the imports are done. Call it from the loop.
+        """
+        if self._warm is not None:
+            return
+        modules = sorted(
+            {
+                _SDK_ADAPTER_MODULES[p.adapter]
+                for p in self._providers.values()
+                if p.adapter in _SDK_ADAPTER_MODULES and self.credential(p.name).configured
+            }
+        )
+        loop = asyncio.get_running_loop()
+        self._warm = asyncio.Event()
+
+        def imports() -> None:
+            try:
+                for name in modules:
+                    importlib.import_module(name)
+            except Exception:  # the first call that needs it raises it again, in its turn
+                log.warning("importing the provider SDKs in the background failed", exc_info=True)
+            finally:
+                with contextlib.suppress(RuntimeError):  # the loop closed: the daemon stopped
+                    loop.call_soon_threadsafe(self._warmed)
+
+        threading.Thread(target=imports, name="metis-warm-adapters", daemon=True).start()
+
+    def _warmed(self) -> None:
+        assert self._warm is not None
+        self._warm.set()
+        if self._closing:
+            return
+        try:
+            self.warm_adapters()
+        except Exception:  # a turn that needs the adapter gets the error itself
+            log.error("building the provider adapters failed", exc_info=True)
+
+    async def wait_warm(self) -> None:
+        """Return once the background warm-up (if one was started) is over."""
+        if self._warm is not None:
+            await self._warm.wait()
+
     async def aclose(self) -> None:
         """Close every adapter built so far (daemon shutdown)."""
+        self._closing = self._warm is not None and not self._warm.is_set()
         adapters, self._adapters = list(self._adapters.values()), {}
         for adapter in adapters:
             try:
@@ -251,6 +320,32 @@ class ModelRegistry:
             "capabilities": entry.capabilities.model_dump(),
             "pricing": {**prices, "currency": "USD", "pricing_version": self.pricing_version},
         }
+
+
+class _AfterWarmUp:
+    """A provider's adapter while the background warm-up still imports its SDK: a call waits
+    for the warm-up (without blocking the loop), then goes to the real adapter."""
+
+    def __init__(self, registry: ModelRegistry, model_id: str) -> None:
+        self._registry = registry
+        self._model_id = model_id
+
+    async def _adapter(self) -> ProviderAdapter:
+        await self._registry.wait_warm()
+        return self._registry.adapter_for(self._model_id)
+
+    async def stream(self, req: LLMRequest) -> AsyncIterator[StreamEvent]:
+        adapter = await self._adapter()
+        events = cast("AsyncGenerator[StreamEvent, None]", adapter.stream(req))
+        async with contextlib.aclosing(events):
+            async for event in events:
+                yield event
+
+    async def complete(self, req: LLMRequest) -> LLMResult:
+        return await (await self._adapter()).complete(req)
+
+    async def aclose(self) -> None:
+        """Nothing of its own: the registry closes the real adapter."""
 
 
 def _price_text(value: Decimal) -> str:

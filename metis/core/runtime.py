@@ -156,7 +156,6 @@ class Core:
         await fail_orphaned_turns(self.store, self.bus, self.costs)
         self.shell_groups.reap()  # commands a crashed daemon left running
         await self.broker.load()
-        self.registry.warm_adapters()  # SDK imports and clients now, not on the first turn
         await self.policy.start()
         self.policy.start_watcher()
         await self.writer.flush()

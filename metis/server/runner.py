@@ -161,8 +161,14 @@ class Daemon:
             sock.close()
             await self.stop()
             raise
+        # The SDKs' imports take seconds: after /health answers, in a thread (registry.py)
+        self.core.registry.warm_in_background()
         self.state.core.start_background()  # MCP servers: after the port is bound and listening
         log.info("metis listening on %s", self.base_url)
+
+    async def warmed(self) -> None:
+        """Return once the provider adapters the background warm-up builds are ready."""
+        await self.core.registry.wait_warm()
 
     async def _listen(self, sock: socket.socket) -> None:
         sock.listen(128)

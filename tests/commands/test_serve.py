@@ -21,7 +21,10 @@ import pytest
 from metis.cli import main
 from metis.commands.daemon_client import resolve_daemon
 from metis.server.lock import LOCK_FILE, read_holder
-from tests.serve_process import SERVE_START_DEADLINE_S, free_port
+from metis.testing import FakeProviderServer, FakeReply
+from tests.api import Api, home_headers
+from tests.serve_process import SERVE_START_DEADLINE_S, free_port, wait_until_serving
+from tests.ws_client import fake_models
 
 Spawn = Callable[..., Any]
 
@@ -176,6 +179,31 @@ async def test_the_home_flag_overrides_metis_home(
     assert f"home:    {chosen}\n" in out
     assert (chosen / "metis.db").exists() and (chosen / LOCK_FILE).exists()
     assert not (metis_home / "metis.db").exists()
+
+
+async def test_a_turn_sent_as_soon_as_health_answers_waits_for_the_provider_sdk(
+    serve: Spawn, metis_home: Path, workspace: Path
+) -> None:
+    """`/health` answers before the provider SDKs are imported (a thread imports them once
+    the port is bound); a turn that arrives sooner waits for that import and completes."""
+    async with FakeProviderServer() as fake:
+        metis_home.mkdir(parents=True)
+        (metis_home / "models.yaml").write_text(fake_models(fake))
+        fake.enqueue("anthropic", FakeReply.say("first answer"))
+        port = free_port()
+        await serve("--port", str(port))
+        url = f"http://127.0.0.1:{port}"
+        async with aiohttp.ClientSession(base_url=url) as http:
+            await wait_until_serving(http, "/health")
+            api = Api(http, home_headers(metis_home))
+            sid = (await api.create_session(workspace))["id"]
+            status, accepted = await api.submit(sid, "hello")
+            assert status == 202, accepted
+            ended = await api.wait_turn(sid, accepted["turn_id"], SERVE_START_DEADLINE_S)
+            assert ended["type"] == "turn.completed", ended
+            stored = (await api.messages(sid))["messages"]
+            assert stored[-1]["role"] == "assistant"
+            assert stored[-1]["content"] == [{"type": "text", "text": "first answer"}]
 
 
 def test_serve_help_documents_the_home_and_the_environment(

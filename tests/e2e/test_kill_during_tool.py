@@ -26,7 +26,12 @@ from tests.e2e import test_provider_turns as provider_turns
 from tests.e2e.test_costs import U1, U3, assert_store_invariants, cost_of, plain, prices
 from tests.e2e.test_provider_turns import AUTO_TOOLS, models_yaml, session_on, types_of
 from tests.processes import live_group_members
-from tests.serve_process import free_port, spawn_serve, wait_until_serving
+from tests.serve_process import (
+    SERVE_START_DEADLINE_S,
+    free_port,
+    spawn_serve,
+    wait_until_serving,
+)
 
 fake = provider_turns.fake  # the fake provider fixture, shared
 
@@ -78,7 +83,11 @@ async def test_daemon_killed_while_a_shell_tool_runs_recovers_on_restart(
             status, accepted = await api.submit(sid, "run the slow command")
             assert status == 202, accepted
             turn_id = accepted["turn_id"]
-            called = await api.wait_for_event(sid, lambda e: e["type"] == "tool.called")
+            # a fresh `metis serve` answers /health before its provider SDK is imported;
+            # its first turn waits for that import
+            called = await api.wait_for_event(
+                sid, lambda e: e["type"] == "tool.called", SERVE_START_DEADLINE_S
+            )
             assert called["turn_id"] == turn_id and called["payload"]["tool_name"] == "shell"
             started_file = workspace / STARTED_FILE
             for _ in range(200):  # the shell really runs

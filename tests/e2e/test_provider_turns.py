@@ -19,7 +19,12 @@ import pytest
 from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from tests.api import Api, api_session, home_headers
-from tests.serve_process import free_port, spawn_serve, wait_until_serving
+from tests.serve_process import (
+    SERVE_START_DEADLINE_S,
+    free_port,
+    spawn_serve,
+    wait_until_serving,
+)
 
 MODELS = """
 pricing_version: "e2e-1"
@@ -367,7 +372,8 @@ async def test_daemon_killed_mid_turn_recovers_on_restart(
             sid = await session_on(api, workspace, "anthropic")
             status, accepted = await api.submit(sid, "this turn will be interrupted")
             assert status == 202
-            await fake.wait_for_requests(1)
+            # the first turn of a fresh `metis serve` waits for its provider SDK's import
+            await fake.wait_for_requests(1, timeout=SERVE_START_DEADLINE_S)
             status, body = await api.call("PATCH", f"/sessions/{sid}", {"active_model": "gpt5"})
             assert body["swap_queued"] is True
     finally:
