@@ -22,6 +22,7 @@ from metis.aap.http import AAP_STATE_KEY, BODY_KEY, CORS_KEY, AapState
 from metis.aap.sessions import discard_unfinished_creations
 from metis.aap.store import AapStore, extension
 from metis.aap.workspaces import Workspaces
+from metis.config import Settings
 from metis.core.errors import DomainError
 from metis.http import body
 from metis.http.apikey import bearer_token, key_matches, load_api_key
@@ -167,9 +168,9 @@ def build_state(server: Any) -> AapState:
     return state
 
 
-def extend_openapi(doc: dict[str, Any]) -> dict[str, Any]:
+def extend_openapi(doc: dict[str, Any], settings: Settings) -> dict[str, Any]:
     """Add the AAP operations to the daemon's OpenAPI document (`metis/aap/openapi.py`)."""
-    return openapi.extend(doc)
+    return openapi.extend(doc, settings.file.aap)
 
 
 def mount(app: web.Application, server: Any) -> AapState:

@@ -23,7 +23,7 @@ from metis.aap.http import (
 )
 from metis.aap.stream import respond
 from metis.aap.turns import PreparedTurn, parse_turn_messages, plan_turn
-from metis.aap.wire import AgentResponse, UserMessage
+from metis.aap.wire import AgentResponse, SessionsQuery, UserMessage
 from metis.aap.wire_v1 import (
     CreateRunResponse,
     CreateSessionRequest,
@@ -68,7 +68,13 @@ async def meta(request: web.Request) -> web.Response:
     return routes_v3.meta_of(request, VERSION)
 
 
-@routes.route("GET", "/sessions", response_model=SessionList, errors=("invalid_cursor",))
+@routes.route(
+    "GET",
+    "/sessions",
+    query_model=SessionsQuery,
+    response_model=SessionList,
+    errors=("invalid_cursor",),
+)
 async def list_sessions(request: web.Request) -> web.Response:
     """AAP session ids, newest first."""
     state = state_of(request)

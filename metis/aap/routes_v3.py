@@ -18,7 +18,7 @@ from metis.aap.http import (
 )
 from metis.aap.stream import respond
 from metis.aap.turns import plan_turn, prepare_turn
-from metis.aap.wire import CreatedResponse
+from metis.aap.wire import CreatedResponse, HistoryQuery, SessionsQuery
 from metis.aap.wire_v3 import (
     AgentResponse,
     CreateSessionRequest,
@@ -50,7 +50,13 @@ def meta_of(request: web.Request, version: int) -> web.Response:
     )
 
 
-@routes.route("GET", "/sessions", response_model=SessionList, errors=("invalid_cursor",))
+@routes.route(
+    "GET",
+    "/sessions",
+    query_model=SessionsQuery,
+    response_model=SessionList,
+    errors=("invalid_cursor",),
+)
 async def list_sessions(request: web.Request) -> web.Response:
     """AAP sessions, newest first, with an opaque `next` cursor."""
     state = state_of(request)
@@ -108,6 +114,7 @@ async def delete_session(request: web.Request) -> web.Response:
 @routes.route(
     "GET",
     "/sessions/{session_id}/history",
+    query_model=HistoryQuery,
     response_model=HistoryResponse,
     errors=("session_not_found", "invalid_history_type", "history_type_not_supported"),
 )

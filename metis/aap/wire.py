@@ -2,15 +2,21 @@
 
 Request models ignore unknown fields (they are neither rejected nor stored) and treat `null`
 like an absent optional field. Content stays loosely typed here (`str | list[object]`): block
-checks produce `invalid_content` in `mapping.py`, not a shape error.
+checks produce `invalid_content` in `mapping.py`, not a shape error. Its JSON Schema (in
+`/openapi.json`) is the one those checks enforce, per role.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonDict
+
+from metis.aap.agents import HISTORY_TYPES
+from metis.core.canonical import IMAGE_MEDIA_TYPES, TOOL_NAME_RE
+from metis.http.openapi import BASE64_PATTERN, from_setting
 
 StreamMode = Literal["delta", "message", "none"]
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "refusal", "error"]
@@ -46,6 +52,86 @@ class AgentOverride(Wire):
 
 Content = str | list[Any]
 
+# ---- content as `mapping.parse_content` accepts it (documentation of the checks it runs) -----
+
+TOOL_NAME: JsonDict = {"pattern": TOOL_NAME_RE.pattern.replace("\\Z", "$")}
+_IMAGE_TYPES = "|".join(sorted(t.removeprefix("image/") for t in IMAGE_MEDIA_TYPES))
+_TEXT: dict[str, Any] = {
+    "type": "object",
+    "required": ["type", "text"],
+    "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
+}
+_IMAGE: dict[str, Any] = {
+    "type": "object",
+    "required": ["type", "url"],
+    "properties": {
+        "type": {"const": "image"},
+        "url": {
+            "type": "string",
+            "pattern": f"^data:image/({_IMAGE_TYPES});base64,{BASE64_PATTERN[1:]}",
+            # aap.max_image_bytes as the URI's length (its longest prefix + the base64 text)
+            **from_setting(maxLength="image_uri_chars"),
+        },
+    },
+}
+_THINKING: dict[str, Any] = {
+    "type": "object",
+    "required": ["type", "thinking"],
+    "properties": {"type": {"const": "thinking"}, "thinking": {"type": "string"}},
+}
+_TOOL_USE: dict[str, Any] = {
+    "type": "object",
+    "required": ["type", "toolCallId", "name", "input"],
+    "properties": {
+        "type": {"const": "tool_use"},
+        "toolCallId": {"type": "string", "minLength": 1},
+        "name": {"type": "string", **TOOL_NAME},
+        "input": {"type": "object"},
+    },
+}
+# A client tool as `config.check_client_tools` accepts it (TOOL_NAME; unique names, none a
+# server tool's, are checked there too: `invalid_tools`).
+TOOL_SCHEMA: JsonDict = {
+    "type": "object",
+    "required": ["type"],
+    "properties": {"type": {"const": "object"}},
+    "description": "a JSON Schema of an object",
+}
+# a turn carries one user message or the tool answers; a v1 seed ends with the user message
+AT_LEAST_ONE: JsonDict = {"minItems": 1}
+_NON_EMPTY_TEXT = {
+    **_TEXT,
+    "properties": {**_TEXT["properties"], "text": {"type": "string", "minLength": 1}},
+}
+
+
+def _content(blocks: list[dict[str, Any]], *, non_empty: bool) -> WithJsonSchema:
+    """A message's content: a string (one text block) or a list of `blocks`; a user's (and a
+    tool result's list) must not be empty."""
+    listed: dict[str, Any] = {"type": "array", "items": {"oneOf": blocks}}
+    text: dict[str, Any] = {"type": "string"}
+    if non_empty:
+        listed["minItems"] = 1
+    return WithJsonSchema({"anyOf": [text, listed]})
+
+
+UserContent = Annotated[
+    Content,
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "minLength": 1},
+                {"type": "array", "minItems": 1, "items": {"oneOf": [_NON_EMPTY_TEXT, _IMAGE]}},
+            ]
+        }
+    ),
+]
+AssistantContent = Annotated[Content, _content([_TEXT, _THINKING, _TOOL_USE], non_empty=False)]
+ToolContent = Annotated[Content, _content([_TEXT, _IMAGE], non_empty=True)]
+HistoryContent = Annotated[
+    Content, _content([_TEXT, _THINKING, _TOOL_USE, _IMAGE], non_empty=False)
+]
+
 
 class SystemMessage(Wire):
     role: Literal["system"]
@@ -54,18 +140,18 @@ class SystemMessage(Wire):
 
 class UserMessage(Wire):
     role: Literal["user"]
-    content: Content
+    content: UserContent
 
 
 class AssistantMessage(Wire):
     role: Literal["assistant"]
-    content: Content
+    content: AssistantContent
 
 
 class ToolMessage(Wire):
     role: Literal["tool"]
     tool_call_id: str = Field(strict=True)
-    content: Content
+    content: ToolContent
 
 
 class ToolPermissionMessage(Wire):
@@ -81,6 +167,19 @@ SeedMessage = Annotated[
 TurnMessage = Annotated[
     UserMessage | ToolMessage | ToolPermissionMessage, Field(discriminator="role")
 ]
+
+
+# ---- query strings (documented in /openapi.json; handlers read `request.query`) -------------
+
+
+class SessionsQuery(BaseModel):
+    after: str | None = Field(default=None, description="the `next` cursor of the previous page")
+
+
+class HistoryQuery(BaseModel):
+    type: Literal[HISTORY_TYPES] = Field(  # type: ignore[valid-type]
+        description="which history; an agent may declare only one (history_type_not_supported)"
+    )
 
 
 # ---- responses (documented in /openapi.json; handlers render the same keys) -----------------
@@ -113,7 +212,7 @@ class CreatedResponse(Wire):
 class HistoryMessage(Wire):
     role: Literal["system", "user", "assistant", "tool"]
     tool_call_id: str | None = None
-    content: Content
+    content: HistoryContent
     # An assistant reply cut short (its turn cancelled, its provider failed mid-stream): what
     # the model had said by then. Absent on every complete message.
     interrupted: Literal[True] | None = None

@@ -7,6 +7,9 @@ from typing import Any
 from pydantic import Field
 
 from metis.aap.wire import (
+    AT_LEAST_ONE,
+    TOOL_NAME,
+    TOOL_SCHEMA,
     AgentConfig,
     AgentOption,
     AgentOverride,
@@ -22,10 +25,10 @@ from metis.aap.wire import HistoryMessage as HistoryMessage
 
 
 class ToolSpec(Wire):
-    name: str = Field(strict=True)
+    name: str = Field(strict=True, json_schema_extra=TOOL_NAME)
     title: str | None = Field(default=None, strict=True)
     description: str = Field(strict=True)
-    input_schema: Any
+    input_schema: Any = Field(json_schema_extra=TOOL_SCHEMA)
 
 
 class CreateSessionRequest(Wire):
@@ -33,14 +36,14 @@ class CreateSessionRequest(Wire):
 
     agent: AgentConfig
     stream: StreamMode | None = None
-    messages: list[SeedMessage]
+    messages: list[SeedMessage] = Field(json_schema_extra=AT_LEAST_ONE)
     tools: list[ToolSpec] | None = None
 
 
 class TurnRequest(Wire):
     agent: AgentOverride | None = None
     stream: StreamMode | None = None
-    messages: list[TurnMessage]
+    messages: list[TurnMessage] = Field(json_schema_extra=AT_LEAST_ONE)
     tools: list[ToolSpec] | None = None
 
 

@@ -7,6 +7,9 @@ from typing import Any
 from pydantic import Field
 
 from metis.aap.wire import (
+    AT_LEAST_ONE,
+    TOOL_NAME,
+    TOOL_SCHEMA,
     AgentConfig,
     AgentOption,
     AgentOverride,
@@ -21,10 +24,10 @@ from metis.aap.wire import (
 
 
 class ToolSpec(Wire):
-    name: str = Field(strict=True)
+    name: str = Field(strict=True, json_schema_extra=TOOL_NAME)
     title: str | None = Field(default=None, strict=True)
     description: str = Field(strict=True)
-    parameters: Any
+    parameters: Any = Field(json_schema_extra=TOOL_SCHEMA)
 
 
 class CreateSessionRequest(Wire):
@@ -36,7 +39,7 @@ class CreateSessionRequest(Wire):
 class TurnRequest(Wire):
     agent: AgentOverride | None = None
     stream: StreamMode | None = None
-    messages: list[TurnMessage]
+    messages: list[TurnMessage] = Field(json_schema_extra=AT_LEAST_ONE)
     tools: list[ToolSpec] | None = None
 
 

@@ -30,7 +30,10 @@ SCHEMA_VERSION = 1
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
 IMAGE_MEDIA_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")
-_ULID_RE = re.compile(r"^[0-7][0-9A-HJKMNP-TV-Z]{25}\Z")
+# A ULID's 26 Crockford base32 characters (the first at most 7: 128 bits); also the pattern
+# the OpenAPI document declares for ids, so the two cannot differ.
+ULID_CHARS = "[0-7][0-9A-HJKMNP-TV-Z]{25}"
+_ULID_RE = re.compile(rf"^{ULID_CHARS}\Z")
 
 # ---------------------------------------------------------------------------------------------
 # Identifiers

@@ -7,6 +7,7 @@ import logging
 from aiohttp import web
 
 from metis.aap import app as aap  # the one place the metis surface knows AAP: its mount
+from metis.config import Settings
 from metis.core.runtime import Core
 from metis.dashboard import routes as dashboard
 from metis.http.routes import RouteSpec, add_routes
@@ -52,14 +53,17 @@ def create_app(state: ServerState) -> web.Application:
     )
     if not state.auth.required:
         app.on_startup.append(_warn_unauthenticated)
-    app[system.OPENAPI_KEY] = openapi_document(list(specs.values()), system.metis_version())
+    app[system.OPENAPI_KEY] = openapi_document(
+        list(specs.values()), system.metis_version(), state.settings
+    )
     app.on_response_prepare.append(add_security_headers)
     return app
 
 
-def openapi_document(specs: list[RouteSpec], version: str) -> dict[str, object]:
-    """The daemon's `/openapi.json`: the metis operations, then the mounted AAP ones."""
-    return aap.extend_openapi(build_openapi(specs, version))
+def openapi_document(specs: list[RouteSpec], version: str, settings: Settings) -> dict[str, object]:
+    """The daemon's `/openapi.json`: the metis operations, then the mounted AAP ones, with the
+    limits `settings` sets."""
+    return aap.extend_openapi(build_openapi(specs, version, settings), settings)
 
 
 async def _warn_unauthenticated(_app: web.Application) -> None:

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from metis.core.canonical import now_us
+from metis.core.errors import SessionNotFound
 from metis.core.store.store import StoreExtension
 
 TRACK = "session_titles"
@@ -69,15 +70,20 @@ async def session_titles(db: Any, session_ids: list[str]) -> dict[str, str]:
 async def set_title(db: Any, session_id: str, title: str | None) -> None:
     """Set the title (None: back to the first prompt's first line)."""
 
-    def work(conn: Any) -> None:
+    def work(conn: Any) -> bool:
         if title is None:
             conn.execute("DELETE FROM session_titles WHERE session_id = ?", (session_id,))
-            return
-        conn.execute(
-            "INSERT INTO session_titles (session_id, title, updated_at_us) VALUES (?, ?, ?) "
+            return True
+        # Only while the session row exists: a purge committed since the handler's check
+        # leaves nothing to title (a 404, where the row's foreign key made it a 500).
+        cursor = conn.execute(
+            "INSERT INTO session_titles (session_id, title, updated_at_us) "
+            "SELECT ?, ?, ? WHERE EXISTS (SELECT 1 FROM sessions WHERE id = ?) "
             "ON CONFLICT (session_id) DO UPDATE SET title = excluded.title, "
             "updated_at_us = excluded.updated_at_us",
-            (session_id, title, now_us()),
+            (session_id, title, now_us(), session_id),
         )
+        return bool(cursor.rowcount)
 
-    await db.transaction(work)
+    if not await db.transaction(work):
+        raise SessionNotFound(session_id)

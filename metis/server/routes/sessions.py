@@ -7,11 +7,13 @@ from typing import Any, Literal
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import JsonDict
 
-from metis.core.canonical import decimal_str, format_us, is_ulid, now_us
+from metis.core.canonical import ULID_CHARS, decimal_str, format_us, is_ulid, now_us
 from metis.core.errors import CursorNotFound
 from metis.core.events.catalog import PERSISTED
 from metis.core.sessions import SessionView
+from metis.http.openapi import from_setting
 from metis.server import titles
 from metis.server.errors import ApiError
 from metis.server.http import (
@@ -27,6 +29,15 @@ from metis.server.titles import TITLE_CHARS
 
 routes = RouteTable()
 _SESSION_ERRORS = ("session_not_found",)
+# Declared shapes of query values the handlers check themselves (documentation only: the
+# handlers' own checks and messages stand).
+_ULID: JsonDict = {"pattern": f"^{ULID_CHARS}$"}
+_CURSOR: JsonDict = {"pattern": "^[A-Za-z0-9_-]+$", "description": "a next_cursor of this server"}
+_EVENT_TYPE = "|".join(sorted(PERSISTED)).replace(".", "\\.")
+_EVENT_TYPES: JsonDict = {
+    "pattern": f"^,*(?:{_EVENT_TYPE})(?:,+(?:{_EVENT_TYPE}))*,*$",
+    "description": "comma-separated persisted event types",
+}
 
 
 # ---- wire models -----------------------------------------------------------------------------
@@ -35,14 +46,15 @@ _SESSION_ERRORS = ("session_not_found",)
 class CreateSessionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    workspace_path: str = Field(strict=True)
+    # absolute, or from a home directory (`~`, `~user`); it must be a directory
+    workspace_path: str = Field(strict=True, json_schema_extra={"pattern": "^[/~]"})
     initial_active_model: str | None = Field(default=None, strict=True)
 
 
 class PatchSessionRequest(BaseModel):
     """Either field or both; an absent field is left as it is (`null` clears it)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
 
     active_model: str | None = Field(default=None, strict=True)
     title: str | None = Field(default=None, strict=True, min_length=1, max_length=TITLE_CHARS)
@@ -118,8 +130,10 @@ class EndResponse(BaseModel):
 
 
 class ListQuery(BaseModel):
-    limit: int | None = Field(default=None, ge=1)  # settings.pages.sessions
-    cursor: str | None = None
+    limit: int | None = Field(
+        default=None, ge=1, json_schema_extra=from_setting(maximum="pages.sessions")
+    )
+    cursor: str | None = Field(default=None, json_schema_extra=_CURSOR)
     workspace_path: str | None = None
     surface: Literal["metis", "aap"] | None = None
     status: Literal["active", "ended", "all"] = "all"
@@ -130,17 +144,25 @@ class DeleteQuery(BaseModel):
 
 
 class MessagesQuery(BaseModel):
-    before: str | None = None
-    after: str | None = None
-    limit: int | None = Field(default=None, ge=1)  # settings.pages.messages
+    before: str | None = Field(
+        default=None, description="a message id; not with after", json_schema_extra=_ULID
+    )
+    after: str | None = Field(
+        default=None, description="a message id; not with before", json_schema_extra=_ULID
+    )
+    limit: int | None = Field(
+        default=None, ge=1, json_schema_extra=from_setting(maximum="pages.messages")
+    )
 
 
 class EventsQuery(BaseModel):
-    event_types: str | None = None
-    since: str | None = None
+    event_types: str | None = Field(default=None, json_schema_extra=_EVENT_TYPES)
+    since: str | None = None  # an event id
     until: str | None = None
-    limit: int | None = Field(default=None, ge=1)  # settings.pages.events
-    cursor: str | None = None
+    limit: int | None = Field(
+        default=None, ge=1, json_schema_extra=from_setting(maximum="pages.events")
+    )
+    cursor: str | None = Field(default=None, json_schema_extra=_CURSOR)
 
 
 class MessagesPage(BaseModel):

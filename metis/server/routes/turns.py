@@ -6,19 +6,77 @@ from typing import Any, Literal
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import JsonDict
 
-from metis.core.canonical import format_us
+from metis.core.canonical import IMAGE_MEDIA_TYPES, format_us
 from metis.core.errors import TurnNotFound
+from metis.http.openapi import BASE64_PATTERN, from_setting
 from metis.server.http import RouteTable, json_response, read_body, validation_error
 from metis.server.state import STATE_KEY
 
 routes = RouteTable()
 
+# The user content `canonical.parse_user_content` accepts (its blocks are checked there, so a
+# bad block is `invalid_content`, not a shape error): documentation of those checks.
+_USER_CONTENT: JsonDict = {
+    "type": "array",
+    "minItems": 1,
+    "items": {
+        "oneOf": [
+            {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["type", "text"],
+                "properties": {
+                    "type": {"const": "text"},
+                    "text": {"type": "string", "minLength": 1},
+                },
+            },
+            {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["type", "source"],
+                "properties": {
+                    "type": {"const": "image"},
+                    "source": {
+                        "oneOf": [
+                            {
+                                "type": "object",
+                                "additionalProperties": False,
+                                "required": ["type", "media_type", "data"],
+                                "properties": {
+                                    "type": {"const": "base64"},
+                                    "media_type": {"enum": [*sorted(IMAGE_MEDIA_TYPES)]},
+                                    "data": {
+                                        "type": "string",
+                                        "pattern": BASE64_PATTERN,
+                                        # limits.max_image_bytes, as base64 text
+                                        **from_setting(maxLength="image_base64_chars"),
+                                    },
+                                },
+                            },
+                            {
+                                "type": "object",
+                                "additionalProperties": False,
+                                "required": ["type", "url"],
+                                "properties": {
+                                    "type": {"const": "url"},
+                                    "url": {"type": "string", "pattern": "^https://"},
+                                },
+                            },
+                        ]
+                    },
+                },
+            },
+        ]
+    },
+}
+
 
 class SubmitTurnRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    content: list[Any]
+    content: list[Any] = Field(json_schema_extra=_USER_CONTENT)
     per_message_override: str | None = Field(default=None, strict=True)
 
 
@@ -33,7 +91,9 @@ class ConfirmationRequestBody(BaseModel):
 
     decision: Literal["allow", "deny"]
     scope: Literal["once", "session"] = "once"
-    reason: str | None = Field(default=None, strict=True)  # limits.max_reason_chars
+    reason: str | None = Field(
+        default=None, strict=True, json_schema_extra=from_setting(maxLength="reason_chars")
+    )
 
 
 class TurnAcceptedResponse(BaseModel):
