@@ -44,7 +44,8 @@ class ToolRegistry:
         """`enabled=None` enables every registered tool (tests registering their own)."""
         self._tools: dict[str, RegisteredTool] = {}
         self._enabled = None if enabled is None else frozenset(enabled)
-        self._sources: dict[str, str] = {}  # tool name → source (`mcp:<server>`), see replace_source
+        # tool name → source (`mcp:<server>`), see replace_source
+        self._sources: dict[str, str] = {}
 
     @classmethod
     def with_builtins(cls, settings: ToolsSettings) -> ToolRegistry:
