@@ -6,13 +6,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from metis.core.tools.base import ToolRegistrationError
 from metis.core.tools.groups import ProcessGroupLedger
-from metis.core.tools.mcp.server import McpServer
 from metis.core.tools.mcp.settings import McpSettings
 from metis.core.tools.registry import RegisteredTool, ToolRegistry
+
+if TYPE_CHECKING:
+    from metis.core.tools.mcp.server import McpServer
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +30,13 @@ class McpManager:
     ) -> None:
         self.settings = settings
         self.registry = registry
-        self.servers: dict[str, McpServer] = {
+        self._started = False
+        self.servers: dict[str, McpServer] = {}
+        if not settings.servers:
+            return  # the MCP SDK takes ~1 s and tens of MiB to import: only for a server
+        from metis.core.tools.mcp.server import McpServer
+
+        self.servers = {
             name: McpServer(
                 name,
                 server,
@@ -39,7 +47,6 @@ class McpManager:
             )
             for name, server in settings.servers.items()
         }
-        self._started = False
 
     def _tools_listed(self, server: McpServer, entries: list[RegisteredTool]) -> None:
         try:

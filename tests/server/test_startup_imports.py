@@ -1,0 +1,60 @@
+"""What a daemon imports to answer `/health`: none of the heavy libraries it only needs later.
+
+Each costs start-up time and resident memory for as long as the daemon runs: the provider SDKs
+(imported in a background thread once the daemon listens, `ModelRegistry.warm_in_background`),
+the MCP SDK (only with an MCP server configured), the dashboard's markdown renderer and
+highlighter (first render), the terminal UI (a client, never the daemon). A fresh interpreter
+is needed to see it, so the daemon runs in a subprocess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+HEAVY = ("anthropic", "openai", "mcp", "markdown_it", "pygments", "nh3", "textual")
+
+SCRIPT = """
+import asyncio, json, sys
+from pathlib import Path
+
+from metis.cli import build_parser
+from metis.config import load_settings
+from metis.server.runner import Daemon
+
+
+async def main() -> None:
+    build_parser()  # the CLI's own imports, as `metis serve` makes them
+    daemon = Daemon(load_settings(home=Path(sys.argv[1]), port=0))
+    await daemon.start()
+    loaded = sorted({name.split(".")[0] for name in sys.modules})
+    await daemon.stop()
+    print(json.dumps(loaded))
+
+
+asyncio.run(main())
+"""
+
+
+async def test_a_started_daemon_has_imported_no_heavy_library_it_does_not_use_yet(
+    tmp_path: Path,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env["METIS_OFFLINE"] = "1"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        SCRIPT,
+        str(tmp_path / "home"),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()
+    loaded = set(json.loads(out.decode().splitlines()[-1]))
+    assert "aiohttp" in loaded  # the script did start a daemon
+    assert loaded.isdisjoint(HEAVY), sorted(loaded.intersection(HEAVY))
