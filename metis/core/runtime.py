@@ -61,6 +61,7 @@ class Core:
             tokens_per_session=ws.attach_tokens_per_session_max,
             stall_timeout_s=ws.slow_client_timeout_s,
         )
+        self.hub.hold_until_stored(self.writer)  # clients see only what a crash cannot take back
         self.event_store = self.store.events
         self.message_store = self.store.messages
         self.session_store = self.store.sessions

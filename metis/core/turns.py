@@ -248,9 +248,16 @@ class TurnService:
             application_tools=application,
             resolution=accepted,
         )
-        self._tasks[turn_id] = asyncio.get_running_loop().create_task(
-            TurnRunner(core, run)(), name=f"turn:{turn_id}"
-        )
+        # The 202 acknowledges the turn: its turn.started is stored before it, as a 201 or a
+        # 200 acknowledges its event, so a crash after it never leaves a turn without a start.
+        # Before the runner starts, so the turn is still at its first step when submit returns;
+        # it starts even if this wait is cancelled: the turn is committed and holds the slot.
+        try:
+            await core.flush()
+        finally:
+            self._tasks[turn_id] = asyncio.get_running_loop().create_task(
+                TurnRunner(core, run)(), name=f"turn:{turn_id}"
+            )
         return TurnAccepted(turn_id, session_id, stamp, user_message_id, decision.chosen_model)
 
     async def _wait_for_release(self, session_id: str) -> None:

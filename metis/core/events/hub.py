@@ -16,6 +16,15 @@ The hub also keeps, per session, what a late joiner needs at its seam, updated i
 synchronous step that delivers each event: the latest bus event (H), the message watermark (W,
 the newest message id an event has referenced, so committed before that event) and the
 assistant message being streamed (for catch-up frames).
+
+Stored before seen (`hold_until_stored`): a client must never see an event, nor its seq, that a
+crash could lose, or the restarted daemon would give that seq to another event and lose what
+the client was shown. So the hub holds each bus event, and every streaming-only event emitted
+behind it, until the trace writer reports the transaction holding it committed (`settled`), then
+releases them in emission order; deltas emitted while nothing is held pass straight through.
+A session with live clients asks the writer to commit at the next loop tick (`expedite`), so
+everything one tick emitted shares one commit; a session nobody watches waits for the writer's
+usual cadence. Everything the hub tracks for seams is updated at release, so H is always stored.
 """
 
 from __future__ import annotations
@@ -27,9 +36,9 @@ import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from metis.core.events.catalog import SYSTEM_STREAM, TURN_TERMINAL
 from metis.core.events.envelope import AnyEvent, Event, TransientEvent
@@ -37,6 +46,22 @@ from metis.core.events.envelope import AnyEvent, Event, TransientEvent
 log = logging.getLogger(__name__)
 
 Accept = Callable[[AnyEvent], bool]
+
+# Held events of a watched session past which its producer waits for their commit: a quarter of
+# its smallest client queue, so a release always fits beside what pacing lets a queue hold.
+_UNWATCHED_HOLD_LIMIT = 1 << 30
+
+
+class DurableLog(Protocol):
+    """What the hub needs of the trace writer: commit soon, commit everything now, and say
+    which events each transaction stored (`on_settled`)."""
+
+    on_settled: Callable[[list[Event], bool], None] | None
+
+    def expedite(self) -> None: ...
+
+    def flush(self) -> Awaitable[bool]: ...
+
 
 # Bus events that reference a message committed before them, and the
 # payload key holding its id. `llm.call_failed` counts only when it ends the call for good: a
@@ -267,13 +292,27 @@ class HubClient:
         return item
 
 
-@dataclass
+@dataclass(eq=False)
 class _SessionLive:
+    session_id: str
     clients: list[HubClient] = field(default_factory=list)
     last_event_id: str | None = None
     last_seq: int = 0
     watermark: str | None = None  # None until an event of this process names a message
     streaming: StreamingMessage | None = None
+    # Stored before seen: events waiting for their commit, in emission order.
+    held: deque[AnyEvent] = field(default_factory=deque)
+    hold_limit: int = _UNWATCHED_HOLD_LIMIT
+    # Set while the producer may go on; cleared (and the session in `SessionHub.pressed`)
+    # while `held` is past `hold_limit`.
+    room: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.room.set()
+
+    def clients_changed(self) -> None:
+        sizes = [c.maxsize for c in self.clients]
+        self.hold_limit = max(1, min(sizes) // 4) if sizes else _UNWATCHED_HOLD_LIMIT
 
     def track_bus(self, event: Event) -> None:
         self.last_event_id, self.last_seq = event.id, event.seq
@@ -321,15 +360,72 @@ class SessionHub:
         stall_timeout_s: float = 10.0,
     ) -> None:
         self._sessions: dict[str, _SessionLive] = {}
-        # Clients whose queue is past its high-water mark: a producer checks this (empty almost
+        # Clients whose queue is past its high-water mark, and sessions holding more uncommitted
+        # events than their clients could take at once: a producer checks this (empty almost
         # always) once per delta, so the common case costs one truth test.
-        self.pressed: set[HubClient] = set()
+        self.pressed: set[HubClient | _SessionLive] = set()
+        self._durable: DurableLog | None = None
         self.stall_timeout_s = stall_timeout_s
         self._tokens: dict[str, _Token] = {}
         self.token_ttl_s = token_ttl_s
         self.tokens_per_session = tokens_per_session
         self.clock: Callable[[], float] = time.monotonic
         self._sweep: asyncio.TimerHandle | None = None
+
+    def _live(self, session_id: str) -> _SessionLive:
+        live = self._sessions.get(session_id)
+        if live is None:
+            live = self._sessions[session_id] = _SessionLive(session_id)
+        return live
+
+    # -- stored before seen -------------------------------------------------------------------
+
+    def hold_until_stored(self, writer: DurableLog) -> None:
+        """From now on release bus events to clients only once `writer` has committed them (it
+        calls `settled` after each transaction). Without it (unit tests) events pass at once."""
+        self._durable = writer
+        writer.on_settled = self.settled
+
+    def settled(self, batch: list[Event], stored: bool) -> None:
+        """The writer's transaction holding `batch` committed (`stored`), or the batch is lost.
+
+        Releases each affected session's held events up to the batch's last seq, in order,
+        with the deltas held behind them. A lost event is never shown (the store does not have
+        it): its clients see the `bus.gap_detected` that reports it instead."""
+        marks: dict[str, int] = {}
+        for event in batch:
+            marks[event.session_id] = event.seq  # a batch is in emission order
+        for session_id, seq in marks.items():
+            live = self._sessions.get(session_id)
+            if live is None or not live.held:
+                continue
+            held = live.held
+            while held:
+                item = held[0]
+                if not item.transient and item.seq > seq:  # type: ignore[union-attr]
+                    break
+                held.popleft()
+                if stored or item.transient:
+                    self._deliver(live, item)
+            if not held or len(held) < live.hold_limit:
+                self._unpress(live)
+
+    def _hold(self, live: _SessionLive, event: AnyEvent) -> None:
+        held = live.held
+        held.append(event)
+        if not live.clients:
+            return  # nobody watches: the writer's usual cadence releases it
+        if not event.transient:
+            self._durable.expedite()  # type: ignore[union-attr]
+        elif len(held) >= live.hold_limit and live.room.is_set():
+            live.room.clear()  # the producer waits in `make_room` for the commit
+            self.pressed.add(live)
+            self._durable.expedite()  # type: ignore[union-attr]
+
+    def _unpress(self, live: _SessionLive) -> None:
+        if not live.room.is_set():
+            live.room.set()
+            self.pressed.discard(live)
 
     # -- the bus side -------------------------------------------------------------------------
 
@@ -342,7 +438,14 @@ class SessionHub:
             if session_id == SYSTEM_STREAM:
                 self._on_system_event(event)  # type: ignore[arg-type]
                 return
-            live = self._sessions[session_id] = _SessionLive()
+            live = self._sessions[session_id] = _SessionLive(session_id)
+        if self._durable is not None and (live.held or not event.transient):
+            self._hold(live, event)
+            return
+        self._deliver(live, event)
+
+    def _deliver(self, live: _SessionLive, event: AnyEvent) -> None:
+        """Track the event for seams and queue it to every attached client."""
         if event.transient:
             live.track_streaming(event)  # type: ignore[arg-type]
         else:
@@ -374,8 +477,16 @@ class SessionHub:
     async def make_room(self, session_id: str) -> None:
         """Wait until every pressed client of this session has taken its queue down to its
         low-water mark. A client that takes nothing for `stall_timeout_s` has stopped reading:
-        it is detached as overflowed (told out of band) and the producer goes on."""
+        it is detached as overflowed (told out of band) and the producer goes on.
+
+        A session holding more uncommitted events than its clients could take at once waits
+        for their commit first (the writer commits or reports them lost within its retries)."""
+        for pressed in [c for c in self.pressed if c.session_id == session_id]:
+            if isinstance(pressed, _SessionLive):
+                await pressed.room.wait()
         for client in [c for c in self.pressed if c.session_id == session_id]:
+            if not isinstance(client, HubClient):
+                continue
             while not client.room.is_set():
                 before = len(client.queue)
                 try:
@@ -391,6 +502,7 @@ class SessionHub:
     def _overflow(self, live: _SessionLive, client: HubClient) -> None:
         if client in live.clients:
             live.clients.remove(client)
+            live.clients_changed()
         client.detached = True
         client.queue.clear()
         client.release()
@@ -409,16 +521,22 @@ class SessionHub:
     # -- clients ------------------------------------------------------------------------------
 
     def attach(self, client: HubClient) -> None:
-        live = self._sessions.setdefault(client.session_id, _SessionLive())
+        live = self._live(client.session_id)
         if client not in live.clients:
             live.clients.append(client)
+            live.clients_changed()
         client.detached = False
-        client.pressed_set = self.pressed
+        client.pressed_set = self.pressed  # type: ignore[assignment]
+        if live.held and self._durable is not None:
+            self._durable.expedite()  # held while nobody watched: release it soon
 
     def detach(self, client: HubClient) -> None:
         live = self._sessions.get(client.session_id)
         if live is not None and client in live.clients:
             live.clients.remove(client)
+            live.clients_changed()
+            if not live.clients:
+                self._unpress(live)  # nobody watches: held events wait for the usual commit
         client.detached = True
         client.release()  # a detached client never holds a producer back
         client.pressed_set = None
@@ -438,7 +556,7 @@ class SessionHub:
         client.accept = accept
         if not client.detached:
             self.attach(client)
-        live = self._sessions.setdefault(client.session_id, _SessionLive())
+        live = self._live(client.session_id)
         catch_up = live.streaming.catch_up() if live.streaming is not None else []
         watermark = live.watermark if live.watermark is not None else unnamed_watermark()
         return SeamPoint(live.last_event_id, live.last_seq, watermark, catch_up)
@@ -454,7 +572,7 @@ class SessionHub:
 
     def note_event(self, session_id: str, event_id: str, seq: int) -> None:
         """Seed the latest event of a session this process has not seen emit yet."""
-        live = self._sessions.setdefault(session_id, _SessionLive())
+        live = self._live(session_id)
         if seq > live.last_seq:
             live.last_event_id, live.last_seq = event_id, seq
 
@@ -475,8 +593,12 @@ class SessionHub:
         live = self._sessions.get(session_id)
         if live is None:
             return
+        if live.held and self._durable is not None:
+            await self._durable.flush()  # what is held goes out before the close marker
         clients = list(live.clients)
         live.clients.clear()
+        live.clients_changed()
+        self._unpress(live)
         for client in clients:
             client.detached = True
             client.push_close(CloseMarker(code, ws_code))
@@ -493,7 +615,9 @@ class SessionHub:
         )
 
     def forget(self, session_id: str) -> None:
-        self._sessions.pop(session_id, None)
+        live = self._sessions.pop(session_id, None)
+        if live is not None:
+            self._unpress(live)
         self.revoke_tokens(session_id)
 
     def holds(self, session_id: str) -> bool:

@@ -4,6 +4,11 @@ It is an inline bus subscriber (the append is O(1)); a background task flushes o
 short timer and at every turn boundary. Projections (turn and session counters,
 tokens, Decimal costs, tool-call status) are written from the same events in the same
 transaction, so the tables and the trace can never disagree after a crash.
+
+After each transaction it tells its listener (the SessionHub, which shows clients only stored
+events) which events are now stored, or lost for good; `expedite` asks for a commit at the next
+event-loop tick instead of after the timer, for events a live client is waiting for: whatever
+was emitted by then shares that one commit (a group commit).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict, deque
+from collections.abc import Callable
 
 import aiosqlite
 
@@ -60,6 +66,8 @@ class TraceWriter:
         self.transactions = 0  # test hook: committed flushes
         self.sleep = asyncio.sleep
         self.fail_next_flushes = 0  # test hook: inject flush failures
+        # Told after each batch: committed (True) or dropped for good (False).
+        self.on_settled: Callable[[list[Event], bool], None] | None = None
 
     # -- bus side -----------------------------------------------------------------------------
 
@@ -90,6 +98,20 @@ class TraceWriter:
             len(dropped),
         )
         self._record_loss(dropped)
+        self._settled(dropped, False)
+
+    def _settled(self, batch: list[Event], stored: bool) -> None:
+        if self.on_settled is not None:
+            try:
+                self.on_settled(batch, stored)
+            except Exception:  # pragma: no cover - the listener's own bug; the trace is safe
+                log.exception("trace writer listener failed")
+
+    def expedite(self) -> None:
+        """Commit what is pending at the next loop tick (a live client waits for it)."""
+        if self._pending:
+            self._armed.set()
+            self._urgent.set()
 
     def _record_loss(self, events: list[Event]) -> None:
         for ev in events:
@@ -174,10 +196,12 @@ class TraceWriter:
                     self.fail_next_flushes -= 1
                     raise aiosqlite.OperationalError("injected flush failure")
                 await self._write(batch)
+                self._settled(batch, True)
                 return True
             except (aiosqlite.Error, OSError) as exc:
                 if attempt == len(RETRY_DELAYS_S):
                     log.error("trace batch of %d events dropped after retries: %s", len(batch), exc)
+                    self._settled(batch, False)
                     return False
                 log.warning("trace flush failed (%s); retrying", exc)
                 await self.sleep(RETRY_DELAYS_S[attempt])

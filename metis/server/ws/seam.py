@@ -60,8 +60,10 @@ async def open_stream(
     """Run the seam for `client` up to going live; raises SubscribeError (the client is then detached)."""
     session_id = client.session_id
     hub = core.hub
+    # Events emitted but not yet committed are held from clients (stored before seen); commit
+    # them now, so a backlog lands before H and is read from the store, not queued live.
+    await core.flush()
     if not hub.knows(session_id):
-        await core.flush()
         latest = await core.event_store.latest(session_id)
         if latest is not None:
             hub.note_event(session_id, latest.id, latest.seq)
