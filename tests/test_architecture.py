@@ -150,3 +150,75 @@ def test_the_metis_surface_knows_aap_only_at_its_mount_point() -> None:
         "metis.aap.app",
     ]
     assert any("metis.http.routes" in direct_imports(m) for m in server)
+
+
+# ---- the surfaces reach core through the application interface only -------------------------
+
+SURFACE_PACKAGES = ("metis.server", "metis.aap", "metis.dashboard")
+# What of core a surface module may import: the application interface (which re-exports the
+# value types of its services), the domain errors, the canonical value types and the events'
+# catalog and envelope types (docs/architecture.md lists the same modules).
+PUBLIC_CORE = (
+    "metis.core",  # the package itself (importing a submodule runs it)
+    "metis.core.application",
+    "metis.core.errors",
+    "metis.core.canonical",
+    "metis.core.events",
+    "metis.core.events.catalog",
+    "metis.core.events.envelope",
+)
+# A store extension's store module defines its tables and repository on the store's own API
+# (it holds the database the application binds it to: `Application.extend_store`).
+STORE_EXTENSION_MODULES = {"metis.aap.store", "metis.server.titles"}
+STORE_EXTENSION_API = ("metis.core.store", "metis.core.store.store", "metis.core.store.tx")
+STORE_EXTENSION_API += ("metis.core.store.db",)
+# The composition root builds `Core` and hands the surfaces an `Application` (tests reach the
+# Core through `Daemon.core`).
+COMPOSITION_ROOT = {"metis.server.runner": ("metis.core.runtime",)}
+# Attributes that are core's internals whatever object they are read from.
+FORBIDDEN_ATTRIBUTES = frozenset({"db", "store", "slots", "bus", "live", "costs", "writer"})
+
+
+def _surface_modules() -> list[str]:
+    return [m for m in _modules() if _under(m, SURFACE_PACKAGES)]
+
+
+def test_surfaces_import_only_the_public_core() -> None:
+    offenders: dict[str, list[str]] = {}
+    for module in _surface_modules():
+        allowed = set(PUBLIC_CORE)
+        if module in STORE_EXTENSION_MODULES:
+            allowed.update(STORE_EXTENSION_API)
+        allowed.update(COMPOSITION_ROOT.get(module, ()))
+        bad = sorted(
+            name
+            for name in direct_imports(module)
+            if _under(name, ("metis.core",)) and name not in allowed
+        )
+        if bad:
+            offenders[module] = bad
+    assert offenders == {}
+
+
+def test_surfaces_touch_no_core_internals() -> None:
+    offenders: dict[str, list[str]] = {}
+    for module in _surface_modules():
+        if module in STORE_EXTENSION_MODULES:
+            continue
+        path = _modules()[module]
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        found = sorted(
+            f"{node.lineno}: .{node.attr}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_ATTRIBUTES
+        )
+        if found:
+            offenders[module] = found
+    assert offenders == {}
+
+
+def test_the_attribute_check_sees_a_reach_through() -> None:
+    """A sanity check of the AST walk: `state.app.db` would be found."""
+    tree = ast.parse("async def f(state):\n    return state.core.db.schema_version\n")
+    attrs = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    assert "db" in attrs & FORBIDDEN_ATTRIBUTES

@@ -15,6 +15,7 @@ from importlib.metadata import version as package_version
 from typing import Any, Literal
 
 from metis.aap.workspaces import Workspaces
+from metis.core.application import Models
 from metis.core.canonical import ToolDefinition
 
 OptionType = Literal["text", "select", "secret"]
@@ -113,16 +114,16 @@ AgentFactory = Callable[[AgentSpec], AgentSpec]
 class AgentCatalog:
     """`/meta`'s agents; `extras` derive further agents from the `metis` one."""
 
-    def __init__(self, core: Any, workspaces: Workspaces) -> None:
-        self.core = core
+    def __init__(self, models: Models, workspaces: Workspaces) -> None:
+        self.models = models
         self.workspaces = workspaces
         self.extras: list[AgentFactory] = []
 
     def model_choices(self) -> tuple[str, ...]:
-        registry = self.core.registry
+        models = self.models
         names = [AUTO]
-        for entry in registry.models():
-            if registry.is_configured(entry.id):
+        for entry in models.entries():
+            if models.is_configured(entry.id):
                 names.append(entry.aliases[0] if entry.aliases else entry.id)
         return tuple(dict.fromkeys(names))
 
@@ -153,7 +154,7 @@ class AgentCatalog:
             title="metis",
             version=metis_version(),
             description=METIS_DESCRIPTION,
-            tools=tuple(self.core.tool_registry.offered(None)),
+            tools=tuple(self.models.offered_tools()),
             options=options,
             workspace_default=default_ws,
         )

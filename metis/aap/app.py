@@ -18,7 +18,7 @@ from metis.aap import openapi, routes_v1, routes_v3
 from metis.aap.agents import AgentCatalog
 from metis.aap.cors import CorsPolicy
 from metis.aap.errors import AapError, error_response, from_domain
-from metis.aap.http import AAP_STATE_KEY, BODY_KEY, CORS_KEY, AapState
+from metis.aap.http import AAP_STATE_KEY, BODY_KEY, CORS_KEY, AapState, Host
 from metis.aap.sessions import discard_unfinished_creations
 from metis.aap.store import AapStore, extension
 from metis.aap.workspaces import Workspaces
@@ -143,7 +143,7 @@ def _sub_app(table: RouteTable, state: AapState) -> web.Application:
     return app
 
 
-def build_state(server: Any) -> AapState:
+def build_state(server: Host) -> AapState:
     settings = server.settings
     aap = settings.file.aap
     api_key = load_api_key(settings.home, settings.api_key)
@@ -159,12 +159,13 @@ def build_state(server: Any) -> AapState:
         api_key=api_key,
         cors=CorsPolicy(aap.effective_cors_origins(), lambda: loopback_origins(server.port)),
         workspaces=workspaces,
-        agents=AgentCatalog(server.core, workspaces),
-        store=AapStore(server.core.db),
+        agents=AgentCatalog(server.app.models, workspaces),
+        # the AAP tables' migration track and the start-up repair of an interrupted creation
+        # (run by Core.start before the port listens)
+        aap_store=server.app.extend_store(
+            extension(lambda: discard_unfinished_creations(state)), AapStore
+        ),
     )
-    # the AAP tables' migration track and the start-up repair of an interrupted creation
-    # (run by Core.start before the port listens)
-    server.core.store.register(extension(lambda: discard_unfinished_creations(state)))
     return state
 
 
@@ -173,7 +174,7 @@ def extend_openapi(doc: dict[str, Any], settings: Settings) -> dict[str, Any]:
     return openapi.extend(doc, settings.file.aap)
 
 
-def mount(app: web.Application, server: Any) -> AapState:
+def mount(app: web.Application, server: Host) -> AapState:
     """Add `/aap/v1` (first, so prefix resolution hands `/aap/v1/*` to v1) and `/aap`."""
     state = build_state(server)
     app.add_subapp(V1_PREFIX, _sub_app(routes_v1.routes, state))

@@ -17,8 +17,8 @@ from metis.aap.errors import AapError
 from metis.aap.store import AapSession
 from metis.aap.wire import ServerToolRef
 from metis.aap.workspaces import WorkspaceChoice, Workspaces
+from metis.core.application import Models, SurfaceToolPolicy
 from metis.core.canonical import TOOL_NAME_RE, ToolDefinition
-from metis.core.tools.policy import SurfaceToolPolicy
 
 SECRET_PLACEHOLDER = "***"
 _SCHEMA_KEYS = {3: "parameters", 1: "inputSchema"}
@@ -177,7 +177,7 @@ def merge_options(agent: AgentSpec, session: AapSession, given: Mapping[str, Any
     return OptionValues(options, secrets, None)
 
 
-def model_override(registry: Any, options: Mapping[str, str]) -> str | None:
+def model_override(models: Models, options: Mapping[str, str]) -> str | None:
     """`model` ≠ auto → the canonical id applied as every turn's per_message_override.
 
     A stored value this daemon cannot resolve any more (models.yaml changed) is treated like
@@ -186,8 +186,8 @@ def model_override(registry: Any, options: Mapping[str, str]) -> str | None:
     value = options.get("model", AUTO)
     if value == AUTO:
         return None
-    model_id = registry.resolve(value)
-    return model_id if model_id is not None and registry.is_configured(model_id) else None
+    model_id = models.resolve(value)
+    return model_id if model_id is not None and models.is_configured(model_id) else None
 
 
 # ---- rendering -----------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from metis.core import errors as core
-from metis.core.tools.base import ToolNameConflict
+from metis.core.application import ToolNameConflict
 from metis.http.errors import WireError
 from metis.http.errors import error_response as error_response
 

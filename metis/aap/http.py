@@ -5,7 +5,7 @@ computed for this request. Route tables are the kernel's (`RouteTable(tag="aap-v
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
@@ -15,7 +15,8 @@ from metis.aap.cors import CorsPolicy
 from metis.aap.errors import validation_error
 from metis.aap.store import AapStore
 from metis.aap.workspaces import Workspaces
-from metis.config import AapSettings
+from metis.config import AapSettings, Settings
+from metis.core.application import Application
 from metis.http import responses
 from metis.http.apikey import ApiKey
 
@@ -25,21 +26,31 @@ BODY_KEY = web.RequestKey("aap.body", dict)  # the parsed JSON object of a POST/
 CORS_KEY = web.RequestKey("aap.cors", dict)  # the CORS headers for this request's response
 
 
+class Host(Protocol):
+    """What the façade needs of the daemon it is mounted in (the metis surface's state):
+    the settings, the application, the bound port and the shutdown flag."""
+
+    settings: Settings
+    app: Application
+    port: int
+    shutting_down: bool
+
+
 @dataclass
 class AapState:
     """What every AAP handler needs; one instance shared by the v3 and v1 sub-apps."""
 
-    server: Any  # metis.server.state.ServerState
+    server: Host
     settings: AapSettings
     api_key: ApiKey
     cors: CorsPolicy
     workspaces: Workspaces
     agents: AgentCatalog
-    store: AapStore
+    aap_store: AapStore  # the AAP tables (metis/aap/store.py)
 
     @property
-    def core(self) -> Any:
-        return self.server.core
+    def app(self) -> Application:
+        return self.server.app
 
 
 AAP_STATE_KEY = web.AppKey("metis.aap.state", AapState)

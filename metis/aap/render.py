@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from metis.aap.mapping import render_content
+from metis.core.application import History
 from metis.core.canonical import (
     CONTENT_LIST_ADAPTER,
     TextBlock,
@@ -45,12 +46,12 @@ def stop_reason_of(event_type: str, payload: dict[str, Any]) -> str:
 class Renderer:
     def __init__(
         self,
-        core: Any,
+        history: History,
         mode: Mode,
         client_tool_names: frozenset[str],
         answered_application_ids: frozenset[str],
     ) -> None:
-        self.core = core
+        self.history = history
         self.mode = mode
         self.client_tool_names = client_tool_names
         self.application_ids: set[str] = set(answered_application_ids)
@@ -99,7 +100,7 @@ class Renderer:
         tool_use_id = payload["tool_use_id"]
         if tool_use_id in self.application_ids:
             return []
-        message = await self.core.message_store.get(payload["result_message_id"])
+        message = await self.history.message(payload["result_message_id"])
         block = message.content[0] if message is not None and message.content else None
         if not isinstance(block, ToolResultBlock):
             return []

@@ -133,7 +133,7 @@ async def create_and_run(request: web.Request) -> web.StreamResponse:
         except Exception:
             # Nothing was streamed: a refused first turn leaves no session behind (nor, as
             # the block fails, a scratch directory created for it).
-            await state.core.sessions.purge(session.session_id)
+            await state.app.sessions.purge(session.session_id)
             raise
 
 

@@ -107,7 +107,7 @@ async def delete_session(request: web.Request) -> web.Response:
     """Delete the session and all its history (a metis purge)."""
     state = state_of(request)
     session = await sessions.require(state, request.match_info["session_id"])
-    await state.core.sessions.purge(session.session_id)
+    await state.app.sessions.purge(session.session_id)
     return no_content(request)
 
 

@@ -16,17 +16,19 @@ from typing import Any
 
 from metis.aap.agents import HISTORY_TYPES, AgentSpec
 from metis.aap.config import (
+    application_tools,
     check_agent_tools,
     check_client_tools,
     create_options,
     session_info,
+    surface_policy,
 )
 from metis.aap.errors import AapError
-from metis.aap.history import compacted_view
 from metis.aap.http import AapState
 from metis.aap.mapping import parse_content, render_history
 from metis.aap.store import AapSession, AapWrites, Form
 from metis.aap.wire import AgentConfig, SeedMessage, SystemMessage, ToolMessage, UserMessage
+from metis.core.application import Transaction
 from metis.core.canonical import (
     Message,
     MessageMetadata,
@@ -163,12 +165,9 @@ async def discard_unfinished_creations(state: AapState) -> int:
     Creation is two commits (docs/decisions.md); a crash between them leaves a bare session
     that AAP cannot see (404) and metis cannot drive (409 surface_mismatch). Its client never
     got a 201, so nothing acknowledged is lost."""
-    core = state.core
-    session_ids = await state.store.unfinished_creations()
+    session_ids = await state.aap_store.unfinished_creations()
     for session_id in session_ids:
-        await core.session_store.purge(session_id)
-        core.bus.forget_stream(session_id)
-        core.costs.forget_session(session_id)
+        await state.app.sessions.discard(session_id)
         log.warning("discarded AAP session %s: a crash interrupted its creation", session_id)
     return len(session_ids)
 
@@ -181,8 +180,8 @@ async def commit_session(state: AapState, draft: SessionDraft, workspace: str) -
     against the AAP roots, which core applies instead of the metis setting
     `allowed_workspace_roots`.
     """
-    core = state.core
-    view = await core.sessions.create(
+    sessions = state.app.sessions
+    view = await sessions.create(
         workspace, None, surface="aap", allowed_roots=state.workspaces.roots()
     )
     stamp = view.row.created_at_us
@@ -202,17 +201,18 @@ async def commit_session(state: AapState, draft: SessionDraft, workspace: str) -
         messages.append(message)
         if form is not None:
             forms.append((message.id, form))
+
+    def surface_writes(tx: Transaction, seeded: list[Message]) -> None:
+        aap = tx.using(AapWrites)
+        aap.insert(session)
+        aap.insert_forms(view.id, forms)
+
     try:
-        async with core.store.transaction() as tx:
-            aap = tx.using(AapWrites)
-            aap.insert(session)
-            tx.messages.insert(*messages)
-            aap.insert_forms(view.id, forms)
+        await sessions.import_messages(view.id, messages, surface_writes)
     except BaseException:
         log.exception("storing the AAP configuration of %s failed; purging it", view.id)
-        await core.sessions.purge(view.id)
+        await sessions.purge(view.id)
         raise
-    core.live.committed(view.id, *messages)
     return session
 
 
@@ -221,7 +221,7 @@ async def commit_session(state: AapState, draft: SessionDraft, workspace: str) -
 
 async def require(state: AapState, session_id: str) -> AapSession:
     """The AAP session, or 404 (unknown, purged, or a metis-surface session)."""
-    session = await state.store.get(session_id) if session_id.startswith("sess_") else None
+    session = await state.aap_store.get(session_id) if session_id.startswith("sess_") else None
     if session is None:
         raise AapError("session_not_found", f"session {session_id} not found")
     return session
@@ -253,7 +253,7 @@ def decode_cursor(cursor: str) -> tuple[int, str]:
 
 async def page(state: AapState, after: str | None) -> tuple[list[AapSession], str | None]:
     position = decode_cursor(after) if after else None
-    sessions, more = await state.store.page(position, state.settings.page_size)
+    sessions, more = await state.aap_store.page(position, state.settings.page_size)
     return sessions, encode_cursor(sessions[-1]) if more and sessions else None
 
 
@@ -261,12 +261,22 @@ async def history(
     state: AapState, session: AapSession, kinds: Sequence[str]
 ) -> dict[str, list[dict[str, Any]]]:
     """`{"compacted": [...], "full": [...]}` for the requested kinds, in the AAP content form."""
-    core = state.core
-    full = await core.message_store.all_for_session(session.session_id)
-    forms = await state.store.forms(session.session_id)
+    history = state.app.history
+    full = await history.all_messages(session.session_id)
+    forms = await state.aap_store.forms(session.session_id)
     out: dict[str, list[dict[str, Any]]] = {}
     for kind in kinds:
-        messages = full if kind == "full" else await compacted_view(core, session, full)
+        messages = (
+            full
+            if kind == "full"
+            else await history.context_view(
+                session.session_id,
+                session.workspace_path,
+                full,
+                surface_policy=surface_policy(session.agent_tools),
+                application_tools=application_tools(session),
+            )
+        )
         out[kind] = render_history(messages, forms)
     return out
 

@@ -18,11 +18,12 @@ from typing import Any
 
 from aiohttp import web
 
+from metis.aap.http import AapState
 from metis.aap.mapping import render_history
 from metis.aap.render import TERMINAL, TOOL_OUTCOMES, Renderer, stop_reason_of
 from metis.aap.sse import ClientGone, SseWriter
+from metis.core.application import Application, CloseMarker, HubClient, TurnAccepted
 from metis.core.events.envelope import AnyEvent
-from metis.core.events.hub import CloseMarker, HubClient
 from metis.http.jsontext import dumps
 
 log = logging.getLogger(__name__)
@@ -32,28 +33,23 @@ RELEASE_WAIT_S = 30.0
 _SSE_TYPES = (
     frozenset({"text.delta", "thinking.delta", "message.complete"}) | TOOL_OUTCOMES | TERMINAL
 )
-_background: set[asyncio.Task[Any]] = set()
 
 
-def cancel_turn(core: Any, session_id: str, turn_id: str | None, reason: str) -> None:
-    """Synchronous cancel request (safe from hub callbacks); repeats are no-ops."""
-    slot = core.slots.get(session_id)
-    if turn_id is None or slot is None or slot.turn_id != turn_id:
-        return
-    if core.turns.request_cancel(slot, reason):
-        task = asyncio.get_running_loop().create_task(core.broker.withdraw_turn(turn_id))
-        _background.add(task)
-        task.add_done_callback(_background.discard)
+def cancel_turn(app: Application, session_id: str, turn_id: str | None) -> None:
+    """Nobody reads the turn any more: a synchronous cancel request (safe from hub
+    callbacks) with reason `client_disconnect`; repeats are no-ops."""
+    app.turns.cancel_soon(session_id, turn_id, "client_disconnect")
 
 
 class Subscription:
     """A bounded, lossless view of the session channel for one response."""
 
-    def __init__(self, core: Any, session_id: str, limit: int, types: frozenset[str]) -> None:
-        self.core = core
+    def __init__(
+        self, app: Application, session_id: str, limit: int, types: frozenset[str]
+    ) -> None:
+        self.app = app
         self.session_id = session_id
         self.turn_id: str | None = None
-        self.slot: Any = None
         self.overflowed = False
         self.client = HubClient(
             session_id,
@@ -62,12 +58,12 @@ class Subscription:
             on_overflow=self._overflow,
             name="aap",
         )
-        core.hub.attach(self.client)
+        app.streams.attach(self.client)
 
     def _overflow(self) -> None:
         self.overflowed = True
         self.client.wake.set()
-        cancel_turn(self.core, self.session_id, self.turn_id, "client_disconnect")
+        cancel_turn(self.app, self.session_id, self.turn_id)
 
     async def next(self, timeout: float) -> AnyEvent | CloseMarker | None:
         if self.client.queue:
@@ -82,17 +78,16 @@ class Subscription:
             return None
 
     def close(self) -> None:
-        self.core.hub.detach(self.client)
+        self.app.streams.detach(self.client)
         self.client.closed.set()
 
     async def settled(self) -> None:
         """After the terminal event: wait until the turn's events are flushed and its slot
         released, so whatever the client does next sees the turn's final state."""
-        if self.slot is not None:
-            try:
-                await asyncio.wait_for(self.slot.released.wait(), RELEASE_WAIT_S)
-            except TimeoutError:
-                log.warning("turn %s did not release its slot in time", self.turn_id)
+        if self.turn_id is None:
+            return
+        if not await self.app.turns.settled(self.session_id, self.turn_id, RELEASE_WAIT_S):
+            log.warning("turn %s did not release its slot in time", self.turn_id)
 
 
 @dataclass(frozen=True)
@@ -101,7 +96,7 @@ class TurnPlan:
 
     session_id: str
     mode: str
-    start: Callable[[], Awaitable[Any]]
+    start: Callable[[], Awaitable[TurnAccepted]]
     renderer: Renderer
     answered_application_ids: frozenset[str]
     cors_headers: dict[str, str]
@@ -109,41 +104,39 @@ class TurnPlan:
     status_json: int = 200
 
 
-async def respond(request: web.Request, state: Any, plan: TurnPlan) -> web.StreamResponse:
+async def respond(request: web.Request, state: AapState, plan: TurnPlan) -> web.StreamResponse:
     """Subscribe, start the turn (errors before this point are plain JSON errors), relay it."""
-    core = state.core
+    app = state.app
     settings = state.settings
     types = TERMINAL if plan.mode == "none" else _SSE_TYPES
-    sub = Subscription(core, plan.session_id, settings.stream_queue_limit, types)
+    sub = Subscription(app, plan.session_id, settings.stream_queue_limit, types)
     try:
         accepted = await plan.start()
     except BaseException:
         sub.close()
         raise
     sub.turn_id = accepted.turn_id
-    slot = core.slots.get(plan.session_id)
-    sub.slot = slot if slot is not None and slot.turn_id == accepted.turn_id else None
     try:
         if plan.mode == "none":
             return await _respond_json(request, state, plan, sub)
         return await _respond_sse(request, state, plan, sub)
     except asyncio.CancelledError:
         # The server dropped the handler (connection lost, shutdown): nobody reads the turn.
-        cancel_turn(core, plan.session_id, accepted.turn_id, "client_disconnect")
+        cancel_turn(app, plan.session_id, accepted.turn_id)
         raise
     finally:
         sub.close()
 
 
 async def _respond_json(
-    request: web.Request, state: Any, plan: TurnPlan, sub: Subscription
+    request: web.Request, state: AapState, plan: TurnPlan, sub: Subscription
 ) -> web.StreamResponse:
-    core, turn_id = state.core, sub.turn_id
+    app, turn_id = state.app, sub.turn_id
     stop: str | None = None
     while stop is None:
         transport = request.transport
         if transport is None or transport.is_closing():
-            cancel_turn(core, plan.session_id, turn_id, "client_disconnect")
+            cancel_turn(app, plan.session_id, turn_id)
             return web.Response(status=204)  # nobody reads it
         item = await sub.next(POLL_S)
         if item is None:
@@ -158,16 +151,16 @@ async def _respond_json(
         body["sessionId"] = plan.session_start
     body["stopReason"] = stop
     body["messages"] = await turn_messages(
-        core, plan.session_id, turn_id, plan.answered_application_ids
+        app, plan.session_id, turn_id, plan.answered_application_ids
     )
     return web.json_response(body, status=plan.status_json, headers=plan.cors_headers, dumps=dumps)
 
 
 async def turn_messages(
-    core: Any, session_id: str, turn_id: str | None, client_ids: frozenset[str]
+    app: Application, session_id: str, turn_id: str | None, client_ids: frozenset[str]
 ) -> list[dict[str, Any]]:
     """What this turn appended, in storage order, minus the client's own inputs."""
-    messages = await core.message_store.of_turn(session_id, turn_id)
+    messages = await app.history.turn_messages(session_id, turn_id)
     kept = [
         m
         for m in messages
@@ -177,9 +170,9 @@ async def turn_messages(
 
 
 async def _respond_sse(
-    request: web.Request, state: Any, plan: TurnPlan, sub: Subscription
+    request: web.Request, state: AapState, plan: TurnPlan, sub: Subscription
 ) -> web.StreamResponse:
-    core, turn_id = state.core, sub.turn_id
+    app, turn_id = state.app, sub.turn_id
     settings = state.settings
     writer = SseWriter(request, plan.cors_headers)
     stop: str | None = None
@@ -213,15 +206,15 @@ async def _respond_sse(
                     last = time.monotonic()
     except ClientGone:
         gone = True
-        cancel_turn(core, plan.session_id, turn_id, "client_disconnect")
+        cancel_turn(app, plan.session_id, turn_id)
     except Exception:
         log.exception("rendering turn %s failed; cancelling it", turn_id)
-        cancel_turn(core, plan.session_id, turn_id, "client_disconnect")
+        cancel_turn(app, plan.session_id, turn_id)
     if not gone:
         await sub.settled()
         try:
             await writer.event("turn_stop", {"stopReason": stop or "error"})
         except ClientGone:
-            cancel_turn(core, plan.session_id, turn_id, "client_disconnect")
+            cancel_turn(app, plan.session_id, turn_id)
         await writer.finish()
     return writer.response

@@ -3,14 +3,15 @@
 A turn request carries either one `user` message or the answers to the session's pending tool
 calls (`tool` results for client tools, `tool_permission`s for untrusted server tools), plus
 optional overrides of the session's agent tools, options and client tools. Everything is
-checked before core is called, in a fixed order (overrides, then the answers against
-the pending calls, then content); core then checks the answers again, claims the turn slot,
-routes, and commits overrides, inputs and the turn row in one transaction.
+checked before the turn is submitted, in a fixed order (overrides, then the answers against
+the pending calls by id and kind — a core check — then content); core then matches the answers
+with their content, claims the turn slot, routes, and commits overrides, inputs and the turn
+row in one transaction. The turn is a `SuspendingTurn`: AAP's strategy for core's turn
+pipeline.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -30,10 +31,16 @@ from metis.aap.render import Renderer
 from metis.aap.store import AapSession, AapWrites, Form
 from metis.aap.stream import TurnPlan
 from metis.aap.wire import AgentOverride, ToolMessage, ToolPermissionMessage, UserMessage
+from metis.core.application import (
+    Answer,
+    ApplicationResult,
+    PermissionAnswer,
+    SuspendingTurn,
+    Transaction,
+    TurnAccepted,
+    TurnRequest,
+)
 from metis.core.canonical import Message, now_us
-from metis.core.errors import InvalidContent
-from metis.core.resume import Answer, ApplicationResult, PermissionAnswer, prepare_resolution
-from metis.core.store.tx import Transaction
 
 
 @dataclass(frozen=True)
@@ -70,14 +77,9 @@ def check_shape(messages: Sequence[Any]) -> None:
 async def check_answers(state: AapState, session_id: str, messages: Sequence[Any]) -> None:
     """The answers are judged against the pending calls before any content.
 
-    Only ids and kinds are judged here (the results stand in without content, so core's
-    content error for them is expected and ignored); core judges everything again, with the
-    parsed content, at acceptance. While a turn holds the session's slot its calls are not
-    settled (their rows are flushed at release): that judgement is left to core, which waits.
+    Only ids and kinds are judged here (`TurnService.check_answers`); the content is judged
+    at acceptance, once parsed.
     """
-    core = state.core
-    if core.slots.get(session_id) is not None:
-        return
     answers: list[Answer] | None = None
     if not isinstance(messages[0], UserMessage):
         answers = [
@@ -86,10 +88,7 @@ async def check_answers(state: AapState, session_id: str, messages: Sequence[Any
             else ApplicationResult(m.tool_call_id, ())
             for m in messages
         ]
-    with contextlib.suppress(InvalidContent):
-        await prepare_resolution(
-            core.store, session_id, answers, max_image_bytes=state.settings.max_image_bytes
-        )
+    await state.app.turns.check_answers(session_id, answers)
 
 
 def parse_turn_messages(messages: Sequence[Any], max_image_bytes: int) -> TurnInput:
@@ -167,7 +166,7 @@ def plan_turn(
     session_start: str | None = None,
     status_json: int = 200,
 ) -> TurnPlan:
-    core = state.core
+    app = state.app
     session, turn_input = prepared.session, prepared.input
 
     def surface_writes(tx: Transaction, inputs: list[Message]) -> None:
@@ -182,23 +181,21 @@ def plan_turn(
                 forms.append((message.id, turn_input.answer_forms[message.metadata.tool_use_id]))
         aap.insert_forms(session.session_id, forms)
 
-    async def start() -> Any:
-        return await core.turns.submit(
-            session.session_id,
-            turn_input.content,
-            model_override(core.registry, session.options),
-            surface="aap",
-            confirmation_policy="suspend",
-            surface_policy=surface_policy(session.agent_tools),
-            application_tools=application_tools(session),
-            override_strict=False,
-            resolution=turn_input.answers,
-            alias_prefix=False,
-            surface_writes=surface_writes,
+    async def start() -> TurnAccepted:
+        return await app.turns.submit(
+            TurnRequest(
+                session.session_id,
+                turn_input.content,
+                model_override(app.models, session.options),
+                surface="aap",
+                surface_policy=surface_policy(session.agent_tools),
+                application_tools=application_tools(session),
+                strategy=SuspendingTurn(turn_input.answers, surface_writes),
+            )
         )
 
     renderer = Renderer(
-        core,
+        app.history,
         "message" if mode == "message" else "delta",
         frozenset(t["name"] for t in session.client_tools),
         turn_input.application_ids,

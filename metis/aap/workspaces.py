@@ -18,8 +18,8 @@ from pathlib import Path
 
 from metis.aap.errors import AapError
 from metis.config import AapSettings
+from metis.core.application import expand_workspace
 from metis.core.errors import WorkspaceInvalid
-from metis.core.sessions import expand_workspace
 
 BARE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 

@@ -12,9 +12,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from metis.core.canonical import (
     Message,
@@ -31,10 +31,11 @@ from metis.core.canonical import (
     redact,
 )
 from metis.core.context import SYSTEM_PROMPT, assemble, compact, workspace_facts
+from metis.core.environment import TurnEnvironment
 from metis.core.instructions import ProjectInstructions
 from metis.core.live import LiveSession
 from metis.core.model_types import ModelEntry
-from metis.core.providers.base import LLMRequest, MessageComplete
+from metis.core.providers.base import LLMRequest, MessageComplete, StreamEvent
 from metis.core.providers.errors import ProviderError
 from metis.core.registry import ModelRegistry
 from metis.core.resume import Resolution, close_unanswered, run_resolution
@@ -43,8 +44,9 @@ from metis.core.routing.context import estimate_input_tokens
 from metis.core.routing.engine import RouteDecision
 from metis.core.slots import TurnSlot
 from metis.core.store.messages import NewToolCall
-from metis.core.tools.dispatcher import TurnTools, input_fingerprint
+from metis.core.tools.dispatcher import ConfirmationPolicy, TurnTools, input_fingerprint
 from metis.core.tools.policy import SurfaceToolPolicy
+from metis.core.turn_control import request_cancel
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +66,7 @@ class TurnRun:
     decision: RouteDecision
     turn_started_event_id: str
     route_event_id: str
-    confirmation_policy: str = "wait"
+    confirmation_policy: ConfirmationPolicy = "wait"
     surface_policy: SurfaceToolPolicy | None = None
     application_tools: dict[str, ToolDefinition] = field(default_factory=dict)
     started_monotonic: float = field(default_factory=time.monotonic)
@@ -146,8 +148,8 @@ class _Hooks:
 
 
 class TurnRunner:
-    def __init__(self, core: Any, run: TurnRun) -> None:
-        self.core = core
+    def __init__(self, env: TurnEnvironment, run: TurnRun) -> None:
+        self.env = env
         self.run = run
         self.last_llm_event_id: str = run.route_event_id
         self._locked = False  # a token streamed or a tool ran: no more failover
@@ -158,7 +160,7 @@ class TurnRunner:
     # -- event helpers ------------------------------------------------------------------------
 
     def emit(self, event_type: str, payload: Any, *, actor: str, parent: str | None) -> str | None:
-        event = self.core.bus.emit(
+        event = self.env.bus.emit(
             self.run.session_id,
             event_type,
             payload,
@@ -176,7 +178,7 @@ class TurnRunner:
     def emit_call_failed(
         self, hooks: _Hooks, error: ProviderError, *, will_retry: bool, usage: Usage | None = None
     ) -> None:
-        usage = usage or Usage(pricing_version=self.core.registry.pricing_version)
+        usage = usage or Usage(pricing_version=self.env.registry.pricing_version)
         self.emit_llm(
             "llm.call_failed",
             {
@@ -204,8 +206,10 @@ class TurnRunner:
 
     # -- the loop -----------------------------------------------------------------------------
 
-    async def __call__(self) -> None:
-        limit = self.core.settings.limits.turn_timeout_s
+    async def __call__(self) -> str:
+        """Run the turn to its terminal event; returns its outcome (completed, cancelled,
+        failed). Releasing the slot is the caller's (TurnService), once this returns."""
+        limit = self.env.settings.limits.turn_timeout_s
         timer = (
             asyncio.get_running_loop().call_later(limit, self._time_out)
             if limit is not None
@@ -225,11 +229,11 @@ class TurnRunner:
         finally:
             if timer is not None:
                 timer.cancel()
-            await self.core.turns.release(self.run)
+        return self.run.slot.outcome or "failed"
 
     def _time_out(self) -> None:
         """The configured turn time limit: the same cancel path as a user's, reason `timeout`."""
-        if self.core.turns.request_cancel(self.run.slot, "timeout"):
+        if request_cancel(self.run.slot, "timeout"):
             log.warning("turn %s reached its time limit; cancelling", self.run.turn_id)
 
     def _cancelled(self) -> bool:
@@ -240,18 +244,18 @@ class TurnRunner:
         assert model is not None
         fallbacks = list(self.run.decision.fallbacks)
         calls = 0
-        dispatcher = self.core.dispatcher
+        dispatcher = self.env.dispatcher
         offered = dispatcher.offered(
             self.run.surface_policy, list(self.run.application_tools.values())
         )
-        limit = self.core.settings.limits.max_llm_calls_per_turn
-        self.instructions = await self.core.instructions.for_turn(
+        limit = self.env.settings.limits.max_llm_calls_per_turn
+        self.instructions = await self.env.instructions.for_turn(
             self.run.session_id, self.run.turn_id, self.run.workspace, self.run.route_event_id
         )
         if self.run.resolution is not None:  # suspend/resume: answers first, then the loop
-            await run_resolution(self.core, self.run)
+            await run_resolution(self.env, self.run)
             # a granted call that ran (`tool.called`) locks the model
-            self._locked = self.core.costs.turn(self.run.turn_id).tool_call_count > 0
+            self._locked = self.env.costs.turn(self.run.turn_id).tool_call_count > 0
         while True:
             if self._cancelled():
                 return self._end_cancelled()
@@ -265,12 +269,13 @@ class TurnRunner:
                     },
                 )
             calls += 1
-            entry = self.core.registry.get(model)
+            entry = self.env.registry.get(model)
+            assert entry is not None, "routing chooses configured models only"
             outcome = await self._call(entry, offered)
             if isinstance(outcome, ProviderError):
                 if outcome.error_class == "cancelled" or self._cancelled():
                     return self._end_cancelled()
-                self.core.availability.record_failure(
+                self.env.availability.record_failure(
                     model,
                     outcome.error_class,
                     http_status=outcome.http_status,
@@ -292,7 +297,7 @@ class TurnRunner:
                     {
                         "reason": "provider_error",
                         "error_class": outcome.error_class,
-                        "message": redact(failure_message(self.core.registry, outcome), limit=2000),
+                        "message": redact(failure_message(self.env.registry, outcome), limit=2000),
                     },
                 )
             message, complete = outcome
@@ -302,7 +307,7 @@ class TurnRunner:
             tool_uses = [b for b in message.content if isinstance(b, ToolUseBlock)]
             if complete.stop_reason != "tool_use":  # its tool uses are answered, never run
                 await close_unanswered(
-                    self.core,
+                    self.env,
                     self.run.session_id,
                     self.run.turn_id,
                     tool_uses,
@@ -318,8 +323,8 @@ class TurnRunner:
                 session_id=self.run.session_id,
                 turn_id=self.run.turn_id,
                 workspace=self.run.workspace,
-                sandbox=self.core.sandbox_for(self.run.workspace),
-                confirmation_policy=self.run.confirmation_policy,  # type: ignore[arg-type]
+                sandbox=self.env.sandbox_for(self.run.workspace),
+                confirmation_policy=self.run.confirmation_policy,
                 cancel=self.run.slot.cancel_event,
                 surface_policy=self.run.surface_policy,
                 application_tools=self.run.application_tools,
@@ -330,7 +335,7 @@ class TurnRunner:
             if self._cancelled():
                 if batch.suspended_ids:  # suspend/resume: nothing stays pending after a cancel
                     parked = [b for b in tool_uses if b.id in set(batch.suspended_ids)]
-                    await close_unanswered(self.core, self.run.session_id, self.run.turn_id, parked)
+                    await close_unanswered(self.env, self.run.session_id, self.run.turn_id, parked)
                 return self._end_cancelled()
             if batch.suspended_ids:
                 return self._end(
@@ -345,8 +350,8 @@ class TurnRunner:
         while fallbacks:
             candidate = fallbacks.pop(0)
             if (
-                self.core.registry.is_configured(candidate)
-                and self.core.availability.unavailable_scope(candidate) is None
+                self.env.registry.is_configured(candidate)
+                and self.env.availability.unavailable_scope(candidate) is None
             ):
                 return candidate
         return None
@@ -356,7 +361,7 @@ class TurnRunner:
     ) -> tuple[Message, MessageComplete] | ProviderError:
         """One logical LLM call; returns the committed assistant message or the error."""
         caps = entry.capabilities
-        max_out = min(caps.max_output_tokens, self.core.settings.limits.max_output_tokens_per_call)
+        max_out = min(caps.max_output_tokens, self.env.settings.limits.max_output_tokens_per_call)
         volatile = workspace_facts(self.run.workspace)
         # the project's instructions change rarely: they belong to the cached (stable) part
         stable = with_project_instructions(
@@ -393,10 +398,13 @@ class TurnRunner:
         complete: MessageComplete | None = None
         self.partial_error = None
         try:
-            async with contextlib.aclosing(
-                self.core.registry.adapter_for(entry.id).stream(request)
-            ) as stream:
-                hub = self.core.hub
+            # adapters' streams are async generators (they can be closed early)
+            events = cast(
+                AsyncGenerator[StreamEvent, None],
+                self.env.registry.adapter_for(entry.id).stream(request),
+            )
+            async with contextlib.aclosing(events) as stream:
+                hub = self.env.hub
                 async for event in stream:
                     if hub.pressed:  # a live client's queue is filling: let it catch up
                         await hub.make_room(self.run.session_id)
@@ -407,7 +415,7 @@ class TurnRunner:
                         self._emit_complete(event, entry)
                     else:
                         self._locked = True
-                        self.core.bus.emit_transient(
+                        self.env.bus.emit_transient(
                             self.run.session_id,
                             event.type,
                             event.payload(),
@@ -428,7 +436,7 @@ class TurnRunner:
             )
             return message, complete
         message = await self.commit_assistant(entry, complete, "complete")
-        self.core.availability.record_success(entry.id)
+        self.env.availability.record_success(entry.id)
         usage = self.price(entry, complete)
         self.emit_llm(
             "llm.call_completed",
@@ -470,7 +478,7 @@ class TurnRunner:
             cache_write_tokens=tokens.cache_write_tokens,
             output_tokens=tokens.output_tokens,
             cost_usd=compute_cost(tokens, entry.pricing),
-            pricing_version=self.core.registry.pricing_version,
+            pricing_version=self.env.registry.pricing_version,
             latency_ms=complete.latency_ms,
             estimated=tokens.estimated,
         )
@@ -483,7 +491,7 @@ class TurnRunner:
             and self.run.slot.status == "in_flight"
         ):
             self.run.slot.status = "completing"  # from here a cancel loses
-        self.core.bus.emit_transient(
+        self.env.bus.emit_transient(
             self.run.session_id,
             "message.complete",
             {
@@ -530,7 +538,7 @@ class TurnRunner:
             if isinstance(block, ToolUseBlock):
                 definition = self.run.application_tools.get(block.name)
                 registered = (
-                    self.core.dispatcher.registry.get(block.name) if definition is None else None
+                    self.env.dispatcher.registry.get(block.name) if definition is None else None
                 )
                 side_effects = definition or (registered.definition if registered else None)
                 sha, _ = input_fingerprint(block.input)
@@ -548,7 +556,7 @@ class TurnRunner:
                         created_at_us=message.created_at_us,
                     )
                 )
-        await self.core.commit_messages(self.run.session_id, [message], tool_calls)
+        await self.env.commit_messages(self.run.session_id, [message], tool_calls)
         return message
 
     # -- endings ------------------------------------------------------------------------------
@@ -562,7 +570,7 @@ class TurnRunner:
         if self.run.slot.terminal_emitted:
             return
         wall_ms = int((time.monotonic() - self.run.started_monotonic) * 1000)
-        totals = self.core.costs.end_turn(self.run.turn_id).turn_payload(wall_ms)
+        totals = self.env.costs.end_turn(self.run.turn_id).turn_payload(wall_ms)
         default_actor = "agent" if event_type == "turn.completed" else "system"
         self.run.slot.outcome = event_type.removeprefix("turn.")
         self.emit(

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from metis.core.canonical import (
     ImageBlock,
@@ -43,7 +43,10 @@ from metis.core.canonical import (
     content_errors,
     now_us,
 )
+from metis.core.confirmations import Decision
 from metis.core.errors import InvalidContent, InvalidResolution, PendingToolCalls
+from metis.core.registry import ModelRegistry
+from metis.core.routing.alias import OverrideResolution, resolve_override
 from metis.core.store.sessions import NewTurn
 from metis.core.store.store import Store
 from metis.core.store.tx import Transaction
@@ -55,6 +58,10 @@ from metis.core.tools.results import (
     tool_result_message,
     user_denied_text,
 )
+
+if TYPE_CHECKING:  # the runner imports this module
+    from metis.core.agent import TurnRun
+    from metis.core.environment import TurnEnvironment
 
 log = logging.getLogger(__name__)
 
@@ -161,9 +168,7 @@ def _answer_json(answer: Answer) -> dict[str, Any]:
     }
 
 
-def match_answers(
-    pending: Sequence[PendingCall], answers: Sequence[Answer], *, max_image_bytes: int
-) -> ResolutionPlan:
+def _match_ids(pending: Sequence[PendingCall], answers: Sequence[Answer]) -> dict[str, Answer]:
     """Every pending call answered exactly once with the right kind, else `InvalidResolution`."""
     by_id = {p.tool_use_id: p for p in pending}
     seen: dict[str, Answer] = {}
@@ -190,6 +195,14 @@ def match_answers(
         raise InvalidResolution(
             missing=missing, unknown=unknown, duplicate=duplicate, wrong_kind=wrong_kind
         )
+    return seen
+
+
+def match_answers(
+    pending: Sequence[PendingCall], answers: Sequence[Answer], *, max_image_bytes: int
+) -> ResolutionPlan:
+    """The answers matched to the pending calls (`_match_ids`), with valid content."""
+    seen = _match_ids(pending, answers)
     errors: list[dict[str, Any]] = []
     for call in pending:
         answer = seen[call.tool_use_id]
@@ -338,19 +351,20 @@ async def _called_event_ids(store: Store, turn_id: str) -> dict[str, str]:
     return {cast(str, e.payload.get("tool_use_id")): e.id for e in events}
 
 
-async def run_resolution(core: Any, run: Any) -> None:
+async def run_resolution(env: TurnEnvironment, run: TurnRun) -> None:
     """Announce every answer in tool_use order, then execute the grants.
 
     `run` is the resolution turn's `TurnRun`; events carry its turn id.
     """
-    resolution: Resolution = run.resolution
+    resolution = run.resolution
+    assert resolution is not None
     session_id, turn_id = run.session_id, run.turn_id
-    bus, dispatcher = core.bus, core.dispatcher
+    bus, dispatcher = env.bus, env.dispatcher
     blocks = _blocks_by_id(run.live.history, {a.call.message_id for a in resolution.accepted})
     called: dict[str, str] = {}
     if any(a.call.kind == "application" for a in resolution.accepted):
-        await core.flush()
-        called = await _called_event_ids(core.store, resolution.resumes_turn_id)
+        await env.flush()
+        called = await _called_event_ids(env.store, resolution.resumes_turn_id)
     grants: list[tuple[ToolUseBlock, str | None]] = []
     for item in resolution.accepted:
         call, answer = item.call, item.answer
@@ -368,7 +382,7 @@ async def run_resolution(core: Any, run: Any) -> None:
                 called.get(call.tool_use_id),
             )
             continue
-        decision = "allow" if answer.granted else "deny"
+        decision: Decision = "allow" if answer.granted else "deny"
         resolved = bus.emit(
             session_id,
             "tool.confirmation_resolved",
@@ -385,7 +399,7 @@ async def run_resolution(core: Any, run: Any) -> None:
             parent_event_id=call.requested_event_id,
         )
         if call.confirmation_id is not None:
-            core.broker.settle_suspended(call.confirmation_id, decision)
+            env.broker.settle_suspended(call.confirmation_id, decision)
         resolved_id = resolved.id if resolved else None
         if answer.granted:
             grants.append((block, resolved_id))
@@ -400,7 +414,7 @@ async def run_resolution(core: Any, run: Any) -> None:
         session_id=session_id,
         turn_id=turn_id,
         workspace=run.workspace,
-        sandbox=core.sandbox_for(run.workspace),
+        sandbox=env.sandbox_for(run.workspace),
         confirmation_policy="suspend",
         cancel=run.slot.cancel_event,
         surface_policy=run.surface_policy,
@@ -410,7 +424,7 @@ async def run_resolution(core: Any, run: Any) -> None:
 
 
 async def close_unanswered(
-    core: Any,
+    env: TurnEnvironment,
     session_id: str,
     turn_id: str,
     tool_uses: Sequence[ToolUseBlock],
@@ -420,9 +434,56 @@ async def close_unanswered(
     otherwise the next turn would be refused for pending calls, and providers reject a history
     with a call and no result. Open requests are withdrawn; each call gets a stored
     `Tool call cancelled` and its `tool.failed{cancelled}`, which also closes its row."""
-    await core.broker.withdraw_turn(turn_id)
-    dispatcher = core.dispatcher
+    await env.broker.withdraw_turn(turn_id)
+    dispatcher = env.dispatcher
     for block in tool_uses:
         outcome = failed("cancelled", cancelled_text())
         message = await dispatcher.store_result(session_id, turn_id, block.id, outcome)
         dispatcher.emit_outcome(session_id, turn_id, block, outcome, message.id, parent_event_id)
+
+
+# ---------------------------------------------------------------------------------------------
+# The suspending turn strategy (what the AAP façade supplies to `TurnService.submit`)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SuspendingTurn:
+    """A turn whose confirmations and application tool calls suspend it: the answers come
+    back as the next turn's request (`answers`), matched against the pending calls before
+    anything is written. The user's text is stored verbatim (the model choice comes from the
+    request's override field only, and an unavailable override falls back to routing), and
+    `surface_writes` adds the surface's own rows to the acceptance transaction."""
+
+    answers: Sequence[Answer] | None = None
+    surface_writes: SurfaceWrites | None = None
+    confirmation_policy: Literal["suspend"] = "suspend"
+    override_strict: bool = False
+
+    def override(
+        self, blocks: list[Any], registry: ModelRegistry, field: str | None
+    ) -> OverrideResolution:
+        return OverrideResolution(blocks, resolve_override([], registry, field=field).override)
+
+    async def plan(
+        self, store: Store, session_id: str, *, max_image_bytes: int
+    ) -> ResolutionPlan | None:
+        return await prepare_resolution(
+            store, session_id, self.answers, max_image_bytes=max_image_bytes
+        )
+
+    def writes(self, tx: Transaction, inputs: list[Message]) -> None:
+        if self.surface_writes is not None:
+            self.surface_writes(tx, inputs)
+
+
+async def check_answer_ids(store: Store, session_id: str, answers: Sequence[Answer] | None) -> None:
+    """The pending calls judged by id and kind only, before a surface parses the answers'
+    content (the AAP contract's order: overrides, then the answers, then content). The
+    content is judged once, at acceptance (`match_answers`)."""
+    pending = await load_pending(store, session_id)
+    if answers is None:
+        if pending:
+            raise PendingToolCalls([p.tool_use_id for p in pending])
+        return
+    _match_ids(pending, answers)

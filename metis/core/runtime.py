@@ -15,6 +15,7 @@ from typing import Any
 from metis.config import Settings
 from metis.core.canonical import Message, now_us
 from metis.core.confirmations import ConfirmationBroker
+from metis.core.environment import TurnEnvironment
 from metis.core.events.bus import EventBus
 from metis.core.events.catalog import SYSTEM_STREAM
 from metis.core.events.costs import CostAccumulator
@@ -40,6 +41,7 @@ from metis.core.tools.mcp.manager import McpManager
 from metis.core.tools.registry import ToolRegistry
 from metis.core.tools.sandbox import Sandbox
 from metis.core.tools.settings import check_env_passthrough, limits_from_settings
+from metis.core.turn_control import TurnControl
 from metis.core.turns import TurnService
 
 log = logging.getLogger(__name__)
@@ -114,8 +116,32 @@ class Core:
             ledger=self.shell_groups,
             log_dir=settings.home / "logs" / "mcp",
         )
-        self.sessions = SessionService(self)
-        self.turns = TurnService(self)
+        # the typed collaborators of the session and turn services (no service holds Core)
+        self.env = TurnEnvironment(
+            settings=settings,
+            store=self.store,
+            bus=self.bus,
+            costs=self.costs,
+            hub=self.hub,
+            live=self.live,
+            registry=self.registry,
+            availability=self.availability,
+            dispatcher=self.dispatcher,
+            broker=self.broker,
+            instructions=self.instructions,
+            flush=self.writer.flush,
+        )
+        control = TurnControl(self.slots, self.broker, self.dispatcher, self.store)
+        self.sessions = SessionService(
+            self.env, control=control, policy=self.policy, engine=self.engine
+        )
+        self.turns = TurnService(
+            self.env,
+            sessions=self.sessions,
+            control=control,
+            policy=self.policy,
+            engine=self.engine,
+        )
         self.started_at_us = 0
         self._started_monotonic = 0.0
 
@@ -197,16 +223,13 @@ class Core:
         log.info("core stopped")
 
     def sandbox_for(self, workspace: str) -> Sandbox:
-        return Sandbox(workspace, self.settings.tools.sandbox.protected_dirs)
+        return self.env.sandbox_for(workspace)
 
     async def commit_messages(
         self, session_id: str, messages: list[Message], tool_calls: Sequence[NewToolCall] = ()
     ) -> None:
         """Commit messages (and the tool_calls rows of their tool uses) in one transaction."""
-        async with self.store.transaction() as tx:
-            tx.messages.insert(*messages)  # validated before the write
-            tx.messages.insert_tool_calls(tool_calls)
-        self.live.committed(session_id, *messages)
+        await self.env.commit_messages(session_id, messages, tool_calls)
 
     async def flush(self) -> None:
         """Make every event emitted so far readable (read-your-writes for REST and replay)."""

@@ -9,12 +9,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from metis.core.canonical import format_us, new_session_id, now_us
+from metis.core.canonical import Message, format_us, new_session_id, now_us
+from metis.core.environment import TurnEnvironment
 from metis.core.errors import (
     SessionAlreadyEnded,
     SessionNotFound,
@@ -23,7 +25,12 @@ from metis.core.errors import (
     WorkspaceRefused,
 )
 from metis.core.events.catalog import SYSTEM_STREAM
+from metis.core.resume import SurfaceWrites
+from metis.core.routing.engine import RoutingEngine
+from metis.core.routing.manager import PolicyManager
+from metis.core.slots import TurnSlot
 from metis.core.store.sessions import SessionRow
+from metis.core.turn_control import TurnControl
 
 log = logging.getLogger(__name__)
 
@@ -185,9 +192,20 @@ def resolve_workspace(
 
 
 class SessionService:
-    def __init__(self, core: Any) -> None:
-        self.core = core
-        self.store = core.session_store
+    def __init__(
+        self,
+        env: TurnEnvironment,
+        *,
+        control: TurnControl,
+        policy: PolicyManager,
+        engine: RoutingEngine,
+    ) -> None:
+        self._env = env
+        self._control = control
+        self._slots = control.slots
+        self._policy = policy
+        self._engine = engine
+        self.store = env.store.sessions
         # Sessions whose end (or purge) began in this process. An id stays once the end is
         # committed, so the synchronous steps that claim a turn slot or queue a PATCH refuse a
         # session that ended while they awaited (from the end's start on, they get 409).
@@ -207,6 +225,10 @@ class SessionService:
             raise SessionAlreadyEnded(session_id, _iso(row.ended_at_us))
         return row
 
+    async def exists(self, session_id: str) -> bool:
+        """A session row exists (an ended session's too): the check of a list cursor."""
+        return await self.store.exists(session_id)
+
     def is_ending(self, session_id: str) -> bool:
         """Ending or ended here: checked with no await before a turn or PATCH takes effect."""
         return session_id in self._ending
@@ -219,20 +241,20 @@ class SessionService:
         return SessionAlreadyEnded(session_id, _iso(row.ended_at_us))
 
     def view(self, row: SessionRow) -> SessionView:
-        slot = self.core.slots.current(row.id)
+        slot = self._slots.current(row.id)
         sticky = row.active_model
         return SessionView(
             row=row,
-            active_model=sticky or self.core.engine.default_model_for(row.workspace_path),
+            active_model=sticky or self._engine.default_model_for(row.workspace_path),
             # An ended session's spend is final in its row; the accumulator forgot it at the end.
             cost_so_far_usd=(
                 row.cost_so_far_usd
                 if row.status == "ended"
-                else self.core.costs.session(row.id).cost
+                else self._env.costs.session(row.id).cost
             ),
             current_turn_id=slot.turn_id if slot else None,
             current_turn_status=_slot_status(slot),
-            pending_confirmations=self.core.broker.pending(row.id),
+            pending_confirmations=self._env.broker.pending(row.id),
         )
 
     async def get(self, session_id: str) -> SessionView:
@@ -274,20 +296,20 @@ class SessionService:
         with roots of its own (the AAP façade), so one surface's setting never
         refuses the other's workspaces."""
         roots = (
-            self.core.settings.allowed_workspace_roots if allowed_roots is None else allowed_roots
+            self._env.settings.allowed_workspace_roots if allowed_roots is None else allowed_roots
         )
         workspace = resolve_workspace(
-            workspace_path, roots, protected_workspaces(self.core.settings.home)
+            workspace_path, roots, protected_workspaces(self._env.settings.home)
         )
         sticky = (
-            self.core.registry.require_configured(initial_active_model)
+            self._env.registry.require_configured(initial_active_model)
             if initial_active_model is not None
             else None
         )
         session_id = new_session_id()
-        version = self.core.policy.version
+        version = self._policy.version
         await self.store.insert(session_id, workspace, surface, sticky, version, now_us())
-        self.core.bus.emit(
+        self._env.bus.emit(
             session_id,
             "session.created",
             {
@@ -298,19 +320,19 @@ class SessionService:
             },
             actor="user",
         )
-        self.core.live.created_here(session_id)
-        await self.core.flush()  # acknowledged with 201: its first event survives a crash too
+        self._env.live.created_here(session_id)
+        await self._env.flush()  # acknowledged with 201: its first event survives a crash too
         return await self.get(session_id)
 
     async def set_active_model(self, session_id: str, reference: str | None) -> ModelChange:
         """PATCH: apply now when idle, else queue for the turn boundary (last PATCH wins)."""
         row = await self.require_active(session_id)
-        model = self.core.registry.require_configured(reference) if reference is not None else None
+        model = self._env.registry.require_configured(reference) if reference is not None else None
 
         def holder() -> str | None:
             if self.is_ending(session_id):
                 raise _EndedMeanwhile
-            slot = self.core.slots.current(session_id)
+            slot = self._slots.current(session_id)
             return slot.turn_id if slot else None
 
         try:
@@ -320,7 +342,7 @@ class SessionService:
         except _EndedMeanwhile:
             raise await self.refusal(session_id) from None
         change = ModelChange(session_id, model, queued_behind is not None, queued_behind)
-        self.core.bus.emit(
+        self._env.bus.emit(
             session_id,
             "session.model_changed",
             {
@@ -331,7 +353,7 @@ class SessionService:
             },
             actor="user",
         )
-        await self.core.flush()  # the 200 acknowledges the change and its event
+        await self._env.flush()  # the 200 acknowledges the change and its event
         if change.active_model is None and not change.swap_queued:
             view = await self.get(session_id)
             return ModelChange(session_id, view.active_model, False, None)
@@ -342,10 +364,9 @@ class SessionService:
         if row.status == "ended" or session_id in self._ending:
             raise SessionAlreadyEnded(session_id, _iso(row.ended_at_us))
         self._ending.add(session_id)  # synchronous: from here new turns and PATCH get 409
-        self.core.hub.revoke_tokens(session_id)
+        self._env.hub.revoke_tokens(session_id)
         try:
-            await self.core.turns.cancel_and_wait(session_id, "user_cancel")
-            await self.core.turns.close_suspended(session_id)
+            await self._control.stop_session(session_id)
         except BaseException:
             self._ending.discard(session_id)
             raise
@@ -356,8 +377,8 @@ class SessionService:
         try:
             stamp = now_us()
             await self.store.end(session_id, stamp)
-            totals = self.core.costs.session(session_id)
-            self.core.bus.emit(
+            totals = self._env.costs.session(session_id)
+            self._env.bus.emit(
                 session_id,
                 "session.ended",
                 {
@@ -368,8 +389,8 @@ class SessionService:
                 },
                 actor="user",
             )
-            await self.core.hub.close_session(session_id, code="session_ended")
-            await self.core.flush()  # the 200 acknowledges the end and its event
+            await self._env.hub.close_session(session_id, code="session_ended")
+            await self._env.flush()  # the 200 acknowledges the end and its event
         except BaseException:
             self._ending.discard(session_id)
             raise
@@ -384,11 +405,11 @@ class SessionService:
         Kept: the id in `_ending` (a request that read the row before the end may still be on
         its way to claiming a turn slot) and the bus's seq counter (an event on the stream
         must continue it); both are a few bytes, like the counters seeded at start-up."""
-        self.core.live.forget(session_id)
-        self.core.costs.forget_session(session_id)
-        self.core.broker.forget_session(session_id)
-        self.core.dispatcher.forget_session(session_id)
-        self.core.hub.forget(session_id)
+        self._env.live.forget(session_id)
+        self._env.costs.forget_session(session_id)
+        self._env.broker.forget_session(session_id)
+        self._env.dispatcher.forget_session(session_id)
+        self._env.hub.forget(session_id)
 
     async def purge(self, session_id: str) -> PurgeResult:
         row = await self.require(session_id)
@@ -397,15 +418,15 @@ class SessionService:
             row = await self._begin_ending(session_id)
         else:
             self._ending.add(session_id)
-            self.core.hub.revoke_tokens(session_id)
+            self._env.hub.revoke_tokens(session_id)
         try:
-            await self.core.hub.close_session(session_id, code="session_purged")
-            await self.core.flush()
+            await self._env.hub.close_session(session_id, code="session_purged")
+            await self._env.flush()
             messages, events = await self.store.purge(session_id)
             ended_at = row.ended_at_us or now_us()
-            self.core.bus.forget_stream(session_id)
+            self._env.bus.forget_stream(session_id)
             self._release(session_id)
-            self.core.bus.emit(
+            self._env.bus.emit(
                 SYSTEM_STREAM,
                 "session.purged",
                 {
@@ -420,12 +441,33 @@ class SessionService:
             raise
         return PurgeResult(session_id, ended_at, messages, events)
 
+    async def import_messages(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        surface_writes: SurfaceWrites | None = None,
+    ) -> None:
+        """Messages a surface brings into a new session (AAP's seed history), committed with
+        the surface's own rows in one transaction."""
+        async with self._env.store.transaction() as tx:
+            tx.messages.insert(*messages)
+            if surface_writes is not None:
+                surface_writes(tx, [*messages])
+        self._env.live.committed(session_id, *messages)
+
+    async def discard(self, session_id: str) -> None:
+        """Start-up: remove a session whose creation a crash interrupted (nobody was told it
+        exists, so it has no end event): its rows, its seq counter and its totals."""
+        await self.store.purge(session_id)
+        self._env.bus.forget_stream(session_id)
+        self._env.costs.forget_session(session_id)
+
 
 class _EndedMeanwhile(Exception):
     """Raised inside a PATCH's write step when the session's end began while it awaited."""
 
 
-def _slot_status(slot: Any) -> str | None:
+def _slot_status(slot: TurnSlot | None) -> str | None:
     if slot is None:
         return None
     return "cancelling" if slot.status == "cancelling" else "in_flight"

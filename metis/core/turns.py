@@ -1,8 +1,11 @@
 """TurnService: accept a turn (validate → claim the slot → route → commit → start), cancel it,
 and release it at its end.
 
-The in-flight check and the registration of the turn happen in one synchronous step with no
-await between them, so of any number of concurrent submits exactly one is accepted.
+`submit` is a pipeline of named steps over one `TurnRequest`; what differs between surfaces
+(AAP's suspended tool calls and its own rows) is the request's `strategy`, not flags. The
+in-flight check and the registration of the turn happen in one synchronous step with no await
+between them, so of any number of concurrent submits exactly one is accepted. The service owns
+every turn task: it starts the runner, takes its outcome, then flushes and frees the slot.
 """
 
 from __future__ import annotations
@@ -12,15 +15,15 @@ import contextlib
 import hashlib
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Protocol
 
 from metis.core.agent import TurnRun, TurnRunner
 from metis.core.canonical import (
     ImageBlock,
     Message,
     ToolDefinition,
-    ToolUseBlock,
     canonical_json,
     new_ulid,
     now_us,
@@ -28,24 +31,40 @@ from metis.core.canonical import (
     text_of,
 )
 from metis.core.context import SYSTEM_PROMPT
-from metis.core.errors import SurfaceMismatch, TurnAlreadyCompleted, TurnInFlight, TurnNotFound
+from metis.core.environment import TurnEnvironment
+from metis.core.errors import (
+    SessionAlreadyEnded,
+    SessionNotFound,
+    SurfaceMismatch,
+    TurnAlreadyCompleted,
+    TurnInFlight,
+    TurnNotFound,
+)
+from metis.core.events.envelope import Event
+from metis.core.live import LiveSession
+from metis.core.registry import ModelRegistry
 from metis.core.resume import (
     Answer,
     Resolution,
-    SurfaceWrites,
+    ResolutionPlan,
     accept,
+    check_answer_ids,
     commit_turn,
-    prepare_resolution,
 )
 from metis.core.routing.alias import OverrideResolution, resolve_override
 from metis.core.routing.context import TurnContext, estimate_input_tokens
-from metis.core.store.sessions import NewTurn
+from metis.core.routing.engine import RoutingEngine
+from metis.core.routing.manager import PolicyManager
+from metis.core.store.sessions import NewTurn, SessionRow, TurnRow
+from metis.core.store.store import Store
+from metis.core.store.tx import Transaction
+from metis.core.tools.dispatcher import ConfirmationPolicy
 from metis.core.tools.policy import SurfaceToolPolicy
-from metis.core.tools.results import cancelled_text, failed
+from metis.core.turn_control import CancelReason, TurnControl, request_cancel
 
 log = logging.getLogger(__name__)
 
-CancelReason = Literal["user_cancel", "client_disconnect", "timeout", "server_shutdown"]
+__all__ = ["CancelReason", "InteractiveTurn", "TurnAccepted", "TurnRequest", "TurnService"]
 
 
 @dataclass(frozen=True)
@@ -57,230 +76,408 @@ class TurnAccepted:
     model: str
 
 
+class TurnStrategy(Protocol):
+    """How a surface's turns differ: their confirmation policy, how the model override is
+    read, which pending tool calls they resolve, and the surface's rows in the acceptance
+    transaction. `InteractiveTurn` is metis's; `resume.SuspendingTurn` is AAP's."""
+
+    @property
+    def confirmation_policy(self) -> ConfirmationPolicy: ...
+
+    @property
+    def override_strict(self) -> bool: ...
+
+    def override(
+        self, blocks: list[Any], registry: ModelRegistry, field: str | None
+    ) -> OverrideResolution: ...
+
+    async def plan(
+        self, store: Store, session_id: str, *, max_image_bytes: int
+    ) -> ResolutionPlan | None: ...
+
+    def writes(self, tx: Transaction, inputs: list[Message]) -> None: ...
+
+
+@dataclass(frozen=True)
+class InteractiveTurn:
+    """metis's turns: confirmations wait for an answer within the turn; a leading `@alias`
+    in the text picks the model (a strict override: unavailable is an error)."""
+
+    confirmation_policy: ConfirmationPolicy = "wait"
+    override_strict: bool = True
+
+    def override(
+        self, blocks: list[Any], registry: ModelRegistry, field: str | None
+    ) -> OverrideResolution:
+        return resolve_override(blocks, registry, field=field)
+
+    async def plan(
+        self, store: Store, session_id: str, *, max_image_bytes: int
+    ) -> ResolutionPlan | None:
+        return None
+
+    def writes(self, tx: Transaction, inputs: list[Message]) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    """One turn as a surface asks for it."""
+
+    session_id: str
+    content: Any = None  # the user's content (JSON); None for a resolution
+    per_message_override: str | None = None
+    surface: str = "metis"
+    surface_policy: SurfaceToolPolicy | None = None
+    application_tools: tuple[ToolDefinition, ...] = ()
+    strategy: TurnStrategy = field(default_factory=InteractiveTurn)
+
+
+class SessionGate(Protocol):
+    """What submitting a turn asks of the session lifecycle (SessionService)."""
+
+    async def require_active(self, session_id: str) -> SessionRow: ...
+
+    def is_ending(self, session_id: str) -> bool: ...
+
+    async def refusal(self, session_id: str) -> SessionAlreadyEnded | SessionNotFound: ...
+
+
+@dataclass(frozen=True)
+class _Input:
+    """The request's input once parsed: content blocks (none for a resolution), the model
+    override, and the matched answers of a resolution."""
+
+    blocks: list[Any]
+    override: str | None
+    plan: ResolutionPlan | None
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What routing is told about the turn, read before the synchronous step."""
+
+    live: LiveSession
+    offered: int
+    estimate: int
+    floor: int
+    has_tool_calls: bool
+    cost: Decimal
+
+
 class TurnService:
-    def __init__(self, core: Any) -> None:
-        self.core = core
+    def __init__(
+        self,
+        env: TurnEnvironment,
+        *,
+        sessions: SessionGate,
+        control: TurnControl,
+        policy: PolicyManager,
+        engine: RoutingEngine,
+    ) -> None:
+        self._env = env
+        self._sessions = sessions
+        self._control = control
+        self._slots = control.slots
+        self._policy = policy
+        self._engine = engine
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._background: set[asyncio.Task[Any]] = set()
 
     # -- submission ---------------------------------------------------------------------------
 
-    async def submit(
-        self,
-        session_id: str,
-        content: Any,
-        per_message_override: str | None = None,
-        *,
-        surface: str = "metis",
-        confirmation_policy: Literal["wait", "suspend"] = "wait",
-        surface_policy: SurfaceToolPolicy | None = None,
-        application_tools: tuple[ToolDefinition, ...] = (),
-        override_strict: bool = True,
-        resolution: Sequence[Answer] | None = None,
-        alias_prefix: bool = True,
-        surface_writes: SurfaceWrites | None = None,
-    ) -> TurnAccepted:
-        """Accept a turn. The last three parameters serve the AAP façade (suspend policy):
-        `resolution` answers the pending calls of a suspended turn instead of sending
-        `content`, `alias_prefix=False` stores the user's text verbatim (the
-        model choice comes from `per_message_override` only), and `surface_writes` adds the
-        surface's own rows to the acceptance transaction."""
-        core = self.core
-        row = await core.sessions.require_active(session_id)
-        if row.surface != surface:
-            raise SurfaceMismatch(
-                f"session {session_id} belongs to the {row.surface} surface", row.surface
-            )
-        # ---- suspend/resume (metis/core/resume.py): pending calls decide the turn's kind -----
-        plan = None
-        if confirmation_policy == "suspend":
-            await self._wait_for_release(session_id)  # a just-suspended turn's rows are flushed
-            plan = await prepare_resolution(
-                core.store,
-                session_id,
-                resolution,
-                max_image_bytes=core.settings.limits.max_image_bytes,
-            )
-        elif resolution is not None:
-            raise ValueError("a resolution needs the suspend confirmation policy")
-        limit = core.settings.limits.max_image_bytes
-        blocks = parse_user_content(content, max_image_bytes=limit) if plan is None else []
-        if alias_prefix:
-            resolved = resolve_override(blocks, core.registry, field=per_message_override)
-        else:
-            field = resolve_override([], core.registry, field=per_message_override).override
-            resolved = OverrideResolution(blocks, field)
-        # ---- end of suspend/resume additions ---------------------------------------------------
-        blocks = resolved.content
-        await core.policy.ensure_current()
-        live = await core.live.get(session_id)
-        application = {t.name: t for t in application_tools}
-        offered = core.dispatcher.offered(
-            surface_policy, application_tools, confirmation_policy=confirmation_policy
-        )
-        text = text_of(blocks)
-        images = sum(isinstance(b, ImageBlock) for b in blocks)
-        history_has_tools = live.has_tool_calls()
-        history = [m.content for m in live.history]
-        estimate = estimate_input_tokens(
-            system_prompt=SYSTEM_PROMPT, tools=offered, history=history, new_content=blocks
-        )
-        floor = estimate_input_tokens(
-            system_prompt=SYSTEM_PROMPT, tools=offered, new_content=blocks
-        )
-        cost = core.costs.session(session_id).cost
-        await self._wait_for_release(session_id)
-        # ---- one synchronous step: claim the slot, mint ids, decide -------------------------
-        if core.sessions.is_ending(session_id):  # ended or purged while this submit awaited
-            raise await core.sessions.refusal(session_id)
-        current = core.slots.get(session_id)
-        if current is not None:
-            raise TurnInFlight(session_id, current.turn_id)
-        turn_id, user_message_id = new_ulid(), new_ulid()
-        slot = core.slots.claim(session_id, turn_id)
-        assert slot is not None
-        ctx = TurnContext(
-            session_id=session_id,
-            turn_id=turn_id,
-            turn_index=row.turn_count + 1,
-            workspace_path=row.workspace_path,
-            message_text=text,
-            image_count=images,
-            tools_offered=len(offered),
-            has_tool_calls_in_history=history_has_tools,
-            tool_use_in_progress=plan is not None,  # the results arrive in this turn
-            session_cost_usd=cost,
-            per_message_override=resolved.override,
-            override_strict=override_strict,
-            sticky_model=row.active_model,
-            estimated_input_tokens=estimate,
-            compactable_tokens=estimate - floor,
-        )
-        decision = core.engine.decide(ctx)
-        # ---- end of the synchronous step ------------------------------------------------------
-        if not decision.ok:
-            core.bus.emit(session_id, "route.decided", decision.event_payload(), actor="system")
-            core.slots.release(slot)
-            raise decision.routing_failed()
-        assert decision.chosen_model is not None
-        stamp = now_us()
-        user_message = Message(
-            id=user_message_id,
-            session_id=session_id,
-            turn_id=turn_id,
-            role="user",
-            content=blocks,
-            created_at_us=stamp,
-        )
-        accepted: Resolution | None = None
-        if plan is not None:  # a resolution stores the answers instead of a user message
-            accepted = accept(plan, session_id, turn_id)
-            user_message_id = None
-        inputs = accepted.messages if accepted is not None else [user_message]
-        new_turn = NewTurn(
-            id=turn_id,
-            session_id=session_id,
-            trigger="tool_resolution" if accepted is not None else "user_message",
-            user_message_id=user_message_id,
-            resumes_turn_id=accepted.resumes_turn_id if accepted is not None else None,
-            model=decision.chosen_model,
-            confirmation_policy=confirmation_policy,
-            surface=surface,
-            started_at_us=stamp,
-        )
+    async def submit(self, request: TurnRequest) -> TurnAccepted:
+        """Accept a turn: every check before the slot is claimed, then claim, route, commit,
+        announce and start — each a step below."""
+        row = await self._session_of(request)
+        turn_input = await self._parse(request)
+        facts = await self._facts(request, turn_input)
+        await self._wait_for_release(request.session_id)
         try:
-            if accepted is None and surface_writes is None:
-                await core.session_store.insert_turn(new_turn, inputs)
-            else:
-                await commit_turn(core.store, new_turn, inputs, accepted, surface_writes)
+            run = self._claim_and_route(request, row, turn_input, facts)  # no await inside
+        except _Refused:
+            raise await self._sessions.refusal(request.session_id) from None
+        try:
+            inputs, resolution, turn = await self._commit(request, run, turn_input)
         except BaseException:
-            core.slots.release(slot)
+            self._slots.release(run.slot)
             raise
-        core.live.committed(session_id, *inputs)
-        if core.live.needs_resume_event(session_id):
-            core.bus.emit(
-                session_id,
-                "session.resumed",
-                {"last_seq": core.bus.last_seq(session_id)},
-                actor="system",
-            )
-        content_json = (
-            plan.fingerprint()
-            if plan is not None
-            else canonical_json([b.model_dump(mode="json") for b in blocks]).encode()
-        )
-        started = core.bus.emit(
-            session_id,
-            "turn.started",
-            {
-                "trigger": new_turn.trigger,
-                "user_message_id": user_message_id,
-                "resumes_turn_id": new_turn.resumes_turn_id,
-                "model": decision.chosen_model,
-                "per_message_override": resolved.override,
-                "content_sha256": hashlib.sha256(content_json).hexdigest(),
-                "content_bytes": len(content_json),
-                "has_images": images > 0,
-                "estimated_input_tokens": decision.estimated_input_tokens,
-                "confirmation_policy": confirmation_policy,
-            },
-            actor="user",
-            turn_id=turn_id,
-        )
-        routed = core.bus.emit(
-            session_id,
-            "route.decided",
-            decision.event_payload(),
-            actor="system",
-            turn_id=turn_id,
-            parent_event_id=started.id if started else None,
-        )
-        run = TurnRun(
-            session_id=session_id,
-            turn_id=turn_id,
-            slot=slot,
-            live=live,
-            workspace=row.workspace_path,
-            decision=decision,
-            turn_started_event_id=started.id if started else "",
-            route_event_id=routed.id if routed else "",
-            confirmation_policy=confirmation_policy,
-            surface_policy=surface_policy,
-            application_tools=application,
-            resolution=accepted,
-        )
+        self._announce(request, run, turn_input, turn, facts, inputs)
+        run.resolution = resolution
         # The 202 acknowledges the turn: its turn.started is stored before it, as a 201 or a
         # 200 acknowledges its event, so a crash after it never leaves a turn without a start.
         # Before the runner starts, so the turn is still at its first step when submit returns;
         # it starts even if this wait is cancelled: the turn is committed and holds the slot.
         try:
-            await core.flush()
+            await self._env.flush()
         finally:
-            self._tasks[turn_id] = asyncio.get_running_loop().create_task(
-                TurnRunner(core, run)(), name=f"turn:{turn_id}"
+            self._start(run)
+        return TurnAccepted(
+            run.turn_id, request.session_id, turn.started_at_us, turn.user_message_id, turn.model
+        )
+
+    async def _session_of(self, request: TurnRequest) -> SessionRow:
+        """An active session of the requesting surface."""
+        row = await self._sessions.require_active(request.session_id)
+        if row.surface != request.surface:
+            raise SurfaceMismatch(
+                f"session {request.session_id} belongs to the {row.surface} surface", row.surface
             )
-        return TurnAccepted(turn_id, session_id, stamp, user_message_id, decision.chosen_model)
+        return row
+
+    async def _parse(self, request: TurnRequest) -> _Input:
+        """The pending tool calls decide the turn's kind (a resolution answers them), then
+        the content and the model override."""
+        limit = self._env.settings.limits.max_image_bytes
+        if request.strategy.confirmation_policy == "suspend":
+            await self._wait_for_release(request.session_id)  # a suspended turn's rows flushed
+        plan = await request.strategy.plan(
+            self._env.store, request.session_id, max_image_bytes=limit
+        )
+        blocks = parse_user_content(request.content, max_image_bytes=limit) if plan is None else []
+        resolved = request.strategy.override(
+            blocks, self._env.registry, request.per_message_override
+        )
+        return _Input(resolved.content, resolved.override, plan)
+
+    async def _facts(self, request: TurnRequest, turn_input: _Input) -> _Facts:
+        await self._policy.ensure_current()
+        live = await self._env.live.get(request.session_id)
+        offered = self._env.dispatcher.offered(
+            request.surface_policy,
+            request.application_tools,
+            confirmation_policy=request.strategy.confirmation_policy,
+        )
+        blocks = turn_input.blocks
+        history = [m.content for m in live.history]
+        return _Facts(
+            live=live,
+            offered=len(offered),
+            estimate=estimate_input_tokens(
+                system_prompt=SYSTEM_PROMPT, tools=offered, history=history, new_content=blocks
+            ),
+            floor=estimate_input_tokens(
+                system_prompt=SYSTEM_PROMPT, tools=offered, new_content=blocks
+            ),
+            has_tool_calls=live.has_tool_calls(),
+            cost=self._env.costs.session(request.session_id).cost,
+        )
+
+    def _claim_and_route(
+        self, request: TurnRequest, row: SessionRow, turn_input: _Input, facts: _Facts
+    ) -> TurnRun:
+        """One synchronous step: claim the slot, mint the turn id, decide the route. A failed
+        decision is announced (`route.decided` without a turn) and the slot released."""
+        session_id = request.session_id
+        if self._sessions.is_ending(session_id):  # ended or purged while this submit awaited
+            raise _Refused(session_id)
+        current = self._slots.get(session_id)
+        if current is not None:
+            raise TurnInFlight(session_id, current.turn_id)
+        turn_id = new_ulid()
+        slot = self._slots.claim(session_id, turn_id)
+        assert slot is not None
+        blocks = turn_input.blocks
+        ctx = TurnContext(
+            session_id=session_id,
+            turn_id=turn_id,
+            turn_index=row.turn_count + 1,
+            workspace_path=row.workspace_path,
+            message_text=text_of(blocks),
+            image_count=sum(isinstance(b, ImageBlock) for b in blocks),
+            tools_offered=facts.offered,
+            has_tool_calls_in_history=facts.has_tool_calls,
+            tool_use_in_progress=turn_input.plan is not None,  # the results arrive in this turn
+            session_cost_usd=facts.cost,
+            per_message_override=turn_input.override,
+            override_strict=request.strategy.override_strict,
+            sticky_model=row.active_model,
+            estimated_input_tokens=facts.estimate,
+            compactable_tokens=facts.estimate - facts.floor,
+        )
+        decision = self._engine.decide(ctx)
+        if not decision.ok:
+            self._env.bus.emit(
+                session_id, "route.decided", decision.event_payload(), actor="system"
+            )
+            self._slots.release(slot)
+            raise decision.routing_failed()
+        return TurnRun(
+            session_id=session_id,
+            turn_id=turn_id,
+            slot=slot,
+            live=facts.live,
+            workspace=row.workspace_path,
+            decision=decision,
+            turn_started_event_id="",
+            route_event_id="",
+            confirmation_policy=request.strategy.confirmation_policy,
+            surface_policy=request.surface_policy,
+            application_tools={t.name: t for t in request.application_tools},
+        )
+
+    async def _commit(
+        self, request: TurnRequest, run: TurnRun, turn_input: _Input
+    ) -> tuple[list[Message], Resolution | None, NewTurn]:
+        """The acceptance transaction: the turn row with its inputs (a user message, or the
+        answers of a resolution), settled calls and the surface's rows."""
+        assert run.decision.chosen_model is not None
+        stamp = now_us()
+        resolution: Resolution | None = None
+        user_message_id: str | None = None
+        if turn_input.plan is not None:  # a resolution stores the answers instead
+            resolution = accept(turn_input.plan, run.session_id, run.turn_id)
+            inputs = resolution.messages
+        else:
+            user_message_id = new_ulid()
+            inputs = [
+                Message(
+                    id=user_message_id,
+                    session_id=run.session_id,
+                    turn_id=run.turn_id,
+                    role="user",
+                    content=turn_input.blocks,
+                    created_at_us=stamp,
+                )
+            ]
+        turn = NewTurn(
+            id=run.turn_id,
+            session_id=run.session_id,
+            trigger="tool_resolution" if resolution is not None else "user_message",
+            user_message_id=user_message_id,
+            resumes_turn_id=resolution.resumes_turn_id if resolution is not None else None,
+            model=run.decision.chosen_model,
+            confirmation_policy=request.strategy.confirmation_policy,
+            surface=request.surface,
+            started_at_us=stamp,
+        )
+        await commit_turn(self._env.store, turn, inputs, resolution, request.strategy.writes)
+        self._env.live.committed(run.session_id, *inputs)
+        return inputs, resolution, turn
+
+    def _announce(
+        self,
+        request: TurnRequest,
+        run: TurnRun,
+        turn_input: _Input,
+        turn: NewTurn,
+        facts: _Facts,
+        inputs: list[Message],
+    ) -> None:
+        """`session.resumed` (first turn after a restart), `turn.started`, `route.decided`."""
+        bus, session_id = self._env.bus, run.session_id
+        if self._env.live.needs_resume_event(session_id):
+            bus.emit(
+                session_id,
+                "session.resumed",
+                {"last_seq": bus.last_seq(session_id)},
+                actor="system",
+            )
+        plan = turn_input.plan
+        content_json = (
+            plan.fingerprint()
+            if plan is not None
+            else canonical_json([b.model_dump(mode="json") for b in turn_input.blocks]).encode()
+        )
+        started: Event | None = bus.emit(
+            session_id,
+            "turn.started",
+            {
+                "trigger": turn.trigger,
+                "user_message_id": turn.user_message_id,
+                "resumes_turn_id": turn.resumes_turn_id,
+                "model": turn.model,
+                "per_message_override": turn_input.override,
+                "content_sha256": hashlib.sha256(content_json).hexdigest(),
+                "content_bytes": len(content_json),
+                "has_images": any(isinstance(b, ImageBlock) for b in turn_input.blocks),
+                "estimated_input_tokens": run.decision.estimated_input_tokens,
+                "confirmation_policy": turn.confirmation_policy,
+            },
+            actor="user",
+            turn_id=run.turn_id,
+        )
+        routed = bus.emit(
+            session_id,
+            "route.decided",
+            run.decision.event_payload(),
+            actor="system",
+            turn_id=run.turn_id,
+            parent_event_id=started.id if started else None,
+        )
+        run.turn_started_event_id = started.id if started else ""
+        run.route_event_id = routed.id if routed else ""
+
+    def _start(self, run: TurnRun) -> None:
+        self._tasks[run.turn_id] = asyncio.get_running_loop().create_task(
+            self._run(run), name=f"turn:{run.turn_id}"
+        )
+
+    async def _run(self, run: TurnRun) -> None:
+        """The turn task: the runner to its terminal event, then the release (this service
+        alone frees slots)."""
+        try:
+            await TurnRunner(self._env, run)()
+        finally:
+            await self._release(run)
 
     async def _wait_for_release(self, session_id: str) -> None:
         """A turn that already emitted its terminal event only awaits its flush: wait for it."""
-        slot = self.core.slots.get(session_id)
+        slot = self._slots.get(session_id)
         if slot is not None and slot.terminal_emitted:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(
-                    slot.released.wait(), self.core.settings.limits.turn_release_wait_s
+                    slot.released.wait(), self._env.settings.limits.turn_release_wait_s
                 )
 
-    async def release(self, run: TurnRun) -> None:
+    async def _release(self, run: TurnRun) -> None:
         """End of a turn: flush its events, apply a queued model swap, free the slot."""
         try:
-            await self.core.flush()
-            await self.core.session_store.apply_pending_and_release(
-                run.session_id, now_us(), lambda: self.core.slots.release(run.slot)
+            await self._env.flush()
+            await self._env.store.sessions.apply_pending_and_release(
+                run.session_id, now_us(), lambda: self._slots.release(run.slot)
             )
         except Exception:
             log.exception("releasing turn %s failed", run.turn_id)
-            self.core.slots.release(run.slot)
+            self._slots.release(run.slot)
         finally:
             self._tasks.pop(run.turn_id, None)
+
+    # -- AAP's checks before content ----------------------------------------------------------
+
+    async def check_answers(self, session_id: str, answers: Sequence[Answer] | None) -> None:
+        """The answers judged against the pending calls by id and kind, before the surface
+        parses their content. While a turn holds the slot its calls are not settled (their
+        rows are flushed at release): that judgement is left to `submit`, which waits."""
+        if self._slots.get(session_id) is not None:
+            return
+        await check_answer_ids(self._env.store, session_id, answers)
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def current_turn_id(self, session_id: str) -> str | None:
+        """The turn holding the session's slot (until its events are flushed), if any."""
+        slot = self._slots.get(session_id)
+        return slot.turn_id if slot is not None else None
+
+    async def require_turn(self, session_id: str, turn_id: str) -> TurnRow:
+        """The turn `turn_id` of this session, or `TurnNotFound` (unknown, or another
+        session's): the one ownership check for cancels and confirmation answers."""
+        turn = await self._env.store.sessions.turn(turn_id) if len(turn_id) == 26 else None
+        if turn is None or turn.session_id != session_id:
+            raise TurnNotFound(turn_id)
+        return turn
+
+    async def settled(self, session_id: str, turn_id: str, timeout_s: float) -> bool:
+        """Wait until `turn_id` has released its slot (its events flushed): False on timeout."""
+        slot = self._slots.get(session_id)
+        if slot is None or slot.turn_id != turn_id:
+            return True
+        try:
+            await asyncio.wait_for(slot.released.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
 
     # -- cancellation -------------------------------------------------------------------------
 
@@ -288,11 +485,9 @@ class TurnService:
         self, session_id: str, turn_id: str, reason: CancelReason = "user_cancel"
     ) -> bool:
         """The REST/WebSocket cancel: True if this call moved the turn to `cancelling`."""
-        await self.core.sessions.require_active(session_id)
-        turn = await self.core.session_store.turn(turn_id) if len(turn_id) == 26 else None
-        if turn is None or turn.session_id != session_id:
-            raise TurnNotFound(turn_id)
-        slot = self.core.slots.get(session_id)
+        await self._sessions.require_active(session_id)
+        turn = await self.require_turn(session_id, turn_id)
+        slot = self._slots.get(session_id)
         if slot is None or slot.turn_id != turn_id:
             status = turn.status if turn.status != "running" else "completing"
             raise TurnAlreadyCompleted(turn_id, status)
@@ -300,45 +495,33 @@ class TurnService:
             raise TurnAlreadyCompleted(turn_id, slot.outcome)
         if slot.status == "completing":
             raise TurnAlreadyCompleted(turn_id, "completing")
-        moved = self.request_cancel(slot, reason)
+        moved = request_cancel(slot, reason)
         if moved:
-            await self.core.broker.withdraw_turn(turn_id)
+            await self._env.broker.withdraw_turn(turn_id)
         return moved
 
-    def request_cancel(self, slot: Any, reason: CancelReason) -> bool:
-        """One synchronous step: in_flight → cancelling; repeats are no-ops."""
-        if slot.status != "in_flight":
-            return False
-        slot.status, slot.cancel_reason = "cancelling", reason
-        slot.cancel_event.set()
-        return True
+    request_cancel = staticmethod(request_cancel)
+
+    def cancel_soon(self, session_id: str, turn_id: str | None, reason: CancelReason) -> None:
+        """A synchronous cancel request (safe from hub callbacks) for `turn_id` if it still
+        holds the session's slot; its open confirmations are withdrawn in the background.
+        Repeats are no-ops."""
+        slot = self._slots.get(session_id)
+        if turn_id is None or slot is None or slot.turn_id != turn_id:
+            return
+        if request_cancel(slot, reason):
+            task = asyncio.get_running_loop().create_task(self._env.broker.withdraw_turn(turn_id))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
     async def cancel_and_wait(self, session_id: str, reason: CancelReason) -> None:
-        slot = self.core.slots.get(session_id)
-        if slot is None:
-            return
-        if self.request_cancel(slot, reason):
-            await self.core.broker.withdraw_turn(slot.turn_id)
-        await slot.released.wait()
+        await self._control.cancel_and_wait(session_id, reason)
 
     async def cancel_all(self, reason: CancelReason) -> None:
         """Shutdown: cancel every running turn and wait for their terminal events."""
         await asyncio.gather(
-            *(self.cancel_and_wait(s.session_id, reason) for s in self.core.slots.all())
+            *(self.cancel_and_wait(s.session_id, reason) for s in self._slots.all())
         )
-
-    async def close_suspended(self, session_id: str) -> None:
-        """Session end: close tool calls parked by suspended turns."""
-        calls = await self.core.store.messages.suspended_tool_calls(session_id)
-        if not calls:
-            return
-        await self.core.broker.withdraw_suspended(session_id)
-        dispatcher = self.core.dispatcher
-        for call in calls:
-            outcome = failed("cancelled", cancelled_text())
-            block = ToolUseBlock(id=call.id, name=call.name, input={})
-            message = await dispatcher.store_result(session_id, None, call.id, outcome)
-            dispatcher.emit_outcome(session_id, None, block, outcome, message.id, None)
 
     def abort_all(self) -> None:
         for task in self._tasks.values():
@@ -349,3 +532,18 @@ class TurnService:
         tasks = list(self._tasks.values())
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    def active_count(self) -> int:
+        return len(self._slots)
+
+    def active_sessions(self) -> set[str]:
+        return {s.session_id for s in self._slots.all()}
+
+
+class _Refused(Exception):
+    """Raised from the synchronous step when the session's end began meanwhile; `submit`
+    turns it into the session service's refusal (which needs an await)."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(session_id)
+        self.session_id = session_id

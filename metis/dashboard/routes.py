@@ -185,10 +185,10 @@ _DAY_US = 86_400_000_000
 async def costs(request: web.Request) -> web.Response:
     """Spend of the last `days` days (UTC) by day, model and session, from the turns table."""
     query = parse_query(request, CostsQuery)
-    core = request.app[STATE_KEY].core
+    history = request.app[STATE_KEY].app.history
     today_us = now_us() // _DAY_US * _DAY_US
     since_us = today_us - (query.days - 1) * _DAY_US
-    turns = await core.store.sessions.turns_since(since_us)
+    turns = await history.turns_since(since_us)
     groups: dict[str, dict[str, dict[str, Any]]] = {"day": {}, "model": {}, "session": {}}
     total = Decimal(0)
     for turn in turns:

@@ -8,7 +8,7 @@ from aiohttp import web
 
 from metis.aap import app as aap  # the one place the metis surface knows AAP: its mount
 from metis.config import Settings
-from metis.core.runtime import Core
+from metis.core.application import Application
 from metis.dashboard import routes as dashboard
 from metis.http.routes import RouteSpec, add_routes
 from metis.server import titles, ws
@@ -44,7 +44,8 @@ def create_app(state: ServerState) -> web.Application:
     # AAP v1 at /aap/v1 and v3 at /aap (own pipeline, metis/aap/app.py)
     aap_state = aap.mount(app, state)
     app[SELF_GUARDED_KEY] = (aap.PREFIX,)
-    state.core.store.register(titles.extension())  # set session titles (metis/server/titles.py)
+    # session titles (metis/server/titles.py): the metis surface's own table
+    state.titles = state.app.extend_store(titles.extension(), titles.TitleStore)
     # The metis surface takes the same key, loaded once by the AAP mount (metis/http/apikey.py).
     state.auth = ServerAuth(
         aap_state.api_key,
@@ -73,7 +74,10 @@ async def _warn_unauthenticated(_app: web.Application) -> None:
     )
 
 
-def new_state(settings, core: Core | None = None) -> ServerState:  # type: ignore[no-untyped-def]
+def new_state(settings: Settings, app: Application | None = None) -> ServerState:
     return ServerState(
-        settings=settings, core=core or Core(settings), host=settings.host, port=settings.port
+        settings=settings,
+        app=app or Application.build(settings),
+        host=settings.host,
+        port=settings.port,
     )

@@ -19,6 +19,8 @@ from aiohttp import web
 from aiohttp.http import HttpProcessingError
 
 from metis.config import Settings
+from metis.core.application import Application
+from metis.core.runtime import Core
 from metis.server.app import create_app, new_state
 from metis.server.state import ServerState
 
@@ -116,14 +118,13 @@ class Daemon:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.state: ServerState = new_state(settings)
+        # the composition root: Core wires the components, the surfaces get the Application
+        self.core = Core(settings)
+        self.application = Application(self.core)
+        self.state: ServerState = new_state(settings, self.application)
         self.app = create_app(self.state)
         self._runner: web.AppRunner | None = None
         self._stopped = asyncio.Event()
-
-    @property
-    def core(self):  # type: ignore[no-untyped-def]
-        return self.state.core
 
     @property
     def port(self) -> int:
@@ -148,11 +149,11 @@ class Daemon:
         sock = _bind(self.state.host, self.settings.port)
         self.state.port = sock.getsockname()[1]
         try:
-            await self.state.core.start()
+            await self.application.start()
         except BaseException:
             sock.close()
             with contextlib.suppress(Exception):  # close what did open (the store's threads)
-                await self.state.core.abort()
+                await self.application.abort()
             raise
         try:
             await self._listen(sock)
@@ -163,7 +164,7 @@ class Daemon:
             raise
         # The SDKs' imports take seconds: after /health answers, in a thread (registry.py)
         self.core.registry.warm_in_background()
-        self.state.core.start_background()  # MCP servers: after the port is bound and listening
+        self.core.start_background()  # MCP servers: after the port is bound and listening
         log.info("metis listening on %s", self.base_url)
 
     async def warmed(self) -> None:
@@ -198,12 +199,10 @@ class Daemon:
             await asyncio.wait_for(self._shutdown(), timeout=grace)
         except TimeoutError:
             log.error("shutdown exceeded %.0f s grace; closing the store anyway", grace)
-            await self.state.core.abort()
+            await self.application.abort()
 
     async def _shutdown(self) -> None:
-        core = self.state.core
-        await core.shutdown_turns()
-        await core.hub.close_all(code="server_shutdown", ws_code=1001)
+        await self.application.shutdown()  # turns cancelled, live clients closed
         if self._runner is not None:
             await self._runner.cleanup()
-        await core.stop()
+        await self.application.stop()

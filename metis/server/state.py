@@ -1,4 +1,4 @@
-"""Per-app server state: the core it fronts, the bound address and the shutdown flag."""
+"""Per-app server state: the application it fronts, the bound address and the shutdown flag."""
 
 from __future__ import annotations
 
@@ -7,19 +7,21 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from metis.config import Settings
-from metis.core.runtime import Core
+from metis.core.application import Application
 from metis.server.auth import ServerAuth
+from metis.server.titles import TitleStore
 
 
 @dataclass
 class ServerState:
     settings: Settings
-    core: Core
+    app: Application
     host: str
     port: int
     shutting_down: bool = False
     # set by `create_app` (the key is the AAP façade's, loaded once); None refuses every request
     auth: ServerAuth | None = None
+    titles: TitleStore | None = None  # set by `create_app` (the titles table)
 
     @property
     def base_host(self) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 
 from metis.core.canonical import now_us
 from metis.core.errors import SessionNotFound
+from metis.core.store.db import Database
 from metis.core.store.store import StoreExtension
 
 TRACK = "session_titles"
@@ -87,3 +88,17 @@ async def set_title(db: Any, session_id: str, title: str | None) -> None:
 
     if not await db.transaction(work):
         raise SessionNotFound(session_id)
+
+
+class TitleStore:
+    """The titles repository, bound to the daemon's database by `Application.extend_store`
+    (the surface never holds the database itself)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def titles(self, session_ids: list[str]) -> dict[str, str]:
+        return await session_titles(self._db, session_ids)
+
+    async def set(self, session_id: str, title: str | None) -> None:
+        await set_title(self._db, session_id, title)

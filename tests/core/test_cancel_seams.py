@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from metis.core.events.envelope import AnyEvent
+from metis.core.turns import TurnRequest
 from metis.server.runner import Daemon
 
 
@@ -28,7 +29,7 @@ async def turn_types(daemon: Daemon, session_id: str, turn_id: str) -> list[str]
 async def test_c1_cancel_before_the_first_llm_call(daemon: Daemon, workspace: Path) -> None:
     core = daemon.core
     session = await core.sessions.create(str(workspace))
-    accepted = await core.turns.submit(session.id, [{"type": "text", "text": "hello"}])
+    accepted = await core.turns.submit(TurnRequest(session.id, [{"type": "text", "text": "hello"}]))
     slot = core.slots.get(session.id)
     assert slot is not None and core.turns.request_cancel(slot, "user_cancel") is True
     await core.turns.wait_all()
@@ -57,7 +58,9 @@ async def test_c4_cancel_at_the_seam_runs_no_tool(
 
     core.bus.subscribe("test-seam", cancel_at_seam)
     session = await core.sessions.create(str(workspace))
-    accepted = await core.turns.submit(session.id, [{"type": "text", "text": "use all tools"}])
+    accepted = await core.turns.submit(
+        TurnRequest(session.id, [{"type": "text", "text": "use all tools"}])
+    )
     await core.turns.wait_all()
     types = await turn_types(daemon, session.id, accepted.turn_id)
     assert types[:5] == [

@@ -10,7 +10,7 @@ async def test_cancel_moves_in_flight_to_cancelling_once() -> None:
     slots = TurnSlots()
     slot = slots.claim("s", "t")
     assert slot is not None and slots.claim("s", "u") is None
-    service = TurnService(core=None)
+    service = TurnService  # request_cancel is the service's synchronous step on a slot
     assert service.request_cancel(slot, "user_cancel") is True
     assert slot.status == "cancelling" and slot.cancel_event.is_set()
     assert service.request_cancel(slot, "user_cancel") is False
@@ -22,5 +22,5 @@ async def test_a_completing_turn_cannot_be_cancelled() -> None:
     slot = TurnSlots().claim("s", "t")
     assert slot is not None
     slot.status = "completing"
-    assert TurnService(core=None).request_cancel(slot, "user_cancel") is False
+    assert TurnService.request_cancel(slot, "user_cancel") is False
     assert not slot.cancel_event.is_set()

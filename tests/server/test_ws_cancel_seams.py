@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from metis.core.events.envelope import AnyEvent
+from metis.core.turns import TurnRequest
 from metis.testing import FakeProviderServer, FakeReply
 from tests.api import TERMINAL, Api
 from tests.ws_client import (
@@ -111,7 +112,7 @@ async def test_c1_every_socket_sees_turn_cancelled_right_after_route_decided(
     client, _ = await Ws.subscribed(api, sid)
     other, _ = await Ws.subscribed(api, sid)
 
-    accepted = await core.turns.submit(sid, [{"type": "text", "text": "hello"}])
+    accepted = await core.turns.submit(TurnRequest(sid, [{"type": "text", "text": "hello"}]))
     slot = core.slots.get(sid)  # same tick: the runner task has not run yet
     assert slot is not None and slot.turn_id == accepted.turn_id
     assert core.turns.request_cancel(slot, "user_cancel") is True

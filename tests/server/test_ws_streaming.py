@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from metis.core.resume import SuspendingTurn
+from metis.core.turns import TurnRequest
 from metis.server.runner import Daemon
 from metis.server.ws.protocol import PRESETS
 from metis.testing import FakeProviderServer, FakeReply
@@ -370,10 +372,12 @@ async def test_an_aap_session_turn_streams_to_a_metis_socket_in_order(
     view = await core.sessions.create(str(workspace), surface="aap")
     client, _ = await Ws.subscribed(api, view.id)
     accepted = await core.turns.submit(
-        view.id,
-        [{"type": "text", "text": "hello from AAP"}],
-        surface="aap",
-        confirmation_policy="suspend",
+        TurnRequest(
+            view.id,
+            [{"type": "text", "text": "hello from AAP"}],
+            surface="aap",
+            strategy=SuspendingTurn(),
+        )
     )
     events = await client.turn(accepted.turn_id)
     check_turn_grammar(events)

@@ -45,5 +45,4 @@ class McpResponse(BaseModel):
 @routes.route("GET", "/mcp", response_model=McpResponse)
 async def list_mcp(request: web.Request) -> web.Response:
     """The MCP servers of `config.yaml` (`mcp.servers`), in configuration order."""
-    core = request.app[STATE_KEY].core
-    return json_response(core.mcp.status())
+    return json_response(request.app[STATE_KEY].app.mcp.status())

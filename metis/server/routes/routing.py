@@ -95,7 +95,7 @@ class ModelsResponse(BaseModel):
 @routes.route("GET", "/routing/policy", response_model=PolicyResponse)
 async def routing_policy(request: web.Request) -> web.Response:
     """The policy in use, plus the state of the on-disk file."""
-    return json_response(request.app[STATE_KEY].core.policy.describe())
+    return json_response(request.app[STATE_KEY].app.routing.describe())
 
 
 @routes.route(
@@ -109,32 +109,27 @@ async def routing_check(request: web.Request) -> web.Response:
     """Validate a policy (the body's text, else the on-disk file); changes nothing."""
     body = await read_body(request, RoutingCheckRequest, required=False)
     text = body.policy_yaml if body is not None else None
-    return json_response(request.app[STATE_KEY].core.policy.check(text))
+    return json_response(request.app[STATE_KEY].app.routing.check(text))
 
 
 @routes.route("POST", "/routing/reload", query_model=ReloadQuery, response_model=ReloadResponse)
 async def routing_reload(request: web.Request) -> web.Response:
     """Re-read and re-validate routing.yaml; an invalid file keeps the active policy."""
     query = parse_query(request, ReloadQuery)
-    core = request.app[STATE_KEY].core
-    return json_response(
-        await core.policy.reload("api", reset_availability=query.reset_availability)
-    )
+    routing = request.app[STATE_KEY].app.routing
+    return json_response(await routing.reload(reset_availability=query.reset_availability))
 
 
 @routes.route("GET", "/models", response_model=ModelsResponse)
 async def models(request: web.Request) -> web.Response:
     """Configured models with availability, and declared-but-unconfigured ones."""
-    core = request.app[STATE_KEY].core
-    return json_response(core.registry.describe_models(core.availability))
+    return json_response(request.app[STATE_KEY].app.models.describe())
 
 
 @routes.route("POST", "/models/reset", response_model=ResetResponse)
 async def reset_models(request: web.Request) -> web.Response:
     """Mark every model and provider healthy again; `recovered` lists the models that were not."""
-    availability = request.app[STATE_KEY].core.availability
-    recovered = availability.unavailable_models()
-    availability.reset()
+    recovered = request.app[STATE_KEY].app.routing.reset_all()
     return json_response({"model": None, "recovered": recovered})
 
 
@@ -146,9 +141,9 @@ async def reset_models(request: web.Request) -> web.Response:
 )
 async def reset_model(request: web.Request) -> web.Response:
     """Mark one model (id or alias) and its provider healthy again, counters cleared."""
-    core = request.app[STATE_KEY].core
+    app = request.app[STATE_KEY].app
     ref = request.match_info["model"]
-    model_id = core.registry.resolve(ref)
+    model_id = app.models.resolve(ref)
     if model_id is None:
         raise ModelNotConfigured(f"unknown model '{ref}'", reference=ref, reason="unknown")
-    return json_response({"model": model_id, "recovered": core.availability.reset_model(model_id)})
+    return json_response({"model": model_id, "recovered": app.routing.reset_model(model_id)})

@@ -9,12 +9,11 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import JsonDict
 
+from metis.core.application import Application, SessionView
 from metis.core.canonical import ULID_CHARS, decimal_str, format_us, is_ulid, now_us
 from metis.core.errors import CursorNotFound
 from metis.core.events.catalog import PERSISTED
-from metis.core.sessions import SessionView
 from metis.http.openapi import from_setting
-from metis.server import titles
 from metis.server.errors import ApiError
 from metis.server.http import (
     RouteTable,
@@ -25,7 +24,7 @@ from metis.server.http import (
     validation_error,
 )
 from metis.server.state import STATE_KEY, ServerState
-from metis.server.titles import TITLE_CHARS
+from metis.server.titles import TITLE_CHARS, TitleStore
 
 routes = RouteTable()
 _SESSION_ERRORS = ("session_not_found",)
@@ -210,9 +209,9 @@ def render_session(view: SessionView) -> dict[str, Any]:
 
 
 def _attach_fields(state: ServerState, view: SessionView) -> dict[str, Any]:
-    if view.ended or state.core.sessions.is_ending(view.id):
+    if view.ended or state.app.sessions.is_ending(view.id):
         return {"attach_token": None, "attach_token_expires_at": None, "ws_url": None}
-    token, ttl_s = state.core.hub.mint_token(view.id)
+    token, ttl_s = state.app.streams.mint_token(view.id)
     return {
         "attach_token": token,
         "attach_token_expires_at": format_us(now_us() + int(ttl_s * 1_000_000)),
@@ -243,8 +242,8 @@ def _cursor_error() -> ApiError:
 # ---- handlers --------------------------------------------------------------------------------
 
 
-def _core(request: web.Request) -> Any:
-    return request.app[STATE_KEY].core
+def _app(request: web.Request) -> Application:
+    return request.app[STATE_KEY].app
 
 
 @routes.route(
@@ -260,7 +259,7 @@ async def create_session(request: web.Request) -> web.Response:
     """Create a session over a workspace directory."""
     body = await read_body(request, CreateSessionRequest)
     assert body is not None
-    view = await _core(request).sessions.create(body.workspace_path, body.initial_active_model)
+    view = await _app(request).sessions.create(body.workspace_path, body.initial_active_model)
     return json_response(
         render_session(view), status=201, headers={"Location": f"/sessions/{view.id}"}
     )
@@ -270,13 +269,13 @@ async def create_session(request: web.Request) -> web.Response:
 async def list_sessions(request: web.Request) -> web.Response:
     """Sessions, newest first, with cursor pagination and filters."""
     query = parse_query(request, ListQuery)
-    core = _core(request)
-    limit = page_limit(query.limit, core.settings.pages.sessions)
-    service = core.sessions
+    state = request.app[STATE_KEY]
+    limit = page_limit(query.limit, state.settings.pages.sessions)
+    service = state.app.sessions
     before = None
     if query.cursor is not None:
         before = decode_cursor(query.cursor)
-        if not await service.store.exists(before):
+        if not await service.exists(before):
             raise _cursor_error()
     views, more = await service.list(
         limit=limit,
@@ -286,7 +285,7 @@ async def list_sessions(request: web.Request) -> web.Response:
         status=None if query.status == "all" else query.status,
     )
     next_cursor = encode_cursor(views[-1].id) if more and views else None
-    named = await session_titles(core, [v.id for v in views])
+    named = await session_titles(state, [v.id for v in views])
     items = [
         {**list_item(v), "status": "ended" if v.ended else "active", "title": named.get(v.id)}
         for v in views
@@ -294,9 +293,15 @@ async def list_sessions(request: web.Request) -> web.Response:
     return json_response({"sessions": items, "next_cursor": next_cursor})
 
 
-async def session_titles(core: Any, session_ids: list[str]) -> dict[str, str]:
+def _titles(state: ServerState) -> TitleStore:
+    """The titles table `create_app` bound (the state is built before the app)."""
+    assert state.titles is not None, "create_app binds the titles table"
+    return state.titles
+
+
+async def session_titles(state: ServerState, session_ids: list[str]) -> dict[str, str]:
     """Each session's title (metis/server/titles.py), one query for the page."""
-    return await titles.session_titles(core.db, session_ids)
+    return await _titles(state).titles(session_ids)
 
 
 @routes.route(
@@ -305,25 +310,24 @@ async def session_titles(core: Any, session_ids: list[str]) -> dict[str, str]:
 async def get_session(request: web.Request) -> web.Response:
     """A session with a fresh single-use attach token for its WebSocket stream."""
     state = request.app[STATE_KEY]
-    view = await state.core.sessions.get(request.match_info["session_id"])
+    view = await state.app.sessions.get(request.match_info["session_id"])
     return json_response(
         {
             **render_session(view),
-            **await session_annotations(state.core, view),
+            **await session_annotations(state.app, _titles(state), view),
             **_attach_fields(state, view),
         }
     )
 
 
-async def session_annotations(core: Any, view: SessionView) -> dict[str, Any]:
+async def session_annotations(
+    app: Application, titles: TitleStore, view: SessionView
+) -> dict[str, Any]:
     """What a single session's view shows beyond its row: its title and the project
     instruction file in use. GET /sessions/{id} and the WebSocket snapshot share it."""
-    title = (await session_titles(core, [view.id])).get(view.id)
-    instructions = await core.instructions.in_use(view.id, view.row.workspace_path)
-    return {
-        "title": title,
-        "instructions": instructions.wire() if instructions is not None else None,
-    }
+    title = (await titles.titles([view.id])).get(view.id)
+    instructions = await app.history.project_instructions(view.id, view.row.workspace_path)
+    return {"title": title, "instructions": instructions}
 
 
 @routes.route(
@@ -338,17 +342,18 @@ async def patch_session(request: web.Request) -> web.Response:
     """Set or clear the sticky model (queued behind a running turn) and/or the title."""
     body = await read_body(request, PatchSessionRequest)
     assert body is not None
-    core = _core(request)
+    state = request.app[STATE_KEY]
+    app = state.app
     session_id = request.match_info["session_id"]
     if not body.model_fields_set:
         raise validation_error(
             [{"loc": ["body"], "msg": "set active_model or title", "type": "missing"}]
         )
     if "title" in body.model_fields_set:
-        view = await core.sessions.get(session_id)  # 404 for an unknown session
-        await titles.set_title(core.db, view.id, body.title)
+        view = await app.sessions.get(session_id)  # 404 for an unknown session
+        await _titles(state).set(view.id, body.title)
     if "active_model" in body.model_fields_set:
-        change = await core.sessions.set_active_model(session_id, body.active_model)
+        change = await app.sessions.set_active_model(session_id, body.active_model)
         answer = {
             "id": change.id,
             "active_model": change.active_model,
@@ -356,7 +361,7 @@ async def patch_session(request: web.Request) -> web.Response:
             "swap_queued_until_turn": change.swap_queued_until_turn,
         }
     else:
-        view = await core.sessions.get(session_id)
+        view = await app.sessions.get(session_id)
         answer = {
             "id": view.id,
             "active_model": view.active_model,
@@ -364,7 +369,7 @@ async def patch_session(request: web.Request) -> web.Response:
             "swap_queued_until_turn": None,
         }
     if "title" in body.model_fields_set:
-        answer["title"] = (await session_titles(core, [session_id])).get(session_id)
+        answer["title"] = (await session_titles(state, [session_id])).get(session_id)
     return json_response(answer)
 
 
@@ -378,7 +383,7 @@ async def patch_session(request: web.Request) -> web.Response:
 async def delete_session(request: web.Request) -> web.Response:
     """End the session (data kept), or purge it with `?purge=true`."""
     query = parse_query(request, DeleteQuery)
-    service = _core(request).sessions
+    service = _app(request).sessions
     session_id = request.match_info["session_id"]
     if query.purge:
         result = await service.purge(session_id)
@@ -410,15 +415,15 @@ def _ulid_param(value: str | None, name: str) -> str | None:
 async def list_messages(request: web.Request) -> web.Response:
     """Committed messages in conversation order, paged by message id."""
     query = parse_query(request, MessagesQuery)
-    limit = page_limit(query.limit, _core(request).settings.pages.messages)
+    limit = page_limit(query.limit, _app(request).settings.pages.messages)
     before, after = _ulid_param(query.before, "before"), _ulid_param(query.after, "after")
     if before is not None and after is not None:
         raise validation_error(
             [{"loc": ["query", "before"], "msg": "use either before or after", "type": "exclusive"}]
         )
-    core = _core(request)
-    await core.sessions.require(request.match_info["session_id"])
-    page = await core.message_store.page(
+    app = _app(request)
+    await app.sessions.require(request.match_info["session_id"])
+    page = await app.history.messages_page(
         request.match_info["session_id"], before=before, after=after, limit=limit
     )
     return json_response(
@@ -440,7 +445,7 @@ async def list_messages(request: web.Request) -> web.Response:
 async def list_events(request: web.Request) -> web.Response:
     """Persisted events in seq order (read-your-writes: pending events are flushed first)."""
     query = parse_query(request, EventsQuery)
-    limit = page_limit(query.limit, _core(request).settings.pages.events)
+    limit = page_limit(query.limit, _app(request).settings.pages.events)
     types = None
     if query.event_types is not None:
         types = [t for t in query.event_types.split(",") if t]
@@ -455,27 +460,27 @@ async def list_events(request: web.Request) -> web.Response:
                     }
                 ]
             )
-    core = _core(request)
+    app = _app(request)
     session_id = request.match_info["session_id"]
-    await core.sessions.require(session_id)
-    await core.flush()
+    await app.sessions.require(session_id)
+    await app.flush()
     after_seq, until_seq = 0, None
     if query.cursor is not None:
-        after_seq = await _seq_of(core, session_id, decode_cursor(query.cursor), "cursor")
+        after_seq = await _seq_of(app, session_id, decode_cursor(query.cursor), "cursor")
     elif query.since is not None:
-        after_seq = await _seq_of(core, session_id, query.since, "since")
+        after_seq = await _seq_of(app, session_id, query.since, "since")
     if query.until is not None:
-        until_seq = await _seq_of(core, session_id, query.until, "until")
-    events, more = await core.event_store.page(
+        until_seq = await _seq_of(app, session_id, query.until, "until")
+    events, more = await app.history.events_page(
         session_id, after_seq=after_seq, until_seq=until_seq, types=types, limit=limit
     )
     next_cursor = encode_cursor(events[-1].id) if more and events else None
     return json_response({"events": [e.wire() for e in events], "next_cursor": next_cursor})
 
 
-async def _seq_of(core: Any, session_id: str, event_id: str, name: str) -> int:
+async def _seq_of(app: Application, session_id: str, event_id: str, name: str) -> int:
     try:
-        return await core.event_store.seq_of(session_id, event_id)
+        return await app.history.seq_of(session_id, event_id)
     except CursorNotFound:
         raise validation_error(
             [

@@ -52,15 +52,15 @@ def metis_version() -> str:
 )
 async def health(request: web.Request) -> web.Response:
     """Liveness and load: O(1), from in-memory counters only (never scans the store)."""
-    core = request.app[STATE_KEY].core
+    system = request.app[STATE_KEY].app.system
     return json_response(
         {
             "status": "ok",
-            "started_at": format_us(core.started_at_us),
-            "uptime_seconds": round(core.uptime_seconds, 3),
-            "active_sessions": core.active_session_count(),
-            "active_turns": core.active_turn_count(),
-            "shell_sandbox": core.shell_sandbox_name,
+            "started_at": format_us(system.started_at_us),
+            "uptime_seconds": round(system.uptime_seconds, 3),
+            "active_sessions": system.active_session_count(),
+            "active_turns": system.active_turn_count(),
+            "shell_sandbox": system.shell_sandbox,
         }
     )
 
@@ -68,7 +68,7 @@ async def health(request: web.Request) -> web.Response:
 @routes.route("GET", "/server/version", response_model=VersionResponse)
 async def server_version(request: web.Request) -> web.Response:
     """Package version and the schema versions clients may check."""
-    core = request.app[STATE_KEY].core
+    system = request.app[STATE_KEY].app.system
     return json_response(
         {
             "version": metis_version(),
@@ -76,10 +76,10 @@ async def server_version(request: web.Request) -> web.Response:
                 "canonical_message": SCHEMA_VERSION,
                 "events": 1,
                 "routing_policy": 1,
-                "storage": core.db.schema_version,
+                "storage": system.schema_version,
             },
             "streaming_protocol": 1,
-            "shell_sandbox": core.shell_sandbox_name,
+            "shell_sandbox": system.shell_sandbox,
         }
     )
 

@@ -8,8 +8,8 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import JsonDict
 
+from metis.core.application import Application, TurnRequest
 from metis.core.canonical import IMAGE_MEDIA_TYPES, format_us
-from metis.core.errors import TurnNotFound
 from metis.http.openapi import BASE64_PATTERN, from_setting
 from metis.server.http import RouteTable, json_response, read_body, validation_error
 from metis.server.state import STATE_KEY
@@ -116,8 +116,8 @@ class ConfirmationResponse(BaseModel):
     applied: bool
 
 
-def _core(request: web.Request) -> Any:
-    return request.app[STATE_KEY].core
+def _app(request: web.Request) -> Application:
+    return request.app[STATE_KEY].app
 
 
 @routes.route(
@@ -143,8 +143,8 @@ async def submit_turn(request: web.Request) -> web.Response:
     assert body is not None
     session_id = request.match_info["session_id"]
     # submit checks the session (404, 409) before the content
-    accepted = await _core(request).turns.submit(
-        session_id, body.content, body.per_message_override
+    accepted = await _app(request).turns.submit(
+        TurnRequest(session_id, body.content, body.per_message_override)
     )
     return json_response(
         {
@@ -176,7 +176,7 @@ async def cancel_turn(request: web.Request) -> web.Response:
     """Cancel a running turn (idempotent); the outcome is `turn.cancelled`."""
     await read_body(request, CancelRequest, required=False)
     turn_id = request.match_info["turn_id"]
-    initiated = await _core(request).turns.cancel(request.match_info["session_id"], turn_id)
+    initiated = await _app(request).turns.cancel(request.match_info["session_id"], turn_id)
     return json_response({"turn_id": turn_id, "cancellation_initiated": initiated}, status=202)
 
 
@@ -198,10 +198,10 @@ async def answer_confirmation(request: web.Request) -> web.Response:
     """Answer a tool confirmation request; the first answer wins."""
     body = await read_body(request, ConfirmationRequestBody)
     assert body is not None
-    core = _core(request)
+    app = _app(request)
     session_id, turn_id = request.match_info["session_id"], request.match_info["turn_id"]
     request_id = request.match_info["request_id"]
-    longest = core.settings.limits.max_reason_chars
+    longest = app.settings.limits.max_reason_chars
     if body.reason is not None and len(body.reason) > longest:
         raise validation_error(
             [
@@ -212,11 +212,7 @@ async def answer_confirmation(request: web.Request) -> web.Response:
                 }
             ]
         )
-    await core.sessions.require(session_id)
-    turn = await core.session_store.turn(turn_id) if len(turn_id) == 26 else None
-    if turn is None or turn.session_id != session_id:
-        raise TurnNotFound(turn_id)
-    result = await core.broker.resolve(
+    result = await app.confirmations.answer(
         session_id, turn_id, request_id, body.decision, body.scope, body.reason
     )
     return json_response(

@@ -22,9 +22,10 @@ from typing import Any
 from aiohttp import WSMsgType, web
 from aiohttp.http import StreamWriter
 
+from metis.core.application import Application, CloseMarker, HubClient, SharedEvent
 from metis.core.errors import DomainError
 from metis.core.events.envelope import AnyEvent
-from metis.core.events.hub import CloseMarker, HubClient, SharedEvent
+from metis.server.titles import TitleStore
 from metis.server.ws.framing import batches, text_frames
 from metis.server.ws.protocol import (
     CLOSE_MESSAGES,
@@ -58,13 +59,15 @@ def _reject_all(_event: AnyEvent) -> bool:
 class Connection:
     def __init__(
         self,
-        core: Any,
+        app: Application,
         ws: web.WebSocketResponse,
         session_id: str,
+        titles: TitleStore,
     ) -> None:
-        self.core = core
+        self.app = app
+        self.titles = titles
         self.ws = ws
-        self.settings = core.settings.websocket
+        self.settings = app.settings.websocket
         self.name = f"ws{next(_connection_ids)}"
         self.client = HubClient(
             session_id,
@@ -98,10 +101,10 @@ class Connection:
     def attach(self) -> None:
         """Called right after the token is consumed, before the upgrade: a session end or a
         shutdown from now on reaches this socket even before it subscribes."""
-        self.core.hub.attach(self.client)
+        self.app.streams.attach(self.client)
 
     def detach(self) -> None:
-        self.core.hub.detach(self.client)
+        self.app.streams.detach(self.client)
         self.client.queue.clear()
         self.client.closed.set()
 
@@ -139,7 +142,7 @@ class Connection:
         if self._closing:
             return False
         self._closing = True
-        self.core.hub.detach(self.client)
+        self.app.streams.detach(self.client)
         self.client.queue.clear()
         self._control.clear()
         self._cancel_timers()
@@ -222,7 +225,7 @@ class Connection:
                 self._close_in_band(item)
             return
         try:
-            preamble = await open_stream(self.core, client, self._subscribe)
+            preamble = await open_stream(self.app, self.titles, client, self._subscribe)
         except SubscribeError as exc:
             self.close_out_of_band(1008, exc.code, exc.message, first=dumps(exc.frame()))
             return
@@ -283,7 +286,7 @@ class Connection:
         """Everything before the marker is sent: hand the close to a task that `run` awaits,
         as out-of-band closes do, since `run` cancels this writer once the reader ends."""
         self._closing = True
-        self.core.hub.detach(self.client)
+        self.app.streams.detach(self.client)
         self._closer = asyncio.get_running_loop().create_task(
             self._send_close(marker.ws_code, marker.code), name=f"{self.name}:close"
         )
@@ -384,6 +387,6 @@ class Connection:
             log.debug("connection %s: cancel without a turn_id ignored", self.name)
             return
         try:
-            await self.core.turns.cancel(self.session_id, turn_id, "user_cancel")
+            await self.app.turns.cancel(self.session_id, turn_id, "user_cancel")
         except DomainError as exc:
             log.debug("connection %s: cancel of %s ignored (%s)", self.name, turn_id, exc.message)

@@ -11,7 +11,7 @@ import logging
 
 from aiohttp import WSCloseCode, web
 
-from metis.core.events.hub import token_fingerprint
+from metis.core.application import token_fingerprint
 from metis.server.errors import ApiError
 from metis.server.http import RouteTable
 from metis.server.middleware import origin_allowed
@@ -55,8 +55,8 @@ class MetisWebSocket(web.WebSocketResponse):
 async def stream(request: web.Request) -> web.StreamResponse:
     """Upgrade to the session's WebSocket stream after the upgrade checks."""
     state = request.app[STATE_KEY]
-    core = state.core
-    settings = core.settings.websocket
+    app = state.app
+    settings = app.settings.websocket
     origin = request.headers.get("Origin")
     if origin is not None and not origin_allowed(origin, state):
         raise ApiError("origin_not_allowed", "Origin is not allowed", {"origin": origin})
@@ -71,15 +71,16 @@ async def stream(request: web.Request) -> web.StreamResponse:
     if not ws.can_prepare(request).ok:
         raise ApiError("upgrade_required", "this endpoint only serves WebSocket upgrades")
     session_id = request.match_info["session_id"]
-    await core.sessions.require_active(session_id)  # 404 session_not_found, 409 ended/ending
+    await app.sessions.require_active(session_id)  # 404 session_not_found, 409 ended/ending
     token = request.query.get("attach")
     # ---- one synchronous step: check and consume the token, attach the connection ----------
-    verdict = core.hub.check_token(token, session_id)
+    verdict = app.streams.check_token(token, session_id)
     if verdict == "invalid":
         raise ApiError("attach_token_invalid", "attach token missing, unknown, expired or used")
     if verdict == "wrong_session":
         raise ApiError("attach_token_wrong_session", "attach token was minted for another session")
-    connection = Connection(core, ws, session_id)
+    assert state.titles is not None  # bound by create_app
+    connection = Connection(app, ws, session_id, state.titles)
     connection.attach()
     # ---- end of the synchronous step --------------------------------------------------------
     log.info(

@@ -13,12 +13,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from metis.core.application import Application, HubClient, SeamPoint, SessionRow
 from metis.core.canonical import new_ulid
 from metis.core.errors import CursorNotFound
 from metis.core.events.envelope import Event
-from metis.core.events.hub import HubClient, SeamPoint
-from metis.core.store.sessions import SessionRow
 from metis.server.routes.sessions import render_session, session_annotations
+from metis.server.titles import TitleStore
 from metis.server.ws.protocol import (
     Subscribe,
     SubscribeError,
@@ -55,30 +55,32 @@ HOOKS = SeamHooks()
 
 
 async def open_stream(
-    core: Any, client: HubClient, sub: Subscribe, hooks: SeamHooks = HOOKS
+    app: Application,
+    titles: TitleStore,
+    client: HubClient,
+    sub: Subscribe,
+    hooks: SeamHooks = HOOKS,
 ) -> Preamble:
     """Run the seam for `client` up to going live; raises SubscribeError (the client is then detached)."""
     session_id = client.session_id
-    hub = core.hub
+    hub = app.streams
     # Events emitted but not yet committed are held from clients (stored before seen); commit
     # them now, so a backlog lands before H and is read from the store, not queued live.
-    await core.flush()
+    await app.flush()
     if not hub.knows(session_id):
-        latest = await core.event_store.latest(session_id)
+        latest = await app.history.latest_event(session_id)
         if latest is not None:
             hub.note_event(session_id, latest.id, latest.seq)
     for _ in range(_ROW_READ_ATTEMPTS):
         # The summary must describe the state right after H: re-read the row if an event was
         # emitted while it was being read (the seam itself is the synchronous block below).
         before = hub.last_seq(session_id)
-        row = await _read_row(core, session_id)
+        row = await _read_row(app, session_id)
         if not sub.snapshot or hub.last_seq(session_id) == before:
             break
     # ---- the seam point: one synchronous step ----------------------------------------------
-    point = hub.seam_point(
-        client, sub.filter.accept(), lambda: _unnamed_watermark(core, session_id)
-    )
-    session = render_session(core.sessions.view(row)) if sub.snapshot else None
+    point = hub.seam_point(client, sub.filter.accept(), lambda: _unnamed_watermark(app, session_id))
+    session = render_session(app.sessions.view(row)) if sub.snapshot else None
     # ---- end of the synchronous step --------------------------------------------------------
     try:
         kind = "snapshot" if sub.snapshot else "replay" if sub.since is not None else None
@@ -88,10 +90,10 @@ async def open_stream(
         body: list[bytes] = []
         if sub.snapshot:
             assert session is not None
-            session.update(await session_annotations(core, core.sessions.view(row)))
-            body.append((await _snapshot(core, session_id, session, point)).encode())
+            session.update(await session_annotations(app, titles, app.sessions.view(row)))
+            body.append((await _snapshot(app, session_id, session, point)).encode())
         elif sub.since is not None:
-            events = await _replay(core, row, sub, point)
+            events = await _replay(app, row, sub, point)
             preamble.replay_event_count = len(events)
             body.extend(event_frame(e) for e in events)
         preamble.frames.append(dumps(subscribe_ack(sub, preamble.replay_event_count)).encode())
@@ -105,7 +107,7 @@ async def open_stream(
         raise
 
 
-def _unnamed_watermark(core: Any, session_id: str) -> str:
+def _unnamed_watermark(app: Application, session_id: str) -> str:
     """W for a session none of whose messages an event of this process has named yet.
 
     Ids are minted in increasing order, and once a session is served only a
@@ -115,12 +117,12 @@ def _unnamed_watermark(core: Any, session_id: str) -> str:
     message before `turn.started`). Either way a message committed after the seam point has a
     greater id and stays out of the snapshot.
     """
-    slot = core.slots.get(session_id)
-    return slot.turn_id if slot is not None else new_ulid()
+    turn_id = app.turns.current_turn_id(session_id)
+    return turn_id if turn_id is not None else new_ulid()
 
 
-async def _read_row(core: Any, session_id: str) -> SessionRow:
-    row = await core.session_store.get(session_id)
+async def _read_row(app: Application, session_id: str) -> SessionRow:
+    row = await app.history.session_row(session_id)
     if row is None:
         raise SubscribeError(
             "session_not_found", f"session {session_id} does not exist", session_id=session_id
@@ -128,12 +130,14 @@ async def _read_row(core: Any, session_id: str) -> SessionRow:
     return row
 
 
-async def _snapshot(core: Any, session_id: str, session: dict[str, Any], point: SeamPoint) -> str:
+async def _snapshot(
+    app: Application, session_id: str, session: dict[str, Any], point: SeamPoint
+) -> str:
     """The newest committed messages with id ≤ W. Ids all have the same length, so
     `id < W + "0"` is exactly `id ≤ W` for the store's exclusive `before` cursor."""
     before = point.message_watermark + "0"
-    limit = core.settings.websocket.snapshot_messages
-    page = await core.message_store.page(session_id, before=before, limit=limit)
+    limit = app.settings.websocket.snapshot_messages
+    page = await app.history.messages_page(session_id, before=before, limit=limit)
     return dumps(
         {
             "type": "snapshot",
@@ -146,24 +150,26 @@ async def _snapshot(core: Any, session_id: str, session: dict[str, Any], point: 
     )
 
 
-async def _replay(core: Any, row: SessionRow, sub: Subscribe, point: SeamPoint) -> list[Event]:
+async def _replay(
+    app: Application, row: SessionRow, sub: Subscribe, point: SeamPoint
+) -> list[Event]:
     """Matching bus events with seq in (since, H], oldest first."""
     assert sub.since is not None
-    await core.flush()
+    await app.flush()
     try:
-        since_seq = await core.event_store.seq_of(row.id, sub.since)
+        since_seq = await app.history.seq_of(row.id, sub.since)
     except CursorNotFound:
         since_seq = None
     if since_seq is None or since_seq <= row.events_floor_seq:
         raise _cursor_expired(sub)
-    limit = core.settings.websocket.replay_max_events
+    limit = app.settings.websocket.replay_max_events
     types = sub.filter.stored_types
     if sub.filter.actors is None:
-        events, more = await core.event_store.page(
+        events, more = await app.history.events_page(
             row.id, after_seq=since_seq, until_seq=point.seq, types=types, limit=limit
         )
     else:
-        events, more = await _replay_by_actor(core, row.id, sub, since_seq, point.seq, limit)
+        events, more = await _replay_by_actor(app, row.id, sub, since_seq, point.seq, limit)
     if more:
         raise SubscribeError(
             "replay_too_large",
@@ -172,7 +178,7 @@ async def _replay(core: Any, row: SessionRow, sub: Subscribe, point: SeamPoint) 
             since=sub.since,
         )
     # `metis trace prune` may have run since the floor was read: rows it deleted are missing.
-    pruned = await core.session_store.get(row.id)
+    pruned = await app.history.session_row(row.id)
     if pruned is not None and since_seq <= pruned.events_floor_seq:
         raise _cursor_expired(sub)
     return events
@@ -187,12 +193,12 @@ def _cursor_expired(sub: Subscribe) -> SubscribeError:
 
 
 async def _replay_by_actor(
-    core: Any, session_id: str, sub: Subscribe, after: int, until: int, limit: int
+    app: Application, session_id: str, sub: Subscribe, after: int, until: int, limit: int
 ) -> tuple[list[Event], bool]:
     """The store selects by type only; actor filters are applied page by page."""
     matched: list[Event] = []
     while True:
-        page, more = await core.event_store.page(
+        page, more = await app.history.events_page(
             session_id,
             after_seq=after,
             until_seq=until,
