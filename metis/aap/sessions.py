@@ -30,6 +30,7 @@ from metis.aap.store import AapSession, AapWrites, Form
 from metis.aap.wire import AgentConfig, SeedMessage, SystemMessage, ToolMessage, UserMessage
 from metis.core.application import Transaction
 from metis.core.canonical import (
+    ContentBlock,
     Message,
     MessageMetadata,
     TextBlock,
@@ -68,6 +69,7 @@ def parse_seed(
         where = f"messages[{i}].content"
         form: Form | None = None
         metadata = MessageMetadata()
+        blocks: list[ContentBlock]
         if isinstance(raw, SystemMessage):
             role, blocks = "system", [TextBlock(text=raw.content)]
         elif isinstance(raw, ToolMessage):

@@ -22,7 +22,7 @@ from metis.aap.http import AapState
 from metis.aap.mapping import render_history
 from metis.aap.render import TERMINAL, TOOL_OUTCOMES, Renderer, stop_reason_of
 from metis.aap.sse import ClientGone, SseWriter
-from metis.core.application import Application, CloseMarker, HubClient, TurnAccepted
+from metis.core.application import Application, CloseMarker, HubClient, SharedEvent, TurnAccepted
 from metis.core.events.envelope import AnyEvent
 from metis.http.jsontext import dumps
 
@@ -69,13 +69,15 @@ class Subscription:
         if self.client.queue:
             item = self.client.queue.popleft()
             self.client.taken()
-            return item
-        if self.overflowed:
+        elif self.overflowed:
             return None
-        try:
-            return await asyncio.wait_for(self.client.get(), timeout)
-        except TimeoutError:
-            return None
+        else:
+            try:
+                item = await asyncio.wait_for(self.client.get(), timeout)
+            except TimeoutError:
+                return None
+        assert not isinstance(item, SharedEvent)  # an unshared client queues the events themselves
+        return item
 
     def close(self) -> None:
         self.app.streams.detach(self.client)

@@ -325,7 +325,7 @@ class Streams:
     def seam_point(
         self,
         client: HubClient,
-        accept: Callable[[AnyEvent], bool],
+        accept: Callable[[AnyEvent], bool] | None,
         unnamed_watermark: Callable[[], str],
     ) -> SeamPoint:
         return self._hub.seam_point(client, accept, unnamed_watermark)

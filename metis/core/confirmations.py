@@ -210,9 +210,8 @@ class ConfirmationBroker:
         assert future is not None
         cancelled = asyncio.ensure_future(cancel.wait())
         try:
-            await asyncio.wait(
-                {future, cancelled}, timeout=self.timeout_s, return_when=asyncio.FIRST_COMPLETED
-            )
+            waited: set[asyncio.Future[Any]] = {future, cancelled}
+            await asyncio.wait(waited, timeout=self.timeout_s, return_when=asyncio.FIRST_COMPLETED)
         finally:
             cancelled.cancel()
         if future.done():
@@ -387,5 +386,5 @@ class ConfirmationBroker:
         requests and their answers; a late answer is judged from there)."""
         for key in [k for k, p in self._requests.items() if p.request.session_id == session_id]:
             del self._requests[key]
-        for key in [k for k in self._remembered if k[0] == session_id]:
-            del self._remembered[key]
+        for remembered in [k for k in self._remembered if k[0] == session_id]:
+            del self._remembered[remembered]

@@ -109,7 +109,7 @@ def parse_models_yaml(raw: bytes) -> ParsedModels:
     if doc.errors and doc.data is None:
         return ParsedModels(diagnostics=check.sorted())
     data = MarkedDict() if doc.data is None else doc.data
-    if not isinstance(data, dict):
+    if not isinstance(data, MarkedDict):  # the loader builds every mapping as a MarkedDict
         check.error("root_not_mapping", "", (1, 1), "the top level must be a mapping")
         return ParsedModels(diagnostics=check.sorted())
 
@@ -526,7 +526,8 @@ def _pricing(check: Collector, value: Any, path: str, where: Any) -> Pricing | N
         return None
     prices.setdefault("cache_read_per_mtok", prices["input_per_mtok"])
     prices.setdefault("cache_write_per_mtok", prices["input_per_mtok"])
-    return Pricing(**prices)
+    # No price is None here: a price that failed to parse added an error above.
+    return Pricing(**{key: value for key, value in prices.items() if value is not None})
 
 
 def _scripted_entry(

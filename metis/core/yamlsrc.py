@@ -42,7 +42,7 @@ class Diagnostic:
         }
 
 
-class MarkedDict(dict):  # type: ignore[type-arg]
+class MarkedDict(dict[Any, Any]):
     """A mapping that knows where it and each of its keys stand in the source."""
 
     line: int | None = None
@@ -57,7 +57,7 @@ class MarkedDict(dict):  # type: ignore[type-arg]
         return mark[0] if mark else self.line
 
 
-class MarkedList(list):  # type: ignore[type-arg]
+class MarkedList(list[Any]):
     line: int | None = None
     column: int | None = None
 

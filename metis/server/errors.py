@@ -67,7 +67,7 @@ class ApiError(WireError):
 
 def from_domain(exc: core.DomainError) -> ApiError:
     for cls in type(exc).__mro__:
-        code = _DOMAIN_CODES.get(cls)  # type: ignore[arg-type]
+        code = _DOMAIN_CODES.get(cls)
         if code is not None:
             if isinstance(exc, core.ConfirmationPolicyMismatch):
                 # a `suspend` request belongs to the AAP façade (core names no surface)

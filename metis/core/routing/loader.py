@@ -104,7 +104,7 @@ class Policy:
         ordered = tuple(sorted(self.scopes, key=lambda s: len(s.path), reverse=True))
         object.__setattr__(self, "_longest_first", ordered)
         # Evaluation order per scope (workspace rules, then global), flattened once at load.
-        evaluation = {None: self.rules}
+        evaluation: dict[str | None, tuple[Rule, ...]] = {None: self.rules}
         for scope in self.scopes:
             evaluation[scope.path] = (*scope.rules, *self.rules)
         object.__setattr__(
@@ -167,7 +167,7 @@ def validate_policy(raw: bytes, registry: ModelRegistry) -> PolicyCheck:
     if doc.errors and doc.data is None:
         return PolicyCheck(None, version, tuple(check.sorted()))
     data = MarkedDict() if doc.data is None else doc.data
-    if not isinstance(data, dict):
+    if not isinstance(data, MarkedDict):  # the loader builds every mapping as a MarkedDict
         check.error("root_not_mapping", "", (1, 1), "the top level must be a mapping")
         return PolicyCheck(None, version, tuple(check.sorted()))
     policy = _Loader(check, registry).policy(data, version)

@@ -356,7 +356,11 @@ class PolicyManager:
     def describe(self) -> dict[str, Any]:
         """`GET /routing/policy`: the policy in use, plus the on-disk file's validity."""
         policy = self.active
-        tiers = policy.tiers or {t: self.registry.model_for_tier(t) for t in TIERS}
+        tiers: dict[str, str | None] = (
+            dict(policy.tiers)
+            if policy.tiers
+            else {t: self.registry.model_for_tier(t) for t in TIERS}
+        )
         return {
             "version": policy.version,
             "valid": self.valid,

@@ -598,7 +598,7 @@ def compile_chain(whens: Sequence[When]) -> Chain:
     exec(compile(source, "<routing rules>", "exec"), namespace)
     chain = namespace["chain"]
     chain.__defaults__ = tuple(constants)
-    return chain  # type: ignore[no-any-return]
+    return chain
 
 
 __all__ = [

@@ -307,7 +307,8 @@ class Dispatcher:
         # 1. lookup
         application = turn.application_tools.get(block.name)
         if application is not None:
-            return await self._park_application(turn, job, application, parent)
+            await self._park_application(turn, job, application, parent)
+            return None
         entry = self.registry.lookup(block.name, turn.surface_policy)
         if entry is None:
             names = [*self.registry.offered_names(turn.surface_policy), *turn.application_tools]

@@ -60,7 +60,7 @@ class ToolExecutor:
         self.groups = groups
         self.shell_sandbox = shell_sandbox
         self.log = logger or log
-        self._abandoned: set[asyncio.Task[Any]] = set()
+        self._abandoned: set[asyncio.Future[Any]] = set()
 
     def unsandboxed(self, entry: RegisteredTool) -> bool:
         """Whether this call is the builtin shell running without a sandbox (always asked)."""
@@ -132,10 +132,13 @@ class ToolExecutor:
         if task.done():
             return self._finished(entry, tool_use_id, task, timeout, elapsed_ms())
         turn_cancelled = cancel_event is not None and cancel_event.is_set()
-        reason = "cancelled" if turn_cancelled else "timeout"
         partial = await self._stop(entry, tool_use_id, tool, task, call_cancel)
-        text = cancelled_text(partial) if reason == "cancelled" else timeout_text(timeout, partial)
-        return failed(reason, text, duration_ms=elapsed_ms(), max_bytes=self._cap)
+        if turn_cancelled:
+            return failed(
+                "cancelled", cancelled_text(partial), duration_ms=elapsed_ms(), max_bytes=self._cap
+            )
+        text = timeout_text(timeout, partial)
+        return failed("timeout", text, duration_ms=elapsed_ms(), max_bytes=self._cap)
 
     @property
     def _cap(self) -> int:
@@ -186,7 +189,7 @@ class ToolExecutor:
 
     def _discard(self, task: asyncio.Future[Any]) -> None:
         """Late output of an abandoned tool is dropped; its exception is retrieved."""
-        self._abandoned.discard(task)  # type: ignore[arg-type]
+        self._abandoned.discard(task)
         if not task.cancelled():
             with contextlib.suppress(BaseException):
                 task.exception()

@@ -122,22 +122,28 @@ class SandboxSettings(_Section):
         return value
 
 
+def _default_modes() -> dict[SideEffects, Mode]:
+    return {
+        "none": "auto",
+        "read": "auto",
+        "write": "prompt",
+        "execute": "prompt",
+        "network": "prompt",
+    }
+
+
+def _trusted_workspace_modes() -> dict[SideEffects, Mode]:
+    return {"write": "auto"}
+
+
 class ConfirmationSettings(_Section):
     """A class missing from a user-given `default` resolves to `prompt`."""
 
-    default: dict[SideEffects, Mode] = Field(
-        default_factory=lambda: {
-            "none": "auto",
-            "read": "auto",
-            "write": "prompt",
-            "execute": "prompt",
-            "network": "prompt",
-        }
-    )
+    default: dict[SideEffects, Mode] = Field(default_factory=_default_modes)
     per_tool: dict[str, Mode] = Field(default_factory=dict)
     trusted_workspaces: tuple[str, ...] = ()
     trusted_workspace_modes: dict[SideEffects, Mode] = Field(
-        default_factory=lambda: {"write": "auto"}
+        default_factory=_trusted_workspace_modes
     )
     timeout_seconds: int = Field(default=300, ge=1, le=3600)
 

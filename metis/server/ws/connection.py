@@ -110,7 +110,7 @@ class Connection:
 
     async def run(self, request: web.Request) -> None:
         loop = asyncio.get_running_loop()
-        self._transport = request.transport  # type: ignore[assignment]
+        self._transport = request.transport
         self._flow = StreamWriter(request.protocol, loop)
         self._reader = loop.create_task(self._read(), name=f"{self.name}:reader")
         self._writer = loop.create_task(self._write(), name=f"{self.name}:writer")
