@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,7 +112,7 @@ class EventBus:
     # -- emitting -----------------------------------------------------------------------------
 
     def _validated(
-        self, event_type: str, payload: Any, catalog: dict[str, type[BaseModel]]
+        self, event_type: str, payload: Any, catalog: Mapping[str, type[BaseModel]]
     ) -> dict[str, Any] | None:
         model = catalog.get(event_type)
         try:
@@ -141,7 +141,7 @@ class EventBus:
         parent_event_id: str | None = None,
     ) -> Event | None:
         """Publish a catalog event; returns its envelope (None if dropped in lenient mode)."""
-        data = self._validated(event_type, payload, PERSISTED)  # type: ignore[arg-type]
+        data = self._validated(event_type, payload, PERSISTED)
         if data is None:
             return None
         seq = self._seq.get(session_id, 0) + 1
@@ -181,7 +181,11 @@ class EventBus:
         the catalog's (tests/core/events pin the two together); it skips the catalog round
         trip, which would otherwise be the largest cost of a streamed delta.
         """
-        data = payload if typed else self._validated(event_type, payload, STREAMING)  # type: ignore[arg-type]
+        data: dict[str, Any] | None
+        if typed and isinstance(payload, dict):
+            data = payload
+        else:
+            data = self._validated(event_type, payload, STREAMING)
         if data is None:
             return None
         event = TransientEvent(session_id, turn_id, parent_event_id, event_type, data)
