@@ -1,6 +1,7 @@
 """Every performance figure of the daemon in one run, each beside its goal.
 
-Run: `python scripts/bench_all.py [--runs 3] [--loop asyncio|uvloop] [--only GROUP ...]`.
+Run: `python scripts/bench_all.py [--runs 3] [--loop asyncio|uvloop] [--only GROUP ...]`
+(`--loop` runs the in-process groups on that event loop; `metis serve` uses asyncio's).
 
 Each figure is the median of `--runs` runs (3 by default): the figures are taken on shared
 2-core machines where other work comes and goes, and one run can land in someone's test suite.
@@ -11,8 +12,9 @@ Groups:
 - startup: a real `metis serve` subprocess, spawn → first `GET /health` 200, then its resident
   set once idle — with both providers configured (the SDKs a first turn needs), and with none;
   from compiled bytecode, as an installed metis starts (a first, uncounted start writes it);
-- rest: `POST /sessions` and `POST /sessions/{id}/turns` → 202, client round trips over
-  loopback against an in-process daemon (the client's own time included);
+- rest: `POST /sessions` and `POST /sessions/{id}/turns` → 202, round trips over loopback
+  timed by a client in its own process (one turn per session, each run to its end before the
+  next request, so a turn's work is not counted as another's latency);
 - turns (`bench_turns.py`): daemon CPU per 200-delta turn, and turns 91–100 of a long session
   against a fresh session's turns 1–10 measured in the same seconds (growth);
 - ws (`bench_ws.py`): 30 turns × 200 deltas to 1 and to 10 raw-socket clients;
@@ -190,7 +192,7 @@ def _idle_rss(pid: int, settle_s: float = 1.5, limit_s: float = 15.0) -> float:
     return last
 
 
-def serve_startup(keys: bool, loop: str) -> tuple[float, float]:
+def serve_startup(keys: bool) -> tuple[float, float]:
     """(spawn → first /health 200 in s, idle RSS in MiB) of one `metis serve` process.
 
     With `keys`, both shipped providers are configured (dummy keys: nothing is called at
@@ -207,8 +209,6 @@ def serve_startup(keys: bool, loop: str) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as home:
         command = [sys.executable, "-m", "metis.cli", "serve", "--home", home, "--port", str(port)]
         command += ["--log-level", "WARNING"]
-        if loop != "asyncio":
-            command += ["--loop", loop]
         started = time.perf_counter()
         proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
         try:
@@ -248,34 +248,55 @@ async def running_daemon(fake_url: str) -> AsyncIterator[Daemon]:
             await daemon.stop()
 
 
+def rest_client(port: int, key: str, workspace: str, n: int) -> None:
+    """The client process of `rest_latency`: times each request to its whole response."""
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+
+    def post(path: str, body: dict[str, Any], status: int) -> tuple[float, Any]:
+        started = time.perf_counter()
+        conn.request("POST", path, json.dumps(body), headers)
+        response = conn.getresponse()
+        data = response.read()
+        elapsed = time.perf_counter() - started
+        assert response.status == status, (response.status, data)
+        return elapsed, json.loads(data)
+
+    sessions, creates, submits = [], [], []
+    for _ in range(n):
+        elapsed, body = post("/sessions", {"workspace_path": workspace}, 201)
+        creates.append(elapsed)
+        sessions.append(body["id"])
+    turn = {"content": [{"type": "text", "text": "go"}]}
+    for sid in sessions:  # one turn per session: none waits for another to end
+        elapsed, _ = post(f"/sessions/{sid}/turns", turn, 202)
+        submits.append(elapsed)
+        time.sleep(0.02)  # the turn runs to its end before the next request
+    print(json.dumps({"creates": creates, "submits": submits}))
+
+
 async def rest_latency(daemon: Daemon, fake_url: str, n: int = 300) -> tuple[float, float]:
-    """(POST /sessions p50, POST …/turns → 202 p50), in ms."""
-    workspace = tempfile.gettempdir()
-    creates, submits = [], []
-    async with aiohttp.ClientSession(
-        base_url=daemon.base_url, headers=daemon_headers(daemon)
-    ) as http:
-        await http.post(
-            f"{fake_url}/_fake/enqueue",
-            json={"api": "anthropic", "replies": [bench_reply(5, repeat=n)]},
-        )
-        for _ in range(n):
-            t0 = time.perf_counter()
-            async with http.post("/sessions", json={"workspace_path": workspace}) as r:
-                assert r.status == 201, await r.text()
-                sid = (await r.json())["id"]
-            creates.append(time.perf_counter() - t0)
-        body = {"content": [{"type": "text", "text": "go"}]}
-        for _ in range(n):
-            t0 = time.perf_counter()
-            async with http.post(f"/sessions/{sid}/turns", json=body) as r:
-                assert r.status == 202, await r.text()
-                await r.read()
-            submits.append(time.perf_counter() - t0)
-            slot = daemon.core.slots.get(sid)
-            if slot is not None:
-                await slot.released.wait()
-    return statistics.median(creates) * 1000, statistics.median(submits) * 1000
+    """(POST /sessions p50, POST …/turns → 202 p50), in ms, timed by a client in its own
+    process (as a real client is): its CPU and the turns it starts do not count as latency."""
+    async with aiohttp.ClientSession() as http:
+        replies = [bench_reply(5, repeat=n)]
+        await http.post(f"{fake_url}/_fake/enqueue", json={"api": "anthropic", "replies": replies})
+    key = daemon_headers(daemon)["Authorization"].removeprefix("Bearer ")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        __file__,
+        "--rest-client",
+        str(daemon.port),
+        key,
+        tempfile.gettempdir(),
+        str(n),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await proc.communicate()
+    assert proc.returncode == 0, "the REST client failed"
+    result = json.loads(out.decode().strip().splitlines()[-1])
+    await daemon.core.turns.wait_all()
+    return statistics.median(result["creates"]) * 1000, statistics.median(result["submits"]) * 1000
 
 
 async def burst(daemon: Daemon, fake_url: str, deltas: int, readers: int) -> tuple[bool, str]:
@@ -401,6 +422,10 @@ def run_loop(loop: str, coro: Any) -> Any:
 
 
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--rest-client":
+        port, key, workspace, n = sys.argv[2:]
+        rest_client(int(port), key, workspace, int(n))
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
@@ -410,14 +435,14 @@ def main() -> None:
     os.environ["METIS_API_KEY"] = bench_aap.KEY  # the AAP relay authenticates with it
     table = Table()
     if "startup" in groups:
-        serve_startup(True, args.loop)  # not counted: compiles the bytecode the others find
+        serve_startup(True)  # not counted: compiles the bytecode the others find
     for run in range(args.runs):
         print(f"run {run + 1}/{args.runs} …", file=sys.stderr, flush=True)
         if "startup" in groups:
-            ready, rss = serve_startup(True, args.loop)
+            ready, rss = serve_startup(True)
             table.figure("spawn", "spawn → first /health 200", "s", 0.5).samples.append(ready)
             table.figure("rss", "RSS idle, providers configured", "MiB", 60).samples.append(rss)
-            ready_bare, rss_bare = serve_startup(False, args.loop)
+            ready_bare, rss_bare = serve_startup(False)
             table.figure(
                 "spawn_bare", "spawn → /health 200, no provider key", "s", 0.5
             ).samples.append(ready_bare)

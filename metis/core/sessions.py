@@ -7,6 +7,7 @@ end/purge ordering) lives here so the metis REST and the AAP façade behave iden
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import Sequence
@@ -143,11 +144,21 @@ PSEUDO_FILESYSTEMS = (Path("/dev"), Path("/proc"), Path("/sys"))
 def protected_workspaces(metis_home: Path | None = None) -> frozenset[Path]:
     """The system directories, the user's home and METIS_HOME (it holds the API key), each
     as written and symlink-resolved (`/bin` may be `/usr/bin`, `/etc` may be `/private/etc`)."""
-    paths = [Path(p) for p in SYSTEM_DIRECTORIES]
+    home: Path | None = None
     with contextlib.suppress(RuntimeError):  # no home directory can be determined
-        paths.append(Path.home())
+        home = Path.home()
+    return _protected_paths(home, None if metis_home is None else metis_home.expanduser())
+
+
+@functools.lru_cache(maxsize=16)
+def _protected_paths(home: Path | None, metis_home: Path | None) -> frozenset[Path]:
+    """Resolving ~30 paths is most of a session create's time (a syscall per path component):
+    done once per home and METIS_HOME, not per request. System directories do not move."""
+    paths = [Path(p) for p in SYSTEM_DIRECTORIES]
+    if home is not None:
+        paths.append(home)
     if metis_home is not None:
-        paths.append(metis_home.expanduser())
+        paths.append(metis_home)
     out: set[Path] = set()
     for path in paths:
         out.add(path)
