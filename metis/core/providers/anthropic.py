@@ -227,10 +227,10 @@ def build_body(
     fields: dict[str, Any] = {"model": req.wire_model, "max_tokens": req.max_output_tokens}
     system: list[dict[str, Any]] = []
     if req.system:
-        block: dict[str, Any] = {"type": "text", "text": req.system}
+        system_block: dict[str, Any] = {"type": "text", "text": req.system}
         if caching:
-            block["cache_control"] = dict(EPHEMERAL)
-        system.append(block)
+            system_block["cache_control"] = dict(EPHEMERAL)
+        system.append(system_block)
     if req.system_volatile:
         system.append({"type": "text", "text": req.system_volatile})
     if system:
@@ -362,9 +362,9 @@ class AnthropicTranslator:
             thinking_slot = ThinkingSlot()
             thinking_slot.signature = block.get("signature") or None
             self._slots[index] = thinking_slot
-            item = self.builder.thinking(thinking_slot, block.get("thinking") or "")
-            if item is not None:
-                out.append(item)
+            thinking_item = self.builder.thinking(thinking_slot, block.get("thinking") or "")
+            if thinking_item is not None:
+                out.append(thinking_item)
         elif kind == "redacted_thinking":
             self._slots[index] = None
             self.builder.redacted(block["data"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -251,7 +251,10 @@ StreamEvent = Annotated[
 
 
 class ProviderAdapter(Protocol):
-    kind: ClassVar[AdapterKindName]
+    @property
+    def kind(self) -> AdapterKindName:
+        """Which wire the adapter speaks (each adapter class fixes it as a class attribute)."""
+        ...
 
     def stream(self, req: LLMRequest) -> AsyncIterator[StreamEvent]:
         """Canonical events of one logical call; retries happen before anything is yielded."""
