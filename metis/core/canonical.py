@@ -285,7 +285,7 @@ def compute_cost(usage: TokenUsage, pricing: Any) -> Decimal:
     """
     with localcontext() as ctx:
         ctx.prec = 28
-        total = (
+        total: Decimal = (
             Decimal(usage.input_tokens) * pricing.input_per_mtok
             + Decimal(usage.cache_read_tokens) * pricing.cache_read_per_mtok
             + Decimal(usage.cache_write_tokens) * pricing.cache_write_per_mtok

@@ -15,9 +15,11 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, TypeVar
 
 from metis.core.yamlsrc import Diagnostic, MarkedDict, MarkedList, suggest
+
+_Number = TypeVar("_Number", int, float)
 
 Position = tuple[int | None, int | None]
 NO_POSITION: Position = (None, None)
@@ -192,12 +194,12 @@ class Collector:
 
     def _in_range(
         self,
-        value: Any,
+        value: _Number,
         path: str,
         where: Position,
         minimum: float | None,
         maximum: float | None,
-    ) -> Any:
+    ) -> _Number | None:
         if minimum is not None and value < minimum:
             self.error("out_of_range", path, where, f"{prefix(path)}must be at least {minimum}")
             return None

@@ -606,9 +606,10 @@ class AnthropicAdapter:
 
     async def _create(self, req: LLMRequest) -> anthropic.types.Message:
         body = self._body(req, stream=False)
-        return await post_json(
+        message: anthropic.types.Message = await post_json(
             self._client, MESSAGES_PATH, body, anthropic.types.Message, req.request_id
         )
+        return message
 
     # ProviderAdapter ------------------------------------------------------------------------
 

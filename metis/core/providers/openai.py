@@ -636,7 +636,10 @@ class OpenAIAdapter:
 
     async def _create(self, req: LLMRequest) -> ChatCompletion:
         body = self._body(req, stream=False)
-        return await post_json(self._client, COMPLETIONS_PATH, body, ChatCompletion, req.request_id)
+        completion: ChatCompletion = await post_json(
+            self._client, COMPLETIONS_PATH, body, ChatCompletion, req.request_id
+        )
+        return completion
 
     def _parse(
         self, req: LLMRequest, completion: Any

@@ -45,7 +45,7 @@ class RetryPolicy:
             if error.retry_after_s > self.max_retry_after_s:
                 return None
             return error.retry_after_s
-        base = min(self.base_delay_s * 2 ** (attempt - 1), self.max_delay_s)
+        base = min(self.base_delay_s * 2.0 ** (attempt - 1), self.max_delay_s)
         return base * self.rng.uniform(self.jitter_low, self.jitter_high)
 
 

@@ -12,6 +12,7 @@ import os
 import re
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
+from types import FunctionType
 from typing import Any
 
 from metis.core.configcheck import Collector, Position, join, position, prefix
@@ -151,11 +152,11 @@ def implies(later: Conjunct, earlier: Conjunct) -> bool:
     if value == earlier[1]:
         return True
     if key.endswith("_gt"):
-        return value >= earlier[1]  # type: ignore[operator]
+        return bool(value >= earlier[1])  # type: ignore[operator]
     if key.endswith("_lt"):
-        return value <= earlier[1]  # type: ignore[operator]
+        return bool(value <= earlier[1])  # type: ignore[operator]
     if key in SET_PREDICATES:
-        return earlier[1] >= value  # type: ignore[operator]
+        return bool(earlier[1] >= value)  # type: ignore[operator]
     return False
 
 
@@ -596,7 +597,7 @@ def compile_chain(whens: Sequence[When]) -> Chain:
     namespace: dict[str, Any] = {}
     source = "\n".join([f"def chain(f{params}):", *body])
     exec(compile(source, "<routing rules>", "exec"), namespace)
-    chain = namespace["chain"]
+    chain: FunctionType = namespace["chain"]
     chain.__defaults__ = tuple(constants)
     return chain
 

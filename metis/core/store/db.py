@@ -18,10 +18,10 @@ import logging
 import os
 import sqlite3
 import stat
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, closing
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import aiosqlite
 
@@ -214,7 +214,8 @@ class Database:
     async def fetchone(self, sql: str, params: tuple[object, ...] = ()) -> sqlite3.Row | None:
         def fetch(conn: sqlite3.Connection) -> sqlite3.Row | None:
             with closing(conn.execute(sql, params)) as cursor:  # ends the read at once
-                return cursor.fetchone()
+                row: sqlite3.Row | None = cursor.fetchone()
+                return row
 
         return await run_on_thread(self.reader, fetch)
 
@@ -235,7 +236,8 @@ async def run_on_thread(conn: aiosqlite.Connection, work: Callable[[sqlite3.Conn
     `write()` transaction too). aiosqlite has no public way to run a function on its thread;
     `_execute` is the method each of its own calls goes through.
     """
-    return await conn._execute(lambda: work(conn._conn))
+    execute = cast(Callable[[Callable[[], T]], Awaitable[T]], conn._execute)
+    return await execute(lambda: work(conn._conn))
 
 
 def execute_all(conn: sqlite3.Connection, statements: list[Statement]) -> None:

@@ -11,6 +11,7 @@ import os
 import re
 import stat
 import sys
+from typing import Any
 
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 SNIFF_BYTES = 8192
@@ -18,7 +19,7 @@ SEARCH_CHARS = 4096
 SHOW_CHARS = 300
 
 
-def _read(real, max_bytes):
+def _read(real: str, max_bytes: int) -> bytes | None:
     """The file's bytes, or None for anything that is not a small regular file."""
     try:
         fd = os.open(real, _FLAGS)
@@ -33,10 +34,10 @@ def _read(real, max_bytes):
     return data
 
 
-def search(request):
+def search(request: dict[str, Any]) -> dict[str, Any]:
     regex = re.compile(request["pattern"], re.IGNORECASE if request["ignore_case"] else 0)
     limit = request["max_results"]
-    matches = []
+    matches: list[list[Any]] = []
     for rel, real in request["files"]:
         data = _read(real, request["max_file_bytes"])
         if data is None:
@@ -56,7 +57,7 @@ def search(request):
     return {"matches": matches, "stopped": False}
 
 
-def main():
+def main() -> None:
     request = json.loads(sys.stdin.buffer.read())
     reply = json.dumps(search(request), ensure_ascii=True)
     sys.stdout.write(reply)
