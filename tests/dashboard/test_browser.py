@@ -25,8 +25,12 @@ def open_session(page: Any, workspace: Path) -> str:
 
 
 def send(page: Any, text: str) -> None:
+    """Send from the composer and wait until the daemon has taken the turn (the page then
+    empties the composer and shows the turn): until its POST is answered the badge still says
+    "idle", so a `wait_idle` right after the click could return before the turn even began."""
     page.fill("#composer-input", text)
     page.click("#send")
+    page.wait_for_function("document.querySelector('#composer-input').value === ''")
 
 
 def wait_idle(page: Any) -> None:
@@ -222,6 +226,9 @@ def test_reconnects_after_daemon_restart(page: Any, served: DaemonThread, worksp
     wait_idle(page)
     ids = page.eval_on_selector_all(".msg", "els => els.map(e => e.dataset.id)")
     assert len(ids) == 4 and len(set(ids)) == 4, ids
+    _, stored = rest(served, "GET", f"/sessions/{session_id}/messages")
+    assert ids == [m["id"] for m in stored["messages"] if m["role"] in ("user", "assistant")]
+    assert page.inner_text(".msg.user >> nth=0").endswith("first turn")
     # the page itself still writes (cookie + Origin) and a reload shows the app, not the login
     send(page, "third turn from the page")
     page.wait_for_selector(".msg.assistant .md:has-text('third turn from the page')")

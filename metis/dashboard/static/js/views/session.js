@@ -16,7 +16,7 @@ import { confirmationCard } from "./confirm.js";
 const TERMINAL = new Set(["turn.completed", "turn.cancelled", "turn.failed"]);
 
 export function sessionView(root, sessionId) {
-  const msgs = new Map(); // message id → {el, role, live}
+  const msgs = new Map(); // message id → {el, role, live, rendered}
   const cards = new Map(); // tool_use_id → toolCard
   const confirms = new Map(); // confirmation_request_id → confirmationCard
   let session = null;
@@ -26,6 +26,7 @@ export function sessionView(root, sessionId) {
   let oldest = null; // the oldest message shown
   const liveTools = new Set(); // tool_use_ids a live event updated
   let turnId = null;
+  const finished = new Set(); // turns whose terminal event was handled (it can beat the POST's answer)
   let ended = false;
   const totals = { input: 0, output: 0, cost: 0 };
 
@@ -132,6 +133,13 @@ export function sessionView(root, sessionId) {
       }
     }
     clear(m.body).append(...out);
+    m.rendered = true;
+  }
+
+  // A bubble whose markdown could not be rendered (the daemon went away mid-request) keeps
+  // `rendered` false, so the stored copy fills it in at the next sync instead of leaving it empty.
+  function renderLater(m, blocks) {
+    renderBlocks(m, blocks).catch(() => {});
   }
 
   async function addStored(message) {
@@ -143,7 +151,7 @@ export function sessionView(root, sessionId) {
     }
     if (message.role !== "user" && message.role !== "assistant") return;
     const existing = msgs.get(message.id);
-    if (existing && !existing.live) return;
+    if (existing && !existing.live && existing.rendered) return;
     const m = existing || bubble(message.id, message.role);
     m.live = false;
     m.el.classList.remove("streaming");
@@ -159,7 +167,9 @@ export function sessionView(root, sessionId) {
       return; // the daemon went away: the stream re-attaches and calls this again
     }
     await prerender(page.messages).catch(() => {});
-    for (const message of page.messages) await addStored(message);
+    try {
+      for (const message of page.messages) await addStored(message);
+    } catch { /* not rendered: the next sync (after the re-attach) fills those bubbles in */ }
   }
 
   // ---- live streaming ----------------------------------------------------------------------
@@ -244,7 +254,7 @@ export function sessionView(root, sessionId) {
       m.live = false;
       m.el.classList.remove("streaming");
       m.el.dataset.stop = p.stop_reason;
-      renderBlocks(m, p.final_content);
+      renderLater(m, p.final_content);
     }
   }
 
@@ -307,6 +317,7 @@ export function sessionView(root, sessionId) {
         break;
       default:
         if (TERMINAL.has(ev.type)) {
+          finished.add(ev.turn_id);
           setTurn(null, ev.type === "turn.completed" ? "idle" : ev.type.split(".")[1]);
           for (const c of confirms.values()) c.turnEnded?.();
           syncMessages();
@@ -464,9 +475,9 @@ export function sessionView(root, sessionId) {
       input.value = "";
       if (!msgs.has(r.user_message_id)) {
         const m = bubble(r.user_message_id, "user");
-        renderBlocks(m, [{ type: "text", text }]);
+        renderLater(m, [{ type: "text", text }]);
       }
-      setTurn(r.turn_id);
+      if (!finished.has(r.turn_id)) setTurn(r.turn_id);
     } catch (err) {
       composerError.textContent = `${err.code}: ${err.message}`;
       send.disabled = !!turnId;
