@@ -211,7 +211,7 @@ class ChatSession:
         self.session_id = session_id
         self.model = model
         self.prompt = prompt
-        self.http: aiohttp.ClientSession | None = None
+        self.api: DaemonApi | None = None  # open while `run` is
         self.ws: aiohttp.ClientWebSocketResponse | None = None
         self.turn_id: str | None = None
         self._finished: set[str] = set()
@@ -231,12 +231,8 @@ class ChatSession:
     async def call(
         self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None
     ) -> Any:
-        assert self.http is not None
-        async with self.http.request(method, self.url + path, json=body, params=params) as r:
-            data = await r.json(content_type=None)
-            if r.status >= 300:
-                raise ApiFailure(r.status, data)
-            return data
+        assert self.api is not None
+        return await self.api.call(method, path, body, params)
 
     # the socket -------------------------------------------------------------------------------
 
@@ -244,11 +240,11 @@ class ChatSession:
         """Fresh token, socket, subscribe. The first attach (or one asked to) takes a snapshot,
         whose event id becomes the resume cursor; a re-attach asks for what it missed with
         `since`. Returns the snapshot frame, if one was taken."""
-        assert self.http is not None
+        assert self.api is not None
         session = await self.call("GET", f"/sessions/{self.session_id}")
         if not session.get("ws_url"):
             raise ApiFailure(409, {"error": {"code": "session_already_ended"}})
-        ws = self.ws = await self.http.ws_connect(session["ws_url"], max_msg_size=0)
+        ws = self.ws = await self.api.ws_connect(session["ws_url"])
         subscribe: dict[str, Any] = {"type": "subscribe", "filter": "preset:chat"}
         if self._last_event_id is None or snapshot:
             subscribe["snapshot"] = True
@@ -602,8 +598,8 @@ class ChatSession:
     # main loop --------------------------------------------------------------------------------
 
     async def run(self) -> int:
-        async with aiohttp.ClientSession(headers=self.headers) as http:
-            self.http = http
+        async with DaemonApi(self.url, self.headers) as api:
+            self.api = api
             try:
                 if self.session_id is None:
                     body: dict[str, Any] = {"workspace_path": self.workspace or str(Path.cwd())}

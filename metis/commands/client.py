@@ -6,11 +6,16 @@ shown. A non-2xx answer raises `ApiFailure` with the error envelope's code.
 
 from __future__ import annotations
 
+import argparse
 import json
-from collections.abc import Mapping
+import sys
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
+
+from metis.commands.daemon_client import target_from_args
+from metis.core.errors import ConfigError
 
 
 class ApiFailure(Exception):
@@ -88,6 +93,28 @@ class DaemonApi:
             if page.get("next_cursor") is None:
                 return out
             params["cursor"] = page["next_cursor"]
+
+
+async def with_daemon(
+    args: argparse.Namespace, action: Callable[[DaemonApi], Awaitable[int]]
+) -> int:
+    """Run `action` against the daemon `args` name (`daemon_client.add_arguments`), so the
+    one-shot commands fail alike: exit 2 for a bad config.yaml, 1 for an unreachable daemon or
+    a refused call, the reason on stderr."""
+    try:
+        target = target_from_args(args)
+    except ConfigError as exc:
+        print(f"metis: configuration error:\n{exc.message}", file=sys.stderr)
+        return 2
+    try:
+        async with DaemonApi(target.url, target.headers()) as api:
+            return await action(api)
+    except aiohttp.ClientConnectionError:
+        print(f"metis: cannot reach the daemon at {target.url}", file=sys.stderr)
+        return 1
+    except ApiFailure as exc:
+        print(f"metis: {exc}", file=sys.stderr)
+        return 1
 
 
 def reason_code(reason: Any) -> str | None:

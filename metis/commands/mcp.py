@@ -8,12 +8,9 @@ import json
 import sys
 from typing import Any
 
-import aiohttp
-
 from metis.commands import usage
-from metis.commands.client import ApiFailure, DaemonApi
-from metis.commands.daemon_client import add_arguments, target_from_args
-from metis.core.errors import ConfigError
+from metis.commands.client import DaemonApi, with_daemon
+from metis.commands.daemon_client import add_arguments
 
 
 def render(servers: list[dict[str, Any]]) -> str:
@@ -38,25 +35,15 @@ def render(servers: list[dict[str, Any]]) -> str:
 
 
 async def _list(args: argparse.Namespace) -> int:
-    try:
-        target = target_from_args(args)
-    except ConfigError as exc:
-        print(f"metis: configuration error:\n{exc.message}", file=sys.stderr)
-        return 2
-    try:
-        async with DaemonApi(target.url, target.headers()) as api:
-            body = await api.call("GET", "/mcp")
-    except aiohttp.ClientConnectionError:
-        print(f"metis: cannot reach the daemon at {target.url}", file=sys.stderr)
-        return 1
-    except ApiFailure as exc:
-        print(f"metis: {exc}", file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps(body, ensure_ascii=False, indent=2))
-    else:
-        sys.stdout.write(render(body["servers"]))
-    return 0
+    async def show(api: DaemonApi) -> int:
+        body = await api.call("GET", "/mcp")
+        if args.json:
+            print(json.dumps(body, ensure_ascii=False, indent=2))
+        else:
+            sys.stdout.write(render(body["servers"]))
+        return 0
+
+    return await with_daemon(args, show)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -14,13 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from metis.commands import export as exporter
 from metis.commands import usage
-from metis.commands.client import ApiFailure, DaemonApi
-from metis.commands.daemon_client import add_arguments, target_from_args
-from metis.core.errors import ConfigError
+from metis.commands.client import DaemonApi, with_daemon
+from metis.commands.daemon_client import add_arguments
 
 
 def _line(s: dict[str, Any]) -> str:
@@ -97,21 +94,11 @@ async def _export(api: DaemonApi, args: argparse.Namespace) -> int:
 
 
 async def _main(args: argparse.Namespace) -> int:
-    try:
-        target = target_from_args(args)
-    except ConfigError as exc:
-        print(f"metis: configuration error:\n{exc.message}", file=sys.stderr)
-        return 2
-    try:
-        async with DaemonApi(target.url, target.headers()) as api:
-            result: int = await args.action(api, args)
-            return result
-    except aiohttp.ClientConnectionError:
-        print(f"metis: cannot reach the daemon at {target.url}", file=sys.stderr)
-        return 1
-    except ApiFailure as exc:
-        print(f"metis: {exc}", file=sys.stderr)
-        return 1
+    async def act(api: DaemonApi) -> int:
+        result: int = await args.action(api, args)
+        return result
+
+    return await with_daemon(args, act)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
