@@ -12,6 +12,7 @@ import pytest
 
 from metis.config import Settings, load_settings
 from metis.server.runner import Daemon
+from metis.testing.fake_provider import FakeProviderServer
 from tests.api import api_session
 
 STRICT = {"events": {"strict": True}}
@@ -56,6 +57,18 @@ async def daemon(make_settings: Callable[..., Settings]) -> AsyncIterator[Daemon
 async def http(daemon: Daemon) -> AsyncIterator[aiohttp.ClientSession]:
     async with api_session(daemon) as session:
         yield session
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeProviderServer]:
+    """The fake provider server, accepting only the keys the end-to-end models.yaml gives its
+    providers (tests/e2e/test_provider_turns.py `models_yaml`), so a request sent with any
+    other key fails as it would at the real provider. Folders that script it differently
+    override it."""
+    async with FakeProviderServer(
+        expected_keys={"anthropic": "ak-test", "openai": "ok-test"}
+    ) as server:
+        yield server
 
 
 @pytest.fixture

@@ -22,7 +22,6 @@ import yaml
 from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from tests.api import Api
-from tests.e2e import test_provider_turns as provider_turns
 from tests.e2e.test_provider_turns import MODEL_OF, models_yaml, session_on, types_of
 from tests.ws_client import Ws, events_of
 
@@ -47,10 +46,6 @@ U2 = {"input_tokens": 77, "output_tokens": 1, "cache_read_tokens": 3, "cache_wri
 U3 = {"input_tokens": 4321, "output_tokens": 89, "cache_read_tokens": 0, "cache_write_tokens": 777}
 
 Env = tuple[Daemon, Api, FakeProviderServer]
-
-# The fake provider and the daemon wired to it, shared with test_provider_turns.
-fake = provider_turns.fake
-env = provider_turns.env
 
 
 def prices(fake: FakeProviderServer, model: str = SONNET) -> dict[str, Decimal]:

@@ -22,7 +22,6 @@ import aiohttp
 
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from tests.api import Api, api_session, home_headers
-from tests.e2e import test_provider_turns as provider_turns
 from tests.e2e.test_costs import U1, U3, assert_store_invariants, cost_of, plain, prices
 from tests.e2e.test_provider_turns import AUTO_TOOLS, models_yaml, session_on, types_of
 from tests.processes import live_group_members
@@ -32,8 +31,6 @@ from tests.serve_process import (
     spawn_serve,
     wait_until_serving,
 )
-
-fake = provider_turns.fake  # the fake provider fixture, shared
 
 INTERRUPTED = "Tool call interrupted: metis stopped before the tool finished"
 STARTED_FILE = ".shell-started"

@@ -29,14 +29,6 @@ DEMO = Path(__file__).resolve().parents[1] / "core" / "tools" / "mcp_servers" / 
 AUTO = "{none: auto, read: auto, write: auto, execute: auto, network: auto}"
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeProviderServer]:
-    async with FakeProviderServer(
-        expected_keys={"anthropic": "ak-test", "openai": "ok-test"}
-    ) as server:
-        yield server
-
-
 def mcp_config(log: Path, *, policy: str = "auto", extra: str = "", http_url: str = "") -> str:
     lines = [
         "tools:",

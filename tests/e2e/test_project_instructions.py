@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,25 +14,8 @@ import pytest
 from metis.core.instructions import MAX_INSTRUCTIONS_BYTES, InstructionsReader
 from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
-from tests.api import Api, api_session
-from tests.e2e.test_provider_turns import AUTO_TOOLS, MODEL_OF, models_yaml
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeProviderServer]:
-    async with FakeProviderServer(
-        expected_keys={"anthropic": "ak-test", "openai": "ok-test"}
-    ) as server:
-        yield server
-
-
-@pytest.fixture
-async def env(
-    fake: FakeProviderServer, start_daemon: Callable[..., Any]
-) -> AsyncIterator[tuple[Daemon, Api, FakeProviderServer]]:
-    d = await start_daemon(config=AUTO_TOOLS, models=models_yaml(fake))
-    async with api_session(d) as http:
-        yield d, Api(http), fake
+from tests.api import Api
+from tests.e2e.test_provider_turns import MODEL_OF
 
 
 def system_text(fake: FakeProviderServer, api_name: str, index: int = -1) -> tuple[str, str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,25 +45,8 @@ AUTO_TOOLS = "tools:\n  confirmation:\n    default: {none: auto, read: auto, wri
 MODEL_OF = {"anthropic": "anthropic:claude-sonnet-4-6", "openai": "openai:gpt-5"}
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeProviderServer]:
-    async with FakeProviderServer(
-        expected_keys={"anthropic": "ak-test", "openai": "ok-test"}
-    ) as server:
-        yield server
-
-
 def models_yaml(fake: FakeProviderServer) -> str:
     return MODELS.format(anthropic=fake.anthropic_base_url, openai=fake.openai_base_url)
-
-
-@pytest.fixture
-async def env(
-    fake: FakeProviderServer, start_daemon: Callable[..., Any]
-) -> AsyncIterator[tuple[Daemon, Api, FakeProviderServer]]:
-    d = await start_daemon(config=AUTO_TOOLS, models=models_yaml(fake))
-    async with api_session(d) as http:
-        yield d, Api(http), fake
 
 
 async def session_on(api: Api, workspace: Path, api_name: str) -> str:

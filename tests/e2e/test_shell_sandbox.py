@@ -14,11 +14,8 @@ import pytest
 
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from tests.api import Api, api_session
-from tests.e2e import test_provider_turns as provider_turns
 from tests.e2e.test_provider_turns import AUTO_TOOLS, models_yaml, session_on
 from tests.shell_sandbox import require_bwrap
-
-fake = provider_turns.fake  # the fake provider fixture, shared
 
 
 async def status(api: Api) -> tuple[str, str]:

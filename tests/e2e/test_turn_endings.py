@@ -20,7 +20,6 @@ import pytest
 from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from tests.api import Api
-from tests.e2e import test_provider_turns as provider_turns
 from tests.e2e.test_costs import assert_store_invariants
 from tests.e2e.test_provider_turns import session_on, types_of
 from tests.ws_client import Ws, check_turn_grammar
@@ -28,9 +27,6 @@ from tests.ws_client import Ws, check_turn_grammar
 Env = tuple[Daemon, Api, FakeProviderServer]
 CANCELLED = "Tool call cancelled"
 USAGE = {"input_tokens": 1103, "output_tokens": 57, "cache_read_tokens": 0, "cache_write_tokens": 0}
-
-fake = provider_turns.fake
-env = provider_turns.env
 
 
 def of_type(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:

@@ -39,14 +39,6 @@ DECLARED_CLASS = {
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeProviderServer]:
-    async with FakeProviderServer(
-        expected_keys={"anthropic": "ak-test", "openai": "ok-test"}
-    ) as server:
-        yield server
-
-
-@pytest.fixture
 async def make_env(
     fake: FakeProviderServer, start_daemon: Callable[..., Any]
 ) -> AsyncIterator[Callable[..., Any]]:
