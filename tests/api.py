@@ -63,6 +63,24 @@ class Api:
             {"content": [{"type": "text", "text": text}], **fields},
         )
 
+    async def answer(
+        self, session_id: str, turn_id: str, request_id: str, decision: str = "allow", **fields: Any
+    ) -> tuple[int, Any]:
+        """Decide a tool confirmation (POST .../confirmations/{id}); `fields`: scope, reason."""
+        return await self.call(
+            "POST",
+            f"/sessions/{session_id}/turns/{turn_id}/confirmations/{request_id}",
+            {"decision": decision, **fields},
+        )
+
+    async def decisions(self, session_id: str) -> list[tuple[str, str, str | None]]:
+        """(decision, scope, reason) of each tool confirmation the session resolved, in order."""
+        events = await self.events(session_id, event_types="tool.confirmation_resolved")
+        return [
+            (e["payload"]["decision"], e["payload"]["scope"], e["payload"]["reason"])
+            for e in events
+        ]
+
     async def events(self, session_id: str, **query: Any) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         cursor = None

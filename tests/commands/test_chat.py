@@ -441,11 +441,7 @@ async def test_a_allows_for_the_session_and_n_asks_for_a_reason(
     confirm = term.labelled("confirm")
     assert "confirm> reason for denying (optional, Enter skips)?" in confirm
     assert "confirm> allow for this session" in confirm and "confirm> deny: not here" in confirm
-    events = await api_of(d).events(chat.session_id, event_types="tool.confirmation_resolved")
-    decided = [
-        (e["payload"]["decision"], e["payload"]["scope"], e["payload"]["reason"]) for e in events
-    ]
-    assert decided == [
+    assert await api_of(d).decisions(chat.session_id) == [
         ("allow", "once", None),
         ("allow", "session", None),
         ("deny", "once", "not here"),

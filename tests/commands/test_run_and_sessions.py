@@ -52,31 +52,14 @@ async def test_run_json_with_yes_and_deny_all(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
     d = await start_daemon(config=HOLD)
-    code, out, err = await metis(
-        "run",
-        "please use server tool",
-        "--workspace",
-        str(workspace),
-        "--url",
-        d.base_url,
-        "--json",
-        "--yes",
-    )
+    run = ("run", "please use server tool", "--workspace", str(workspace), "--url", d.base_url)
+    code, out, err = await metis(*run, "--json", "--yes")
     assert code == 0, err
     result = json.loads(out)
     assert result["status"] == "completed"
     assert [t["name"] for t in result["tool_calls"]] == ["read_file"]
     assert "allow read_file" in err
-    code, out, err = await metis(
-        "run",
-        "please use server tool",
-        "--workspace",
-        str(workspace),
-        "--url",
-        d.base_url,
-        "--json",
-        "--deny-all",
-    )
+    code, out, err = await metis(*run, "--json", "--deny-all")
     assert code == 0, err
     assert "user_denied" in json.loads(out)["text"] or "denied" in json.loads(out)["text"]
     assert "deny read_file" in err

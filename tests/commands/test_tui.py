@@ -177,11 +177,7 @@ async def test_confirmations_y_a_and_n_with_a_reason(
             cards["shell"].state.startswith("denied: not here") or "denied" in cards["shell"].state
         )
         screenshot(app, "tool-cards")
-    events = await api_of(d).events(app.session_id, event_types="tool.confirmation_resolved")
-    decided = [
-        (e["payload"]["decision"], e["payload"]["scope"], e["payload"]["reason"]) for e in events
-    ]
-    assert decided == [
+    assert await api_of(d).decisions(app.session_id) == [
         ("allow", "once", None),
         ("allow", "session", None),
         ("deny", "once", "not here"),
@@ -198,11 +194,8 @@ async def test_an_answer_given_elsewhere_closes_the_modal(
         send(app, "please use server tool")
         modal = await wait_modal(app)
         request = modal.request
-        status, _ = await api_of(d).call(
-            "POST",
-            f"/sessions/{app.session_id}/turns/{request['turn_id']}/confirmations/"
-            f"{request['confirmation_request_id']}",
-            {"decision": "allow"},
+        status, _ = await api_of(d).answer(
+            app.session_id, request["turn_id"], request["confirmation_request_id"]
         )
         assert status == 200
         await until(lambda: not isinstance(app.screen, ConfirmScreen))

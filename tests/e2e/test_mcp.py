@@ -93,12 +93,23 @@ async def answer_all(
                 return e
             request_id = e["payload"].get("confirmation_request_id")
             if e["type"] == "tool.confirmation_requested" and request_id not in answered:
-                url = f"/sessions/{sid}/turns/{turn_id}/confirmations/{request_id}"
-                code, body = await api.call("POST", url, {"decision": decision, "scope": "once"})
+                code, body = await api.answer(sid, turn_id, request_id, decision, scope="once")
                 assert code == 200, body
                 answered.add(request_id)
         await asyncio.sleep(0.05)
     raise TimeoutError("the turn did not end")
+
+
+async def allow_first_request(api: Api, sid: str, turn_id: str) -> None:
+    """Allow, once, the confirmation the turn asks for first."""
+    requested = await api.wait_for_event(sid, lambda e: e["type"] == "tool.confirmation_requested")
+    request_id = requested["payload"]["confirmation_request_id"]
+    await api.answer(sid, turn_id, request_id, "allow", scope="once")
+
+
+async def tool_failed(api: Api, sid: str, turn_id: str) -> dict[str, Any]:
+    """The turn's first `tool.failed` event."""
+    return next(e for e in await api.turn_events(sid, turn_id) if e["type"] == "tool.failed")
 
 
 async def mcp_status(api: Api) -> dict[str, Any]:
@@ -206,11 +217,9 @@ async def test_confirmation_required_then_allowed_or_denied(
         payload = requested["payload"]
         assert payload["tool_name"] == "mcp__demo__slow"
         assert payload["input_summary"] == 'demo: slow {"seconds":0}'
-        url = (
-            f"/sessions/{sid}/turns/{accepted['turn_id']}/confirmations/"
-            f"{payload['confirmation_request_id']}"
+        code, _ = await api.answer(
+            sid, accepted["turn_id"], payload["confirmation_request_id"], decision, scope="once"
         )
-        code, _ = await api.call("POST", url, {"decision": decision, "scope": "once"})
         assert code == 200
         terminal = await api.wait_turn(sid, accepted["turn_id"])
         assert terminal["type"] == "turn.completed"
@@ -219,12 +228,8 @@ async def test_confirmation_required_then_allowed_or_denied(
             assert "tool.completed" in events
         else:
             assert "tool.called" not in events
-            failed = [
-                e
-                for e in await api.turn_events(sid, accepted["turn_id"])
-                if e["type"] == "tool.failed"
-            ]
-            assert failed[0]["payload"]["error_class"] == "user_denied"
+            failed = await tool_failed(api, sid, accepted["turn_id"])
+            assert failed["payload"]["error_class"] == "user_denied"
     assert log_lines(log) == ["slow started", "slow finished"]
 
 
@@ -244,9 +249,7 @@ async def test_a_policy_deny_refuses_without_asking(
         sid = await session_on(api, workspace, "anthropic")
         fake.enqueue("anthropic", FakeReply.call("mcp__demo__whoami", {}), FakeReply.say("denied"))
         accepted, _ = await api.run_turn(sid, "who")
-        failed = next(
-            e for e in await api.turn_events(sid, accepted["turn_id"]) if e["type"] == "tool.failed"
-        )
+        failed = await tool_failed(api, sid, accepted["turn_id"])
         assert failed["payload"]["error_class"] == "policy_denied"
         assert log_lines(log) == []
 
@@ -279,12 +282,7 @@ async def test_cancel_during_a_slow_mcp_call_cancels_it_on_the_server(
     sid = await session_on(api, workspace, "anthropic")
     fake.enqueue("anthropic", FakeReply.call("mcp__demo__slow", {"seconds": 60}))
     _status, accepted = await api.submit(sid, "wait")
-    requested = await api.wait_for_event(sid, lambda e: e["type"] == "tool.confirmation_requested")
-    url = (
-        f"/sessions/{sid}/turns/{accepted['turn_id']}/confirmations/"
-        f"{requested['payload']['confirmation_request_id']}"
-    )
-    await api.call("POST", url, {"decision": "allow", "scope": "once"})
+    await allow_first_request(api, sid, accepted["turn_id"])
     await api.wait_for_event(sid, lambda e: e["type"] == "tool.called")
     await until(lambda: "slow started" in log_lines(log))
     started = asyncio.get_running_loop().time()
@@ -293,9 +291,7 @@ async def test_cancel_during_a_slow_mcp_call_cancels_it_on_the_server(
     terminal = await api.wait_turn(sid, accepted["turn_id"])
     assert terminal["type"] == "turn.cancelled"
     assert asyncio.get_running_loop().time() - started < 5
-    failed = next(
-        e for e in await api.turn_events(sid, accepted["turn_id"]) if e["type"] == "tool.failed"
-    )
+    failed = await tool_failed(api, sid, accepted["turn_id"])
     assert failed["payload"]["error_class"] == "cancelled"
     await until(lambda: "slow cancelled" in log_lines(log))  # notifications/cancelled arrived
     assert "slow finished" not in log_lines(log)
@@ -316,19 +312,12 @@ async def test_server_killed_mid_call_fails_the_call_and_is_restarted(
         FakeReply.say("the server died"),
     )
     _status, accepted = await api.submit(sid, "wait")
-    requested = await api.wait_for_event(sid, lambda e: e["type"] == "tool.confirmation_requested")
-    url = (
-        f"/sessions/{sid}/turns/{accepted['turn_id']}/confirmations/"
-        f"{requested['payload']['confirmation_request_id']}"
-    )
-    await api.call("POST", url, {"decision": "allow", "scope": "once"})
+    await allow_first_request(api, sid, accepted["turn_id"])
     await until(lambda: "slow started" in log_lines(log))
     os.kill(pid, signal.SIGKILL)
     terminal = await api.wait_turn(sid, accepted["turn_id"], timeout=15)
     assert terminal["type"] == "turn.completed"
-    failed = next(
-        e for e in await api.turn_events(sid, accepted["turn_id"]) if e["type"] == "tool.failed"
-    )
+    failed = await tool_failed(api, sid, accepted["turn_id"])
     assert failed["payload"]["error_class"] == "tool_error"
     assert 'MCP server "demo" stopped during the call' in failed["payload"]["message"]
     # restarted with a new process; its tools work again
@@ -351,9 +340,7 @@ async def test_a_down_server_fails_its_tools_at_once(
     fake.enqueue("anthropic", FakeReply.call("mcp__demo__add", {"a": 1}), FakeReply.say("down"))
     accepted, terminal = await api.run_turn(sid, "add")
     assert terminal["type"] == "turn.completed"
-    failed = next(
-        e for e in await api.turn_events(sid, accepted["turn_id"]) if e["type"] == "tool.failed"
-    )
+    failed = await tool_failed(api, sid, accepted["turn_id"])
     assert failed["payload"]["error_class"] == "tool_error"
     assert failed["payload"]["message"].startswith('MCP server "demo" is not available (stopped')
 
