@@ -30,7 +30,7 @@ def send(page: Any, text: str) -> None:
     "idle", so a `wait_idle` right after the click could return before the turn even began."""
     page.fill("#composer-input", text)
     page.click("#send")
-    page.wait_for_function("document.querySelector('#composer-input').value === ''")
+    page.wait_for_function("() => document.querySelector('#composer-input').value === ''")
 
 
 def wait_idle(page: Any) -> None:
