@@ -28,7 +28,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import socket
 import sys
 import tempfile
 import threading
@@ -48,6 +47,7 @@ from metis.commands.tui.app import ChatApp
 from metis.commands.tui.widgets import AssistantMessage, PromptInput
 from metis.testing.bench import bench_models_yaml, spawn_fake_provider, stop_process
 from metis.testing.fake_wire import FakeReply, FakeUsage
+from metis.testing.serving import free_port, spawn_serve, wait_until_serving
 
 GOAL_MS = 50.0
 SIZE = (120, 40)
@@ -72,27 +72,6 @@ def markdown_reply(chars: int) -> str:
 
 
 # -- the daemon and the provider ----------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-async def wait_healthy(url: str, deadline_s: float = 90.0) -> None:
-    give_up = time.monotonic() + deadline_s
-    async with aiohttp.ClientSession() as http:
-        while True:
-            try:
-                async with http.get(f"{url}/health") as r:
-                    if r.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            if time.monotonic() > give_up:
-                raise RuntimeError(f"metis serve did not answer at {url}")
-            await asyncio.sleep(0.1)
 
 
 @dataclass
@@ -123,19 +102,12 @@ async def start_backend(in_process: bool) -> Backend:
     else:
         port = free_port()
         log = open(home / "serve.log", "wb")  # noqa: SIM115 (closed by stop)
-        serve = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "metis.cli",
-            "serve",
-            "--port",
-            str(port),
-            env={**os.environ, "METIS_HOME": str(home), "METIS_LOG_LEVEL": "WARNING"},
-            stdout=log,
-            stderr=log,
+        serve = await spawn_serve(
+            home, port, output=log, environ={**os.environ, "METIS_LOG_LEVEL": "WARNING"}
         )
         url = f"http://127.0.0.1:{port}"
-        await wait_healthy(url)
+        async with aiohttp.ClientSession(base_url=url) as http:
+            await wait_until_serving(http, "/health")
 
         async def stop() -> None:
             await stop_process(serve)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import aiohttp
 
+from metis.testing.serving import free_port, spawn_serve, wait_until_serving
 from tests.aap.client import WEATHER, AapClient, check_stream, tool_result
-from tests.serve_process import free_port, spawn_serve, wait_until_serving
 
 
 async def test_metis_serve_speaks_aap_in_every_mode(metis_home: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 from metis.commands import open_dashboard
 from metis.server.auth import ServerAuth
 from metis.server.runner import Daemon
-from tests.serve_process import free_port
+from metis.testing.serving import free_port
 
 
 async def metis(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:

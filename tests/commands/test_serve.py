@@ -22,8 +22,8 @@ from metis.cli import main
 from metis.commands.daemon_client import resolve_daemon
 from metis.server.lock import LOCK_FILE, read_holder
 from metis.testing import FakeProviderServer, FakeReply
+from metis.testing.serving import SERVE_START_DEADLINE_S, free_port, wait_until_serving
 from tests.api import Api, home_headers
-from tests.serve_process import SERVE_START_DEADLINE_S, free_port, wait_until_serving
 from tests.ws_client import fake_models
 
 Spawn = Callable[..., Any]

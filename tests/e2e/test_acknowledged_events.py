@@ -15,9 +15,9 @@ from typing import Any
 
 import aiohttp
 
+from metis.testing.serving import free_port, spawn_serve, wait_until_serving
 from tests.api import Api, home_headers
 from tests.e2e.test_provider_turns import types_of
-from tests.serve_process import free_port, spawn_serve, wait_until_serving
 
 
 @asynccontextmanager

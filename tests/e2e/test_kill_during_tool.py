@@ -21,16 +21,16 @@ from typing import Any
 import aiohttp
 
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
-from tests.api import Api, api_session, home_headers
-from tests.e2e.test_costs import U1, U3, assert_store_invariants, cost_of, plain, prices
-from tests.e2e.test_provider_turns import AUTO_TOOLS, models_yaml, session_on, types_of
-from tests.processes import live_group_members
-from tests.serve_process import (
+from metis.testing.serving import (
     SERVE_START_DEADLINE_S,
     free_port,
     spawn_serve,
     wait_until_serving,
 )
+from tests.api import Api, api_session, home_headers
+from tests.e2e.test_costs import U1, U3, assert_store_invariants, cost_of, plain, prices
+from tests.e2e.test_provider_turns import AUTO_TOOLS, models_yaml, session_on, types_of
+from tests.processes import live_group_members
 
 INTERRUPTED = "Tool call interrupted: metis stopped before the tool finished"
 STARTED_FILE = ".shell-started"

@@ -19,11 +19,11 @@ import pytest
 
 from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
+from metis.testing.serving import free_port, spawn_serve, wait_until_serving
 from tests.api import Api, api_session, home_headers
 from tests.commands.test_run_and_sessions import metis
 from tests.e2e.test_provider_turns import models_yaml, session_on, types_of
 from tests.processes import live_group_members
-from tests.serve_process import free_port, spawn_serve, wait_until_serving
 
 DEMO = Path(__file__).resolve().parents[1] / "core" / "tools" / "mcp_servers" / "demo.py"
 AUTO = "{none: auto, read: auto, write: auto, execute: auto, network: auto}"

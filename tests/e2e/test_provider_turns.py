@@ -18,13 +18,13 @@ import pytest
 
 from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
-from tests.api import Api, api_session, home_headers
-from tests.serve_process import (
+from metis.testing.serving import (
     SERVE_START_DEADLINE_S,
     free_port,
     spawn_serve,
     wait_until_serving,
 )
+from tests.api import Api, api_session, home_headers
 
 MODELS = """
 pricing_version: "e2e-1"

@@ -24,9 +24,9 @@ from metis.commands.chat import ChatSession
 from metis.commands.daemon_client import resolve_daemon
 from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
+from metis.testing.serving import free_port
 from tests.api import Api
 from tests.commands.test_chat import Terminal
-from tests.serve_process import free_port
 
 ENV_VAR = "METIS_TEST_OPENAI_KEY"
 WRONG_KEY = "sk-mistyped-0123456789abcdefXYZ"

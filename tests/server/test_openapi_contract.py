@@ -26,7 +26,7 @@ from openapi_spec_validator import validate
 from schemathesis.config import SchemathesisConfig
 from schemathesis.core.failures import Failure
 
-from tests.serve_process import SERVE_START_DEADLINE_S, free_port
+from metis.testing.serving import SERVE_START_DEADLINE_S, free_port
 
 # Requests the document calls valid that a daemon still refuses, by what they name: things
 # that exist on this machine, in this configuration or in this session's state, which no schema

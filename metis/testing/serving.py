@@ -1,4 +1,6 @@
-"""Helpers for tests that run `metis serve` as a real subprocess."""
+"""Running `metis serve` as a real subprocess, for the tests and the benchmark scripts that
+need the daemon as a user starts it: a free loopback port, the process, and a poll until it
+answers."""
 
 from __future__ import annotations
 
