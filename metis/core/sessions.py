@@ -421,6 +421,7 @@ class SessionService:
         self._env.broker.forget_session(session_id)
         self._env.dispatcher.forget_session(session_id)
         self._env.hub.forget(session_id)
+        self._env.instructions.forget(session_id)
 
     async def purge(self, session_id: str) -> PurgeResult:
         row = await self.require(session_id)

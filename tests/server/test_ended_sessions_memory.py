@@ -53,6 +53,8 @@ def held_for(daemon: Daemon, session_id: str) -> list[str]:
         held.append("confirmation broker")
     if core.dispatcher.holds(session_id):
         held.append("tool dispatcher")
+    if core.instructions.holds(session_id):
+        held.append("project instructions in use")
     if core.slots.current(session_id) is not None:
         held.append("turn slot")
     return held
@@ -105,7 +107,7 @@ async def test_ending_a_session_drops_its_cached_history_and_reads_still_work(
         api = Api(http)
         sid = (await api.create_session(workspace, initial_active_model="local:scripted"))["id"]
         await api.run_turn(sid, "hello there")
-        assert daemon.core.live.holds(sid)
+        assert daemon.core.live.holds(sid) and daemon.core.instructions.holds(sid)
         status, body = await api.call("DELETE", f"/sessions/{sid}")
         assert status == 200, body
         assert held_for(daemon, sid) == []
