@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 
@@ -19,3 +20,14 @@ def live_group_members(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] != "Z":
             members.append(int(entry.name))
     return members
+
+
+async def gone(pgid: int, timeout_s: float = 5.0) -> bool:
+    """Whether every member of the group dies within `timeout_s` (a SIGKILL takes effect only
+    once its process next runs, so a loaded machine may show it for a moment)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while live_group_members(pgid):
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True

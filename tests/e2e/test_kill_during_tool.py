@@ -30,7 +30,7 @@ from metis.testing.serving import (
 from tests.api import Api, api_session, home_headers
 from tests.e2e.test_costs import U1, U3, assert_store_invariants, cost_of, plain, prices
 from tests.e2e.test_provider_turns import AUTO_TOOLS, models_yaml, session_on, types_of
-from tests.processes import live_group_members
+from tests.processes import gone, live_group_members
 
 INTERRUPTED = "Tool call interrupted: metis stopped before the tool finished"
 STARTED_FILE = ".shell-started"
@@ -41,14 +41,6 @@ def noted_groups(metis_home: Path) -> list[int]:
     which `$$` inside the sandbox's own PID namespace is not."""
     ledger = metis_home / "run" / "shell-groups"
     return [int(p.name) for p in ledger.iterdir() if p.name.isdigit()] if ledger.is_dir() else []
-
-
-async def gone(pgid: int) -> bool:
-    for _ in range(100):
-        if not live_group_members(pgid):
-            return True
-        await asyncio.sleep(0.02)
-    return False
 
 
 async def test_daemon_killed_while_a_shell_tool_runs_recovers_on_restart(

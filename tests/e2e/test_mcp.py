@@ -23,7 +23,7 @@ from metis.testing.serving import free_port, spawn_serve, wait_until_serving
 from tests.api import Api, api_session, home_headers
 from tests.commands.test_run_and_sessions import metis
 from tests.e2e.test_provider_turns import models_yaml, session_on, types_of
-from tests.processes import live_group_members
+from tests.processes import gone, live_group_members
 
 DEMO = Path(__file__).resolve().parents[1] / "core" / "tools" / "mcp_servers" / "demo.py"
 AUTO = "{none: auto, read: auto, write: auto, execute: auto, network: auto}"
@@ -484,4 +484,4 @@ async def test_no_orphan_after_a_daemon_kill_9_and_restart(
     finally:
         await d.stop()
     # a clean stop leaves nothing either
-    assert not live_group_members(new_pid) and list(ledger.iterdir()) == []
+    assert await gone(new_pid) and list(ledger.iterdir()) == []

@@ -24,6 +24,7 @@ import logging
 import os
 import secrets
 import signal
+import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,34 @@ def _start_time(pid: int) -> str | None:
     return fields[19] if len(fields) > 19 else None
 
 
+def live_groups(pgids: set[int], proc: Path = _PROC) -> set[int]:
+    """Which of these process groups still have a member that is not a zombie (Linux)."""
+    alive: set[int] = set()
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) in pgids:
+            alive.add(int(fields[2]))
+    return alive
+
+
+def wait_until_gone(pgids: set[int], timeout_s: float = 2.0) -> set[int]:
+    """Wait (blocking, bounded) until SIGKILLed groups have died; returns those still alive.
+    A SIGKILL takes effect only when its process next runs, so on a busy machine a killed
+    group can linger for a moment after `killpg` returns."""
+    deadline = time.monotonic() + timeout_s
+    alive = live_groups(pgids) if pgids else set()
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.01)
+        alive = live_groups(alive)
+    return alive
+
+
 class ProcessGroupLedger:
     """The running shell groups of this daemon, on disk so the next start can reap them."""
 
@@ -127,18 +156,23 @@ class ProcessGroupLedger:
         that left those groups; returns how many groups."""
         if not self.directory.is_dir():
             return 0
-        killed = 0
+        killed: set[int] = set()
         for note in self.directory.iterdir():
             with contextlib.suppress(OSError):
                 if note.name.isdigit():
                     start, _, marker = note.read_text().partition("\n")
-                    killed += self._reap_one(int(note.name), start.strip())
+                    if self._reap_one(int(note.name), start.strip()):
+                        killed.add(int(note.name))
                     if marker.strip():
                         kill_marked(marker.strip())
                 note.unlink()
         if killed:
-            log.warning("killed %d shell process group(s) left by a previous daemon", killed)
-        return killed
+            log.warning("killed %d shell process group(s) left by a previous daemon", len(killed))
+            # Serving starts only once they are gone: nothing of the old run overlaps the new.
+            lingering = wait_until_gone(killed)
+            if lingering:
+                log.warning("process group(s) %s still alive after SIGKILL", sorted(lingering))
+        return len(killed)
 
     @staticmethod
     def _reap_one(pgid: int, noted_start: str) -> int:
