@@ -324,7 +324,7 @@ async def test_server_killed_mid_call_fails_the_call_and_is_restarted(
     await until(lambda: server.state == "ready" and server.pid not in (None, pid))
     demo = (await mcp_status(api))["demo"]
     assert demo["restarts"] >= 1 and demo["state"] == "ready"
-    assert not live_group_members(pid)
+    assert await gone(pid)
     fake.enqueue("anthropic", FakeReply.call("mcp__demo__add", {"a": 1}), FakeReply.say("ok"))
     accepted, terminal = await api.run_turn(sid, "again")
     assert "tool.completed" in types_of(await api.turn_events(sid, accepted["turn_id"]))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from metis.testing import FakeProviderServer, FakeReply
-from tests.processes import live_group_members
+from tests.processes import gone, live_group_members
 from tests.ws_client import (
     SLOW_SCRIPTED,
     Ws,
@@ -185,5 +185,5 @@ async def test_cancel_during_tool_dispatch_stops_the_shell_process_group(
     check_turn_grammar(events)
     assert after(events, "tool.called") == ["tool.failed", "turn.cancelled"]
     assert events[-2]["payload"]["error_class"] == "cancelled"
-    assert live_group_members(pgid) == []
+    assert await gone(pgid)
     await client.close()
