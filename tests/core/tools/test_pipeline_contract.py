@@ -28,7 +28,6 @@ from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from tests.api import Api, api_session
 from tests.core.tools.test_dispatch_concurrency import (
     batch,
-    fake,  # noqa: F401  (fixture)
     one_per_tool_use,
     tool_uses_and_results,
 )
@@ -61,7 +60,7 @@ def confirmation_config(per_tool: str) -> str:
 
 @pytest.fixture
 async def start_api(
-    fake: FakeProviderServer,  # noqa: F811
+    fake: FakeProviderServer,
     start_daemon: Callable[..., Any],
 ) -> AsyncIterator[Callable[..., Any]]:
     """Start a daemon (config.yaml = `config`, models on the fake server); return it and an Api.
@@ -188,7 +187,7 @@ INVALID_CALLS: list[tuple[str, dict[str, Any], set[str]]] = [
 
 async def test_schema_violations_end_as_input_invalid_before_any_gate_or_side_effect(
     start_api: Callable[..., Any],
-    fake: FakeProviderServer,  # noqa: F811
+    fake: FakeProviderServer,
     workspace: Path,
     metis_home: Path,
 ) -> None:
@@ -253,7 +252,7 @@ async def test_schema_violations_end_as_input_invalid_before_any_gate_or_side_ef
 
 async def test_unknown_and_not_enabled_tools_fail_not_found_listing_the_offered_tools(
     start_api: Callable[..., Any],
-    fake: FakeProviderServer,  # noqa: F811
+    fake: FakeProviderServer,
     workspace: Path,
 ) -> None:
     config = ALL_PROMPT + "    per_tool: {list_dir: auto}\n  enabled: [read_file, list_dir]\n"
@@ -301,7 +300,7 @@ async def test_unknown_and_not_enabled_tools_fail_not_found_listing_the_offered_
 
 async def test_path_escapes_fail_permission_denied_before_confirmation_and_touch_nothing(
     start_api: Callable[..., Any],
-    fake: FakeProviderServer,  # noqa: F811
+    fake: FakeProviderServer,
     workspace: Path,
     outside: Path,
     metis_home: Path,
@@ -376,7 +375,7 @@ async def test_path_escapes_fail_permission_denied_before_confirmation_and_touch
 
 async def test_wait_allow_runs_requested_resolved_called_completed_with_causal_parents(
     start_api: Callable[..., Any],
-    fake: FakeProviderServer,  # noqa: F811
+    fake: FakeProviderServer,
     workspace: Path,
     metis_home: Path,
 ) -> None:
@@ -503,7 +502,7 @@ async def test_wait_allow_runs_requested_resolved_called_completed_with_causal_p
 
 async def test_request_id_under_another_turn_or_session_is_not_found_and_changes_nothing(
     start_api: Callable[..., Any],
-    fake: FakeProviderServer,  # noqa: F811
+    fake: FakeProviderServer,
     workspace: Path,
     metis_home: Path,
 ) -> None:
@@ -592,7 +591,7 @@ async def test_request_id_under_another_turn_or_session_is_not_found_and_changes
 
 async def test_deny_mode_fails_policy_denied_without_confirmation_events(
     start_api: Callable[..., Any],
-    fake: FakeProviderServer,  # noqa: F811
+    fake: FakeProviderServer,
     workspace: Path,
     metis_home: Path,
 ) -> None:
@@ -650,7 +649,7 @@ async def test_deny_mode_fails_policy_denied_without_confirmation_events(
 
 async def test_trusted_workspace_runs_writes_without_asking_but_still_asks_for_shell(
     start_api: Callable[..., Any],
-    fake: FakeProviderServer,  # noqa: F811
+    fake: FakeProviderServer,
     workspace: Path,
 ) -> None:
     config = (
@@ -690,7 +689,7 @@ async def test_trusted_workspace_runs_writes_without_asking_but_still_asks_for_s
 
 async def test_prompt_once_and_session_scope_are_remembered_also_after_a_restart(
     start_api: Callable[..., Any],
-    fake: FakeProviderServer,  # noqa: F811
+    fake: FakeProviderServer,
     workspace: Path,
     metis_home: Path,
 ) -> None:
@@ -818,7 +817,7 @@ async def reads_under_prompt_once(
 @pytest.mark.parametrize("decision", ["allow", "deny"])
 async def test_prompt_once_asks_once_when_one_batch_calls_the_tool_several_times(
     start_api: Callable[..., Any],
-    fake: FakeProviderServer,  # noqa: F811
+    fake: FakeProviderServer,
     workspace: Path,
     decision: str,
 ) -> None:
@@ -844,7 +843,7 @@ async def test_prompt_once_asks_once_when_one_batch_calls_the_tool_several_times
 
 async def test_a_call_waiting_behind_its_tools_first_question_is_cancelled_with_the_turn(
     start_api: Callable[..., Any],
-    fake: FakeProviderServer,  # noqa: F811
+    fake: FakeProviderServer,
     workspace: Path,
     metis_home: Path,
 ) -> None:
