@@ -43,6 +43,11 @@ async def _list(api: DaemonApi, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"sessions": sessions}, ensure_ascii=False, indent=2))
         return 0
+    if not sessions:
+        # Said on stderr so a script reading stdout still sees an empty list.
+        scope = "" if args.all else " active"
+        hint = "" if args.all else " (--all includes ended ones)"
+        print(f"no{scope} sessions{hint}", file=sys.stderr)
     for s in sessions:
         print(_line(s))
     return 0

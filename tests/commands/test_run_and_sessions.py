@@ -118,8 +118,8 @@ async def test_sessions_list_show_export_and_end(
 
     code, out, _ = await metis("sessions", "end", sid, *url)
     assert code == 0 and out.startswith(f"ended {sid}")
-    code, out, _ = await metis("sessions", "list", *url)
-    assert out == ""
+    code, out, err = await metis("sessions", "list", *url)
+    assert out == "" and "no active sessions (--all includes ended ones)" in err
     code, out, _ = await metis("sessions", "list", "--all", "--json", *url)
     assert [s["id"] for s in json.loads(out)["sessions"]] == [sid]
     code, _, err = await metis("sessions", "show", "sess_01M7YA76RDGJRJS6TX6XK99B3P", *url)
