@@ -104,27 +104,11 @@ class Database:
         async with conn.execute("PRAGMA user_version") as cur:
             row = await cur.fetchone()
         version = int(row[0]) if row else 0
-        if version > LATEST_VERSION:
-            raise ConfigError(
-                f"{self.path} has schema version {version}, newer than this metis supports "
-                f"({LATEST_VERSION}); refusing to start (no downgrade)"
-            )
-        if version < LATEST_VERSION and version > 0:
-            backup = self.path.with_name(f"{self.path.name}.pre-v{version}.bak")
-            log.info("backing up %s to %s before migrating", self.path, backup)
-            await conn.execute("VACUUM INTO ?", (str(backup),))
-            _chmod_private(backup)
-        for step in range(version, LATEST_VERSION):
-            await conn.execute("BEGIN IMMEDIATE")
-            try:
-                for statement in _split_sql(MIGRATIONS[step]):
-                    await conn.execute(statement)
-                await conn.execute(f"PRAGMA user_version = {step + 1}")
-                await conn.execute("COMMIT")
-            except BaseException:
-                await conn.execute("ROLLBACK")
-                raise
-            log.info("migrated %s to schema version %d", self.path, step + 1)
+
+        async def record(cursor: aiosqlite.Connection, step: int) -> None:
+            await cursor.execute(f"PRAGMA user_version = {step}")
+
+        await self._apply(conn, version, tuple(MIGRATIONS), "schema", f"v{version}", record)
         self.schema_version = LATEST_VERSION
 
     async def _migrate_track(
@@ -135,14 +119,42 @@ class Database:
         )
         async with conn.execute("SELECT version FROM schema_tracks WHERE name=?", (name,)) as cur:
             row = await cur.fetchone()
-        version, latest = (int(row[0]) if row else 0), len(migrations)
+        version = int(row[0]) if row else 0
+
+        async def record(cursor: aiosqlite.Connection, step: int) -> None:
+            await cursor.execute(
+                "INSERT INTO schema_tracks (name, version) VALUES (?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET version=excluded.version",
+                (name, step),
+            )
+
+        await self._apply(
+            conn, version, migrations, f"{name} schema", f"{name}-v{version}", record, track=name
+        )
+        self.track_versions[name] = len(migrations)
+
+    async def _apply(
+        self,
+        conn: aiosqlite.Connection,
+        version: int,
+        migrations: tuple[str, ...],
+        what: str,
+        backup_tag: str,
+        record: Callable[[aiosqlite.Connection, int], Awaitable[None]],
+        *,
+        track: str | None = None,
+    ) -> None:
+        """One migration path for the core schema and every extension's track: refuse a newer
+        version, back the file up before upgrading an existing one, then each step in its own
+        transaction together with the version it reaches."""
+        latest = len(migrations)
         if version > latest:
             raise ConfigError(
-                f"{self.path} has {name} schema version {version}, newer than this metis supports "
+                f"{self.path} has {what} version {version}, newer than this metis supports "
                 f"({latest}); refusing to start (no downgrade)"
             )
-        if version < latest and version > 0:
-            backup = self.path.with_name(f"{self.path.name}.pre-{name}-v{version}.bak")
+        if 0 < version < latest:
+            backup = self.path.with_name(f"{self.path.name}.pre-{backup_tag}.bak")
             log.info("backing up %s to %s before migrating", self.path, backup)
             await conn.execute("VACUUM INTO ?", (str(backup),))
             _chmod_private(backup)
@@ -151,17 +163,15 @@ class Database:
             try:
                 for statement in _split_sql(migrations[step]):
                     await conn.execute(statement)
-                await conn.execute(
-                    "INSERT INTO schema_tracks (name, version) VALUES (?, ?) "
-                    "ON CONFLICT (name) DO UPDATE SET version=excluded.version",
-                    (name, step + 1),
-                )
+                await record(conn, step + 1)
                 await conn.execute("COMMIT")
             except BaseException:
                 await conn.execute("ROLLBACK")
                 raise
-            log.info("migrated %s track %s to version %d", self.path, name, step + 1)
-        self.track_versions[name] = latest
+            if track is None:
+                log.info("migrated %s to schema version %d", self.path, step + 1)
+            else:
+                log.info("migrated %s track %s to version %d", self.path, track, step + 1)
 
     @property
     def reader(self) -> aiosqlite.Connection:
