@@ -15,11 +15,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import ErrorDetails
 
-from metis.core.canonical import MAX_IMAGE_BYTES
+from metis.core.canonical.content import MAX_IMAGE_BYTES
+from metis.core.config.yaml_source import MarkedDict, line_of, read_yaml_file, suggest
 from metis.core.errors import ConfigError
 from metis.core.tools.mcp.settings import McpSettings
 from metis.core.tools.settings import ToolsSettings
-from metis.core.yamlsrc import MarkedDict, line_of, read_yaml_file, suggest
 
 log = logging.getLogger(__name__)
 

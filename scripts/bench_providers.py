@@ -32,8 +32,10 @@ import anthropic
 import openai
 from pydantic_core import from_json
 
-from metis.core.canonical import Message, TextBlock, new_ulid
-from metis.core.model_types import Capabilities, ProviderConfig
+from metis.core.canonical.content import TextBlock
+from metis.core.canonical.ids import new_ulid
+from metis.core.canonical.messages import Message
+from metis.core.models.types import Capabilities, ProviderConfig
 from metis.core.providers.anthropic import AnthropicAdapter
 from metis.core.providers.base import LLMRequest
 from metis.core.providers.openai import OpenAIAdapter

@@ -14,7 +14,7 @@ from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 
-from metis.core.registry import load_models_file
+from metis.core.models.registry import load_models_file
 from metis.core.routing import Availability, RoutingEngine, StaticPolicy, TurnContext
 from metis.core.routing.loader import validate_policy
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import aiohttp
 
 from metis.config import load_settings
-from metis.core.canonical import new_session_id, now_us
+from metis.core.canonical.ids import new_session_id
+from metis.core.canonical.times import now_us
 from metis.core.runtime import Core
 from metis.server.runner import Daemon, freeze_startup_heap
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from metis.core.canonical import new_session_id, new_ulid, now_us
+from metis.core.canonical.ids import new_session_id, new_ulid
+from metis.core.canonical.times import now_us
 from metis.core.store.db import Database
 
 

@@ -159,11 +159,23 @@ SURFACE_PACKAGES = ("metis.server", "metis.aap", "metis.dashboard")
 # What of core a surface module may import: the application interface (which re-exports the
 # value types of its services), the domain errors, the canonical value types and the events'
 # catalog and envelope types (docs/architecture.md lists the same modules).
+CANONICAL_CONCEPTS = (
+    "content",
+    "ids",
+    "jsontext",
+    "messages",
+    "money",
+    "redaction",
+    "times",
+    "tools",
+    "usage",
+)
 PUBLIC_CORE = (
     "metis.core",  # the package itself (importing a submodule runs it)
     "metis.core.application",
     "metis.core.errors",
     "metis.core.canonical",
+    *(f"metis.core.canonical.{concept}" for concept in CANONICAL_CONCEPTS),
     "metis.core.events",
     "metis.core.events.catalog",
     "metis.core.events.envelope",

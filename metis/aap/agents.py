@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from metis.aap.workspaces import Workspaces
 from metis.core.application import Models
-from metis.core.canonical import ToolDefinition
+from metis.core.canonical.tools import ToolDefinition
 
 OptionType = Literal["text", "select", "secret"]
 HistoryType = Literal["compacted", "full"]

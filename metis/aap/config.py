@@ -18,7 +18,8 @@ from metis.aap.store import AapSession
 from metis.aap.wire import ServerToolRef
 from metis.aap.workspaces import WorkspaceChoice, Workspaces
 from metis.core.application import Models, SurfaceToolPolicy
-from metis.core.canonical import TOOL_NAME_RE, ToolDefinition
+from metis.core.canonical.content import TOOL_NAME_RE
+from metis.core.canonical.tools import ToolDefinition
 
 SECRET_PLACEHOLDER = "***"
 _SCHEMA_KEYS = {3: "parameters", 1: "inputSchema"}

@@ -17,11 +17,10 @@ from typing import Any
 
 from metis.aap.errors import AapError
 from metis.aap.store import Form
-from metis.core.canonical import (
+from metis.core.canonical.content import (
     TOOL_NAME_RE,
     Base64Source,
     ImageBlock,
-    Message,
     RedactedThinkingBlock,
     TextBlock,
     ThinkingBlock,
@@ -29,6 +28,7 @@ from metis.core.canonical import (
     ToolUseBlock,
     UrlSource,
 )
+from metis.core.canonical.messages import Message
 
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 _DATA_URI_RE = re.compile(r"^data:(image/[a-z]+);base64,(.*)$", re.DOTALL)

@@ -14,7 +14,7 @@ from metis.aap import routes_v1, routes_v3
 from metis.aap.errors import AAP_ERROR_CODES
 from metis.aap.wire import StopReason, Wire
 from metis.config import AapSettings
-from metis.core.canonical import ULID_CHARS
+from metis.core.canonical.ids import ULID_CHARS
 from metis.http import openapi
 from metis.http.routes import RouteSpec
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from metis.aap.mapping import render_content
 from metis.core.application import History
-from metis.core.canonical import (
+from metis.core.canonical.content import (
     CONTENT_LIST_ADAPTER,
     TextBlock,
     ThinkingBlock,

@@ -29,17 +29,10 @@ from metis.aap.mapping import parse_content, render_history
 from metis.aap.store import AapSession, AapWrites, Form
 from metis.aap.wire import AgentConfig, SeedMessage, SystemMessage, ToolMessage, UserMessage
 from metis.core.application import Transaction
-from metis.core.canonical import (
-    ContentBlock,
-    Message,
-    MessageMetadata,
-    TextBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-    new_ulid,
-    now_us,
-    validate_message,
-)
+from metis.core.canonical.content import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from metis.core.canonical.ids import new_ulid
+from metis.core.canonical.messages import Message, MessageMetadata, validate_message
+from metis.core.canonical.times import now_us
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,8 @@ from metis.core.application import (
     TurnAccepted,
     TurnRequest,
 )
-from metis.core.canonical import Message, now_us
+from metis.core.canonical.messages import Message
+from metis.core.canonical.times import now_us
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonDict
 
 from metis.aap.agents import HISTORY_TYPES
-from metis.core.canonical import IMAGE_MEDIA_TYPES, TOOL_NAME_RE
+from metis.core.canonical.content import IMAGE_MEDIA_TYPES, TOOL_NAME_RE
 from metis.http.openapi import BASE64_PATTERN, from_setting
 
 StreamMode = Literal["delta", "message", "none"]

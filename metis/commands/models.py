@@ -21,9 +21,9 @@ import aiohttp
 
 from metis.commands.daemon_client import DaemonTarget, add_arguments, target_from_args
 from metis.config import SHIPPED_CONFIG_DIR, default_home
-from metis.core.configcheck import format_diagnostic
+from metis.core.config.checks import format_diagnostic
 from metis.core.errors import ConfigError
-from metis.core.registry import ModelRegistry, load_models_file
+from metis.core.models.registry import ModelRegistry, load_models_file
 
 MODELS_FILE = "models.yaml"
 DAEMON_TIMEOUT_S = 3.0

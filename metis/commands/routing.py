@@ -12,7 +12,7 @@ from pathlib import Path
 from metis.commands import usage
 from metis.commands.models import default_models_path, load_for_cli
 from metis.config import SHIPPED_CONFIG_DIR, default_home
-from metis.core.configcheck import format_diagnostic
+from metis.core.config.checks import format_diagnostic
 from metis.core.routing.loader import read_policy_file
 
 ROUTING_FILE = "routing.yaml"

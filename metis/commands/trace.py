@@ -19,7 +19,7 @@ from pathlib import Path
 
 from metis.commands import usage
 from metis.config import load_settings
-from metis.core.canonical import format_datetime, now_us, us_to_datetime
+from metis.core.canonical.times import format_datetime, now_us, us_to_datetime
 from metis.core.errors import ConfigError
 from metis.core.store.db import Database
 from metis.core.store.prune import PrunedStream, count_prunable, prune_events

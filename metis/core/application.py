@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from metis.config import Settings
-from metis.core.canonical import Message, ToolDefinition
+from metis.core.canonical.messages import Message
+from metis.core.canonical.tools import ToolDefinition
 from metis.core.confirmations import Decision, ResolveResult
-from metis.core.context import SYSTEM_PROMPT, assemble, compact, workspace_facts
 from metis.core.events.envelope import AnyEvent, Event
 from metis.core.events.hub import (
     CloseMarker,
@@ -35,19 +35,11 @@ from metis.core.events.hub import (
     StreamingMessage,
     token_fingerprint,
 )
-from metis.core.model_types import ModelEntry
-from metis.core.registry import ModelRegistry
-from metis.core.resume import (
-    Answer,
-    ApplicationResult,
-    PermissionAnswer,
-    SurfaceWrites,
-    SuspendingTurn,
-    load_pending,
-)
+from metis.core.models.registry import ModelRegistry
+from metis.core.models.types import ModelEntry
 from metis.core.routing.context import estimate_input_tokens
 from metis.core.runtime import Core
-from metis.core.sessions import (
+from metis.core.sessions.service import (
     ModelChange,
     PurgeResult,
     SessionService,
@@ -61,7 +53,16 @@ from metis.core.store.store import StoreExtension
 from metis.core.store.tx import Transaction
 from metis.core.tools.base import ToolNameConflict
 from metis.core.tools.policy import SurfaceToolPolicy
-from metis.core.turns import CancelReason, TurnAccepted, TurnRequest, TurnService
+from metis.core.turns.context import SYSTEM_PROMPT, assemble, compact, workspace_facts
+from metis.core.turns.resume import (
+    Answer,
+    ApplicationResult,
+    PermissionAnswer,
+    SurfaceWrites,
+    SuspendingTurn,
+    load_pending,
+)
+from metis.core.turns.service import CancelReason, TurnAccepted, TurnRequest, TurnService
 
 __all__ = [
     "Answer",
@@ -194,11 +195,11 @@ class History:
         application_tools: Sequence[ToolDefinition],
     ) -> list[Message]:
         """The session's history as its next model call would see it: assembled and compacted
-        (`metis.core.context`) for the model the session would use, with pending tool_use
+        (`metis.core.turns.context`) for the model the session would use, with pending tool_use
         blocks kept as they are (their answers are still to come) and seeded system messages
         kept in their stored place (they are sent as part of the system prompt). Without
         compaction it equals `full`."""
-        from metis.core.agent import with_seeded_instructions  # the runner's own prompt rule
+        from metis.core.turns.runner import with_seeded_instructions  # the runner's own prompt rule
 
         core = self._core
         pending = set(await self.pending_tool_call_ids(session_id))

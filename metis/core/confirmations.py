@@ -17,7 +17,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from metis.core.canonical import format_us, new_ulid, now_us
+from metis.core.canonical.ids import new_ulid
+from metis.core.canonical.times import format_us, now_us
 from metis.core.errors import (
     ConfirmationAlreadyResolved,
     ConfirmationNotFound,
@@ -352,7 +353,7 @@ class ConfirmationBroker:
                 pending.future.set_result(ConfirmationAnswer("withdrawn"))
 
     def settle_suspended(self, request_id: str, decision: Decision) -> None:
-        """AAP resolution (metis/core/resume.py): the row was settled in the acceptance
+        """AAP resolution (metis/core/turns/resume.py): the row was settled in the acceptance
         transaction; mirror it here so `pending()` stops listing the request."""
         pending = self._requests.get(request_id)
         if pending is not None and pending.policy == "suspend" and pending.status == "pending":

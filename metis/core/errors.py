@@ -129,7 +129,7 @@ class EventValidationError(DomainError):
     pass
 
 
-# ---- suspend/resume (raised by metis/core/resume.py) ----------------------------------------
+# ---- suspend/resume (raised by metis/core/turns/resume.py) ----------------------------------------
 
 
 class PendingToolCalls(DomainError):

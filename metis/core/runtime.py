@@ -13,23 +13,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from metis.config import Settings
-from metis.core.canonical import Message, now_us
+from metis.core.canonical.messages import Message
+from metis.core.canonical.times import now_us
 from metis.core.confirmations import ConfirmationBroker
-from metis.core.environment import TurnEnvironment
 from metis.core.events.bus import EventBus
 from metis.core.events.catalog import SYSTEM_STREAM
 from metis.core.events.costs import CostAccumulator
 from metis.core.events.hub import SessionHub
 from metis.core.events.writer import TraceWriter
-from metis.core.instructions import SessionInstructions
-from metis.core.live import LiveSessions
-from metis.core.recovery import fail_orphaned_turns, report_gaps, seed_from_store
-from metis.core.registry import ModelRegistry, load_registry
+from metis.core.models.registry import ModelRegistry, load_registry
 from metis.core.routing.availability import Availability
 from metis.core.routing.engine import RoutingEngine
 from metis.core.routing.manager import PolicyManager
-from metis.core.sessions import SessionService
-from metis.core.slots import TurnSlots
+from metis.core.sessions.cache import SessionCache
+from metis.core.sessions.instructions import SessionInstructions
+from metis.core.sessions.service import SessionService
 from metis.core.store.db import Database
 from metis.core.store.messages import NewToolCall
 from metis.core.store.store import Store
@@ -41,8 +39,11 @@ from metis.core.tools.mcp.manager import McpManager
 from metis.core.tools.registry import ToolRegistry
 from metis.core.tools.sandbox import Sandbox
 from metis.core.tools.settings import check_env_passthrough, limits_from_settings
-from metis.core.turn_control import TurnControl
-from metis.core.turns import TurnService
+from metis.core.turns.control import TurnControl
+from metis.core.turns.environment import TurnEnvironment
+from metis.core.turns.recovery import fail_orphaned_turns, report_gaps, seed_from_store
+from metis.core.turns.service import TurnService
+from metis.core.turns.slots import TurnSlots
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ class Core:
         self.broker = ConfirmationBroker(
             self.store, self.bus, timeout_s=tools.confirmation.timeout_seconds
         )
-        self.live = LiveSessions(self.message_store)
+        self.session_cache = SessionCache(self.message_store)
         self.instructions = SessionInstructions(self.bus)  # AGENTS.md / CLAUDE.md per turn
         self.dispatcher = Dispatcher(
             store=self.store,
@@ -107,7 +108,9 @@ class Core:
                 groups=self.shell_groups,
                 shell_sandbox=self.shell_sandbox,
             ),
-            on_committed=lambda session_id, message: self.live.committed(session_id, message),
+            on_committed=lambda session_id, message: self.session_cache.committed(
+                session_id, message
+            ),
         )
         # MCP servers: their process groups share the shell's ledger (reaped at start-up)
         self.mcp = McpManager(
@@ -123,7 +126,7 @@ class Core:
             bus=self.bus,
             costs=self.costs,
             hub=self.hub,
-            live=self.live,
+            session_cache=self.session_cache,
             registry=self.registry,
             availability=self.availability,
             dispatcher=self.dispatcher,

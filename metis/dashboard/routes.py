@@ -18,7 +18,8 @@ from typing import Any, Literal
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from metis.core.canonical import decimal_str, now_us
+from metis.core.canonical.money import decimal_str
+from metis.core.canonical.times import now_us
 from metis.dashboard.render import highlight_css, render_markdown
 from metis.server.errors import ApiError
 from metis.server.http import RouteTable, json_response, parse_query, read_body

@@ -15,7 +15,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from metis.core.canonical import register_secret
+from metis.core.canonical.redaction import register_secret
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-from metis.core.canonical import parse_client_json
+from metis.core.canonical.jsontext import parse_client_json
 
 Reason = Literal["too_large", "not_utf8", "malformed", "not_object"]
 

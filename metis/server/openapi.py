@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from metis.config import Settings
-from metis.core.canonical import ULID_CHARS
+from metis.core.canonical.ids import ULID_CHARS
 from metis.http import openapi
 from metis.http.routes import RouteSpec
 from metis.server.errors import ERROR_CODES

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from metis.core.canonical import now_us
+from metis.core.canonical.times import now_us
 from metis.core.errors import SessionNotFound
 from metis.core.store.db import Database
 from metis.core.store.store import StoreExtension

@@ -14,17 +14,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import to_json
 
-from metis.core.canonical import (
+from metis.core.canonical.content import (
     Base64Source,
     ImageBlock,
     RedactedThinkingBlock,
     TextBlock,
     ThinkingBlock,
-    ToolDefinition,
     ToolResultBlock,
     ToolUseBlock,
     UrlSource,
 )
+from metis.core.canonical.tools import ToolDefinition
 from metis.core.providers.scripted import (
     ScriptedView,
     SimpleMessage,

@@ -80,7 +80,8 @@ async def test_a_granted_call_interrupted_by_a_stop_gets_the_interruption_result
     assert call["name"] == "shell"
     # Simulate a crash right after the grant was accepted: the row says "resolved in turn T",
     # T is still running, nothing was executed.
-    from metis.core.canonical import new_ulid, now_us
+    from metis.core.canonical.ids import new_ulid
+    from metis.core.canonical.times import now_us
 
     turn_id = new_ulid()
     async with daemon.core.db.write() as conn:

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from metis.core.context import OMITTED_RESULT
+from metis.core.turns.context import OMITTED_RESULT
 from metis.server.runner import Daemon
 from metis.testing import FakeProviderServer, FakeReply
 from tests.aap.client import WEATHER, AapClient, permission, tool_result

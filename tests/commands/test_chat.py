@@ -18,7 +18,7 @@ import pytest
 
 from metis.commands.chat import ChatSession, Renderer
 from metis.commands.daemon_client import resolve_daemon
-from metis.core.canonical import now_us
+from metis.core.canonical.times import now_us
 from metis.core.store.prune import prune_events
 from metis.server.runner import Daemon
 from metis.server.ws import seam

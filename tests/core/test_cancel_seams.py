@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from metis.core.events.envelope import AnyEvent
-from metis.core.turns import TurnRequest
+from metis.core.turns.service import TurnRequest
 from metis.server.runner import Daemon
 
 

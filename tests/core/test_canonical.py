@@ -10,22 +10,41 @@ from decimal import Decimal
 
 import pytest
 
-from metis.core import canonical as c
+from metis.core.canonical.content import (
+    CONTENT_BLOCK_ADAPTER,
+    MAX_IMAGE_BYTES,
+    TOOL_NAME_RE,
+    ThinkingBlock,
+    interrupted_form,
+    parse_user_content,
+)
+from metis.core.canonical.ids import _encode_ulid, is_session_id, is_ulid, new_session_id, new_ulid
+from metis.core.canonical.jsontext import parse_client_json
+from metis.core.canonical.messages import (
+    Message,
+    MessageMetadata,
+    decode_content_lenient,
+    validate_message,
+)
+from metis.core.canonical.money import decimal_str
+from metis.core.canonical.redaction import redact, register_secret
+from metis.core.canonical.times import datetime_to_us, format_us
+from metis.core.canonical.usage import TokenUsage, compute_cost
 from metis.core.errors import InvalidContent
 
 
 def test_ulids_are_strictly_increasing_even_within_one_millisecond() -> None:
-    ids = [c.new_ulid() for _ in range(5000)]
+    ids = [new_ulid() for _ in range(5000)]
     assert ids == sorted(ids)
     assert len(set(ids)) == len(ids)
-    assert all(c.is_ulid(i) for i in ids)
+    assert all(is_ulid(i) for i in ids)
 
 
 def test_malformed_ulids_are_recognised() -> None:
-    assert not c.is_ulid("nope")
-    assert not c.is_ulid("8" + "0" * 25)  # first char beyond 7 overflows 128 bits
-    assert not c.is_ulid(None)
-    assert c.is_session_id(c.new_session_id())
+    assert not is_ulid("nope")
+    assert not is_ulid("8" + "0" * 25)  # first char beyond 7 overflows 128 bits
+    assert not is_ulid(None)
+    assert is_session_id(new_session_id())
 
 
 @pytest.mark.parametrize(
@@ -42,16 +61,16 @@ def test_malformed_ulids_are_recognised() -> None:
     ],
 )
 def test_decimal_strings_are_plain_positional(value: Decimal | str, expected: str) -> None:
-    assert c.decimal_str(value) == expected
+    assert decimal_str(value) == expected
 
 
 def test_naive_datetimes_are_rejected() -> None:
     with pytest.raises(ValueError):
-        c.datetime_to_us(datetime(2026, 1, 1))
+        datetime_to_us(datetime(2026, 1, 1))
 
 
 def test_wire_timestamps_have_six_fractional_digits() -> None:
-    assert c.format_us(1_700_000_000_000_001) == "2023-11-14T22:13:20.000001Z"
+    assert format_us(1_700_000_000_000_001) == "2023-11-14T22:13:20.000001Z"
 
 
 ALL_BLOCKS = [
@@ -79,13 +98,13 @@ ALL_BLOCKS = [
 
 @pytest.mark.parametrize("raw", ALL_BLOCKS, ids=lambda b: b["type"])
 def test_every_block_type_round_trips_json_unchanged(raw: dict) -> None:
-    block = c.CONTENT_BLOCK_ADAPTER.validate_python(raw)
+    block = CONTENT_BLOCK_ADAPTER.validate_python(raw)
     assert json.loads(json.dumps(block.model_dump(mode="json"))) == raw
 
 
 def test_user_content_refuses_unknown_and_assistant_only_blocks() -> None:
     with pytest.raises(InvalidContent) as info:
-        c.parse_user_content(
+        parse_user_content(
             [
                 {"type": "text", "text": "a"},
                 {"type": "audio"},
@@ -106,13 +125,13 @@ def test_user_content_refuses_unknown_and_assistant_only_blocks() -> None:
 )
 def test_invalid_user_blocks_raise_invalid_content(block: dict) -> None:
     with pytest.raises(InvalidContent):
-        c.parse_user_content([block])
+        parse_user_content([block])
 
 
 def test_oversized_images_are_refused() -> None:
-    big = base64.b64encode(b"\0" * (c.MAX_IMAGE_BYTES + 1)).decode()
+    big = base64.b64encode(b"\0" * (MAX_IMAGE_BYTES + 1)).decode()
     with pytest.raises(InvalidContent, match="limit"):
-        c.parse_user_content(
+        parse_user_content(
             [
                 {
                     "type": "image",
@@ -124,52 +143,52 @@ def test_oversized_images_are_refused() -> None:
 
 def test_empty_user_content_is_refused() -> None:
     with pytest.raises(InvalidContent):
-        c.parse_user_content([])
+        parse_user_content([])
 
 
-def _msg(role: str, content: list, **meta: object) -> c.Message:
-    blocks = [c.CONTENT_BLOCK_ADAPTER.validate_python(b) for b in content]
-    return c.Message(
-        id=c.new_ulid(),
+def _msg(role: str, content: list, **meta: object) -> Message:
+    blocks = [CONTENT_BLOCK_ADAPTER.validate_python(b) for b in content]
+    return Message(
+        id=new_ulid(),
         session_id="sess_x",
         turn_id=None,
         role=role,
         content=blocks,
         created_at_us=1,
-        metadata=c.MessageMetadata(**meta),
+        metadata=MessageMetadata(**meta),
     )
 
 
 def test_role_block_matrix_is_enforced() -> None:
-    c.validate_message(_msg("user", [ALL_BLOCKS[0]]))
-    c.validate_message(_msg("assistant", [ALL_BLOCKS[3], ALL_BLOCKS[5]]))
+    validate_message(_msg("user", [ALL_BLOCKS[0]]))
+    validate_message(_msg("assistant", [ALL_BLOCKS[3], ALL_BLOCKS[5]]))
     with pytest.raises(InvalidContent):
-        c.validate_message(_msg("user", [ALL_BLOCKS[5]]))
+        validate_message(_msg("user", [ALL_BLOCKS[5]]))
     with pytest.raises(InvalidContent):
-        c.validate_message(_msg("system", [ALL_BLOCKS[1]]))
+        validate_message(_msg("system", [ALL_BLOCKS[1]]))
     with pytest.raises(InvalidContent):
-        c.validate_message(_msg("tool", [ALL_BLOCKS[6], ALL_BLOCKS[6]], tool_use_id="tu_01"))
+        validate_message(_msg("tool", [ALL_BLOCKS[6], ALL_BLOCKS[6]], tool_use_id="tu_01"))
 
 
 def test_tool_message_needs_matching_tool_use_id() -> None:
-    c.validate_message(_msg("tool", [ALL_BLOCKS[6]], tool_use_id="tu_01"))
+    validate_message(_msg("tool", [ALL_BLOCKS[6]], tool_use_id="tu_01"))
     with pytest.raises(InvalidContent):
-        c.validate_message(_msg("tool", [ALL_BLOCKS[6]], tool_use_id="tu_02"))
+        validate_message(_msg("tool", [ALL_BLOCKS[6]], tool_use_id="tu_02"))
 
 
 def test_interrupted_assistant_messages_keep_no_tool_use() -> None:
     with pytest.raises(InvalidContent):
-        c.validate_message(_msg("assistant", [ALL_BLOCKS[5]], status="cancelled"))
-    kept = c.interrupted_form(
-        [c.CONTENT_BLOCK_ADAPTER.validate_python(b) for b in ALL_BLOCKS[3:6]]
-        + [c.ThinkingBlock(thinking="x")]
+        validate_message(_msg("assistant", [ALL_BLOCKS[5]], status="cancelled"))
+    kept = interrupted_form(
+        [CONTENT_BLOCK_ADAPTER.validate_python(b) for b in ALL_BLOCKS[3:6]]
+        + [ThinkingBlock(thinking="x")]
     )
     assert [b.type for b in kept] == ["thinking", "redacted_thinking"]
 
 
 def test_lenient_decode_drops_unknown_blocks_and_logs(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
-        blocks, meta = c.decode_content_lenient(
+        blocks, meta = decode_content_lenient(
             "m1", json.dumps([{"type": "audio"}, {"type": "text", "text": "ok"}]), "{}"
         )
     assert [b.type for b in blocks] == ["text"]
@@ -178,18 +197,18 @@ def test_lenient_decode_drops_unknown_blocks_and_logs(caplog: pytest.LogCaptureF
 
 
 def test_lenient_decode_of_corrupt_row_returns_empty_error_message() -> None:
-    blocks, meta = c.decode_content_lenient("m2", "{not json", "{}")
+    blocks, meta = decode_content_lenient("m2", "{not json", "{}")
     assert blocks == [] and meta.status == "error"
 
 
 def test_redact_removes_registered_secrets_and_key_shapes() -> None:
-    c.register_secret("super-secret-value")
-    text = c.redact("failed with super-secret-value and sk-abcdefghijklmnop")
+    register_secret("super-secret-value")
+    text = redact("failed with super-secret-value and sk-abcdefghijklmnop")
     assert "super-secret-value" not in text and "sk-abcdefgh" not in text
 
 
 def test_cost_is_exact_decimal_over_four_buckets() -> None:
-    from metis.core.model_types import Pricing
+    from metis.core.models.types import Pricing
 
     pricing = Pricing(
         input_per_mtok=Decimal("3"),
@@ -197,17 +216,17 @@ def test_cost_is_exact_decimal_over_four_buckets() -> None:
         cache_read_per_mtok=Decimal("0.30"),
         cache_write_per_mtok=Decimal("3.75"),
     )
-    usage = c.TokenUsage(
+    usage = TokenUsage(
         input_tokens=1000, output_tokens=200, cache_read_tokens=5000, cache_write_tokens=100
     )
-    assert c.decimal_str(c.compute_cost(usage, pricing)) == "0.007875"
+    assert decimal_str(compute_cost(usage, pricing)) == "0.007875"
 
 
 def test_cost_is_computed_in_a_28_digit_context() -> None:
     """A result needing more digits is rounded to 28 significant digits."""
     from decimal import Context
 
-    from metis.core.model_types import Pricing
+    from metis.core.models.types import Pricing
 
     price = Decimal("1.234567890123456789012345678")
     zero = Decimal(0)
@@ -217,10 +236,10 @@ def test_cost_is_computed_in_a_28_digit_context() -> None:
         cache_read_per_mtok=zero,
         cache_write_per_mtok=zero,
     )
-    usage = c.TokenUsage(input_tokens=987_654_321, output_tokens=0)
+    usage = TokenUsage(input_tokens=987_654_321, output_tokens=0)
     context = Context(prec=28)
     expected = context.divide(context.multiply(Decimal(987_654_321), price), Decimal(1_000_000))
-    cost = c.compute_cost(usage, pricing)
+    cost = compute_cost(usage, pricing)
     assert cost == expected and len(cost.as_tuple().digits) == 28
 
 
@@ -232,21 +251,21 @@ def test_ulid_encoding_matches_the_reference_library() -> None:
     rng = random.Random(5)
     for _ in range(2000):
         value = rng.getrandbits(126)
-        assert c._encode_ulid(value) == str(ULID.from_int(value))
-    fresh = c.new_ulid()
+        assert _encode_ulid(value) == str(ULID.from_int(value))
+    fresh = new_ulid()
     assert str(ULID.from_str(fresh)) == fresh
 
 
 def test_anchored_patterns_refuse_a_final_newline() -> None:
     """`$` also matches before a final newline; ids and tool names must end where they end."""
-    ulid = c.new_ulid()
-    assert c.is_ulid(ulid) and not c.is_ulid(ulid + "\n")
-    assert c.TOOL_NAME_RE.match("read_file") and not c.TOOL_NAME_RE.match("read_file\n")
+    ulid = new_ulid()
+    assert is_ulid(ulid) and not is_ulid(ulid + "\n")
+    assert TOOL_NAME_RE.match("read_file") and not TOOL_NAME_RE.match("read_file\n")
 
 
 def test_client_json_is_rfc_8259_and_round_trips() -> None:
     """What parses can be written back as JSON: no NaN, no infinity, no lone surrogate."""
-    assert c.parse_client_json('{"a": [1e300, -2.5e-300, 10]}') == {"a": [1e300, -2.5e-300, 10]}
+    assert parse_client_json('{"a": [1e300, -2.5e-300, 10]}') == {"a": [1e300, -2.5e-300, 10]}
     for bad in ("NaN", "[Infinity]", '{"a": 1e999}', "[-1E+400]", '"\\ud800"'):
         with pytest.raises(ValueError):
-            c.parse_client_json(bad)
+            parse_client_json(bad)

@@ -4,15 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from metis.core.canonical import (
-    Message,
-    MessageMetadata,
-    TextBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-    new_ulid,
-)
-from metis.core.context import (
+from metis.core.canonical.content import TextBlock, ToolResultBlock, ToolUseBlock
+from metis.core.canonical.ids import new_ulid
+from metis.core.canonical.messages import Message, MessageMetadata
+from metis.core.turns.context import (
     OMITTED_RESULT,
     UNAVAILABLE_RESULT,
     assemble,

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from metis.core.canonical import TextBlock, ToolUseBlock
-from metis.core.live import LiveSession
+from metis.core.canonical.content import TextBlock, ToolUseBlock
+from metis.core.sessions.cache import CachedSession
 from tests.core.providers.provider_kit import msg as _msg
 
 
 def test_tool_calls_in_history_are_noticed_when_appended_later() -> None:
-    live = LiveSession("s", [_msg("user", TextBlock(text="hi"))])
+    live = CachedSession("s", [_msg("user", TextBlock(text="hi"))])
     assert not live.has_tool_calls()
     live.history.append(_msg("assistant", TextBlock(text="hello")))
     assert not live.has_tool_calls()

@@ -1,13 +1,13 @@
-"""PrefixMemo: work over a growing sequence is carried forward, matched by identity only."""
+"""PrefixCache: work over a growing sequence is carried forward, matched by identity only."""
 
 from __future__ import annotations
 
-from metis.core.memo import PrefixMemo
+from metis.core.turns.prefix_cache import PrefixCache
 
 
 def test_the_longest_remembered_prefix_is_found() -> None:
     a, b, c, d = ["a"], ["b"], ["c"], ["d"]
-    memo: PrefixMemo[str] = PrefixMemo()
+    memo: PrefixCache[str] = PrefixCache()
     memo.remember([a], "1")
     memo.remember([c], "other")
     memo.remember([a, b, c], "3")
@@ -19,14 +19,14 @@ def test_the_longest_remembered_prefix_is_found() -> None:
 
 
 def test_items_are_matched_by_identity_not_equality() -> None:
-    memo: PrefixMemo[str] = PrefixMemo()
+    memo: PrefixCache[str] = PrefixCache()
     memo.remember([["a"], ["b"]], "state")
     assert memo.longest_prefix([["a"], ["b"]]) == (0, None)
 
 
 def test_an_entry_is_dropped_when_extended_and_the_oldest_past_the_size() -> None:
     items = [[i] for i in range(5)]
-    memo: PrefixMemo[int] = PrefixMemo(size=2)
+    memo: PrefixCache[int] = PrefixCache(size=2)
     memo.remember(items[:2], 2)
     memo.remember(items[:4], 4)  # extends the first: replaces it
     memo.remember([items[4]], 1)

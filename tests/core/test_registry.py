@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from metis.core.canonical import redact
+from metis.core.canonical.redaction import redact
 from metis.core.errors import ConfigError, ModelNotConfigured
-from metis.core.registry import (
+from metis.core.models.registry import (
     SCRIPTED_MODEL_ID,
     ModelRegistry,
     RegistryLoad,

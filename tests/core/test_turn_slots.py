@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from metis.core.slots import TurnSlots
-from metis.core.turns import TurnService
+from metis.core.turns.service import TurnService
+from metis.core.turns.slots import TurnSlots
 
 
 async def test_cancel_moves_in_flight_to_cancelling_once() -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from metis.config import load_settings
+from metis.core.config.yaml_source import load_yaml_bytes
 from metis.core.errors import ConfigError
-from metis.core.yamlsrc import load_yaml_bytes
 
 
 def test_duplicate_keys_are_errors_with_their_line() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from metis.core.instructions import MAX_INSTRUCTIONS_BYTES, InstructionsReader
+from metis.core.sessions.instructions import MAX_INSTRUCTIONS_BYTES, InstructionsReader
 from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from tests.api import Api

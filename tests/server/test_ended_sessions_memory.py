@@ -43,7 +43,7 @@ def held_for(daemon: Daemon, session_id: str) -> list[str]:
     """The in-memory structures of the core that still hold something for `session_id`."""
     core = daemon.core
     held = []
-    if core.live.holds(session_id):
+    if core.session_cache.holds(session_id):
         held.append("live history cache")
     if session_id in core.costs.sessions:
         held.append("cost accumulator")
@@ -107,7 +107,7 @@ async def test_ending_a_session_drops_its_cached_history_and_reads_still_work(
         api = Api(http)
         sid = (await api.create_session(workspace, initial_active_model="local:scripted"))["id"]
         await api.run_turn(sid, "hello there")
-        assert daemon.core.live.holds(sid) and daemon.core.instructions.holds(sid)
+        assert daemon.core.session_cache.holds(sid) and daemon.core.instructions.holds(sid)
         status, body = await api.call("DELETE", f"/sessions/{sid}")
         assert status == 200, body
         assert held_for(daemon, sid) == []

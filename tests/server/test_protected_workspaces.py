@@ -1,5 +1,5 @@
 """A session may not work in `/`, the user's home, METIS_HOME or a system directory unless an
-allowed root names that very directory (core: `metis.core.sessions.resolve_workspace`)."""
+allowed root names that very directory (core: `metis.core.sessions.service.resolve_workspace`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from metis.core.sessions import protected_workspaces
+from metis.core.sessions.service import protected_workspaces
 from tests.api import Api
 
 

@@ -951,8 +951,8 @@ async def test_a_corrupt_stored_row_never_makes_the_session_unreadable(
             "UPDATE messages SET content_json=? WHERE id=?",
             ('[{"type":"audio","data":"x"},{"type":"text","text":"first"}]', messages[0]["id"]),
         )
-    daemon.core.live.forget(sid)  # make the next turn read the rows back from SQLite
-    daemon.core.live.created_here(sid)
+    daemon.core.session_cache.forget(sid)  # make the next turn read the rows back from SQLite
+    daemon.core.session_cache.created_here(sid)
     page = (await api.messages(sid))["messages"]
     assert page[0]["content"] == [{"type": "text", "text": "first"}]
     assert page[1]["content"] == [] and page[1]["metadata"]["status"] == "error"

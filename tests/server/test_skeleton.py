@@ -13,7 +13,8 @@ import pytest
 
 from metis.aap.errors import AAP_ERROR_CODES
 from metis.config import load_settings
-from metis.core.canonical import new_session_id, now_us
+from metis.core.canonical.ids import new_session_id
+from metis.core.canonical.times import now_us
 from metis.core.store.migrations import LATEST_VERSION
 from metis.server.errors import ERROR_CODES
 from metis.server.runner import Daemon

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from metis.core.events.envelope import AnyEvent
-from metis.core.turns import TurnRequest
+from metis.core.turns.service import TurnRequest
 from metis.testing import FakeProviderServer, FakeReply
 from tests.api import TERMINAL, Api
 from tests.ws_client import (

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from metis.core.canonical import now_us
+from metis.core.canonical.times import now_us
 from metis.core.events.envelope import AnyEvent
 from metis.core.store.prune import prune_events
 from metis.server.runner import Daemon

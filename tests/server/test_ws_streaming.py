@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from metis.core.resume import SuspendingTurn
-from metis.core.turns import TurnRequest
+from metis.core.turns.resume import SuspendingTurn
+from metis.core.turns.service import TurnRequest
 from metis.server.runner import Daemon
 from metis.server.ws.protocol import PRESETS
 from metis.testing import FakeProviderServer, FakeReply

@@ -17,7 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from metis.core.canonical import new_ulid, now_us
+from metis.core.canonical.ids import new_ulid
+from metis.core.canonical.times import now_us
 from metis.core.errors import EventValidationError, UnknownEventType
 from metis.core.events.catalog import PERSISTED, STREAMING
 from metis.core.events.envelope import AnyEvent, Event, TransientEvent

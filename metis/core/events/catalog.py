@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
 
-from metis.core.canonical import decimal_str
+from metis.core.canonical.money import decimal_str
 
 DecimalStr = Annotated[
     Decimal,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from metis.core.canonical import format_us
+from metis.core.canonical.times import format_us
 from metis.core.events.catalog import sensitivity_of
 
 

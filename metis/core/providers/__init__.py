@@ -5,8 +5,8 @@ The agent loop imports only this package's public names; SDKs stay behind the ad
 
 from __future__ import annotations
 
-from metis.core.canonical import register_secret
-from metis.core.model_types import ProviderConfig
+from metis.core.canonical.redaction import register_secret
+from metis.core.models.types import ProviderConfig
 from metis.core.providers.base import (
     AttemptHooks,
     LLMRequest,

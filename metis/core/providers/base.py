@@ -13,8 +13,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from metis.core.canonical import ContentBlock, Message, TokenUsage, ToolDefinition
-from metis.core.model_types import Capabilities
+from metis.core.canonical.content import ContentBlock
+from metis.core.canonical.messages import Message
+from metis.core.canonical.tools import ToolDefinition
+from metis.core.canonical.usage import TokenUsage
+from metis.core.models.types import Capabilities
 
 if TYPE_CHECKING:
     from metis.core.providers.errors import ProviderError

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import httpx2
 import pydantic
 
-from metis.core.canonical import redact
+from metis.core.canonical.redaction import redact
 
 log = logging.getLogger(__name__)
 

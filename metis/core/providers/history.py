@@ -13,13 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from metis.core.canonical import (
-    ImageBlock,
-    Message,
-    TextBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-)
+from metis.core.canonical.content import ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from metis.core.canonical.messages import Message
 from metis.core.providers.base import LLMRequest
 from metis.core.routing.context import estimate_input_tokens
 

@@ -17,19 +17,19 @@ import openai
 from openai.types.chat import ChatCompletion
 from pydantic_core import from_json
 
-from metis.core.canonical import (
+from metis.core.canonical.content import (
     ContentBlock,
     ImageBlock,
-    Message,
     TextBlock,
     ThinkingBlock,
-    TokenUsage,
     ToolResultBlock,
     ToolUseBlock,
     UrlSource,
-    new_tool_use_id,
 )
-from metis.core.model_types import ProviderConfig
+from metis.core.canonical.ids import new_tool_use_id
+from metis.core.canonical.messages import Message
+from metis.core.canonical.usage import TokenUsage
+from metis.core.models.types import ProviderConfig
 from metis.core.providers.base import LLMRequest, LLMResult, StopReason, StreamEvent
 from metis.core.providers.errors import (
     ErrorClass,

@@ -16,18 +16,18 @@ from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any, ClassVar, Literal, Protocol
 
-from metis.core.canonical import (
+from metis.core.canonical.content import (
     ContentBlock,
     ImageBlock,
     TextBlock,
     ThinkingBlock,
-    TokenUsage,
-    ToolDefinition,
     ToolResultBlock,
     ToolUseBlock,
-    new_tool_use_id,
 )
-from metis.core.model_types import ProviderConfig
+from metis.core.canonical.ids import new_tool_use_id
+from metis.core.canonical.tools import ToolDefinition
+from metis.core.canonical.usage import TokenUsage
+from metis.core.models.types import ProviderConfig
 from metis.core.providers.base import (
     LLMRequest,
     LLMResult,

@@ -16,15 +16,15 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic_core import from_json
 
-from metis.core.canonical import (
+from metis.core.canonical.content import (
     ContentBlock,
     RedactedThinkingBlock,
     TextBlock,
     ThinkingBlock,
-    TokenUsage,
     ToolUseBlock,
-    new_tool_use_id,
 )
+from metis.core.canonical.ids import new_tool_use_id
+from metis.core.canonical.usage import TokenUsage
 from metis.core.providers.base import (
     LLMRequest,
     LLMResult,

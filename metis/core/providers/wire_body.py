@@ -21,8 +21,8 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from metis.core.canonical import Message
-from metis.core.memo import PrefixMemo
+from metis.core.canonical.messages import Message
+from metis.core.turns.prefix_cache import PrefixCache
 
 WireMessage = dict[str, Any]
 HistoryMapper = Callable[[Sequence[Message]], list[WireMessage]]
@@ -61,7 +61,7 @@ class HistoryEncoder:
     """One adapter's memory of the histories it encoded (a few sessions' worth)."""
 
     def __init__(self, size: int = 16) -> None:
-        self._memo: PrefixMemo[_Encoded] = PrefixMemo(size)
+        self._memo: PrefixCache[_Encoded] = PrefixCache(size)
 
     def split(
         self, messages: Sequence[Message], options: Hashable, mapper: HistoryMapper

@@ -11,9 +11,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from metis.core.canonical import TextBlock
+from metis.core.canonical.content import TextBlock
 from metis.core.errors import InvalidContent
-from metis.core.registry import ModelRegistry
+from metis.core.models.registry import ModelRegistry
 
 _PREFIX_RE = re.compile(r"@(\S+)(.*)", re.DOTALL)
 _ESCAPED_RE = re.compile(r"\\+@")

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from metis.core.canonical import format_datetime
-from metis.core.model_types import split_model_id
-from metis.core.registry import LOCAL_PROVIDER, ModelRegistry
+from metis.core.canonical.times import format_datetime
+from metis.core.models.registry import LOCAL_PROVIDER, ModelRegistry
+from metis.core.models.types import split_model_id
 from metis.core.routing.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)

@@ -16,15 +16,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from metis.core.canonical import (
-    ImageBlock,
-    TextBlock,
-    ToolDefinition,
-    ToolResultBlock,
-    ToolUseBlock,
-    canonical_json,
-)
-from metis.core.memo import PrefixMemo
+from metis.core.canonical.content import ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from metis.core.canonical.jsontext import canonical_json
+from metis.core.canonical.tools import ToolDefinition
+from metis.core.turns.prefix_cache import PrefixCache
 
 CHARS_PER_TOKEN = 4
 TOKENS_PER_IMAGE = 1600
@@ -67,9 +62,9 @@ class TurnContext(BaseModel):
 
 
 # The estimate runs several times per turn over the whole history (turn submission, each model
-# call, every compaction step): what it measured before is carried forward (see PrefixMemo).
-_history_sizes: PrefixMemo[tuple[int, int]] = PrefixMemo()
-_tools_sizes: PrefixMemo[tuple[int, int]] = PrefixMemo()
+# call, every compaction step): what it measured before is carried forward (see PrefixCache).
+_history_sizes: PrefixCache[tuple[int, int]] = PrefixCache()
+_tools_sizes: PrefixCache[tuple[int, int]] = PrefixCache()
 
 
 def _tool_json(tool: ToolDefinition | dict[str, Any]) -> str:
@@ -112,7 +107,7 @@ def _content_size(content: Sequence[Any]) -> tuple[int, int]:
 def _total(
     items: Sequence[Any],
     measure: Callable[[Any], tuple[int, int]],
-    memo: PrefixMemo[tuple[int, int]] | None,
+    memo: PrefixCache[tuple[int, int]] | None,
 ) -> tuple[int, int]:
     """Summed sizes of `items`, measuring only those past the longest prefix `memo` knows."""
     known, (chars, images) = 0, (0, 0)
@@ -138,7 +133,7 @@ def estimate_input_tokens(
     """`ceil(chars / 4) + 1600 × images` over the prompt, tools, history and new message.
 
     `history` is the content list of each earlier message (e.g. `[m.content for m in msgs]`);
-    like the tool definitions, those lists must not change afterwards (see `PrefixMemo`).
+    like the tool definitions, those lists must not change afterwards (see `PrefixCache`).
     """
     tools = list(tools)
     frozen = all(isinstance(t, ToolDefinition) for t in tools)  # a dict may change: no memo

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol
 
 from metis.core.errors import RoutingFailed
-from metis.core.registry import LOCAL_PROVIDER, SCRIPTED_MODEL_ID, ModelRegistry
+from metis.core.models.registry import LOCAL_PROVIDER, SCRIPTED_MODEL_ID, ModelRegistry
 from metis.core.routing.availability import Availability
 from metis.core.routing.context import TurnContext
 from metis.core.routing.loader import TIERS, Policy, Rule

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from metis.core.configcheck import Collector, Position, join, position
-from metis.core.registry import ModelRegistry
+from metis.core.config.checks import Collector, Position, join, position
+from metis.core.config.yaml_source import Diagnostic, MarkedDict, load_yaml_bytes, suggest
+from metis.core.models.registry import ModelRegistry
 from metis.core.routing.predicates import Chain, When, compile_chain, compile_when, implies
-from metis.core.yamlsrc import Diagnostic, MarkedDict, load_yaml_bytes, suggest
 
 TIERS = ("fast", "balanced", "deep")
 _TOP_KEYS = ("schema_version", "global_default", "tiers", "rules", "workspaces", "pattern")

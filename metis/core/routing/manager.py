@@ -20,8 +20,9 @@ from typing import Any, Literal
 
 import watchfiles
 
-from metis.core.canonical import format_datetime
-from metis.core.registry import ModelRegistry
+from metis.core.canonical.times import format_datetime
+from metis.core.config.yaml_source import Diagnostic
+from metis.core.models.registry import ModelRegistry
 from metis.core.routing.availability import Availability, EmitSystemEvent
 from metis.core.routing.clock import SYSTEM_CLOCK, Clock
 from metis.core.routing.loader import (
@@ -31,7 +32,6 @@ from metis.core.routing.loader import (
     PolicyCheck,
     validate_policy,
 )
-from metis.core.yamlsrc import Diagnostic
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import FunctionType
 from typing import Any
 
-from metis.core.configcheck import Collector, Position, join, position, prefix
+from metis.core.config.checks import Collector, Position, join, position, prefix
 from metis.core.routing.context import TurnContext
 
 MAX_TEXT_CHARS = 65_536

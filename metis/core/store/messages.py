@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import aiosqlite
 
-from metis.core.canonical import (
+from metis.core.canonical.content import dump_content
+from metis.core.canonical.messages import (
     Message,
     decode_content_lenient,
-    dump_content,
     dump_metadata,
     validate_message,
 )

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from metis.core.canonical import Message, decimal_str
+from metis.core.canonical.messages import Message
+from metis.core.canonical.money import decimal_str
 from metis.core.store.db import Database, Statement, execute_all
 from metis.core.store.messages import INSERT_MESSAGE_SQL, message_row
 from metis.core.store.tx import Transaction, TxWrites

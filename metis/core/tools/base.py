@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from metis.core.canonical import ImageBlock, TextBlock
+from metis.core.canonical.content import ImageBlock, TextBlock
 from metis.core.errors import DomainError
 
 if TYPE_CHECKING:

@@ -16,14 +16,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
 
-from metis.core.canonical import (
-    Message,
-    ToolDefinition,
-    ToolUseBlock,
-    canonical_json,
-    now_us,
-    redact,
-)
+from metis.core.canonical.content import ToolUseBlock
+from metis.core.canonical.jsontext import canonical_json
+from metis.core.canonical.messages import Message
+from metis.core.canonical.redaction import redact
+from metis.core.canonical.times import now_us
+from metis.core.canonical.tools import ToolDefinition
 from metis.core.confirmations import ConfirmationBroker, ConfirmationRequest
 from metis.core.events.bus import EventBus
 from metis.core.store.store import Store

@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from metis.core.canonical import ImageBlock, TextBlock
+from metis.core.canonical.content import ImageBlock, TextBlock
 from metis.core.tools.base import (
     Tool,
     ToolCancelled,

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from metis.core.canonical import SideEffects
+from metis.core.canonical.tools import SideEffects
 from metis.core.tools.sandbox import is_within
 from metis.core.tools.settings import ConfirmationSettings, Mode
 

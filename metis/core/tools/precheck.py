@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from metis.core.canonical import ToolDefinition
+from metis.core.canonical.tools import ToolDefinition
 from metis.core.tools.base import PermissionDenied, ToolError
 from metis.core.tools.results import ToolOutcome, expected_failure
 from metis.core.tools.sandbox import ResolvedPath, Sandbox, writes_paths

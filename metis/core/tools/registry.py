@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from metis.core.canonical import ToolDefinition
+from metis.core.canonical.tools import ToolDefinition
 from metis.core.errors import ConfigError
 from metis.core.tools.base import Tool, ToolNameConflict, ToolRegistrationError
 from metis.core.tools.policy import SurfaceToolPolicy

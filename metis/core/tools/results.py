@@ -10,15 +10,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from metis.core.canonical import (
-    Message,
-    MessageMetadata,
-    TextBlock,
-    ToolResultBlock,
-    new_ulid,
-    redact,
-    text_of,
-)
+from metis.core.canonical.content import TextBlock, ToolResultBlock, text_of
+from metis.core.canonical.ids import new_ulid
+from metis.core.canonical.messages import Message, MessageMetadata
+from metis.core.canonical.redaction import redact
 from metis.core.tools.base import PermissionDenied, ResultBlock, ToolError, ToolOutput
 from metis.core.tools.schema import InputError
 from metis.core.tools.textutil import seconds

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from metis.core.canonical import SideEffects
+from metis.core.canonical.tools import SideEffects
 from metis.core.errors import ConfigError
 from metis.core.tools.base import (
     DEFAULT_MAX_RESULT_BYTES,

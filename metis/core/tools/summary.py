@@ -12,7 +12,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from metis.core.canonical import ToolDefinition, canonical_json, redact
+from metis.core.canonical.jsontext import canonical_json
+from metis.core.canonical.redaction import redact
+from metis.core.canonical.tools import ToolDefinition
 from metis.core.tools.base import PermissionDenied, ToolError
 from metis.core.tools.sandbox import Sandbox, display, writes_paths
 from metis.core.tools.textutil import count_lines, cut, one_line, visible_controls

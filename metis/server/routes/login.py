@@ -12,7 +12,7 @@ import math
 from aiohttp import web
 from pydantic import BaseModel
 
-from metis.core.canonical import format_us
+from metis.core.canonical.times import format_us
 from metis.server.auth import CHALLENGE, LOGIN_PATH
 from metis.server.errors import ApiError
 from metis.server.http import RouteTable, json_response, parse_query

@@ -10,7 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import JsonDict
 
 from metis.core.application import Application, SessionView
-from metis.core.canonical import ULID_CHARS, decimal_str, format_us, is_ulid, now_us
+from metis.core.canonical.ids import ULID_CHARS, is_ulid
+from metis.core.canonical.money import decimal_str
+from metis.core.canonical.times import format_us, now_us
 from metis.core.errors import CursorNotFound
 from metis.core.events.catalog import PERSISTED
 from metis.http.openapi import from_setting

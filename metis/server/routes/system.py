@@ -8,7 +8,8 @@ from typing import Literal
 from aiohttp import web
 from pydantic import BaseModel
 
-from metis.core.canonical import SCHEMA_VERSION, format_us
+from metis.core.canonical.messages import SCHEMA_VERSION
+from metis.core.canonical.times import format_us
 from metis.server.http import RouteTable, json_response
 from metis.server.state import STATE_KEY
 

@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import JsonDict
 
 from metis.core.application import Application, TurnRequest
-from metis.core.canonical import IMAGE_MEDIA_TYPES, format_us
+from metis.core.canonical.content import IMAGE_MEDIA_TYPES
+from metis.core.canonical.times import format_us
 from metis.http.openapi import BASE64_PATTERN, from_setting
 from metis.server.http import RouteTable, json_response, read_body, validation_error
 from metis.server.state import STATE_KEY

@@ -14,7 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
 from pydantic_core import to_json
 
-from metis.core.canonical import is_ulid, parse_client_json
+from metis.core.canonical.ids import is_ulid
+from metis.core.canonical.jsontext import parse_client_json
 from metis.core.events.catalog import PERSISTED, STREAMING
 from metis.core.events.envelope import AnyEvent
 from metis.http.jsontext import dumps as dumps

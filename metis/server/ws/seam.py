@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metis.core.application import Application, HubClient, SeamPoint, SessionRow
-from metis.core.canonical import new_ulid
+from metis.core.canonical.ids import new_ulid
 from metis.core.errors import CursorNotFound
 from metis.core.events.envelope import Event
 from metis.server.routes.sessions import render_session, session_annotations

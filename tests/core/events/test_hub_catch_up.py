@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from metis.core.canonical import new_ulid
+from metis.core.canonical.ids import new_ulid
 from metis.core.events.envelope import Event, TransientEvent
 from metis.core.events.hub import HubClient, SessionHub
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from metis.core.model_types import ProviderConfig
+from metis.core.models.types import ProviderConfig
 from metis.core.providers import RetryPolicy, build_adapter
 from metis.testing import FakeProviderServer
 from tests.core.providers.provider_kit import KEYS, FakeSleep

@@ -10,17 +10,11 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from metis.core.canonical import (
-    Base64Source,
-    ImageBlock,
-    Message,
-    MessageMetadata,
-    TextBlock,
-    ToolDefinition,
-    ToolResultBlock,
-    new_ulid,
-)
-from metis.core.model_types import Capabilities
+from metis.core.canonical.content import Base64Source, ImageBlock, TextBlock, ToolResultBlock
+from metis.core.canonical.ids import new_ulid
+from metis.core.canonical.messages import Message, MessageMetadata
+from metis.core.canonical.tools import ToolDefinition
+from metis.core.models.types import Capabilities
 from metis.core.providers import LLMRequest, ProviderError
 from metis.core.providers.base import (
     MessageComplete,

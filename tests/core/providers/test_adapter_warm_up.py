@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from metis.core.models.registry import ModelRegistry, load_models_bytes
 from metis.core.providers.base import MessageComplete, TextDelta
-from metis.core.registry import ModelRegistry, load_models_bytes
 from metis.testing import FakeProviderServer, FakeReply
 from tests.core.providers.provider_kit import KEYS, collect, request
 

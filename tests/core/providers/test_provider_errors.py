@@ -9,7 +9,7 @@ from email.utils import format_datetime
 
 import pytest
 
-from metis.core.model_types import ProviderConfig
+from metis.core.models.types import ProviderConfig
 from metis.core.providers import ProviderError, RetryPolicy, build_adapter
 from metis.core.providers.anthropic import classify as classify_anthropic
 from metis.core.providers.errors import parse_retry_after

@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 
-from metis.core.canonical import ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock, UrlSource
+from metis.core.canonical.content import (
+    ImageBlock,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    UrlSource,
+)
 from metis.testing import FakeProviderServer
 from tests.core.providers.provider_kit import (
     APIS,
@@ -83,7 +89,7 @@ async def test_anthropic_without_caching_capability_sends_no_breakpoints(
 async def test_anthropic_breakpoint_skips_trailing_thinking_blocks(
     fake: FakeProviderServer, make_adapter
 ) -> None:
-    from metis.core.canonical import ThinkingBlock
+    from metis.core.canonical.content import ThinkingBlock
 
     history = [
         user("q"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from metis.core.canonical import TextBlock
+from metis.core.canonical.content import TextBlock
 from metis.core.providers.base import MessageStart, TextDelta
 from metis.testing import FakeProviderServer, FakeReply
 from tests.core.providers.provider_kit import APIS, caps, check_invariants, collect, request, user

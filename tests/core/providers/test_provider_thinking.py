@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from metis.core.canonical import RedactedThinkingBlock, TextBlock, ThinkingBlock
+from metis.core.canonical.content import RedactedThinkingBlock, TextBlock, ThinkingBlock
 from metis.core.providers.base import ThinkingDelta
 from metis.testing import FakeProviderServer, FakeReply
 from tests.core.providers.provider_kit import caps, check_invariants, collect, msg, request, user

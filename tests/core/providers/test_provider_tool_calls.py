@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from metis.core.canonical import TextBlock, ToolUseBlock
+from metis.core.canonical.content import TextBlock, ToolUseBlock
 from metis.core.providers.base import ToolIdMap, ToolUseEnd, ToolUseInputDelta, ToolUseStart
 from metis.core.providers.streaming import parse_tool_input
 from metis.testing import FakeProviderServer, FakeReply

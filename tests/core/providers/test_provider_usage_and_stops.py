@@ -8,8 +8,9 @@ from decimal import Decimal
 
 import pytest
 
-from metis.core.canonical import TextBlock, TokenUsage, ToolUseBlock, compute_cost
-from metis.core.model_types import Pricing
+from metis.core.canonical.content import TextBlock, ToolUseBlock
+from metis.core.canonical.usage import TokenUsage, compute_cost
+from metis.core.models.types import Pricing
 from metis.core.routing.context import estimate_input_tokens
 from metis.testing import FakeProviderServer, FakeReply
 from tests.core.providers.provider_kit import (

@@ -8,14 +8,9 @@ from typing import Any
 
 import pytest
 
-from metis.core.canonical import (
-    TextBlock,
-    ThinkingBlock,
-    ToolDefinition,
-    ToolResultBlock,
-    ToolUseBlock,
-)
-from metis.core.model_types import ProviderConfig
+from metis.core.canonical.content import TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from metis.core.canonical.tools import ToolDefinition
+from metis.core.models.types import ProviderConfig
 from metis.core.providers import ProviderError, build_adapter
 from metis.core.providers.base import TextDelta, ThinkingDelta, ToolUseEnd, ToolUseInputDelta
 from metis.core.providers.scripted import (

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from metis.core.model_types import ProviderConfig
+from metis.core.models.types import ProviderConfig
 from metis.core.providers.anthropic import AnthropicAdapter
 from metis.core.providers.base import LLMRequest, MessageComplete, TextDelta
 from metis.core.providers.sse import SseBody

@@ -9,13 +9,9 @@ from typing import Any
 
 import pytest
 
-from metis.core.canonical import (
-    Message,
-    TextBlock,
-    ThinkingBlock,
-    ToolUseBlock,
-    new_tool_use_id,
-)
+from metis.core.canonical.content import TextBlock, ThinkingBlock, ToolUseBlock
+from metis.core.canonical.ids import new_tool_use_id
+from metis.core.canonical.messages import Message
 from metis.core.providers import anthropic as anthropic_wire
 from metis.core.providers import openai as openai_wire
 from metis.core.providers.wire_body import HistoryEncoder, json_body

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from metis.core.registry import ModelRegistry
+from metis.core.models.registry import ModelRegistry
 from metis.core.routing.availability import Availability
 from metis.core.routing.engine import RoutingEngine, StaticPolicy
 from tests.core.routing.routing_kit import EventLog, ManualClock, make_policy, make_registry

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from metis.core.registry import ModelRegistry, load_models_bytes
+from metis.core.models.registry import ModelRegistry, load_models_bytes
 from metis.core.routing.context import TurnContext
 from metis.core.routing.loader import Policy, PolicyCheck, validate_policy
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from metis.core.canonical import Base64Source, ImageBlock, TextBlock
+from metis.core.canonical.content import Base64Source, ImageBlock, TextBlock
 from metis.core.errors import InvalidContent, ModelNotConfigured
-from metis.core.registry import ModelRegistry
+from metis.core.models.registry import ModelRegistry
 from metis.core.routing.alias import ESCAPE_HINT, resolve_override
 from tests.core.routing.routing_kit import make_registry
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from metis.core.registry import SCRIPTED_MODEL_ID, ModelRegistry
+from metis.core.models.registry import SCRIPTED_MODEL_ID, ModelRegistry
 from metis.core.routing.availability import Availability
 from tests.core.routing.routing_kit import EventLog, ManualClock
 

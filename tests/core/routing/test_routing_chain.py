@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from metis.core.registry import ModelRegistry
+from metis.core.models.registry import ModelRegistry
 from metis.core.routing.predicates import Facts, compile_chain
 from tests.core.routing.routing_kit import make_ctx, make_policy, make_registry
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 
-from metis.core.canonical import (
+from metis.core.canonical.content import (
     Base64Source,
     ImageBlock,
     TextBlock,
     ThinkingBlock,
-    ToolDefinition,
     ToolResultBlock,
     ToolUseBlock,
 )
+from metis.core.canonical.tools import ToolDefinition
 from metis.core.routing.context import estimate_input_tokens
 
 IMAGE = ImageBlock(source=Base64Source(media_type="image/png", data="aGVsbG8="))

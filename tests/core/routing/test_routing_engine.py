@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from metis.core.errors import RoutingFailed
-from metis.core.registry import SCRIPTED_MODEL_ID, ModelRegistry
+from metis.core.models.registry import SCRIPTED_MODEL_ID, ModelRegistry
 from metis.core.routing.availability import Availability
 from metis.core.routing.engine import RouteDecision, RoutingEngine, StaticPolicy
 from tests.core.routing.routing_kit import ManualClock, make_ctx, make_policy, make_registry

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from metis.core.registry import ModelRegistry, load_models_file
+from metis.core.models.registry import ModelRegistry, load_models_file
 from metis.core.routing.loader import EMPTY_POLICY_VERSION, validate_policy
 from metis.core.routing.predicates import MAX_TEXT_CHARS, Facts
 from tests.core.routing.routing_kit import check_policy, make_ctx, make_policy, make_registry

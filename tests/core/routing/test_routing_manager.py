@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from metis.core.registry import ModelRegistry
+from metis.core.models.registry import ModelRegistry
 from metis.core.routing.availability import Availability
 from metis.core.routing.engine import RoutingEngine
 from metis.core.routing.loader import EMPTY_POLICY_VERSION

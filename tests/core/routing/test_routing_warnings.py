@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from metis.core.registry import ModelRegistry
+from metis.core.models.registry import ModelRegistry
 from metis.core.routing.loader import EMPTY_POLICY_VERSION, validate_policy
 from tests.core.routing.routing_kit import check_policy, make_registry
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from metis.commands.trace import DAY_US
 from metis.config import Settings
-from metis.core.canonical import now_us
+from metis.core.canonical.times import now_us
 from metis.core.events.catalog import SYSTEM_STREAM
 from metis.core.runtime import Core
 from metis.core.store.db import Database

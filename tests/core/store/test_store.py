@@ -12,13 +12,16 @@ from pathlib import Path
 import pytest
 
 from metis.config import Settings
-from metis.core.canonical import Message, MessageMetadata, TextBlock, new_ulid, now_us
+from metis.core.canonical.content import TextBlock
+from metis.core.canonical.ids import new_ulid
+from metis.core.canonical.messages import Message, MessageMetadata
+from metis.core.canonical.times import now_us
 from metis.core.errors import ConfigError
-from metis.core.recovery import fail_orphaned_turns
 from metis.core.runtime import Core
 from metis.core.store.db import Database
 from metis.core.store.messages import insert_message
 from metis.core.store.migrations import LATEST_VERSION
+from metis.core.turns.recovery import fail_orphaned_turns
 from tests.helpers import insert_running_turn, insert_session
 
 GAP = {"missing_from_seq": 1, "missing_to_seq": 1, "detected_by": "writer"}

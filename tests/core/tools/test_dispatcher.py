@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from metis.core.canonical import ToolDefinition
+from metis.core.canonical.tools import ToolDefinition
 from metis.core.confirmations import ConfirmationBroker
 from metis.core.events.bus import EventBus
 from metis.core.store.db import Database

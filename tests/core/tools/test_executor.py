@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from metis.core.canonical import SideEffects, TextBlock, ToolDefinition
+from metis.core.canonical.content import TextBlock
+from metis.core.canonical.tools import SideEffects, ToolDefinition
 from metis.core.tools import (
     ToolCancelled,
     ToolContext,

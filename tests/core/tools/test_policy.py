@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from metis.core.canonical import SideEffects
+from metis.core.canonical.tools import SideEffects
 from metis.core.tools import SurfaceToolPolicy, ToolsSettings, resolve_mode
 from metis.core.tools.policy import ModeResolution
 from metis.core.tools.settings import ConfirmationSettings

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from metis.core.canonical import ToolDefinition
+from metis.core.canonical.tools import ToolDefinition
 from metis.core.tools import SchemaError, ToolRegistrationError, ToolRegistry
 from metis.core.tools.schema import check_schema, validate, validate_input
 

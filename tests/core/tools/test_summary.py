@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from metis.core.canonical import ToolDefinition
+from metis.core.canonical.tools import ToolDefinition
 from metis.core.tools import Sandbox, ToolRegistry, ToolsSettings, summarize
 
 REGISTRY = ToolRegistry.with_builtins(ToolsSettings())

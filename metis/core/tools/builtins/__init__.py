@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from metis.core.canonical import ToolDefinition
+from metis.core.canonical.tools import ToolDefinition
 from metis.core.tools.base import Tool
 from metis.core.tools.builtins import grep_files, list_dir, patch_file, read_file, shell, write_file
 from metis.core.tools.settings import BUILTIN_TOOL_NAMES, ToolsSettings

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from metis.core.canonical import ToolDefinition
+from metis.core.canonical.tools import ToolDefinition
 from metis.core.tools.base import ToolCancelled, ToolContext, ToolError, ToolOutput
 from metis.core.tools.builtins._common import object_schema, path_schema
 from metis.core.tools.sandbox import (

@@ -7,7 +7,7 @@ import errno
 import os
 from typing import Any
 
-from metis.core.canonical import ToolDefinition
+from metis.core.canonical.tools import ToolDefinition
 from metis.core.tools.base import ToolContext, ToolError, ToolOutput
 from metis.core.tools.builtins._common import object_schema, path_schema
 from metis.core.tools.sandbox import ResolvedPath, display

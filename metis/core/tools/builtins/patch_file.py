@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from metis.core.canonical import ToolDefinition
+from metis.core.canonical.tools import ToolDefinition
 from metis.core.tools.base import ToolContext, ToolError, ToolOutput
 from metis.core.tools.builtins._common import object_schema, path_schema
 from metis.core.tools.builtins.write_file import encode_text

@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable
 from typing import IO, Any
 
-from metis.core.canonical import ToolDefinition
+from metis.core.canonical.tools import ToolDefinition
 from metis.core.tools.base import ToolCancelled, ToolContext, ToolError, ToolOutput
 from metis.core.tools.builtins._common import object_schema, path_schema
 from metis.core.tools.files import BINARY_SNIFF_BYTES, binary_file, is_binary, open_regular

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from metis.core.canonical import ToolDefinition
+from metis.core.canonical.tools import ToolDefinition
 from metis.core.tools.base import (
     ToolCancelled,
     ToolContext,

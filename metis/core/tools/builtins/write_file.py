@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from metis.core.canonical import ToolDefinition
+from metis.core.canonical.tools import ToolDefinition
 from metis.core.tools.base import ToolContext, ToolError, ToolOutput
 from metis.core.tools.builtins._common import object_schema, path_schema
 from metis.core.tools.files import atomic_write

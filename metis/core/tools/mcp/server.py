@@ -27,7 +27,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from metis.core.canonical import redact, register_secret
+from metis.core.canonical.redaction import redact, register_secret
 from metis.core.tools.base import ToolError
 from metis.core.tools.groups import ProcessGroupLedger
 from metis.core.tools.mcp import tools as mcp_tools

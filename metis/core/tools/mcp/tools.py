@@ -24,15 +24,14 @@ import mcp_types
 from jsonschema.exceptions import SchemaError as JsonSchemaError
 from jsonschema.protocols import Validator
 
-from metis.core.canonical import (
+from metis.core.canonical.content import (
     IMAGE_MEDIA_TYPES,
     MAX_IMAGE_BYTES,
     Base64Source,
     ImageBlock,
-    SideEffects,
     TextBlock,
-    ToolDefinition,
 )
+from metis.core.canonical.tools import SideEffects, ToolDefinition
 from metis.core.tools.base import ResultBlock, ToolCancelled, ToolContext, ToolError, ToolOutput
 from metis.core.tools.registry import RegisteredTool
 from metis.core.tools.schema import MAX_ERRORS, InputError, InputValidation

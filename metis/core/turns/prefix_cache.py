@@ -1,4 +1,4 @@
-"""PrefixMemo: carry work over a growing history forward instead of redoing it every turn.
+"""PrefixCache: carry work over a growing history forward instead of redoing it every turn.
 
 A session's history only grows, so what a turn computes over it (the token estimate, the
 assembled context) can start from what an earlier call computed over a prefix of it; only the
@@ -15,7 +15,7 @@ from typing import Generic, TypeVar
 S = TypeVar("S")
 
 
-class PrefixMemo(Generic[S]):
+class PrefixCache(Generic[S]):
     """A state remembered for each of a few recent sequences, found again for any sequence
     that starts with one of them.
 

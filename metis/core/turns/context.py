@@ -11,14 +11,9 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from metis.core.canonical import (
-    Message,
-    MessageMetadata,
-    TextBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-)
-from metis.core.memo import PrefixMemo
+from metis.core.canonical.content import TextBlock, ToolResultBlock, ToolUseBlock
+from metis.core.canonical.messages import Message, MessageMetadata
+from metis.core.turns.prefix_cache import PrefixCache
 
 SYSTEM_PROMPT = """You are metis, a coding agent working inside one workspace directory on the user's machine.
 Work in small verifiable steps: read and search before you change anything, make precise edits,
@@ -70,8 +65,8 @@ def _synthetic_result(message: Message, tool_use_id: str) -> Message:
 
 
 # (messages out so far, tool calls still open) after a history prefix: the next turn's history
-# starts with this one's, so only its new messages are looked at (see PrefixMemo).
-_assembled: PrefixMemo[tuple[list[Message], list[tuple[Message, str]]]] = PrefixMemo()
+# starts with this one's, so only its new messages are looked at (see PrefixCache).
+_assembled: PrefixCache[tuple[list[Message], list[tuple[Message, str]]]] = PrefixCache()
 
 
 def assemble(history: Sequence[Message]) -> list[Message]:

@@ -1,7 +1,7 @@
 """The `models.yaml` file format: validation and parsing into registry entries.
 
 Pure: bytes in, entries and provider drafts (credentials still unresolved) plus every problem
-found out. `metis.core.registry` resolves credentials and builds the `ModelRegistry` from the
+found out. `metis.core.models.registry` resolves credentials and builds the `ModelRegistry` from the
 result, so the format rules live in exactly one place.
 
 Diagnostic codes: the ones shared with routing.yaml (`not_utf8`, `too_large`, `yaml_syntax`,
@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from metis.core.configcheck import Collector, join, position
-from metis.core.model_types import Capabilities, ModelEntry, Pricing, split_model_id
-from metis.core.yamlsrc import Diagnostic, MarkedDict, load_yaml_bytes
+from metis.core.config.checks import Collector, join, position
+from metis.core.config.yaml_source import Diagnostic, MarkedDict, load_yaml_bytes
+from metis.core.models.types import Capabilities, ModelEntry, Pricing, split_model_id
 
 LOCAL_PROVIDER = "local"
 SCRIPTED_MODEL_ID = "local:scripted"

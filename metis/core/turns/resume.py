@@ -33,19 +33,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from metis.core.canonical import (
+from metis.core.canonical.content import (
     ImageBlock,
-    Message,
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
-    canonical_json,
     content_errors,
-    now_us,
 )
+from metis.core.canonical.jsontext import canonical_json
+from metis.core.canonical.messages import Message
+from metis.core.canonical.times import now_us
 from metis.core.confirmations import Decision
 from metis.core.errors import InvalidContent, InvalidResolution, PendingToolCalls
-from metis.core.registry import ModelRegistry
+from metis.core.models.registry import ModelRegistry
 from metis.core.routing.alias import OverrideResolution, resolve_override
 from metis.core.store.sessions import NewTurn
 from metis.core.store.store import Store
@@ -60,8 +60,8 @@ from metis.core.tools.results import (
 )
 
 if TYPE_CHECKING:  # the runner imports this module
-    from metis.core.agent import TurnRun
-    from metis.core.environment import TurnEnvironment
+    from metis.core.turns.environment import TurnEnvironment
+    from metis.core.turns.runner import TurnRun
 
 log = logging.getLogger(__name__)
 
@@ -360,7 +360,7 @@ async def run_resolution(env: TurnEnvironment, run: TurnRun) -> None:
     assert resolution is not None
     session_id, turn_id = run.session_id, run.turn_id
     bus, dispatcher = env.bus, env.dispatcher
-    blocks = _blocks_by_id(run.live.history, {a.call.message_id for a in resolution.accepted})
+    blocks = _blocks_by_id(run.session.history, {a.call.message_id for a in resolution.accepted})
     called: dict[str, str] = {}
     if any(a.call.kind == "application" for a in resolution.accepted):
         await env.flush()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any, TypeVar
 
-from metis.core.yamlsrc import Diagnostic, MarkedDict, MarkedList, suggest
+from metis.core.config.yaml_source import Diagnostic, MarkedDict, MarkedList, suggest
 
 _Number = TypeVar("_Number", int, float)
 

@@ -16,37 +16,30 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from metis.core.canonical import (
-    Message,
-    MessageMetadata,
-    TextBlock,
-    ThinkingBlock,
-    ToolDefinition,
-    ToolUseBlock,
-    Usage,
-    compute_cost,
-    interrupted_form,
-    new_ulid,
-    now_us,
-    redact,
-)
-from metis.core.context import SYSTEM_PROMPT, assemble, compact, workspace_facts
-from metis.core.environment import TurnEnvironment
-from metis.core.instructions import ProjectInstructions
-from metis.core.live import LiveSession
-from metis.core.model_types import ModelEntry
+from metis.core.canonical.content import TextBlock, ThinkingBlock, ToolUseBlock, interrupted_form
+from metis.core.canonical.ids import new_ulid
+from metis.core.canonical.messages import Message, MessageMetadata
+from metis.core.canonical.redaction import redact
+from metis.core.canonical.times import now_us
+from metis.core.canonical.tools import ToolDefinition
+from metis.core.canonical.usage import Usage, compute_cost
+from metis.core.models.registry import ModelRegistry
+from metis.core.models.types import ModelEntry
 from metis.core.providers.base import LLMRequest, MessageComplete, StreamEvent
 from metis.core.providers.errors import ProviderError
-from metis.core.registry import ModelRegistry
-from metis.core.resume import Resolution, close_unanswered, run_resolution
 from metis.core.routing.availability import key_refused_message
 from metis.core.routing.context import estimate_input_tokens
 from metis.core.routing.engine import RouteDecision
-from metis.core.slots import TurnSlot
+from metis.core.sessions.cache import CachedSession
+from metis.core.sessions.instructions import ProjectInstructions
 from metis.core.store.messages import NewToolCall
 from metis.core.tools.dispatcher import ConfirmationPolicy, TurnTools, input_fingerprint
 from metis.core.tools.policy import SurfaceToolPolicy
-from metis.core.turn_control import request_cancel
+from metis.core.turns.context import SYSTEM_PROMPT, assemble, compact, workspace_facts
+from metis.core.turns.control import request_cancel
+from metis.core.turns.environment import TurnEnvironment
+from metis.core.turns.resume import Resolution, close_unanswered, run_resolution
+from metis.core.turns.slots import TurnSlot
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +54,7 @@ class TurnRun:
     session_id: str
     turn_id: str
     slot: TurnSlot
-    live: LiveSession
+    session: CachedSession
     workspace: str
     decision: RouteDecision
     turn_started_event_id: str
@@ -70,7 +63,7 @@ class TurnRun:
     surface_policy: SurfaceToolPolicy | None = None
     application_tools: dict[str, ToolDefinition] = field(default_factory=dict)
     started_monotonic: float = field(default_factory=time.monotonic)
-    resolution: Resolution | None = None  # a tool_resolution turn (metis/core/resume.py)
+    resolution: Resolution | None = None  # a tool_resolution turn (metis/core/turns/resume.py)
 
 
 def with_seeded_instructions(prompt: str, history: Sequence[Message]) -> str:
@@ -89,7 +82,7 @@ def with_seeded_instructions(prompt: str, history: Sequence[Message]) -> str:
 
 
 def with_project_instructions(prompt: str, instructions: ProjectInstructions | None) -> str:
-    """The workspace's AGENTS.md / CLAUDE.md (metis/core/instructions.py) after the prompt."""
+    """The workspace's AGENTS.md / CLAUDE.md (metis/core/sessions/instructions.py) after the prompt."""
     return f"{prompt}\n\n{instructions.prompt_section()}" if instructions is not None else prompt
 
 
@@ -365,7 +358,7 @@ class TurnRunner:
         volatile = workspace_facts(self.run.workspace)
         # the project's instructions change rarely: they belong to the cached (stable) part
         stable = with_project_instructions(
-            with_seeded_instructions(SYSTEM_PROMPT, self.run.live.history), self.instructions
+            with_seeded_instructions(SYSTEM_PROMPT, self.run.session.history), self.instructions
         )
         system = f"{stable}\n{volatile}"
 
@@ -374,9 +367,9 @@ class TurnRunner:
             return estimate_input_tokens(system_prompt=system, tools=offered, history=history)
 
         context = compact(
-            assemble(self.run.live.history), caps.max_context_tokens - max_out, estimate_of
+            assemble(self.run.session.history), caps.max_context_tokens - max_out, estimate_of
         )
-        self.run.live.last_context = context
+        self.run.session.last_context = context
         estimate = estimate_of(context)
         message_id, request_id = new_ulid(), new_ulid()
         hooks = _Hooks(self, request_id, message_id, entry, estimate, max_out)
@@ -391,7 +384,7 @@ class TurnRunner:
             messages=context,
             tools=offered if caps.supports_tools else (),
             max_output_tokens=max_out,
-            tool_ids=self.run.live.tool_ids,
+            tool_ids=self.run.session.tool_ids,
             hooks=hooks,
             cancel=self.run.slot.cancel_event,
         )
@@ -548,7 +541,7 @@ class TurnRunner:
                         session_id=self.run.session_id,
                         turn_id=self.run.turn_id,
                         message_id=message.id,
-                        provider_tool_use_id=self.run.live.tool_ids.provider_id(block.id),
+                        provider_tool_use_id=self.run.session.tool_ids.provider_id(block.id),
                         name=block.name,
                         side_effects=side_effects.side_effects if side_effects else None,
                         origin="application" if definition is not None else "builtin",

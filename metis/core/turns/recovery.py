@@ -13,7 +13,7 @@ import json
 import logging
 from decimal import Decimal
 
-from metis.core.canonical import now_us
+from metis.core.canonical.times import now_us
 from metis.core.events.bus import EventBus
 from metis.core.events.costs import QUARTET, CostAccumulator, Totals
 from metis.core.store.sessions import Spend

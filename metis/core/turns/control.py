@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from metis.core.canonical import ToolUseBlock
+from metis.core.canonical.content import ToolUseBlock
 from metis.core.confirmations import ConfirmationBroker
-from metis.core.slots import TurnSlot, TurnSlots
 from metis.core.store.store import Store
 from metis.core.tools.dispatcher import Dispatcher
 from metis.core.tools.results import cancelled_text, failed
+from metis.core.turns.slots import TurnSlot, TurnSlots
 
 CancelReason = Literal["user_cancel", "client_disconnect", "timeout", "server_shutdown"]
 

@@ -16,8 +16,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from metis.core.canonical import Message, format_us, new_session_id, now_us
-from metis.core.environment import TurnEnvironment
+from metis.core.canonical.ids import new_session_id
+from metis.core.canonical.messages import Message
+from metis.core.canonical.times import format_us, now_us
 from metis.core.errors import (
     SessionAlreadyEnded,
     SessionNotFound,
@@ -26,12 +27,13 @@ from metis.core.errors import (
     WorkspaceRefused,
 )
 from metis.core.events.catalog import SYSTEM_STREAM
-from metis.core.resume import SurfaceWrites
 from metis.core.routing.engine import RoutingEngine
 from metis.core.routing.manager import PolicyManager
-from metis.core.slots import TurnSlot
 from metis.core.store.sessions import SessionRow
-from metis.core.turn_control import TurnControl
+from metis.core.turns.control import TurnControl
+from metis.core.turns.environment import TurnEnvironment
+from metis.core.turns.resume import SurfaceWrites
+from metis.core.turns.slots import TurnSlot
 
 log = logging.getLogger(__name__)
 
@@ -331,7 +333,7 @@ class SessionService:
             },
             actor="user",
         )
-        self._env.live.created_here(session_id)
+        self._env.session_cache.created_here(session_id)
         await self._env.flush()  # acknowledged with 201: its first event survives a crash too
         return await self.get(session_id)
 
@@ -416,7 +418,7 @@ class SessionService:
         Kept: the id in `_ending` (a request that read the row before the end may still be on
         its way to claiming a turn slot) and the bus's seq counter (an event on the stream
         must continue it); both are a few bytes, like the counters seeded at start-up."""
-        self._env.live.forget(session_id)
+        self._env.session_cache.forget(session_id)
         self._env.costs.forget_session(session_id)
         self._env.broker.forget_session(session_id)
         self._env.dispatcher.forget_session(session_id)
@@ -465,7 +467,7 @@ class SessionService:
             tx.messages.insert(*messages)
             if surface_writes is not None:
                 surface_writes(tx, [*messages])
-        self._env.live.committed(session_id, *messages)
+        self._env.session_cache.committed(session_id, *messages)
 
     async def discard(self, session_id: str) -> None:
         """Start-up: remove a session whose creation a crash interrupted (nobody was told it

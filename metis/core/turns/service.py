@@ -19,19 +19,12 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Protocol
 
-from metis.core.agent import TurnRun, TurnRunner
-from metis.core.canonical import (
-    ImageBlock,
-    Message,
-    ToolDefinition,
-    canonical_json,
-    new_ulid,
-    now_us,
-    parse_user_content,
-    text_of,
-)
-from metis.core.context import SYSTEM_PROMPT
-from metis.core.environment import TurnEnvironment
+from metis.core.canonical.content import ImageBlock, parse_user_content, text_of
+from metis.core.canonical.ids import new_ulid
+from metis.core.canonical.jsontext import canonical_json
+from metis.core.canonical.messages import Message
+from metis.core.canonical.times import now_us
+from metis.core.canonical.tools import ToolDefinition
 from metis.core.errors import (
     SessionAlreadyEnded,
     SessionNotFound,
@@ -41,9 +34,21 @@ from metis.core.errors import (
     TurnNotFound,
 )
 from metis.core.events.envelope import Event
-from metis.core.live import LiveSession
-from metis.core.registry import ModelRegistry
-from metis.core.resume import (
+from metis.core.models.registry import ModelRegistry
+from metis.core.routing.alias import OverrideResolution, resolve_override
+from metis.core.routing.context import TurnContext, estimate_input_tokens
+from metis.core.routing.engine import RoutingEngine
+from metis.core.routing.manager import PolicyManager
+from metis.core.sessions.cache import CachedSession
+from metis.core.store.sessions import NewTurn, SessionRow, TurnRow
+from metis.core.store.store import Store
+from metis.core.store.tx import Transaction
+from metis.core.tools.dispatcher import ConfirmationPolicy
+from metis.core.tools.policy import SurfaceToolPolicy
+from metis.core.turns.context import SYSTEM_PROMPT
+from metis.core.turns.control import CancelReason, TurnControl, request_cancel
+from metis.core.turns.environment import TurnEnvironment
+from metis.core.turns.resume import (
     Answer,
     Resolution,
     ResolutionPlan,
@@ -51,16 +56,7 @@ from metis.core.resume import (
     check_answer_ids,
     commit_turn,
 )
-from metis.core.routing.alias import OverrideResolution, resolve_override
-from metis.core.routing.context import TurnContext, estimate_input_tokens
-from metis.core.routing.engine import RoutingEngine
-from metis.core.routing.manager import PolicyManager
-from metis.core.store.sessions import NewTurn, SessionRow, TurnRow
-from metis.core.store.store import Store
-from metis.core.store.tx import Transaction
-from metis.core.tools.dispatcher import ConfirmationPolicy
-from metis.core.tools.policy import SurfaceToolPolicy
-from metis.core.turn_control import CancelReason, TurnControl, request_cancel
+from metis.core.turns.runner import TurnRun, TurnRunner
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +153,7 @@ class _Input:
 class _Facts:
     """What routing is told about the turn, read before the synchronous step."""
 
-    live: LiveSession
+    session: CachedSession
     offered: int
     estimate: int
     floor: int
@@ -242,16 +238,16 @@ class TurnService:
 
     async def _facts(self, request: TurnRequest, turn_input: _Input) -> _Facts:
         await self._policy.ensure_current()
-        live = await self._env.live.get(request.session_id)
+        session = await self._env.session_cache.get(request.session_id)
         offered = self._env.dispatcher.offered(
             request.surface_policy,
             request.application_tools,
             confirmation_policy=request.strategy.confirmation_policy,
         )
         blocks = turn_input.blocks
-        history = [m.content for m in live.history]
+        history = [m.content for m in session.history]
         return _Facts(
-            live=live,
+            session=session,
             offered=len(offered),
             estimate=estimate_input_tokens(
                 system_prompt=SYSTEM_PROMPT, tools=offered, history=history, new_content=blocks
@@ -259,7 +255,7 @@ class TurnService:
             floor=estimate_input_tokens(
                 system_prompt=SYSTEM_PROMPT, tools=offered, new_content=blocks
             ),
-            has_tool_calls=live.has_tool_calls(),
+            has_tool_calls=session.has_tool_calls(),
             cost=self._env.costs.session(request.session_id).cost,
         )
 
@@ -306,7 +302,7 @@ class TurnService:
             session_id=session_id,
             turn_id=turn_id,
             slot=slot,
-            live=facts.live,
+            session=facts.session,
             workspace=row.workspace_path,
             decision=decision,
             turn_started_event_id="",
@@ -352,7 +348,7 @@ class TurnService:
             started_at_us=stamp,
         )
         await commit_turn(self._env.store, turn, inputs, resolution, request.strategy.writes)
-        self._env.live.committed(run.session_id, *inputs)
+        self._env.session_cache.committed(run.session_id, *inputs)
         return inputs, resolution, turn
 
     def _announce(
@@ -366,7 +362,7 @@ class TurnService:
     ) -> None:
         """`session.resumed` (first turn after a restart), `turn.started`, `route.decided`."""
         bus, session_id = self._env.bus, run.session_id
-        if self._env.live.needs_resume_event(session_id):
+        if self._env.session_cache.needs_resume_event(session_id):
             bus.emit(
                 session_id,
                 "session.resumed",

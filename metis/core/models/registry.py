@@ -2,7 +2,7 @@
 
 The registry is read once at start-up and never changes afterwards, so everything downstream
 (routing, cost, the `/models` route) can hold plain references to it. The file format itself is
-validated by `metis.core.models_yaml`; this module resolves credentials (`METIS_OFFLINE`
+validated by `metis.core.config.models_file`; this module resolves credentials (`METIS_OFFLINE`
 included), answers lookups, builds adapters lazily and renders `GET /models`. `load_registry`
 turns any validation error into one `ConfigError` listing them all, so `metis serve` and
 `metis models check` report identically.
@@ -22,11 +22,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
-from metis.core.canonical import register_secret
-from metis.core.configcheck import format_diagnostic
-from metis.core.errors import ConfigError, ModelNotConfigured
-from metis.core.model_types import ModelEntry, ProviderConfig
-from metis.core.models_yaml import (
+from metis.core.canonical.redaction import register_secret
+from metis.core.config.checks import format_diagnostic
+from metis.core.config.models_file import (
     LOCAL_PROVIDER,
     PRICE_KEYS,
     SCRIPTED_DEFAULT_OPTIONS,
@@ -34,7 +32,9 @@ from metis.core.models_yaml import (
     ProviderDraft,
     parse_models_yaml,
 )
-from metis.core.yamlsrc import Diagnostic
+from metis.core.config.yaml_source import Diagnostic
+from metis.core.errors import ConfigError, ModelNotConfigured
+from metis.core.models.types import ModelEntry, ProviderConfig
 
 if TYPE_CHECKING:
     from metis.core.providers import LLMRequest, LLMResult, ProviderAdapter, StreamEvent

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from metis.core.canonical import Message, ToolUseBlock
+from metis.core.canonical.content import ToolUseBlock
+from metis.core.canonical.messages import Message
 from metis.core.providers.base import ToolIdMap
 from metis.core.store.messages import MessageStore
 
 
 @dataclass
-class LiveSession:
+class CachedSession:
     session_id: str
     history: list[Message]
     tool_ids: ToolIdMap = field(default_factory=ToolIdMap)
@@ -40,10 +41,10 @@ class LiveSession:
         return self._tool_use_seen
 
 
-class LiveSessions:
+class SessionCache:
     def __init__(self, messages: MessageStore) -> None:
         self._messages = messages
-        self._live: dict[str, LiveSession] = {}
+        self._live: dict[str, CachedSession] = {}
         self._created_here: set[str] = set()
 
     def created_here(self, session_id: str) -> None:
@@ -57,11 +58,11 @@ class LiveSessions:
         self._created_here.add(session_id)
         return True
 
-    async def get(self, session_id: str) -> LiveSession:
+    async def get(self, session_id: str) -> CachedSession:
         live = self._live.get(session_id)
         if live is None:
             history = await self._messages.all_for_session(session_id)
-            live = self._live.setdefault(session_id, LiveSession(session_id, history))
+            live = self._live.setdefault(session_id, CachedSession(session_id, history))
         return live
 
     def committed(self, session_id: str, *messages: Message) -> None:

@@ -11,15 +11,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from metis.config import Settings
-from metis.core.canonical import Message
+from metis.core.canonical.messages import Message
 from metis.core.confirmations import ConfirmationBroker
 from metis.core.events.bus import EventBus
 from metis.core.events.costs import CostAccumulator
 from metis.core.events.hub import SessionHub
-from metis.core.instructions import SessionInstructions
-from metis.core.live import LiveSessions
-from metis.core.registry import ModelRegistry
+from metis.core.models.registry import ModelRegistry
 from metis.core.routing.availability import Availability
+from metis.core.sessions.cache import SessionCache
+from metis.core.sessions.instructions import SessionInstructions
 from metis.core.store.messages import NewToolCall
 from metis.core.store.store import Store
 from metis.core.tools.dispatcher import Dispatcher
@@ -33,7 +33,7 @@ class TurnEnvironment:
     bus: EventBus
     costs: CostAccumulator
     hub: SessionHub
-    live: LiveSessions
+    session_cache: SessionCache
     registry: ModelRegistry
     availability: Availability
     dispatcher: Dispatcher
@@ -53,4 +53,4 @@ class TurnEnvironment:
         async with self.store.transaction() as tx:
             tx.messages.insert(*messages)  # validated before the write
             tx.messages.insert_tool_calls(tool_calls)
-        self.live.committed(session_id, *messages)
+        self.session_cache.committed(session_id, *messages)

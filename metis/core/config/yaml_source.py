@@ -157,7 +157,7 @@ def _duplicate_key_errors(
     """
     if not duplicates:
         return []
-    from metis.core.configcheck import join  # configcheck imports this module
+    from metis.core.config.checks import join  # configcheck imports this module
 
     paths: dict[int, str] = {}
     stack: list[tuple[Any, str]] = [(data, "")]

@@ -1,0 +1,37 @@
+"""Time as integer microseconds since the epoch, and its one wire format (RFC 3339, UTC, `Z`).
+
+Stored rows, events and every surface use the same representation, so ordering and equality
+never depend on float rounding or time zones.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def us_to_datetime(us: int) -> datetime:
+    seconds, micros = divmod(us, 1_000_000)
+    return datetime.fromtimestamp(seconds, tz=UTC).replace(microsecond=micros)
+
+
+def datetime_to_us(value: datetime) -> int:
+    if value.tzinfo is None:
+        raise ValueError("naive datetimes are not accepted; use timezone-aware UTC")
+    delta = value.astimezone(UTC) - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def format_us(us: int | None) -> str | None:
+    """Wire timestamp `YYYY-MM-DDTHH:MM:SS.ffffffZ`."""
+    if us is None:
+        return None
+    return us_to_datetime(us).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def format_datetime(value: datetime) -> str:
+    return format_us(datetime_to_us(value))  # type: ignore[return-value]

@@ -1,0 +1,23 @@
+"""Tool specifications: what a model is offered (built-in, MCP and application tools alike)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+SideEffects = Literal["none", "read", "write", "execute", "network"]
+ToolOrigin = Literal["builtin", "application"]
+
+
+class ToolDefinition(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    title: str | None = None
+    description: str = ""
+    input_schema: dict[str, Any]
+    side_effects: SideEffects = "none"
+    origin: ToolOrigin = "builtin"
+    path_fields: tuple[str, ...] = ()
+    timeout_seconds: float | None = None
