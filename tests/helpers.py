@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from metis.core.canonical.ids import new_session_id, new_ulid
 from metis.core.canonical.times import now_us
 from metis.core.store.db import Database
@@ -31,3 +33,19 @@ async def insert_running_turn(db: Database, session_id: str, model: str = "local
             (turn_id, session_id, session_id, model, now_us()),
         )
     return turn_id
+
+
+def model_changed(core: Any, sid: str) -> None:
+    """One real bus event that changes nothing (`session.model_changed` to no model): volume
+    for replay, snapshot and pruning tests without running turns."""
+    core.bus.emit(
+        sid,
+        "session.model_changed",
+        {
+            "previous_active_model": None,
+            "active_model": None,
+            "queued": False,
+            "applies_after_turn_id": None,
+        },
+        actor="user",
+    )

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from metis.aap.errors import AapError
-from metis.aap.store import Form
+from metis.aap.store import ContentShape
 from metis.core.canonical.content import (
     TOOL_NAME_RE,
     Base64Source,
@@ -96,7 +96,7 @@ def _block(role: str, raw: Any, max_image_bytes: int, where: str) -> Any:
 
 def parse_content(
     role: str, content: str | list[Any], *, max_image_bytes: int, where: str
-) -> tuple[list[Any], Form]:
+) -> tuple[list[Any], ContentShape]:
     """Client content → canonical blocks and the form the client used."""
     if isinstance(content, str):
         if role == "user" and not content:
@@ -137,14 +137,14 @@ def render_block(block: Any) -> dict[str, Any] | None:
     return None
 
 
-def render_content(blocks: Sequence[Any], form: Form | None) -> str | list[dict[str, Any]]:
+def render_content(blocks: Sequence[Any], form: ContentShape | None) -> str | list[dict[str, Any]]:
     rendered = [b for b in (render_block(x) for x in blocks) if b is not None]
     if form == "string" or (form is None and len(rendered) == 1 and rendered[0]["type"] == "text"):
         return "".join(b["text"] for b in rendered if b["type"] == "text")
     return rendered
 
 
-def render_message(message: Message, form: Form | None = None) -> dict[str, Any] | None:
+def render_message(message: Message, form: ContentShape | None = None) -> dict[str, Any] | None:
     """One stored message as an AAP HistoryMessage; None for a row with nothing to show."""
     if message.role == "tool":
         block = message.content[0] if message.content else None
@@ -169,7 +169,9 @@ def render_message(message: Message, form: Form | None = None) -> dict[str, Any]
     return rendered
 
 
-def render_history(messages: Iterable[Message], forms: Mapping[str, Form]) -> list[dict[str, Any]]:
+def render_history(
+    messages: Iterable[Message], forms: Mapping[str, ContentShape]
+) -> list[dict[str, Any]]:
     out = []
     for message in messages:
         rendered = render_message(message, forms.get(message.id))

@@ -26,7 +26,7 @@ from metis.aap.config import (
 from metis.aap.errors import AapError
 from metis.aap.http import AapState
 from metis.aap.mapping import parse_content, render_history
-from metis.aap.store import AapSession, AapWrites, Form
+from metis.aap.store import AapSession, AapWrites, ContentShape
 from metis.aap.wire import AgentConfig, SeedMessage, SystemMessage, ToolMessage, UserMessage
 from metis.core.application import Transaction
 from metis.core.canonical.content import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
@@ -48,19 +48,19 @@ def _seed_error(message: str, index: int) -> AapError:
 
 def parse_seed(
     messages: Sequence[SeedMessage], max_image_bytes: int
-) -> list[tuple[Message, Form | None]]:
+) -> list[tuple[Message, ContentShape | None]]:
     """Seed messages as canonical drafts (ids assigned at commit) with their client form.
 
     The seed must be *closed*: every tool_use answered exactly once by a later `tool` message,
     no `tool` message without an earlier tool_use, unique toolCallIds — so a seed can never
     create pending calls.
     """
-    drafts: list[tuple[Message, Form | None]] = []
+    drafts: list[tuple[Message, ContentShape | None]] = []
     declared: set[str] = set()
     answered: set[str] = set()
     for i, raw in enumerate(messages):
         where = f"messages[{i}].content"
-        form: Form | None = None
+        form: ContentShape | None = None
         metadata = MessageMetadata()
         blocks: list[ContentBlock]
         if isinstance(raw, SystemMessage):
@@ -119,7 +119,7 @@ class SessionDraft:
     agent: AgentSpec
     session: AapSession  # session_id / workspace filled in at commit
     workspace: Any
-    seed: list[tuple[Message, Form | None]]
+    seed: list[tuple[Message, ContentShape | None]]
 
 
 def draft_session(
@@ -188,7 +188,7 @@ async def commit_session(state: AapState, draft: SessionDraft, workspace: str) -
         workspace_path=view.row.workspace_path,
     )
     messages: list[Message] = []
-    forms: list[tuple[str, Form]] = []
+    forms: list[tuple[str, ContentShape]] = []
     for seed, form in draft.seed:
         message = seed.model_copy(
             update={"id": new_ulid(), "session_id": view.id, "created_at_us": now_us()}
@@ -200,7 +200,7 @@ async def commit_session(state: AapState, draft: SessionDraft, workspace: str) -
     def surface_writes(tx: Transaction, seeded: list[Message]) -> None:
         aap = tx.using(AapWrites)
         aap.insert(session)
-        aap.insert_forms(view.id, forms)
+        aap.insert_content_shapes(view.id, forms)
 
     try:
         await sessions.import_messages(view.id, messages, surface_writes)
@@ -258,7 +258,7 @@ async def history(
     """`{"compacted": [...], "full": [...]}` for the requested kinds, in the AAP content form."""
     history = state.app.history
     full = await history.all_messages(session.session_id)
-    forms = await state.aap_store.forms(session.session_id)
+    forms = await state.aap_store.content_shapes(session.session_id)
     out: dict[str, list[dict[str, Any]]] = {}
     for kind in kinds:
         messages = (

@@ -44,7 +44,7 @@ def extension(recover: Callable[[], Awaitable[object]] | None = None) -> StoreEx
     return StoreExtension(TRACK, AAP_MIGRATIONS, recover)
 
 
-Form = Literal["string", "blocks"]
+ContentShape = Literal["string", "blocks"]
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ class AapStore:
         rows = await self.db.fetchall(sql, (*params, limit + 1))
         return [AapSession.from_row(r) for r in rows[:limit]], len(rows) > limit
 
-    async def forms(self, session_id: str) -> dict[str, Form]:
+    async def content_shapes(self, session_id: str) -> dict[str, ContentShape]:
         rows = await self.db.fetchall(
             "SELECT message_id, form FROM aap_message_forms WHERE session_id=?", (session_id,)
         )
@@ -162,7 +162,7 @@ class AapWrites(TxWrites):
             )
         )
 
-    def insert_forms(self, session_id: str, forms: list[tuple[str, Form]]) -> None:
+    def insert_content_shapes(self, session_id: str, forms: list[tuple[str, ContentShape]]) -> None:
         if forms:
             rows = [(message_id, session_id, form) for message_id, form in forms]
             self._add(

@@ -28,7 +28,7 @@ from metis.aap.errors import AapError, validation_error
 from metis.aap.http import AapState
 from metis.aap.mapping import parse_content
 from metis.aap.render import Renderer
-from metis.aap.store import AapSession, AapWrites, Form
+from metis.aap.store import AapSession, AapWrites, ContentShape
 from metis.aap.stream import TurnPlan
 from metis.aap.wire import AgentOverride, ToolMessage, ToolPermissionMessage, UserMessage
 from metis.core.application import (
@@ -47,9 +47,9 @@ from metis.core.canonical.times import now_us
 @dataclass(frozen=True)
 class TurnInput:
     content: list[dict[str, Any]] | None  # canonical user blocks (None for a resolution)
-    user_form: Form | None
+    user_form: ContentShape | None
     answers: list[Answer] | None
-    answer_forms: dict[str, Form]  # tool_use_id → form of the client's result
+    answer_forms: dict[str, ContentShape]  # tool_use_id → form of the client's result
 
     @property
     def application_ids(self) -> frozenset[str]:
@@ -103,7 +103,7 @@ def parse_turn_messages(messages: Sequence[Any], max_image_bytes: int) -> TurnIn
         )
         return TurnInput([b.model_dump(mode="json") for b in blocks], form, None, {})
     answers: list[Answer] = []
-    forms: dict[str, Form] = {}
+    forms: dict[str, ContentShape] = {}
     for i, message in enumerate(messages):
         if isinstance(message, ToolPermissionMessage):
             answers.append(
@@ -174,13 +174,13 @@ def plan_turn(
         aap = tx.using(AapWrites)
         if prepared.changed:
             aap.update_config(session, now_us())
-        forms: list[tuple[str, Form]] = []
+        forms: list[tuple[str, ContentShape]] = []
         for message in inputs:
             if message.role == "user" and turn_input.user_form is not None:
                 forms.append((message.id, turn_input.user_form))
             elif message.metadata.tool_use_id in turn_input.answer_forms:
                 forms.append((message.id, turn_input.answer_forms[message.metadata.tool_use_id]))
-        aap.insert_forms(session.session_id, forms)
+        aap.insert_content_shapes(session.session_id, forms)
 
     async def start() -> TurnAccepted:
         return await app.turns.submit(

@@ -12,7 +12,7 @@ business rule stays in core, shared by all surfaces.
 - `confirmations`: answering a turn's confirmation request.
 - `history`: committed messages and events, and the context view of a session.
 - `routing`, `models`: the routing policy and model health; the model registry.
-- `streams`: live delivery (hub clients, attach tokens, the seam point of a new subscriber).
+- `streams`: live delivery (hub clients, attach tokens, the hand-off point of a new subscriber).
 - `system`: what `/health` and `/server/version` report; `extend_store`: a surface's tables.
 - lifecycle: `start`, `stop`, `shutdown`, `abort`, `flush`.
 """
@@ -29,8 +29,8 @@ from metis.core.confirmations import Decision, ResolveResult
 from metis.core.events.envelope import AnyEvent, Event
 from metis.core.events.hub import (
     CloseMarker,
+    HandoffPoint,
     HubClient,
-    SeamPoint,
     SharedEvent,
     StreamingMessage,
     token_fingerprint,
@@ -73,6 +73,7 @@ __all__ = [
     "CloseMarker",
     "Confirmations",
     "Event",
+    "HandoffPoint",
     "History",
     "HubClient",
     "MessagePage",
@@ -82,7 +83,6 @@ __all__ = [
     "PermissionAnswer",
     "PurgeResult",
     "Routing",
-    "SeamPoint",
     "SessionRow",
     "SessionService",
     "SessionView",
@@ -297,7 +297,7 @@ class Models:
 
 class Streams:
     """Live delivery of a session's ordered channel: bounded hub clients, single-use attach
-    tokens, and the seam point where a new subscriber switches from the store to the queue."""
+    tokens, and the hand-off point where a new subscriber switches from the store to the queue."""
 
     def __init__(self, core: Core) -> None:
         self._hub = core.hub
@@ -323,13 +323,13 @@ class Streams:
     def last_seq(self, session_id: str) -> int:
         return self._hub.last_seq(session_id)
 
-    def seam_point(
+    def handoff_point(
         self,
         client: HubClient,
         accept: Callable[[AnyEvent], bool] | None,
         unnamed_watermark: Callable[[], str],
-    ) -> SeamPoint:
-        return self._hub.seam_point(client, accept, unnamed_watermark)
+    ) -> HandoffPoint:
+        return self._hub.handoff_point(client, accept, unnamed_watermark)
 
     async def close_all(self, *, code: str, ws_code: int) -> None:
         await self._hub.close_all(code=code, ws_code=ws_code)

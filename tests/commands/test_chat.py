@@ -21,9 +21,9 @@ from metis.commands.daemon_client import resolve_daemon
 from metis.core.canonical.times import now_us
 from metis.core.store.prune import prune_events
 from metis.server.runner import Daemon
-from metis.server.ws import seam
+from metis.server.ws import handoff
 from tests.api import Api
-from tests.server.test_ws_replay import model_changed
+from tests.helpers import model_changed
 from tests.ws_client import SLOW_SCRIPTED
 
 HOLD = "tools:\n  confirmation:\n    per_tool: {read_file: prompt}\n"
@@ -222,7 +222,7 @@ async def test_a_turn_too_large_to_replay_is_caught_up_from_a_snapshot(
         if kind == "replay" and chat.turn_id is not None:
             await api_of(d).wait_turn(chat.session_id, chat.turn_id)
 
-    monkeypatch.setattr(seam.HOOKS, "before_load", until_the_turn_ended)
+    monkeypatch.setattr(handoff.HOOKS, "before_load", until_the_turn_ended)
     overflow(d, chat.session_id)
     await term.wait_for("turn> completed")
     term.type("short")
@@ -258,7 +258,7 @@ async def test_an_expired_cursor_is_caught_up_from_a_snapshot_and_the_turn_follo
             await d.core.flush()
             await prune_events(d.core.db, now_us())
 
-    monkeypatch.setattr(seam.HOOKS, "before_load", prune_the_cursor)
+    monkeypatch.setattr(handoff.HOOKS, "before_load", prune_the_cursor)
     overflow(d, chat.session_id)
     await term.wait_for("turn> completed")
     chat.interrupt()  # at the prompt: leave
@@ -289,7 +289,7 @@ async def test_a_confirmation_missed_with_the_stream_is_asked_from_the_snapshot(
                 while not d.core.broker.pending(chat.session_id):
                     await asyncio.sleep(0.01)
 
-    monkeypatch.setattr(seam.HOOKS, "before_load", until_the_request_is_pending)
+    monkeypatch.setattr(handoff.HOOKS, "before_load", until_the_request_is_pending)
     overflow(d, chat.session_id)
     await term.wait_for("? [y/a/n]")
     term.type("y")
@@ -325,10 +325,10 @@ async def test_a_socket_closed_instead_of_answering_the_subscribe_is_attached_ag
         if len(loads) == 1:
             overflow(d, chat.session_id)
 
-    monkeypatch.setattr(seam.HOOKS, "before_load", overflow_the_first_load)
+    monkeypatch.setattr(handoff.HOOKS, "before_load", overflow_the_first_load)
     overflow(d, chat.session_id)
     async with asyncio.timeout(10):
-        while loads != ["replay", "replay", "snapshot"]:  # past the last attach's seam point
+        while loads != ["replay", "replay", "snapshot"]:  # past the last attach's hand-off point
             await asyncio.sleep(0.01)
     term.type("hello again", "/quit")
     assert await asyncio.wait_for(running, 10) == 0

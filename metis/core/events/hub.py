@@ -12,7 +12,7 @@ its writer ever runs. A queue past half its bound marks its client *pressed*; th
 loop then awaits `SessionHub.make_room` until the consumer has taken the queue down to a quarter.
 Only a consumer that takes nothing for `stall_timeout_s` is detached as too slow.
 
-The hub also keeps, per session, what a late joiner needs at its seam, updated in the same
+The hub also keeps, per session, what a late joiner needs at its hand-off, updated in the same
 synchronous step that delivers each event: the latest bus event (H), the message watermark (W,
 the newest message id an event has referenced, so committed before that event) and the
 assistant message being streamed (for catch-up frames).
@@ -24,7 +24,7 @@ behind it, until the trace writer reports the transaction holding it committed (
 releases them in emission order; deltas emitted while nothing is held pass straight through.
 A session with live clients asks the writer to commit at the next loop tick (`expedite`), so
 everything one tick emitted shares one commit; a session nobody watches waits for the writer's
-usual cadence. Everything the hub tracks for seams is updated at release, so H is always stored.
+usual cadence. Everything the hub tracks for hand-offs is updated at release, so H is always stored.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ class StreamingMessage:
     Deltas are accumulated per block (appending a chunk is O(1); joining happens only when a
     client actually joins mid-stream). The state outlives `message.complete` until a bus event
     names the message (`llm.call_completed` / `llm.call_failed`, which raise W): a client whose
-    seam falls in between finds the message neither under W in its snapshot nor in its live
+    hand-off falls in between finds the message neither under W in its snapshot nor in its live
     queue, so its catch-up carries the whole message, `message.complete` included
     (the catch-up rule covers only the message still streaming; this closes the gap after it).
     """
@@ -204,8 +204,8 @@ class StreamingMessage:
 
 
 @dataclass(frozen=True)
-class SeamPoint:
-    """What a client's seam captured, all in one synchronous step."""
+class HandoffPoint:
+    """What a client's hand-off captured, all in one synchronous step."""
 
     event_id: str | None  # H: the session's latest bus event
     seq: int
@@ -445,7 +445,7 @@ class SessionHub:
         self._deliver(live, event)
 
     def _deliver(self, live: _SessionLive, event: AnyEvent) -> None:
-        """Track the event for seams and queue it to every attached client."""
+        """Track the event for hand-offs and queue it to every attached client."""
         if event.transient:
             live.track_streaming(event)  # type: ignore[arg-type]
         else:
@@ -541,17 +541,17 @@ class SessionHub:
         client.release()  # a detached client never holds a producer back
         client.pressed_set = None
 
-    def seam_point(
+    def handoff_point(
         self, client: HubClient, accept: Accept | None, unnamed_watermark: Callable[[], str]
-    ) -> SeamPoint:
-        """The seam, one synchronous step: from here on every
+    ) -> HandoffPoint:
+        """The hand-off, one synchronous step: from here on every
         matching event enters the client's queue, and everything up to the returned H is the
         client's to load from the store. Anything queued before (nothing but a close marker can
         be, since clients attach with a reject-all filter until they subscribe) is kept.
 
         W is always bounded, so messages committed after this step stay out of the snapshot:
         until an event of this process names one of the session's messages (a new session, or
-        the first seam after a restart), `unnamed_watermark()` gives it, in this same step."""
+        the first hand-off after a restart), `unnamed_watermark()` gives it, in this same step."""
         client.queue = deque(item for item in client.queue if isinstance(item, CloseMarker))
         client.accept = accept
         if not client.detached:
@@ -559,7 +559,7 @@ class SessionHub:
         live = self._live(client.session_id)
         catch_up = live.streaming.catch_up() if live.streaming is not None else []
         watermark = live.watermark if live.watermark is not None else unnamed_watermark()
-        return SeamPoint(live.last_event_id, live.last_seq, watermark, catch_up)
+        return HandoffPoint(live.last_event_id, live.last_seq, watermark, catch_up)
 
     def last_seq(self, session_id: str) -> int:
         live = self._sessions.get(session_id)
@@ -588,7 +588,7 @@ class SessionHub:
     ) -> None:
         """Close every client in-band (after what is queued) and wait for them to finish.
 
-        Called when the session is over for live clients (end, purge, shutdown), so its seam
+        Called when the session is over for live clients (end, purge, shutdown), so its hand-off
         state is dropped too: no client can attach to it any more."""
         live = self._sessions.get(session_id)
         if live is None:
@@ -621,7 +621,7 @@ class SessionHub:
         self.revoke_tokens(session_id)
 
     def holds(self, session_id: str) -> bool:
-        """Whether anything of the session (seam state, clients, tokens) is in memory."""
+        """Whether anything of the session (hand-off state, clients, tokens) is in memory."""
         return session_id in self._sessions or any(
             v.session_id == session_id for v in self._tokens.values()
         )

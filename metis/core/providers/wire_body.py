@@ -9,8 +9,8 @@ messages that cannot change already encoded, and hand the SDK bytes.
 Why a prefix can be reused: `normalize_history` starts afresh at every assistant message (it
 flushes the results and user messages gathered before it), so the wire messages of a history
 are those of the part before an assistant message followed by those of the part from it on,
-unless the two wire messages at that seam have the same role (the Anthropic mapping would merge
-them; the seam is then not used). The part before the last assistant message of a call is
+unless the two wire messages at that join have the same role (the Anthropic mapping would merge
+them; the join is then not used). The part before the last assistant message of a call is
 therefore final: it is encoded once and every later call over a longer history reuses the bytes.
 """
 
@@ -53,7 +53,7 @@ class _Encoded:
 
 
 def _joins(last_role: str | None, first: WireMessage) -> bool:
-    """Whether wire messages can be concatenated at this seam without being merged."""
+    """Whether wire messages can be concatenated at this join without being merged."""
     return last_role is None or last_role != first["role"]
 
 
@@ -93,7 +93,7 @@ class HistoryEncoder:
         if rest and _joins(state.last_role, rest[0]):
             self._memo.remember(messages, state)
             return list(state.done), rest
-        return [], mapper(messages)  # a seam that would merge, or nothing after it: no reuse
+        return [], mapper(messages)  # a join that would merge, or nothing after it: no reuse
 
 
 def _last_assistant(messages: Sequence[Message], *, after: int) -> int | None:

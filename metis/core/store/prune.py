@@ -2,7 +2,7 @@
 
 Only `events` rows of streams that have a `sessions` row are deleted, so the `system` stream,
 messages, turns and tool calls are never touched. Each stream keeps its newest event whatever
-its age: the daemon seeds a stream's next seq from `MAX(seq)` and the seam point of a snapshot
+its age: the daemon seeds a stream's next seq from `MAX(seq)` and the hand-off point of a snapshot
 from the latest stored event, so an emptied stream would restart at seq 1 below its own floor.
 
 Rows go in short transactions of at most `CHUNK_EVENTS`, each deleting a run of the prefix and

@@ -1,4 +1,4 @@
-"""The metis WebSocket streaming surface (docs/api.md): handshake, connection, seam, wire."""
+"""The metis WebSocket streaming surface (docs/api.md): handshake, connection, hand-off, wire."""
 
 from metis.server.ws.handshake import routes
 

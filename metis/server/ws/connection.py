@@ -2,7 +2,7 @@
 
 Two tasks per socket. The reader parses client frames (subscribe, cancel, ping, pong) and never
 sends anything itself. The writer is the only task that sends: it waits for the subscribe, runs
-the seam, sends the preamble, then drains the hub queue, with control frames (pings, pongs)
+the hand-off, sends the preamble, then drains the hub queue, with control frames (pings, pongs)
 jumping ahead of queued events. Closes come in two kinds: in-band (a marker at the end of the
 queue, so everything before it is delivered) and out-of-band (queue discarded, writer
 cancelled, close frame written at once) — a stalled client must learn it was dropped without
@@ -27,6 +27,7 @@ from metis.core.errors import DomainError
 from metis.core.events.envelope import AnyEvent
 from metis.server.titles import TitleStore
 from metis.server.ws.framing import batches, text_frames
+from metis.server.ws.handoff import open_stream
 from metis.server.ws.protocol import (
     CLOSE_MESSAGES,
     ProtocolViolation,
@@ -39,7 +40,6 @@ from metis.server.ws.protocol import (
     parse_frame,
     parse_subscribe,
 )
-from metis.server.ws.seam import open_stream
 
 log = logging.getLogger(__name__)
 
@@ -365,7 +365,7 @@ class Connection:
             except SubscribeError as exc:
                 self.close_out_of_band(1008, exc.code, exc.message, first=dumps(exc.frame()))
                 return False
-            self.client.wake.set()  # the writer runs the seam
+            self.client.wake.set()  # the writer runs the hand-off
             return True
         kind = frame["type"]
         if kind == "subscribe":

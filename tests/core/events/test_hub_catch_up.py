@@ -25,8 +25,8 @@ def streaming(hub: SessionHub, event_type: str, **payload: Any) -> None:
     hub(TransientEvent(SID, TURN, None, event_type, {"message_id": ASSISTANT_MESSAGE, **payload}))
 
 
-def seam(hub: SessionHub) -> tuple[list[str], str]:
-    point = hub.seam_point(HubClient(SID, maxsize=100), None, new_ulid)
+def handoff(hub: SessionHub) -> tuple[list[str], str]:
+    point = hub.handoff_point(HubClient(SID, maxsize=100), None, new_ulid)
     return [e.type for e in point.catch_up], point.message_watermark
 
 
@@ -35,14 +35,14 @@ def test_a_completed_message_stays_in_catch_up_until_a_bus_event_names_it() -> N
     bus(hub, 1, "turn.started", {"user_message_id": USER_MESSAGE})
     streaming(hub, "message.start", model="m")
     streaming(hub, "text.delta", content_block_index=0, text="hel")
-    assert seam(hub) == (["message.start", "text.delta"], USER_MESSAGE)
+    assert handoff(hub) == (["message.start", "text.delta"], USER_MESSAGE)
     streaming(hub, "text.delta", content_block_index=0, text="lo")
     streaming(hub, "message.complete", final_content=[{"type": "text", "text": "hello"}])
-    types, watermark = seam(hub)
+    types, watermark = handoff(hub)
     assert types == ["message.start", "text.delta", "message.complete"]
     assert watermark == USER_MESSAGE  # the snapshot leaves the message out: catch-up has it
     bus(hub, 2, "llm.call_completed", {"message_id": ASSISTANT_MESSAGE})
-    assert seam(hub) == ([], ASSISTANT_MESSAGE)  # now the snapshot holds it
+    assert handoff(hub) == ([], ASSISTANT_MESSAGE)  # now the snapshot holds it
 
 
 def test_a_terminal_event_clears_a_message_no_bus_event_named() -> None:
@@ -51,4 +51,4 @@ def test_a_terminal_event_clears_a_message_no_bus_event_named() -> None:
     streaming(hub, "message.start", model="m")
     streaming(hub, "message.complete", final_content=[])
     bus(hub, 2, "turn.failed", {})
-    assert seam(hub)[0] == []
+    assert handoff(hub)[0] == []

@@ -12,8 +12,7 @@ from metis.core.events.catalog import SYSTEM_STREAM
 from metis.core.runtime import Core
 from metis.core.store.db import Database
 from metis.core.store.prune import PrunedStream, prune_events
-from tests.helpers import insert_session
-from tests.server.test_ws_replay import model_changed
+from tests.helpers import insert_session, model_changed
 
 
 async def stream_with(core: Core, events: int) -> str:

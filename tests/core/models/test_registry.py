@@ -18,8 +18,8 @@ from metis.core.models.registry import (
     load_registry,
 )
 
-SHIPPED = Path(__file__).resolve().parents[2] / "config" / "models.yaml"
-EXAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "models.yaml"
+SHIPPED = Path(__file__).resolve().parents[3] / "config" / "models.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "fixtures" / "models.yaml"
 
 BASE = """\
 schema_version: 1

@@ -221,7 +221,7 @@ async def test_mid_stream_joiner_gets_catch_up_frames_that_rebuild_final_content
     message_id = complete["payload"]["message_id"]
     assert rebuild(all_late, message_id) == comparable(complete["payload"]["final_content"])
     assert rebuild(early_events, message_id) == rebuild(all_late, message_id)
-    # after the seam the late client receives exactly the early client's tail
+    # after the hand-off the late client receives exactly the early client's tail
     live = events_of(late.frames)
     assert live == early_events[len(early_events) - len(live) :]
     for client in (early, late):

@@ -1,8 +1,8 @@
-"""Snapshot, replay and the gap-free seam.
+"""Snapshot, replay and the gap-free hand-off.
 
 Events for volume are produced through real REST calls (PATCH emits `session.model_changed`) or
-straight on the real bus; the seam tests inject a delay through the seam's test hook
-(`metis.server.ws.seam.HOOKS`), which runs exactly between the seam point and the store reads.
+straight on the real bus; the hand-off tests inject a delay through the hand-off's test hook
+(`metis.server.ws.handoff.HOOKS`), which runs exactly between the hand-off point and the store reads.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from metis.core.canonical.times import now_us
 from metis.core.events.envelope import AnyEvent
 from metis.core.store.prune import prune_events
 from metis.server.runner import Daemon
-from metis.server.ws import seam
+from metis.server.ws import handoff
 from tests.api import Api, api_session
+from tests.helpers import model_changed
 from tests.ws_client import Ws, events_of, types_of
 
 HOLD = "tools:\n  confirmation:\n    per_tool: {read_file: prompt}\n"
@@ -39,20 +40,6 @@ async def patch_model(api: Api, sid: str, n: int) -> None:
             "PATCH", f"/sessions/{sid}", {"active_model": "local:scripted" if i % 2 else None}
         )
         assert status == 200
-
-
-def model_changed(core: Any, sid: str) -> None:
-    core.bus.emit(
-        sid,
-        "session.model_changed",
-        {
-            "previous_active_model": None,
-            "active_model": None,
-            "queued": False,
-            "applies_after_turn_id": None,
-        },
-        actor="user",
-    )
 
 
 # ---- snapshot (tests 2, 24) ---------------------------------------------------------------------
@@ -290,11 +277,11 @@ async def test_a_prune_during_the_replay_read_expires_the_cursor(
     async def prune_meanwhile(kind: str) -> None:
         await prune_events(daemon.core.db, now_us() + 1)
 
-    monkeypatch.setattr(seam.HOOKS, "before_load", prune_meanwhile)
+    monkeypatch.setattr(handoff.HOOKS, "before_load", prune_meanwhile)
     client = await Ws.open(api, sid)
     error = await client.subscribe(since=first["id"])
     assert error["code"] == "cursor_expired"
-    monkeypatch.setattr(seam.HOOKS, "before_load", None)
+    monkeypatch.setattr(handoff.HOOKS, "before_load", None)
 
 
 async def test_subscribe_after_a_purge_is_session_not_found_or_closed(
@@ -308,11 +295,11 @@ async def test_subscribe_after_a_purge_is_session_not_found_or_closed(
     assert daemon.core.hub.client_count(sid) == 0 and not daemon.core.hub.knows(sid)
 
 
-# ---- the seam (test 16, P1) ---------------------------------------------------------------------
+# ---- the hand-off (test 16, P1) ---------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("mode", ["snapshot", "replay"])
-async def test_events_emitted_during_the_seam_reads_arrive_exactly_once(
+async def test_events_emitted_during_the_handoff_reads_arrive_exactly_once(
     daemon: Daemon, api: Api, workspace: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     sid = (await api.create_session(workspace))["id"]
@@ -325,7 +312,7 @@ async def test_events_emitted_during_the_seam_reads_arrive_exactly_once(
             model_changed(daemon.core, sid)
             await asyncio.sleep(0.01)
 
-    monkeypatch.setattr(seam.HOOKS, "before_load", during_the_reads)
+    monkeypatch.setattr(handoff.HOOKS, "before_load", during_the_reads)
     client = await Ws.open(api, sid)
     if mode == "snapshot":
         ack = await client.subscribe(snapshot=True)
@@ -337,7 +324,7 @@ async def test_events_emitted_during_the_seam_reads_arrive_exactly_once(
         h_seq = replayed[-1]["seq"]
         assert [e["seq"] for e in replayed] == list(range(2, h_seq + 1))
     assert h_seq == 4
-    monkeypatch.setattr(seam.HOOKS, "before_load", None)
+    monkeypatch.setattr(handoff.HOOKS, "before_load", None)
     live = events_of(await client.take(5))
     assert [e["seq"] for e in live] == [5, 6, 7, 8, 9]
     await patch_model(api, sid, 1)
@@ -348,23 +335,23 @@ async def test_events_emitted_during_the_seam_reads_arrive_exactly_once(
 async def snapshot_with_a_turn_during_its_load(
     api: Api, sid: str, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[Ws, dict[str, Any], str]:
-    """Subscribe with a snapshot while a whole turn runs between the seam point and the reads;
+    """Subscribe with a snapshot while a whole turn runs between the hand-off point and the reads;
     returns the client, its snapshot and that turn's id."""
     turn_ids: list[str] = []
 
     async def a_turn_during_the_load(kind: str) -> None:
-        accepted, _ = await api.run_turn(sid, "committed after the seam point")
+        accepted, _ = await api.run_turn(sid, "committed after the hand-off point")
         turn_ids.append(accepted["turn_id"])
 
-    monkeypatch.setattr(seam.HOOKS, "before_load", a_turn_during_the_load)
+    monkeypatch.setattr(handoff.HOOKS, "before_load", a_turn_during_the_load)
     client = await Ws.open(api, sid)
     await client.subscribe(snapshot=True)
     snap = await client.recv()
-    monkeypatch.setattr(seam.HOOKS, "before_load", None)
+    monkeypatch.setattr(handoff.HOOKS, "before_load", None)
     return client, snap, turn_ids[0]
 
 
-async def test_snapshot_of_a_new_session_leaves_out_messages_committed_after_its_seam(
+async def test_snapshot_of_a_new_session_leaves_out_messages_committed_after_its_handoff(
     api: Api, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No event has named a message yet, and W still bounds the snapshot: the turn that
@@ -377,11 +364,11 @@ async def test_snapshot_of_a_new_session_leaves_out_messages_committed_after_its
     await client.close()
 
 
-async def test_snapshot_after_a_restart_leaves_out_messages_committed_after_its_seam(
+async def test_snapshot_after_a_restart_leaves_out_messages_committed_after_its_handoff(
     start_daemon: Callable[..., Any], workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A restarted daemon has seen no event of the session name a message; W is still defined
-    at the seam: the earlier history is in the snapshot, the turn run during the load is not."""
+    at the hand-off: the earlier history is in the snapshot, the turn run during the load is not."""
     before = await start_daemon()
     async with api_session(before) as http:
         api = Api(http)
@@ -408,13 +395,13 @@ async def test_an_unexpected_failure_closes_1011_internal_error(
     async def broken(kind: str) -> None:
         raise RuntimeError("the store went away")
 
-    monkeypatch.setattr(seam.HOOKS, "before_load", broken)
+    monkeypatch.setattr(handoff.HOOKS, "before_load", broken)
     client = await Ws.open(api, sid)
     await client.send({"type": "subscribe", "snapshot": True})
     closed = await client.closed()
     assert closed.code == 1011 and closed.reason["code"] == "internal_error"
     assert client.frames == []
-    monkeypatch.setattr(seam.HOOKS, "before_load", None)
+    monkeypatch.setattr(handoff.HOOKS, "before_load", None)
     again, _ = await Ws.subscribed(api, sid)  # the session is unaffected
     await again.close()
 

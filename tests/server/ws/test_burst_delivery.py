@@ -3,7 +3,7 @@
 The fake provider writes the whole event stream at once, so the SDK parses every delta from
 one buffer and the turn emits thousands of events without waiting on the network. Clients
 that read must still get every frame (the turn waits for their queues to drain); the queue
-bound only ever closes a client that stops reading (tests/server/test_ws_backpressure.py).
+bound only ever closes a client that stops reading (tests/server/ws/test_backpressure.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Cancel cases C1 and C4-at-the-seam, as every subscribed socket sees them.
+"""Cancel cases C1 and C4-at-the-boundary, as every subscribed socket sees them.
 
-tests/core/test_cancel_seams.py proves these two cases at core level (stored event types);
-tests/server/test_ws_cancel.py covers C2, C3, C4 behind a confirmation wait and C5 on a socket.
+tests/core/turns/test_cancel_boundaries.py proves these two cases at core level (stored event types);
+tests/server/ws/test_cancel.py covers C2, C3, C4 behind a confirmation wait and C5 on a socket.
 This module closes the gap issue #6 names: the exact frame sequence a WebSocket subscriber gets
 for C1 and for C4 with no confirmation, and that a second socket gets the identical sequence.
 
@@ -71,16 +71,16 @@ def assert_c4_tail(events: list[dict[str, Any]], tool_names: list[str]) -> None:
     types = types_of(events)
     n = len(tool_names)
     assert types.count("llm.call_started") == 1 and types.count("message.complete") == 1, types
-    seam = types.index("llm.call_completed")
-    assert types[seam - 1] == "message.complete"
-    assert types[seam + 1 :] == ["tool.failed"] * n + ["turn.cancelled"], types
-    complete = events[seam - 1]["payload"]
+    boundary = types.index("llm.call_completed")
+    assert types[boundary - 1] == "message.complete"
+    assert types[boundary + 1 :] == ["tool.failed"] * n + ["turn.cancelled"], types
+    complete = events[boundary - 1]["payload"]
     assert complete["stop_reason"] == "tool_use"
-    assert events[seam]["payload"]["stop_reason"] == "tool_use"
-    assert events[seam]["payload"]["tool_use_count"] == n
+    assert events[boundary]["payload"]["stop_reason"] == "tool_use"
+    assert events[boundary]["payload"]["tool_use_count"] == n
     tool_uses = [b for b in complete["final_content"] if b["type"] == "tool_use"]
     assert [b["name"] for b in tool_uses] == tool_names
-    failures = [e["payload"] for e in events[seam + 1 : seam + 1 + n]]
+    failures = [e["payload"] for e in events[boundary + 1 : boundary + 1 + n]]
     assert [p["tool_use_id"] for p in failures] == [b["id"] for b in tool_uses]  # tool_use order
     assert [p["tool_name"] for p in failures] == tool_names
     for p in failures:
@@ -145,7 +145,7 @@ async def test_c1_every_socket_sees_turn_cancelled_right_after_route_decided(
         await c.close()
 
 
-async def test_c4_cancel_at_the_seam_fails_each_tool_in_order_on_every_socket(
+async def test_c4_cancel_at_the_boundary_fails_each_tool_in_order_on_every_socket(
     make_api: Callable[..., Any], workspace: Path
 ) -> None:
     """C4 with no confirmation: the cancel lands inside `emit` of llm.call_completed{tool_use};
@@ -155,13 +155,13 @@ async def test_c4_cancel_at_the_seam_fails_each_tool_in_order_on_every_socket(
     core = d.core
     sid = (await api.create_session(workspace))["id"]
 
-    def cancel_at_seam(event: AnyEvent) -> None:
+    def cancel_at_boundary(event: AnyEvent) -> None:
         if event.type == "llm.call_completed" and event.payload["stop_reason"] == "tool_use":
             slot = core.slots.get(event.session_id)
             assert slot is not None
             core.turns.request_cancel(slot, "user_cancel")
 
-    core.bus.subscribe("test-seam", cancel_at_seam)
+    core.bus.subscribe("test-boundary", cancel_at_boundary)
     client, _ = await Ws.subscribed(api, sid)
     other, _ = await Ws.subscribed(api, sid)
     files_before = sorted(p.name for p in workspace.iterdir())
@@ -172,11 +172,13 @@ async def test_c4_cancel_at_the_seam_fails_each_tool_in_order_on_every_socket(
     events = await client.turn(turn_id)
     check_turn_grammar(events)
     types = types_of(events)
-    seam = types.index("llm.call_completed")
+    boundary = types.index("llm.call_completed")
     assert types[:3] == ["turn.started", "route.decided", "llm.call_started"]
-    assert set(types[3:seam]) <= set(STREAMING) and types[3] == "message.start"
+    assert set(types[3:boundary]) <= set(STREAMING) and types[3] == "message.start"
     names = [
-        b["name"] for b in events[seam - 1]["payload"]["final_content"] if b["type"] == "tool_use"
+        b["name"]
+        for b in events[boundary - 1]["payload"]["final_content"]
+        if b["type"] == "tool_use"
     ]
     assert len(names) == 6  # the scripted model's "use all tools": every builtin tool
     assert_c4_tail(events, names)

@@ -1,7 +1,7 @@
 """Cancel cases C1 and C4 (described below), hit exactly through the real turn path.
 
 C1: the cancel lands after `route.decided`, before `llm.call_started` — right after the 202
-(the runner task has not run yet). C4: the cancel lands at the seam — `llm.call_completed` of a
+(the runner task has not run yet). C4: the cancel lands at the boundary — `llm.call_completed` of a
 tool_use message is out, no tool has been called — from an inline bus subscriber, which runs
 synchronously inside `emit`, exactly as a REST or WebSocket cancel would set the same state.
 """
@@ -42,7 +42,7 @@ async def test_c1_cancel_before_the_first_llm_call(daemon: Daemon, workspace: Pa
     assert [m.role for m in messages] == ["user"]
 
 
-async def test_c4_cancel_at_the_seam_runs_no_tool(
+async def test_c4_cancel_at_the_boundary_runs_no_tool(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
     daemon = await start_daemon(
@@ -50,13 +50,13 @@ async def test_c4_cancel_at_the_seam_runs_no_tool(
     )
     core = daemon.core
 
-    def cancel_at_seam(event: AnyEvent) -> None:
+    def cancel_at_boundary(event: AnyEvent) -> None:
         if event.type == "llm.call_completed" and event.payload["stop_reason"] == "tool_use":
             slot = core.slots.get(event.session_id)
             assert slot is not None
             core.turns.request_cancel(slot, "user_cancel")
 
-    core.bus.subscribe("test-seam", cancel_at_seam)
+    core.bus.subscribe("test-boundary", cancel_at_boundary)
     session = await core.sessions.create(str(workspace))
     accepted = await core.turns.submit(
         TurnRequest(session.id, [{"type": "text", "text": "use all tools"}])

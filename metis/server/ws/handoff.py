@@ -1,9 +1,9 @@
-"""The gap-free seam: what a new subscriber receives before going live.
+"""The gap-free hand-off: what a new subscriber receives before going live.
 
 Attach and capture (H, W, the session summary, the message in progress) in one synchronous
 step, then read the snapshot or the replay from the store. Live events emitted while those
 reads are awaited wait in the client's queue; every bus event with seq ≤ H comes from the
-store and every later one from the queue, so nothing is lost or duplicated at the seam.
+store and every later one from the queue, so nothing is lost or duplicated at the hand-off.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from metis.core.application import Application, HubClient, SeamPoint, SessionRow
+from metis.core.application import Application, HandoffPoint, HubClient, SessionRow
 from metis.core.canonical.ids import new_ulid
 from metis.core.errors import CursorNotFound
 from metis.core.events.envelope import Event
@@ -44,14 +44,14 @@ class Preamble:
 
 
 @dataclass
-class SeamHooks:
-    """Test seam: `before_load(kind)` runs between the seam point and the store reads
+class HandoffHooks:
+    """Test hook: `before_load(kind)` runs between the hand-off point and the store reads
     (`kind` is "snapshot" or "replay"), so a test can emit events exactly there."""
 
     before_load: LoadHook | None = None
 
 
-HOOKS = SeamHooks()
+HOOKS = HandoffHooks()
 
 
 async def open_stream(
@@ -59,9 +59,9 @@ async def open_stream(
     titles: TitleStore,
     client: HubClient,
     sub: Subscribe,
-    hooks: SeamHooks = HOOKS,
+    hooks: HandoffHooks = HOOKS,
 ) -> Preamble:
-    """Run the seam for `client` up to going live; raises SubscribeError (the client is then detached)."""
+    """Run the hand-off for `client` up to going live; raises SubscribeError (the client is then detached)."""
     session_id = client.session_id
     hub = app.streams
     # Events emitted but not yet committed are held from clients (stored before seen); commit
@@ -73,13 +73,15 @@ async def open_stream(
             hub.note_event(session_id, latest.id, latest.seq)
     for _ in range(_ROW_READ_ATTEMPTS):
         # The summary must describe the state right after H: re-read the row if an event was
-        # emitted while it was being read (the seam itself is the synchronous block below).
+        # emitted while it was being read (the hand-off itself is the synchronous block below).
         before = hub.last_seq(session_id)
         row = await _read_row(app, session_id)
         if not sub.snapshot or hub.last_seq(session_id) == before:
             break
-    # ---- the seam point: one synchronous step ----------------------------------------------
-    point = hub.seam_point(client, sub.filter.accept(), lambda: _unnamed_watermark(app, session_id))
+    # ---- the hand-off point: one synchronous step ----------------------------------------------
+    point = hub.handoff_point(
+        client, sub.filter.accept(), lambda: _unnamed_watermark(app, session_id)
+    )
     session = render_session(app.sessions.view(row)) if sub.snapshot else None
     # ---- end of the synchronous step --------------------------------------------------------
     try:
@@ -114,7 +116,7 @@ def _unnamed_watermark(app: Application, session_id: str) -> str:
     turn holding its slot commits messages, each minted after the turn id. So with no such
     turn every message minted so far is committed and W is an id minted now; with one, W is
     its turn id, which leaves out what the turn may have committed before naming it (its user
-    message before `turn.started`). Either way a message committed after the seam point has a
+    message before `turn.started`). Either way a message committed after the hand-off point has a
     greater id and stays out of the snapshot.
     """
     turn_id = app.turns.current_turn_id(session_id)
@@ -131,7 +133,7 @@ async def _read_row(app: Application, session_id: str) -> SessionRow:
 
 
 async def _snapshot(
-    app: Application, session_id: str, session: dict[str, Any], point: SeamPoint
+    app: Application, session_id: str, session: dict[str, Any], point: HandoffPoint
 ) -> str:
     """The newest committed messages with id ≤ W. Ids all have the same length, so
     `id < W + "0"` is exactly `id ≤ W` for the store's exclusive `before` cursor."""
@@ -151,7 +153,7 @@ async def _snapshot(
 
 
 async def _replay(
-    app: Application, row: SessionRow, sub: Subscribe, point: SeamPoint
+    app: Application, row: SessionRow, sub: Subscribe, point: HandoffPoint
 ) -> list[Event]:
     """Matching bus events with seq in (since, H], oldest first."""
     assert sub.since is not None
