@@ -93,17 +93,30 @@ class Api:
             if cursor is None:
                 return out
 
+    async def wait_for_events(
+        self, session_id: str, predicate: Any, count: int, timeout: float = 10.0
+    ) -> list[dict[str, Any]]:
+        """The first `count` events matching `predicate`, in seq order; each poll reads only the
+        events after the last one seen (`since`), so waiting costs the same however long the
+        session is."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        found: list[dict[str, Any]] = []
+        since: dict[str, str] = {}
+        while True:
+            page = await self.events(session_id, **since)
+            found.extend(e for e in page if predicate(e))
+            if len(found) >= count:
+                return found[:count]
+            if page:
+                since = {"since": page[-1]["id"]}
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"{count} events not seen: {len(found)}")
+            await asyncio.sleep(0.02)
+
     async def wait_for_event(
         self, session_id: str, predicate: Any, timeout: float = 10.0
     ) -> dict[str, Any]:
-        deadline = asyncio.get_running_loop().time() + timeout
-        while True:
-            for event in await self.events(session_id):
-                if predicate(event):
-                    return event
-            if asyncio.get_running_loop().time() > deadline:
-                raise TimeoutError("event not seen")
-            await asyncio.sleep(0.02)
+        return (await self.wait_for_events(session_id, predicate, 1, timeout))[0]
 
     async def wait_turn(
         self, session_id: str, turn_id: str, timeout: float = 10.0

@@ -19,9 +19,7 @@ separate read-only connection, not from the API under test.
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -32,7 +30,7 @@ import pytest
 from metis.server.runner import Daemon
 from tests.aap.client import AapClient
 from tests.aap.conftest import KEY, roots
-from tests.api import TERMINAL, Api, api_session
+from tests.api import Api, api_session
 from tests.server.test_sessions_api import HOLD, hold_turn
 
 NEVER = "sess_01M7YA76RDGJRJS6TX6XK99B3P"  # well-formed, never created
@@ -74,27 +72,14 @@ def counts_by_table(metis_home: Path, session_id: str) -> dict[str, int]:
 
 
 async def run_turns(api: Api, session_id: str, texts: list[str]) -> list[dict[str, Any]]:
-    """Submit the turns one after the other; each must complete. Waits with a type-filtered
-    events query (cheap however long the session gets)."""
+    """Submit the turns one after the other; each must complete."""
     accepted: list[dict[str, Any]] = []
     for text in texts:
         status, body = await api.submit(session_id, text)
         assert status == 202, body
         accepted.append(body)
-        deadline = time.monotonic() + 10
-        while True:
-            status, page = await api.call(
-                "GET",
-                f"/sessions/{session_id}/events",
-                params={"event_types": ",".join(TERMINAL), "limit": "1000"},
-            )
-            assert status == 200, page
-            ends = [e for e in page["events"] if e["turn_id"] == body["turn_id"]]
-            if ends:
-                assert ends[0]["type"] == "turn.completed", ends
-                break
-            assert time.monotonic() < deadline, f"turn {body['turn_id']} did not end"
-            await asyncio.sleep(0.005)
+        ended = await api.wait_turn(session_id, body["turn_id"])
+        assert ended["type"] == "turn.completed", ended
     return accepted
 
 

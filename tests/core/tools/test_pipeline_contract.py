@@ -144,15 +144,9 @@ def tool_call_rows(metis_home: Path, session_id: str) -> list[dict[str, Any]]:
 
 async def wait_requests(api: Api, sid: str, turn_id: str, n: int) -> list[dict[str, Any]]:
     """Wait until the turn has `n` confirmation requests; return their events in seq order."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 10.0
-    while True:
-        found = of_type(await api.turn_events(sid, turn_id), "tool.confirmation_requested")
-        if len(found) >= n:
-            return found
-        if loop.time() > deadline:
-            raise TimeoutError(f"{n} confirmation requests not seen: {len(found)}")
-        await asyncio.sleep(0.02)
+    return await api.wait_for_events(
+        sid, lambda e: e["turn_id"] == turn_id and e["type"] == "tool.confirmation_requested", n
+    )
 
 
 async def answer(
