@@ -39,6 +39,7 @@ from metis.core.models.registry import ModelRegistry
 from metis.core.models.types import ModelEntry
 from metis.core.routing.context import estimate_input_tokens
 from metis.core.runtime import Core
+from metis.core.sessions.history import SurfaceWrites
 from metis.core.sessions.service import (
     ModelChange,
     PurgeResult,
@@ -58,7 +59,6 @@ from metis.core.turns.resume import (
     Answer,
     ApplicationResult,
     PermissionAnswer,
-    SurfaceWrites,
     SuspendingTurn,
     load_pending,
 )

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
 from typing import Any
 
 from metis.config import Settings
-from metis.core.canonical.messages import Message
 from metis.core.canonical.times import now_us
 from metis.core.confirmations import ConfirmationBroker
 from metis.core.events.bus import EventBus
@@ -26,10 +24,10 @@ from metis.core.routing.availability import Availability
 from metis.core.routing.engine import RoutingEngine
 from metis.core.routing.manager import PolicyManager
 from metis.core.sessions.cache import SessionCache
+from metis.core.sessions.history import HistoryWriter
 from metis.core.sessions.instructions import SessionInstructions
 from metis.core.sessions.service import SessionService
 from metis.core.store.db import Database
-from metis.core.store.messages import NewToolCall
 from metis.core.store.store import Store
 from metis.core.tools.bwrap import ShellSandbox, detect
 from metis.core.tools.dispatcher import Dispatcher
@@ -37,11 +35,11 @@ from metis.core.tools.executor import ToolExecutor
 from metis.core.tools.groups import ProcessGroupLedger
 from metis.core.tools.mcp.manager import McpManager
 from metis.core.tools.registry import ToolRegistry
-from metis.core.tools.sandbox import Sandbox
+from metis.core.tools.sandbox import Sandboxes
 from metis.core.tools.settings import check_env_passthrough, limits_from_settings
 from metis.core.turns.control import TurnControl
-from metis.core.turns.environment import TurnEnvironment
 from metis.core.turns.recovery import fail_orphaned_turns, report_gaps, seed_from_store
+from metis.core.turns.runner import TurnRun, TurnRunner
 from metis.core.turns.service import TurnService
 from metis.core.turns.slots import TurnSlots
 
@@ -95,6 +93,8 @@ class Core:
             self.store, self.bus, timeout_s=tools.confirmation.timeout_seconds
         )
         self.session_cache = SessionCache(self.message_store)
+        self.history = HistoryWriter(self.store, self.session_cache)
+        self.sandboxes = Sandboxes(tools.sandbox.protected_dirs)
         self.instructions = SessionInstructions(self.bus)  # AGENTS.md / CLAUDE.md per turn
         self.dispatcher = Dispatcher(
             store=self.store,
@@ -119,34 +119,69 @@ class Core:
             ledger=self.shell_groups,
             log_dir=settings.home / "logs" / "mcp",
         )
-        # the typed collaborators of the session and turn services (no service holds Core)
-        self.env = TurnEnvironment(
-            settings=settings,
-            store=self.store,
-            bus=self.bus,
-            costs=self.costs,
-            hub=self.hub,
-            session_cache=self.session_cache,
-            registry=self.registry,
-            availability=self.availability,
-            dispatcher=self.dispatcher,
-            broker=self.broker,
-            instructions=self.instructions,
-            flush=self.writer.flush,
-        )
+        # each service gets the collaborators it uses, nothing more (no service holds Core)
         control = TurnControl(self.slots, self.broker, self.dispatcher, self.store)
         self.sessions = SessionService(
-            self.env, control=control, policy=self.policy, engine=self.engine
+            settings=settings,
+            store=self.session_store,
+            history=self.history,
+            session_cache=self.session_cache,
+            bus=self.bus,
+            flush=self.writer.flush,
+            costs=self.costs,
+            broker=self.broker,
+            clients=self.hub,
+            registry=self.registry,
+            control=control,
+            policy=self.policy,
+            engine=self.engine,
+            # what a session that is over leaves behind in memory, dropped at its end
+            forget_when_over=(
+                self.session_cache.forget,
+                self.costs.forget_session,
+                self.broker.forget_session,
+                self.dispatcher.forget_session,
+                self.hub.forget,
+                self.instructions.forget,
+            ),
         )
         self.turns = TurnService(
-            self.env,
             sessions=self.sessions,
             control=control,
             policy=self.policy,
             engine=self.engine,
+            limits=settings.limits,
+            store=self.store,
+            registry=self.registry,
+            session_cache=self.session_cache,
+            dispatcher=self.dispatcher,
+            costs=self.costs,
+            bus=self.bus,
+            broker=self.broker,
+            flush=self.writer.flush,
+            runner_for=self._runner_for,
         )
         self.started_at_us = 0
         self._started_monotonic = 0.0
+
+    def _runner_for(self, run: TurnRun) -> TurnRunner:
+        """The agent loop of one accepted turn, over the collaborators it calls."""
+        return TurnRunner(
+            run,
+            limits=self.settings.limits,
+            registry=self.registry,
+            availability=self.availability,
+            bus=self.bus,
+            hub=self.hub,
+            costs=self.costs,
+            history=self.history,
+            dispatcher=self.dispatcher,
+            sandboxes=self.sandboxes,
+            broker=self.broker,
+            instructions=self.instructions,
+            events=self.event_store,
+            flush=self.writer.flush,
+        )
 
     def _detect_shell_sandbox(self) -> ShellSandbox | None:
         """Once at start-up: bubblewrap for the shell, or one WARNING saying why not."""
@@ -224,15 +259,6 @@ class Core:
         await self.registry.aclose()
         await self.db.close()
         log.info("core stopped")
-
-    def sandbox_for(self, workspace: str) -> Sandbox:
-        return self.env.sandbox_for(workspace)
-
-    async def commit_messages(
-        self, session_id: str, messages: list[Message], tool_calls: Sequence[NewToolCall] = ()
-    ) -> None:
-        """Commit messages (and the tool_calls rows of their tool uses) in one transaction."""
-        await self.env.commit_messages(session_id, messages, tool_calls)
 
     async def flush(self) -> None:
         """Make every event emitted so far readable (read-your-writes for REST and replay)."""

@@ -10,15 +10,17 @@ import contextlib
 import functools
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from metis.config import Settings
 from metis.core.canonical.ids import new_session_id
 from metis.core.canonical.messages import Message
 from metis.core.canonical.times import format_us, now_us
+from metis.core.confirmations import ConfirmationBroker
 from metis.core.errors import (
     SessionAlreadyEnded,
     SessionNotFound,
@@ -26,13 +28,16 @@ from metis.core.errors import (
     WorkspaceNotFound,
     WorkspaceRefused,
 )
+from metis.core.events.bus import EventBus
 from metis.core.events.catalog import SYSTEM_STREAM
+from metis.core.events.costs import CostAccumulator
+from metis.core.models.registry import ModelRegistry
 from metis.core.routing.engine import RoutingEngine
 from metis.core.routing.manager import PolicyManager
-from metis.core.store.sessions import SessionRow
+from metis.core.sessions.cache import SessionCache
+from metis.core.sessions.history import Flush, HistoryWriter, SurfaceWrites
+from metis.core.store.sessions import SessionRow, SessionStore
 from metis.core.turns.control import TurnControl
-from metis.core.turns.environment import TurnEnvironment
-from metis.core.turns.resume import SurfaceWrites
 from metis.core.turns.slots import TurnSlot
 
 log = logging.getLogger(__name__)
@@ -204,21 +209,54 @@ def resolve_workspace(
     return str(resolved)
 
 
+class LiveClients(Protocol):
+    """What a session's end asks of live delivery (the SessionHub): no new attach, and every
+    attached client closed in-band."""
+
+    def revoke_tokens(self, session_id: str) -> None: ...
+
+    async def close_session(
+        self, session_id: str, *, code: str, ws_code: int = 1000, timeout: float = 5.0
+    ) -> None: ...
+
+
 class SessionService:
+    """The session lifecycle. `forget_when_over` lists what each in-memory component drops
+    of a session that is over (see `_release`)."""
+
     def __init__(
         self,
-        env: TurnEnvironment,
         *,
+        settings: Settings,
+        store: SessionStore,
+        history: HistoryWriter,
+        session_cache: SessionCache,
+        bus: EventBus,
+        flush: Flush,
+        costs: CostAccumulator,
+        broker: ConfirmationBroker,
+        clients: LiveClients,
+        registry: ModelRegistry,
         control: TurnControl,
         policy: PolicyManager,
         engine: RoutingEngine,
+        forget_when_over: Sequence[Callable[[str], None]],
     ) -> None:
-        self._env = env
+        self._settings = settings
+        self.store = store
+        self._history = history
+        self._session_cache = session_cache
+        self._bus = bus
+        self._flush = flush
+        self._costs = costs
+        self._broker = broker
+        self._clients = clients
+        self._registry = registry
         self._control = control
         self._slots = control.slots
         self._policy = policy
         self._engine = engine
-        self.store = env.store.sessions
+        self._forget_when_over = tuple(forget_when_over)
         # Sessions whose end (or purge) began in this process. An id stays once the end is
         # committed, so the synchronous steps that claim a turn slot or queue a PATCH refuse a
         # session that ended while they awaited (from the end's start on, they get 409).
@@ -261,13 +299,11 @@ class SessionService:
             active_model=sticky or self._engine.default_model_for(row.workspace_path),
             # An ended session's spend is final in its row; the accumulator forgot it at the end.
             cost_so_far_usd=(
-                row.cost_so_far_usd
-                if row.status == "ended"
-                else self._env.costs.session(row.id).cost
+                row.cost_so_far_usd if row.status == "ended" else self._costs.session(row.id).cost
             ),
             current_turn_id=slot.turn_id if slot else None,
             current_turn_status=_slot_status(slot),
-            pending_confirmations=self._env.broker.pending(row.id),
+            pending_confirmations=self._broker.pending(row.id),
         )
 
     async def get(self, session_id: str) -> SessionView:
@@ -308,21 +344,19 @@ class SessionService:
         """`allowed_roots` replaces the metis setting `allowed_workspace_roots` for a surface
         with roots of its own (the AAP façade), so one surface's setting never
         refuses the other's workspaces."""
-        roots = (
-            self._env.settings.allowed_workspace_roots if allowed_roots is None else allowed_roots
-        )
+        roots = self._settings.allowed_workspace_roots if allowed_roots is None else allowed_roots
         workspace = resolve_workspace(
-            workspace_path, roots, protected_workspaces(self._env.settings.home)
+            workspace_path, roots, protected_workspaces(self._settings.home)
         )
         sticky = (
-            self._env.registry.require_configured(initial_active_model)
+            self._registry.require_configured(initial_active_model)
             if initial_active_model is not None
             else None
         )
         session_id = new_session_id()
         version = self._policy.version
         await self.store.insert(session_id, workspace, surface, sticky, version, now_us())
-        self._env.bus.emit(
+        self._bus.emit(
             session_id,
             "session.created",
             {
@@ -333,14 +367,14 @@ class SessionService:
             },
             actor="user",
         )
-        self._env.session_cache.created_here(session_id)
-        await self._env.flush()  # acknowledged with 201: its first event survives a crash too
+        self._session_cache.created_here(session_id)
+        await self._flush()  # acknowledged with 201: its first event survives a crash too
         return await self.get(session_id)
 
     async def set_active_model(self, session_id: str, reference: str | None) -> ModelChange:
         """PATCH: apply now when idle, else queue for the turn boundary (last PATCH wins)."""
         row = await self.require_active(session_id)
-        model = self._env.registry.require_configured(reference) if reference is not None else None
+        model = self._registry.require_configured(reference) if reference is not None else None
 
         def holder() -> str | None:
             if self.is_ending(session_id):
@@ -355,7 +389,7 @@ class SessionService:
         except _EndedMeanwhile:
             raise await self.refusal(session_id) from None
         change = ModelChange(session_id, model, queued_behind is not None, queued_behind)
-        self._env.bus.emit(
+        self._bus.emit(
             session_id,
             "session.model_changed",
             {
@@ -366,7 +400,7 @@ class SessionService:
             },
             actor="user",
         )
-        await self._env.flush()  # the 200 acknowledges the change and its event
+        await self._flush()  # the 200 acknowledges the change and its event
         if change.active_model is None and not change.swap_queued:
             view = await self.get(session_id)
             return ModelChange(session_id, view.active_model, False, None)
@@ -377,7 +411,7 @@ class SessionService:
         if row.status == "ended" or session_id in self._ending:
             raise SessionAlreadyEnded(session_id, _iso(row.ended_at_us))
         self._ending.add(session_id)  # synchronous: from here new turns and PATCH get 409
-        self._env.hub.revoke_tokens(session_id)
+        self._clients.revoke_tokens(session_id)
         try:
             await self._control.stop_session(session_id)
         except BaseException:
@@ -390,8 +424,8 @@ class SessionService:
         try:
             stamp = now_us()
             await self.store.end(session_id, stamp)
-            totals = self._env.costs.session(session_id)
-            self._env.bus.emit(
+            totals = self._costs.session(session_id)
+            self._bus.emit(
                 session_id,
                 "session.ended",
                 {
@@ -402,8 +436,8 @@ class SessionService:
                 },
                 actor="user",
             )
-            await self._env.hub.close_session(session_id, code="session_ended")
-            await self._env.flush()  # the 200 acknowledges the end and its event
+            await self._clients.close_session(session_id, code="session_ended")
+            await self._flush()  # the 200 acknowledges the end and its event
         except BaseException:
             self._ending.discard(session_id)
             raise
@@ -418,12 +452,8 @@ class SessionService:
         Kept: the id in `_ending` (a request that read the row before the end may still be on
         its way to claiming a turn slot) and the bus's seq counter (an event on the stream
         must continue it); both are a few bytes, like the counters seeded at start-up."""
-        self._env.session_cache.forget(session_id)
-        self._env.costs.forget_session(session_id)
-        self._env.broker.forget_session(session_id)
-        self._env.dispatcher.forget_session(session_id)
-        self._env.hub.forget(session_id)
-        self._env.instructions.forget(session_id)
+        for forget in self._forget_when_over:
+            forget(session_id)
 
     async def purge(self, session_id: str) -> PurgeResult:
         row = await self.require(session_id)
@@ -432,15 +462,15 @@ class SessionService:
             row = await self._begin_ending(session_id)
         else:
             self._ending.add(session_id)
-            self._env.hub.revoke_tokens(session_id)
+            self._clients.revoke_tokens(session_id)
         try:
-            await self._env.hub.close_session(session_id, code="session_purged")
-            await self._env.flush()
+            await self._clients.close_session(session_id, code="session_purged")
+            await self._flush()
             messages, events = await self.store.purge(session_id)
             ended_at = row.ended_at_us or now_us()
-            self._env.bus.forget_stream(session_id)
+            self._bus.forget_stream(session_id)
             self._release(session_id)
-            self._env.bus.emit(
+            self._bus.emit(
                 SYSTEM_STREAM,
                 "session.purged",
                 {
@@ -463,18 +493,14 @@ class SessionService:
     ) -> None:
         """Messages a surface brings into a new session (AAP's seed history), committed with
         the surface's own rows in one transaction."""
-        async with self._env.store.transaction() as tx:
-            tx.messages.insert(*messages)
-            if surface_writes is not None:
-                surface_writes(tx, [*messages])
-        self._env.session_cache.committed(session_id, *messages)
+        await self._history.commit(session_id, messages, surface_writes=surface_writes)
 
     async def discard(self, session_id: str) -> None:
         """Start-up: remove a session whose creation a crash interrupted (nobody was told it
         exists, so it has no end event): its rows, its seq counter and its totals."""
         await self.store.purge(session_id)
-        self._env.bus.forget_stream(session_id)
-        self._env.costs.forget_session(session_id)
+        self._bus.forget_stream(session_id)
+        self._costs.forget_session(session_id)
 
 
 class _EndedMeanwhile(Exception):

@@ -135,3 +135,17 @@ class Sandbox:
             if any(part in self.protected_dirs for part in rel.split("/")):
                 raise ProtectedPath(display(rel))
         return ResolvedPath(real=real, rel=rel)
+
+
+class Sandboxes:
+    """Makes a `Sandbox` for a workspace under the configured protected directories.
+
+    A turn asks for a fresh one per tool batch: the workspace's real path is read when the
+    sandbox is made, so a workspace moved mid-session is seen by the next batch.
+    """
+
+    def __init__(self, protected_dirs: Iterable[str]) -> None:
+        self._protected_dirs = tuple(protected_dirs)
+
+    def for_workspace(self, workspace: str) -> Sandbox:
+        return Sandbox(workspace, self._protected_dirs)

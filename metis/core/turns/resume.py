@@ -43,14 +43,17 @@ from metis.core.canonical.content import (
 from metis.core.canonical.jsontext import canonical_json
 from metis.core.canonical.messages import Message
 from metis.core.canonical.times import now_us
-from metis.core.confirmations import Decision
+from metis.core.confirmations import ConfirmationBroker, Decision
 from metis.core.errors import InvalidContent, InvalidResolution, PendingToolCalls
+from metis.core.events.bus import EventBus
 from metis.core.models.registry import ModelRegistry
 from metis.core.routing.alias import OverrideResolution, resolve_override
+from metis.core.sessions.history import Flush, SurfaceWrites
+from metis.core.store.events import EventStore
 from metis.core.store.sessions import NewTurn
 from metis.core.store.store import Store
 from metis.core.store.tx import Transaction
-from metis.core.tools.dispatcher import TurnTools
+from metis.core.tools.dispatcher import Dispatcher, TurnTools
 from metis.core.tools.results import (
     ToolOutcome,
     cancelled_text,
@@ -58,17 +61,14 @@ from metis.core.tools.results import (
     tool_result_message,
     user_denied_text,
 )
+from metis.core.tools.sandbox import Sandboxes
 
 if TYPE_CHECKING:  # the runner imports this module
-    from metis.core.turns.environment import TurnEnvironment
     from metis.core.turns.runner import TurnRun
 
 log = logging.getLogger(__name__)
 
 CallKind = Literal["permission", "application"]
-SurfaceWrites = Callable[[Transaction, list[Message]], None]
-"""A surface's own rows for the acceptance transaction: queued on it (through the surface's
-store extension, `tx.using(...)`); receives the turn's input messages."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -346,25 +346,34 @@ def _blocks_by_id(history: Sequence[Message], message_ids: set[str]) -> dict[str
     }
 
 
-async def _called_event_ids(store: Store, turn_id: str) -> dict[str, str]:
-    events = await store.events.of_turn(turn_id, "tool.called")
-    return {cast(str, e.payload.get("tool_use_id")): e.id for e in events}
+async def _called_event_ids(events: EventStore, turn_id: str) -> dict[str, str]:
+    called = await events.of_turn(turn_id, "tool.called")
+    return {cast(str, e.payload.get("tool_use_id")): e.id for e in called}
 
 
-async def run_resolution(env: TurnEnvironment, run: TurnRun) -> None:
+async def run_resolution(
+    run: TurnRun,
+    *,
+    bus: EventBus,
+    dispatcher: Dispatcher,
+    broker: ConfirmationBroker,
+    sandboxes: Sandboxes,
+    events: EventStore,
+    flush: Flush,
+) -> None:
     """Announce every answer in tool_use order, then execute the grants.
 
-    `run` is the resolution turn's `TurnRun`; events carry its turn id.
+    `run` is the resolution turn's `TurnRun`; events carry its turn id. An application
+    result's outcome names its `tool.called`, read from the store once the events are flushed.
     """
     resolution = run.resolution
     assert resolution is not None
     session_id, turn_id = run.session_id, run.turn_id
-    bus, dispatcher = env.bus, env.dispatcher
     blocks = _blocks_by_id(run.session.history, {a.call.message_id for a in resolution.accepted})
     called: dict[str, str] = {}
     if any(a.call.kind == "application" for a in resolution.accepted):
-        await env.flush()
-        called = await _called_event_ids(env.store, resolution.resumes_turn_id)
+        await flush()
+        called = await _called_event_ids(events, resolution.resumes_turn_id)
     grants: list[tuple[ToolUseBlock, str | None]] = []
     for item in resolution.accepted:
         call, answer = item.call, item.answer
@@ -399,7 +408,7 @@ async def run_resolution(env: TurnEnvironment, run: TurnRun) -> None:
             parent_event_id=call.requested_event_id,
         )
         if call.confirmation_id is not None:
-            env.broker.settle_suspended(call.confirmation_id, decision)
+            broker.settle_suspended(call.confirmation_id, decision)
         resolved_id = resolved.id if resolved else None
         if answer.granted:
             grants.append((block, resolved_id))
@@ -414,7 +423,7 @@ async def run_resolution(env: TurnEnvironment, run: TurnRun) -> None:
         session_id=session_id,
         turn_id=turn_id,
         workspace=run.workspace,
-        sandbox=env.sandbox_for(run.workspace),
+        sandbox=sandboxes.for_workspace(run.workspace),
         confirmation_policy="suspend",
         cancel=run.slot.cancel_event,
         surface_policy=run.surface_policy,
@@ -424,7 +433,8 @@ async def run_resolution(env: TurnEnvironment, run: TurnRun) -> None:
 
 
 async def close_unanswered(
-    env: TurnEnvironment,
+    broker: ConfirmationBroker,
+    dispatcher: Dispatcher,
     session_id: str,
     turn_id: str,
     tool_uses: Sequence[ToolUseBlock],
@@ -434,8 +444,7 @@ async def close_unanswered(
     otherwise the next turn would be refused for pending calls, and providers reject a history
     with a call and no result. Open requests are withdrawn; each call gets a stored
     `Tool call cancelled` and its `tool.failed{cancelled}`, which also closes its row."""
-    await env.broker.withdraw_turn(turn_id)
-    dispatcher = env.dispatcher
+    await broker.withdraw_turn(turn_id)
     for block in tool_uses:
         outcome = failed("cancelled", cancelled_text())
         message = await dispatcher.store_result(session_id, turn_id, block.id, outcome)

@@ -16,6 +16,7 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from metis.config import LimitsSettings
 from metis.core.canonical.content import TextBlock, ThinkingBlock, ToolUseBlock, interrupted_form
 from metis.core.canonical.ids import new_ulid
 from metis.core.canonical.messages import Message, MessageMetadata
@@ -23,21 +24,32 @@ from metis.core.canonical.redaction import redact
 from metis.core.canonical.times import now_us
 from metis.core.canonical.tools import ToolDefinition
 from metis.core.canonical.usage import Usage, compute_cost
+from metis.core.confirmations import ConfirmationBroker
+from metis.core.events.bus import EventBus
+from metis.core.events.costs import CostAccumulator
+from metis.core.events.hub import SessionHub
 from metis.core.models.registry import ModelRegistry
 from metis.core.models.types import ModelEntry
 from metis.core.providers.base import LLMRequest, MessageComplete, StreamEvent
 from metis.core.providers.errors import ProviderError
-from metis.core.routing.availability import key_refused_message
+from metis.core.routing.availability import Availability, key_refused_message
 from metis.core.routing.context import estimate_input_tokens
 from metis.core.routing.engine import RouteDecision
 from metis.core.sessions.cache import CachedSession
-from metis.core.sessions.instructions import ProjectInstructions
+from metis.core.sessions.history import Flush, HistoryWriter
+from metis.core.sessions.instructions import ProjectInstructions, SessionInstructions
+from metis.core.store.events import EventStore
 from metis.core.store.messages import NewToolCall
-from metis.core.tools.dispatcher import ConfirmationPolicy, TurnTools, input_fingerprint
+from metis.core.tools.dispatcher import (
+    ConfirmationPolicy,
+    Dispatcher,
+    TurnTools,
+    input_fingerprint,
+)
 from metis.core.tools.policy import SurfaceToolPolicy
+from metis.core.tools.sandbox import Sandboxes
 from metis.core.turns.context import SYSTEM_PROMPT, assemble, compact, workspace_facts
 from metis.core.turns.control import request_cancel
-from metis.core.turns.environment import TurnEnvironment
 from metis.core.turns.resume import Resolution, close_unanswered, run_resolution
 from metis.core.turns.slots import TurnSlot
 
@@ -141,9 +153,42 @@ class _Hooks:
 
 
 class TurnRunner:
-    def __init__(self, env: TurnEnvironment, run: TurnRun) -> None:
-        self.env = env
+    """One turn's loop over the collaborators it calls: the model (registry, availability,
+    limits), the tools (dispatcher, sandboxes, broker), the session's history and live
+    channel (history writer, bus, hub), its spend (costs) and its project instructions."""
+
+    def __init__(
+        self,
+        run: TurnRun,
+        *,
+        limits: LimitsSettings,
+        registry: ModelRegistry,
+        availability: Availability,
+        bus: EventBus,
+        hub: SessionHub,
+        costs: CostAccumulator,
+        history: HistoryWriter,
+        dispatcher: Dispatcher,
+        sandboxes: Sandboxes,
+        broker: ConfirmationBroker,
+        instructions: SessionInstructions,
+        events: EventStore,
+        flush: Flush,
+    ) -> None:
         self.run = run
+        self._limits = limits
+        self._registry = registry
+        self._availability = availability
+        self._bus = bus
+        self._hub = hub
+        self._costs = costs
+        self._history = history
+        self._dispatcher = dispatcher
+        self._sandboxes = sandboxes
+        self._broker = broker
+        self._instructions = instructions
+        self._events = events
+        self._flush = flush
         self.last_llm_event_id: str = run.route_event_id
         self._locked = False  # a token streamed or a tool ran: no more failover
         self.partial_error: MessageComplete | None = None
@@ -153,7 +198,7 @@ class TurnRunner:
     # -- event helpers ------------------------------------------------------------------------
 
     def emit(self, event_type: str, payload: Any, *, actor: str, parent: str | None) -> str | None:
-        event = self.env.bus.emit(
+        event = self._bus.emit(
             self.run.session_id,
             event_type,
             payload,
@@ -171,7 +216,7 @@ class TurnRunner:
     def emit_call_failed(
         self, hooks: _Hooks, error: ProviderError, *, will_retry: bool, usage: Usage | None = None
     ) -> None:
-        usage = usage or Usage(pricing_version=self.env.registry.pricing_version)
+        usage = usage or Usage(pricing_version=self._registry.pricing_version)
         self.emit_llm(
             "llm.call_failed",
             {
@@ -202,7 +247,7 @@ class TurnRunner:
     async def __call__(self) -> str:
         """Run the turn to its terminal event; returns its outcome (completed, cancelled,
         failed). Releasing the slot is the caller's (TurnService), once this returns."""
-        limit = self.env.settings.limits.turn_timeout_s
+        limit = self._limits.turn_timeout_s
         timer = (
             asyncio.get_running_loop().call_later(limit, self._time_out)
             if limit is not None
@@ -237,18 +282,26 @@ class TurnRunner:
         assert model is not None
         fallbacks = list(self.run.decision.fallbacks)
         calls = 0
-        dispatcher = self.env.dispatcher
+        dispatcher = self._dispatcher
         offered = dispatcher.offered(
             self.run.surface_policy, list(self.run.application_tools.values())
         )
-        limit = self.env.settings.limits.max_llm_calls_per_turn
-        self.instructions = await self.env.instructions.for_turn(
+        limit = self._limits.max_llm_calls_per_turn
+        self.instructions = await self._instructions.for_turn(
             self.run.session_id, self.run.turn_id, self.run.workspace, self.run.route_event_id
         )
         if self.run.resolution is not None:  # suspend/resume: answers first, then the loop
-            await run_resolution(self.env, self.run)
+            await run_resolution(
+                self.run,
+                bus=self._bus,
+                dispatcher=dispatcher,
+                broker=self._broker,
+                sandboxes=self._sandboxes,
+                events=self._events,
+                flush=self._flush,
+            )
             # a granted call that ran (`tool.called`) locks the model
-            self._locked = self.env.costs.turn(self.run.turn_id).tool_call_count > 0
+            self._locked = self._costs.turn(self.run.turn_id).tool_call_count > 0
         while True:
             if self._cancelled():
                 return self._end_cancelled()
@@ -262,13 +315,13 @@ class TurnRunner:
                     },
                 )
             calls += 1
-            entry = self.env.registry.get(model)
+            entry = self._registry.get(model)
             assert entry is not None, "routing chooses configured models only"
             outcome = await self._call(entry, offered)
             if isinstance(outcome, ProviderError):
                 if outcome.error_class == "cancelled" or self._cancelled():
                     return self._end_cancelled()
-                self.env.availability.record_failure(
+                self._availability.record_failure(
                     model,
                     outcome.error_class,
                     http_status=outcome.http_status,
@@ -290,7 +343,7 @@ class TurnRunner:
                     {
                         "reason": "provider_error",
                         "error_class": outcome.error_class,
-                        "message": redact(failure_message(self.env.registry, outcome), limit=2000),
+                        "message": redact(failure_message(self._registry, outcome), limit=2000),
                     },
                 )
             message, complete = outcome
@@ -300,7 +353,8 @@ class TurnRunner:
             tool_uses = [b for b in message.content if isinstance(b, ToolUseBlock)]
             if complete.stop_reason != "tool_use":  # its tool uses are answered, never run
                 await close_unanswered(
-                    self.env,
+                    self._broker,
+                    dispatcher,
                     self.run.session_id,
                     self.run.turn_id,
                     tool_uses,
@@ -316,7 +370,7 @@ class TurnRunner:
                 session_id=self.run.session_id,
                 turn_id=self.run.turn_id,
                 workspace=self.run.workspace,
-                sandbox=self.env.sandbox_for(self.run.workspace),
+                sandbox=self._sandboxes.for_workspace(self.run.workspace),
                 confirmation_policy=self.run.confirmation_policy,
                 cancel=self.run.slot.cancel_event,
                 surface_policy=self.run.surface_policy,
@@ -328,7 +382,9 @@ class TurnRunner:
             if self._cancelled():
                 if batch.suspended_ids:  # suspend/resume: nothing stays pending after a cancel
                     parked = [b for b in tool_uses if b.id in set(batch.suspended_ids)]
-                    await close_unanswered(self.env, self.run.session_id, self.run.turn_id, parked)
+                    await close_unanswered(
+                        self._broker, dispatcher, self.run.session_id, self.run.turn_id, parked
+                    )
                 return self._end_cancelled()
             if batch.suspended_ids:
                 return self._end(
@@ -343,8 +399,8 @@ class TurnRunner:
         while fallbacks:
             candidate = fallbacks.pop(0)
             if (
-                self.env.registry.is_configured(candidate)
-                and self.env.availability.unavailable_scope(candidate) is None
+                self._registry.is_configured(candidate)
+                and self._availability.unavailable_scope(candidate) is None
             ):
                 return candidate
         return None
@@ -354,7 +410,7 @@ class TurnRunner:
     ) -> tuple[Message, MessageComplete] | ProviderError:
         """One logical LLM call; returns the committed assistant message or the error."""
         caps = entry.capabilities
-        max_out = min(caps.max_output_tokens, self.env.settings.limits.max_output_tokens_per_call)
+        max_out = min(caps.max_output_tokens, self._limits.max_output_tokens_per_call)
         volatile = workspace_facts(self.run.workspace)
         # the project's instructions change rarely: they belong to the cached (stable) part
         stable = with_project_instructions(
@@ -394,10 +450,10 @@ class TurnRunner:
             # adapters' streams are async generators (they can be closed early)
             events = cast(
                 AsyncGenerator[StreamEvent, None],
-                self.env.registry.adapter_for(entry.id).stream(request),
+                self._registry.adapter_for(entry.id).stream(request),
             )
             async with contextlib.aclosing(events) as stream:
-                hub = self.env.hub
+                hub = self._hub
                 async for event in stream:
                     if hub.pressed:  # a live client's queue is filling: let it catch up
                         await hub.make_room(self.run.session_id)
@@ -408,7 +464,7 @@ class TurnRunner:
                         self._emit_complete(event, entry)
                     else:
                         self._locked = True
-                        self.env.bus.emit_transient(
+                        self._bus.emit_transient(
                             self.run.session_id,
                             event.type,
                             event.payload(),
@@ -429,7 +485,7 @@ class TurnRunner:
             )
             return message, complete
         message = await self.commit_assistant(entry, complete, "complete")
-        self.env.availability.record_success(entry.id)
+        self._availability.record_success(entry.id)
         usage = self.price(entry, complete)
         self.emit_llm(
             "llm.call_completed",
@@ -471,7 +527,7 @@ class TurnRunner:
             cache_write_tokens=tokens.cache_write_tokens,
             output_tokens=tokens.output_tokens,
             cost_usd=compute_cost(tokens, entry.pricing),
-            pricing_version=self.env.registry.pricing_version,
+            pricing_version=self._registry.pricing_version,
             latency_ms=complete.latency_ms,
             estimated=tokens.estimated,
         )
@@ -484,7 +540,7 @@ class TurnRunner:
             and self.run.slot.status == "in_flight"
         ):
             self.run.slot.status = "completing"  # from here a cancel loses
-        self.env.bus.emit_transient(
+        self._bus.emit_transient(
             self.run.session_id,
             "message.complete",
             {
@@ -531,7 +587,7 @@ class TurnRunner:
             if isinstance(block, ToolUseBlock):
                 definition = self.run.application_tools.get(block.name)
                 registered = (
-                    self.env.dispatcher.registry.get(block.name) if definition is None else None
+                    self._dispatcher.registry.get(block.name) if definition is None else None
                 )
                 side_effects = definition or (registered.definition if registered else None)
                 sha, _ = input_fingerprint(block.input)
@@ -549,7 +605,7 @@ class TurnRunner:
                         created_at_us=message.created_at_us,
                     )
                 )
-        await self.env.commit_messages(self.run.session_id, [message], tool_calls)
+        await self._history.commit(self.run.session_id, [message], tool_calls)
         return message
 
     # -- endings ------------------------------------------------------------------------------
@@ -563,7 +619,7 @@ class TurnRunner:
         if self.run.slot.terminal_emitted:
             return
         wall_ms = int((time.monotonic() - self.run.started_monotonic) * 1000)
-        totals = self.env.costs.end_turn(self.run.turn_id).turn_payload(wall_ms)
+        totals = self._costs.end_turn(self.run.turn_id).turn_payload(wall_ms)
         default_actor = "agent" if event_type == "turn.completed" else "system"
         self.run.slot.outcome = event_type.removeprefix("turn.")
         self.emit(

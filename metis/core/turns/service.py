@@ -14,17 +14,19 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Protocol
 
+from metis.config import LimitsSettings
 from metis.core.canonical.content import ImageBlock, parse_user_content, text_of
 from metis.core.canonical.ids import new_ulid
 from metis.core.canonical.jsontext import canonical_json
 from metis.core.canonical.messages import Message
 from metis.core.canonical.times import now_us
 from metis.core.canonical.tools import ToolDefinition
+from metis.core.confirmations import ConfirmationBroker
 from metis.core.errors import (
     SessionAlreadyEnded,
     SessionNotFound,
@@ -33,21 +35,23 @@ from metis.core.errors import (
     TurnInFlight,
     TurnNotFound,
 )
+from metis.core.events.bus import EventBus
+from metis.core.events.costs import CostAccumulator
 from metis.core.events.envelope import Event
 from metis.core.models.registry import ModelRegistry
 from metis.core.routing.alias import OverrideResolution, resolve_override
 from metis.core.routing.context import TurnContext, estimate_input_tokens
 from metis.core.routing.engine import RoutingEngine
 from metis.core.routing.manager import PolicyManager
-from metis.core.sessions.cache import CachedSession
+from metis.core.sessions.cache import CachedSession, SessionCache
+from metis.core.sessions.history import Flush
 from metis.core.store.sessions import NewTurn, SessionRow, TurnRow
 from metis.core.store.store import Store
 from metis.core.store.tx import Transaction
-from metis.core.tools.dispatcher import ConfirmationPolicy
+from metis.core.tools.dispatcher import ConfirmationPolicy, Dispatcher
 from metis.core.tools.policy import SurfaceToolPolicy
 from metis.core.turns.context import SYSTEM_PROMPT
 from metis.core.turns.control import CancelReason, TurnControl, request_cancel
-from metis.core.turns.environment import TurnEnvironment
 from metis.core.turns.resume import (
     Answer,
     Resolution,
@@ -162,21 +166,41 @@ class _Facts:
 
 
 class TurnService:
+    """Accepts, runs (through `runner_for`, a `TurnRunner` per turn) and releases turns."""
+
     def __init__(
         self,
-        env: TurnEnvironment,
         *,
         sessions: SessionGate,
         control: TurnControl,
         policy: PolicyManager,
         engine: RoutingEngine,
+        limits: LimitsSettings,
+        store: Store,
+        registry: ModelRegistry,
+        session_cache: SessionCache,
+        dispatcher: Dispatcher,
+        costs: CostAccumulator,
+        bus: EventBus,
+        broker: ConfirmationBroker,
+        flush: Flush,
+        runner_for: Callable[[TurnRun], TurnRunner],
     ) -> None:
-        self._env = env
         self._sessions = sessions
         self._control = control
         self._slots = control.slots
         self._policy = policy
         self._engine = engine
+        self._limits = limits
+        self._store = store
+        self._registry = registry
+        self._session_cache = session_cache
+        self._dispatcher = dispatcher
+        self._costs = costs
+        self._bus = bus
+        self._broker = broker
+        self._flush = flush
+        self._runner_for = runner_for
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._background: set[asyncio.Task[Any]] = set()
 
@@ -205,7 +229,7 @@ class TurnService:
         # Before the runner starts, so the turn is still at its first step when submit returns;
         # it starts even if this wait is cancelled: the turn is committed and holds the slot.
         try:
-            await self._env.flush()
+            await self._flush()
         finally:
             self._start(run)
         return TurnAccepted(
@@ -224,22 +248,18 @@ class TurnService:
     async def _parse(self, request: TurnRequest) -> _Input:
         """The pending tool calls decide the turn's kind (a resolution answers them), then
         the content and the model override."""
-        limit = self._env.settings.limits.max_image_bytes
+        limit = self._limits.max_image_bytes
         if request.strategy.confirmation_policy == "suspend":
             await self._wait_for_release(request.session_id)  # a suspended turn's rows flushed
-        plan = await request.strategy.plan(
-            self._env.store, request.session_id, max_image_bytes=limit
-        )
+        plan = await request.strategy.plan(self._store, request.session_id, max_image_bytes=limit)
         blocks = parse_user_content(request.content, max_image_bytes=limit) if plan is None else []
-        resolved = request.strategy.override(
-            blocks, self._env.registry, request.per_message_override
-        )
+        resolved = request.strategy.override(blocks, self._registry, request.per_message_override)
         return _Input(resolved.content, resolved.override, plan)
 
     async def _facts(self, request: TurnRequest, turn_input: _Input) -> _Facts:
         await self._policy.ensure_current()
-        session = await self._env.session_cache.get(request.session_id)
-        offered = self._env.dispatcher.offered(
+        session = await self._session_cache.get(request.session_id)
+        offered = self._dispatcher.offered(
             request.surface_policy,
             request.application_tools,
             confirmation_policy=request.strategy.confirmation_policy,
@@ -256,7 +276,7 @@ class TurnService:
                 system_prompt=SYSTEM_PROMPT, tools=offered, new_content=blocks
             ),
             has_tool_calls=session.has_tool_calls(),
-            cost=self._env.costs.session(request.session_id).cost,
+            cost=self._costs.session(request.session_id).cost,
         )
 
     def _claim_and_route(
@@ -293,9 +313,7 @@ class TurnService:
         )
         decision = self._engine.decide(ctx)
         if not decision.ok:
-            self._env.bus.emit(
-                session_id, "route.decided", decision.event_payload(), actor="system"
-            )
+            self._bus.emit(session_id, "route.decided", decision.event_payload(), actor="system")
             self._slots.release(slot)
             raise decision.routing_failed()
         return TurnRun(
@@ -347,8 +365,8 @@ class TurnService:
             surface=request.surface,
             started_at_us=stamp,
         )
-        await commit_turn(self._env.store, turn, inputs, resolution, request.strategy.writes)
-        self._env.session_cache.committed(run.session_id, *inputs)
+        await commit_turn(self._store, turn, inputs, resolution, request.strategy.writes)
+        self._session_cache.committed(run.session_id, *inputs)
         return inputs, resolution, turn
 
     def _announce(
@@ -361,8 +379,8 @@ class TurnService:
         inputs: list[Message],
     ) -> None:
         """`session.resumed` (first turn after a restart), `turn.started`, `route.decided`."""
-        bus, session_id = self._env.bus, run.session_id
-        if self._env.session_cache.needs_resume_event(session_id):
+        bus, session_id = self._bus, run.session_id
+        if self._session_cache.needs_resume_event(session_id):
             bus.emit(
                 session_id,
                 "session.resumed",
@@ -413,7 +431,7 @@ class TurnService:
         """The turn task: the runner to its terminal event, then the release (this service
         alone frees slots)."""
         try:
-            await TurnRunner(self._env, run)()
+            await self._runner_for(run)()
         finally:
             await self._release(run)
 
@@ -422,15 +440,13 @@ class TurnService:
         slot = self._slots.get(session_id)
         if slot is not None and slot.terminal_emitted:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    slot.released.wait(), self._env.settings.limits.turn_release_wait_s
-                )
+                await asyncio.wait_for(slot.released.wait(), self._limits.turn_release_wait_s)
 
     async def _release(self, run: TurnRun) -> None:
         """End of a turn: flush its events, apply a queued model swap, free the slot."""
         try:
-            await self._env.flush()
-            await self._env.store.sessions.apply_pending_and_release(
+            await self._flush()
+            await self._store.sessions.apply_pending_and_release(
                 run.session_id, now_us(), lambda: self._slots.release(run.slot)
             )
         except Exception:
@@ -447,7 +463,7 @@ class TurnService:
         rows are flushed at release): that judgement is left to `submit`, which waits."""
         if self._slots.get(session_id) is not None:
             return
-        await check_answer_ids(self._env.store, session_id, answers)
+        await check_answer_ids(self._store, session_id, answers)
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -459,7 +475,7 @@ class TurnService:
     async def require_turn(self, session_id: str, turn_id: str) -> TurnRow:
         """The turn `turn_id` of this session, or `TurnNotFound` (unknown, or another
         session's): the one ownership check for cancels and confirmation answers."""
-        turn = await self._env.store.sessions.turn(turn_id) if len(turn_id) == 26 else None
+        turn = await self._store.sessions.turn(turn_id) if len(turn_id) == 26 else None
         if turn is None or turn.session_id != session_id:
             raise TurnNotFound(turn_id)
         return turn
@@ -493,7 +509,7 @@ class TurnService:
             raise TurnAlreadyCompleted(turn_id, "completing")
         moved = request_cancel(slot, reason)
         if moved:
-            await self._env.broker.withdraw_turn(turn_id)
+            await self._broker.withdraw_turn(turn_id)
         return moved
 
     request_cancel = staticmethod(request_cancel)
@@ -506,7 +522,7 @@ class TurnService:
         if turn_id is None or slot is None or slot.turn_id != turn_id:
             return
         if request_cancel(slot, reason):
-            task = asyncio.get_running_loop().create_task(self._env.broker.withdraw_turn(turn_id))
+            task = asyncio.get_running_loop().create_task(self._broker.withdraw_turn(turn_id))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 

@@ -113,7 +113,7 @@ async def test_daemon_shell_never_passes_a_models_yaml_key(
     outcome = await core.dispatcher.executor.run(
         entry,
         entry.validate({"command": "env"}).value or {},
-        sandbox=core.sandbox_for(str(workspace)),
+        sandbox=core.sandboxes.for_workspace(str(workspace)),
         tool_use_id="tu_env",
     )
     assert outcome.exit_code == 0 and "LC_TIME=C" in outcome.text

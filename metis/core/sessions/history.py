@@ -1,0 +1,47 @@
+"""HistoryWriter: the one way messages join a session's history.
+
+The session service (a surface's seed history) and the turn runner (assistant messages with
+their tool calls) both commit messages this way, so the store and the session cache
+(metis/core/sessions/cache.py) never disagree about what a session said.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+
+from metis.core.canonical.messages import Message
+from metis.core.sessions.cache import SessionCache
+from metis.core.store.messages import NewToolCall
+from metis.core.store.store import Store
+from metis.core.store.tx import Transaction
+
+Flush = Callable[[], Awaitable[object]]
+"""Make every event emitted so far readable (the trace writer's flush): what a service awaits
+before acknowledging, so a crash after the answer cannot take its events back."""
+
+SurfaceWrites = Callable[[Transaction, list[Message]], None]
+"""A surface's own rows for a transaction that commits messages (a seed history, a turn's
+acceptance): queued on it (through the surface's store extension, `tx.using(...)`); receives
+the committed messages."""
+
+
+class HistoryWriter:
+    def __init__(self, store: Store, cache: SessionCache) -> None:
+        self._store = store
+        self._cache = cache
+
+    async def commit(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        tool_calls: Sequence[NewToolCall] = (),
+        surface_writes: SurfaceWrites | None = None,
+    ) -> None:
+        """Commit messages (validated before the write), the tool_calls rows of their tool
+        uses and the surface's rows in one transaction, then add them to the cached history."""
+        async with self._store.transaction() as tx:
+            tx.messages.insert(*messages)
+            tx.messages.insert_tool_calls(tool_calls)
+            if surface_writes is not None:
+                surface_writes(tx, [*messages])
+        self._cache.committed(session_id, *messages)
