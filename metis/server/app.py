@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -54,9 +56,12 @@ def create_app(state: ServerState) -> web.Application:
     )
     if not state.auth.required:
         app.on_startup.append(_warn_unauthenticated)
-    app[system.OPENAPI_KEY] = openapi_document(
-        list(specs.values()), system.metis_version(), state.settings
+    document: Callable[[], dict[str, object]] = functools.cache(
+        functools.partial(
+            openapi_document, list(specs.values()), system.metis_version(), state.settings
+        )
     )
+    app[system.OPENAPI_KEY] = document
     app.on_response_prepare.append(add_security_headers)
     return app
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib.metadata import version as package_version
 from typing import Literal
 
@@ -14,7 +15,9 @@ from metis.server.http import RouteTable, json_response
 from metis.server.state import STATE_KEY
 
 routes = RouteTable()
-OPENAPI_KEY = web.AppKey("metis.openapi", dict)
+# The document's builder (memoised): generating the models' schemas is the costliest step
+# of building the app, and most daemons never serve the document.
+OPENAPI_KEY: web.AppKey[Callable[[], dict[str, object]]] = web.AppKey("metis.openapi")
 
 
 class HealthResponse(BaseModel):
@@ -87,5 +90,6 @@ async def server_version(request: web.Request) -> web.Response:
 
 @routes.route("GET", "/openapi.json", public=True)
 async def openapi(request: web.Request) -> web.Response:
-    """The OpenAPI 3.1 document generated at start-up from the routes' pydantic models."""
-    return json_response(request.app[OPENAPI_KEY])
+    """The OpenAPI 3.1 document generated from the routes' pydantic models (at the first
+    request: it is the same document for the daemon's whole life)."""
+    return json_response(request.app[OPENAPI_KEY]())
