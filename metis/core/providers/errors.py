@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 import logging
 import ssl
+import sys
 import time
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 
-import httpx2
 import pydantic
 
 from metis.core.canonical.redaction import redact
@@ -146,8 +146,6 @@ def error_fields(body: object) -> tuple[str | None, str | None, str | None]:
 
 
 _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
-    httpx2.TransportError,
-    httpx2.TimeoutException,
     ssl.SSLError,
     ConnectionError,
     TimeoutError,
@@ -162,6 +160,11 @@ _MALFORMED_ERRORS: tuple[type[BaseException], ...] = (
 
 def is_transport_error(exc: BaseException) -> bool:
     if isinstance(exc, _TRANSPORT_ERRORS):
+        return True
+    # The SDKs' HTTP client is imported with an adapter, not with this module (the daemon
+    # answers /health without it): until it is, none of its exceptions can exist.
+    httpx2 = sys.modules.get("httpx2")
+    if httpx2 is not None and isinstance(exc, httpx2.TransportError | httpx2.TimeoutException):
         return True
     try:
         import anyio
