@@ -8,6 +8,10 @@ from metis.core.canonical.ids import new_session_id, new_ulid
 from metis.core.canonical.times import now_us
 from metis.core.store.db import Database
 
+# config.yaml text under which every read_file call waits for a confirmation: a turn that
+# reads a file stays in flight until the test answers.
+HOLD = "tools:\n  confirmation:\n    per_tool: {read_file: prompt}\n"
+
 
 async def insert_session(
     db: Database, session_id: str | None = None, workspace: str = "/tmp"

@@ -23,10 +23,9 @@ from metis.core.store.prune import prune_events
 from metis.server.runner import Daemon
 from metis.server.ws import handoff
 from tests.api import Api
-from tests.helpers import model_changed
+from tests.helpers import HOLD, model_changed
 from tests.ws_client import SLOW_SCRIPTED
 
-HOLD = "tools:\n  confirmation:\n    per_tool: {read_file: prompt}\n"
 # A queue that `overflow` overflows (and the rest of a reply does not), and a replay limit the
 # events missed meanwhile exceed.
 SMALL_QUEUES = "websocket:\n  queue_max_events: 100\n  replay_max_events: 1\n"

@@ -13,8 +13,7 @@ from typing import Any
 
 from metis.server.runner import Daemon
 from tests.api import Api
-
-HOLD = "tools:\n  confirmation:\n    per_tool: {read_file: prompt}\n"
+from tests.helpers import HOLD
 
 
 async def metis(*args: str, timeout: float = 60) -> tuple[int, str, str]:

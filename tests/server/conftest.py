@@ -20,6 +20,13 @@ async def fake() -> AsyncIterator[FakeProviderServer]:
 
 
 @pytest.fixture
+async def api(daemon: Daemon) -> AsyncIterator[Api]:
+    """An Api on the default test daemon."""
+    async with api_session(daemon) as http:
+        yield Api(http)
+
+
+@pytest.fixture
 async def make_api(start_daemon: Callable[..., Any]) -> AsyncIterator[Callable[..., Any]]:
     """Start a daemon with the given config files and return it with an Api."""
     opened: list[aiohttp.ClientSession] = []

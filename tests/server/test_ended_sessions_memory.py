@@ -22,7 +22,7 @@ providers:
 models:
   - id: local:scripted
 """
-ROUNDS = 20
+ROUNDS = 8
 SESSIONS_PER_ROUND = 20
 # The scripted model echoes the prompt, so each turn stores about twice this: ~20 MB a round.
 PROMPT_CHARS = 500_000

@@ -4,20 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from metis.server.runner import Daemon
-from tests.api import Api, api_session
+from tests.api import Api
 from tests.ws_client import Ws
-
-
-@pytest.fixture
-async def api(daemon: Daemon) -> AsyncIterator[Api]:
-    async with api_session(daemon) as http:
-        yield Api(http)
 
 
 async def raw_post(api: Api, path: str, body: bytes) -> tuple[int, dict]:

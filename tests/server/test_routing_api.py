@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from metis.server.runner import Daemon
 from tests.api import Api, api_session
-
-
-@pytest.fixture
-async def api(daemon: Daemon) -> AsyncIterator[Api]:
-    async with api_session(daemon) as http:
-        yield Api(http)
 
 
 async def test_policy_describes_the_shipped_default(api: Api) -> None:

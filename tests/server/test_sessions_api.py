@@ -19,14 +19,7 @@ import pytest
 from metis.server.errors import ERROR_CODES
 from metis.server.runner import Daemon
 from tests.api import Api, api_session
-
-HOLD = "tools:\n  confirmation:\n    per_tool: {read_file: prompt}\n"
-
-
-@pytest.fixture
-async def api(daemon: Daemon) -> AsyncIterator[Api]:
-    async with api_session(daemon) as http:
-        yield Api(http)
+from tests.helpers import HOLD
 
 
 @pytest.fixture

@@ -77,8 +77,26 @@ class YamlDocument:
     errors: list[Diagnostic] = field(default_factory=list)
 
 
-def _marked_loader(duplicates: list[tuple[MarkedDict, Any, int, int]]) -> type[yaml.SafeLoader]:
-    class Loader(yaml.SafeLoader):
+# libyaml's parser is about ten times faster than PyYAML's own (every daemon start reads
+# models.yaml and routing.yaml), but its binding composes nested collections by C recursion that
+# no recursion limit guards. Every nesting level of a flow collection costs one bracket and a
+# block level costs indentation (a 1 MiB file cannot nest blocks deeper than ~1,400 levels), so a
+# text with few brackets is safe for it; anything else goes through the pure-Python parser, whose
+# RecursionError becomes a diagnostic.
+_C_PARSER_MAX_BRACKETS = 256
+
+
+def _parser_for(text: str) -> type[yaml.SafeLoader]:
+    fast: type[yaml.SafeLoader] | None = getattr(yaml, "CSafeLoader", None)
+    if fast is not None and text.count("[") + text.count("{") <= _C_PARSER_MAX_BRACKETS:
+        return fast
+    return yaml.SafeLoader
+
+
+def _marked_loader(
+    duplicates: list[tuple[MarkedDict, Any, int, int]], base: type[yaml.SafeLoader]
+) -> type[yaml.SafeLoader]:
+    class Loader(base):  # type: ignore[valid-type,misc]
         pass
 
     def construct_mapping(loader: Loader, node: yaml.MappingNode, deep: bool = False) -> Any:
@@ -128,7 +146,7 @@ def load_yaml_bytes(raw: bytes, *, max_bytes: int = MAX_YAML_BYTES) -> YamlDocum
         )
     duplicates: list[tuple[MarkedDict, Any, int, int]] = []
     try:
-        data = yaml.load(text, Loader=_marked_loader(duplicates))
+        data = yaml.load(text, Loader=_marked_loader(duplicates, _parser_for(text)))
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         line = mark.line + 1 if mark else None

@@ -14,6 +14,7 @@ import hashlib
 import logging
 import os
 import tempfile
+import threading
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -94,8 +95,10 @@ class PolicyManager:
         self._seen_key: str | None = None  # what the last attempt read: hash, None or unreadable
         self._reported_invalid: str | None = None
         self._loaded_once = False
-        self._stop: asyncio.Event | None = None
-        self._watch_task: asyncio.Task[None] | None = None
+        self._stop: threading.Event | None = None
+        self._changed: asyncio.Event | None = None
+        self._watch_thread: threading.Thread | None = None
+        self._reload_task: asyncio.Task[None] | None = None
 
     @property
     def version(self) -> str:
@@ -389,39 +392,75 @@ class PolicyManager:
     # ---- watcher --------------------------------------------------------------------------
 
     def start_watcher(self) -> None:
-        """Watch METIS_HOME (not the file: editors save by rename) in a background task."""
-        if self._watch_task is not None:
-            return
-        self._stop = asyncio.Event()
-        self._watch_task = asyncio.create_task(self._watch(self._stop), name="routing-watcher")
+        """Watch METIS_HOME (not the file: editors save by rename) from a background thread.
 
-    async def _watch(self, stop: asyncio.Event) -> None:
+        The Rust watcher only notices its stop event between waits of `step` ms; run as an
+        awaited task, every shutdown paid that wait. In its own daemon thread it is simply told
+        to stop and left to finish on its own, while reloads still run one at a time on the loop.
+        """
+        if self._watch_thread is not None:
+            return
+        loop = asyncio.get_running_loop()
+        changed = asyncio.Event()
+        self._stop = threading.Event()
+        self._changed = changed
+        self._watch_thread = threading.Thread(
+            target=self._watch,
+            args=(loop, changed, self._stop),
+            name="routing-watcher",
+            daemon=True,
+        )
+        self._watch_thread.start()
+        self._reload_task = asyncio.create_task(
+            self._reload_on_change(changed), name="routing-reload"
+        )
+
+    def _watch(
+        self, loop: asyncio.AbstractEventLoop, changed: asyncio.Event, stop: threading.Event
+    ) -> None:
+        """The watcher thread: each debounced batch of changes wakes the reload task."""
         try:
-            async for _changes in watchfiles.awatch(
+            for _changes in watchfiles.watch(
                 self.home,
                 recursive=False,
                 debounce=self._debounce_ms,
                 step=self._step_ms,
                 watch_filter=_is_user_file,
                 stop_event=stop,
+                raise_interrupt=False,
             ):
-                reason: ReloadReason = "watcher" if self.user_path.exists() else "file_deleted"
-                try:
-                    await self.reload(reason)
-                except Exception:
-                    log.exception("routing reload after a file change failed")
+                if stop.is_set():
+                    return
+                loop.call_soon_threadsafe(changed.set)
+        except RuntimeError:
+            return  # the loop closed under a late change: nothing is left to reload
         except Exception as exc:
             log.warning(
                 "routing.yaml watcher stopped (%s); edits are still picked up at turn start", exc
             )
 
+    async def _reload_on_change(self, changed: asyncio.Event) -> None:
+        while True:
+            await changed.wait()
+            changed.clear()
+            if self._stop is None or self._stop.is_set():
+                return
+            reason: ReloadReason = "watcher" if self.user_path.exists() else "file_deleted"
+            try:
+                await self.reload(reason)
+            except Exception:
+                log.exception("routing reload after a file change failed")
+
     async def aclose(self) -> None:
-        """Stop the watcher (daemon shutdown)."""
-        task, self._watch_task = self._watch_task, None
+        """Stop watching (daemon shutdown); a reload under way finishes first."""
+        task, self._reload_task = self._reload_task, None
+        if self._stop is not None:
+            self._stop.set()
+        self._watch_thread = None
         if task is None:
             return
-        assert self._stop is not None
-        self._stop.set()
+        assert self._changed is not None
+        self._changed.set()
         try:
             await asyncio.wait_for(task, timeout=5)
         except (TimeoutError, asyncio.CancelledError):

@@ -19,6 +19,7 @@ import pytest
 
 from metis.server.runner import Daemon
 from tests.api import Api, api_session
+from tests.helpers import model_changed
 from tests.ws_client import RawWs, Ws, events_of
 
 QUEUE = 50
@@ -41,17 +42,7 @@ def emit_burst(core: Any, sid: str, n: int, size: int) -> list[float]:
     for i in range(n):
         started = time.perf_counter()
         if i % 4 == 0:
-            core.bus.emit(
-                sid,
-                "session.model_changed",
-                {
-                    "previous_active_model": None,
-                    "active_model": None,
-                    "queued": False,
-                    "applies_after_turn_id": None,
-                },
-                actor="user",
-            )
+            model_changed(core, sid)
         else:
             core.bus.emit_transient(
                 sid,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,16 +21,8 @@ from metis.core.store.prune import prune_events
 from metis.server.runner import Daemon
 from metis.server.ws import handoff
 from tests.api import Api, api_session
-from tests.helpers import model_changed
+from tests.helpers import HOLD, model_changed
 from tests.ws_client import Ws, events_of, types_of
-
-HOLD = "tools:\n  confirmation:\n    per_tool: {read_file: prompt}\n"
-
-
-@pytest.fixture
-async def api(daemon: Daemon) -> AsyncIterator[Api]:
-    async with api_session(daemon) as http:
-        yield Api(http)
 
 
 async def patch_model(api: Api, sid: str, n: int) -> None:

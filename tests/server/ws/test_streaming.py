@@ -31,12 +31,6 @@ from tests.ws_client import (
 
 
 @pytest.fixture
-async def api(daemon: Daemon) -> AsyncIterator[Api]:
-    async with api_session(daemon) as http:
-        yield Api(http)
-
-
-@pytest.fixture
 async def fake_api(
     fake: FakeProviderServer, start_daemon: Callable[..., Any]
 ) -> AsyncIterator[Api]:

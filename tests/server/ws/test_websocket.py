@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +18,8 @@ import pytest
 from metis.core.events.catalog import PERSISTED, STREAMING
 from metis.server.runner import Daemon
 from tests.api import Api, api_session
+from tests.helpers import HOLD
 from tests.ws_client import Ws, events_of, types_of
-
-HOLD = "tools:\n  confirmation:\n    per_tool: {read_file: prompt}\n"
-
-
-@pytest.fixture
-async def api(daemon: Daemon) -> AsyncIterator[Api]:
-    async with api_session(daemon) as http:
-        yield Api(http)
 
 
 @pytest.fixture
