@@ -13,7 +13,7 @@ import pytest
 from metis.config import Settings, load_settings
 from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer
-from tests.api import api_session
+from tests.api import Api, api_session
 
 STRICT = {"events": {"strict": True}}
 
@@ -77,6 +77,21 @@ def workspace(tmp_path: Path) -> Path:
     ws.mkdir()
     (ws / "README.md").write_text("# demo\n")
     return ws
+
+
+@pytest.fixture
+async def api_of() -> AsyncIterator[Callable[[Daemon], Api]]:
+    """Factory: an Api on a daemon's base URL (its HTTP session closed at teardown)."""
+    opened: list[aiohttp.ClientSession] = []
+
+    def make(d: Daemon) -> Api:
+        http = api_session(d)
+        opened.append(http)
+        return Api(http)
+
+    yield make
+    for http in opened:
+        await http.close()
 
 
 @pytest.fixture

@@ -53,3 +53,14 @@ def model_changed(core: Any, sid: str) -> None:
         },
         actor="user",
     )
+
+
+def text_delta(core: Any, sid: str, text: str) -> None:
+    """One transient `text.delta` of a made-up message: stream volume without a provider."""
+    core.bus.emit_transient(
+        sid,
+        "text.delta",
+        {"message_id": "01JZZZZZZZZZZZZZZZZZZZZZZZ", "content_block_index": 0, "text": text},
+        turn_id="01JZZZZZZZZZZZZZZZZZZZZZZY",
+        parent_event_id=None,
+    )

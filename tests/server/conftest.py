@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import aiohttp
 import pytest
 
 from metis.server.runner import Daemon
@@ -27,16 +26,13 @@ async def api(daemon: Daemon) -> AsyncIterator[Api]:
 
 
 @pytest.fixture
-async def make_api(start_daemon: Callable[..., Any]) -> AsyncIterator[Callable[..., Any]]:
+def make_api(
+    start_daemon: Callable[..., Any], api_of: Callable[[Daemon], Api]
+) -> Callable[..., Any]:
     """Start a daemon with the given config files and return it with an Api."""
-    opened: list[aiohttp.ClientSession] = []
 
     async def make(**kw: Any) -> tuple[Daemon, Api]:
         d = await start_daemon(**kw)
-        http = api_session(d)
-        opened.append(http)
-        return d, Api(http)
+        return d, api_of(d)
 
-    yield make
-    for http in opened:
-        await http.close()
+    return make

@@ -14,17 +14,17 @@ import contextlib
 import hashlib
 import json
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
+from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply, FakeToolCall
-from tests.api import Api, api_session
+from tests.api import Api
 from tests.e2e.test_provider_turns import AUTO_TOOLS, models_yaml, session_on, types_of
 
 TERMINAL_TOOL = ("tool.input_invalid", "tool.completed", "tool.failed")
@@ -39,22 +39,17 @@ DECLARED_CLASS = {
 
 
 @pytest.fixture
-async def make_env(
-    fake: FakeProviderServer, start_daemon: Callable[..., Any]
-) -> AsyncIterator[Callable[..., Any]]:
+def make_env(
+    fake: FakeProviderServer, start_daemon: Callable[..., Any], api_of: Callable[[Daemon], Api]
+) -> Callable[..., Any]:
     """Start a daemon with every class on `auto` plus extra `tools:` keys; return its Api."""
-    opened: list[aiohttp.ClientSession] = []
 
     async def make(**tools: int) -> Api:
         extra = "".join(f"  {key}: {value}\n" for key, value in tools.items())
         d = await start_daemon(config=AUTO_TOOLS + extra, models=models_yaml(fake))
-        http = api_session(d)
-        opened.append(http)
-        return Api(http)
+        return api_of(d)
 
-    yield make
-    for http in opened:
-        await http.close()
+    return make
 
 
 # -- helpers -------------------------------------------------------------------------------------

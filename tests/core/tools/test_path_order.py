@@ -16,12 +16,12 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
 from metis.core.tools.pathorder import PathOrder
+from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
-from tests.api import Api, api_session
+from tests.api import Api
 from tests.core.tools.test_dispatch_concurrency import (
     TERMINAL_TOOL,
     all_messages,
@@ -50,22 +50,17 @@ async def fake() -> AsyncIterator[FakeProviderServer]:
 
 
 @pytest.fixture
-async def make_api(
-    fake: FakeProviderServer, start_daemon: Callable[..., Any]
-) -> AsyncIterator[Callable[..., Any]]:
+def make_api(
+    fake: FakeProviderServer, start_daemon: Callable[..., Any], api_of: Callable[[Daemon], Api]
+) -> Callable[..., Any]:
     """Start a daemon: every class `auto` but the `confirmation` lines given, plus `tools:` keys."""
-    opened: list[aiohttp.ClientSession] = []
 
     async def make(confirmation: str, **tools: int) -> Api:
         extra = "".join(f"  {key}: {value}\n" for key, value in tools.items())
         d = await start_daemon(config=AUTO_TOOLS + confirmation + extra, models=models_yaml(fake))
-        http = api_session(d)
-        opened.append(http)
-        return Api(http)
+        return api_of(d)
 
-    yield make
-    for http in opened:
-        await http.close()
+    return make
 
 
 # -- helpers -------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import pytest
 
 from metis.server.runner import Daemon
 from tests.api import Api, api_session
-from tests.helpers import model_changed
+from tests.helpers import model_changed, text_delta
 from tests.ws_client import RawWs, Ws, events_of
 
 QUEUE = 50
@@ -44,17 +44,7 @@ def emit_burst(core: Any, sid: str, n: int, size: int) -> list[float]:
         if i % 4 == 0:
             model_changed(core, sid)
         else:
-            core.bus.emit_transient(
-                sid,
-                "text.delta",
-                {
-                    "message_id": "01JZZZZZZZZZZZZZZZZZZZZZZZ",
-                    "content_block_index": 0,
-                    "text": "x" * size,
-                },
-                turn_id="01JZZZZZZZZZZZZZZZZZZZZZZY",
-                parent_event_id=None,
-            )
+            text_delta(core, sid, "x" * size)
         timings.append(time.perf_counter() - started)
     return timings
 

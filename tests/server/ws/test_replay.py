@@ -21,7 +21,7 @@ from metis.core.store.prune import prune_events
 from metis.server.runner import Daemon
 from metis.server.ws import handoff
 from tests.api import Api, api_session
-from tests.helpers import HOLD, model_changed
+from tests.helpers import HOLD, model_changed, text_delta
 from tests.ws_client import Ws, events_of, types_of
 
 
@@ -413,17 +413,7 @@ async def test_socket_order_equals_hub_order_for_random_mixes(
         if rng.random() < 0.3:
             model_changed(core, sid)
         else:
-            core.bus.emit_transient(
-                sid,
-                "text.delta",
-                {
-                    "message_id": "01JZZZZZZZZZZZZZZZZZZZZZZZ",
-                    "content_block_index": 0,
-                    "text": str(i),
-                },
-                turn_id="01JZZZZZZZZZZZZZZZZZZZZZZY",
-                parent_event_id=None,
-            )
+            text_delta(core, sid, str(i))
         if rng.random() < 0.2:
             await asyncio.sleep(0)
     expected = [e.wire() for e in order if e.session_id == sid]
