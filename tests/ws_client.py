@@ -14,6 +14,7 @@ from typing import Any
 
 import aiohttp
 
+from metis.core.events.catalog import STREAMING as CATALOG_STREAMING
 from metis.testing import FakeProviderServer
 from tests.api import TERMINAL, Api
 
@@ -39,15 +40,9 @@ models:
 """
 
 
-STREAMING = (
-    "message.start",
-    "text.delta",
-    "thinking.delta",
-    "tool.use_start",
-    "tool.use_input_delta",
-    "tool.use_end",
-    "message.complete",
-)
+# The streaming event types in the catalog's order: message.start, the four deltas/markers, then
+# message.complete (indexed by the frame folding below).
+STREAMING = tuple(CATALOG_STREAMING)
 
 
 class Closed(Exception):
