@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -87,11 +88,6 @@ def print_banner(daemon: Daemon) -> None:
     print("\n".join(lines), flush=True)
 
 
-async def _freeze_when_warm(daemon: Daemon, freeze: Callable[[], None]) -> None:
-    await daemon.warmed()
-    freeze()
-
-
 async def _serve(args: argparse.Namespace) -> int:
     from metis.server.lock import acquire
     from metis.server.runner import Daemon, freeze_startup_heap, protect_process_memory
@@ -106,15 +102,15 @@ async def _serve(args: argparse.Namespace) -> int:
         await daemon.start()
         lock.record(daemon.base_url)
         print_banner(daemon)
-        # what start-up leaves alive is frozen once the SDKs imported in the background are in
-        freezing = asyncio.create_task(_freeze_when_warm(daemon, freeze_startup_heap))
+        freeze_startup_heap()
+        # the SDKs are imported when the first client comes: their types are frozen then
+        daemon.core.registry.on_warm = gc.freeze
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
         log.info("signal received; shutting down")
-        freezing.cancel()
         await daemon.stop()
     finally:
         lock.release()

@@ -10,7 +10,8 @@ The other benchmark scripts are imported, not copied, so a figure here is the fi
 Groups:
 
 - startup: a real `metis serve` subprocess, spawn → first `GET /health` 200, then its resident
-  set once idle — with both providers configured (the SDKs a first turn needs), and with none;
+  set once idle (health probes only: the SDKs a first turn needs are imported when a client's
+  first request comes) — with both providers configured, and with none;
   from compiled bytecode, as an installed metis starts (a first, uncounted start writes it);
 - rest: `POST /sessions` and `POST /sessions/{id}/turns` → 202, round trips over loopback
   timed by a client in its own process (one turn per session, each run to its end before the
@@ -192,11 +193,23 @@ def _idle_rss(pid: int, settle_s: float = 1.5, limit_s: float = 15.0) -> float:
     return last
 
 
-def serve_startup(keys: bool) -> tuple[float, float]:
-    """(spawn → first /health 200 in s, idle RSS in MiB) of one `metis serve` process.
+def _client_came(port: int, home: str) -> None:
+    """One authenticated request, as a client's first: the daemon then imports the SDKs."""
+    key = Path(home, "api_key").read_text().strip()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", "/models", headers={"Authorization": f"Bearer {key}"})
+        assert conn.getresponse().status == 200
+    finally:
+        conn.close()
 
-    With `keys`, both shipped providers are configured (dummy keys: nothing is called at
-    start-up), so the daemon has the SDKs a first turn would need to get ready."""
+
+def serve_startup(keys: bool) -> tuple[float, float, float]:
+    """(spawn → first /health 200 in s, idle RSS, RSS once a client came, in MiB) of one
+    `metis serve` process.
+
+    With `keys`, both shipped providers are configured (dummy keys: nothing is called); while
+    only health probes come, their SDKs are not imported (docs/decisions.md, start-up)."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env.pop("METIS_OFFLINE", None)
@@ -218,6 +231,8 @@ def serve_startup(keys: bool) -> tuple[float, float]:
                 time.sleep(0.002)
             ready = time.perf_counter() - started
             rss = _idle_rss(proc.pid)
+            _client_came(port, home)
+            rss_client = _idle_rss(proc.pid)
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -225,7 +240,7 @@ def serve_startup(keys: bool) -> tuple[float, float]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-    return ready, rss
+    return ready, rss, rss_client
 
 
 # -- in-process daemons ------------------------------------------------------------------------
@@ -439,10 +454,13 @@ def main() -> None:
     for run in range(args.runs):
         print(f"run {run + 1}/{args.runs} …", file=sys.stderr, flush=True)
         if "startup" in groups:
-            ready, rss = serve_startup(True)
+            ready, rss, rss_client = serve_startup(True)
             table.figure("spawn", "spawn → first /health 200", "s", 0.5).samples.append(ready)
             table.figure("rss", "RSS idle, providers configured", "MiB", 60).samples.append(rss)
-            ready_bare, rss_bare = serve_startup(False)
+            table.figure(
+                "rss_client", "RSS once a client came, providers configured", "MiB", None
+            ).samples.append(rss_client)
+            ready_bare, rss_bare, _ = serve_startup(False)
             table.figure(
                 "spawn_bare", "spawn → /health 200, no provider key", "s", 0.5
             ).samples.append(ready_bare)

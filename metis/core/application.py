@@ -276,6 +276,12 @@ class Models:
         self._availability = core.availability
         self._tools = core.tool_registry
 
+    def prepare_adapters(self) -> None:
+        """A client has come: import the configured providers' SDKs in the background now, so
+        its first turn finds its adapter ready. An idle daemon never pays their memory. Once
+        started (or over) this does nothing."""
+        self._registry.warm_in_background()
+
     def describe(self) -> dict[str, Any]:
         """The `GET /models` body, with each model's health."""
         return self._registry.describe_models(self._availability)

@@ -142,6 +142,8 @@ async def metis_middleware(
             _check_host(request, state)  # DNS-rebinding defence for both surfaces
         else:
             _check_preconditions(request, state)
+        if request.path != "/health":  # a client, not a probe: its first turn is coming
+            state.app.models.prepare_adapters()
         response = await handler(request)
     except ApiError as exc:
         response = error_response(exc)

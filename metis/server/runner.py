@@ -61,10 +61,11 @@ def _bind(host: str, port: int) -> socket.socket:
 def freeze_startup_heap() -> None:
     """Take everything alive after start-up out of the cyclic collector's reach, once.
 
-    Start-up leaves ~220k objects that live as long as the process (both SDKs' pydantic types,
-    the catalog, the registry). Every full collection walks them all: 100-500 ms pauses on a
-    slow VM, landing in the middle of a stream or a cancel. Collect once, then freeze them.
-    The process's entry point calls this (not `Daemon.start`, which tests run hundreds of times).
+    Start-up leaves objects that live as long as the process (the pydantic types, the catalog,
+    the registry; the SDKs' ~220k come later, see `ModelRegistry.on_warm`). Every full
+    collection walks them all: 100-500 ms pauses on a slow VM, landing in the middle of a
+    stream or a cancel. Collect once, then freeze them. The process's entry point calls this
+    (not `Daemon.start`, which tests run hundreds of times).
     """
     gc.collect()
     gc.freeze()
@@ -162,13 +163,15 @@ class Daemon:
             sock.close()
             await self.stop()
             raise
-        # The SDKs' imports take seconds: after /health answers, in a thread (registry.py)
-        self.core.registry.warm_in_background()
+        # The SDKs' imports take seconds and tens of MiB: not here, but in a thread once a
+        # client's first request comes (metis/server/middleware.py, registry.py)
         self.core.start_background()  # MCP servers: after the port is bound and listening
         log.info("metis listening on %s", self.base_url)
 
     async def warmed(self) -> None:
-        """Return once the provider adapters the background warm-up builds are ready."""
+        """Return once the configured providers' adapters are ready, starting their background
+        warm-up if no client has yet (for callers that must not time the SDKs' import)."""
+        self.core.registry.warm_in_background()
         await self.core.registry.wait_warm()
 
     async def _listen(self, sock: socket.socket) -> None:

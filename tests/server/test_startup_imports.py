@@ -1,7 +1,8 @@
 """What a daemon imports to answer `/health`: none of the heavy libraries it only needs later.
 
 Each costs start-up time and resident memory for as long as the daemon runs: the provider SDKs
-(imported in a background thread once the daemon listens, `ModelRegistry.warm_in_background`),
+(imported in a background thread when a client's first request comes,
+`ModelRegistry.warm_in_background`),
 the MCP SDK (only with an MCP server configured), the dashboard's markdown renderer and
 highlighter (first render), the terminal UI (a client, never the daemon). A fresh interpreter
 is needed to see it, so the daemon runs in a subprocess.
@@ -58,3 +59,55 @@ async def test_a_started_daemon_has_imported_no_heavy_library_it_does_not_use_ye
     loaded = set(json.loads(out.decode().splitlines()[-1]))
     assert "aiohttp" in loaded  # the script did start a daemon
     assert loaded.isdisjoint(HEAVY), sorted(loaded.intersection(HEAVY))
+
+
+SDK_SCRIPT = """
+import asyncio, json, sys
+from pathlib import Path
+
+import aiohttp
+
+from metis.config import load_settings
+from metis.server.runner import Daemon
+
+
+async def main() -> None:
+    daemon = Daemon(load_settings(home=Path(sys.argv[1]), port=0))
+    await daemon.start()
+    key = daemon.state.auth.api_key.value
+    async with aiohttp.ClientSession(daemon.base_url) as http:
+        async with http.get("/health") as r:
+            assert r.status == 200
+        await daemon.core.registry.wait_warm()  # returns at once unless a warm-up started
+        idle = "anthropic" in sys.modules
+        async with http.get("/models", headers={"Authorization": f"Bearer {key}"}) as r:
+            assert r.status == 200
+    await daemon.core.registry.wait_warm()  # the warm-up that request started
+    print(json.dumps({"idle": idle, "after_client": "anthropic" in sys.modules}))
+    await daemon.stop()
+
+
+asyncio.run(main())
+"""
+
+
+async def test_a_provider_sdk_is_imported_when_the_first_client_comes_not_at_start(
+    tmp_path: Path,
+) -> None:
+    """An idle daemon (health probes only) never pays the SDK's memory; a client's first
+    request starts its import in the background, so the client's first turn finds it."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env.pop("METIS_OFFLINE", None)
+    env["ANTHROPIC_API_KEY"] = "sk-ant-not-called"  # nothing is called: the SDK is only imported
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        SDK_SCRIPT,
+        str(tmp_path / "home"),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()
+    assert json.loads(out.decode().splitlines()[-1]) == {"idle": False, "after_client": True}

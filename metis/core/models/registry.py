@@ -16,7 +16,7 @@ import importlib
 import logging
 import os
 import threading
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -92,6 +92,9 @@ class ModelRegistry:
         self._adapters: dict[str, ProviderAdapter] = {}
         self._warm: asyncio.Event | None = None  # set once `warm_in_background` is over
         self._closing = False  # a warm-up ending after `aclose` builds nothing
+        # Called on the loop once a warm-up has built the adapters (`metis serve` freezes the
+        # SDKs' long-lived types out of the collector's reach then).
+        self.on_warm: Callable[[], None] | None = None
         self._default_model = next(
             (m.id for m in self._models if not m.scripted and self.is_configured(m.id)), None
         )
@@ -212,11 +215,12 @@ class ModelRegistry:
     def warm_in_background(self) -> None:
         """Import the configured providers' SDKs in a thread, then build their adapters.
 
-        Importing the SDKs takes seconds (their pydantic types), so the daemon binds and answers
-        `/health` first and calls this once it listens; a first turn that comes later finds its
-        adapter ready. One that comes sooner gets a stand-in whose call waits for the warm-up:
-        the event loop never blocks on an import. The adapters themselves (their HTTP clients)
-        are built on the loop's thread, once the imports are done. Call it from the loop.
+        Importing the SDKs takes seconds and tens of MiB (their pydantic types), so the daemon
+        calls this when a client's first request comes (`Models.prepare_adapters`), not at
+        start-up; a first turn that comes later finds its adapter ready. One that comes sooner
+        gets a stand-in whose call waits for the warm-up: the event loop never blocks on an
+        import. The adapters themselves (their HTTP clients) are built on the loop's thread,
+        once the imports are done. Call it from the loop.
         """
         if self._warm is not None:
             return
@@ -251,6 +255,8 @@ class ModelRegistry:
             self.warm_adapters()
         except Exception:  # a turn that needs the adapter gets the error itself
             log.error("building the provider adapters failed", exc_info=True)
+        if self.on_warm is not None:
+            self.on_warm()
 
     async def wait_warm(self) -> None:
         """Return once the background warm-up (if one was started) is over."""
