@@ -18,7 +18,6 @@ from metis.commands.tui.screens import ConfirmScreen, SessionPicker
 from metis.commands.tui.widgets import (
     CHUNK_CHARS,
     AssistantMessage,
-    MarkdownChunk,
     Note,
     PromptInput,
     ToolCard,
@@ -328,7 +327,7 @@ async def test_a_reply_of_5000_deltas_in_one_burst_reaches_the_transcript_whole(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
     """The provider writes 5,000 text deltas at once (the bench: scripts/bench_tui.py): the
-    transcript ends up showing all of the text, cut into a few widgets, not one per block."""
+    transcript ends up showing all of the text, rendered in a few pieces, not one per block."""
     text = "".join(
         f"## Part {n}\n\nSome `code` and **bold** text for part {n}.\n\n"
         f"```python\ndef f_{n}() -> int:\n    return {n}\n```\n\n- a\n- b\n\n"
@@ -341,14 +340,21 @@ async def test_a_reply_of_5000_deltas_in_one_burst_reaches_the_transcript_whole(
         async with app.run_test(size=SIZE) as pilot:
             await until(lambda: app.reader is not None)
             send(app, "go")
-            await until(lambda: "turn completed" in notes(app), timeout=60)
+            await until(lambda: app.query(AssistantMessage), timeout=60)
             [reply] = app.query(AssistantMessage)
+            # a burst is drawn over several frames: catch one in the middle
+            await until(lambda: len(text) // 4 < len(reply.source) < len(text), timeout=60)
+            screenshot(app, "long-reply-streaming")
+            await until(lambda: "turn completed" in notes(app), timeout=60)
             assert reply.text == text
             await until(lambda: reply.source == text, timeout=60)
-            chunks = reply.query(MarkdownChunk)
-            assert len(text) // (2 * CHUNK_CHARS) < len(chunks) < len(text) // (CHUNK_CHARS // 2)
+            pieces = reply.view.pieces
+            assert len(text) // (2 * CHUNK_CHARS) < len(pieces) < len(text) // (CHUNK_CHARS // 2)
             await pilot.pause()
             screenshot(app, "long-reply")
+            app.transcript.scroll_home(animate=False)  # pieces out of view are rendered again
+            await pilot.pause()
+            screenshot(app, "long-reply-top")
 
 
 async def test_prompt_history_survives_a_restart(

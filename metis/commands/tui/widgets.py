@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -25,9 +27,10 @@ from metis.commands import tooldisplay
 
 PREVIEW_LINES = 8
 FRAME_S = 1 / 30  # streamed text is drawn at most this often
-CHUNK_CHARS = 600  # a reply is cut into widgets of about this much Markdown
+CHUNK_CHARS = 600  # a reply is rendered in pieces of about this much Markdown
 DRAW_CHARS = 1200  # at most this much more text is drawn per frame
 SLOW_CHUNK_CHARS = 2000  # a live chunk longer than this (a huge code block) is drawn less often
+KEPT_PIECES = 16  # rendered pieces of a reply kept (more than a screen shows)
 CODE_THEME = "monokai"
 
 
@@ -43,50 +46,128 @@ class UserMessage(Static):
         self.text = text
 
 
-class MarkdownChunk(Widget):
-    """A run of whole Markdown blocks, rendered by Rich once per text and width (a line-API
-    widget: layout passes and scrolling reuse the rendered lines)."""
+class MarkdownView(Widget):
+    """A reply's Markdown as one line-API widget: the text cut at top-level block starts into
+    pieces of about CHUNK_CHARS, each rendered by Rich on its own, a blank line between them.
 
-    DEFAULT_CSS = """
-    MarkdownChunk { height: auto; }
+    Only the last piece (the live one, still growing) is rendered again as text arrives. The
+    others keep their height per width, and their lines only while in view (a few pieces,
+    least recently drawn dropped first): a long transcript then holds few objects for the
+    collector to walk, and a layout pass sees one widget per reply, not one per piece.
     """
 
-    def __init__(self, source: str, *, first: bool) -> None:
-        super().__init__(classes="md first" if first else "md")
-        self.source = source
-        self._lines: list[Strip] = []
-        self._rendered: tuple[str, int] | None = None  # (source, width) of _lines
+    DEFAULT_CSS = """
+    MarkdownView { height: auto; }
+    """
 
-    def set_source(self, source: str) -> None:
-        if source != self.source:
-            self.source = source
-            self.refresh(layout=True)
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.pieces = split_chunks(text)
+        self.settled = len(text) - len(self.pieces[-1])  # where the live piece starts
+        self._width = 0  # of the heights and lines below
+        self._heights: list[int] = []  # per piece
+        self._starts: list[int] = []  # the first line of each piece
+        self._lines: OrderedDict[int, list[Strip]] = OrderedDict()  # piece -> lines, LRU
 
-    def lines(self, width: int) -> list[Strip]:
-        if self._rendered != (self.source, width):
-            console = self.app.console
-            markdown = LeftMarkdown(self.source, code_theme=CODE_THEME, hyperlinks=True)
-            rendered = console.render_lines(
-                markdown, console.options.update(width=width, height=None), style=self.rich_style
-            )
-            strips = [Strip(line) for line in rendered] if self.source.strip() else []
-            while strips and _empty(strips[0]):  # e.g. a table's blank top edge
-                strips.pop(0)
-            while strips and _empty(strips[-1]):
-                strips.pop()
-            self._lines = strips
-            self._rendered = (self.source, width)
-        return self._lines
+    @property
+    def source(self) -> str:
+        return "".join(self.pieces)
+
+    def show(self, text: str, end: int) -> None:
+        """Show `text[:end]`, which extends what is shown: pieces that became whole are
+        settled, the live piece is rendered now and the layout redone only if the height
+        changed."""
+        height = self._height() if self._measured() else -1
+        for start in block_starts(text, self.settled, end):
+            if start - self.settled >= CHUNK_CHARS:
+                self._replace_live(text[self.settled : start])
+                self.settled = start
+                self.pieces.append("")
+                if len(self._heights) == len(self.pieces) - 1:
+                    self._heights.append(0)
+        self._replace_live(text[self.settled : end])
+        if self._measured():
+            self._place()
+        self.refresh(layout=not self._measured() or self._height() != height)
+
+    def _measured(self) -> bool:
+        return bool(self._width) and len(self._heights) == len(self.pieces)
+
+    def _replace_live(self, source: str) -> None:
+        last = len(self.pieces) - 1
+        if source == self.pieces[last]:
+            return
+        self.pieces[last] = source
+        self._lines.pop(last, None)
+        if self._measured():
+            self._heights[last] = len(self._piece_lines(last))
+
+    def _height(self) -> int:
+        return self._starts[-1] + self._heights[-1] if self._starts else 0
+
+    def _layout(self, width: int) -> None:
+        """Heights and starts of every piece at `width` (pieces not measured yet rendered)."""
+        if width != self._width:
+            self._width = width
+            self._heights.clear()
+            self._lines.clear()
+        if len(self._heights) < len(self.pieces):
+            for index in range(len(self._heights), len(self.pieces)):
+                self._heights.append(len(self._piece_lines(index)))
+            self._place()
+
+    def _place(self) -> None:
+        starts = []
+        y = 0
+        for height in self._heights:
+            if height and y:
+                y += 1  # the blank line between two pieces
+            starts.append(y)
+            y += height
+        self._starts = starts
+
+    def _piece_lines(self, index: int) -> list[Strip]:
+        lines = self._lines.get(index)
+        if lines is None:
+            lines = self._lines[index] = self._render_piece(self.pieces[index], self._width)
+            while len(self._lines) > KEPT_PIECES:
+                self._lines.popitem(last=False)
+        else:
+            self._lines.move_to_end(index)
+        return lines
+
+    def _render_piece(self, source: str, width: int) -> list[Strip]:
+        if not source.strip():
+            return []
+        console = self.app.console
+        markdown = LeftMarkdown(source, code_theme=CODE_THEME, hyperlinks=True)
+        rendered = console.render_lines(
+            markdown, console.options.update(width=width, height=None), style=self.rich_style
+        )
+        strips = [Strip(line) for line in rendered]
+        while strips and _empty(strips[0]):  # e.g. a table's blank top edge
+            strips.pop(0)
+        while strips and _empty(strips[-1]):
+            strips.pop()
+        return strips
 
     def get_content_width(self, container: Size, viewport: Size) -> int:
         return container.width
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        return len(self.lines(width))
+        self._layout(width)
+        return self._height()
 
     def render_line(self, y: int) -> Strip:
-        lines = self.lines(self.size.width)
-        return lines[y] if y < len(lines) else Strip.blank(self.size.width, self.rich_style)
+        width = self.size.width
+        self._layout(width)
+        index = bisect_right(self._starts, y) - 1
+        if index >= 0:
+            lines = self._piece_lines(index)
+            row = y - self._starts[index]
+            if row < len(lines):
+                return lines[row]
+        return Strip.blank(width, self.rich_style)  # between two pieces
 
 
 def _empty(strip: Strip) -> bool:
@@ -97,18 +178,11 @@ def _empty(strip: Strip) -> bool:
 
 
 class AssistantMessage(Vertical):
-    """A reply as Markdown (code blocks highlighted), streamed as deltas arrive.
-
-    A long reply is cut into chunks at block boundaries, each one widget: the finished ones
-    are rendered once, only the last one is rendered again as text arrives, at most once a
-    frame however fast the deltas come. (One widget per Markdown block, as Textual's Markdown
-    widget makes, turns every layout pass over a long transcript into thousands of widgets.)
-    """
+    """A reply as Markdown (code blocks highlighted), streamed as deltas arrive: drawn at most
+    once a frame however fast the deltas come, a burst over a few frames (MarkdownView)."""
 
     DEFAULT_CSS = """
     AssistantMessage { height: auto; margin: 1 0 0 0; padding: 0 1; border-left: thick $success; }
-    AssistantMessage > .md { height: auto; margin: 1 0 0 0; }
-    AssistantMessage > .md.first { margin: 0; }
     AssistantMessage > .note { color: $warning; }
     """
 
@@ -117,19 +191,17 @@ class AssistantMessage(Vertical):
         self.message_id = message_id
         self.text = text
         self.model = model
-        pieces = split_chunks(text)
-        self._settled = len(text) - len(pieces[-1])  # where the last (live) chunk starts
-        self._shown = len(text)  # how much of the text the chunks show
-        self._chunks = [MarkdownChunk(piece, first=i == 0) for i, piece in enumerate(pieces)]
+        self.view = MarkdownView(text)
+        self._shown = len(text)  # how much of the text the view shows
         self._timer: Timer | None = None
 
     def compose(self) -> Any:
-        yield from self._chunks
+        yield self.view
 
     @property
     def source(self) -> str:
-        """The text the chunks show (all of `text` a few frames after the last delta)."""
-        return "".join(chunk.source for chunk in self._chunks)
+        """The text the view shows (all of `text` a few frames after the last delta)."""
+        return self.view.source
 
     def append(self, fragment: str) -> None:
         """Add streamed text; it is drawn on the next frame."""
@@ -138,22 +210,15 @@ class AssistantMessage(Vertical):
 
     def _schedule(self) -> None:
         if self._timer is None and self.is_mounted:
-            live = min(len(self.text), self._shown + DRAW_CHARS) - self._settled
+            live = min(len(self.text), self._shown + DRAW_CHARS) - self.view.settled
             self._timer = self.set_timer(FRAME_S * max(1.0, live / SLOW_CHUNK_CHARS), self._draw)
 
     def _draw(self) -> None:
         """Show up to DRAW_CHARS more of the text: a burst is drawn over a few frames, with
-        the app's other work (keys) in between, not in one long layout pass."""
+        the app's other work (keys) in between, not in one long render."""
         self._timer = None
         end = min(len(self.text), self._shown + DRAW_CHARS)
-        for start in block_starts(self.text, self._settled, end):
-            if start - self._settled >= CHUNK_CHARS:
-                self._chunks[-1].set_source(self.text[self._settled : start])
-                self._settled = start
-                chunk = MarkdownChunk("", first=False)
-                self._chunks.append(chunk)
-                self.mount(chunk, after=self._chunks[-2])
-        self._chunks[-1].set_source(self.text[self._settled : end])
+        self.view.show(self.text, end)
         self._shown = end
         if end < len(self.text):
             self._schedule()
