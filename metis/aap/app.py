@@ -16,9 +16,8 @@ from aiohttp import web
 
 from metis.aap import openapi, routes_v1, routes_v3
 from metis.aap.agents import AgentCatalog
-from metis.aap.cors import CorsPolicy
 from metis.aap.errors import AapError, error_response, from_domain
-from metis.aap.http import AAP_STATE_KEY, BODY_KEY, CORS_KEY, AapState, Host
+from metis.aap.http import AAP_STATE_KEY, BODY_KEY, CORS_KEY, AapState, CorsPolicy, Host
 from metis.aap.sessions import discard_unfinished_creations
 from metis.aap.store import AapStore, extension
 from metis.aap.workspaces import Workspaces

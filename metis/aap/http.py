@@ -1,9 +1,11 @@
-"""Plumbing shared by the v3 and v1 routes on the HTTP kernel (`metis/http/`): the façade
-state, body parsing into wire models, and JSON responses with the CORS headers the middleware
-computed for this request. Route tables are the kernel's (`RouteTable(tag="aap-v3")`)."""
+"""Plumbing shared by the v3 and v1 routes on the HTTP kernel (`metis/http/`): the CORS policy
+(configured origins, reflected, never credentials; the metis surface never sees CORS), the
+façade state, body parsing into wire models, and JSON responses with the CORS headers the
+middleware computed for this request. Route tables are the kernel's (`RouteTable(tag="aap-v3")`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -11,7 +13,6 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from metis.aap.agents import AgentCatalog
-from metis.aap.cors import CorsPolicy
 from metis.aap.errors import validation_error
 from metis.aap.store import AapStore
 from metis.aap.workspaces import Workspaces
@@ -19,6 +20,56 @@ from metis.config import AapSettings, Settings
 from metis.core.application import Application
 from metis.http import responses
 from metis.http.apikey import ApiKey
+
+# ---------------------------------------------------------------------------------------------
+# CORS for the AAP routes only: configured origins, reflected, never credentials.
+# ---------------------------------------------------------------------------------------------
+
+ALLOW_METHODS = "GET, POST, PUT, DELETE, OPTIONS"
+ALLOW_HEADERS = "authorization, content-type"
+MAX_AGE = "600"
+
+
+class CorsPolicy:
+    def __init__(
+        self, origins: Iterable[str], own_origins: Callable[[], Iterable[str]] = tuple
+    ) -> None:
+        """`own_origins` is called per check: the port is only known once the daemon binds."""
+        self.origins = frozenset(origins)
+        self.any = "*" in self.origins
+        self._own = own_origins
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.origins)
+
+    def allowed(self, origin: str) -> bool:
+        """May this origin call AAP at all (the 403 `origin_not_allowed` check)?"""
+        own = {o.lower() for o in self._own()}
+        return origin.lower() in own or self.any or origin in self.origins
+
+    def response_headers(self, origin: str | None) -> dict[str, str]:
+        """Headers every AAP response to this origin carries (empty when not allowed)."""
+        if origin is None or not self.enabled or not self.allowed(origin):
+            return {}
+        return {"Access-Control-Allow-Origin": origin, "Vary": "Origin"}
+
+    def preflight_headers(self, origin: str | None) -> dict[str, str]:
+        headers = self.response_headers(origin)
+        if headers:
+            headers.update(
+                {
+                    "Access-Control-Allow-Methods": ALLOW_METHODS,
+                    "Access-Control-Allow-Headers": ALLOW_HEADERS,
+                    "Access-Control-Max-Age": MAX_AGE,
+                }
+            )
+        return headers
+
+
+# ---------------------------------------------------------------------------------------------
+# Plumbing shared by the v3 and v1 routes on the HTTP kernel (`metis/http/`): the façade
+# ---------------------------------------------------------------------------------------------
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -42,7 +42,7 @@ PATH_PARAMETERS: dict[str, dict[str, Any]] = {
 _DATA_URI_PREFIX = len("data:image/jpeg;base64,")
 
 
-# ---- the events of a turn's `text/event-stream` reply (rendered by `render.py`/`stream.py`) --
+# ---- the events of a turn's `text/event-stream` reply (rendered by `stream.py`) --
 
 
 class SessionStart(Wire):

@@ -1,4 +1,8 @@
-"""One AAP turn response: subscribe, start the turn, relay it, end it.
+"""One AAP turn response: subscribe, start the turn, render and relay it, end it.
+
+Three parts, in the order a turn's events pass through them: the renderer (a turn's core
+events → AAP stream events and stop reasons), the SSE writer (every write awaited, a client
+gone noticed at once), and the relay that ties the two to the session hub.
 
 The response subscribes to the session hub *before* the turn starts (so `turn.started` and
 every delta are seen, in order), then starts it, then renders it in the requested mode. An AAP
@@ -10,21 +14,190 @@ a tool or read the answer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
 
 from metis.aap.http import AapState
-from metis.aap.mapping import render_history
-from metis.aap.render import TERMINAL, TOOL_OUTCOMES, Renderer, stop_reason_of
-from metis.aap.sse import ClientGone, SseWriter
-from metis.core.application import Application, CloseMarker, HubClient, SharedEvent, TurnAccepted
+from metis.aap.mapping import render_content, render_history
+from metis.core.application import (
+    Application,
+    CloseMarker,
+    History,
+    HubClient,
+    SharedEvent,
+    TurnAccepted,
+)
+from metis.core.canonical.content import (
+    CONTENT_LIST_ADAPTER,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    interrupted_form,
+)
 from metis.core.events.envelope import AnyEvent
 from metis.http.jsontext import dumps
+
+# ---------------------------------------------------------------------------------------------
+# Core events of one turn → AAP stream events and stop reasons.
+# ---------------------------------------------------------------------------------------------
+
+Mode = Literal["delta", "message"]
+TERMINAL = frozenset({"turn.completed", "turn.failed", "turn.cancelled"})
+TOOL_OUTCOMES = frozenset({"tool.completed", "tool.failed", "tool.input_invalid"})
+_COMPLETED_STOP = {
+    "end_turn": "end_turn",
+    "stop_sequence": "end_turn",
+    "tool_use": "tool_use",
+    "max_tokens": "max_tokens",
+    "refusal": "refusal",
+}
+
+
+def stop_reason_of(event_type: str, payload: dict[str, Any]) -> str:
+    """The AAP stopReason of a turn's terminal event; anything unlisted is `error`."""
+    if event_type == "turn.completed":
+        return _COMPLETED_STOP.get(payload.get("stop_reason", ""), "error")
+    if event_type == "turn.failed" and payload.get("error_class") == "context_overflow":
+        return "max_tokens"
+    return "error"
+
+
+class Renderer:
+    def __init__(
+        self,
+        history: History,
+        mode: Mode,
+        client_tool_names: frozenset[str],
+        answered_application_ids: frozenset[str],
+    ) -> None:
+        self.history = history
+        self.mode = mode
+        self.client_tool_names = client_tool_names
+        self.application_ids: set[str] = set(answered_application_ids)
+
+    async def render(self, event: AnyEvent) -> list[tuple[str, dict[str, Any]]]:
+        kind, payload = event.type, event.payload
+        if kind == "text.delta":
+            if self.mode == "delta" and payload["text"]:
+                return [("text_delta", {"delta": payload["text"]})]
+            return []
+        if kind == "thinking.delta":
+            if self.mode == "delta" and payload["text"]:
+                return [("thinking_delta", {"delta": payload["text"]})]
+            return []
+        if kind == "message.complete":
+            return self._complete(payload)
+        if kind in TOOL_OUTCOMES:
+            return await self._tool_result(payload)
+        if kind in TERMINAL:
+            return [("turn_stop", {"stopReason": stop_reason_of(kind, payload)})]
+        return []
+
+    def _complete(self, payload: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        blocks = CONTENT_LIST_ADAPTER.validate_python(payload["final_content"])
+        interrupted = payload["stop_reason"] in ("cancelled", "error")
+        if interrupted:
+            blocks = interrupted_form(blocks)  # what is stored for an interrupted call
+        out: list[tuple[str, dict[str, Any]]] = []
+        for block in blocks:
+            if isinstance(block, ToolUseBlock):
+                if block.name in self.client_tool_names:
+                    self.application_ids.add(block.id)
+                out.append(
+                    (
+                        "tool_call",
+                        {"toolCallId": block.id, "name": block.name, "input": block.input},
+                    )
+                )
+            elif self.mode == "message" and isinstance(block, ThinkingBlock):
+                out.append(("thinking", {"thinking": block.thinking}))
+            elif self.mode == "message" and isinstance(block, TextBlock) and block.text:
+                out.append(("text", {"text": block.text}))
+        return out
+
+    async def _tool_result(self, payload: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        tool_use_id = payload["tool_use_id"]
+        if tool_use_id in self.application_ids:
+            return []
+        message = await self.history.message(payload["result_message_id"])
+        block = message.content[0] if message is not None and message.content else None
+        if not isinstance(block, ToolResultBlock):
+            return []
+        return [
+            (
+                "tool_result",
+                {"toolCallId": tool_use_id, "content": render_content(block.content, None)},
+            )
+        ]
+
+
+# ---------------------------------------------------------------------------------------------
+# The SSE writer of the AAP stream modes.
+# ---------------------------------------------------------------------------------------------
+
+
+class ClientGone(Exception):
+    """The client closed the connection; nothing more can be written."""
+
+
+def frame(event: str, data: dict[str, Any]) -> bytes:
+    payload = dumps(data)
+    return f"event: {event}\ndata: {payload}\n\n".encode()
+
+
+class SseWriter:
+    def __init__(self, request: web.Request, headers: dict[str, str] | None = None) -> None:
+        self.request = request
+        self.response = web.StreamResponse(
+            status=200,
+            headers={
+                "Content-Type": "text/event-stream; charset=utf-8",
+                "Cache-Control": "no-cache",
+                **(headers or {}),
+            },
+        )
+        self.events_written = 0
+
+    def client_gone(self) -> bool:
+        transport = self.request.transport
+        return transport is None or transport.is_closing()
+
+    async def start(self) -> None:
+        try:
+            await self.response.prepare(self.request)
+        except (ConnectionError, RuntimeError) as exc:
+            raise ClientGone() from exc
+
+    async def _write(self, data: bytes) -> None:
+        if self.client_gone():
+            raise ClientGone()
+        try:
+            await self.response.write(data)
+        except (ConnectionError, RuntimeError) as exc:  # aiohttp: closing transport
+            raise ClientGone() from exc
+
+    async def event(self, name: str, data: dict[str, Any]) -> None:
+        await self._write(frame(name, data))
+        self.events_written += 1
+
+    async def comment(self, text: str) -> None:
+        await self._write(f": {text}\n\n".encode())
+
+    async def finish(self) -> None:
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await self.response.write_eof()
+
+
+# ---------------------------------------------------------------------------------------------
+# One AAP turn response: subscribe, start the turn, relay it, end it.
+# ---------------------------------------------------------------------------------------------
 
 log = logging.getLogger(__name__)
 

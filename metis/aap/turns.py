@@ -27,9 +27,8 @@ from metis.aap.config import (
 from metis.aap.errors import AapError, validation_error
 from metis.aap.http import AapState
 from metis.aap.mapping import parse_content
-from metis.aap.render import Renderer
 from metis.aap.store import AapSession, AapWrites, ContentShape
-from metis.aap.stream import TurnPlan
+from metis.aap.stream import Renderer, TurnPlan
 from metis.aap.wire import AgentOverride, ToolMessage, ToolPermissionMessage, UserMessage
 from metis.core.application import (
     Answer,
