@@ -355,7 +355,7 @@ class SessionService:
         )
         session_id = new_session_id()
         version = self._policy.version
-        await self.store.insert(session_id, workspace, surface, sticky, version, now_us())
+        row = await self.store.insert(session_id, workspace, surface, sticky, version, now_us())
         self._bus.emit(
             session_id,
             "session.created",
@@ -369,7 +369,7 @@ class SessionService:
         )
         self._session_cache.created_here(session_id)
         await self._flush()  # acknowledged with 201: its first event survives a crash too
-        return await self.get(session_id)
+        return self.view(row)  # as inserted: its event changes no column
 
     async def set_active_model(self, session_id: str, reference: str | None) -> ModelChange:
         """PATCH: apply now when idle, else queue for the turn boundary (last PATCH wins)."""

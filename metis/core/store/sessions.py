@@ -6,7 +6,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from metis.core.canonical.messages import Message
 from metis.core.canonical.money import decimal_str
@@ -176,13 +176,18 @@ class SessionStore:
         active_model: str | None,
         policy_version: str,
         stamp: int,
-    ) -> None:
-        async with self.db.write() as conn:
-            await conn.execute(
+    ) -> SessionRow:
+        """The new row as stored (its defaults filled in), in one round trip to SQLite."""
+
+        def insert(conn: sqlite3.Connection) -> sqlite3.Row:
+            (row,) = conn.execute(  # fetchall: the statement is done before the COMMIT
                 "INSERT INTO sessions (id, workspace_path, surface, active_model, routing_policy_version, "
-                "status, created_at_us, updated_at_us) VALUES (?,?,?,?,?,'active',?,?)",
+                "status, created_at_us, updated_at_us) VALUES (?,?,?,?,?,'active',?,?) RETURNING *",
                 (session_id, workspace_path, surface, active_model, policy_version, stamp, stamp),
-            )
+            ).fetchall()
+            return cast(sqlite3.Row, row)
+
+        return SessionRow.from_row(await self.db.transaction(insert))
 
     async def spends(self) -> list[SessionSpend]:
         rows = await self.db.fetchall(
