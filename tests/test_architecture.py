@@ -182,7 +182,7 @@ PUBLIC_CORE = (
 )
 # A store extension's store module defines its tables and repository on the store's own API
 # (it holds the database the application binds it to: `Application.extend_store`).
-STORE_EXTENSION_MODULES = {"metis.aap.store", "metis.server.titles"}
+STORE_EXTENSION_MODULES = {"metis.aap.store"}
 STORE_EXTENSION_API = ("metis.core.store", "metis.core.store.store", "metis.core.store.tx")
 STORE_EXTENSION_API += ("metis.core.store.db",)
 # The composition root builds `Core` and hands the surfaces an `Application` (tests reach the

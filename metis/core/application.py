@@ -7,8 +7,8 @@ re-exports; they never hold `Core`, the store, the bus, the slots or the hub
 components `Core` wires, so a surface can do exactly what its wire contract needs — and every
 business rule stays in core, shared by all surfaces.
 
-- `sessions`: the session lifecycle (`SessionService`); `turns`: submit, cancel, AAP's
-  pre-checks, the turn holding a session (`TurnService`, over a `TurnRequest`).
+- `sessions`: the session lifecycle and titles (`SessionService`); `turns`: submit, cancel,
+  AAP's pre-checks, the turn holding a session (`TurnService`, over a `TurnRequest`).
 - `confirmations`: answering a turn's confirmation request.
 - `history`: committed messages and events, and the context view of a session.
 - `routing`, `models`: the routing policy and model health; the model registry.
@@ -41,6 +41,7 @@ from metis.core.routing.context import estimate_input_tokens
 from metis.core.runtime import Core
 from metis.core.sessions.history import SurfaceWrites
 from metis.core.sessions.service import (
+    TITLE_CHARS,
     ModelChange,
     PurgeResult,
     SessionService,
@@ -65,6 +66,7 @@ from metis.core.turns.resume import (
 from metis.core.turns.service import CancelReason, TurnAccepted, TurnRequest, TurnService
 
 __all__ = [
+    "TITLE_CHARS",
     "Answer",
     "AnyEvent",
     "Application",

@@ -124,6 +124,7 @@ class Core:
         self.sessions = SessionService(
             settings=settings,
             store=self.session_store,
+            titles=self.store.titles,
             history=self.history,
             session_cache=self.session_cache,
             bus=self.bus,

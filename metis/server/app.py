@@ -13,7 +13,7 @@ from metis.config import Settings
 from metis.core.application import Application
 from metis.dashboard import routes as dashboard
 from metis.http.routes import RouteSpec, add_routes
-from metis.server import titles, ws
+from metis.server import ws
 from metis.server.auth import SESSIONS_FILE, ServerAuth
 from metis.server.middleware import SELF_GUARDED_KEY, add_security_headers, metis_middleware
 from metis.server.openapi import build_openapi
@@ -46,8 +46,6 @@ def create_app(state: ServerState) -> web.Application:
     # AAP v1 at /aap/v1 and v3 at /aap (own pipeline, metis/aap/app.py)
     aap_state = aap.mount(app, state)
     app[SELF_GUARDED_KEY] = (aap.PREFIX,)
-    # session titles (metis/server/titles.py): the metis surface's own table
-    state.titles = state.app.extend_store(titles.extension(), titles.TitleStore)
     # The metis surface takes the same key, loaded once by the AAP mount (metis/http/apikey.py).
     state.auth = ServerAuth(
         aap_state.api_key,

@@ -9,7 +9,6 @@ from aiohttp import web
 from metis.config import Settings
 from metis.core.application import Application
 from metis.server.auth import ServerAuth
-from metis.server.titles import TitleStore
 
 
 @dataclass
@@ -21,7 +20,6 @@ class ServerState:
     shutting_down: bool = False
     # set by `create_app` (the key is the AAP façade's, loaded once); None refuses every request
     auth: ServerAuth | None = None
-    titles: TitleStore | None = None  # set by `create_app` (the titles table)
 
     @property
     def base_host(self) -> str:

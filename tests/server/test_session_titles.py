@@ -1,18 +1,30 @@
-"""Session titles against a purge: `PATCH /sessions/{id}` checks the session, then writes the
-title; a purge committed between the two left the title row's foreign key to fail inside the
-write (a 500). The write itself now finds the session gone: SessionNotFound, a 404."""
+"""Session titles: kept by the core (the `session_titles` table of the core schema, the rule in
+SessionService).
+
+- Against a purge: `PATCH /sessions/{id}` checks the session, then writes the title; a purge
+  committed between the two left the title row's foreign key to fail inside the write (a 500).
+  The write itself now finds the session gone: SessionNotFound, a 404.
+- Against an upgrade: releases before the core kept titles stored them in the metis surface's
+  own migration track ("session_titles"). A database of that layout opens, and its titles read
+  back through the API.
+"""
 
 from __future__ import annotations
 
+import json
+import sqlite3
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 
+from metis.core.canonical.ids import new_session_id, new_ulid
 from metis.core.errors import SessionNotFound
-from metis.server import titles
+from metis.core.store.migrations import MIGRATIONS
 from metis.server.runner import Daemon
-from tests.api import Api
+from tests.api import Api, api_session
 
 
 async def test_a_title_for_a_session_purged_meanwhile_is_not_found(
@@ -24,5 +36,63 @@ async def test_a_title_for_a_session_purged_meanwhile_is_not_found(
     assert status == 200
     # the PATCH handler's write, as it runs after a purge that landed behind its check
     with pytest.raises(SessionNotFound):
-        await titles.set_title(daemon.core.db, session["id"], "too late")
-    await titles.set_title(daemon.core.db, session["id"], None)  # clearing: nothing to clear
+        await daemon.core.sessions.set_title(session["id"], "too late")
+    await daemon.core.sessions.set_title(session["id"], None)  # clearing: nothing to clear
+
+
+def _old_layout_database(path: Path, workspace: Path) -> tuple[str, str]:
+    """A database as the release before core titles left it: core schema v2, the surface's
+    `session_titles` track at version 1 with its table, one titled session and one whose
+    title is its first prompt's first line. Returns (titled id, untitled id)."""
+    titled, untitled = new_session_id(), new_session_id()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path)
+    conn.executescript(MIGRATIONS[0])
+    conn.executescript(
+        "CREATE TABLE schema_tracks (name TEXT PRIMARY KEY, version INTEGER NOT NULL);"
+        "INSERT INTO schema_tracks (name, version) VALUES ('session_titles', 1);"
+        "CREATE TABLE IF NOT EXISTS session_titles (session_id TEXT PRIMARY KEY"
+        "  REFERENCES sessions(id) ON DELETE CASCADE, title TEXT NOT NULL,"
+        "  updated_at_us INTEGER NOT NULL);"
+    )
+    for session_id in (titled, untitled):
+        conn.execute(
+            "INSERT INTO sessions (id, workspace_path, routing_policy_version, status, "
+            "created_at_us, updated_at_us) VALUES (?, ?, 'v', 'active', 1, 1)",
+            (session_id, str(workspace)),
+        )
+    conn.execute(
+        "INSERT INTO session_titles (session_id, title, updated_at_us) VALUES (?, ?, 1)",
+        (titled, "Kept across the upgrade"),
+    )
+    content = [{"type": "text", "text": "\n  Fix the flaky test  \nthen the docs"}]
+    conn.execute(
+        "INSERT INTO messages (id, session_id, turn_id, role, status, content_json, "
+        "metadata_json, created_at_us, schema_version) "
+        "VALUES (?, ?, NULL, 'user', 'complete', ?, '{}', 1, 1)",
+        (new_ulid(), untitled, json.dumps(content)),
+    )
+    conn.execute("PRAGMA user_version = 2")
+    conn.commit()
+    conn.close()
+    return titled, untitled
+
+
+async def test_a_database_of_the_surface_track_layout_keeps_its_titles(
+    metis_home: Path, workspace: Path, start_daemon: Callable[..., Any]
+) -> None:
+    titled, untitled = _old_layout_database(metis_home / "metis.db", workspace)
+    daemon = await start_daemon()
+    async with api_session(daemon) as http:
+        api = Api(http)
+        status, body = await api.call("GET", f"/sessions/{titled}")
+        assert status == 200 and body["title"] == "Kept across the upgrade"
+        status, body = await api.call("GET", "/sessions")
+        assert status == 200
+        titles = {s["id"]: s["title"] for s in body["sessions"]}
+        assert titles == {titled: "Kept across the upgrade", untitled: "Fix the flaky test"}
+        # the adopted table takes new titles too
+        status, body = await api.call("PATCH", f"/sessions/{untitled}", {"title": "Renamed"})
+        assert status == 200 and body["title"] == "Renamed"
+        status, body = await api.call("GET", f"/sessions/{untitled}")
+        assert body["title"] == "Renamed"

@@ -1,4 +1,5 @@
-"""SessionService: the session lifecycle every surface uses (create, list, get, patch, end, purge).
+"""SessionService: the session lifecycle every surface uses (create, list, get, patch, end, purge)
+and session titles.
 
 Surfaces translate wire ↔ these calls; every rule (workspace checks, sticky-model queuing,
 end/purge ordering) lives here so the metis REST and the AAP façade behave identically.
@@ -37,10 +38,14 @@ from metis.core.routing.manager import PolicyManager
 from metis.core.sessions.cache import SessionCache
 from metis.core.sessions.history import Flush, HistoryWriter, SurfaceWrites
 from metis.core.store.sessions import SessionRow, SessionStore
+from metis.core.store.titles import TitleStore
 from metis.core.turns.control import TurnControl
 from metis.core.turns.slots import TurnSlot
 
 log = logging.getLogger(__name__)
+
+TITLE_CHARS = 200
+"""The longest title: one a client sets, and the first-line fallback cut to it."""
 
 
 @dataclass(frozen=True)
@@ -229,6 +234,7 @@ class SessionService:
         *,
         settings: Settings,
         store: SessionStore,
+        titles: TitleStore,
         history: HistoryWriter,
         session_cache: SessionCache,
         bus: EventBus,
@@ -244,6 +250,7 @@ class SessionService:
     ) -> None:
         self._settings = settings
         self.store = store
+        self._titles = titles
         self._history = history
         self._session_cache = session_cache
         self._bus = bus
@@ -331,7 +338,24 @@ class SessionService:
         )
         return [self.view(r) for r in rows], more
 
+    async def titles(self, session_ids: Sequence[str]) -> dict[str, str]:
+        """Each session's title: the one set, else the first line of its first user message
+        (cut to `TITLE_CHARS`); a session with neither is absent. Two queries for a page."""
+        titles = {
+            session_id: title
+            for session_id, text in (await self._titles.first_prompts(session_ids)).items()
+            if (title := first_line(text))
+        }
+        titles.update(await self._titles.set_titles(session_ids))
+        return titles
+
     # -- writes -------------------------------------------------------------------------------
+
+    async def set_title(self, session_id: str, title: str | None) -> None:
+        """Set the title (None: back to the first prompt's first line); an ended session's
+        too. `SessionNotFound` when the session is gone, a purge committed meanwhile included."""
+        if not await self._titles.set(session_id, title, now_us()):
+            raise SessionNotFound(session_id)
 
     async def create(
         self,
@@ -501,6 +525,14 @@ class SessionService:
         await self.store.purge(session_id)
         self._bus.forget_stream(session_id)
         self._costs.forget_session(session_id)
+
+
+def first_line(text: str) -> str | None:
+    """The first non-blank line, stripped and cut to `TITLE_CHARS` (None if there is none)."""
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:TITLE_CHARS]
+    return None
 
 
 class _EndedMeanwhile(Exception):

@@ -60,6 +60,15 @@ CREATE INDEX events_session_type ON events(session_id, type, seq);
 # stays so that the versions of existing databases keep their meaning.
 SCHEMA_V2 = ""
 
+# v3: session titles (metis/core/store/titles.py). Releases before it kept them in the metis
+# surface's own track ("session_titles", the same table and columns): `IF NOT EXISTS` adopts
+# that table with its titles. The old track's row in `schema_tracks` stays; no track of that
+# name is registered any more, so nothing reads it.
+SCHEMA_V3 = """
+CREATE TABLE IF NOT EXISTS session_titles (session_id TEXT PRIMARY KEY
+  REFERENCES sessions(id) ON DELETE CASCADE, title TEXT NOT NULL, updated_at_us INTEGER NOT NULL);
+"""
+
 # MIGRATIONS[i] upgrades a database at user_version i to i + 1.
-MIGRATIONS: list[str] = [SCHEMA_V1, SCHEMA_V2]
+MIGRATIONS: list[str] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3]
 LATEST_VERSION = len(MIGRATIONS)

@@ -1,7 +1,8 @@
 """The store: one repository per aggregate, one transaction object, and extensions.
 
 - `sessions` (sessions and turns), `messages` (messages and tool calls), `events` (the trace
-  and its projections), `confirmations`: typed reads on the reader connection, direct writes.
+  and its projections), `confirmations`, `titles` (session titles): typed reads on the reader
+  connection, direct writes.
 - `transaction()`: `async with store.transaction() as tx:` queues the repositories' write
   methods (`tx.sessions`, `tx.messages`, `tx.confirmations`, an extension's through
   `tx.using(...)`) and commits them in one writer-thread round trip (see `tx.py`).
@@ -23,6 +24,7 @@ from metis.core.store.db import Database
 from metis.core.store.events import EventStore
 from metis.core.store.messages import MessageStore
 from metis.core.store.sessions import SessionStore
+from metis.core.store.titles import TitleStore
 from metis.core.store.tx import Transaction
 
 
@@ -43,6 +45,7 @@ class Store:
         self.messages = MessageStore(db)
         self.events = EventStore(db)
         self.confirmations = ConfirmationStore(db)
+        self.titles = TitleStore(db)
         self._extensions: dict[str, StoreExtension] = {}
 
     def register(self, extension: StoreExtension) -> None:

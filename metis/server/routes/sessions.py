@@ -9,7 +9,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import JsonDict
 
-from metis.core.application import Application, SessionView
+from metis.core.application import TITLE_CHARS, Application, SessionView
 from metis.core.canonical.ids import ULID_CHARS, is_ulid
 from metis.core.canonical.money import decimal_str
 from metis.core.canonical.times import format_us, now_us
@@ -26,7 +26,6 @@ from metis.server.http import (
     validation_error,
 )
 from metis.server.state import STATE_KEY, ServerState
-from metis.server.titles import TITLE_CHARS, TitleStore
 
 routes = RouteTable()
 _SESSION_ERRORS = ("session_not_found",)
@@ -287,23 +286,12 @@ async def list_sessions(request: web.Request) -> web.Response:
         status=None if query.status == "all" else query.status,
     )
     next_cursor = encode_cursor(views[-1].id) if more and views else None
-    named = await session_titles(state, [v.id for v in views])
+    named = await service.titles([v.id for v in views])
     items = [
         {**list_item(v), "status": "ended" if v.ended else "active", "title": named.get(v.id)}
         for v in views
     ]
     return json_response({"sessions": items, "next_cursor": next_cursor})
-
-
-def _titles(state: ServerState) -> TitleStore:
-    """The titles table `create_app` bound (the state is built before the app)."""
-    assert state.titles is not None, "create_app binds the titles table"
-    return state.titles
-
-
-async def session_titles(state: ServerState, session_ids: list[str]) -> dict[str, str]:
-    """Each session's title (metis/server/titles.py), one query for the page."""
-    return await _titles(state).titles(session_ids)
 
 
 @routes.route(
@@ -316,18 +304,16 @@ async def get_session(request: web.Request) -> web.Response:
     return json_response(
         {
             **render_session(view),
-            **await session_annotations(state.app, _titles(state), view),
+            **await session_annotations(state.app, view),
             **_attach_fields(state, view),
         }
     )
 
 
-async def session_annotations(
-    app: Application, titles: TitleStore, view: SessionView
-) -> dict[str, Any]:
+async def session_annotations(app: Application, view: SessionView) -> dict[str, Any]:
     """What a single session's view shows beyond its row: its title and the project
     instruction file in use. GET /sessions/{id} and the WebSocket snapshot share it."""
-    title = (await titles.titles([view.id])).get(view.id)
+    title = (await app.sessions.titles([view.id])).get(view.id)
     instructions = await app.history.project_instructions(view.id, view.row.workspace_path)
     return {"title": title, "instructions": instructions}
 
@@ -353,7 +339,7 @@ async def patch_session(request: web.Request) -> web.Response:
         )
     if "title" in body.model_fields_set:
         view = await app.sessions.get(session_id)  # 404 for an unknown session
-        await _titles(state).set(view.id, body.title)
+        await app.sessions.set_title(view.id, body.title)
     if "active_model" in body.model_fields_set:
         change = await app.sessions.set_active_model(session_id, body.active_model)
         answer = {
@@ -371,7 +357,7 @@ async def patch_session(request: web.Request) -> web.Response:
             "swap_queued_until_turn": None,
         }
     if "title" in body.model_fields_set:
-        answer["title"] = (await session_titles(state, [session_id])).get(session_id)
+        answer["title"] = (await app.sessions.titles([session_id])).get(session_id)
     return json_response(answer)
 
 

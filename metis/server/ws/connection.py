@@ -25,7 +25,6 @@ from aiohttp.http import StreamWriter
 from metis.core.application import Application, CloseMarker, HubClient, SharedEvent
 from metis.core.errors import DomainError
 from metis.core.events.envelope import AnyEvent
-from metis.server.titles import TitleStore
 from metis.server.ws.framing import batches, text_frames
 from metis.server.ws.handoff import open_stream
 from metis.server.ws.protocol import (
@@ -62,10 +61,8 @@ class Connection:
         app: Application,
         ws: web.WebSocketResponse,
         session_id: str,
-        titles: TitleStore,
     ) -> None:
         self.app = app
-        self.titles = titles
         self.ws = ws
         self.settings = app.settings.websocket
         self.name = f"ws{next(_connection_ids)}"
@@ -225,7 +222,7 @@ class Connection:
                 self._close_in_band(item)
             return
         try:
-            preamble = await open_stream(self.app, self.titles, client, self._subscribe)
+            preamble = await open_stream(self.app, client, self._subscribe)
         except SubscribeError as exc:
             self.close_out_of_band(1008, exc.code, exc.message, first=dumps(exc.frame()))
             return

@@ -18,7 +18,6 @@ from metis.core.canonical.ids import new_ulid
 from metis.core.errors import CursorNotFound
 from metis.core.events.envelope import Event
 from metis.server.routes.sessions import render_session, session_annotations
-from metis.server.titles import TitleStore
 from metis.server.ws.protocol import (
     Subscribe,
     SubscribeError,
@@ -56,7 +55,6 @@ HOOKS = HandoffHooks()
 
 async def open_stream(
     app: Application,
-    titles: TitleStore,
     client: HubClient,
     sub: Subscribe,
     hooks: HandoffHooks = HOOKS,
@@ -92,7 +90,7 @@ async def open_stream(
         body: list[bytes] = []
         if sub.snapshot:
             assert session is not None
-            session.update(await session_annotations(app, titles, app.sessions.view(row)))
+            session.update(await session_annotations(app, app.sessions.view(row)))
             body.append((await _snapshot(app, session_id, session, point)).encode())
         elif sub.since is not None:
             events = await _replay(app, row, sub, point)

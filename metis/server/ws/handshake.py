@@ -79,8 +79,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
         raise ApiError("attach_token_invalid", "attach token missing, unknown, expired or used")
     if verdict == "wrong_session":
         raise ApiError("attach_token_wrong_session", "attach token was minted for another session")
-    assert state.titles is not None  # bound by create_app
-    connection = Connection(app, ws, session_id, state.titles)
+    connection = Connection(app, ws, session_id)
     connection.attach()
     # ---- end of the synchronous step --------------------------------------------------------
     log.info(

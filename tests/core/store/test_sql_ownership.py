@@ -1,6 +1,5 @@
 """The store owns all SQL: no module outside `metis/core/store/` and the store modules of
-registered store extensions (`metis/aap/store.py`, `metis/server/titles.py`) holds an SQL
-statement or runs one.
+registered store extensions (`metis/aap/store.py`) holds an SQL statement or runs one.
 
 Every string literal of every module (f-string parts included) is matched against the shapes
 of SQL statements, and every `execute`/`executemany`/`executescript`/`fetchone`/`fetchall`
@@ -15,8 +14,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[3] / "metis"
 # The core store, and the store modules of registered store extensions (each brings its own
-# tables, migration track and repository): AAP's, and the session titles of the metis surface.
-OWNERS = ("core/store/", "aap/store.py", "server/titles.py")
+# tables, migration track and repository): AAP's.
+OWNERS = ("core/store/", "aap/store.py")
 
 SQL = re.compile(
     r"\bSELECT\b[\s\S]+?\bFROM\b"
