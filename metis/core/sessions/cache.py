@@ -42,14 +42,20 @@ class CachedSession:
 
 
 class SessionCache:
+    """The history of every session this process serves, read from the store once and then
+    appended to as messages commit (every commit path calls `committed`)."""
+
     def __init__(self, messages: MessageStore) -> None:
         self._messages = messages
-        self._live: dict[str, CachedSession] = {}
+        self._sessions: dict[str, CachedSession] = {}
         self._created_here: set[str] = set()
 
     def created_here(self, session_id: str) -> None:
-        """Sessions created by this process never get `session.resumed`."""
+        """A session this process just created: it never gets `session.resumed`, and its
+        history starts empty here (nothing can have committed a message for an id no one
+        knew), so its first turn reads nothing back from the store."""
         self._created_here.add(session_id)
+        self._sessions.setdefault(session_id, CachedSession(session_id, []))
 
     def needs_resume_event(self, session_id: str) -> bool:
         """True once, at the first turn of a session this process did not create."""
@@ -59,22 +65,22 @@ class SessionCache:
         return True
 
     async def get(self, session_id: str) -> CachedSession:
-        live = self._live.get(session_id)
-        if live is None:
+        cached = self._sessions.get(session_id)
+        if cached is None:
             history = await self._messages.all_for_session(session_id)
-            live = self._live.setdefault(session_id, CachedSession(session_id, history))
-        return live
+            cached = self._sessions.setdefault(session_id, CachedSession(session_id, history))
+        return cached
 
     def committed(self, session_id: str, *messages: Message) -> None:
         """Append messages just committed (callers commit in id order)."""
-        live = self._live.get(session_id)
-        if live is not None:
-            live.history.extend(messages)
+        cached = self._sessions.get(session_id)
+        if cached is not None:
+            cached.history.extend(messages)
 
     def forget(self, session_id: str) -> None:
         """The session is over (ended or purged): its history is read from the store again."""
-        self._live.pop(session_id, None)
+        self._sessions.pop(session_id, None)
         self._created_here.discard(session_id)
 
     def holds(self, session_id: str) -> bool:
-        return session_id in self._live or session_id in self._created_here
+        return session_id in self._sessions or session_id in self._created_here
