@@ -24,6 +24,9 @@ class ConfigError(DomainError):
 
 
 class InvalidContent(DomainError):
+    """Message content that fails validation; `errors` lists every problem found (index and msg),
+    not just the first (400 `invalid_content` on every surface)."""
+
     def __init__(self, errors: list[dict[str, Any]]) -> None:
         text = "; ".join(e["msg"] for e in errors[:5])
         super().__init__(f"invalid content: {text}", errors=errors)
@@ -31,17 +34,25 @@ class InvalidContent(DomainError):
 
 
 class SessionNotFound(DomainError):
+    """A session id that no row holds (404 on REST; AAP answers the same for a session of another
+    surface)."""
+
     def __init__(self, session_id: str) -> None:
         super().__init__(f"session {session_id} not found", session_id=session_id)
 
 
 class SessionAlreadyEnded(DomainError):
+    """A write to a session that has been ended; `ended_at` tells since when (409)."""
+
     def __init__(self, session_id: str, ended_at: str | None = None) -> None:
         details = {"ended_at": ended_at} if ended_at else {}
         super().__init__(f"session {session_id} has ended", **details)
 
 
 class WorkspaceNotFound(DomainError):
+    """A workspace path that is not an accessible directory; `reason` says which check failed
+    (not_found, not_absolute, not_a_directory, not_accessible)."""
+
     def __init__(self, path: str, reason: str) -> None:
         super().__init__(f"workspace {path!r} is not usable: {reason}", reason=reason)
 
@@ -72,11 +83,17 @@ class ModelNotConfigured(DomainError):
 
 
 class SurfaceMismatch(DomainError):
+    """A turn submitted to a session created by another surface; `surface` names the owner (409 on
+    REST, 404 on AAP so AAP never reveals foreign sessions)."""
+
     def __init__(self, message: str, surface: str) -> None:
         super().__init__(message, surface=surface)
 
 
 class TurnInFlight(DomainError):
+    """A turn submitted while the session's slot is held by another turn (one turn at a time per
+    session)."""
+
     def __init__(self, session_id: str, current_turn_id: str) -> None:
         super().__init__(
             f"session {session_id} already has turn {current_turn_id} in flight",
@@ -85,11 +102,17 @@ class TurnInFlight(DomainError):
 
 
 class TurnNotFound(DomainError):
+    """A turn id unknown or belonging to another session: the one ownership check for cancels and
+    confirmation answers."""
+
     def __init__(self, turn_id: str) -> None:
         super().__init__(f"turn {turn_id} not found", turn_id=turn_id)
 
 
 class TurnAlreadyCompleted(DomainError):
+    """A cancel for a turn that no longer holds the slot or is already ending; `status` is its
+    outcome or `completing`."""
+
     def __init__(self, turn_id: str, status: str) -> None:
         super().__init__(f"turn {turn_id} is already {status}", status=status)
 
@@ -99,11 +122,15 @@ class RoutingFailed(DomainError):
 
 
 class ConfirmationNotFound(DomainError):
+    """A confirmation request id that no pending or stored request holds (404)."""
+
     def __init__(self, request_id: str) -> None:
         super().__init__(f"confirmation {request_id} not found", request_id=request_id)
 
 
 class ConfirmationAlreadyResolved(DomainError):
+    """A second answer to a confirmation; `resolution` and `resolved_at` report the first one (409)."""
+
     def __init__(self, resolution: str, resolved_at: str | None) -> None:
         super().__init__(
             f"confirmation already resolved ({resolution})",
@@ -117,16 +144,21 @@ class ConfirmationPolicyMismatch(DomainError):
 
 
 class CursorNotFound(DomainError):
+    """An event cursor that names no event of the session; surfaces turn it into a validation error
+    or an expired-cursor answer."""
+
     def __init__(self, cursor: str) -> None:
         super().__init__(f"cursor {cursor} names no event of this session", cursor=cursor)
 
 
 class UnknownEventType(DomainError):
-    pass
+    """An emit of a type the catalog does not know; raised only by a strict bus (tests), otherwise
+    the event is dropped and logged."""
 
 
 class EventValidationError(DomainError):
-    pass
+    """An emitted payload that does not validate against its catalog model; raised only by a strict
+    bus (tests), otherwise dropped and logged."""
 
 
 # ---- suspend/resume (raised by metis/core/turns/resume.py) ----------------------------------------

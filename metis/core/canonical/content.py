@@ -25,12 +25,17 @@ class _Frozen(BaseModel):
 
 
 class Base64Source(_Frozen):
+    """Image bytes carried inline, base64-encoded, with their media type (size and type are checked
+    on write)."""
+
     type: Literal["base64"] = "base64"
     media_type: str
     data: str
 
 
 class UrlSource(_Frozen):
+    """An image the provider fetches itself from a URL."""
+
     type: Literal["url"] = "url"
     url: str
 
@@ -39,27 +44,38 @@ ImageSource = Annotated[Base64Source | UrlSource, Field(discriminator="type")]
 
 
 class TextBlock(_Frozen):
+    """Plain text, in any role's message."""
+
     type: Literal["text"] = "text"
     text: str
 
 
 class ImageBlock(_Frozen):
+    """An image in a user message or a tool result."""
+
     type: Literal["image"] = "image"
     source: ImageSource
 
 
 class ThinkingBlock(_Frozen):
+    """The model's visible reasoning; the provider's signature must travel back with it on the next
+    call."""
+
     type: Literal["thinking"] = "thinking"
     thinking: str
     signature: str | None = None
 
 
 class RedactedThinkingBlock(_Frozen):
+    """Reasoning the provider returned encrypted; kept opaque and sent back as is."""
+
     type: Literal["redacted_thinking"] = "redacted_thinking"
     data: str
 
 
 class ToolUseBlock(_Frozen):
+    """A tool call by the model; `id` pairs it with its `tool_result`."""
+
     type: Literal["tool_use"] = "tool_use"
     id: str
     name: str
@@ -70,6 +86,8 @@ ToolResultContent = Annotated[TextBlock | ImageBlock, Field(discriminator="type"
 
 
 class ToolResultBlock(_Frozen):
+    """The answer to one tool call, sent to the model in the next user message."""
+
     type: Literal["tool_result"] = "tool_result"
     tool_use_id: str
     content: list[ToolResultContent]
@@ -189,4 +207,5 @@ def parse_user_content(raw: Any, *, max_image_bytes: int = MAX_IMAGE_BYTES) -> l
 
 
 def dump_content(content: list[Any]) -> str:
+    """The JSON text a message's content is stored as."""
     return CONTENT_LIST_ADAPTER.dump_json(content).decode()

@@ -66,16 +66,21 @@ def new_ulid() -> str:
 
 
 def is_ulid(value: object) -> bool:
+    """Whether a value is a 26-character Crockford ULID (turn, message and event ids)."""
     return isinstance(value, str) and _ULID_RE.match(value) is not None
 
 
 def new_session_id() -> str:
+    """A fresh session id: `sess_` and a ULID, so ids sort by creation time."""
     return f"sess_{new_ulid()}"
 
 
 def new_tool_use_id() -> str:
+    """A tool use id minted by metis (`tu_` and a ULID) for providers whose call ids are not ours;
+    the provider's id is mapped back on the next call."""
     return f"tu_{new_ulid()}"
 
 
 def is_session_id(value: object) -> bool:
+    """Whether a value has the shape of a session id; a check of form, not of existence."""
     return isinstance(value, str) and value.startswith("sess_") and is_ulid(value[5:])

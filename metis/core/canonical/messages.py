@@ -31,6 +31,9 @@ MessageStatus = Literal["complete", "cancelled", "error"]
 
 
 class MessageMetadata(BaseModel):
+    """What a message carries beside its content (status, model, usage, routing); unknown keys of
+    old rows are ignored."""
+
     model_config = ConfigDict(extra="ignore")
 
     status: MessageStatus = "complete"
@@ -53,6 +56,8 @@ class MessageMetadata(BaseModel):
 
 
 class Message(BaseModel):
+    """One stored message of a session, immutable; the unit of history sent to providers."""
+
     model_config = ConfigDict(frozen=True)
 
     id: str
@@ -116,6 +121,8 @@ def validate_message(message: Message, *, max_image_bytes: int = MAX_IMAGE_BYTES
 def decode_content_lenient(
     message_id: str, content_json: str, metadata_json: str
 ) -> tuple[list[Any], MessageMetadata]:
+    """A stored message's content and metadata, dropping (and logging) what no longer parses instead
+    of failing: old rows must stay readable."""
     try:
         raw_blocks = json.loads(content_json)
         raw_meta = json.loads(metadata_json)
@@ -139,4 +146,5 @@ def decode_content_lenient(
 
 
 def dump_metadata(metadata: MessageMetadata) -> str:
+    """The JSON text a message's metadata is stored as (null fields left out)."""
     return metadata.model_dump_json(exclude_none=True)

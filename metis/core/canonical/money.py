@@ -19,4 +19,5 @@ def decimal_str(value: Decimal | int | str) -> str:
 
 
 def parse_decimal(value: str | Decimal | int) -> Decimal:
+    """An amount as a Decimal, never through float."""
     return Decimal(value)

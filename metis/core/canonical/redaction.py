@@ -23,6 +23,8 @@ def register_secret(value: str | None) -> None:
 
 
 def redact(text: str, limit: int | None = None) -> str:
+    """`text` with every registered secret and token-shaped string replaced, cut to `limit`
+    characters; required before text from an exception reaches a log, event or error body."""
     for secret in _secrets:
         if secret in text:
             text = text.replace(secret, "[redacted]")

@@ -11,15 +11,19 @@ from datetime import UTC, datetime
 
 
 def now_us() -> int:
+    """The wall clock in integer microseconds since the epoch, the form every stored time uses."""
     return time.time_ns() // 1000
 
 
 def us_to_datetime(us: int) -> datetime:
+    """A stored time as an aware UTC datetime, exact to the microsecond."""
     seconds, micros = divmod(us, 1_000_000)
     return datetime.fromtimestamp(seconds, tz=UTC).replace(microsecond=micros)
 
 
 def datetime_to_us(value: datetime) -> int:
+    """An aware datetime as stored microseconds; naive ones are refused because their zone is a
+    guess."""
     if value.tzinfo is None:
         raise ValueError("naive datetimes are not accepted; use timezone-aware UTC")
     delta = value.astimezone(UTC) - datetime(1970, 1, 1, tzinfo=UTC)
@@ -34,4 +38,5 @@ def format_us(us: int | None) -> str | None:
 
 
 def format_datetime(value: datetime) -> str:
+    """The wire timestamp of an aware datetime."""
     return format_us(datetime_to_us(value))  # type: ignore[return-value]

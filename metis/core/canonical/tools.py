@@ -11,6 +11,9 @@ ToolOrigin = Literal["builtin", "application"]
 
 
 class ToolDefinition(BaseModel):
+    """What the model is offered for one tool and what the dispatcher needs to run it safely: side
+    effects, origin, the input fields that are paths, the timeout."""
+
     model_config = ConfigDict(frozen=True)
 
     name: str

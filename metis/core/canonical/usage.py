@@ -37,6 +37,8 @@ class Usage(BaseModel):
     estimated: bool = False
 
     def wire(self) -> dict[str, Any]:
+        """The usage as surfaces and message metadata carry it: the cost as an exact decimal string,
+        never a float."""
         data = self.model_dump()
         data["cost_usd"] = decimal_str(self.cost_usd)
         return data

@@ -46,6 +46,9 @@ SideEffects = Literal["none", "read", "write", "execute", "network"]
 
 
 class Payload(BaseModel):
+    """Base of every event payload: extra fields are refused so an emitter's typo fails in tests,
+    and payloads are frozen once emitted."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -53,6 +56,8 @@ class Payload(BaseModel):
 
 
 class SessionCreated(Payload):
+    """`session.created`: the first event of a session's stream."""
+
     workspace_path: str
     active_model: str | None
     routing_policy_version: str
@@ -60,10 +65,16 @@ class SessionCreated(Payload):
 
 
 class SessionResumed(Payload):
+    """`session.resumed`: announced before a session's first turn after a daemon restart;
+    `last_seq` is where its stream stood."""
+
     last_seq: int
 
 
 class SessionModelChanged(Payload):
+    """`session.model_changed`: the sticky model was set or cleared, now or (queued) after the turn
+    in flight."""
+
     previous_active_model: str | None
     active_model: str | None
     queued: bool
@@ -71,6 +82,8 @@ class SessionModelChanged(Payload):
 
 
 class SessionEnded(Payload):
+    """`session.ended`: the last event of a session, with its totals."""
+
     disposition: Literal["completed", "abandoned"]
     turn_count: int
     total_cost_usd: DecimalStr
@@ -78,6 +91,8 @@ class SessionEnded(Payload):
 
 
 class SessionPurged(Payload):
+    """`session.purged`, on the system stream: a session's messages and events were deleted."""
+
     purged_session_id: str
     messages_deleted: int
     events_deleted: int
@@ -109,6 +124,9 @@ class TurnTotals(Payload):
 
 
 class TurnStarted(Payload):
+    """`turn.started`: a turn claimed the session's slot; the content is described by hash and size,
+    never copied."""
+
     trigger: Literal["user_message", "tool_resolution"]
     user_message_id: str | None
     resumes_turn_id: str | None
@@ -122,15 +140,22 @@ class TurnStarted(Payload):
 
 
 class TurnCompleted(TurnTotals):
+    """`turn.completed`: the model stopped; `pending_tool_use_ids` lists the calls a suspended turn
+    waits for."""
+
     stop_reason: LlmStopReason
     pending_tool_use_ids: list[str] = Field(default_factory=list)
 
 
 class TurnCancelled(TurnTotals):
+    """`turn.cancelled`: the turn was cancelled, and by what."""
+
     reason: Literal["user_cancel", "client_disconnect", "timeout", "server_shutdown"]
 
 
 class TurnFailed(TurnTotals):
+    """`turn.failed`: the turn ended on an error; `message` is capped at 2,000 characters."""
+
     reason: Literal["provider_error", "loop_limit", "internal_error", "daemon_restart"]
     error_class: str | None
     message: str = Field(max_length=2000)
@@ -140,6 +165,8 @@ class TurnFailed(TurnTotals):
 
 
 class RouteAttempt(Payload):
+    """One candidate a routing policy tried and why it was passed over (inside a chain entry)."""
+
     rule_name: str | None
     candidate_model: str | None
     validation_failure: str | None
@@ -147,6 +174,8 @@ class RouteAttempt(Payload):
 
 
 class ChainEntry(Payload):
+    """One policy of the routing chain in `route.decided`, in the order consulted, with its verdict."""
+
     policy: Literal[
         "per_message_override",
         "manual_sticky",
@@ -175,6 +204,9 @@ class ChainEntry(Payload):
 
 
 class RouteDecided(Payload):
+    """`route.decided`: which model serves the turn and the whole chain that led there (also emitted
+    without a turn when no model can serve)."""
+
     outcome: Literal["chose", "no_candidate", "explicit_choice_rejected"]
     chosen_model: str | None
     winner_index: int
@@ -190,6 +222,8 @@ class RouteDecided(Payload):
 
 
 class RoutingPolicyLoaded(Payload):
+    """`routing.policy_loaded`, on the system stream: a routing policy version became active."""
+
     version: str
     previous_version: str | None
     source: str
@@ -199,6 +233,9 @@ class RoutingPolicyLoaded(Payload):
 
 
 class RoutingPolicyInvalid(Payload):
+    """`routing.policy_invalid`, on the system stream: an edited routing.yaml was refused; the last
+    known good stays active."""
+
     policy_path: str
     file_version: str
     errors: list[str]
@@ -207,6 +244,9 @@ class RoutingPolicyInvalid(Payload):
 
 
 class RoutingProviderUnavailable(Payload):
+    """`routing.provider_unavailable`, on the system stream: a provider or one of its models is
+    taken out of routing."""
+
     provider: str
     scope: Literal["model_specific", "provider_wide"]
     models_affected: list[str]
@@ -222,6 +262,8 @@ class RoutingProviderUnavailable(Payload):
 
 
 class RoutingProviderRecovered(Payload):
+    """`routing.provider_recovered`, on the system stream: a provider or model is back in routing."""
+
     provider: str
     scope: Literal["model_specific", "provider_wide"]
     models_recovered: list[str]
@@ -248,11 +290,15 @@ class _Quartet(Payload):
 
 
 class LlmCallStarted(_LlmCall):
+    """`llm.call_started`: one request (one attempt) to a provider."""
+
     estimated_input_tokens: int
     max_output_tokens: int
 
 
 class LlmCallCompleted(_LlmCall, _Quartet):
+    """`llm.call_completed`: the provider's answer with its usage, cost and latency."""
+
     stop_reason: LlmStopReason
     cost_usd: DecimalStr
     pricing_version: str
@@ -264,6 +310,8 @@ class LlmCallCompleted(_LlmCall, _Quartet):
 
 
 class LlmCallFailed(_LlmCall, _Quartet):
+    """`llm.call_failed`: an attempt that failed, classified, and whether it will be retried."""
+
     error_class: LlmErrorClass
     message: str
     provider_status: int | None
@@ -278,11 +326,16 @@ class LlmCallFailed(_LlmCall, _Quartet):
 
 
 class InputError(Payload):
+    """One validation problem of a tool call's input (JSON path and message)."""
+
     path: str
     message: str
 
 
 class ToolInputInvalid(Payload):
+    """`tool.input_invalid`: a tool call whose input failed its schema; the model gets the errors as
+    the result."""
+
     tool_use_id: str
     tool_name: str
     errors: list[InputError] = Field(max_length=20)
@@ -290,6 +343,8 @@ class ToolInputInvalid(Payload):
 
 
 class ToolConfirmationRequested(Payload):
+    """`tool.confirmation_requested`: a tool call waits for the user's allow or deny."""
+
     confirmation_request_id: str
     tool_use_id: str
     tool_name: str
@@ -304,6 +359,8 @@ class ToolConfirmationRequested(Payload):
 
 
 class ToolConfirmationResolved(Payload):
+    """`tool.confirmation_resolved`: the answer to a confirmation request (or its timeout)."""
+
     confirmation_request_id: str
     tool_use_id: str
     decision: Literal["allow", "deny", "timeout"]
@@ -313,6 +370,8 @@ class ToolConfirmationResolved(Payload):
 
 
 class ToolCalled(Payload):
+    """`tool.called`: a tool starts running; its input is described by hash and size, never copied."""
+
     tool_use_id: str
     tool_name: str
     side_effects: SideEffects
@@ -323,6 +382,8 @@ class ToolCalled(Payload):
 
 
 class ToolCompleted(Payload):
+    """`tool.completed`: a tool finished, possibly with an error result the model sees."""
+
     tool_use_id: str
     is_error: bool
     output_bytes: int
@@ -334,6 +395,8 @@ class ToolCompleted(Payload):
 
 
 class ToolFailed(Payload):
+    """`tool.failed`: a tool call that could not produce a result (denied, timed out, crashed)."""
+
     tool_use_id: str
     tool_name: str
     error_class: ToolErrorClass
@@ -346,6 +409,9 @@ class ToolFailed(Payload):
 
 
 class BusGapDetected(Payload):
+    """`bus.gap_detected`: a range of a stream's seq numbers that will never be stored (found at
+    start-up or lost by the writer)."""
+
     missing_from_seq: int
     missing_to_seq: int
     detected_by: Literal["startup_scan", "writer"]
@@ -355,18 +421,25 @@ class BusGapDetected(Payload):
 
 
 class MessageStart(Payload):
+    """`message.start` (streaming only): an assistant message begins."""
+
     message_id: str
     role: Literal["assistant"]
     model: str
 
 
 class TextDelta(Payload):
+    """`text.delta` (streaming only): a piece of a text block."""
+
     message_id: str
     content_block_index: int
     text: str
 
 
 class ThinkingDelta(Payload):
+    """`thinking.delta` (streaming only): a piece of a thinking block; the signature comes with the
+    last."""
+
     message_id: str
     content_block_index: int
     text: str
@@ -374,6 +447,8 @@ class ThinkingDelta(Payload):
 
 
 class ToolUseStart(Payload):
+    """`tool.use_start` (streaming only): the model begins a tool call."""
+
     message_id: str
     content_block_index: int
     tool_use_id: str
@@ -381,6 +456,8 @@ class ToolUseStart(Payload):
 
 
 class ToolUseInputDelta(Payload):
+    """`tool.use_input_delta` (streaming only): a piece of a tool call's input JSON."""
+
     message_id: str
     content_block_index: int
     tool_use_id: str
@@ -388,6 +465,8 @@ class ToolUseInputDelta(Payload):
 
 
 class ToolUseEnd(Payload):
+    """`tool.use_end` (streaming only): a tool call's input is complete and parsed."""
+
     message_id: str
     content_block_index: int
     tool_use_id: str
@@ -395,6 +474,8 @@ class ToolUseEnd(Payload):
 
 
 class MessageComplete(Payload):
+    """`message.complete` (streaming only): the assistant message as stored, with its usage."""
+
     message_id: str
     stop_reason: Literal[
         "end_turn", "max_tokens", "stop_sequence", "tool_use", "refusal", "cancelled", "error"
@@ -455,4 +536,6 @@ def sensitivity_of(event_type: str) -> str:
 
 
 def is_catalog_type(event_type: str) -> bool:
+    """Whether a type is in the closed catalog, persisted or streaming-only; anything else is never
+    valid."""
     return event_type in PERSISTED or event_type in STREAMING
