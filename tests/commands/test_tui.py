@@ -216,7 +216,7 @@ async def test_escape_cancels_the_running_turn(
         await pilot.press("escape")
         await until(lambda: "turn cancelled (user_cancel)" in notes(app))
         assert app.turn_id is None
-        assert "cut short (cancelled)" in "\n".join(str(w.render()) for w in app.query(".note"))
+        assert "cut short (cancelled)" in "\n".join(str(w.render()) for w in app.query(".warning"))
     cancelled = await api_of(d).events(app.session_id, event_types="turn.cancelled")
     assert [e["payload"]["reason"] for e in cancelled] == ["user_cancel"]
 
@@ -348,7 +348,7 @@ async def test_a_reply_of_5000_deltas_in_one_burst_reaches_the_transcript_whole(
             await until(lambda: "turn completed" in notes(app), timeout=60)
             assert reply.text == text
             await until(lambda: reply.source == text, timeout=60)
-            pieces = reply.view.pieces
+            pieces = reply.pieces
             assert len(text) // (2 * CHUNK_CHARS) < len(pieces) < len(text) // (CHUNK_CHARS // 2)
             await pilot.pause()
             screenshot(app, "long-reply")

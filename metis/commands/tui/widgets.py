@@ -47,8 +47,8 @@ class UserMessage(Static):
 
 
 class MarkdownView(Widget):
-    """A reply's Markdown as one line-API widget: the text cut at top-level block starts into
-    pieces of about CHUNK_CHARS, each rendered by Rich on its own, a blank line between them.
+    """Markdown as one line-API widget: the text cut at top-level block starts into pieces of
+    about CHUNK_CHARS, each rendered by Rich on its own, a blank line between them.
 
     Only the last piece (the live one, still growing) is rendered again as text arrives. The
     others keep their height per width, and their lines only while in view (a few pieces,
@@ -71,13 +71,21 @@ class MarkdownView(Widget):
 
     @property
     def source(self) -> str:
+        """The text shown."""
         return "".join(self.pieces)
 
+    @property
+    def shown(self) -> int:
+        """How much of the text is shown."""
+        return self.settled + len(self.pieces[-1])
+
     def show(self, text: str, end: int) -> None:
-        """Show `text[:end]`, which extends what is shown: pieces that became whole are
-        settled, the live piece is rendered now and the layout redone only if the height
-        changed."""
+        """Show more of `text` (which extends what is shown), up to `end`: the pieces that
+        became whole are settled; the live piece is rendered now unless more text is waiting
+        and whole pieces were settled (text behind the stream is shown a piece at a time, each
+        rendered once); the layout is redone only if the height changed."""
         height = self._height() if self._measured() else -1
+        settled = len(self.pieces)
         for start in block_starts(text, self.settled, end):
             if start - self.settled >= CHUNK_CHARS:
                 self._replace_live(text[self.settled : start])
@@ -85,7 +93,8 @@ class MarkdownView(Widget):
                 self.pieces.append("")
                 if len(self._heights) == len(self.pieces) - 1:
                     self._heights.append(0)
-        self._replace_live(text[self.settled : end])
+        if end == len(text) or len(self.pieces) == settled:
+            self._replace_live(text[self.settled : end])
         if self._measured():
             self._place()
         self.refresh(layout=not self._measured() or self._height() != height)
@@ -159,7 +168,7 @@ class MarkdownView(Widget):
         return self._height()
 
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
+        width = self.content_size.width
         self._layout(width)
         index = bisect_right(self._starts, y) - 1
         if index >= 0:
@@ -177,31 +186,21 @@ def _empty(strip: Strip) -> bool:
     )
 
 
-class AssistantMessage(Vertical):
+class AssistantMessage(MarkdownView):
     """A reply as Markdown (code blocks highlighted), streamed as deltas arrive: drawn at most
-    once a frame however fast the deltas come, a burst over a few frames (MarkdownView)."""
+    once a frame however fast the deltas come, a burst over a few frames. One widget: no
+    container around it to lay out and paint again as it grows."""
 
     DEFAULT_CSS = """
     AssistantMessage { height: auto; margin: 1 0 0 0; padding: 0 1; border-left: thick $success; }
-    AssistantMessage > .note { color: $warning; }
     """
 
     def __init__(self, message_id: str | None, text: str = "", model: str | None = None) -> None:
-        super().__init__()
+        super().__init__(text)
         self.message_id = message_id
         self.text = text
         self.model = model
-        self.view = MarkdownView(text)
-        self._shown = len(text)  # how much of the text the view shows
         self._timer: Timer | None = None
-
-    def compose(self) -> Any:
-        yield self.view
-
-    @property
-    def source(self) -> str:
-        """The text the view shows (all of `text` a few frames after the last delta)."""
-        return self.view.source
 
     def append(self, fragment: str) -> None:
         """Add streamed text; it is drawn on the next frame."""
@@ -210,24 +209,23 @@ class AssistantMessage(Vertical):
 
     def _schedule(self) -> None:
         if self._timer is None and self.is_mounted:
-            live = min(len(self.text), self._shown + DRAW_CHARS) - self.view.settled
+            live = min(len(self.text), self.shown + DRAW_CHARS) - self.settled
             self._timer = self.set_timer(FRAME_S * max(1.0, live / SLOW_CHUNK_CHARS), self._draw)
 
     def _draw(self) -> None:
         """Show up to DRAW_CHARS more of the text: a burst is drawn over a few frames, with
         the app's other work (keys) in between, not in one long render."""
         self._timer = None
-        end = min(len(self.text), self._shown + DRAW_CHARS)
-        self.view.show(self.text, end)
-        self._shown = end
-        if end < len(self.text):
+        self.show(self.text, min(len(self.text), self.shown + DRAW_CHARS))
+        if self.shown < len(self.text):
             self._schedule()
 
     async def finish(self, note: str | None = None) -> None:
-        """The reply is complete (what is not drawn yet is drawn in the next frames)."""
+        """The reply is complete (what is not drawn yet is drawn in the next frames); a note
+        (the reply was cut short) goes below it."""
         self._schedule()
-        if note:
-            await self.mount(Static(note, classes="note"))
+        if note and isinstance(self.parent, Widget):
+            await self.parent.mount(Note(Text(note), classes="warning"), after=self)
 
 
 class LeftMarkdown(RichMarkdown):
@@ -405,6 +403,7 @@ class Note(Static):
     DEFAULT_CSS = """
     Note { margin: 1 0 0 0; padding: 0 1; color: $text-muted; }
     Note.error { color: $error; }
+    Note.warning { color: $warning; }
     Note.marker { color: $accent; text-style: bold; content-align: center middle; width: 100%; }
     """
 
