@@ -108,7 +108,9 @@ class Tool(Protocol):
     `ctx.cancel_event` on a timeout or a turn cancel.
     """
 
-    async def run(self, input: dict[str, Any], ctx: ToolContext) -> ToolOutput: ...
+    async def run(self, input: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        """Run one call; answer with a `ToolOutput` or raise one of the exceptions of this module,
+        whose class becomes the error class."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,11 +136,16 @@ class PermissionDenied(Exception):
 
 
 class PathOutsideWorkspace(PermissionDenied):
+    """A path that resolves (symlinks followed) outside the session's workspace."""
+
     def __init__(self, path: str) -> None:
         super().__init__(f'Path "{path}" is outside the workspace.', path)
 
 
 class ProtectedPath(PermissionDenied):
+    """A write under a protected directory of the workspace (`tools.sandbox.protected_dirs`, `.git`
+    by default); reading there is allowed."""
+
     def __init__(self, path: str) -> None:
         super().__init__(
             f'Path "{path}" is inside a protected directory and cannot be modified.', path

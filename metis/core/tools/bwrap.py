@@ -162,6 +162,8 @@ class ShellSandbox:
     name = "bubblewrap"
 
     def argv(self, command: str, workspace: str) -> list[str]:
+        """The bwrap command line running `command` in `workspace`; the hidden paths are looked up
+        on each call, so a secret file created after start-up is hidden too."""
         dirs, files = self.lookup(self.hidden)
         return build_argv(
             self.bwrap,

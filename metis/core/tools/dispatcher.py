@@ -90,6 +90,9 @@ def check_application_policy(
 
 @dataclass
 class BatchResult:
+    """What one assistant message's tool uses came to: the stored result messages in tool_use order,
+    and the ids parked for an answer from the client (suspend policy, application tools)."""
+
     results: list[Message]
     suspended_ids: list[str]
 
@@ -116,6 +119,9 @@ def input_fingerprint(value: dict[str, Any]) -> tuple[str, int]:
 
 
 class Dispatcher:
+    """Runs the tool uses of one assistant message through the whole pipeline; the only writer of
+    tool events and tool result messages."""
+
     def __init__(
         self,
         *,
@@ -161,6 +167,8 @@ class Dispatcher:
         return [*self.registry.offered(surface), *application]
 
     def holds(self, session_id: str) -> bool:
+        """Whether any per-session state (slot, first-question lock) is still kept for the session;
+        the memory test checks that an ended session leaves none."""
         return session_id in self._session_slots or any(
             key[0] == session_id for key in self._first_questions
         )
@@ -182,6 +190,8 @@ class Dispatcher:
         message_id: str,
         parent_event_id: str | None,
     ) -> BatchResult:
+        """Run the tool uses of one assistant message; results are committed and announced in
+        tool_use order whatever order they finish in."""
         jobs = [_Job(block) for block in tool_uses]
 
         async def process(job: _Job) -> ToolOutcome | InputInvalid | None:
@@ -525,6 +535,8 @@ class Dispatcher:
     async def store_result(
         self, session_id: str, turn_id: str | None, tool_use_id: str, outcome: ToolOutcome
     ) -> Message:
+        """Commit a tool use's result message and link it to its call in one transaction; also used
+        for answers that arrive by resolution or abandonment."""
         message = tool_result_message(session_id, turn_id, tool_use_id, outcome, now_us())
         async with self.store.transaction() as tx:
             tx.messages.insert(message)  # validated here, before the write
@@ -541,6 +553,8 @@ class Dispatcher:
         result_message_id: str,
         parent_event_id: str | None,
     ) -> None:
+        """The terminal event of one tool use (`tool.input_invalid`, `tool.completed` or
+        `tool.failed`), pointing at its stored result."""
         if isinstance(outcome, InputInvalid):
             payload: dict[str, Any] = {
                 "tool_use_id": block.id,
@@ -644,4 +658,5 @@ async def _wait_unless_cancelled(ready: asyncio.Event, cancel: asyncio.Event) ->
 
 
 def cancelled_outcome() -> ToolOutcome:
+    """The outcome of a tool use cancelled before it produced anything."""
     return failed("cancelled", cancelled_result_text())

@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 
 
 class ToolExecutor:
+    """Runs one tool call with its timeout, cancellation and result cap; holds the shell sandbox and
+    the process group ledger the shell needs."""
+
     def __init__(
         self,
         settings: ToolsSettings,

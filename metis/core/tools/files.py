@@ -22,10 +22,13 @@ _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def not_regular(rel: str) -> ToolError:
+    """The error for a path that is a directory, device, FIFO or socket: file tools read and write
+    regular files only."""
     return ToolError(f"{display(rel)} is not a regular file.")
 
 
 def binary_file(rel: str, size: int) -> ToolError:
+    """The error for a file that is not UTF-8 text; its size tells the model what it skipped."""
     return ToolError(f"{display(rel)} is a binary file ({size} bytes).")
 
 

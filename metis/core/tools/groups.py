@@ -34,6 +34,8 @@ _PROC = Path("/proc")
 
 
 def new_marker() -> str:
+    """A fresh random run marker for `METIS_SHELL_RUN`; unguessable, so no unrelated process carries
+    it."""
     return secrets.token_hex(16)
 
 

@@ -29,6 +29,8 @@ class PathTurn:
 
 
 class PathOrder:
+    """The queues of write-class tool uses per path key, in tool_use order, for one dispatcher."""
+
     def __init__(self) -> None:
         self._queues: dict[Hashable, list[PathTurn]] = {}
 

@@ -25,6 +25,8 @@ class PathCheck:
 
 
 def precheck(definition: ToolDefinition, input: Mapping[str, Any], sandbox: Sandbox) -> PathCheck:
+    """Resolve every path field of the input with the tool's access (write for write-class tools);
+    the first refusal becomes the call's outcome before anyone is asked to confirm."""
     write = writes_paths(definition.side_effects)
     paths: list[ResolvedPath] = []
     for field in definition.path_fields:

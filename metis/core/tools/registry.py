@@ -24,6 +24,9 @@ ToolFactory = Callable[[], Tool]
 
 @dataclass(frozen=True)
 class RegisteredTool:
+    """A tool as registered: its definition, a factory for a fresh instance per call, and how its
+    timeout follows its input."""
+
     definition: ToolDefinition
     factory: ToolFactory
     input_timeout: InputTimeout | None = None
@@ -40,6 +43,9 @@ class RegisteredTool:
 
 
 class ToolRegistry:
+    """The tools of the daemon, what each session may be offered, and the MCP sources that replace
+    their tools as a whole."""
+
     def __init__(self, enabled: Iterable[str] | None = None) -> None:
         """`enabled=None` enables every registered tool (tests registering their own)."""
         self._tools: dict[str, RegisteredTool] = {}
@@ -72,6 +78,8 @@ class ToolRegistry:
         *,
         input_timeout: InputTimeout | None = None,
     ) -> RegisteredTool:
+        """Add a tool; refuses an invalid name, a duplicate, an invalid schema and a path field the
+        schema does not declare."""
         name = definition.name
         if not TOOL_NAME_RE.match(name):
             raise ToolRegistrationError(f"invalid tool name {name!r}")
@@ -108,6 +116,8 @@ class ToolRegistry:
             self._sources[entry.name] = source
 
     def source_of(self, name: str) -> str | None:
+        """The source (`mcp:<server>`) a tool was registered from; None for builtins and tests' own
+        tools."""
         return self._sources.get(name)
 
     def check_settings(self, settings: ToolsSettings) -> None:
@@ -134,6 +144,8 @@ class ToolRegistry:
         return list(self._tools.values())
 
     def is_enabled(self, name: str, surface: SurfaceToolPolicy | None = None) -> bool:
+        """Whether the tool may be offered: registered, enabled by `tools.enabled` (MCP tools by
+        their server's config) and allowed by the surface's policy."""
         if name not in self._tools:
             return False
         if self._enabled is not None and name not in self._enabled and name not in self._sources:

@@ -41,17 +41,20 @@ DENIED = "Tool call denied"
 
 
 def not_found_text(name: str, available: Iterable[str]) -> str:
+    """The result for a call to a tool the session was not offered, listing what it may call."""
     names = ", ".join(available) or "none"
     return f'Unknown tool "{name}". Available tools: {names}.'
 
 
 def input_invalid_text(name: str, errors: Sequence[InputError]) -> str:
+    """The result for an input that failed the tool's schema, one line per error."""
     lines = [f"Invalid input for {name}:"]
     lines.extend(f"- {e.path}: {e.message}" for e in errors)
     return "\n".join(lines)
 
 
 def policy_denied_text(name: str) -> str:
+    """The result for a tool the local confirmation policy denies outright."""
     return f'Tool "{name}" is disabled by the local tool policy.'
 
 
@@ -61,10 +64,12 @@ def not_enabled_denied_text(name: str) -> str:
 
 
 def user_denied_text(reason: str | None = None) -> str:
+    """The result for a call the user denied, with their reason if they gave one."""
     return f"{DENIED}: {reason}" if reason else DENIED
 
 
 def confirmation_timeout_text(timeout_seconds: float) -> str:
+    """The result for a confirmation nobody answered in time."""
     return (
         f"No answer to the confirmation request within {seconds(timeout_seconds)} s; "
         "the tool was not run."
@@ -72,15 +77,19 @@ def confirmation_timeout_text(timeout_seconds: float) -> str:
 
 
 def timeout_text(timeout_seconds: float, partial_output: str | None = None) -> str:
+    """The result for a call stopped at its timeout, with whatever output it had produced."""
     head = f"Timed out after {seconds(timeout_seconds)} s."
     return f"{head}\n{partial_output}" if partial_output else head
 
 
 def cancelled_text(partial_output: str | None = None) -> str:
+    """The result for a cancelled call, with whatever output it had produced."""
     return f"{CANCELLED}\n{partial_output}" if partial_output else CANCELLED
 
 
 def internal_error_text(name: str, tool_use_id: str) -> str:
+    """The result for a tool that crashed; details stay in the daemon log, the tool use id finds
+    them."""
     return f'Tool "{name}" failed with an internal error (see daemon log, {tool_use_id}).'
 
 
@@ -118,6 +127,9 @@ class ToolOutcome:
 
 @dataclass(frozen=True)
 class CappedContent:
+    """Result blocks after the cap, whether they were cut, and the byte size before cutting
+    (`tool.completed.output_bytes`)."""
+
     content: tuple[ResultBlock, ...]
     truncated: bool
     output_bytes: int

@@ -148,4 +148,5 @@ class Sandboxes:
         self._protected_dirs = tuple(protected_dirs)
 
     def for_workspace(self, workspace: str) -> Sandbox:
+        """A sandbox rooted at one session's workspace, with the configured protected directories."""
         return Sandbox(workspace, self._protected_dirs)

@@ -111,6 +111,9 @@ class ShellSettings(_Section):
 
 
 class SandboxSettings(_Section):
+    """`tools.sandbox`: directory names (not paths) no tool may write under, at any depth of the
+    workspace."""
+
     protected_dirs: tuple[str, ...] = (".git",)
 
     @field_validator("protected_dirs")
@@ -159,6 +162,9 @@ class ConfirmationSettings(_Section):
 
 
 class ToolsSettings(_Section):
+    """The `tools` section of config.yaml: which tools exist for sessions, concurrency, timeouts,
+    size limits, the shell, the sandbox and the confirmation policy."""
+
     enabled: tuple[str, ...] = BUILTIN_TOOL_NAMES
     max_concurrent_per_session: int = Field(default=4, ge=1, le=16)
     max_concurrent_global: int = Field(default=16, ge=1)

@@ -26,6 +26,9 @@ COMMAND_SUMMARY_CHARS = 2000
 
 @dataclass(frozen=True)
 class ConfirmationSummary:
+    """What `tool.confirmation_requested` shows the user: a one-line summary, the paths a write
+    targets, the shell command."""
+
     input_summary: str
     projected_modifications: list[str] | None
     command_summary: str | None

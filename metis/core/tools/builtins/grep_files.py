@@ -88,6 +88,9 @@ DEFINITION = ToolDefinition(
 
 
 class GrepFilesTool:
+    """The builtin `grep_files`: the regular expression is compiled off the loop and the search runs
+    in a child process, so a catastrophic pattern can be stopped."""
+
     async def run(self, input: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         pattern: str = input["pattern"]
         ignore_case: bool = input.get("ignore_case", False)

@@ -30,12 +30,16 @@ DEFINITION = ToolDefinition(
 
 
 class ListDirTool:
+    """The builtin `list_dir`: one directory's entries, listed in a worker thread."""
+
     async def run(self, input: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         target = ctx.workspace.resolve(input.get("path", "."))
         return ToolOutput.text(await asyncio.to_thread(list_entries, target))
 
 
 def list_entries(target: ResolvedPath) -> str:
+    """A directory's entries sorted by name (directories end in `/`, symlinks in `@`), capped at
+    `MAX_ENTRIES`; the directory is opened without following a symlink."""
     path = display(target.rel)
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:

@@ -46,6 +46,8 @@ DEFINITION = ToolDefinition(
 
 
 class PatchFileTool:
+    """The builtin `patch_file`: replaces one exact occurrence of `old_text` in a file, atomically."""
+
     async def run(self, input: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         target = ctx.workspace.resolve(input["path"], write=True)
         old_text: str = input["old_text"]

@@ -59,6 +59,9 @@ DEFINITION = ToolDefinition(
 
 
 class ReadFileTool:
+    """The builtin `read_file`: a text file, or a window of its lines with a note saying where it
+    sits in the file."""
+
     async def run(self, input: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         target = ctx.workspace.resolve(input["path"])
         offset = input.get("offset", 1)

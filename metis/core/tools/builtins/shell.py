@@ -113,6 +113,8 @@ class OutputCapture:
         self.total = 0
 
     def feed(self, data: bytes) -> None:
+        """Count `data` and keep it only while the head has room or as part of the tail; the middle
+        is dropped, so memory stays bounded whatever the command prints."""
         self.total += len(data)
         room = self.head_limit - len(self.head)
         if room > 0:
@@ -126,6 +128,7 @@ class OutputCapture:
 
     @property
     def omitted(self) -> int:
+        """Bytes dropped between the head and the tail."""
         return self.total - len(self.head) - len(self.tail)
 
     def text(self) -> str:
@@ -141,6 +144,9 @@ class OutputCapture:
 
 
 class ShellTool:
+    """The builtin `shell`: a command in the workspace with a scrubbed environment, in the sandbox
+    when one is available."""
+
     async def run(self, input: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         ctx.workspace.ensure_root()
         root = ctx.workspace.root

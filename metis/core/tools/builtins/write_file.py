@@ -42,6 +42,9 @@ def encode_text(text: str, what: str) -> bytes:
 
 
 class WriteFileTool:
+    """The builtin `write_file`: creates or replaces a whole file atomically, within
+    `max_write_bytes`."""
+
     async def run(self, input: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         target = ctx.workspace.resolve(input["path"], write=True)
         data = encode_text(input["content"], "content")

@@ -20,6 +20,9 @@ log = logging.getLogger(__name__)
 
 
 class McpManager:
+    """Every configured MCP server of the daemon; the MCP SDK is imported only when at least one
+    server is configured."""
+
     def __init__(
         self,
         settings: McpSettings,
@@ -69,11 +72,14 @@ class McpManager:
         )
 
     async def aclose(self) -> None:
+        """Stop every server and wait for its processes to end (graceful shutdown)."""
         await asyncio.gather(*(s.stop() for s in self.servers.values()))
 
     def kill(self) -> None:
+        """Past the shutdown grace: kill every server's processes without awaiting."""
         for server in self.servers.values():
             server.kill()
 
     def status(self) -> dict[str, Any]:
+        """`GET /mcp`'s object: every configured server, enabled or not."""
         return {"servers": [s.status() for s in self.servers.values()]}

@@ -54,6 +54,9 @@ class McpUnavailable(ToolError):
 
 @dataclass(frozen=True)
 class ToolInfo:
+    """One tool a server listed: its offered name, its name on the server and its confirmation mode
+    (shown by the status endpoints)."""
+
     name: str  # as offered: mcp__<server>__<tool>
     remote_name: str
     description: str
@@ -61,6 +64,9 @@ class ToolInfo:
 
 
 class McpServer:
+    """One configured MCP server: its state, its restarts and the tools it registered, driven by a
+    single owner task."""
+
     def __init__(
         self,
         name: str,
@@ -118,11 +124,13 @@ class McpServer:
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Start the owner task (once; a disabled server never starts)."""
         if self.settings.enabled and self._task is None:
             self.state = "starting"
             self._task = asyncio.create_task(self._run(), name=f"mcp-server-{self.name}")
 
     async def stop(self) -> None:
+        """Stop the owner task and wait for it to close the connection and the process."""
         self._stop.set()
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -135,6 +143,7 @@ class McpServer:
         kill_now(self._processes)
 
     async def wait_ready(self, timeout: float) -> bool:
+        """Wait until the server is ready or `timeout` passes; True if ready."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._ready.wait(), timeout)
         return self._ready.is_set()
@@ -330,6 +339,8 @@ class McpServer:
     async def call(
         self, remote_name: str, arguments: dict[str, Any], remaining: float
     ) -> mcp_types.CallToolResult:
+        """Call a tool on the ready server; fails at once when it is not ready, and with the
+        connection's reason when it ends mid-call."""
         session, liveness = self._session, self._liveness
         if session is None or liveness is None or self.state != "ready":
             why = f": {self.last_error}" if self.last_error else ""

@@ -45,11 +45,15 @@ class _Section(BaseModel):
 
 
 class McpToolSettings(_Section):
+    """Overrides for one tool of a server: its confirmation policy and call timeout."""
+
     policy: McpMode | None = None
     timeout_seconds: float | None = Field(default=None, gt=0)
 
 
 def is_loopback_host(host: str) -> bool:
+    """Whether a host name or address is loopback: plain `http` is allowed only there, so headers
+    never cross the network in clear."""
     if host.lower() in _LOOPBACK_NAMES:
         return True
     try:
@@ -59,6 +63,9 @@ def is_loopback_host(host: str) -> bool:
 
 
 class McpServerSettings(_Section):
+    """One MCP server: either a stdio `command` or a Streamable HTTP `url`, its environment or
+    headers (secrets, kept out of repr), its policy and timeouts."""
+
     command: str | None = Field(default=None, min_length=1)
     args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict, repr=False)
@@ -100,10 +107,12 @@ class McpServerSettings(_Section):
         return "stdio" if self.command is not None else "http"
 
     def mode_for(self, tool: str) -> McpMode:
+        """The confirmation mode of one tool: its own override, else the server's policy."""
         configured = self.tools.get(tool)
         return configured.policy if configured and configured.policy else self.policy
 
     def timeout_for(self, tool: str) -> float:
+        """The call timeout of one tool: its own override, else the server's."""
         configured = self.tools.get(tool)
         if configured and configured.timeout_seconds is not None:
             return configured.timeout_seconds
@@ -111,6 +120,8 @@ class McpServerSettings(_Section):
 
 
 class McpSettings(_Section):
+    """The `mcp` section: the servers by name, and the restart backoff and ping interval they share."""
+
     servers: dict[str, McpServerSettings] = Field(default_factory=dict)
     restart_initial_seconds: float = Field(default=1.0, gt=0)  # first backoff after a death
     restart_max_seconds: float = Field(default=60.0, gt=0)

@@ -116,6 +116,8 @@ class McpRegisteredTool(RegisteredTool):
     validator: Validator | None = field(default=None, compare=False)
 
     def validate(self, input: Any) -> InputValidation:
+        """Validate against the server's own schema, in the dialect it declares; no defaults are
+        filled in, the server receives what the model sent."""
         assert self.validator is not None
         return validate_with(self.validator, input)
 
@@ -183,6 +185,8 @@ class McpTool:
         self.remote_name = remote_name
 
     async def run(self, input: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        """Call the tool on its server; a turn cancel or timeout cancels the request (the SDK tells
+        the server) and the call ends as cancelled."""
         call = asyncio.ensure_future(self.server.call(self.remote_name, input, ctx.remaining()))
         cancelled = asyncio.ensure_future(ctx.cancel_event.wait())
         try:
@@ -211,6 +215,8 @@ def registered(
     mode: Any,
     timeout_seconds: float,
 ) -> McpRegisteredTool:
+    """The registry entry of one MCP tool: offered under `name` with the server's schema, validated
+    by `validator`, called through a fresh `McpTool` each time."""
     title = tool.title or (tool.annotations.title if tool.annotations else None)
     definition = ToolDefinition(
         name=name,

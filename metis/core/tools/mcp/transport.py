@@ -53,6 +53,7 @@ class Liveness:
     reason: str = ""
 
     def end(self, reason: str) -> None:
+        """Mark the connection over; the first reason is kept."""
         if not self.dead.is_set():
             self.reason = reason
             self.dead.set()
@@ -60,6 +61,9 @@ class Liveness:
 
 @dataclass
 class StdioProcess:
+    """A stdio server process as started: its pid, its run marker and whether it is still alive, for
+    the ledger and for a kill at shutdown."""
+
     pid: int
     marker: str
     liveness: Liveness
