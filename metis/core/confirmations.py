@@ -59,6 +59,9 @@ class ConfirmationRequest:
 
 @dataclass(frozen=True)
 class ConfirmationAnswer:
+    """How a `wait` request ended for the waiting tool use (allowed, denied, timeout or withdrawn),
+    with the event that resolved it."""
+
     outcome: Outcome
     scope: str | None = None
     reason: str | None = None
@@ -67,6 +70,9 @@ class ConfirmationAnswer:
 
 @dataclass(frozen=True)
 class ResolveResult:
+    """The outcome of a REST answer: `applied` is False when the same answer had already been
+    applied (repeating it is not an error)."""
+
     applied: bool
     decision: str
     scope: str
@@ -101,6 +107,9 @@ SUSPEND_ANSWERED_ELSEWHERE = "this request is answered through the surface that 
 
 
 class ConfirmationBroker:
+    """Every confirmation request of the daemon: pending `wait` requests with their futures,
+    suspended ones, and the decisions remembered per session and tool."""
+
     def __init__(self, store: Store, bus: EventBus, *, timeout_s: float = 300.0) -> None:
         self.store = store
         self.bus = bus
@@ -143,6 +152,8 @@ class ConfirmationBroker:
     # -- remembered decisions -----------------------------------------------------------------
 
     def remembered(self, session_id: str, tool_name: str) -> Decision | None:
+        """The decision remembered for this tool in this session (`session` scope), if any: it
+        answers later requests without asking."""
         return self._remembered.get((session_id, tool_name))
 
     # -- requesting ---------------------------------------------------------------------------
@@ -378,6 +389,8 @@ class ConfirmationBroker:
             tx.confirmations.withdraw_pending(session_id, stamp)
 
     def holds(self, session_id: str) -> bool:
+        """Whether anything of the session is still kept (pending requests, remembered decisions);
+        the memory test checks that an ended session leaves nothing."""
         return any(p.request.session_id == session_id for p in self._requests.values()) or any(
             key[0] == session_id for key in self._remembered
         )

@@ -53,6 +53,8 @@ def prefix(path: str) -> str:
 
 
 def type_name(value: Any) -> str:
+    """The YAML name of a value's type for `wrong_type` messages, so both validators word them the
+    same."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -140,6 +142,8 @@ class Collector:
                 )
 
     def mapping(self, value: Any, path: str, where: Position) -> MarkedDict | None:
+        """The value as a `MarkedDict`, or None with a `wrong_type` error recorded; like every check
+        below, it records and never raises, so one pass finds every problem."""
         if isinstance(value, dict):
             return value if isinstance(value, MarkedDict) else MarkedDict(value)
         self.wrong_type(path, where, "a mapping", value)
@@ -166,6 +170,8 @@ class Collector:
         minimum: int | None = None,
         maximum: int | None = None,
     ) -> int | None:
+        """The value if it is an integer (never a boolean) within the bounds, else None with the
+        error recorded."""
         if isinstance(value, bool) or not isinstance(value, int):
             self.wrong_type(path, where, "an integer", value)
             return None
@@ -181,6 +187,8 @@ class Collector:
         maximum: float | None = None,
         positive: bool = False,
     ) -> float | None:
+        """The value as a float if it is a finite number (an integer is accepted, a boolean never)
+        within the bounds, else None with the error recorded."""
         if isinstance(value, bool) or not isinstance(value, int | float):
             self.wrong_type(path, where, "a number", value)
             return None
@@ -219,6 +227,8 @@ class Collector:
         pattern: re.Pattern[str] | None = None,
         pattern_text: str = "",
     ) -> str | None:
+        """The value if it is a string meeting the options (non-empty, one of `choices`, matching
+        `pattern`), else None with the error recorded."""
         if not isinstance(value, str):
             expected = (
                 f"one of {', '.join(choices)}"

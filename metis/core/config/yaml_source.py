@@ -20,6 +20,9 @@ MAX_YAML_BYTES = 1024 * 1024
 
 @dataclass(frozen=True)
 class Diagnostic:
+    """One configuration problem: severity, a code from the closed vocabulary, the dotted key path
+    and its position; every config check reports in this shape."""
+
     severity: str  # "error" | "warning"
     code: str
     path: str
@@ -53,11 +56,15 @@ class MarkedDict(dict[Any, Any]):
         self.key_marks: dict[Any, tuple[int, int]] = {}
 
     def key_line(self, key: Any) -> int | None:
+        """The line of `key`, or of the mapping itself when the key was not in the source (a
+        default)."""
         mark = self.key_marks.get(key)
         return mark[0] if mark else self.line
 
 
 class MarkedList(list[Any]):
+    """A sequence that knows where it and each of its items stand in the source."""
+
     line: int | None = None
     column: int | None = None
 
@@ -66,6 +73,7 @@ class MarkedList(list[Any]):
         self.item_marks: list[tuple[int, int]] = []
 
     def item_line(self, index: int) -> int | None:
+        """The line of item `index`, or of the list itself when there is no such item."""
         if 0 <= index < len(self.item_marks):
             return self.item_marks[index][0]
         return self.line
@@ -73,6 +81,9 @@ class MarkedList(list[Any]):
 
 @dataclass
 class YamlDocument:
+    """What loading a YAML file gave: the data (None when unusable) and the problems found on the
+    way."""
+
     data: Any
     errors: list[Diagnostic] = field(default_factory=list)
 
@@ -198,6 +209,7 @@ def _duplicate_key_errors(
 
 
 def read_yaml_file(path: Path, *, max_bytes: int = MAX_YAML_BYTES) -> YamlDocument:
+    """Load a YAML file with positions; an unreadable file becomes a diagnostic, never an exception."""
     try:
         raw = path.read_bytes()
     except OSError as exc:

@@ -33,6 +33,9 @@ _ERROR_LOG_INTERVAL_S = 5.0
 
 @dataclass(eq=False)
 class Subscription:
+    """An inline subscriber, called in the emitting step; `transient` ones also receive
+    streaming-only events. Its errors are logged at most once per interval."""
+
     name: str
     handler: InlineHandler
     transient: bool
@@ -42,6 +45,9 @@ class Subscription:
 
 @dataclass(eq=False)
 class QueuedSubscription:
+    """A subscriber served from its own bounded queue by its own task; detached (and told through
+    `on_overflow`) when it falls behind."""
+
     name: str
     handler: QueuedHandler
     queue: asyncio.Queue[Event]
@@ -50,6 +56,9 @@ class QueuedSubscription:
 
 
 class EventBus:
+    """The daemon's one event bus: per-stream seq counters, validation against the catalog, and
+    delivery to subscribers in the emitting step."""
+
     def __init__(self, *, strict: bool = False) -> None:
         self.strict = strict
         self._seq: dict[str, int] = {}
@@ -256,6 +265,7 @@ class EventBus:
                 return
 
     async def close(self) -> None:
+        """Shutdown: drain what is queued, then detach the queued subscribers."""
         await self.drain()
         for sub in list(self._queued):
             self.unsubscribe(sub)

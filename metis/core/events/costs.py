@@ -18,6 +18,8 @@ QUARTET = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_to
 
 @dataclass
 class Totals:
+    """Running tokens, cost and call counts of one turn or session."""
+
     tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(QUARTET, 0))
     cost: Decimal = Decimal(0)
     llm_call_count: int = 0
@@ -40,14 +42,20 @@ class Totals:
 
 
 class CostAccumulator:
+    """Live per-turn and per-session totals, fed inline from the bus so reads include events not yet
+    flushed."""
+
     def __init__(self) -> None:
         self.sessions: dict[str, Totals] = {}
         self.turns: dict[str, Totals] = {}
 
     def seed_session(self, session_id: str, tokens: dict[str, int], cost: Decimal) -> None:
+        """Start a session's totals from its stored spend (start-up recovery)."""
         self.sessions[session_id] = Totals(dict(tokens), cost)
 
     def seed_turn(self, turn_id: str, totals: Totals) -> None:
+        """Start an interrupted turn's totals from its stored counters, so its `turn.failed` carries
+        them (start-up recovery)."""
         self.turns[turn_id] = totals
 
     def session(self, session_id: str) -> Totals:
@@ -64,6 +72,7 @@ class CostAccumulator:
         self.sessions.pop(session_id, None)
 
     def __call__(self, event: AnyEvent) -> None:
+        """The inline bus subscriber: usage and call counts are added in the step that emits them."""
         if not isinstance(event, Event):
             return
         kind = event.type

@@ -26,6 +26,7 @@ class Event:
     transient = False
 
     def wire(self) -> dict[str, Any]:
+        """The object every surface sends for a stored event."""
         return {
             "id": self.id,
             "seq": self.seq,
@@ -54,6 +55,8 @@ class TransientEvent:
     transient = True
 
     def wire(self) -> dict[str, Any]:
+        """The object surfaces send for a streaming-only event: no id, seq or timestamp, it is never
+        stored."""
         return {
             "session_id": self.session_id,
             "turn_id": self.turn_id,

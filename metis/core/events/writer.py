@@ -51,6 +51,9 @@ _TURN_STATUS = {
 
 
 class TraceWriter:
+    """Persists bus events and their projections in batched transactions, reports losses as seq
+    gaps, and tells the hub which events are stored."""
+
     def __init__(self, events: EventStore, bus: EventBus, settings: EventsSettings) -> None:
         self.events = events
         self.bus = bus
@@ -72,6 +75,8 @@ class TraceWriter:
     # -- bus side -----------------------------------------------------------------------------
 
     def __call__(self, event: AnyEvent) -> None:
+        """The inline bus subscriber: queue a stored event in O(1) and arm the flush; past
+        `writer_max_pending` the oldest batch is dropped and reported as a gap."""
         if not isinstance(event, Event):
             return
         self._pending.append(event)
@@ -121,6 +126,7 @@ class TraceWriter:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Start the flush task, and have `bus.drain` flush the writer too."""
         self._task = asyncio.get_running_loop().create_task(self._run(), name="trace-writer")
         self.bus.add_drain_hook(self.flush)
 

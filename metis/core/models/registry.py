@@ -63,9 +63,12 @@ class Credential:
 class ModelHealth(Protocol):
     """What `describe_models` needs from the availability tracker."""
 
-    def tick(self) -> None: ...
+    def tick(self) -> None:
+        """Put the scopes unavailable for long enough back on probation, so a status read is
+        current."""
 
-    def model_status(self, model_id: str) -> tuple[str, dict[str, Any] | None]: ...
+    def model_status(self, model_id: str) -> tuple[str, dict[str, Any] | None]:
+        """`(availability, availability_detail)` of a model as `GET /models` shows it."""
 
 
 class ModelRegistry:
@@ -122,12 +125,14 @@ class ModelRegistry:
         return self._providers.get(name)
 
     def credential(self, provider: str) -> Credential:
+        """How the provider's key resolved at start-up; an unknown provider reads as not configured."""
         return self._credentials.get(provider, Credential(False, "unknown"))
 
     def is_configured(self, model_id: str) -> bool:
         return self.not_configured_reason(model_id) is None
 
     def not_configured_reason(self, model_id: str) -> NotConfiguredReason | None:
+        """Why a model cannot be used (unknown, no key, offline forced), or None when it can."""
         entry = self._by_id.get(model_id)
         if entry is None:
             return "unknown"
@@ -408,6 +413,8 @@ def load_models_bytes(
 
 
 def load_models_file(path: Path, *, env: Mapping[str, str] | None = None) -> RegistryLoad:
+    """Read and validate a models.yaml; an unreadable file becomes a diagnostic, so `metis models
+    check` reports it like any other problem."""
     try:
         raw = path.read_bytes()
     except OSError as exc:

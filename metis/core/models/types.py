@@ -41,6 +41,8 @@ class ProviderConfig(BaseModel):
 
 
 class Capabilities(BaseModel):
+    """What a model can do and its token limits; routing validates candidates against these."""
+
     model_config = ConfigDict(frozen=True)
 
     supports_images: bool = False
@@ -64,6 +66,9 @@ class Pricing(BaseModel):
 
 
 class ModelEntry(BaseModel):
+    """One declared model: canonical id, provider, the name sent on the wire, its adapter,
+    capabilities and pricing."""
+
     model_config = ConfigDict(frozen=True)
 
     id: str

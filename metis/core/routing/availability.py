@@ -146,6 +146,7 @@ class Availability:
         return None
 
     def provider_healthy(self, provider: str) -> bool:
+        """Whether the provider as a whole is in routing; a single model of it may still be out."""
         return provider not in self._down_providers
 
     def model_status(self, model_id: str) -> tuple[str, dict[str, Any] | None]:

@@ -12,7 +12,10 @@ from typing import Protocol
 
 
 class Clock(Protocol):
-    def monotonic(self) -> float: ...
+    """The time source routing reads: monotonic for durations, wall for what is reported."""
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never jumps, for windows and backoffs."""
 
     def wall(self) -> datetime:
         """Aware UTC now."""
@@ -20,6 +23,8 @@ class Clock(Protocol):
 
 
 class SystemClock:
+    """The real clocks."""
+
     def monotonic(self) -> float:
         return time.monotonic()
 

@@ -41,13 +41,16 @@ class PolicySource(Protocol):
     """What the engine reads per decision; `PolicyManager` swaps `active` atomically."""
 
     @property
-    def active(self) -> Policy: ...
+    def active(self) -> Policy:
+        """The policy in force for this decision."""
 
     @property
-    def source(self) -> str: ...
+    def source(self) -> str:
+        """Where the active policy came from (the file, or the built-in default)."""
 
     @property
-    def using_last_known_good(self) -> bool: ...
+    def using_last_known_good(self) -> bool:
+        """Whether the file on disk was refused and an older valid version is in force."""
 
 
 @dataclass
@@ -187,6 +190,8 @@ class RouteDecision(NamedTuple):
         }
 
     def explicit_choice(self) -> dict[str, Any] | None:
+        """The rejected explicit choice (override or sticky model) of a failed decision, for the
+        error's details; None otherwise."""
         if self.outcome != "explicit_choice_rejected":
             return None
         rejected = self.chain[-1]

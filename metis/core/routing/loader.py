@@ -36,6 +36,9 @@ EMPTY_POLICY_VERSION = policy_version(b"")
 
 @dataclass(frozen=True, eq=False)
 class Rule:
+    """One routing rule: when its condition holds, use a model; `path` and `line` locate it for
+    diagnostics and `GET /routing`."""
+
     name: str
     description: str | None
     when: When
@@ -44,6 +47,7 @@ class Rule:
     path: str  # e.g. `rules[2]` or `workspaces["/x"].rules[0]`
 
     def describe(self) -> dict[str, Any]:
+        """The rule as `GET /routing` shows it, its condition in YAML form."""
         return {
             "name": self.name,
             "description": self.description,
@@ -64,6 +68,8 @@ class Scope:
     rules: tuple[Rule, ...]
 
     def covers(self, workspace: str) -> bool:
+        """Whether `workspace` is this scope's directory or lies below it (compared on path
+        components, so `/a` does not cover `/ab`)."""
         if workspace == self.path:
             return True
         base = self.path if self.path.endswith("/") else self.path + "/"
@@ -90,6 +96,9 @@ class PatternSettings:
 
 @dataclass(frozen=True, eq=False)
 class Policy:
+    """A validated routing policy, compiled once at load: each workspace scope's rules are flattened
+    with the global ones into one evaluation chain."""
+
     version: str
     global_default: str | None = None
     tiers: dict[str, str] | None = None

@@ -28,6 +28,9 @@ def request_cancel(slot: TurnSlot, reason: CancelReason) -> bool:
 
 
 class TurnControl:
+    """Stops a session's turn work (a running turn, suspended tool calls) for both the turn and the
+    session services."""
+
     def __init__(
         self, slots: TurnSlots, broker: ConfirmationBroker, dispatcher: Dispatcher, store: Store
     ) -> None:

@@ -31,6 +31,8 @@ async def seed_from_store(store: Store, bus: EventBus, costs: CostAccumulator) -
 
 
 async def report_gaps(store: Store, bus: EventBus) -> int:
+    """Announce every hole in the stored seq of a stream as `bus.gap_detected`; returns how many
+    there were."""
     gaps = await store.events.find_gaps()
     for stream, first, last in gaps:
         log.warning("stream %s is missing seq %d..%d", stream, first, last)

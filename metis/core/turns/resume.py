@@ -245,6 +245,9 @@ async def prepare_resolution(
 
 @dataclass(frozen=True)
 class AcceptedAnswer:
+    """One pending call with its answer; application results and denials carry the message stored at
+    acceptance, a granted permission has none yet (the tool runs later)."""
+
     call: PendingCall
     answer: Answer
     message: Message | None  # stored at acceptance: application results and denials
@@ -260,6 +263,7 @@ class Resolution:
 
     @property
     def messages(self) -> list[Message]:
+        """The messages stored at acceptance, in tool_use order."""
         return [a.message for a in self.accepted if a.message is not None]
 
 
@@ -472,16 +476,21 @@ class SuspendingTurn:
     def override(
         self, blocks: list[Any], registry: ModelRegistry, field: str | None
     ) -> OverrideResolution:
+        """The override comes from the request's field only; the text is never scanned for an
+        `@alias`."""
         return OverrideResolution(blocks, resolve_override([], registry, field=field).override)
 
     async def plan(
         self, store: Store, session_id: str, *, max_image_bytes: int
     ) -> ResolutionPlan | None:
+        """The pending calls matched against this request's answers; None for a plain user message
+        with nothing pending."""
         return await prepare_resolution(
             store, session_id, self.answers, max_image_bytes=max_image_bytes
         )
 
     def writes(self, tx: Transaction, inputs: list[Message]) -> None:
+        """Add the surface's own rows to the acceptance transaction."""
         if self.surface_writes is not None:
             self.surface_writes(tx, inputs)
 

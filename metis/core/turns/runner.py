@@ -198,6 +198,8 @@ class TurnRunner:
     # -- event helpers ------------------------------------------------------------------------
 
     def emit(self, event_type: str, payload: Any, *, actor: str, parent: str | None) -> str | None:
+        """Emit an event of this turn; returns its id (None if the bus dropped it) for use as a
+        parent."""
         event = self._bus.emit(
             self.run.session_id,
             event_type,
@@ -209,6 +211,7 @@ class TurnRunner:
         return event.id if event else None
 
     def emit_llm(self, event_type: str, payload: dict[str, Any]) -> None:
+        """Emit an `llm.*` event chained to the previous one of the turn."""
         event_id = self.emit(event_type, payload, actor="agent", parent=self.last_llm_event_id)
         if event_id:
             self.last_llm_event_id = event_id
@@ -216,6 +219,8 @@ class TurnRunner:
     def emit_call_failed(
         self, hooks: _Hooks, error: ProviderError, *, will_retry: bool, usage: Usage | None = None
     ) -> None:
+        """`llm.call_failed` for an attempt, with its redacted message and whatever usage it had
+        produced."""
         usage = usage or Usage(pricing_version=self._registry.pricing_version)
         self.emit_llm(
             "llm.call_failed",

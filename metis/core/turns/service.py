@@ -69,6 +69,9 @@ __all__ = ["CancelReason", "InteractiveTurn", "TurnAccepted", "TurnRequest", "Tu
 
 @dataclass(frozen=True)
 class TurnAccepted:
+    """What a submit answers (the 202): the new turn's id, when it was submitted, the stored user
+    message and the chosen model."""
+
     turn_id: str
     session_id: str
     submitted_at_us: int
@@ -109,14 +112,17 @@ class InteractiveTurn:
     def override(
         self, blocks: list[Any], registry: ModelRegistry, field: str | None
     ) -> OverrideResolution:
+        """A leading `@alias` in the text picks the model."""
         return resolve_override(blocks, registry, field=field)
 
     async def plan(
         self, store: Store, session_id: str, *, max_image_bytes: int
     ) -> ResolutionPlan | None:
+        """metis turns resolve no pending calls (confirmations wait within the turn)."""
         return None
 
     def writes(self, tx: Transaction, inputs: list[Message]) -> None:
+        """metis adds no rows of its own."""
         return None
 
 
@@ -527,6 +533,7 @@ class TurnService:
             task.add_done_callback(self._background.discard)
 
     async def cancel_and_wait(self, session_id: str, reason: CancelReason) -> None:
+        """Cancel the session's turn, if any, and wait until it released its slot."""
         await self._control.cancel_and_wait(session_id, reason)
 
     async def cancel_all(self, reason: CancelReason) -> None:
@@ -536,6 +543,7 @@ class TurnService:
         )
 
     def abort_all(self) -> None:
+        """Past the shutdown grace: cancel every turn task without waiting."""
         for task in self._tasks.values():
             task.cancel()
 
@@ -549,6 +557,8 @@ class TurnService:
         return len(self._slots)
 
     def active_sessions(self) -> set[str]:
+        """Sessions with a turn holding their slot (including one whose events are still being
+        flushed)."""
         return {s.session_id for s in self._slots.all()}
 
 

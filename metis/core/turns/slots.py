@@ -15,6 +15,9 @@ SlotStatus = Literal["in_flight", "cancelling", "completing"]
 
 @dataclass(eq=False)
 class TurnSlot:
+    """The one turn a session runs: its cancel state, its outcome once the terminal event is out,
+    and `released` once its events are flushed."""
+
     session_id: str
     turn_id: str
     status: SlotStatus = "in_flight"
@@ -29,10 +32,15 @@ class TurnSlot:
 
 
 class TurnSlots:
+    """The slot of every session with a turn; claim and release are synchronous so exactly one
+    concurrent submit wins."""
+
     def __init__(self) -> None:
         self._by_session: dict[str, TurnSlot] = {}
 
     def get(self, session_id: str) -> TurnSlot | None:
+        """The slot of the session, held until the turn's events are flushed (see `current` for what
+        clients see)."""
         return self._by_session.get(session_id)
 
     def current(self, session_id: str) -> TurnSlot | None:
@@ -53,6 +61,8 @@ class TurnSlots:
         return slot
 
     def release(self, slot: TurnSlot) -> None:
+        """Free the session for its next turn (only if this slot still holds it) and wake those
+        waiting on `released`."""
         if self._by_session.get(slot.session_id) is slot:
             del self._by_session[slot.session_id]
         slot.released.set()
