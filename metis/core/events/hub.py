@@ -87,9 +87,9 @@ class CloseMarker:
 class SharedEvent:
     """One event as queued for every `shared` client of a session.
 
-    Surfaces that send the same bytes to many clients (the WebSocket) memoise their
-    serialisation in `data`, so ten sockets on one session encode each event once, and the
-    encoding happens in the clients' writer tasks, never inside `bus.emit`.
+    Surfaces that send the same bytes to many clients (the WebSocket) memoise them in `data`
+    (for the WebSocket, the whole frame), so ten sockets on one session encode and frame each
+    event once, and that happens in the clients' writer tasks, never inside `bus.emit`.
     """
 
     __slots__ = ("data", "event")

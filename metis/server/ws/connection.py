@@ -16,7 +16,6 @@ import itertools
 import logging
 import secrets
 from collections import deque
-from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import WSMsgType, web
@@ -25,7 +24,7 @@ from aiohttp.http import StreamWriter
 from metis.core.application import Application, CloseMarker, HubClient, SharedEvent
 from metis.core.errors import DomainError
 from metis.core.events.envelope import AnyEvent
-from metis.server.ws.framing import batches, text_frames
+from metis.server.ws.framing import batches, text_frame, text_frames
 from metis.server.ws.handoff import open_stream
 from metis.server.ws.protocol import (
     CLOSE_MESSAGES,
@@ -227,7 +226,7 @@ class Connection:
             self.close_out_of_band(1008, exc.code, exc.message, first=dumps(exc.frame()))
             return
         for batch in batches(preamble.frames, WRITE_BATCH_BYTES):
-            await self._write_frames(batch)
+            await self._send(text_frames(batch))
         self._start_heartbeat()
         await self._drain(preamble.last_sent_seq)
 
@@ -245,7 +244,7 @@ class Connection:
                 wake.clear()
                 await wake.wait()
                 continue
-            payloads: list[bytes] = []
+            frames: list[bytes] = []
             size = 0
             while queue and size < WRITE_BATCH_BYTES:
                 item = queue[0]
@@ -256,26 +255,26 @@ class Connection:
                 if not event.transient and event.seq <= last_sent_seq:  # type: ignore[union-attr]
                     continue  # defensive (cannot fire): already replayed or in the snapshot
                 data = item.data
-                if data is None:  # the first socket to send it encodes it for all of them
-                    data = item.data = event_frame(event)
-                payloads.append(data)
+                if data is None:  # the first socket to send it frames it for all of them
+                    data = item.data = text_frame(event_frame(event))
+                frames.append(data)
                 size += len(data)
             client.taken()
-            if payloads:
-                await self._write_frames(payloads)
+            if frames:
+                await self._send(b"".join(frames))
             elif queue:
                 marker = queue.popleft()
                 assert isinstance(marker, CloseMarker)  # a shared client queues nothing else
                 self._close_in_band(marker)
                 return
 
-    async def _write_frames(self, payloads: Sequence[bytes]) -> None:
-        """Text frames in one socket write, then wait while the peer is not taking them (that
+    async def _send(self, frames: bytes) -> None:
+        """Whole frames in one socket write, then wait while the peer is not taking them (that
         wait is what lets the hub queue fill up behind a stalled client)."""
         transport = self._transport
         if self.ws.closed or transport is None or transport.is_closing():
             raise ConnectionResetError("the WebSocket is closing")
-        transport.write(text_frames(payloads))
+        transport.write(frames)
         assert self._flow is not None
         await self._flow.drain()
 

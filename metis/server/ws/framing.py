@@ -26,6 +26,11 @@ def text_frame_header(payload_length: int) -> bytes:
     return bytes((_FIN_TEXT, _LEN64)) + payload_length.to_bytes(8, "big")
 
 
+def text_frame(payload: bytes) -> bytes:
+    """One frame, header and payload in one buffer: built once for every socket that sends it."""
+    return text_frame_header(len(payload)) + payload
+
+
 def text_frames(payloads: Iterable[bytes]) -> bytes:
     """The frames of `payloads` (UTF-8 text), in order, as one buffer."""
     parts: list[bytes] = []

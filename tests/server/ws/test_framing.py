@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from metis.server.ws.framing import batches, text_frame_header, text_frames
+from metis.server.ws.framing import batches, text_frame, text_frame_header, text_frames
 
 
 def decode(buffer: bytes) -> list[tuple[int, bytes]]:
@@ -28,6 +28,7 @@ def decode(buffer: bytes) -> list[tuple[int, bytes]]:
 def test_each_length_class_round_trips_as_a_final_text_frame(length: int) -> None:
     payload = b"x" * length
     assert decode(text_frames([payload])) == [(0x81, payload)]
+    assert text_frame(payload) == text_frames([payload])  # one frame, memoised for many sockets
 
 
 def test_header_uses_the_shortest_length_encoding() -> None:
