@@ -99,6 +99,8 @@ _STOP_MAP: dict[str, StopReason] = {
 
 
 def map_stop_reason(raw: str | None) -> StopReason:
+    """The canonical stop reason of an Anthropic `stop_reason`; an unknown value is logged and read
+    as `end_turn` rather than failing a finished call."""
     stop = _STOP_MAP.get(raw or "")
     if stop is None:
         log.warning("anthropic stop reason %r mapped to end_turn", raw)
@@ -534,6 +536,8 @@ def classify(
 def parse_message(
     req: LLMRequest, message: Any
 ) -> tuple[list[ContentBlock], StopReason, str | None, TokenUsage]:
+    """A non-streaming Anthropic message as canonical blocks, the canonical and raw stop reasons and the usage;
+    tool ids are minted by metis and mapped to the wire's."""
     content: list[ContentBlock] = []
     for block in message.content or []:
         kind = block.type

@@ -78,11 +78,12 @@ class AttemptHooks(Protocol):
     sees the terminal event itself.
     """
 
-    async def attempt_started(self, attempt: int) -> None: ...
+    async def attempt_started(self, attempt: int) -> None:
+        """Awaited before each attempt is sent (the runner emits `llm.call_started`)."""
 
-    async def attempt_failed(
-        self, attempt: int, error: ProviderError, will_retry: bool
-    ) -> None: ...
+    async def attempt_failed(self, attempt: int, error: ProviderError, will_retry: bool) -> None:
+        """Awaited for each attempt that ended in a `ProviderError`, with whether the driver will
+        retry it."""
 
 
 class NoHooks:
@@ -130,6 +131,7 @@ class LLMRequest:
 
     @property
     def thinking_enabled(self) -> bool:
+        """Thinking is requested only when a budget is set and the model supports it."""
         return bool(self.thinking_budget_tokens) and self.capabilities.supports_thinking
 
 
@@ -174,6 +176,8 @@ class _FlatEvent(_Event):
 
 
 class MessageStart(_FlatEvent):
+    """The canonical stream event opening an assistant message (`message.start`)."""
+
     type: Literal["message.start"] = "message.start"
     message_id: str
     role: Literal["assistant"] = "assistant"
@@ -181,6 +185,8 @@ class MessageStart(_FlatEvent):
 
 
 class TextDelta(_FlatEvent):
+    """A piece of a text block (`text.delta`)."""
+
     type: Literal["text.delta"] = "text.delta"
     message_id: str
     content_block_index: int
@@ -188,6 +194,8 @@ class TextDelta(_FlatEvent):
 
 
 class ThinkingDelta(_FlatEvent):
+    """A piece of a thinking block (`thinking.delta`); the signature comes with the last piece."""
+
     type: Literal["thinking.delta"] = "thinking.delta"
     message_id: str
     content_block_index: int
@@ -196,6 +204,8 @@ class ThinkingDelta(_FlatEvent):
 
 
 class ToolUseStart(_FlatEvent):
+    """The start of a tool call (`tool.use_start`), under the id metis minted."""
+
     type: Literal["tool.use_start"] = "tool.use_start"
     message_id: str
     content_block_index: int
@@ -204,6 +214,8 @@ class ToolUseStart(_FlatEvent):
 
 
 class ToolUseInputDelta(_FlatEvent):
+    """A piece of a tool call's input JSON (`tool.use_input_delta`)."""
+
     type: Literal["tool.use_input_delta"] = "tool.use_input_delta"
     message_id: str
     content_block_index: int
@@ -212,6 +224,8 @@ class ToolUseInputDelta(_FlatEvent):
 
 
 class ToolUseEnd(_Event):
+    """A tool call whose input is complete and parsed (`tool.use_end`)."""
+
     type: Literal["tool.use_end"] = "tool.use_end"
     message_id: str
     content_block_index: int
@@ -254,6 +268,9 @@ StreamEvent = Annotated[
 
 
 class ProviderAdapter(Protocol):
+    """What the agent loop needs from a provider: a streamed call, the same call unstreamed, and
+    closing its client."""
+
     @property
     def kind(self) -> AdapterKindName:
         """Which wire the adapter speaks (each adapter class fixes it as a class attribute)."""
@@ -267,4 +284,5 @@ class ProviderAdapter(Protocol):
         """The same call in the wire's non-streaming mode (utility calls)."""
         ...
 
-    async def aclose(self) -> None: ...
+    async def aclose(self) -> None:
+        """Close the adapter's HTTP client (daemon shutdown)."""

@@ -68,10 +68,13 @@ class ProviderError(Exception):
 
     @property
     def retryable(self) -> bool:
+        """Whether the class is one the driver retries (rate limits, server and network errors); it
+        retries only while nothing has been streamed yet."""
         return self.error_class in RETRYABLE
 
     @property
     def counts_for_availability(self) -> bool:
+        """Whether this failure counts toward taking the provider or model out of routing."""
         return self.error_class in COUNTED_FOR_AVAILABILITY
 
     def __repr__(self) -> str:
@@ -159,6 +162,8 @@ _MALFORMED_ERRORS: tuple[type[BaseException], ...] = (
 
 
 def is_transport_error(exc: BaseException) -> bool:
+    """Whether an exception is a broken or timed-out connection (the `network` class), whichever
+    HTTP stack raised it."""
     if isinstance(exc, _TRANSPORT_ERRORS):
         return True
     # The SDKs' HTTP client is imported with an adapter, not with this module (the daemon
@@ -175,6 +180,7 @@ def is_transport_error(exc: BaseException) -> bool:
 
 
 def is_malformed_error(exc: BaseException) -> bool:
+    """Whether an exception means the response could not be parsed (JSON, schema or encoding)."""
     return isinstance(exc, _MALFORMED_ERRORS)
 
 
@@ -207,6 +213,7 @@ def status_class_common(status: int) -> ErrorClass:
 
 
 def headers_of(exc: Any) -> Mapping[str, str] | None:
+    """The HTTP response headers an SDK exception carries, if any (for `retry-after`)."""
     response = getattr(exc, "response", None)
     headers = getattr(response, "headers", None)
     return headers if isinstance(headers, Mapping) or hasattr(headers, "get") else None

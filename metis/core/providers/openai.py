@@ -195,6 +195,8 @@ def build_body(
 
 
 def map_finish_reason(raw: str | None, *, produced_calls: bool, refused: bool) -> StopReason:
+    """The canonical stop reason of an OpenAI-style `finish_reason`; `stop` with tool calls is
+    `tool_use` (some servers say so), and an unknown value is logged and read as `end_turn`."""
     if refused or raw == "content_filter":
         return "refusal"
     if raw == "stop":
@@ -547,6 +549,8 @@ def classify(
 def parse_completion(
     req: LLMRequest, completion: Any, provider: str
 ) -> tuple[list[ContentBlock], StopReason, str | None, TokenUsage]:
+    """A non-streaming chat completion as canonical blocks, the canonical and raw stop reasons and the usage (estimated
+    when the server sent none); tool ids are minted by metis and mapped to the wire's."""
     choices = completion.choices or []
     if not choices:
         raise ProviderError(

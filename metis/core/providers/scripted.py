@@ -59,6 +59,8 @@ _WS_RE = re.compile(r"\s+")
 
 
 class ViewMessage(Protocol):
+    """A message as the planner reads it: a stored `Message` or the fake server's `SimpleMessage`."""
+
     @property
     def role(self) -> str: ...
 
@@ -86,12 +88,17 @@ class ScriptedView:
 
 @dataclass(frozen=True, slots=True)
 class PlannedCall:
+    """One tool call the planner decided on."""
+
     name: str
     input: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
 class ScriptedPlan:
+    """What the scripted model answers to a request: text, optional thinking, tool calls and the
+    stop reason."""
+
     text: str
     thinking: str | None = None
     thinking_signature: str | None = None
@@ -248,10 +255,13 @@ def plan_scripted_reply(view: ScriptedView) -> ScriptedPlan:
 
 
 def tool_input_json(value: dict[str, Any]) -> str:
+    """A tool input as compact sorted JSON, the same bytes for the scripted model and the fake
+    server."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def whitespace_tokens(parts: Sequence[str]) -> int:
+    """The scripted model's token count: whitespace-separated words, deterministic and cheap."""
     return len("\n".join(parts).split())
 
 
@@ -261,6 +271,8 @@ def input_token_parts(
     messages: Sequence[ViewMessage],
     tools: Sequence[ToolDefinition],
 ) -> list[str]:
+    """The texts of a request that count as input tokens (system, history, tools), shared with the
+    fake server so both report the same usage."""
     parts: list[str] = [system, volatile or ""]
     for m in messages:
         for b in m.content:
@@ -279,6 +291,7 @@ def input_token_parts(
 
 
 def output_token_parts(plan: ScriptedPlan) -> list[str]:
+    """The texts of a plan that count as output tokens."""
     parts: list[str] = []
     if plan.thinking:
         parts.append(plan.thinking)
@@ -289,6 +302,7 @@ def output_token_parts(plan: ScriptedPlan) -> list[str]:
 
 
 def scripted_usage(req: LLMRequest, plan: ScriptedPlan) -> TokenUsage:
+    """The usage the scripted model reports for a request and its plan."""
     return TokenUsage(
         input_tokens=whitespace_tokens(
             input_token_parts(req.system, req.system_volatile, req.messages, req.tools)
@@ -298,6 +312,7 @@ def scripted_usage(req: LLMRequest, plan: ScriptedPlan) -> TokenUsage:
 
 
 def chunks(text: str, size: int) -> list[str]:
+    """`text` cut into pieces of `size` characters, the deltas a stream is made of."""
     return [text[i : i + size] for i in range(0, len(text), size)] if text else []
 
 
@@ -307,6 +322,7 @@ def chunks(text: str, size: int) -> list[str]:
 
 
 def view_of(req: LLMRequest) -> ScriptedView:
+    """What the planner reads of a request."""
     return ScriptedView(messages=list(req.messages), tools=list(req.tools))
 
 

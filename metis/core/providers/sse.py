@@ -37,6 +37,8 @@ class SseDecoder:
         self._after_cr = False  # the last chunk ended in CR: an LF opening the next one is its pair
 
     def feed(self, chunk: bytes) -> list[ServerEvent]:
+        """The events completed by `chunk`; an unfinished event is kept for the next chunk, and a
+        CRLF split across two chunks counts once."""
         if not chunk:
             return []
         if self._after_cr and chunk[0] == 0x0A:

@@ -93,6 +93,8 @@ class CancelGuard:
         return task.uncancel() == 0
 
     async def run(self, awaitable: Awaitable[T]) -> T:
+        """Await `awaitable`, raising `CancelRequested` instead if the call's cancel is set
+        meanwhile (or already was)."""
         if self._event.is_set():
             if asyncio.iscoroutine(awaitable):
                 awaitable.close()
@@ -130,6 +132,7 @@ class CancelGuard:
             self._armed = None
 
     def close(self) -> None:
+        """Stop the watcher task (the call is over)."""
         if self._watcher is not None:
             self._watcher.remove_done_callback(self._on_cancel)
             self._watcher.cancel()
@@ -167,6 +170,8 @@ def parse_tool_input(text: str, *, context: str = "", warn: bool = True) -> dict
 
 
 class TextSlot:
+    """A text block being streamed: its index once it carries content, and its pieces."""
+
     __slots__ = ("index", "parts")
 
     def __init__(self) -> None:
@@ -175,6 +180,8 @@ class TextSlot:
 
 
 class ThinkingSlot:
+    """A thinking block being streamed: its index, its pieces and its signature."""
+
     __slots__ = ("index", "parts", "signature")
 
     def __init__(self) -> None:
@@ -184,6 +191,8 @@ class ThinkingSlot:
 
 
 class RedactedSlot:
+    """A redacted thinking block, which arrives whole."""
+
     __slots__ = ("data", "index")
 
     def __init__(self, data: str, index: int) -> None:
@@ -192,6 +201,9 @@ class RedactedSlot:
 
 
 class ToolSlot:
+    """A tool call being streamed: its metis id and the wire's id, its input pieces, and the parsed
+    input once it ended."""
+
     __slots__ = ("ended", "final_input", "index", "name", "parts", "tool_use_id", "wire_id")
 
     def __init__(self, index: int, tool_use_id: str, name: str, wire_id: str | None) -> None:
@@ -236,6 +248,8 @@ class ContentBuilder:
         self.emitted_chars = 0
 
     def text(self, slot: TextSlot, chunk: str) -> TextDelta | None:
+        """The delta for a piece of text, giving the block its index on its first non-empty piece;
+        None for an empty piece."""
         if not chunk:
             return None
         if slot.index is None:
@@ -247,6 +261,7 @@ class ContentBuilder:
         return TextDelta(message_id=self.message_id, content_block_index=slot.index, text=chunk)
 
     def thinking(self, slot: ThinkingSlot, chunk: str) -> ThinkingDelta | None:
+        """The delta for a piece of thinking, indexed like `text`; None for an empty piece."""
         if not chunk:
             return None
         if slot.index is None:
@@ -275,9 +290,11 @@ class ContentBuilder:
         )
 
     def redacted(self, data: str) -> None:
+        """Add a redacted thinking block (no delta: it is not shown while streaming)."""
         self.blocks.append(RedactedSlot(data, len(self.blocks)))
 
     def tool_start(self, name: str, wire_id: str | None) -> tuple[ToolSlot, ToolUseStart]:
+        """Open a tool call under a fresh metis id mapped to the wire's id."""
         tool_use_id = new_tool_use_id()
         self.tool_ids.record(tool_use_id, wire_id)
         slot = ToolSlot(len(self.blocks), tool_use_id, name, wire_id)
@@ -303,6 +320,8 @@ class ContentBuilder:
         )
 
     def tool_end(self, slot: ToolSlot, *, warn: bool = True) -> ToolUseEnd:
+        """Close a tool call and parse its input; input that does not parse becomes an empty object,
+        logged unless `warn` is off."""
         slot.ended = True
         slot.final_input = parse_tool_input(
             "".join(slot.parts), context=f"{slot.name} ({slot.tool_use_id})", warn=warn
@@ -315,6 +334,7 @@ class ContentBuilder:
         )
 
     def close_open_tools(self, *, warn: bool = True) -> list[ToolUseEnd]:
+        """Close every tool call the stream left open (a cut stream); their deltas must still end."""
         return [
             self.tool_end(b, warn=warn)
             for b in self.blocks
@@ -343,6 +363,7 @@ class ContentBuilder:
         return sum(1 for b in self.blocks if isinstance(b, ToolSlot))
 
     def final_content(self) -> list[ContentBlock]:
+        """The blocks of `message.complete`, in index order; what the deltas said, exactly."""
         content: list[ContentBlock] = []
         for b in self.blocks:
             if isinstance(b, TextSlot):
@@ -360,6 +381,7 @@ class ContentBuilder:
 
 
 def estimate_output_tokens(chars: int) -> int:
+    """About four characters a token: the estimate used when a provider sends no usage."""
     return math.ceil(chars / 4)
 
 
@@ -374,13 +396,15 @@ class Translator(Protocol):
     builder: ContentBuilder
     done: bool  # a terminal wire event was seen: stop reading
 
-    def feed(self, event: Any, out: list[StreamEvent]) -> None: ...
+    def feed(self, event: Any, out: list[StreamEvent]) -> None:
+        """Translate one decoded wire event, appending the canonical events it produces to `out`."""
 
     def end_of_body(self) -> None:
         """Called when the body ends; raises ProviderError(network) without a terminal event."""
         ...
 
-    def stop(self) -> tuple[StopReason, str | None]: ...
+    def stop(self) -> tuple[StopReason, str | None]:
+        """The canonical stop reason and the wire's raw one."""
 
     def usage(self, *, partial: bool) -> TokenUsage:
         """`partial`: the stream was cut short; then only what the provider itself reported
@@ -403,11 +427,15 @@ class CallSpec(Protocol):
     provider_name: str
     policy: RetryPolicy
 
-    async def open_stream(self, req: LLMRequest) -> WireStream: ...
+    async def open_stream(self, req: LLMRequest) -> WireStream:
+        """Send the streamed request and return its body; failures raise the SDK's or HTTP stack's
+        exceptions, for `classify`."""
 
-    def translator(self, req: LLMRequest, builder: ContentBuilder) -> Translator: ...
+    def translator(self, req: LLMRequest, builder: ContentBuilder) -> Translator:
+        """A fresh translator for one attempt."""
 
-    def classify(self, exc: BaseException, req: LLMRequest) -> ProviderError: ...
+    def classify(self, exc: BaseException, req: LLMRequest) -> ProviderError:
+        """Map any exception of an attempt to the closed provider-error taxonomy."""
 
 
 def _ms(since: float) -> int:
@@ -415,6 +443,7 @@ def _ms(since: float) -> int:
 
 
 def cancelled_error(req: LLMRequest, provider: str, attempts: int) -> ProviderError:
+    """The error a call ends with when its turn was cancelled."""
     return ProviderError(
         "cancelled", "request cancelled", provider=provider, model=req.model, attempts=attempts
     )

@@ -24,6 +24,8 @@ PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")
 
 
 def proxy_configured() -> bool:
+    """Whether a proxy variable is set (either case); then the SDK's own httpx client is kept, as
+    aiohttp would not apply it the same way."""
     return any(os.environ.get(name) or os.environ.get(name.lower()) for name in PROXY_VARIABLES)
 
 

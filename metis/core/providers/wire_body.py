@@ -32,6 +32,8 @@ _encoder = json.JSONEncoder(separators=(",", ":"))
 
 
 def encode(value: Any) -> bytes:
+    """JSON bytes as the SDKs encode them (ASCII, compact), so lone surrogates in stored text still
+    encode."""
     return _encoder.encode(value).encode("ascii")
 
 
