@@ -189,7 +189,9 @@ STORE_EXTENSION_API += ("metis.core.store.db",)
 # Core through `Daemon.core`).
 COMPOSITION_ROOT = {"metis.server.runner": ("metis.core.runtime",)}
 # Attributes that are core's internals whatever object they are read from.
-FORBIDDEN_ATTRIBUTES = frozenset({"db", "store", "slots", "bus", "live", "costs", "writer"})
+FORBIDDEN_ATTRIBUTES = frozenset(
+    {"db", "store", "slots", "bus", "session_cache", "costs", "writer"}
+)
 
 
 def _surface_modules() -> list[str]:
