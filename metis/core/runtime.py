@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 
 
 class Core:
+    """The daemon's components, built once from the settings and shared by every surface; owns
+    start-up and shutdown order."""
+
     def __init__(self, settings: Settings, *, registry: ModelRegistry | None = None) -> None:
         self.settings = settings
         # config → registry: an invalid models.yaml stops start-up here (ConfigError).
@@ -212,6 +215,8 @@ class Core:
         self.bus.emit(SYSTEM_STREAM, event_type, payload, actor="system")
 
     async def start(self) -> None:
+        """Start-up in contract order: open the store, subscribe the writer, accumulator and hub,
+        seed seqs and spend, repair what a crash left, load confirmations and the routing policy."""
         await self.store.open()
         self.bus.subscribe("trace-writer", self.writer)
         self.bus.subscribe("cost-accumulator", self.costs)
@@ -252,6 +257,8 @@ class Core:
         await self.db.close()
 
     async def stop(self) -> None:
+        """Graceful shutdown after the turns ended: stop MCP servers and the policy watcher, drain
+        the bus, flush and close the writer, adapters and SQLite."""
         await self.turns.wait_all()
         await self.mcp.aclose()  # no turn uses the servers any more
         await self.policy.aclose()

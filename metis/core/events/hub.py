@@ -58,9 +58,11 @@ class DurableLog(Protocol):
 
     on_settled: Callable[[list[Event], bool], None] | None
 
-    def expedite(self) -> None: ...
+    def expedite(self) -> None:
+        """Commit at the next event-loop tick instead of after the timer: a live client is waiting."""
 
-    def flush(self) -> Awaitable[bool]: ...
+    def flush(self) -> Awaitable[bool]:
+        """Commit everything pending now; True if it was stored."""
 
 
 # Bus events that reference a message committed before them, and the
@@ -141,6 +143,8 @@ class StreamingMessage:
         return self.start.payload.get("message_id")
 
     def apply(self, event: TransientEvent) -> None:
+        """Add a delta to its block, or keep `message.complete`, so a client joining mid-stream gets
+        the message so far in one piece."""
         p = event.payload
         index = p.get("content_block_index")
         if not isinstance(index, int):
@@ -270,11 +274,14 @@ class HubClient:
             self.release()
 
     def release(self) -> None:
+        """Let the producer go on: the queue is down to its low-water mark."""
         self.room.set()
         if self.pressed_set is not None:
             self.pressed_set.discard(self)
 
     def push_close(self, marker: CloseMarker) -> None:
+        """Append the in-band close marker after the last event; it bypasses the bound so a full
+        queue still closes."""
         self.queue.append(marker)  # bypasses the bound: it must always fit
         self.wake.set()
         if self.on_close_marker is not None:
@@ -284,6 +291,7 @@ class HubClient:
                 log.exception("close callback of %s failed", self.name)
 
     async def get(self) -> QueueItem:
+        """The next queued item, waiting for one if the queue is empty."""
         while not self.queue:
             self.wake.clear()
             await self.wake.wait()
@@ -352,6 +360,9 @@ class _Token:
 
 
 class SessionHub:
+    """The live clients of every session, their bounded queues and attach tokens; shows clients only
+    events that are stored (or streaming-only) and detaches a client that stalls."""
+
     def __init__(
         self,
         *,
@@ -430,6 +441,9 @@ class SessionHub:
     # -- the bus side -------------------------------------------------------------------------
 
     def __call__(self, event: AnyEvent) -> None:
+        """The inline bus subscriber: hold a stored event until the writer says it is stored, then
+        append it to every client's queue; streaming-only events go out at once unless something is
+        held before them."""
         session_id = event.session_id
         live = self._sessions.get(session_id)
         if live is None:
@@ -521,6 +535,8 @@ class SessionHub:
     # -- clients ------------------------------------------------------------------------------
 
     def attach(self, client: HubClient) -> None:
+        """Start delivering the session's events to `client` (its hand-off point is taken
+        separately)."""
         live = self._live(client.session_id)
         if client not in live.clients:
             live.clients.append(client)
@@ -531,6 +547,8 @@ class SessionHub:
             self._durable.expedite()  # held while nobody watched: release it soon
 
     def detach(self, client: HubClient) -> None:
+        """Stop delivering to `client`; with no client left, held events wait for the usual commit
+        instead of an expedited one."""
         live = self._sessions.get(client.session_id)
         if live is not None and client in live.clients:
             live.clients.remove(client)
@@ -610,11 +628,13 @@ class SessionHub:
             del self._sessions[session_id]
 
     async def close_all(self, *, code: str, ws_code: int) -> None:
+        """Shutdown: close every session's clients in-band."""
         await asyncio.gather(
             *(self.close_session(sid, code=code, ws_code=ws_code) for sid in list(self._sessions))
         )
 
     def forget(self, session_id: str) -> None:
+        """Drop everything kept for a session (hand-off state, tokens): it ended or was purged."""
         live = self._sessions.pop(session_id, None)
         if live is not None:
             self._unpress(live)
@@ -629,6 +649,8 @@ class SessionHub:
     # -- attach tokens: in memory only, single use, scoped, short-lived -----------------------
 
     def mint_token(self, session_id: str) -> tuple[str, float]:
+        """A single-use attach token for the session and its lifetime in seconds; past
+        `tokens_per_session` the oldest are dropped."""
         now = self.clock()
         self._prune(now)
         mine = [t for t, v in self._tokens.items() if v.session_id == session_id]
@@ -650,6 +672,7 @@ class SessionHub:
         return "ok"
 
     def revoke_tokens(self, session_id: str) -> None:
+        """Invalidate every attach token of the session (it is ending)."""
         for token in [t for t, v in self._tokens.items() if v.session_id == session_id]:
             del self._tokens[token]
 

@@ -17,6 +17,9 @@ from metis.core.store.messages import MessageStore
 
 @dataclass
 class CachedSession:
+    """One served session's history (loaded once, then appended to), its tool id map, the context of
+    its last call and whether its resume was announced."""
+
     session_id: str
     history: list[Message]
     tool_ids: ToolIdMap = field(default_factory=ToolIdMap)
@@ -65,6 +68,7 @@ class SessionCache:
         return True
 
     async def get(self, session_id: str) -> CachedSession:
+        """The cached session, its history read from the store on first use in this process."""
         cached = self._sessions.get(session_id)
         if cached is None:
             history = await self._messages.all_for_session(session_id)
@@ -83,4 +87,6 @@ class SessionCache:
         self._created_here.discard(session_id)
 
     def holds(self, session_id: str) -> bool:
+        """Whether anything of the session is cached; the memory test checks that an ended session
+        leaves nothing."""
         return session_id in self._sessions or session_id in self._created_here

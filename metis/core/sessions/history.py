@@ -26,6 +26,8 @@ the committed messages."""
 
 
 class HistoryWriter:
+    """Commits messages to the store and, once committed, appends them to the cached history."""
+
     def __init__(self, store: Store, cache: SessionCache) -> None:
         self._store = store
         self._cache = cache

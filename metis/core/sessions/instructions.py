@@ -44,6 +44,7 @@ class ProjectInstructions:
         return {"file": self.file, "sha256": self.sha256, "truncated": self.truncated}
 
     def event_payload(self) -> dict[str, Any]:
+        """The `session.instructions_loaded` payload for this file."""
         return {
             "file": self.file,
             "sha256": self.sha256,
@@ -60,6 +61,8 @@ class ProjectInstructions:
 
 
 def truncation_note(file: str, size: int, cap: int) -> str:
+    """The note appended to an instruction file cut at the cap, so the model knows it sees only the
+    beginning."""
     return f"[{file} is {size:,} bytes; only its first {cap:,} bytes are included here.]"
 
 
@@ -184,9 +187,12 @@ class SessionInstructions:
         return await self.reader.read(workspace)
 
     def holds(self, session_id: str) -> bool:
+        """Whether the session's instruction file is still remembered; the memory test checks that
+        an ended session leaves nothing."""
         return session_id in self._in_use
 
     def forget(self, session_id: str) -> None:
+        """Drop the session's instruction file (the session ended)."""
         self._in_use.pop(session_id, None)
 
 

@@ -69,6 +69,8 @@ class SessionView:
 
     @property
     def pending_swap(self) -> dict[str, Any] | None:
+        """The model swap queued behind the turn in flight, as the wire shows it; None when nothing
+        is queued."""
         if not self.row.pending_model_set:
             return None
         return {"sticky_model": self.row.pending_model, "until_turn": self.current_turn_id}
@@ -76,6 +78,9 @@ class SessionView:
 
 @dataclass(frozen=True)
 class ModelChange:
+    """What setting a session's model did: the sticky model now, or the swap queued behind the turn
+    in flight."""
+
     id: str
     active_model: str | None
     swap_queued: bool
@@ -84,6 +89,8 @@ class ModelChange:
 
 @dataclass(frozen=True)
 class PurgeResult:
+    """What a purge deleted, and when the session had ended."""
+
     id: str
     ended_at_us: int
     messages_deleted: int
@@ -218,11 +225,14 @@ class LiveClients(Protocol):
     """What a session's end asks of live delivery (the SessionHub): no new attach, and every
     attached client closed in-band."""
 
-    def revoke_tokens(self, session_id: str) -> None: ...
+    def revoke_tokens(self, session_id: str) -> None:
+        """No client may attach to the session any more."""
 
     async def close_session(
         self, session_id: str, *, code: str, ws_code: int = 1000, timeout: float = 5.0
-    ) -> None: ...
+    ) -> None:
+        """Close every attached client in-band with `code` after its last event, waiting up to
+        `timeout` for them to finish."""
 
 
 class SessionService:
@@ -272,12 +282,14 @@ class SessionService:
     # -- reads --------------------------------------------------------------------------------
 
     async def require(self, session_id: str) -> SessionRow:
+        """The session's row, or `SessionNotFound` (also for a malformed id)."""
         row = await self.store.get(session_id) if session_id.startswith("sess_") else None
         if row is None:
             raise SessionNotFound(session_id)
         return row
 
     async def require_active(self, session_id: str) -> SessionRow:
+        """The row of a session that is neither ended nor ending, else `SessionAlreadyEnded`."""
         row = await self.require(session_id)
         if row.status == "ended" or session_id in self._ending:
             raise SessionAlreadyEnded(session_id, _iso(row.ended_at_us))
@@ -299,6 +311,8 @@ class SessionService:
         return SessionAlreadyEnded(session_id, _iso(row.ended_at_us))
 
     def view(self, row: SessionRow) -> SessionView:
+        """The session as surfaces show it: the effective model, the live spend and the turn in
+        flight."""
         slot = self._slots.current(row.id)
         sticky = row.active_model
         return SessionView(
@@ -325,6 +339,8 @@ class SessionService:
         surface: str | None,
         status: str | None,
     ) -> tuple[list[SessionView], bool]:
+        """A page of sessions, newest first, and whether there are more; a workspace filter naming
+        no usable directory matches nothing."""
         if workspace_path is not None:
             workspace_path = _workspace_filter(workspace_path)
             if workspace_path is None:
@@ -444,6 +460,8 @@ class SessionService:
         return row
 
     async def end(self, session_id: str) -> SessionView:
+        """End a session: its row and `session.ended` are committed and its clients closed before
+        this returns."""
         row = await self._begin_ending(session_id)
         try:
             stamp = now_us()
@@ -480,6 +498,8 @@ class SessionService:
             forget(session_id)
 
     async def purge(self, session_id: str) -> PurgeResult:
+        """Delete a session's messages and events (ending it first if needed) and announce
+        `session.purged` on the system stream."""
         row = await self.require(session_id)
         already_ended = row.status == "ended"
         if not already_ended:

@@ -14,6 +14,8 @@ from metis.core.store.tx import TxWrites
 
 @dataclass(frozen=True)
 class NewConfirmation:
+    """A `confirmations` row to insert when a request is announced."""
+
     id: str
     session_id: str
     turn_id: str
@@ -49,6 +51,8 @@ class SuspendedRequest:
 
 @dataclass(frozen=True)
 class ConfirmationRow:
+    """A stored request as an answer needs it: whose it is, its policy and how it was settled."""
+
     id: str
     session_id: str
     turn_id: str
@@ -59,6 +63,9 @@ class ConfirmationRow:
 
 
 class ConfirmationStore:
+    """Reads of the `confirmations` table (restart reload, settled requests); writes go through
+    `tx.confirmations`."""
+
     def __init__(self, db: Database) -> None:
         self.db = db
 
@@ -90,6 +97,7 @@ class ConfirmationStore:
         ]
 
     async def get(self, request_id: str, session_id: str, turn_id: str) -> ConfirmationRow | None:
+        """A request of this session and turn, settled or not; None if it names another session's."""
         row = await self.db.fetchone(
             "SELECT * FROM confirmations WHERE id=? AND session_id=? AND turn_id=?",
             (request_id, session_id, turn_id),
@@ -130,6 +138,7 @@ class ConfirmationWrites(TxWrites):
         )
 
     def set_requested_event(self, request_id: str, event_id: str | None) -> None:
+        """Point the row at the `tool.confirmation_requested` event announcing it."""
         params = (event_id, request_id)
         self._add(
             lambda conn: conn.execute(
@@ -147,6 +156,7 @@ class ConfirmationWrites(TxWrites):
         reason: str | None,
         resolved_at_us: int | None,
     ) -> None:
+        """Record how a request was settled; `remembered` marks a decision reloaded after a restart."""
         params = (status, scope, int(remembered), reason, resolved_at_us, request_id)
         self._add(
             lambda conn: conn.execute(

@@ -62,6 +62,9 @@ def restrict_store_modes(path: Path) -> None:
 
 
 class Database:
+    """The SQLite file: one writer connection behind `write_lock`, one query-only reader, the schema
+    and extension migration tracks."""
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self._writer: aiosqlite.Connection | None = None
@@ -80,6 +83,8 @@ class Database:
         self._tracks[name] = tuple(migrations)
 
     async def open(self) -> None:
+        """Create the file with private modes, migrate the core schema and every extension track,
+        then open the query-only reader."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         restrict_store_modes(self.path)
         self._writer = await self._connect()
@@ -175,6 +180,7 @@ class Database:
 
     @property
     def reader(self) -> aiosqlite.Connection:
+        """The query-only connection: reads never wait behind the writer."""
         assert self._reader is not None, "database not open"
         return self._reader
 
@@ -222,6 +228,8 @@ class Database:
             return await run_on_thread(self.writer, run)
 
     async def fetchone(self, sql: str, params: tuple[object, ...] = ()) -> sqlite3.Row | None:
+        """One row on the reader; the cursor is closed at once so the read transaction ends."""
+
         def fetch(conn: sqlite3.Connection) -> sqlite3.Row | None:
             with closing(conn.execute(sql, params)) as cursor:  # ends the read at once
                 row: sqlite3.Row | None = cursor.fetchone()

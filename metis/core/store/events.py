@@ -75,6 +75,9 @@ ToolCallChange = ToolCallAwaiting | ToolCallCalled | ToolCallEnded
 
 @dataclass(frozen=True)
 class TurnEnded:
+    """A turn's terminal state, projected onto its `turns` row in the batch that stores its terminal
+    event."""
+
     turn_id: str
     status: str
     stop_reason: str | None
@@ -141,6 +144,8 @@ class TraceProjection:
 
 
 def row_to_event(row: sqlite3.Row) -> Event:
+    """A stored `events` row as an `Event`; the payload is not validated again, so old rows stay
+    readable."""
     return Event(
         id=row["id"],
         seq=row["seq"],
@@ -155,6 +160,9 @@ def row_to_event(row: sqlite3.Row) -> Event:
 
 
 class EventStore:
+    """The `events` table: batched appends with their projections, pages, cursors, seq counters and
+    the gap scan."""
+
     def __init__(self, db: Database) -> None:
         self.db = db
 
@@ -189,12 +197,15 @@ class EventStore:
         return [row_to_event(r) for r in rows]
 
     async def first_id_of_type(self, turn_id: str, event_type: str) -> str | None:
+        """The id of a turn's first event of a type (recovery parents `turn.failed` on
+        `turn.started`)."""
         row = await self.db.fetchone(
             "SELECT id FROM events WHERE turn_id=? AND type=?", (turn_id, event_type)
         )
         return row["id"] if row else None
 
     async def seq_of(self, session_id: str, event_id: str) -> int:
+        """The seq of an event of this session, or `CursorNotFound`."""
         row = await self.db.fetchone(
             "SELECT seq FROM events WHERE id=? AND session_id=?", (event_id, session_id)
         )
@@ -232,12 +243,14 @@ class EventStore:
         return [row_to_event(r) for r in rows[:limit]], len(rows) > limit
 
     async def latest(self, session_id: str) -> Event | None:
+        """The session's newest stored event, if any."""
         row = await self.db.fetchone(
             "SELECT * FROM events WHERE session_id=? ORDER BY seq DESC LIMIT 1", (session_id,)
         )
         return row_to_event(row) if row else None
 
     async def max_seqs(self) -> dict[str, int]:
+        """The highest stored seq of every stream, to continue numbering after a restart."""
         rows = await self.db.fetchall(
             "SELECT session_id, MAX(seq) AS m FROM events GROUP BY session_id"
         )

@@ -20,6 +20,7 @@ from metis.core.store.tx import TxWrites
 
 
 def row_to_message(row: sqlite3.Row) -> Message:
+    """A stored `messages` row as a `Message`, reading content leniently."""
     content, metadata = decode_content_lenient(row["id"], row["content_json"], row["metadata_json"])
     return Message(
         id=row["id"],
@@ -180,12 +181,17 @@ class MessageWrites(TxWrites):
 
 @dataclass(frozen=True)
 class MessagePage:
+    """One page of a session's messages, and whether there are more on either side."""
+
     messages: list[Message]
     has_more_before: bool
     has_more_after: bool
 
 
 class MessageStore:
+    """Reads of `messages` and `tool_calls` (pages, history, pending calls); writes go through
+    `tx.messages`."""
+
     def __init__(self, db: Database) -> None:
         self.db = db
 
@@ -235,6 +241,7 @@ class MessageStore:
         return bool(row and row["e"])
 
     async def all_for_session(self, session_id: str) -> list[Message]:
+        """A session's whole history in id order (read once per process by the session cache)."""
         rows = await self.db.fetchall(
             "SELECT * FROM messages WHERE session_id=? ORDER BY id", (session_id,)
         )

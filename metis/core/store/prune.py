@@ -33,6 +33,8 @@ GROUP BY s.id ORDER BY s.id
 
 @dataclass(frozen=True)
 class PrunedStream:
+    """A session stream that lost events to retention: how many, and its new floor seq."""
+
     session_id: str
     deleted: int
     floor_seq: int

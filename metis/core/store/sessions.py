@@ -19,6 +19,8 @@ _QUARTET = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_t
 
 @dataclass(frozen=True)
 class SessionRow:
+    """A `sessions` row: workspace, surface, models (sticky and queued), status, counters and spend."""
+
     id: str
     workspace_path: str
     surface: str
@@ -60,6 +62,9 @@ class SessionRow:
 
 @dataclass(frozen=True)
 class TurnRow:
+    """A `turns` row: its ordinal in the session, status, model, and the projected counters and
+    spend."""
+
     id: str
     session_id: str
     ordinal: int
@@ -110,6 +115,7 @@ class Spend:
     updated_at_us: int = 0
 
     def add_usage(self, payload: dict[str, Any]) -> None:
+        """Add an LLM call event's tokens and cost."""
         for key in _QUARTET:
             self.tokens[key] += int(payload.get(key, 0))
         self.cost += Decimal(payload.get("cost_usd", "0"))
@@ -140,6 +146,8 @@ def add_spend(conn: sqlite3.Connection, table: str, row_id: str, spend: Spend) -
 
 @dataclass(frozen=True)
 class NewTurn:
+    """A `turns` row to insert when a turn is accepted."""
+
     id: str
     session_id: str
     trigger: str
@@ -152,6 +160,9 @@ class NewTurn:
 
 
 class SessionStore:
+    """The `sessions` and `turns` tables: reads, and the direct writes committed before the response
+    that reports them."""
+
     def __init__(self, db: Database) -> None:
         self.db = db
         self._queued: set[str] | None = None  # sessions with a swap queued behind a turn
@@ -190,6 +201,7 @@ class SessionStore:
         return SessionRow.from_row(await self.db.transaction(insert))
 
     async def spends(self) -> list[SessionSpend]:
+        """The stored spend of every session, to seed the cost accumulator at start-up."""
         rows = await self.db.fetchall(
             "SELECT id, cost_so_far_usd, input_tokens, cache_read_tokens, cache_write_tokens, "
             "output_tokens FROM sessions"
@@ -286,6 +298,7 @@ class SessionStore:
         release()
 
     async def end(self, session_id: str, stamp: int) -> None:
+        """Mark the session ended (completed) at `stamp`, committed at once."""
         async with self.db.write() as conn:
             await conn.execute(
                 "UPDATE sessions SET status='ended', disposition='completed', ended_at_us=?, updated_at_us=? "
@@ -354,9 +367,11 @@ class SessionWrites(TxWrites):
         self._add(lambda conn: execute_all(conn, statements))
 
     def add_turn_spend(self, turn_id: str, spend: Spend) -> None:
+        """Add spend to a turn's row (recovery of spend a crash left unprojected)."""
         self._add(lambda conn: add_spend(conn, "turns", turn_id, spend))
 
     def add_session_spend(self, session_id: str, spend: Spend) -> None:
+        """Add spend to a session's row, like `add_turn_spend`."""
         self._add(lambda conn: add_spend(conn, "sessions", session_id, spend))
 
 

@@ -39,6 +39,8 @@ class StoreExtension:
 
 
 class Store:
+    """The repositories over one database, the transaction factory and the registered extensions."""
+
     def __init__(self, db: Database) -> None:
         self.db = db
         self.sessions = SessionStore(db)
@@ -57,9 +59,11 @@ class Store:
         await self.db.open()
 
     async def recover_extensions(self) -> None:
+        """Let each extension repair its own rows after a crash, before requests are served."""
         for extension in list(self._extensions.values()):
             if extension.recover is not None:
                 await extension.recover()
 
     def transaction(self) -> Transaction:
+        """A new write transaction: `async with store.transaction() as tx:`."""
         return Transaction(self.db)

@@ -14,6 +14,8 @@ from metis.core.store.db import Database
 
 
 class TitleStore:
+    """Reads and writes of `session_titles`, and the first user prompt a title falls back to."""
+
     def __init__(self, db: Database) -> None:
         self.db = db
 

@@ -42,6 +42,9 @@ class TxWrites:
 
 
 class Transaction:
+    """Queued writes of the repositories, run as one `BEGIN IMMEDIATE … COMMIT` when the block exits
+    without raising."""
+
     def __init__(self, db: Database) -> None:
         from metis.core.store.confirmations import ConfirmationWrites
         from metis.core.store.messages import MessageWrites
@@ -55,6 +58,7 @@ class Transaction:
         self.confirmations: ConfirmationWrites = ConfirmationWrites(self)
 
     def add(self, op: Op) -> None:
+        """Queue a write; refused once the transaction has ended."""
         if self._done:
             raise RuntimeError("this transaction has already ended")
         self._ops.append(op)
@@ -68,6 +72,7 @@ class Transaction:
             op(conn)
 
     async def commit(self) -> None:
+        """Run the queued writes as one transaction (nothing to do if none were queued)."""
         self._done = True
         if self._ops:
             await self._db.transaction(self._run)
