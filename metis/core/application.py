@@ -140,11 +140,13 @@ class History:
         self._store = core.store
 
     async def flush(self) -> None:
+        """Make every event emitted so far readable: a read that must include them flushes first."""
         await self._core.flush()
 
     async def messages_page(
         self, session_id: str, *, before: str | None, after: str | None = None, limit: int
     ) -> MessagePage:
+        """A page of the session's messages in id order, with flags for more on either side."""
         return await self._store.messages.page(session_id, before=before, after=after, limit=limit)
 
     async def all_messages(self, session_id: str) -> list[Message]:
@@ -165,6 +167,8 @@ class History:
         types: Sequence[str] | None = None,
         limit: int,
     ) -> tuple[list[Event], bool]:
+        """Stored events of the session with seq in (after_seq, until_seq], oldest first, optionally
+        of some types only; and whether more follow."""
         return await self._store.events.page(
             session_id, after_seq=after_seq, until_seq=until_seq, types=types, limit=limit
         )
@@ -174,6 +178,7 @@ class History:
         return await self._store.events.seq_of(session_id, event_id)
 
     async def latest_event(self, session_id: str) -> Event | None:
+        """The session's newest stored event (a subscriber's starting point)."""
         return await self._store.events.latest(session_id)
 
     async def session_row(self, session_id: str) -> SessionRow | None:
@@ -181,6 +186,7 @@ class History:
         return await self._store.sessions.get(session_id)
 
     async def turns_since(self, since_us: int) -> list[TurnRow]:
+        """Turns started since `since_us`, for the dashboard."""
         return await self._store.sessions.turns_since(since_us)
 
     async def pending_tool_call_ids(self, session_id: str) -> list[str]:
@@ -252,12 +258,15 @@ class Routing:
         self._registry = core.registry
 
     def describe(self) -> dict[str, Any]:
+        """`GET /routing`: the active policy, its source and version."""
         return self._policy.describe()
 
     def check(self, policy_yaml: str | None) -> dict[str, Any]:
+        """`POST /routing/check`: validate a policy text, or the file on disk; never changes state."""
         return self._policy.check(policy_yaml)
 
     async def reload(self, *, reset_availability: bool) -> dict[str, Any]:
+        """`POST /routing/reload`: re-read routing.yaml, optionally healing every provider too."""
         return await self._policy.reload("api", reset_availability=reset_availability)
 
     def reset_all(self) -> list[str]:
@@ -267,6 +276,8 @@ class Routing:
         return recovered
 
     def reset_model(self, model_id: str) -> list[str]:
+        """`POST /models/{model}/reset`: heal one model and its provider; returns the models healthy
+        again."""
         return self._availability.reset_model(model_id)
 
 
@@ -311,21 +322,28 @@ class Streams:
         self._hub = core.hub
 
     def attach(self, client: HubClient) -> None:
+        """Start delivering the session's events to `client`."""
         self._hub.attach(client)
 
     def detach(self, client: HubClient) -> None:
+        """Stop delivering to `client`."""
         self._hub.detach(client)
 
     def mint_token(self, session_id: str) -> tuple[str, float]:
+        """A single-use attach token for the session, with its lifetime in seconds."""
         return self._hub.mint_token(session_id)
 
     def check_token(self, token: str | None, session_id: str) -> str:
+        """Consume an attach token: 'ok', 'invalid' or 'wrong_session'."""
         return self._hub.check_token(token, session_id)
 
     def knows(self, session_id: str) -> bool:
+        """Whether the hub already knows the session's latest event (else the surface seeds it with
+        `note_event`)."""
         return self._hub.knows(session_id)
 
     def note_event(self, session_id: str, event_id: str, seq: int) -> None:
+        """Seed the session's latest stored event, for a session this process has not seen emit yet."""
         self._hub.note_event(session_id, event_id, seq)
 
     def last_seq(self, session_id: str) -> int:
@@ -337,9 +355,12 @@ class Streams:
         accept: Callable[[AnyEvent], bool] | None,
         unnamed_watermark: Callable[[], str],
     ) -> HandoffPoint:
+        """The hand-off of a new subscriber, in one synchronous step: events after it arrive live,
+        everything up to it is loaded from the store."""
         return self._hub.handoff_point(client, accept, unnamed_watermark)
 
     async def close_all(self, *, code: str, ws_code: int) -> None:
+        """Close every live client in-band (shutdown)."""
         await self._hub.close_all(code=code, ws_code=ws_code)
 
 
@@ -359,6 +380,7 @@ class SystemInfo:
 
     @property
     def shell_sandbox(self) -> str:
+        """What contains shell commands: `bubblewrap` or `none` (`/health`, `/server/version`)."""
         return self._core.shell_sandbox_name
 
     @property
@@ -391,6 +413,7 @@ class Application:
 
     @classmethod
     def build(cls, settings: Settings) -> Application:
+        """An Application over a new Core built from the settings (not started)."""
         return cls(Core(settings))
 
     def extend_store(self, extension: StoreExtension, repository: Callable[[Database], R]) -> R:
@@ -402,6 +425,7 @@ class Application:
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Core start-up (store, recovery, routing); call before serving requests."""
         await self._core.start()
 
     async def shutdown(self) -> None:
@@ -411,9 +435,13 @@ class Application:
         await self.streams.close_all(code="server_shutdown", ws_code=1001)
 
     async def stop(self) -> None:
+        """Graceful shutdown's last step, after `shutdown`: close servers, writer, adapters and
+        SQLite."""
         await self._core.stop()
 
     async def abort(self) -> None:
+        """Past the shutdown grace: stop turn tasks and close what is left; start-up recovery
+        repairs the rest."""
         await self._core.abort()
 
     async def flush(self) -> None:
