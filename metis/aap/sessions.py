@@ -28,6 +28,7 @@ from metis.aap.http import AapState
 from metis.aap.mapping import parse_content, render_history
 from metis.aap.store import AapSession, AapWrites, ContentShape
 from metis.aap.wire import AgentConfig, SeedMessage, SystemMessage, ToolMessage, UserMessage
+from metis.aap.workspaces import WorkspaceChoice
 from metis.core.application import Transaction
 from metis.core.canonical.content import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from metis.core.canonical.ids import new_ulid
@@ -118,7 +119,7 @@ class SessionDraft:
 
     agent: AgentSpec
     session: AapSession  # session_id / workspace filled in at commit
-    workspace: Any
+    workspace: WorkspaceChoice  # the `workspace` option, provisioned at commit
     seed: list[tuple[Message, ContentShape | None]]
 
 
@@ -151,6 +152,7 @@ def draft_session(
         workspace_path="",
         status="active",
     )
+    assert values.workspace is not None  # create_options always resolves one
     return SessionDraft(agent, session, values.workspace, drafts)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal, localcontext
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -44,7 +44,20 @@ class Usage(BaseModel):
         return data
 
 
-def compute_cost(usage: TokenUsage, pricing: Any) -> Decimal:
+class Prices(Protocol):
+    """USD per million tokens of each bucket (a model's `pricing` in models.yaml)."""
+
+    @property
+    def input_per_mtok(self) -> Decimal: ...
+    @property
+    def output_per_mtok(self) -> Decimal: ...
+    @property
+    def cache_read_per_mtok(self) -> Decimal: ...
+    @property
+    def cache_write_per_mtok(self) -> Decimal: ...
+
+
+def compute_cost(usage: TokenUsage, pricing: Prices) -> Decimal:
     """USD cost of one call from per-million-token prices, never quantized.
 
     Computed in a 28-significant-digit decimal context whatever the caller's context is, so

@@ -131,7 +131,7 @@ class Dispatcher:
         registry: ToolRegistry,
         settings: ToolsSettings,
         executor: ToolExecutor | None = None,
-        on_committed: Any = None,
+        on_committed: Callable[[str, Message], None] | None = None,
     ) -> None:
         self.store = store
         self.bus = bus
