@@ -30,7 +30,7 @@ FRAME_S = 1 / 30  # streamed text is drawn at most this often
 CHUNK_CHARS = 600  # a reply is rendered in pieces of about this much Markdown
 DRAW_CHARS = 1200  # at most this much more text is drawn per frame
 SLOW_CHUNK_CHARS = 2000  # a live chunk longer than this (a huge code block) is drawn less often
-KEPT_PIECES = 16  # rendered pieces of a reply kept (more than a screen shows)
+KEPT_LINES = 1000  # rendered lines of Markdown kept, all replies together (screens of them)
 CODE_THEME = "monokai"
 
 
@@ -46,13 +46,46 @@ class UserMessage(Static):
         self.text = text
 
 
+class RenderedPieces:
+    """The rendered lines of recently drawn Markdown pieces (of every view), at most `limit`
+    lines in all, the least recently drawn dropped first. An entry is found by view and piece
+    and used only if it was rendered from the same text, width and style."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._entries: OrderedDict[tuple[int, int], tuple[tuple[Any, ...], list[Strip]]] = (
+            OrderedDict()
+        )
+        self._lines = 0
+
+    def get(self, key: tuple[int, int], stamp: tuple[Any, ...]) -> list[Strip] | None:
+        entry = self._entries.get(key)
+        if entry is None or entry[0] != stamp:
+            return None
+        self._entries.move_to_end(key)
+        return entry[1]
+
+    def put(self, key: tuple[int, int], stamp: tuple[Any, ...], lines: list[Strip]) -> None:
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self._lines -= len(old[1])
+        self._entries[key] = (stamp, lines)
+        self._lines += len(lines)
+        while self._lines > self.limit and len(self._entries) > 1:
+            _, (_, dropped) = self._entries.popitem(last=False)
+            self._lines -= len(dropped)
+
+
+RENDERED = RenderedPieces(KEPT_LINES)
+
+
 class MarkdownView(Widget):
     """Markdown as one line-API widget: the text cut at top-level block starts into pieces of
     about CHUNK_CHARS, each rendered by Rich on its own, a blank line between them.
 
     Only the last piece (the live one, still growing) is rendered again as text arrives. The
-    others keep their height per width, and their lines only while in view (a few pieces,
-    least recently drawn dropped first): a long transcript then holds few objects for the
+    others keep their height per width, and their lines only while recently drawn
+    (RENDERED, shared by all views): a long transcript then holds few objects for the
     collector to walk, and a layout pass sees one widget per reply, not one per piece.
     """
 
@@ -67,7 +100,6 @@ class MarkdownView(Widget):
         self._width = 0  # of the heights and lines below
         self._heights: list[int] = []  # per piece
         self._starts: list[int] = []  # the first line of each piece
-        self._lines: OrderedDict[int, list[Strip]] = OrderedDict()  # piece -> lines, LRU
 
     @property
     def source(self) -> str:
@@ -107,7 +139,6 @@ class MarkdownView(Widget):
         if source == self.pieces[last]:
             return
         self.pieces[last] = source
-        self._lines.pop(last, None)
         if self._measured():
             self._heights[last] = len(self._piece_lines(last))
 
@@ -119,7 +150,6 @@ class MarkdownView(Widget):
         if width != self._width:
             self._width = width
             self._heights.clear()
-            self._lines.clear()
         if len(self._heights) < len(self.pieces):
             for index in range(len(self._heights), len(self.pieces)):
                 self._heights.append(len(self._piece_lines(index)))
@@ -136,13 +166,13 @@ class MarkdownView(Widget):
         self._starts = starts
 
     def _piece_lines(self, index: int) -> list[Strip]:
-        lines = self._lines.get(index)
+        key = (id(self), index)
+        source = self.pieces[index]
+        stamp = (source, self._width, self.rich_style)
+        lines = RENDERED.get(key, stamp)
         if lines is None:
-            lines = self._lines[index] = self._render_piece(self.pieces[index], self._width)
-            while len(self._lines) > KEPT_PIECES:
-                self._lines.popitem(last=False)
-        else:
-            self._lines.move_to_end(index)
+            lines = self._render_piece(source, self._width)
+            RENDERED.put(key, stamp, lines)
         return lines
 
     def _render_piece(self, source: str, width: int) -> list[Strip]:
