@@ -16,8 +16,3 @@ def decimal_str(value: Decimal | int | str) -> str:
     if "." in text:
         text = text.rstrip("0").rstrip(".")
     return text
-
-
-def parse_decimal(value: str | Decimal | int) -> Decimal:
-    """An amount as a Decimal, never through float."""
-    return Decimal(value)

@@ -37,6 +37,7 @@ from metis.core.tools.precheck import precheck
 from metis.core.tools.registry import RegisteredTool, ToolRegistry
 from metis.core.tools.results import (
     ToolOutcome,
+    cancelled_text,
     confirmation_timeout_text,
     failed,
     input_invalid_text,
@@ -46,7 +47,6 @@ from metis.core.tools.results import (
     tool_result_message,
     user_denied_text,
 )
-from metis.core.tools.results import cancelled_text as cancelled_result_text
 from metis.core.tools.sandbox import Sandbox
 from metis.core.tools.settings import ToolsSettings
 from metis.core.tools.summary import summarize
@@ -226,7 +226,7 @@ class Dispatcher:
             try:
                 outcome = await process(job)
             except asyncio.CancelledError:
-                outcome = failed("cancelled", cancelled_result_text())
+                outcome = cancelled_outcome()
             finally:
                 # ran, or ended without running: the next write to its path may go
                 self._path_order.release(job.path_turn)
@@ -279,7 +279,7 @@ class Dispatcher:
     async def _process_granted(self, turn: TurnTools, job: _Job) -> ToolOutcome | InputInvalid:
         block = job.block
         if turn.cancel.is_set():
-            return failed("cancelled", cancelled_result_text())
+            return cancelled_outcome()
         entry = self.registry.lookup(block.name, turn.surface_policy)
         if entry is None:
             return failed("policy_denied", not_enabled_denied_text(block.name))
@@ -311,7 +311,7 @@ class Dispatcher:
         block = job.block
         job.gate_event_id = parent
         if turn.cancel.is_set():
-            return failed("cancelled", cancelled_result_text())
+            return cancelled_outcome()
         # 1. lookup
         application = turn.application_tools.get(block.name)
         if application is not None:
@@ -373,7 +373,7 @@ class Dispatcher:
         key = (turn.session_id, job.block.name)
         question = self._first_questions.setdefault(key, asyncio.Lock())
         if not await _acquire_unless_cancelled(question, turn.cancel):
-            return failed("cancelled", cancelled_result_text())
+            return cancelled_outcome()
         try:
             resolution = self._resolve_mode(turn, job, entry)  # an answer may be remembered now
             return await self._gate(turn, job, entry, resolution, message_id, parent)
@@ -423,7 +423,7 @@ class Dispatcher:
             )
             job.gate_event_id = answer.resolved_event_id or parent
             if answer.outcome == "withdrawn":
-                return failed("cancelled", cancelled_result_text())
+                return cancelled_outcome()
             if answer.outcome == "timeout":
                 return failed(
                     "confirmation_timeout", confirmation_timeout_text(self.broker.timeout_s)
@@ -459,10 +459,10 @@ class Dispatcher:
             if job.path_turn is not None and not await _wait_unless_cancelled(
                 job.path_turn.ready, turn.cancel
             ):
-                return failed("cancelled", cancelled_result_text())
+                return cancelled_outcome()
             for gate in (session_slot, self._global):
                 if not await _acquire_unless_cancelled(gate, turn.cancel):
-                    return failed("cancelled", cancelled_result_text())
+                    return cancelled_outcome()
                 acquired.append(gate)
             timeout = self.executor.timeout_for(entry, job.input)
             job.called_event_id = self._announce_called(
@@ -659,4 +659,4 @@ async def _wait_unless_cancelled(ready: asyncio.Event, cancel: asyncio.Event) ->
 
 def cancelled_outcome() -> ToolOutcome:
     """The outcome of a tool use cancelled before it produced anything."""
-    return failed("cancelled", cancelled_result_text())
+    return failed("cancelled", cancelled_text())
