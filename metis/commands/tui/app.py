@@ -43,6 +43,7 @@ from metis.commands.tui.widgets import (
     ToolCard,
     UserMessage,
     short_path,
+    warm_up_markdown,
 )
 from metis.core.errors import ConfigError
 
@@ -178,6 +179,7 @@ class ChatApp(App[int]):
             )
         except ApiFailure as exc:
             await self._fatal(str(exc))
+        warm_up_markdown(self.console)
         if self.freeze_heap:
             # what start-up left (Textual, Rich, aiohttp, pygments) lives as long as the app:
             # out of the collector's reach, full collections stop pausing a stream for ~100 ms

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rich.console import JustifyMethod
+from rich.console import Console, JustifyMethod
 from rich.markdown import Heading
 from rich.markdown import Markdown as RichMarkdown
 from rich.syntax import Syntax
@@ -256,6 +256,15 @@ class AssistantMessage(MarkdownView):
         self._schedule()
         if note and isinstance(self.parent, Widget):
             await self.parent.mount(Note(Text(note), classes="warning"), after=self)
+
+
+def warm_up_markdown(console: Console) -> None:
+    """Render a little Markdown with a Python block: the parser, the code theme and the lexer
+    load now (tens of milliseconds), not in the middle of the first reply."""
+    console.render_lines(
+        LeftMarkdown("# warm-up\n\n```python\nx = 1\n```\n", code_theme=CODE_THEME),
+        console.options.update(width=40, height=None),
+    )
 
 
 class LeftMarkdown(RichMarkdown):
