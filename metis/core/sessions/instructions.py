@@ -20,6 +20,7 @@ import stat
 from dataclasses import dataclass
 from typing import Any
 
+from metis.core.events.bus import EventBus
 from metis.core.tools.sandbox import is_within
 
 log = logging.getLogger(__name__)
@@ -146,7 +147,7 @@ class InstructionsReader:
 class SessionInstructions:
     """The instruction file each session uses, and its `session.instructions_loaded` events."""
 
-    def __init__(self, bus: Any, reader: InstructionsReader | None = None) -> None:
+    def __init__(self, bus: EventBus, reader: InstructionsReader | None = None) -> None:
         self.bus = bus
         self.reader = reader or InstructionsReader()
         self._in_use: dict[str, ProjectInstructions | None] = {}
