@@ -16,7 +16,7 @@ from metis.commands.daemon_client import resolve_daemon
 from metis.commands.tui.app import ChatApp
 from metis.commands.tui.screens import ConfirmScreen, SessionPicker
 from metis.commands.tui.widgets import (
-    CHUNK_CHARS,
+    PIECE_CHARS,
     AssistantMessage,
     Note,
     PromptInput,
@@ -24,7 +24,7 @@ from metis.commands.tui.widgets import (
     UserMessage,
     block_starts,
     short_path,
-    split_chunks,
+    split_pieces,
 )
 from metis.server.runner import Daemon
 from metis.testing import FakeProviderServer, FakeReply
@@ -311,7 +311,7 @@ async def test_slash_commands_model_cost_title_sessions_new_and_export(
     assert (tmp_path / f"{first}.md").read_text().startswith("# My demo session")
 
 
-def test_a_reply_is_cut_into_chunks_only_between_top_level_blocks() -> None:
+def test_a_reply_is_cut_into_pieces_only_between_top_level_blocks() -> None:
     text = (
         "intro paragraph\n\n```python\nx = 1\n\ny = 2\n```\n\n- one\n\n- two\n\n  more of two\n\n"
         "1. first\n\n2. second\n\n# Heading\n\nlast paragraph\n"
@@ -319,8 +319,8 @@ def test_a_reply_is_cut_into_chunks_only_between_top_level_blocks() -> None:
     cuts = [text[i:].split("\n", 1)[0] for i in block_starts(text)]
     # never inside a fence, before a list item (it may continue a list) or an indented line
     assert cuts == ["```python", "# Heading", "last paragraph"]
-    assert "".join(split_chunks(text * 200)) == text * 200
-    assert all(len(piece) >= CHUNK_CHARS for piece in split_chunks(text * 200)[:-1])
+    assert "".join(split_pieces(text * 200)) == text * 200
+    assert all(len(piece) >= PIECE_CHARS for piece in split_pieces(text * 200)[:-1])
 
 
 async def test_a_reply_of_5000_deltas_in_one_burst_reaches_the_transcript_whole(
@@ -349,7 +349,7 @@ async def test_a_reply_of_5000_deltas_in_one_burst_reaches_the_transcript_whole(
             assert reply.text == text
             await until(lambda: reply.source == text, timeout=60)
             pieces = reply.pieces
-            assert len(text) // (2 * CHUNK_CHARS) < len(pieces) < len(text) // (CHUNK_CHARS // 2)
+            assert len(text) // (2 * PIECE_CHARS) < len(pieces) < len(text) // (PIECE_CHARS // 2)
             await pilot.pause()
             screenshot(app, "long-reply")
             app.transcript.scroll_home(animate=False)  # pieces out of view are rendered again

@@ -27,9 +27,9 @@ from metis.commands import tooldisplay
 
 PREVIEW_LINES = 8
 FRAME_S = 1 / 30  # streamed text is drawn at most this often
-CHUNK_CHARS = 600  # a reply is rendered in pieces of about this much Markdown
+PIECE_CHARS = 600  # a reply is rendered in pieces of about this much Markdown
 DRAW_CHARS = 1200  # at most this much more text is drawn per frame
-SLOW_CHUNK_CHARS = 2000  # a live chunk longer than this (a huge code block) is drawn less often
+SLOW_PIECE_CHARS = 2000  # a live piece longer than this (a huge code block) is drawn less often
 KEPT_LINES = 1000  # rendered lines of Markdown kept, all replies together (screens of them)
 CODE_THEME = "monokai"
 
@@ -81,7 +81,7 @@ RENDERED = RenderedPieces(KEPT_LINES)
 
 class MarkdownView(Widget):
     """Markdown as one line-API widget: the text cut at top-level block starts into pieces of
-    about CHUNK_CHARS, each rendered by Rich on its own, a blank line between them.
+    about PIECE_CHARS, each rendered by Rich on its own, a blank line between them.
 
     Only the last piece (the live one, still growing) is rendered again as text arrives. The
     others keep their height per width, and their lines only while recently drawn
@@ -95,7 +95,7 @@ class MarkdownView(Widget):
 
     def __init__(self, text: str) -> None:
         super().__init__()
-        self.pieces = split_chunks(text)
+        self.pieces = split_pieces(text)
         self.settled = len(text) - len(self.pieces[-1])  # where the live piece starts
         self._width = 0  # of the heights and lines below
         self._heights: list[int] = []  # per piece
@@ -119,7 +119,7 @@ class MarkdownView(Widget):
         height = self._height() if self._measured() else -1
         settled = len(self.pieces)
         for start in block_starts(text, self.settled, end):
-            if start - self.settled >= CHUNK_CHARS:
+            if start - self.settled >= PIECE_CHARS:
                 self._replace_live(text[self.settled : start])
                 self.settled = start
                 self.pieces.append("")
@@ -240,7 +240,7 @@ class AssistantMessage(MarkdownView):
     def _schedule(self) -> None:
         if self._timer is None and self.is_mounted:
             live = min(len(self.text), self.shown + DRAW_CHARS) - self.settled
-            self._timer = self.set_timer(FRAME_S * max(1.0, live / SLOW_CHUNK_CHARS), self._draw)
+            self._timer = self.set_timer(FRAME_S * max(1.0, live / SLOW_PIECE_CHARS), self._draw)
 
     def _draw(self) -> None:
         """Show up to DRAW_CHARS more of the text: a burst is drawn over a few frames, with
@@ -310,13 +310,13 @@ def block_starts(text: str, start: int = 0, end: int | None = None) -> Iterator[
         pos = newline + 1
 
 
-def split_chunks(text: str) -> list[str]:
-    """`text` cut at block starts into pieces of at least CHUNK_CHARS (the last may be
+def split_pieces(text: str) -> list[str]:
+    """`text` cut at block starts into pieces of at least PIECE_CHARS (the last may be
     shorter); never empty."""
     pieces: list[str] = []
     settled = 0
     for start in block_starts(text):
-        if start - settled >= CHUNK_CHARS:
+        if start - settled >= PIECE_CHARS:
             pieces.append(text[settled:start])
             settled = start
     pieces.append(text[settled:])
