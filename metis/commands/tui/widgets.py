@@ -97,7 +97,7 @@ class MarkdownView(Widget):
         super().__init__()
         self.pieces = split_pieces(text)
         self.settled = len(text) - len(self.pieces[-1])  # where the live piece starts
-        self._width = 0  # of the heights and lines below
+        self._width = 0  # the width the heights below are for
         self._heights: list[int] = []  # per piece
         self._starts: list[int] = []  # the first line of each piece
 
