@@ -6,7 +6,9 @@ only shapes the copy sent to the model (and reported as AAP's `compacted` histor
 
 from __future__ import annotations
 
+import heapq
 import os
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,23 +28,58 @@ OMITTED_RESULT = "[older tool result omitted to fit the context window]"
 MAX_LISTING = 40
 
 
+# A listing is reused while the directory's inode and mtime are unchanged (adding, removing or
+# renaming an entry changes the mtime; so does creating `.git`). A directory changed less than
+# this long before it was listed is listed again next time: a second change within the same
+# timestamp tick would otherwise leave its mtime as it was.
+_SETTLED_NS = 1_000_000_000
+_LISTINGS_KEPT = 64
+_listings: dict[str, tuple[int, int, str]] = {}
+
+
 def workspace_facts(workspace: str, now: datetime | None = None) -> str:
-    """The per-turn (volatile) system text: date and what the workspace root holds."""
+    """The per-turn (volatile) system text: date and what the workspace root holds.
+
+    Called before every model call; a large workspace root (hundreds of entries) costs a
+    directory read and sort only when it changed, not at every call."""
     now = now or datetime.now(UTC)
-    lines = [f"Current date: {now:%Y-%m-%d}.", f"Workspace root: {workspace}"]
+    head = f"Current date: {now:%Y-%m-%d}.\nWorkspace root: {workspace}"
+    return f"{head}\n{_listing(workspace)}"
+
+
+def _listing(workspace: str) -> str:
     try:
-        entries = sorted(os.scandir(workspace), key=lambda e: e.name)
+        st = os.stat(workspace)
     except OSError:
-        return "\n".join([*lines, "The workspace directory is not readable right now."])
-    shown = [
-        e.name + ("/" if e.is_dir(follow_symlinks=False) else "") for e in entries[:MAX_LISTING]
-    ]
+        return _UNREADABLE
+    cached = _listings.get(workspace)
+    if cached is not None and cached[0] == st.st_ino and cached[1] == st.st_mtime_ns:
+        return cached[2]
+    text = _read_listing(workspace)
+    if text is not _UNREADABLE and time.time_ns() - st.st_mtime_ns >= _SETTLED_NS:
+        if len(_listings) >= _LISTINGS_KEPT:
+            _listings.pop(next(iter(_listings)))
+        _listings[workspace] = (st.st_ino, st.st_mtime_ns, text)
+    return text
+
+
+_UNREADABLE = "The workspace directory is not readable right now."
+
+
+def _read_listing(workspace: str) -> str:
+    try:
+        with os.scandir(workspace) as scan:
+            entries = list(scan)
+    except OSError:
+        return _UNREADABLE
+    first = heapq.nsmallest(MAX_LISTING, entries, key=lambda e: e.name)
+    shown = [e.name + ("/" if e.is_dir(follow_symlinks=False) else "") for e in first]
     more = len(entries) - len(shown)
-    lines.append(
+    lines = [
         "Top-level entries: "
         + (", ".join(shown) if shown else "(empty)")
         + (f" and {more} more" if more > 0 else "")
-    )
+    ]
     if (Path(workspace) / ".git").exists():
         lines.append("The workspace is a git repository.")
     return "\n".join(lines)

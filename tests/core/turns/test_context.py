@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from metis.core.canonical.content import TextBlock, ToolResultBlock, ToolUseBlock
 from metis.core.canonical.ids import new_ulid
@@ -113,6 +116,28 @@ def test_workspace_facts_list_the_root(tmp_path: object) -> None:
     (root / "a.py").write_text("")
     facts = workspace_facts(str(root))
     assert "a.py, src/" in facts and str(root) in facts
+
+
+def test_workspace_facts_follow_every_change_of_the_root(tmp_path: Path) -> None:
+    """The listing is reused between calls, yet an entry added, removed or renamed shows at
+    the next call, even one made right after the listing (a listing of a directory changed
+    less than a second before is not reused)."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a.py").write_text("")
+    settled = time.time_ns() - 5_000_000_000
+    os.utime(root, ns=(settled, settled))  # listed long after its last change: reusable
+    assert "Top-level entries: a.py" in workspace_facts(str(root))
+    (root / "b.py").write_text("")
+    assert "a.py, b.py" in workspace_facts(str(root))
+    (root / "a.py").rename(root / "c.py")  # in the same tick as the listing just made
+    assert "b.py, c.py" in workspace_facts(str(root))
+    for i in range(60):
+        (root / f"f{i:02}").write_text("")
+    facts = workspace_facts(str(root))
+    assert "and 22 more" in facts and "b.py, c.py, f00" in facts
+    (root / ".git").mkdir()
+    assert "git repository" in workspace_facts(str(root))
 
 
 def test_assembling_a_grown_history_equals_assembling_it_afresh() -> None:
