@@ -136,7 +136,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from metis.server.routes.system import metis_version
+    from metis.version import metis_version
 
     parser = argparse.ArgumentParser(prog="metis", description="local-first coding-agent daemon")
     parser.add_argument("--version", action="version", version=f"metis {metis_version()}")

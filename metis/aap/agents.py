@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as package_version
 from typing import Any, Literal
 
 from metis.aap.workspaces import Workspaces
 from metis.core.application import Models
 from metis.core.canonical.tools import ToolDefinition
+from metis.version import metis_version
 
 OptionType = Literal["text", "select", "secret"]
 HistoryType = Literal["compacted", "full"]
@@ -99,13 +98,6 @@ def tool_spec(tool: ToolDefinition, version: int) -> dict[str, Any]:
         "description": tool.description,
         schema_key: tool.input_schema,
     }
-
-
-def metis_version() -> str:
-    try:
-        return package_version("metis")
-    except PackageNotFoundError:  # pragma: no cover - running from a source tree
-        return "0.0.0"
 
 
 AgentFactory = Callable[[AgentSpec], AgentSpec]

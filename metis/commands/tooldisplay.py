@@ -3,7 +3,6 @@ command and output. Shared by the terminal app, `metis run` and the Markdown exp
 
 from __future__ import annotations
 
-import difflib
 import json
 from pathlib import Path
 from typing import Any
@@ -50,6 +49,8 @@ def file_diff(name: str, tool_input: dict[str, Any] | None, workspace: str | Non
         after = str(data.get("new_text") or "")
     else:
         return None
+    import difflib  # here, not at import: every `metis` command (serve too) loads this module
+
     lines = difflib.unified_diff(
         before.splitlines(keepends=True),
         after.splitlines(keepends=True),

@@ -19,6 +19,7 @@ from metis.server.middleware import SELF_GUARDED_KEY, add_security_headers, meti
 from metis.server.openapi import build_openapi
 from metis.server.routes import login, mcp, routing, sessions, system, turns
 from metis.server.state import STATE_KEY, ServerState
+from metis.version import metis_version
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +55,9 @@ def create_app(state: ServerState) -> web.Application:
     )
     if not state.auth.required:
         app.on_startup.append(_warn_unauthenticated)
+    route_specs = list(specs.values())
     document: Callable[[], dict[str, object]] = functools.cache(
-        functools.partial(
-            openapi_document, list(specs.values()), system.metis_version(), state.settings
-        )
+        lambda: openapi_document(route_specs, metis_version(), state.settings)
     )
     app[system.OPENAPI_KEY] = document
     app.on_response_prepare.append(add_security_headers)

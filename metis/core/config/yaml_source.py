@@ -8,7 +8,6 @@ mapping and sequence remembers the 1-based line and column of itself and of each
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -225,7 +224,10 @@ def read_yaml_file(path: Path, *, max_bytes: int = MAX_YAML_BYTES) -> YamlDocume
 
 
 def suggest(key: str, allowed: list[str] | tuple[str, ...]) -> str:
-    """`; did you mean 'x'?` when a close allowed key exists, else ""."""
+    """`; did you mean 'x'?` when a close allowed key exists, else "" (difflib is imported
+    here: only a configuration error needs it)."""
+    import difflib
+
     match = difflib.get_close_matches(key, list(allowed), n=1, cutoff=0.75)
     return f"; did you mean '{match[0]}'?" if match else ""
 

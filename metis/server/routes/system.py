@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from importlib.metadata import version as package_version
 from typing import Literal
 
 from aiohttp import web
@@ -13,6 +12,7 @@ from metis.core.canonical.messages import SCHEMA_VERSION
 from metis.core.canonical.times import format_us
 from metis.server.http import RouteTable, json_response
 from metis.server.state import STATE_KEY
+from metis.version import metis_version
 
 routes = RouteTable()
 # The document's builder (memoised): generating the models' schemas is the costliest step
@@ -41,10 +41,6 @@ class VersionResponse(BaseModel):
     schema_versions: SchemaVersions
     streaming_protocol: int
     shell_sandbox: Literal["bubblewrap", "none"]
-
-
-def metis_version() -> str:
-    return package_version("metis")
 
 
 @routes.route(
