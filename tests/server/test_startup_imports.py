@@ -15,6 +15,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 HEAVY = ("anthropic", "openai", "mcp", "markdown_it", "pygments", "nh3", "textual")
 # Smaller, but each is memory of an idle daemon that no request has needed yet.
@@ -42,23 +43,29 @@ asyncio.run(main())
 """
 
 
-async def test_a_started_daemon_has_imported_no_heavy_library_it_does_not_use_yet(
-    tmp_path: Path,
-) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    env["METIS_OFFLINE"] = "1"
+async def run_script(script: str, home: Path, env: dict[str, str]) -> Any:
+    """Run `script` (given METIS_HOME as its argument) in a fresh interpreter: its last line
+    of output, as JSON."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
-        SCRIPT,
-        str(tmp_path / "home"),
+        script,
+        str(home),
         env=env,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode == 0, err.decode()
-    loaded = set(json.loads(out.decode().splitlines()[-1]))
+    return json.loads(out.decode().splitlines()[-1])
+
+
+async def test_a_started_daemon_has_imported_no_heavy_library_it_does_not_use_yet(
+    tmp_path: Path,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env["METIS_OFFLINE"] = "1"
+    loaded = set(await run_script(SCRIPT, tmp_path / "home", env))
     assert "aiohttp" in loaded  # the script did start a daemon
     early = sorted(
         name
@@ -106,15 +113,5 @@ async def test_a_provider_sdk_is_imported_when_the_first_client_comes_not_at_sta
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env.pop("METIS_OFFLINE", None)
     env["ANTHROPIC_API_KEY"] = "sk-ant-not-called"  # nothing is called: the SDK is only imported
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-c",
-        SDK_SCRIPT,
-        str(tmp_path / "home"),
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
-    assert proc.returncode == 0, err.decode()
-    assert json.loads(out.decode().splitlines()[-1]) == {"idle": False, "after_client": True}
+    seen = await run_script(SDK_SCRIPT, tmp_path / "home", env)
+    assert seen == {"idle": False, "after_client": True}

@@ -238,12 +238,7 @@ class TurnRunner:
                 "latency_ms": int((time.monotonic() - hooks.started_at) * 1000)
                 if hooks.started_at
                 else 0,
-                "input_tokens": usage.input_tokens,
-                "cache_read_tokens": usage.cache_read_tokens,
-                "cache_write_tokens": usage.cache_write_tokens,
-                "output_tokens": usage.output_tokens,
-                "cost_usd": usage.cost_usd,
-                "pricing_version": usage.pricing_version,
+                **usage_fields(usage),
             },
         )
 
@@ -503,12 +498,7 @@ class TurnRunner:
                 "stop_reason": complete.stop_reason
                 if complete.stop_reason in LLM_STOP_REASONS
                 else "end_turn",
-                "input_tokens": usage.input_tokens,
-                "cache_read_tokens": usage.cache_read_tokens,
-                "cache_write_tokens": usage.cache_write_tokens,
-                "output_tokens": usage.output_tokens,
-                "cost_usd": usage.cost_usd,
-                "pricing_version": usage.pricing_version,
+                **usage_fields(usage),
                 "latency_ms": complete.latency_ms,
                 "first_token_ms": complete.first_token_ms,
                 "tool_use_count": sum(isinstance(b, ToolUseBlock) for b in complete.final_content),
@@ -633,3 +623,15 @@ class TurnRunner:
             actor=actor or default_actor,
             parent=self.run.turn_started_event_id,
         )
+
+
+def usage_fields(usage: Usage) -> dict[str, Any]:
+    """The usage part of an `llm.call_completed` or `llm.call_failed` payload."""
+    return {
+        "input_tokens": usage.input_tokens,
+        "cache_read_tokens": usage.cache_read_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+        "output_tokens": usage.output_tokens,
+        "cost_usd": usage.cost_usd,
+        "pricing_version": usage.pricing_version,
+    }
