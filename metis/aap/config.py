@@ -12,11 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from metis.aap.agents import AUTO, AgentSpec
+from metis.aap.agents import AUTO, AgentSpec, WorkspaceChoice, Workspaces
 from metis.aap.errors import AapError
 from metis.aap.store import AapSession
 from metis.aap.wire import ServerToolRef
-from metis.aap.workspaces import WorkspaceChoice, Workspaces
 from metis.core.application import Models, SurfaceToolPolicy
 from metis.core.canonical.content import TOOL_NAME_RE
 from metis.core.canonical.tools import ToolDefinition

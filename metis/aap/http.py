@@ -12,10 +12,9 @@ from typing import Any, Protocol, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from metis.aap.agents import AgentCatalog
+from metis.aap.agents import AgentCatalog, Workspaces
 from metis.aap.errors import validation_error
 from metis.aap.store import AapStore
-from metis.aap.workspaces import Workspaces
 from metis.config import AapSettings, Settings
 from metis.core.application import Application
 from metis.http import responses

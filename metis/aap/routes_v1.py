@@ -13,6 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from metis.aap import routes_v3, sessions
+from metis.aap.agents import Workspaces
 from metis.aap.errors import TURN_ERRORS, AapError, validation_error
 from metis.aap.http import (
     cors_headers,
@@ -32,7 +33,6 @@ from metis.aap.wire_v1 import (
     SessionResponse,
     TurnRequest,
 )
-from metis.aap.workspaces import Workspaces
 from metis.http.routes import RouteTable
 
 VERSION = 1

@@ -7,6 +7,7 @@ from typing import Any
 from aiohttp import web
 
 from metis.aap import sessions
+from metis.aap.agents import Workspaces
 from metis.aap.errors import TURN_ERRORS
 from metis.aap.http import (
     cors_headers,
@@ -28,7 +29,6 @@ from metis.aap.wire_v3 import (
     SessionList,
     TurnRequest,
 )
-from metis.aap.workspaces import Workspaces
 from metis.http.routes import RouteTable
 
 VERSION = 3

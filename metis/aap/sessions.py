@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from metis.aap.agents import HISTORY_TYPES, AgentSpec
+from metis.aap.agents import HISTORY_TYPES, AgentSpec, WorkspaceChoice
 from metis.aap.config import (
     application_tools,
     check_agent_tools,
@@ -28,7 +28,6 @@ from metis.aap.http import AapState
 from metis.aap.mapping import parse_content, render_history
 from metis.aap.store import AapSession, AapWrites, ContentShape
 from metis.aap.wire import AgentConfig, SeedMessage, SystemMessage, ToolMessage, UserMessage
-from metis.aap.workspaces import WorkspaceChoice
 from metis.core.application import Transaction
 from metis.core.canonical.content import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from metis.core.canonical.ids import new_ulid
