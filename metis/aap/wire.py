@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
-from pydantic.json_schema import JsonDict
+from pydantic.config import JsonDict
 
 from metis.aap.agents import HISTORY_TYPES
 from metis.core.canonical.content import IMAGE_MEDIA_TYPES, TOOL_NAME_RE

@@ -36,7 +36,7 @@ _SCHEMES = {"http", "https", "mailto"}
 
 
 @lru_cache(maxsize=1)
-def _formatter() -> HtmlFormatter:
+def _formatter() -> HtmlFormatter[str]:
     from pygments.formatters import HtmlFormatter
 
     return HtmlFormatter(nowrap=True, classprefix="hl-")
@@ -54,7 +54,8 @@ def _highlight(code: str, lang: str, _attrs: Any) -> str:
         lexer = get_lexer_by_name(lang.split()[0])
     except ClassNotFound:
         return ""
-    return highlight(code, lexer, _formatter())
+    html: str = highlight(code, lexer, _formatter())
+    return html
 
 
 @lru_cache(maxsize=1)
@@ -83,6 +84,6 @@ def highlight_css() -> str:
     """The Pygments theme for highlighted code: light by default, dark under the media query."""
     from pygments.formatters import HtmlFormatter
 
-    light = HtmlFormatter(style="friendly", classprefix="hl-").get_style_defs(".md pre")
-    dark = HtmlFormatter(style="monokai", classprefix="hl-").get_style_defs(".md pre")
+    light = HtmlFormatter(style="friendly", classprefix="hl-").get_style_defs(".md pre")  # type: ignore[no-untyped-call]
+    dark = HtmlFormatter(style="monokai", classprefix="hl-").get_style_defs(".md pre")  # type: ignore[no-untyped-call]
     return f"{light}\n@media (prefers-color-scheme: dark) {{\n{dark}\n}}\n"

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import BaseModel
-from pydantic.json_schema import JsonDict
+from pydantic.config import JsonDict
 
 from metis.http.routes import RouteSpec
 

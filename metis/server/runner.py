@@ -85,7 +85,8 @@ def protect_process_memory() -> bool:
         return False
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+        done: int = libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+        return done == 0
     except (OSError, AttributeError):
         return False
 

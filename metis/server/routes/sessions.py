@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
-from pydantic.json_schema import JsonDict
+from pydantic.config import JsonDict
 
 from metis.core.application import TITLE_CHARS, Application, SessionView
 from metis.core.canonical.ids import ULID_CHARS, is_ulid

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
-from pydantic.json_schema import JsonDict
+from pydantic.config import JsonDict
 
 from metis.core.application import Application, TurnRequest
 from metis.core.canonical.content import IMAGE_MEDIA_TYPES
