@@ -32,7 +32,7 @@ from metis.testing.bench import bench_models_yaml
 from tests.api import Api
 from tests.ws_client import SLOW_SCRIPTED
 
-ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 SIZE = (110, 40)
 
 
