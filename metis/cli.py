@@ -112,6 +112,7 @@ async def _serve(args: argparse.Namespace) -> int:
         await stop.wait()
         log.info("signal received; shutting down")
         await daemon.stop()
+        daemon.core.policy.join_watcher(timeout=1.0)  # the process ends next
     finally:
         lock.release()
     return 0

@@ -395,10 +395,11 @@ class PolicyManager:
         """Watch METIS_HOME (not the file: editors save by rename) from a background thread.
 
         The Rust watcher only notices its stop event between waits of `step` ms; run as an
-        awaited task, every shutdown paid that wait. In its own daemon thread it is simply told
-        to stop and left to finish on its own, while reloads still run one at a time on the loop.
+        awaited task, every shutdown paid that wait. In its own daemon thread it is told to stop
+        and finishes on its own, while reloads still run one at a time on the loop; only the
+        process's last step waits for it (`join_watcher`).
         """
-        if self._watch_thread is not None:
+        if self._reload_task is not None:
             return
         loop = asyncio.get_running_loop()
         changed = asyncio.Event()
@@ -456,7 +457,6 @@ class PolicyManager:
         task, self._reload_task = self._reload_task, None
         if self._stop is not None:
             self._stop.set()
-        self._watch_thread = None
         if task is None:
             return
         assert self._changed is not None
@@ -465,6 +465,14 @@ class PolicyManager:
             await asyncio.wait_for(task, timeout=5)
         except (TimeoutError, asyncio.CancelledError):
             task.cancel()
+
+    def join_watcher(self, timeout: float) -> None:
+        """Wait (after `aclose`) until the watcher thread has noticed its stop, one polling step
+        at most: `metis serve` calls it last, so the interpreter never finalizes while the thread
+        is inside the Rust notifier and would need the GIL back."""
+        thread, self._watch_thread = self._watch_thread, None
+        if thread is not None:
+            thread.join(timeout)
 
 
 __all__ = ["LKG_FILE_NAME", "USER_FILE_NAME", "PolicyManager", "ReloadReason"]
