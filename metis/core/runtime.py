@@ -111,9 +111,7 @@ class Core:
                 groups=self.shell_groups,
                 shell_sandbox=self.shell_sandbox,
             ),
-            on_committed=lambda session_id, message: self.session_cache.committed(
-                session_id, message
-            ),
+            history=self.history,
         )
         # MCP servers: their process groups share the shell's ledger (reaped at start-up)
         self.mcp = McpManager(
@@ -158,6 +156,7 @@ class Core:
             store=self.store,
             registry=self.registry,
             session_cache=self.session_cache,
+            history=self.history,
             dispatcher=self.dispatcher,
             costs=self.costs,
             bus=self.bus,

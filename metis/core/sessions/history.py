@@ -1,7 +1,8 @@
 """HistoryWriter: the one way messages join a session's history.
 
-The session service (a surface's seed history) and the turn runner (assistant messages with
-their tool calls) both commit messages this way, so the store and the session cache
+The session service (a surface's seed history), the turn service (a turn's input, in its
+acceptance transaction), the turn runner (assistant messages with their tool calls) and the tool
+dispatcher (tool results) all commit messages this way, so the store and the session cache
 (metis/core/sessions/cache.py) never disagree about what a session said.
 """
 
@@ -41,9 +42,21 @@ class HistoryWriter:
     ) -> None:
         """Commit messages (validated before the write), the tool_calls rows of their tool
         uses and the surface's rows in one transaction, then add them to the cached history."""
-        async with self._store.transaction() as tx:
+
+        def rows(tx: Transaction) -> None:
             tx.messages.insert(*messages)
             tx.messages.insert_tool_calls(tool_calls)
             if surface_writes is not None:
                 surface_writes(tx, [*messages])
+
+        await self.commit_with(session_id, messages, rows)
+
+    async def commit_with(
+        self, session_id: str, messages: Sequence[Message], rows: Callable[[Transaction], None]
+    ) -> None:
+        """One transaction whose writes `rows` queues (it stores `messages` along with rows of
+        its own: a turn's acceptance, a tool result linked to its call); once it has
+        committed, `messages` join the cached history."""
+        async with self._store.transaction() as tx:
+            rows(tx)
         self._cache.committed(session_id, *messages)

@@ -24,7 +24,9 @@ from metis.core.canonical.times import now_us
 from metis.core.canonical.tools import ToolDefinition
 from metis.core.confirmations import ConfirmationBroker, ConfirmationRequest
 from metis.core.events.bus import EventBus
+from metis.core.sessions.history import HistoryWriter
 from metis.core.store.store import Store
+from metis.core.store.tx import Transaction
 from metis.core.tools.executor import ToolExecutor
 from metis.core.tools.pathorder import PathOrder, PathTurn
 from metis.core.tools.policy import (
@@ -130,8 +132,8 @@ class Dispatcher:
         broker: ConfirmationBroker,
         registry: ToolRegistry,
         settings: ToolsSettings,
+        history: HistoryWriter,
         executor: ToolExecutor | None = None,
-        on_committed: Callable[[str, Message], None] | None = None,
     ) -> None:
         self.store = store
         self.bus = bus
@@ -139,7 +141,7 @@ class Dispatcher:
         self.registry = registry
         self.settings = settings
         self.executor = executor or ToolExecutor(settings)
-        self.on_committed = on_committed or (lambda session_id, message: None)
+        self.history = history
         self._global = asyncio.Semaphore(settings.max_concurrent_global)
         self._session_slots: dict[str, asyncio.Semaphore] = {}
         self._first_questions: dict[tuple[str, str], asyncio.Lock] = {}  # prompt_once: see _confirm
@@ -538,10 +540,12 @@ class Dispatcher:
         """Commit a tool use's result message and link it to its call in one transaction; also used
         for answers that arrive by resolution or abandonment."""
         message = tool_result_message(session_id, turn_id, tool_use_id, outcome, now_us())
-        async with self.store.transaction() as tx:
+
+        def rows(tx: Transaction) -> None:
             tx.messages.insert(message)  # validated here, before the write
             tx.messages.link_result(tool_use_id, message.id)
-        self.on_committed(session_id, message)
+
+        await self.history.commit_with(session_id, [message], rows)
         return message
 
     def emit_outcome(

@@ -10,7 +10,7 @@ exactly once, and only then does the agent loop continue. This module owns that 
    `PendingToolCalls`; missing, unknown, duplicate or wrong-kind answers raise
    `InvalidResolution` — both before anything is written.
 2. `accept` builds the acceptance-time messages (application results verbatim, denials as
-   `Tool call denied[: reason]`) once the turn id is minted, and `commit_turn` stores them with
+   `Tool call denied[: reason]`) once the turn id is minted, and `acceptance_rows` stores them with
    the turn row, the confirmation rows and the surface's own writes in one transaction.
 3. `run_resolution` is the resolution turn's first step, after `turn.started` and
    `route.decided`: per answer in tool_use order `tool.confirmation_resolved` (+
@@ -293,21 +293,20 @@ def accept(plan: ResolutionPlan, session_id: str, turn_id: str) -> Resolution:
     return Resolution(plan.resumes_turn_id, tuple(accepted))
 
 
-async def commit_turn(
-    store: Store,
+def acceptance_rows(
+    tx: Transaction,
     turn: NewTurn,
     messages: list[Message],
     resolution: Resolution | None,
     surface_writes: SurfaceWrites | None,
 ) -> None:
-    """The acceptance transaction: turn row, input messages, answered
-    calls and confirmation rows, and the surface's own rows — all or nothing."""
-    async with store.transaction() as tx:
-        tx.sessions.insert_turn(turn, messages)
-        if resolution is not None:
-            _settle_rows(tx, resolution, turn.id)
-        if surface_writes is not None:
-            surface_writes(tx, messages)
+    """The acceptance transaction's writes: turn row, input messages, answered calls and
+    confirmation rows, and the surface's own rows — all or nothing."""
+    tx.sessions.insert_turn(turn, messages)
+    if resolution is not None:
+        _settle_rows(tx, resolution, turn.id)
+    if surface_writes is not None:
+        surface_writes(tx, messages)
 
 
 def _settle_rows(tx: Transaction, resolution: Resolution, turn_id: str) -> None:

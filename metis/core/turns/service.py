@@ -44,7 +44,7 @@ from metis.core.routing.context import TurnContext, estimate_input_tokens
 from metis.core.routing.engine import RoutingEngine
 from metis.core.routing.manager import PolicyManager
 from metis.core.sessions.cache import CachedSession, SessionCache
-from metis.core.sessions.history import Flush
+from metis.core.sessions.history import Flush, HistoryWriter
 from metis.core.store.sessions import NewTurn, SessionRow, TurnRow
 from metis.core.store.store import Store
 from metis.core.store.tx import Transaction
@@ -57,8 +57,8 @@ from metis.core.turns.resume import (
     Resolution,
     ResolutionPlan,
     accept,
+    acceptance_rows,
     check_answer_ids,
-    commit_turn,
 )
 from metis.core.turns.runner import TurnRun, TurnRunner
 
@@ -185,6 +185,7 @@ class TurnService:
         store: Store,
         registry: ModelRegistry,
         session_cache: SessionCache,
+        history: HistoryWriter,
         dispatcher: Dispatcher,
         costs: CostAccumulator,
         bus: EventBus,
@@ -201,6 +202,7 @@ class TurnService:
         self._store = store
         self._registry = registry
         self._session_cache = session_cache
+        self._history = history
         self._dispatcher = dispatcher
         self._costs = costs
         self._bus = bus
@@ -371,8 +373,12 @@ class TurnService:
             surface=request.surface,
             started_at_us=stamp,
         )
-        await commit_turn(self._store, turn, inputs, resolution, request.strategy.writes)
-        self._session_cache.committed(run.session_id, *inputs)
+        writes = request.strategy.writes
+        await self._history.commit_with(
+            run.session_id,
+            inputs,
+            lambda tx: acceptance_rows(tx, turn, inputs, resolution, writes),
+        )
         return inputs, resolution, turn
 
     def _announce(

@@ -14,6 +14,8 @@ import pytest
 from metis.core.canonical.tools import ToolDefinition
 from metis.core.confirmations import ConfirmationBroker
 from metis.core.events.bus import EventBus
+from metis.core.sessions.cache import SessionCache
+from metis.core.sessions.history import HistoryWriter
 from metis.core.store.db import Database
 from metis.core.store.store import Store
 from metis.core.tools import (
@@ -48,6 +50,7 @@ def dispatcher(tmp_path: Path) -> Dispatcher:
         broker=ConfirmationBroker(store, bus),
         registry=ToolRegistry.with_builtins(settings),
         settings=settings,
+        history=HistoryWriter(store, SessionCache(store.messages)),
     )
 
 
