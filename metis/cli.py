@@ -22,6 +22,7 @@ from metis.commands import sessions as sessions_command
 from metis.commands import trace as trace_command
 from metis.config import load_settings
 from metis.core.errors import ConfigError
+from metis.version import metis_version
 
 if TYPE_CHECKING:
     from metis.server.runner import Daemon
@@ -137,8 +138,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from metis.version import metis_version
-
     parser = argparse.ArgumentParser(prog="metis", description="local-first coding-agent daemon")
     parser.add_argument("--version", action="version", version=f"metis {metis_version()}")
     sub = parser.add_subparsers(dest="command", required=True)

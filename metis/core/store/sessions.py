@@ -12,7 +12,7 @@ from metis.core.canonical.messages import Message
 from metis.core.canonical.money import decimal_str
 from metis.core.store.db import Database, Statement, execute_all
 from metis.core.store.messages import INSERT_MESSAGE_SQL, message_row
-from metis.core.store.tx import Transaction, TxWrites
+from metis.core.store.tx import TxWrites
 
 _QUARTET = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
 
@@ -317,11 +317,6 @@ class SessionStore:
             events = cur2.rowcount
             await conn.execute("DELETE FROM sessions WHERE id=?", (session_id,))
         return int(messages), int(events)
-
-    async def insert_turn(self, turn: NewTurn, messages: list[Message]) -> None:
-        """The turn row, `turn_count + 1` and the turn's input messages in one transaction."""
-        async with Transaction(self.db) as tx:
-            tx.sessions.insert_turn(turn, messages)
 
     async def apply_all_pending_swaps(self, stamp: int) -> None:
         """Start-up: every queued model swap becomes the session's active model."""

@@ -34,6 +34,7 @@ MAX_LISTING = 40
 # timestamp tick would otherwise leave its mtime as it was.
 _SETTLED_NS = 1_000_000_000
 _LISTINGS_KEPT = 64
+_UNREADABLE = "The workspace directory is not readable right now."
 _listings: dict[str, tuple[int, int, str]] = {}
 
 
@@ -56,14 +57,11 @@ def _listing(workspace: str) -> str:
     if cached is not None and cached[0] == st.st_ino and cached[1] == st.st_mtime_ns:
         return cached[2]
     text = _read_listing(workspace)
-    if text is not _UNREADABLE and time.time_ns() - st.st_mtime_ns >= _SETTLED_NS:
+    if text != _UNREADABLE and time.time_ns() - st.st_mtime_ns >= _SETTLED_NS:
         if len(_listings) >= _LISTINGS_KEPT:
             _listings.pop(next(iter(_listings)))
         _listings[workspace] = (st.st_ino, st.st_mtime_ns, text)
     return text
-
-
-_UNREADABLE = "The workspace directory is not readable right now."
 
 
 def _read_listing(workspace: str) -> str:
