@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import importlib
 import logging
 import signal
 import sys
@@ -12,14 +13,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from metis.commands import chat as chat_command
-from metis.commands import mcp as mcp_command
-from metis.commands import models as models_command
-from metis.commands import open_dashboard as open_command
-from metis.commands import routing as routing_command
-from metis.commands import run as run_command
-from metis.commands import sessions as sessions_command
-from metis.commands import trace as trace_command
 from metis.config import load_settings
 from metis.core.errors import ConfigError
 from metis.version import metis_version
@@ -28,6 +21,18 @@ if TYPE_CHECKING:
     from metis.server.runner import Daemon
 
 log = logging.getLogger("metis")
+
+COMMANDS = {
+    "models": "metis.commands.models",
+    "routing": "metis.commands.routing",
+    "chat": "metis.commands.chat",
+    "run": "metis.commands.run",
+    "sessions": "metis.commands.sessions",
+    "mcp": "metis.commands.mcp",
+    "trace": "metis.commands.trace",
+    "open": "metis.commands.open_dashboard",
+}
+"""Each client command and the module whose `register` adds its parser, in `--help` order."""
 
 SERVE_ENVIRONMENT = """\
 settings: flag > environment > METIS_HOME/config.yaml (host, port) > default.
@@ -137,7 +142,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 1
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser with every command, or with `serve` and `command` only: a command's module
+    is imported only to run it, so `metis serve` does not carry the client commands (their
+    imports are memory an idle daemon keeps for as long as it runs)."""
     parser = argparse.ArgumentParser(prog="metis", description="local-first coding-agent daemon")
     parser.add_argument("--version", action="version", version=f"metis {metis_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -164,19 +172,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     serve.set_defaults(func=_cmd_serve)
-    models_command.register(sub)
-    routing_command.register(sub)
-    chat_command.register(sub)
-    run_command.register(sub)
-    sessions_command.register(sub)
-    mcp_command.register(sub)
-    trace_command.register(sub)
-    open_command.register(sub)
+    for name, module in COMMANDS.items():
+        if command is None or command == name:
+            importlib.import_module(module).register(sub)
     return parser
 
 
+def command_of(argv: Sequence[str]) -> str | None:
+    """The command `argv` names (its first word that is not an option), if it is one of ours;
+    None when there is none or it is unknown, so the parser then knows them all."""
+    word = next((arg for arg in argv if not arg.startswith("-")), None)
+    return word if word == "serve" or word in COMMANDS else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    args = build_parser(command_of(words)).parse_args(words)
     return int(args.func(args))
 
 

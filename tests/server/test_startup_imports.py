@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 HEAVY = ("anthropic", "openai", "mcp", "markdown_it", "pygments", "nh3", "textual")
-# Smaller, but each is memory of an idle daemon that no request has needed yet.
-LATE = ("difflib",)
+# Smaller, but each is memory of an idle daemon that no request has needed yet: the client
+# commands are imported only by the command that runs them.
+LATE = ("difflib", "metis.commands")
 
 SCRIPT = """
 import asyncio, json, sys
@@ -31,7 +32,7 @@ from metis.server.runner import Daemon
 
 
 async def main() -> None:
-    build_parser()  # the CLI's own imports, as `metis serve` makes them
+    build_parser("serve")  # the CLI's own imports, as `metis serve` makes them
     daemon = Daemon(load_settings(home=Path(sys.argv[1]), port=0))
     await daemon.start()
     loaded = sorted(sys.modules)
