@@ -26,7 +26,9 @@ log = logging.getLogger(__name__)
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8421
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
-SHIPPED_CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
+# The shipped `models.yaml` and `routing.yaml`, used when METIS_HOME has none. They live inside the
+# package (package data in pyproject.toml) so a wheel or a plain `pip install .` carries them too.
+SHIPPED_CONFIG_DIR = Path(__file__).resolve().parent / "defaults"
 
 
 class _Section(BaseModel):

@@ -1,8 +1,8 @@
 """Routing decision time with a 200-rule policy (goal: p50 ≤ 50 µs; contract: ≤ 5 ms at 100).
 
-Builds a registry from the shipped `config/models.yaml` with dummy keys and a synthetic policy
-mixing every predicate kind, where the turn matches only late rules, so nearly every rule is
-evaluated on each decision. Run: `.venv/bin/python scripts/bench_routing.py [--rules N]`.
+Builds a registry from the shipped `metis/defaults/models.yaml` with dummy keys and a synthetic
+policy mixing every predicate kind, where the turn matches only late rules, so nearly every rule
+is evaluated on each decision. Run: `.venv/bin/python scripts/bench_routing.py [--rules N]`.
 """
 
 from __future__ import annotations
@@ -12,13 +12,12 @@ import statistics
 import time
 from datetime import datetime
 from decimal import Decimal
-from pathlib import Path
 
+from metis.config import SHIPPED_CONFIG_DIR
 from metis.core.models.registry import load_models_file
 from metis.core.routing import Availability, RoutingEngine, StaticPolicy, TurnContext
 from metis.core.routing.loader import validate_policy
 
-CONFIG = Path(__file__).resolve().parent.parent / "config"
 MODELS = ["haiku", "sonnet", "opus", "gpt5", "mini"]
 
 
@@ -53,7 +52,7 @@ def main() -> None:
     args = parser.parse_args()
 
     env = {"ANTHROPIC_API_KEY": "bench", "OPENAI_API_KEY": "bench"}
-    registry = load_models_file(CONFIG / "models.yaml", env=env).registry
+    registry = load_models_file(SHIPPED_CONFIG_DIR / "models.yaml", env=env).registry
     assert registry is not None
     check = validate_policy(synthetic_policy(args.rules), registry)
     assert check.policy is not None, check.errors

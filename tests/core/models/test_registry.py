@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from metis.config import SHIPPED_CONFIG_DIR
 from metis.core.canonical.redaction import redact
 from metis.core.errors import ConfigError, ModelNotConfigured
 from metis.core.models.registry import (
@@ -18,7 +19,7 @@ from metis.core.models.registry import (
     load_registry,
 )
 
-SHIPPED = Path(__file__).resolve().parents[3] / "config" / "models.yaml"
+SHIPPED = SHIPPED_CONFIG_DIR / "models.yaml"
 EXAMPLE = Path(__file__).resolve().parents[2] / "fixtures" / "models.yaml"
 
 BASE = """\

@@ -9,6 +9,7 @@ import pytest
 
 from metis.commands import models as models_command
 from metis.commands import routing as routing_command
+from metis.config import SHIPPED_CONFIG_DIR
 from tests.core.routing.routing_kit import MODELS_YAML
 
 
@@ -58,7 +59,7 @@ def test_models_check_reports_every_error_with_file_and_line(
     assert err[1].startswith(
         f"{path}:28:15: error: models[4].aliases[0]: alias 'haiku' is already used"
     )
-    assert run("models", "check", str(Path(__file__).parents[3] / "config" / "models.yaml")) == 0
+    assert run("models", "check", str(SHIPPED_CONFIG_DIR / "models.yaml")) == 0
 
 
 def test_models_in_metis_home_take_precedence(
@@ -104,7 +105,7 @@ def test_routing_check_defaults_to_the_policy_the_daemon_would_load(
     isolated_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert run("routing", "check") == 0
-    assert "config/routing.yaml: valid" in capsys.readouterr().out
+    assert f"{SHIPPED_CONFIG_DIR / 'routing.yaml'}: valid" in capsys.readouterr().out
     (isolated_home / "routing.yaml").write_text("rules: 3\n")
     assert run("routing", "check") == 1
     assert str(isolated_home / "routing.yaml") in capsys.readouterr().out

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from metis.config import SHIPPED_CONFIG_DIR
 from metis.core.models.registry import ModelRegistry, load_models_file
 from metis.core.routing.loader import EMPTY_POLICY_VERSION, validate_policy
 from metis.core.routing.predicates import MAX_TEXT_CHARS, Facts
@@ -395,7 +396,7 @@ def test_bom_is_tolerated(registry: ModelRegistry) -> None:
 
 
 def test_shipped_routing_yaml_is_the_documented_empty_default() -> None:
-    shipped = Path(__file__).resolve().parents[3] / "config" / "routing.yaml"
+    shipped = SHIPPED_CONFIG_DIR / "routing.yaml"
     result = validate_policy(shipped.read_bytes(), make_registry())
     assert result.valid and result.warnings == []
     assert result.policy is not None
