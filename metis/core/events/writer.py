@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 from collections import defaultdict, deque
 from collections.abc import Callable
+from typing import TypeVar, cast
 
 import aiosqlite
 
@@ -36,6 +38,8 @@ from metis.core.store.events import (
 from metis.core.store.sessions import Spend
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 RETRY_DELAYS_S = (0.1, 0.5, 2.0)
 _TERMINAL_TOOL_STATUS = {
@@ -194,6 +198,43 @@ class TraceWriter:
                     self._record_loss(batch)
                 self._report_losses()  # the gap event is written by the next iteration
             return wrote
+
+    async def commit_with(
+        self, rows: Callable[[sqlite3.Connection], T], announce: Callable[[], object]
+    ) -> T:
+        """Write `rows` and the events `announce` emits about them in one transaction, with
+        every other event pending, and return what `rows` returned: one round trip to SQLite
+        for a change acknowledged together with its event (a new session and its
+        `session.created`), where a write then a flush took two.
+
+        `announce` runs under the flush lock, so no other flush can store its events before
+        their rows. If the transaction fails, its error is raised, the announced events are
+        dropped (never shown; the caller's change did not happen) and the other events go back
+        to the queue for the next flush. Only for events of a stream nobody else can emit on
+        yet (a session being created): a dropped event leaves its seq unused.
+        """
+        async with self._flush_lock:
+            if self._lost:
+                self._report_losses()
+            while len(self._pending) >= self.settings.max_batch_events:  # full batches first
+                full = [self._pending.popleft() for _ in range(self.settings.max_batch_events)]
+                if not await self._write_with_retries(full):
+                    self._record_loss(full)
+            before = len(self._pending)
+            announce()
+            batch = list(self._pending)
+            self._pending.clear()
+            try:
+                result = await self.events.append(batch, project(batch), rows)
+            except BaseException:
+                self._pending.extendleft(reversed(batch[:before]))
+                if self._pending:
+                    self._armed.set()
+                self._settled(batch[before:], False)
+                raise
+            self.transactions += 1
+            self._settled(batch, True)
+            return cast(T, result)
 
     async def _write_with_retries(self, batch: list[Event]) -> bool:
         for attempt in range(len(RETRY_DELAYS_S) + 1):

@@ -11,11 +11,12 @@ import contextlib
 import functools
 import logging
 import os
+import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from metis.config import Settings
 from metis.core.canonical.ids import new_session_id
@@ -235,6 +236,18 @@ class LiveClients(Protocol):
         `timeout` for them to finish."""
 
 
+R = TypeVar("R")
+
+
+class CommitWithEvents(Protocol):
+    """Rows and the events announcing them in one transaction (`TraceWriter.commit_with`)."""
+
+    async def __call__(
+        self, rows: Callable[[sqlite3.Connection], R], announce: Callable[[], object]
+    ) -> R:
+        """Commit `rows` with the events `announce` emits; the rows' result."""
+
+
 class SessionService:
     """The session lifecycle. `forget_when_over` lists what each in-memory component drops
     of a session that is over (see `_release`)."""
@@ -249,6 +262,7 @@ class SessionService:
         session_cache: SessionCache,
         bus: EventBus,
         flush: Flush,
+        commit_with_events: CommitWithEvents,
         costs: CostAccumulator,
         broker: ConfirmationBroker,
         clients: LiveClients,
@@ -265,6 +279,7 @@ class SessionService:
         self._session_cache = session_cache
         self._bus = bus
         self._flush = flush
+        self._commit_with_events = commit_with_events
         self._costs = costs
         self._broker = broker
         self._clients = clients
@@ -395,20 +410,22 @@ class SessionService:
         )
         session_id = new_session_id()
         version = self._policy.version
-        row = await self.store.insert(session_id, workspace, surface, sticky, version, now_us())
-        self._bus.emit(
-            session_id,
-            "session.created",
-            {
-                "workspace_path": workspace,
-                "active_model": sticky,
-                "routing_policy_version": version,
-                "surface": surface,
-            },
-            actor="user",
-        )
+        payload = {
+            "workspace_path": workspace,
+            "active_model": sticky,
+            "routing_policy_version": version,
+            "surface": surface,
+        }
+        # Acknowledged with 201: the row and its first event are committed together.
+        try:
+            row = await self._commit_with_events(
+                self.store.inserting(session_id, workspace, surface, sticky, version, now_us()),
+                lambda: self._bus.emit(session_id, "session.created", payload, actor="user"),
+            )
+        except BaseException:
+            self._bus.forget_stream(session_id)  # its dropped event leaves no counter behind
+            raise
         self._session_cache.created_here(session_id)
-        await self._flush()  # acknowledged with 201: its first event survives a crash too
         return self.view(row)  # as inserted: its event changes no column
 
     async def set_active_model(self, session_id: str, reference: str | None) -> ModelChange:

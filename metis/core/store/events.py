@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from pydantic_core import to_json
 
@@ -15,6 +16,8 @@ from metis.core.store.db import Database
 from metis.core.store.sessions import Spend, add_spend
 
 # Tool-call statuses only move forward: a projection never undoes a direct write.
+T = TypeVar("T")
+
 _TOOL_STATUS_BEFORE = {
     status: "(" + ", ".join(f"'{s}'" for s in earlier) + ")"
     for status, earlier in {
@@ -166,9 +169,16 @@ class EventStore:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def append(self, batch: list[Event], projection: TraceProjection) -> None:
-        """The batch and its projections in one transaction and one round trip to SQLite."""
-        rows = [
+    async def append(
+        self,
+        batch: list[Event],
+        projection: TraceProjection,
+        rows: Callable[[sqlite3.Connection], T] | None = None,
+    ) -> T | None:
+        """The batch and its projections in one transaction and one round trip to SQLite;
+        `rows`, the writes those events announce (a new session's row), go first in it, and
+        their result is returned."""
+        values = [
             (
                 e.id,
                 e.session_id,
@@ -183,11 +193,13 @@ class EventStore:
             for e in batch
         ]
 
-        def write(conn: sqlite3.Connection) -> None:
-            conn.executemany("INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?)", rows)
+        def write(conn: sqlite3.Connection) -> T | None:
+            result = rows(conn) if rows is not None else None
+            conn.executemany("INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?)", values)
             projection.apply(conn)
+            return result
 
-        await self.db.transaction(write)
+        return await self.db.transaction(write)
 
     async def of_turn(self, turn_id: str, event_type: str) -> list[Event]:
         """The turn's stored events of one type, in no particular order."""

@@ -6,7 +6,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, cast
+from typing import Any
 
 from metis.core.canonical.messages import Message
 from metis.core.canonical.money import decimal_str
@@ -179,26 +179,28 @@ class SessionStore:
                 self._queued = {row["id"] for row in rows}
         return self._queued
 
-    async def insert(
-        self,
+    @staticmethod
+    def inserting(
         session_id: str,
         workspace_path: str,
         surface: str,
         active_model: str | None,
         policy_version: str,
         stamp: int,
-    ) -> SessionRow:
-        """The new row as stored (its defaults filled in), in one round trip to SQLite."""
+    ) -> Callable[[sqlite3.Connection], SessionRow]:
+        """The write of a new session's row, returning it as stored (its defaults filled in):
+        run by the trace writer in the transaction that stores the session's first event
+        (`TraceWriter.commit_with`), so a new session costs one round trip to SQLite."""
 
-        def insert(conn: sqlite3.Connection) -> sqlite3.Row:
+        def insert(conn: sqlite3.Connection) -> SessionRow:
             (row,) = conn.execute(  # fetchall: the statement is done before the COMMIT
                 "INSERT INTO sessions (id, workspace_path, surface, active_model, routing_policy_version, "
                 "status, created_at_us, updated_at_us) VALUES (?,?,?,?,?,'active',?,?) RETURNING *",
                 (session_id, workspace_path, surface, active_model, policy_version, stamp, stamp),
             ).fetchall()
-            return cast(sqlite3.Row, row)
+            return SessionRow.from_row(row)
 
-        return SessionRow.from_row(await self.db.transaction(insert))
+        return insert
 
     async def spends(self) -> list[SessionSpend]:
         """The stored spend of every session, to seed the cost accumulator at start-up."""
