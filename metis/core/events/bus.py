@@ -80,6 +80,19 @@ class EventBus:
         """Drop a purged session's counter."""
         self._seq.pop(stream, None)
 
+    def take_back(self, event: Event) -> bool:
+        """Free the seq of a stream's latest event, which will never be stored (the change it
+        announced failed): the stream's next event takes that seq, so no gap is left. False for
+        an event with others after it on its stream: it keeps its seq."""
+        stream = event.session_id
+        if self._seq.get(stream) != event.seq:
+            return False
+        if event.seq > 1:
+            self._seq[stream] = event.seq - 1
+        else:
+            del self._seq[stream]
+        return True
+
     # -- subscribers --------------------------------------------------------------------------
 
     def subscribe(

@@ -209,10 +209,17 @@ class TraceWriter:
 
         `announce` runs under the flush lock, so no other flush can store its events before
         their rows. If the transaction fails, its error is raised, the announced events are
-        dropped (never shown; the caller's change did not happen) and the other events go back
-        to the queue for the next flush. Only for events of a stream nobody else can emit on
-        yet (a session being created): a dropped event leaves its seq unused.
+        dropped (never shown; the change did not happen) and their seqs taken back (one that
+        another event already followed becomes a reported gap), and the other events go back
+        to the queue for the next flush. Shielded: a caller cancelled
+        meanwhile does not stop a transaction already on its way, so what is pending and what is
+        shown always follow what was committed.
         """
+        return await asyncio.shield(self._commit_with(rows, announce))
+
+    async def _commit_with(
+        self, rows: Callable[[sqlite3.Connection], T], announce: Callable[[], object]
+    ) -> T:
         async with self._flush_lock:
             if self._lost:
                 self._report_losses()
@@ -230,7 +237,10 @@ class TraceWriter:
                 self._pending.extendleft(reversed(batch[:before]))
                 if self._pending:
                     self._armed.set()
-                self._settled(batch[before:], False)
+                announced = batch[before:]
+                kept = [e for e in reversed(announced) if not self.bus.take_back(e)]
+                self._record_loss(kept)  # seqs that others followed: a visible gap
+                self._settled(announced, False)
                 raise
             self.transactions += 1
             self._settled(batch, True)

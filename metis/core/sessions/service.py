@@ -417,14 +417,10 @@ class SessionService:
             "surface": surface,
         }
         # Acknowledged with 201: the row and its first event are committed together.
-        try:
-            row = await self._commit_with_events(
-                self.store.inserting(session_id, workspace, surface, sticky, version, now_us()),
-                lambda: self._bus.emit(session_id, "session.created", payload, actor="user"),
-            )
-        except BaseException:
-            self._bus.forget_stream(session_id)  # its dropped event leaves no counter behind
-            raise
+        row = await self._commit_with_events(
+            self.store.inserting(session_id, workspace, surface, sticky, version, now_us()),
+            lambda: self._bus.emit(session_id, "session.created", payload, actor="user"),
+        )
         self._session_cache.created_here(session_id)
         return self.view(row)  # as inserted: its event changes no column
 

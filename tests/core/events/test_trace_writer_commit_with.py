@@ -3,6 +3,7 @@ when that transaction fails, nothing of the change and nothing lost of anyone el
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 
@@ -71,3 +72,48 @@ async def test_a_session_whose_row_cannot_be_written_is_not_created_and_leaves_n
         await core.sessions.create(str(tmp_path))
     assert set(core.bus._seq) == streams_before
     assert await core.db.fetchall("SELECT id FROM sessions") == []
+
+
+async def test_a_dropped_event_that_another_followed_keeps_its_seq_as_a_reported_gap(
+    core: Core,
+) -> None:
+    """The announced event's seq can only be taken back while it is its stream's latest; here
+    another event of its stream is emitted while the transaction is on its way, so the dropped
+    one stays a hole that the trace reports."""
+    sid = await insert_session(core.db)
+    loop = asyncio.get_running_loop()
+
+    def failing(conn: sqlite3.Connection) -> None:
+        raise sqlite3.IntegrityError("refused")
+
+    def announce() -> None:
+        core.bus.emit(sid, "bus.gap_detected", GAP, actor="system")  # seq 1, to be dropped
+        # seq 2, emitted while the transaction is on the writer's thread: it is kept
+        loop.call_soon(lambda: core.bus.emit(sid, "bus.gap_detected", GAP, actor="system"))
+
+    with pytest.raises(sqlite3.IntegrityError):
+        await core.writer.commit_with(failing, announce)
+    await core.writer.flush()
+    rows = await core.db.fetchall(
+        "SELECT seq, payload_json FROM events WHERE session_id=? ORDER BY seq", (sid,)
+    )
+    assert [r["seq"] for r in rows] == [2, 3]  # the other event, then the gap reporting seq 1
+    report = rows[1]["payload_json"].replace(" ", "")
+    assert '"missing_from_seq":1' in report and '"missing_to_seq":1' in report
+
+
+async def test_a_cancelled_caller_does_not_undo_a_commit_on_its_way(
+    core: Core, tmp_path: Path
+) -> None:
+    """The transaction and its bookkeeping run to their end in a shielded task: the session the
+    cancelled request asked for exists, with its event, and its seq counter is kept."""
+    task = asyncio.create_task(core.sessions.create(str(tmp_path)))
+    await asyncio.sleep(0)  # the commit is on its way
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await core.writer.flush()
+    (row,) = await core.db.fetchall("SELECT id FROM sessions")
+    assert await _types(core, row["id"]) == ["session.created"]
+    assert core.bus.last_seq(row["id"]) == 1
+    assert core.writer.pending_count == 0
