@@ -22,6 +22,7 @@ from metis.config import Settings
 from metis.core.application import Application
 from metis.core.runtime import Core
 from metis.server.app import create_app, new_state
+from metis.server.malformed import EnvelopeAppRunner
 from metis.server.state import ServerState
 
 log = logging.getLogger(__name__)
@@ -177,7 +178,8 @@ class Daemon:
 
     async def _listen(self, sock: socket.socket) -> None:
         sock.listen(128)
-        self._runner = web.AppRunner(
+        # a request the HTTP parser refuses gets the JSON envelope too (metis/server/malformed.py)
+        self._runner = EnvelopeAppRunner(
             self.app,
             access_log=None,
             logger=http_server_logger(),
