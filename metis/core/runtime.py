@@ -96,7 +96,7 @@ class Core:
             self.store, self.bus, timeout_s=tools.confirmation.timeout_seconds
         )
         self.session_cache = SessionCache(self.message_store)
-        self.history = HistoryWriter(self.store, self.session_cache)
+        self.history = HistoryWriter(self.store, self.session_cache, self.writer.commit_with)
         self.sandboxes = Sandboxes(tools.sandbox.protected_dirs)
         self.instructions = SessionInstructions(self.bus)  # AGENTS.md / CLAUDE.md per turn
         self.dispatcher = Dispatcher(

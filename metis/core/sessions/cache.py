@@ -67,6 +67,10 @@ class SessionCache:
         self._created_here.add(session_id)
         return True
 
+    def resume_not_announced(self, session_id: str) -> None:
+        """The turn that was to announce the resume was refused: the next one announces it."""
+        self._created_here.discard(session_id)
+
     async def get(self, session_id: str) -> CachedSession:
         """The cached session, its history read from the store on first use in this process."""
         cached = self._sessions.get(session_id)

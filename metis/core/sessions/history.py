@@ -8,7 +8,9 @@ dispatcher (tool results) all commit messages this way, so the store and the ses
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol, TypeVar
 
 from metis.core.canonical.messages import Message
 from metis.core.sessions.cache import SessionCache
@@ -26,12 +28,27 @@ acceptance): queued on it (through the surface's store extension, `tx.using(...)
 the committed messages."""
 
 
+R = TypeVar("R")
+
+
+class CommitWithEvents(Protocol):
+    """Rows and the events announcing them in one transaction (`TraceWriter.commit_with`)."""
+
+    async def __call__(
+        self, rows: Callable[[sqlite3.Connection], R], announce: Callable[[], object]
+    ) -> R:
+        """Commit `rows` with the events `announce` emits; the rows' result."""
+
+
 class HistoryWriter:
     """Commits messages to the store and, once committed, appends them to the cached history."""
 
-    def __init__(self, store: Store, cache: SessionCache) -> None:
+    def __init__(
+        self, store: Store, cache: SessionCache, commit_with_events: CommitWithEvents
+    ) -> None:
         self._store = store
         self._cache = cache
+        self._commit_with_events = commit_with_events
 
     async def commit(
         self,
@@ -52,11 +69,21 @@ class HistoryWriter:
         await self.commit_with(session_id, messages, rows)
 
     async def commit_with(
-        self, session_id: str, messages: Sequence[Message], rows: Callable[[Transaction], None]
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        rows: Callable[[Transaction], None],
+        announce: Callable[[], object] | None = None,
     ) -> None:
         """One transaction whose writes `rows` queues (it stores `messages` along with rows of
         its own: a turn's acceptance, a tool result linked to its call); once it has
-        committed, `messages` join the cached history."""
-        async with self._store.transaction() as tx:
-            rows(tx)
+        committed, `messages` join the cached history. With `announce`, the events it emits
+        about those writes are stored in the same transaction (`TraceWriter.commit_with`):
+        the change and its events are acknowledged in one round trip to SQLite."""
+        tx = self._store.transaction()
+        rows(tx)
+        if announce is None:
+            await tx.commit()
+        else:
+            await self._commit_with_events(tx.handed_over(), announce)
         self._cache.committed(session_id, *messages)

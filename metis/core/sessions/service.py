@@ -11,12 +11,11 @@ import contextlib
 import functools
 import logging
 import os
-import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from metis.config import Settings
 from metis.core.canonical.ids import new_session_id
@@ -37,7 +36,7 @@ from metis.core.models.registry import ModelRegistry
 from metis.core.routing.engine import RoutingEngine
 from metis.core.routing.manager import PolicyManager
 from metis.core.sessions.cache import SessionCache
-from metis.core.sessions.history import Flush, HistoryWriter, SurfaceWrites
+from metis.core.sessions.history import CommitWithEvents, Flush, HistoryWriter, SurfaceWrites
 from metis.core.store.sessions import SessionRow, SessionStore
 from metis.core.store.titles import TitleStore
 from metis.core.turns.control import TurnControl
@@ -234,18 +233,6 @@ class LiveClients(Protocol):
     ) -> None:
         """Close every attached client in-band with `code` after its last event, waiting up to
         `timeout` for them to finish."""
-
-
-R = TypeVar("R")
-
-
-class CommitWithEvents(Protocol):
-    """Rows and the events announcing them in one transaction (`TraceWriter.commit_with`)."""
-
-    async def __call__(
-        self, rows: Callable[[sqlite3.Connection], R], announce: Callable[[], object]
-    ) -> R:
-        """Commit `rows` with the events `announce` emits; the rows' result."""
 
 
 class SessionService:

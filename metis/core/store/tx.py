@@ -71,6 +71,12 @@ class Transaction:
         for op in self._ops:
             op(conn)
 
+    def handed_over(self) -> Op:
+        """The queued writes as one operation, for a transaction that someone else runs (the
+        trace writer's, which stores the events announcing them in it); this one then ends."""
+        self._done = True
+        return self._run
+
     async def commit(self) -> None:
         """Run the queued writes as one transaction (nothing to do if none were queued)."""
         self._done = True

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
 from collections.abc import Callable, Sequence
@@ -225,24 +226,33 @@ class TurnService:
             run = self._claim_and_route(request, row, turn_input, facts)  # no await inside
         except _Refused:
             raise await self._sessions.refusal(request.session_id) from None
+        # The 202 acknowledges the turn: its rows and its turn.started commit together before
+        # it, as a 201 or a 200 acknowledges its event, so a crash after it never leaves a turn
+        # without a start. The runner starts after, so the turn is still at its first step
+        # when submit returns.
+        accepting = asyncio.ensure_future(self._accept(request, run, turn_input))
         try:
-            inputs, resolution, turn = await self._commit(request, run, turn_input)
+            turn = await asyncio.shield(accepting)
+        except asyncio.CancelledError:
+            # The caller is gone, the acceptance is not: once committed, the turn runs (it
+            # holds the slot), as if the caller had stayed.
+            accepting.add_done_callback(functools.partial(self._accepted_meanwhile, run))
+            raise
         except BaseException:
             self._slots.release(run.slot)
             raise
-        self._announce(request, run, turn_input, turn, facts, inputs)
-        run.resolution = resolution
-        # The 202 acknowledges the turn: its turn.started is stored before it, as a 201 or a
-        # 200 acknowledges its event, so a crash after it never leaves a turn without a start.
-        # Before the runner starts, so the turn is still at its first step when submit returns;
-        # it starts even if this wait is cancelled: the turn is committed and holds the slot.
-        try:
-            await self._flush()
-        finally:
-            self._start(run)
+        self._start(run)
         return TurnAccepted(
             run.turn_id, request.session_id, turn.started_at_us, turn.user_message_id, turn.model
         )
+
+    def _accepted_meanwhile(self, run: TurnRun, accepting: asyncio.Future[NewTurn]) -> None:
+        """The end of an acceptance whose caller was cancelled: start the committed turn, or
+        free the slot of a refused one."""
+        if accepting.cancelled() or accepting.exception() is not None:
+            self._slots.release(run.slot)
+        else:
+            self._start(run)
 
     async def _session_of(self, request: TurnRequest) -> SessionRow:
         """An active session of the requesting surface."""
@@ -338,11 +348,11 @@ class TurnService:
             application_tools={t.name: t for t in request.application_tools},
         )
 
-    async def _commit(
-        self, request: TurnRequest, run: TurnRun, turn_input: _Input
-    ) -> tuple[list[Message], Resolution | None, NewTurn]:
+    async def _accept(self, request: TurnRequest, run: TurnRun, turn_input: _Input) -> NewTurn:
         """The acceptance transaction: the turn row with its inputs (a user message, or the
-        answers of a resolution), settled calls and the surface's rows."""
+        answers of a resolution), settled calls and the surface's rows, and the events
+        announcing the turn (`_announce`), all or nothing. A refused acceptance (a call
+        answered meanwhile, the store failing) raises, and its events are never shown."""
         assert run.decision.chosen_model is not None
         stamp = now_us()
         resolution: Resolution | None = None
@@ -374,12 +384,20 @@ class TurnService:
             started_at_us=stamp,
         )
         writes = request.strategy.writes
-        await self._history.commit_with(
-            run.session_id,
-            inputs,
-            lambda tx: acceptance_rows(tx, turn, inputs, resolution, writes),
-        )
-        return inputs, resolution, turn
+        resuming = self._session_cache.needs_resume_event(run.session_id)
+        try:
+            await self._history.commit_with(
+                run.session_id,
+                inputs,
+                lambda tx: acceptance_rows(tx, turn, inputs, resolution, writes),
+                announce=lambda: self._announce(request, run, turn_input, turn, resuming),
+            )
+        except BaseException:
+            if resuming:
+                self._session_cache.resume_not_announced(run.session_id)
+            raise
+        run.resolution = resolution
+        return turn
 
     def _announce(
         self,
@@ -387,12 +405,11 @@ class TurnService:
         run: TurnRun,
         turn_input: _Input,
         turn: NewTurn,
-        facts: _Facts,
-        inputs: list[Message],
+        resuming: bool,
     ) -> None:
         """`session.resumed` (first turn after a restart), `turn.started`, `route.decided`."""
         bus, session_id = self._bus, run.session_id
-        if self._session_cache.needs_resume_event(session_id):
+        if resuming:
             bus.emit(
                 session_id,
                 "session.resumed",

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from metis.config import EventsSettings
 from metis.core.canonical.tools import ToolDefinition
 from metis.core.confirmations import ConfirmationBroker
 from metis.core.events.bus import EventBus
+from metis.core.events.writer import TraceWriter
 from metis.core.sessions.cache import SessionCache
 from metis.core.sessions.history import HistoryWriter
 from metis.core.store.db import Database
@@ -50,7 +52,11 @@ def dispatcher(tmp_path: Path) -> Dispatcher:
         broker=ConfirmationBroker(store, bus),
         registry=ToolRegistry.with_builtins(settings),
         settings=settings,
-        history=HistoryWriter(store, SessionCache(store.messages)),
+        history=HistoryWriter(
+            store,
+            SessionCache(store.messages),
+            TraceWriter(store.events, bus, EventsSettings()).commit_with,
+        ),
     )
 
 
