@@ -177,7 +177,12 @@ class TraceWriter:
 
         Always takes the flush lock, so a caller also waits for a batch that the background
         loop is writing right now: after `await flush()` every event emitted before is stored.
+        Shielded, as `commit_with` is: a batch taken from the queue is always written, or
+        reported lost, and its listener told, even when the caller is cancelled meanwhile.
         """
+        return await asyncio.shield(self._flush())
+
+    async def _flush(self) -> bool:
         async with self._flush_lock:
             wrote = False
             failed_once = False

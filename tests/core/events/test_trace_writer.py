@@ -1,5 +1,6 @@
-"""`TraceWriter.commit_with`: a change and the events announcing it in one transaction — and,
-when that transaction fails, nothing of the change and nothing lost of anyone else's events."""
+"""The trace writer when a write fails or its caller goes away: `commit_with` (a change and the
+events announcing it in one transaction) stores nothing of a failed change and loses nothing of
+anyone else's events, and a cancelled caller never leaves a batch half-handled."""
 
 from __future__ import annotations
 
@@ -117,3 +118,20 @@ async def test_a_cancelled_caller_does_not_undo_a_commit_on_its_way(
     assert await _types(core, row["id"]) == ["session.created"]
     assert core.bus.last_seq(row["id"]) == 1
     assert core.writer.pending_count == 0
+
+
+async def test_a_flush_whose_caller_is_cancelled_still_stores_and_shows_its_batch(
+    core: Core,
+) -> None:
+    sid = await insert_session(core.db)
+    shown: list[tuple[list[int], bool]] = []
+    core.writer.on_settled = lambda batch, stored: shown.append(([e.seq for e in batch], stored))
+    core.bus.emit(sid, "bus.gap_detected", GAP, actor="system")
+    flushing = asyncio.create_task(core.writer.flush())
+    await asyncio.sleep(0)  # the batch is taken from the queue and on its way
+    flushing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await flushing
+    await core.writer.flush()  # waits for the shielded write under the flush lock
+    assert shown == [([1], True)]
+    assert await _types(core, sid) == ["bus.gap_detected"]
