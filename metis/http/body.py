@@ -9,10 +9,17 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from metis.core.canonical.jsontext import parse_client_json
 
-Reason = Literal["too_large", "not_utf8", "malformed", "not_object"]
+Reason = Literal["too_large", "unreadable", "not_utf8", "malformed", "not_object"]
+
+# What a body read raises when the HTTP parser could not read the body (a chunk-size line that
+# is not hex, a bad chunk terminator…): `RequestPayloadError` as aiohttp hands it to handlers,
+# or the parser's own error when the reader was already waiting (aiohttp's pure-Python parser).
+_UNREADABLE = (web.RequestPayloadError, HttpProcessingError)
+UNREADABLE_MESSAGE = "the request body could not be parsed as HTTP/1.1 (bad chunked framing)"
 
 
 class BodyRefused(Exception):
@@ -31,13 +38,27 @@ def declared_too_large(request: web.Request, max_bytes: int) -> bool:
     return request.content_length is not None and request.content_length > max_bytes
 
 
+async def read_whole(request: web.Request) -> bytes:
+    """`request.read()` (capped by the app's `client_max_size`); a body the parser could not read
+    is refused `unreadable`, never passed on as an unexpected exception. The message is fixed:
+    the parser's own quotes the bytes it choked on."""
+    try:
+        return await request.read()
+    except _UNREADABLE:
+        raise BodyRefused("unreadable", UNREADABLE_MESSAGE) from None
+
+
 async def read_capped(request: web.Request, max_bytes: int) -> bytes:
-    """The body, read in chunks and refused as soon as it exceeds `max_bytes`."""
+    """The body, read in chunks and refused as soon as it exceeds `max_bytes` (or `unreadable`,
+    as in `read_whole`)."""
     if declared_too_large(request, max_bytes):
         raise BodyRefused("too_large", f"body exceeds {max_bytes} bytes")
     data = bytearray()
     while True:
-        chunk = await request.content.read(65536)
+        try:
+            chunk = await request.content.read(65536)
+        except _UNREADABLE:
+            raise BodyRefused("unreadable", UNREADABLE_MESSAGE) from None
         if not chunk:
             break
         data += chunk

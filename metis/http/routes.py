@@ -7,8 +7,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from aiohttp import web
+from aiohttp import HttpVersion11, hdrs, web
 from pydantic import BaseModel
+
+from metis.http.errors import WireError, error_response
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 BodyPolicy = Literal["none", "optional", "required"]
@@ -33,6 +35,9 @@ class RouteSpec:
     # served without the daemon's key (each surface's auth decides what that allows)
     public: bool = False
     streams: bool = False  # may answer with text/event-stream
+    # the surface's wire-error class: renders what is refused on this route before the surface's
+    # middleware runs (an unmet `Expect`); None keeps aiohttp's own answer
+    wire_error: type[WireError] | None = None
 
     @property
     def needs_key(self) -> bool:
@@ -46,15 +51,18 @@ class RouteSpec:
 
 @dataclass
 class RouteTable:
-    """Routes declared with `@table.route(...)`; `tag` is the default OpenAPI tag."""
+    """Routes declared with `@table.route(...)`; `tag` is the default OpenAPI tag and
+    `wire_error` the surface's wire-error class given to every route."""
 
     specs: list[RouteSpec] = field(default_factory=list)
     tag: str = ""
+    wire_error: type[WireError] | None = None
 
     def route(self, method: str, path: str, **kwargs: Any) -> Callable[[Handler], Handler]:
         def decorator(handler: Handler) -> Handler:
             summary = kwargs.pop("summary", None) or (handler.__doc__ or "").strip().split("\n")[0]
             kwargs.setdefault("tag", self.tag)
+            kwargs.setdefault("wire_error", self.wire_error)
             self.specs.append(RouteSpec(method, path, handler, summary, **kwargs))
             return handler
 
@@ -64,11 +72,41 @@ class RouteTable:
 ROUTE_SPEC_KEY = web.AppKey("metis.route_specs", dict)
 
 
+EXPECTATION_FAILED_MESSAGE = "the only expectation this server meets is 100-continue"
+
+
+async def expect_continue(request: web.Request) -> web.StreamResponse | None:
+    """The expect handler of every route with a `wire_error`: aiohttp calls it, before any
+    middleware, for a request carrying `Expect`.
+
+    `100-continue` on HTTP/1.1 is met as aiohttp's default handler meets it (the interim
+    `100 Continue`, then the request goes on to the middleware and handler); HTTP/1.0 has no
+    expectations, so there it is ignored. Anything else is refused 417 `expectation_failed` in
+    the route's surface envelope with a fixed message: aiohttp's default answer is text/plain
+    quoting the header, and a header may carry anything. The connection is closed after it,
+    since whether the client sends the body it announced is unknown."""
+    if request.version != HttpVersion11:
+        return None
+    if request.headers.get(hdrs.EXPECT, "").lower() == "100-continue":
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # the interim answer is not part of the response's size
+        return None
+    spec = spec_of(request)
+    if spec is None or spec.wire_error is None:  # not a route `add_routes` gave this handler
+        raise web.HTTPExpectationFailed()
+    response = error_response(spec.wire_error("expectation_failed", EXPECTATION_FAILED_MESSAGE))
+    response.force_close()
+    return response
+
+
 def add_routes(app: web.Application, specs: Iterable[RouteSpec]) -> dict[Any, RouteSpec]:
-    """Register `specs` on `app`; `spec_of` finds a request's spec again."""
+    """Register `specs` on `app`; `spec_of` finds a request's spec again. A route whose spec
+    names its surface's `wire_error` answers `Expect` with `expect_continue`."""
     mapping: dict[Any, RouteSpec] = {}
     for spec in specs:
-        mapping[app.router.add_route(spec.method, spec.path, spec.handler)] = spec
+        expect = expect_continue if spec.wire_error is not None else None
+        route = app.router.add_route(spec.method, spec.path, spec.handler, expect_handler=expect)
+        mapping[route] = spec
     app[ROUTE_SPEC_KEY] = mapping
     return mapping
 

@@ -16,6 +16,9 @@ ERROR_CODES: dict[str, int] = {
     "workspace_not_found": 400,
     "model_not_configured": 400,
     "invalid_workspace": 400,
+    # a request (or request body) aiohttp's HTTP parser could not read: sent by the connection
+    # layer (metis/server/malformed.py) and by `read_body` (metis/server/http.py)
+    "malformed_request": 400,
     "unauthorized": 401,
     "attach_token_invalid": 401,
     "host_not_allowed": 403,
@@ -33,6 +36,9 @@ ERROR_CODES: dict[str, int] = {
     "confirmation_already_resolved": 409,
     "payload_too_large": 413,
     "unsupported_media_type": 415,
+    # an `Expect` other than 100-continue: answered before the middleware by the routes' expect
+    # handler (metis/http/routes.py) or the connection layer (metis/server/malformed.py)
+    "expectation_failed": 417,
     "upgrade_required": 426,
     "internal_error": 500,
     "routing_failed": 503,

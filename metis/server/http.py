@@ -15,7 +15,8 @@ from pydantic import BaseModel, ValidationError
 
 from metis.config import PageSize
 from metis.http import routes
-from metis.http.body import BodyRefused, decode_json
+from metis.http.body import BodyRefused, decode_json, read_whole
+from metis.http.errors import WireError
 from metis.http.responses import json_response as json_response
 from metis.http.routes import ROUTE_SPEC_KEY as ROUTE_SPEC_KEY
 from metis.http.routes import RouteSpec as RouteSpec
@@ -26,9 +27,11 @@ M = TypeVar("M", bound=BaseModel)
 
 @dataclass
 class RouteTable(routes.RouteTable):
-    """All routes of one part of the metis surface, declared once with their wire models."""
+    """All routes of one part of the metis surface, declared once with their wire models; what
+    is refused on them before the middleware (an unmet `Expect`) is an `ApiError` too."""
 
     tag: str = "metis"
+    wire_error: type[WireError] | None = ApiError
 
 
 def _pydantic_errors(exc: ValidationError, where: str) -> list[dict[str, Any]]:
@@ -75,9 +78,15 @@ def _decode_json(raw: bytes) -> Any:
 async def read_body(request: web.Request, model: type[M], *, required: bool = True) -> M | None:
     """The body validated into `model`; None only when an optional body is absent (empty).
 
-    A JSON `null` is a body that is not an object, never "no body".
+    A JSON `null` is a body that is not an object, never "no body". A body the HTTP parser
+    could not read (its chunked framing broken after the head was routed) is 400
+    `malformed_request`, as the same bytes arriving with the head are, and the connection is
+    closed after the answer (metis/server/malformed.py): nothing after the break can be parsed.
     """
-    raw = await request.read()
+    try:
+        raw = await read_whole(request)
+    except BodyRefused as exc:
+        raise ApiError("malformed_request", exc.message, headers={"Connection": "close"}) from None
     if not raw:
         if required:
             raise validation_error(

@@ -14,16 +14,34 @@ not have been read, so the surface is unknown: the metis envelope serves both.
 5xx answers stay aiohttp's: `metis_middleware` answers every exception a handler raises with
 `internal_error`, so aiohttp's 500 means an exception outside the app's middleware, a bug that
 aiohttp's own path logs with its traceback.
+
+A parser error in a body whose head was already handed to a route (a bad chunk arriving after
+the headers) is that request's: aiohttp's C parser queues it as a refusal of the *next* request
+and leaves the body open, so the handler's read would wait until the client gave up. The
+connection handler gives it to the body instead (the read raises `RequestPayloadError` at once,
+which `read_body` answers 400 `malformed_request`), answers nothing more, and closes the
+connection after that request's response: nothing after the break can be parsed.
+
+An `Expect` other than `100-continue` is refused by the route's expect handler, before any
+middleware: a route of a surface naming its wire error answers 417 `expectation_failed` in that
+surface's envelope (metis/http/routes.py). aiohttp's own handler answers the others — a path no
+route matches (404/405), a route whose table names no wire error — with a plain-text 417 quoting
+the header; the server's request handler answers those the same way in the metis envelope, as
+it does the parser's refusals.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.streams import StreamReader
+from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
-from metis.http.errors import WireError, error_response
+from metis.http.errors import error_response
+from metis.http.routes import EXPECTATION_FAILED_MESSAGE
+from metis.server.errors import ApiError
 
 MALFORMED_MESSAGE = (
     "the request could not be parsed as HTTP/1.1 and was refused before routing "
@@ -35,14 +53,40 @@ MALFORMED_MESSAGE = (
 SECURITY_HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
 
 
-class MalformedRequest(WireError):
-    """The wire error of a request the HTTP parser refused (its own table: no route sends it)."""
-
-    table: ClassVar[dict[str, int]] = {"malformed_request": 400}
-
-
 class _EnvelopeRequestHandler(RequestHandler):
     __slots__ = ()
+
+    def data_received(self, data: bytes) -> None:
+        queued = len(self._messages)
+        super().data_received(data)
+        if len(self._messages) > queued:
+            info = self._messages[-1][0]
+            if isinstance(info, _ErrInfo) and self._refuse_body_in_flight(info.exc):
+                self._messages.pop()  # the refusal is the body's, not a request of its own
+
+    def _refuse_body_in_flight(self, exc: BaseException) -> bool:
+        """Hand a parser error to the body the parser was reading, if one was open; whether
+        there was one. Only the latest request's body can be open (the parser reads a
+        connection's requests in order)."""
+        if len(self._messages) > 1:
+            body: StreamReader | None = self._messages[-2][1]
+        else:
+            current = self._current_request
+            body = current.content if current is not None else None
+        if body is None or body.is_eof():
+            return False  # the error opened a new request: `handle_error` answers it
+        if body.exception() is None:  # aiohttp's pure-Python parser has set its own already
+            body.set_exception(web.RequestPayloadError("bad request body"), exc)
+        # ended, so that nothing lingers over it once its request is answered
+        body.feed_eof()
+        self.close()  # after the response under way: the rest of the stream is unparseable
+        code = exc.code if isinstance(exc, HttpProcessingError) else 400
+        self.logger.warning(
+            "refused an HTTP request body its parser could not read (%d, %s)",
+            code,
+            type(exc).__name__,
+        )
+        return True
 
     def handle_error(
         self,
@@ -56,11 +100,33 @@ class _EnvelopeRequestHandler(RequestHandler):
         plain = super().handle_error(request, status, exc, message)
         if status >= 500:
             return plain
-        error = MalformedRequest("malformed_request", MALFORMED_MESSAGE, headers=SECURITY_HEADERS)
+        error = ApiError("malformed_request", MALFORMED_MESSAGE, headers=SECURITY_HEADERS)
         response = error_response(error)
         response.set_status(status)
         response.force_close()
         return response
+
+
+Handle = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+
+
+def _answering_unmet_expectations(handle: Handle) -> Handle:
+    """`handle` (the app's), with the 417 aiohttp's default expect handler raises answered in
+    the envelope. Only code before the middleware can raise it: the middlewares of both
+    surfaces turn any exception into an error of their own."""
+
+    async def handler(request: web.BaseRequest) -> web.StreamResponse:
+        try:
+            return await handle(request)
+        except web.HTTPExpectationFailed:
+            error = ApiError(
+                "expectation_failed", EXPECTATION_FAILED_MESSAGE, headers=SECURITY_HEADERS
+            )
+            response = error_response(error)
+            response.force_close()
+            return response
+
+    return handler
 
 
 class _EnvelopeServer(web.Server):
@@ -69,7 +135,8 @@ class _EnvelopeServer(web.Server):
 
 
 class EnvelopeAppRunner(web.AppRunner):
-    """An `AppRunner` whose connections answer parser refusals with the JSON envelope."""
+    """An `AppRunner` whose connections answer parser refusals and aiohttp's own 417 with the
+    JSON envelope."""
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
@@ -77,4 +144,5 @@ class EnvelopeAppRunner(web.AppRunner):
         # arguments of aiohttp's choosing; changing its class keeps every one of them and
         # changes only which connection handler it creates.
         server.__class__ = _EnvelopeServer
+        server.request_handler = _answering_unmet_expectations(server.request_handler)
         return server
