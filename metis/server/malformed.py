@@ -42,15 +42,12 @@ from aiohttp.web_protocol import RequestHandler, _ErrInfo
 from metis.http.errors import error_response
 from metis.http.routes import EXPECTATION_FAILED_MESSAGE
 from metis.server.errors import ApiError
+from metis.server.middleware import SECURITY_HEADERS
 
 MALFORMED_MESSAGE = (
     "the request could not be parsed as HTTP/1.1 and was refused before routing "
     "(this port speaks plain HTTP, not TLS)"
 )
-
-# What `add_security_headers` (metis/server/middleware.py) puts on every response: aiohttp runs
-# the app's on_response_prepare only for a request that was routed, and this one was not.
-SECURITY_HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
 
 
 class _EnvelopeRequestHandler(RequestHandler):

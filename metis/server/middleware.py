@@ -175,9 +175,13 @@ async def metis_middleware(
     return response
 
 
+SECURITY_HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
+"""What every response carries, the connection layer's refusals too (metis/server/malformed.py)."""
+
+
 async def add_security_headers(request: web.Request, response: web.StreamResponse) -> None:
     """on_response_prepare: headers every metis response carries."""
     if isinstance(response, web.WebSocketResponse):
         return
-    response.headers.setdefault("Cache-Control", "no-store")
-    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    for name, value in SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
