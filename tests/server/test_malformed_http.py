@@ -71,6 +71,11 @@ async def exchange(daemon: Daemon, sent: bytes) -> tuple[bytes, dict[str, str], 
         answer = await asyncio.wait_for(reader.read(), 5)
     finally:
         writer.close()
+    return parse_answer(answer)
+
+
+def parse_answer(answer: bytes) -> tuple[bytes, dict[str, str], bytes]:
+    """(status line, headers with lower-case names, body) of a raw HTTP/1.1 answer."""
     head, _, body = answer.partition(b"\r\n\r\n")
     status_line, *lines = head.decode("latin-1").split("\r\n")
     headers = {}
@@ -254,13 +259,7 @@ async def send_a_bad_chunk_after_routing(
         elapsed = time.monotonic() - started
     finally:
         writer.close()
-    head_bytes, _, body = answer.partition(b"\r\n\r\n")
-    status_line, *lines = head_bytes.decode("latin-1").split("\r\n")
-    headers = {}
-    for line in lines:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    return status_line.encode(), headers, body, elapsed
+    return (*parse_answer(answer), elapsed)
 
 
 @pytest.mark.parametrize(
