@@ -28,7 +28,7 @@ from metis.aap.http import AapState
 from metis.aap.mapping import parse_content, render_history
 from metis.aap.store import AapSession, AapWrites, ContentShape
 from metis.aap.wire import AgentConfig, SeedMessage, SystemMessage, ToolMessage, UserMessage
-from metis.core.application import Transaction
+from metis.core.application import NewSession, SurfaceWrites, Transaction
 from metis.core.canonical.content import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from metis.core.canonical.ids import new_ulid
 from metis.core.canonical.messages import Message, MessageMetadata, validate_message
@@ -158,9 +158,10 @@ def draft_session(
 async def discard_unfinished_creations(state: AapState) -> int:
     """Start-up: purge AAP-surface sessions without their `aap_sessions` row.
 
-    Creation is two commits (docs/decisions.md); a crash between them leaves a bare session
-    that AAP cannot see (404) and metis cannot drive (409 surface_mismatch). Its client never
-    got a 201, so nothing acknowledged is lost."""
+    Creation is one transaction now, but releases before it used two (the core session, then
+    its AAP row): a crash between them left a bare session that AAP cannot see (404) and metis
+    cannot drive (409 surface_mismatch), in a database this release may open. Its client
+    never got a 201, so nothing acknowledged is lost."""
     session_ids = await state.aap_store.unfinished_creations()
     for session_id in session_ids:
         await state.app.sessions.discard(session_id)
@@ -169,47 +170,45 @@ async def discard_unfinished_creations(state: AapState) -> int:
 
 
 async def commit_session(state: AapState, draft: SessionDraft, workspace: str) -> AapSession:
-    """Core creates the session (and emits `session.created`); then the AAP row and the seed
-    are committed together. If that second step fails the session is purged again.
+    """Core creates the session with its AAP row, content shapes and seed history in one
+    transaction (and `session.created` in it): all of it, or nothing.
 
     `workspace` comes from `Workspaces.provisioned(draft.workspace)`. The façade has judged it
     against the AAP roots, which core applies instead of the metis setting
     `allowed_workspace_roots`.
     """
-    sessions = state.app.sessions
-    view = await sessions.create(
-        workspace, None, surface="aap", allowed_roots=state.workspaces.roots()
-    )
-    stamp = view.row.created_at_us
-    session = replace(
-        draft.session,
-        session_id=view.id,
-        created_at_us=stamp,
-        updated_at_us=stamp,
-        workspace_path=view.row.workspace_path,
-    )
-    messages: list[Message] = []
-    forms: list[tuple[str, ContentShape]] = []
-    for seed, form in draft.seed:
-        message = seed.model_copy(
-            update={"id": new_ulid(), "session_id": view.id, "created_at_us": now_us()}
+    created: list[AapSession] = []
+
+    def seed(new: NewSession) -> tuple[list[Message], SurfaceWrites]:
+        session = replace(
+            draft.session,
+            session_id=new.session_id,
+            created_at_us=new.created_at_us,
+            updated_at_us=new.created_at_us,
+            workspace_path=new.workspace_path,
         )
-        messages.append(message)
-        if form is not None:
-            forms.append((message.id, form))
+        created.append(session)
+        messages: list[Message] = []
+        forms: list[tuple[str, ContentShape]] = []
+        for message, form in draft.seed:
+            stored = message.model_copy(
+                update={"id": new_ulid(), "session_id": new.session_id, "created_at_us": now_us()}
+            )
+            messages.append(stored)
+            if form is not None:
+                forms.append((stored.id, form))
 
-    def surface_writes(tx: Transaction, seeded: list[Message]) -> None:
-        aap = tx.using(AapWrites)
-        aap.insert(session)
-        aap.insert_content_shapes(view.id, forms)
+        def surface_writes(tx: Transaction, seeded: list[Message]) -> None:
+            aap = tx.using(AapWrites)
+            aap.insert(session)
+            aap.insert_content_shapes(new.session_id, forms)
 
-    try:
-        await sessions.import_messages(view.id, messages, surface_writes)
-    except BaseException:
-        log.exception("storing the AAP configuration of %s failed; purging it", view.id)
-        await sessions.purge(view.id)
-        raise
-    return session
+        return messages, surface_writes
+
+    await state.app.sessions.create(
+        workspace, None, surface="aap", allowed_roots=state.workspaces.roots(), seed=seed
+    )
+    return created[0]
 
 
 # ---- reads -----------------------------------------------------------------------------------

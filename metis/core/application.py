@@ -43,6 +43,7 @@ from metis.core.sessions.history import SurfaceWrites
 from metis.core.sessions.service import (
     TITLE_CHARS,
     ModelChange,
+    NewSession,
     PurgeResult,
     SessionService,
     SessionView,
@@ -82,6 +83,7 @@ __all__ = [
     "ModelChange",
     "ModelEntry",
     "Models",
+    "NewSession",
     "PermissionAnswer",
     "PurgeResult",
     "Routing",

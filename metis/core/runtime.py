@@ -130,7 +130,6 @@ class Core:
             session_cache=self.session_cache,
             bus=self.bus,
             flush=self.writer.flush,
-            commit_with_events=self.writer.commit_with,
             costs=self.costs,
             broker=self.broker,
             clients=self.hub,

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from metis.server.runner import Daemon
 from tests.aap.client import AapClient
 from tests.aap.conftest import roots
 
@@ -56,11 +57,39 @@ async def test_a_tilde_naming_no_known_user_is_an_invalid_option(aap: AapClient)
     assert listed.status == 200 and listed.body["sessions"] == []
 
 
-async def test_a_creation_cut_by_a_crash_leaves_no_bare_session(
+async def test_a_creation_whose_aap_rows_fail_leaves_nothing_behind(
+    daemon_and_aap: tuple[Daemon, AapClient],
+) -> None:
+    """The session, its AAP row, its seed history and `session.created` are one transaction:
+    when the store refuses the AAP row, none of them exists and the client gets an error."""
+    daemon, aap = daemon_and_aap
+    await daemon.core.db.transaction(
+        lambda conn: conn.execute(
+            "CREATE TRIGGER no_aap_sessions BEFORE INSERT ON aap_sessions "
+            "BEGIN SELECT RAISE(ABORT, 'refused'); END"
+        )
+    )
+    body = {"agent": {"name": "metis"}, "messages": [{"role": "user", "content": "seeded"}]}
+    reply = await aap.request("POST", "/sessions", body)
+    assert reply.status == 500 and reply.body["error"]["code"] == "internal_error"
+    await daemon.core.flush()
+    for table in ("sessions", "messages", "aap_sessions"):
+        assert await daemon.core.db.fetchall(f"SELECT 1 FROM {table}") == [], table
+    # nothing was created, so nothing had to be purged again either
+    stored = await daemon.core.db.fetchall(
+        "SELECT 1 FROM events WHERE type IN ('session.created', 'session.purged')"
+    )
+    assert stored == []
+    listed = await aap.request("GET", "/sessions")
+    assert listed.status == 200 and listed.body["sessions"] == []
+
+
+async def test_a_bare_session_an_older_release_left_is_discarded_at_start(
     api_key: str, start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
-    """A crash between the two commits of an AAP creation (the core session, then its AAP row)
-    leaves a session AAP cannot see and metis cannot drive; the next start discards it."""
+    """Releases before one-transaction creation committed the core session, then its AAP row:
+    a crash between the two left a session AAP cannot see and metis cannot drive. A database
+    holding one (made here by creating the core session alone) gets it discarded at start."""
     first = await start_daemon(**roots(workspace))
     bare = await first.core.sessions.create(str(workspace), surface="aap")  # commit 1 only
     await first.stop()

@@ -36,9 +36,10 @@ from metis.core.models.registry import ModelRegistry
 from metis.core.routing.engine import RoutingEngine
 from metis.core.routing.manager import PolicyManager
 from metis.core.sessions.cache import SessionCache
-from metis.core.sessions.history import CommitWithEvents, Flush, HistoryWriter, SurfaceWrites
+from metis.core.sessions.history import Flush, HistoryWriter, SurfaceWrites
 from metis.core.store.sessions import SessionRow, SessionStore
 from metis.core.store.titles import TitleStore
+from metis.core.store.tx import Transaction
 from metis.core.turns.control import TurnControl
 from metis.core.turns.slots import TurnSlot
 
@@ -221,6 +222,20 @@ def resolve_workspace(
     return str(resolved)
 
 
+@dataclass(frozen=True)
+class NewSession:
+    """A session being created, as a surface's seed sees it (its rows need the id and stamp)."""
+
+    session_id: str
+    workspace_path: str
+    created_at_us: int
+
+
+SessionSeed = Callable[[NewSession], tuple[Sequence[Message], SurfaceWrites | None]]
+"""A surface's part of a new session: the messages it brings (AAP's seed history) and its own
+rows, committed in the transaction that creates the session."""
+
+
 class LiveClients(Protocol):
     """What a session's end asks of live delivery (the SessionHub): no new attach, and every
     attached client closed in-band."""
@@ -249,7 +264,6 @@ class SessionService:
         session_cache: SessionCache,
         bus: EventBus,
         flush: Flush,
-        commit_with_events: CommitWithEvents,
         costs: CostAccumulator,
         broker: ConfirmationBroker,
         clients: LiveClients,
@@ -266,7 +280,6 @@ class SessionService:
         self._session_cache = session_cache
         self._bus = bus
         self._flush = flush
-        self._commit_with_events = commit_with_events
         self._costs = costs
         self._broker = broker
         self._clients = clients
@@ -382,10 +395,12 @@ class SessionService:
         *,
         surface: str = "metis",
         allowed_roots: tuple[Path, ...] | None = None,
+        seed: SessionSeed | None = None,
     ) -> SessionView:
         """`allowed_roots` replaces the metis setting `allowed_workspace_roots` for a surface
         with roots of its own (the AAP façade), so one surface's setting never
-        refuses the other's workspaces."""
+        refuses the other's workspaces. `seed` is the surface's part of the new session (AAP:
+        its configuration rows and seed history), created with it or not at all."""
         roots = self._settings.allowed_workspace_roots if allowed_roots is None else allowed_roots
         workspace = resolve_workspace(
             workspace_path, roots, protected_workspaces(self._settings.home)
@@ -395,21 +410,42 @@ class SessionService:
             if initial_active_model is not None
             else None
         )
-        session_id = new_session_id()
+        new = NewSession(new_session_id(), workspace, now_us())
+        messages, surface_writes = seed(new) if seed is not None else ((), None)
         version = self._policy.version
+        inserting = self.store.inserting(
+            new.session_id, workspace, surface, sticky, version, new.created_at_us
+        )
+        inserted: list[SessionRow] = []
+
+        def rows(tx: Transaction) -> None:
+            tx.add(lambda conn: inserted.append(inserting(conn)))
+            tx.messages.insert(*messages)
+            if surface_writes is not None:
+                surface_writes(tx, [*messages])
+
         payload = {
             "workspace_path": workspace,
             "active_model": sticky,
             "routing_policy_version": version,
             "surface": surface,
         }
-        # Acknowledged with 201: the row and its first event are committed together.
-        row = await self._commit_with_events(
-            self.store.inserting(session_id, workspace, surface, sticky, version, now_us()),
-            lambda: self._bus.emit(session_id, "session.created", payload, actor="user"),
-        )
-        self._session_cache.created_here(session_id)
-        return self.view(row)  # as inserted: its event changes no column
+        # Acknowledged with 201: the row, the surface's part and the first event are
+        # committed together. Its history (the seed) is cached as it commits.
+        self._session_cache.created_here(new.session_id)
+        try:
+            await self._history.commit_with(
+                new.session_id,
+                messages,
+                rows,
+                announce=lambda: self._bus.emit(
+                    new.session_id, "session.created", payload, actor="user"
+                ),
+            )
+        except Exception:
+            self._session_cache.forget(new.session_id)
+            raise
+        return self.view(inserted[0])  # as inserted: its event changes no column
 
     async def set_active_model(self, session_id: str, reference: str | None) -> ModelChange:
         """PATCH: apply now when idle, else queue for the turn boundary (last PATCH wins)."""
@@ -528,16 +564,6 @@ class SessionService:
             self._ending.discard(session_id)
             raise
         return PurgeResult(session_id, ended_at, messages, events)
-
-    async def import_messages(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        surface_writes: SurfaceWrites | None = None,
-    ) -> None:
-        """Messages a surface brings into a new session (AAP's seed history), committed with
-        the surface's own rows in one transaction."""
-        await self._history.commit(session_id, messages, surface_writes=surface_writes)
 
     async def discard(self, session_id: str) -> None:
         """Start-up: remove a session whose creation a crash interrupted (nobody was told it
