@@ -49,6 +49,9 @@ class LimitsSettings(_Section):
     # long of its opening or of the end of its previous response, else it is closed: a client
     # that sends its headers a byte at a time, or sends nothing, cannot hold it open.
     header_read_timeout_s: float = Field(default=60.0, gt=0)
+    # A request's body must have arrived within this long of its head: a client that stops
+    # sending half-way cannot hold its handler (and the memory of what it sent) open.
+    body_read_timeout_s: float = Field(default=60.0, gt=0)
 
 
 class WebSocketSettings(_Section):

@@ -6,6 +6,7 @@ its own surface's code (e.g. `payload_too_large` vs `request_too_large`).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Literal
 
 from aiohttp import web
@@ -13,7 +14,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from metis.core.canonical.jsontext import parse_client_json
 
-Reason = Literal["too_large", "unreadable", "not_utf8", "malformed", "not_object"]
+Reason = Literal["too_large", "unreadable", "too_slow", "not_utf8", "malformed", "not_object"]
 
 # What a body read raises when the HTTP parser could not read the body (a chunk-size line that
 # is not hex, a bad chunk terminator…): `RequestPayloadError` as aiohttp hands it to handlers,
@@ -38,32 +39,40 @@ def declared_too_large(request: web.Request, max_bytes: int) -> bool:
     return request.content_length is not None and request.content_length > max_bytes
 
 
-async def read_whole(request: web.Request) -> bytes:
+def _too_slow(timeout_s: float) -> BodyRefused:
+    return BodyRefused("too_slow", f"the request body did not arrive within {timeout_s:g} s")
+
+
+async def read_whole(request: web.Request, timeout_s: float) -> bytes:
     """`request.read()` (capped by the app's `client_max_size`); a body the parser could not read
-    is refused `unreadable`, never passed on as an unexpected exception. The message is fixed:
-    the parser's own quotes the bytes it choked on."""
+    is refused `unreadable`, never passed on as an unexpected exception (the message is fixed:
+    the parser's own quotes the bytes it choked on), and one not whole within `timeout_s` of
+    the read's start is refused `too_slow`."""
     try:
-        return await request.read()
+        async with asyncio.timeout(timeout_s):
+            return await request.read()
     except _UNREADABLE:
         raise BodyRefused("unreadable", UNREADABLE_MESSAGE) from None
+    except TimeoutError:
+        raise _too_slow(timeout_s) from None
 
 
-async def read_capped(request: web.Request, max_bytes: int) -> bytes:
-    """The body, read in chunks and refused as soon as it exceeds `max_bytes` (or `unreadable`,
-    as in `read_whole`)."""
+async def read_capped(request: web.Request, max_bytes: int, timeout_s: float) -> bytes:
+    """The body, read in chunks and refused as soon as it exceeds `max_bytes` (or `unreadable`
+    or `too_slow`, as in `read_whole`)."""
     if declared_too_large(request, max_bytes):
         raise BodyRefused("too_large", f"body exceeds {max_bytes} bytes")
     data = bytearray()
-    while True:
-        try:
-            chunk = await request.content.read(65536)
-        except _UNREADABLE:
-            raise BodyRefused("unreadable", UNREADABLE_MESSAGE) from None
-        if not chunk:
-            break
-        data += chunk
-        if len(data) > max_bytes:
-            raise BodyRefused("too_large", f"body exceeds {max_bytes} bytes")
+    try:
+        async with asyncio.timeout(timeout_s):
+            while chunk := await request.content.read(65536):
+                data += chunk
+                if len(data) > max_bytes:
+                    raise BodyRefused("too_large", f"body exceeds {max_bytes} bytes")
+    except _UNREADABLE:
+        raise BodyRefused("unreadable", UNREADABLE_MESSAGE) from None
+    except TimeoutError:
+        raise _too_slow(timeout_s) from None
     return bytes(data)
 
 

@@ -29,6 +29,8 @@ ERROR_CODES: dict[str, int] = {
     "turn_not_found": 404,
     "confirmation_not_found": 404,
     "method_not_allowed": 405,
+    # a request body still incomplete `limits.body_read_timeout_s` after its read began
+    "request_timeout": 408,
     "session_already_ended": 409,
     "surface_mismatch": 409,
     "turn_in_flight": 409,

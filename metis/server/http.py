@@ -21,6 +21,7 @@ from metis.http.responses import json_response as json_response
 from metis.http.routes import ROUTE_SPEC_KEY as ROUTE_SPEC_KEY
 from metis.http.routes import RouteSpec as RouteSpec
 from metis.server.errors import ApiError
+from metis.server.state import STATE_KEY
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -82,11 +83,16 @@ async def read_body(request: web.Request, model: type[M], *, required: bool = Tr
     could not read (its chunked framing broken after the head was routed) is 400
     `malformed_request`, as the same bytes arriving with the head are, and the connection is
     closed after the answer (metis/server/malformed.py): nothing after the break can be parsed.
+    A body still incomplete `limits.body_read_timeout_s` after the read began is 408
+    `request_timeout`, and the connection is closed too.
     """
+    limits = request.config_dict[STATE_KEY].settings.limits
     try:
-        raw = await read_whole(request)
+        raw = await read_whole(request, limits.body_read_timeout_s)
     except BodyRefused as exc:
-        raise ApiError("malformed_request", exc.message, headers={"Connection": "close"}) from None
+        # nothing after a broken or missing body can be read as a next request: close after
+        code = "request_timeout" if exc.reason == "too_slow" else "malformed_request"
+        raise ApiError(code, exc.message, headers={"Connection": "close"}) from None
     if not raw:
         if required:
             raise validation_error(

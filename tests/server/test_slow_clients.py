@@ -1,15 +1,17 @@
-"""A client that sends its request head a byte at a time cannot hold a connection open: the
-head must be complete within `limits.header_read_timeout_s`, counted from the connection's
-opening (or the end of its previous response)."""
+"""A slow client cannot hold a connection open: the request head must be complete within
+`limits.header_read_timeout_s`, counted from the connection's opening (or the end of its
+previous response), and its body within `limits.body_read_timeout_s` of the body's read."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from typing import Any
 
 from metis.server.runner import Daemon
+from tests.api import auth_headers
 
 BOUND_S = 1.5
 
@@ -62,3 +64,52 @@ async def test_the_bound_restarts_after_each_response(start_daemon: Callable[...
 
 async def test_the_default_bound_is_a_minute(make_settings: Callable[..., Any]) -> None:
     assert make_settings().limits.header_read_timeout_s == 60.0
+
+
+async def stalled_body(daemon: Daemon, path: str) -> tuple[float, bytes]:
+    """A POST whose head promises 100 bytes of body, of which 10 come: (seconds until the
+    server closed the connection, everything it sent)."""
+    key = auth_headers(daemon)["Authorization"]
+    sent = (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{daemon.port}\r\nAuthorization: {key}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+        '{"workspac'
+    )
+    reader, writer = await asyncio.open_connection("127.0.0.1", daemon.port)
+    try:
+        started = time.monotonic()
+        writer.write(sent.encode())
+        received = await asyncio.wait_for(reader.read(), BOUND_S + 5)
+        return time.monotonic() - started, received
+    finally:
+        writer.close()
+
+
+async def test_a_body_that_stops_half_way_is_answered_408_and_the_connection_closed(
+    start_daemon: Callable[..., Any],
+) -> None:
+    daemon = await start_daemon(limits={"body_read_timeout_s": BOUND_S})
+    elapsed, received = await stalled_body(daemon, "/sessions")
+    assert BOUND_S - 0.1 < elapsed < BOUND_S + 1.5, elapsed
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 "), received
+    assert b"connection: close" in head.lower()
+    error = json.loads(body)["error"]
+    assert error["code"] == "request_timeout"
+    assert error["message"] == f"the request body did not arrive within {BOUND_S:g} s"
+    assert await daemon.core.db.fetchall("SELECT 1 FROM sessions") == []  # nothing was created
+
+
+async def test_aap_answers_a_stalled_body_with_its_own_code(
+    start_daemon: Callable[..., Any],
+) -> None:
+    daemon = await start_daemon(limits={"body_read_timeout_s": BOUND_S})
+    elapsed, received = await stalled_body(daemon, "/aap/sessions")
+    assert elapsed < BOUND_S + 1.5, elapsed
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 "), received
+    assert json.loads(body)["error"]["code"] == "invalid_json"
+
+
+async def test_the_default_body_bound_is_a_minute(make_settings: Callable[..., Any]) -> None:
+    assert make_settings().limits.body_read_timeout_s == 60.0
