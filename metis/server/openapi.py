@@ -65,6 +65,9 @@ _WITH_BODY = (
     "payload_too_large",
     "unsupported_media_type",
     "validation_error",
+    # from the body's read (`read_body`): framing the parser could not read, a stalled body
+    "malformed_request",
+    "request_timeout",
 )
 
 
