@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -145,6 +146,11 @@ class Ws:
 
     async def close(self) -> None:
         await self.ws.close()
+
+
+def is_event(kind: str) -> Callable[[dict[str, Any]], bool]:
+    """A `Ws.until` predicate: an event frame of type `kind`."""
+    return lambda f: f.get("type") == "event" and f["event"]["type"] == kind
 
 
 def events_of(frames: list[dict[str, Any]], *, catch_up: bool = False) -> list[dict[str, Any]]:

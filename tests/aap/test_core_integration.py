@@ -12,7 +12,7 @@ from metis.server.runner import Daemon
 from tests.aap.client import WEATHER, AapClient, permission, tool_result
 from tests.aap.conftest import roots
 from tests.api import Api, api_session
-from tests.ws_client import Ws, rebuild, types_of
+from tests.ws_client import Ws, is_event, rebuild, types_of
 
 
 async def test_an_aap_turn_is_observed_live_on_the_metis_websocket(
@@ -23,9 +23,7 @@ async def test_an_aap_turn_is_observed_live_on_the_metis_websocket(
     client, _ = await Ws.subscribed(Api(aap.http, aap.auth()), sid)
     reply = await aap.say(sid, "watched from metis", "delta")
     assert reply.stop == "end_turn"
-    started = await client.until(
-        lambda f: f.get("type") == "event" and f["event"]["type"] == "turn.started"
-    )
+    started = await client.until(is_event("turn.started"))
     turn_id = started[-1]["event"]["turn_id"]
     events = await client.turn(turn_id)
     assert types_of(events)[:2] == ["turn.started", "route.decided"]

@@ -22,7 +22,7 @@ from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from tests.api import Api
 from tests.e2e.test_costs import assert_store_invariants
 from tests.e2e.test_provider_turns import session_on, types_of
-from tests.ws_client import Ws, check_turn_grammar
+from tests.ws_client import Ws, check_turn_grammar, is_event
 
 Env = tuple[Daemon, Api, FakeProviderServer]
 CANCELLED = "Tool call cancelled"
@@ -387,7 +387,7 @@ async def test_a_call_cancelled_before_any_usage_reports_and_bills_nothing(
         status, accepted = await api.submit(sid, "hello")
         assert status == 202
         turn_id = accepted["turn_id"]
-        await ws.until(lambda f: f.get("type") == "event" and f["event"]["type"] == "text.delta")
+        await ws.until(is_event("text.delta"))
         status, _ = await api.call("POST", f"/sessions/{sid}/turns/{turn_id}/cancel")
         assert status == 202
         live = await ws.turn(turn_id)

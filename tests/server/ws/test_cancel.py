@@ -19,13 +19,10 @@ from tests.ws_client import (
     check_turn_grammar,
     comparable,
     fake_models,
+    is_event,
     rebuild,
     types_of,
 )
-
-
-def is_event(kind: str) -> Callable[[dict[str, Any]], bool]:
-    return lambda f: f.get("type") == "event" and f["event"]["type"] == kind
 
 
 def after(events: list[dict[str, Any]], kind: str) -> list[str]:

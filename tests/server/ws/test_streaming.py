@@ -25,6 +25,7 @@ from tests.ws_client import (
     comparable,
     events_of,
     fake_models,
+    is_event,
     rebuild,
     types_of,
 )
@@ -196,12 +197,8 @@ async def test_mid_stream_joiner_gets_catch_up_frames_that_rebuild_final_content
     early, _ = await Ws.subscribed(api, sid)
     status, accepted = await api.submit(sid, "a long enough sentence to stream slowly")
     assert status == 202, accepted
-    await early.until(
-        lambda f: f.get("type") == "event" and f["event"]["type"] == "text.delta", timeout=5
-    )
-    await early.until(
-        lambda f: f.get("type") == "event" and f["event"]["type"] == "text.delta", timeout=5
-    )
+    await early.until(is_event("text.delta"), timeout=5)
+    await early.until(is_event("text.delta"), timeout=5)
     late, _ = await Ws.subscribed(api, sid)
     await late.turn(accepted["turn_id"])
     await early.turn(accepted["turn_id"])
@@ -230,9 +227,7 @@ async def test_dropping_the_socket_mid_turn_does_not_cancel_and_since_gets_the_r
     client, _ = await Ws.subscribed(api, sid)
     status, accepted = await api.submit(sid, "keep streaming after I leave")
     assert status == 202, accepted
-    seen = await client.until(
-        lambda f: f.get("type") == "event" and f["event"]["type"] == "text.delta", timeout=5
-    )
+    seen = await client.until(is_event("text.delta"), timeout=5)
     last_bus = [e for e in events_of(seen) if "id" in e][-1]
     await client.close()
     terminal = await api.wait_turn(sid, accepted["turn_id"])
@@ -329,15 +324,11 @@ async def test_random_chunkings_rebuild_final_content_for_every_client(
         fake.enqueue("anthropic", FakeReply(**reply, delay_ms=3))
         status, accepted = await api.submit(sid, "go")
         assert status == 202, accepted
-        await early.until(
-            lambda f: f.get("type") == "event" and f["event"]["type"] == "message.start"
-        )
+        await early.until(is_event("message.start"))
         late, _ = await Ws.subscribed(api, sid, filter="preset:chat")
         early_events = await early.turn(accepted["turn_id"])
         late_events = events_of(
-            await late.until(
-                lambda f: f.get("type") == "event" and f["event"]["type"] == "turn.completed"
-            ),
+            await late.until(is_event("turn.completed")),
             catch_up=True,
         )
         check_turn_grammar(early_events)

@@ -19,7 +19,7 @@ from metis.core.events.catalog import PERSISTED, STREAMING
 from metis.server.runner import Daemon
 from tests.api import Api, api_session
 from tests.helpers import HOLD
-from tests.ws_client import Ws, events_of, types_of
+from tests.ws_client import Ws, events_of, is_event, types_of
 
 
 @pytest.fixture
@@ -428,9 +428,7 @@ async def test_cancel_frame_with_the_202_turn_id_records_user_cancel(
     status, accepted = await api.submit(sid, "please use server tool")
     assert status == 202, accepted
     turn_id = accepted["turn_id"]
-    await client.until(
-        lambda f: f.get("type") == "event" and f["event"]["type"] == "tool.confirmation_requested"
-    )
+    await client.until(is_event("tool.confirmation_requested"))
     await client.send({"type": "cancel", "turn_id": "01JZZZZZZZZZZZZZZZZZZZZZZZ"})  # unknown
     await client.send({"type": "cancel"})  # no turn id
     await client.send({"type": "cancel", "turn_id": turn_id, "reason": "timeout"})
@@ -450,9 +448,7 @@ async def test_frame_cancel_plus_rest_cancel_gives_one_turn_cancelled(
     client, _ = await Ws.subscribed(api, sid)
     status, accepted = await api.submit(sid, "please use server tool")
     turn_id = accepted["turn_id"]
-    await client.until(
-        lambda f: f.get("type") == "event" and f["event"]["type"] == "tool.confirmation_requested"
-    )
+    await client.until(is_event("tool.confirmation_requested"))
     await client.send({"type": "cancel", "turn_id": turn_id})
     status, body = await api.call("POST", f"/sessions/{sid}/turns/{turn_id}/cancel")
     assert status in (202, 409), body
@@ -519,11 +515,7 @@ async def test_shutdown_sends_turn_cancelled_then_closes_1001(
         client, _ = await Ws.subscribed(api, sid)
         status, _ = await api.submit(sid, "please use server tool")
         assert status == 202
-        await client.until(
-            lambda f: (
-                f.get("type") == "event" and f["event"]["type"] == "tool.confirmation_requested"
-            )
-        )
+        await client.until(is_event("tool.confirmation_requested"))
         stopping = asyncio.ensure_future(d.stop())
         closed = await client.closed()
         await stopping
