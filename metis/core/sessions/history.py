@@ -56,9 +56,11 @@ class HistoryWriter:
         messages: Sequence[Message],
         tool_calls: Sequence[NewToolCall] = (),
         surface_writes: SurfaceWrites | None = None,
+        announce: Callable[[], object] | None = None,
     ) -> None:
         """Commit messages (validated before the write), the tool_calls rows of their tool
-        uses and the surface's rows in one transaction, then add them to the cached history."""
+        uses and the surface's rows in one transaction, then add them to the cached history.
+        `announce` as in `commit_with`."""
 
         def rows(tx: Transaction) -> None:
             tx.messages.insert(*messages)
@@ -66,7 +68,7 @@ class HistoryWriter:
             if surface_writes is not None:
                 surface_writes(tx, [*messages])
 
-        await self.commit_with(session_id, messages, rows)
+        await self.commit_with(session_id, messages, rows, announce)
 
     async def commit_with(
         self,

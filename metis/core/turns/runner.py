@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -26,7 +26,7 @@ from metis.core.canonical.tools import ToolDefinition
 from metis.core.canonical.usage import Usage, compute_cost
 from metis.core.confirmations import ConfirmationBroker
 from metis.core.events.bus import EventBus
-from metis.core.events.costs import CostAccumulator
+from metis.core.events.costs import CostAccumulator, Totals
 from metis.core.events.hub import SessionHub
 from metis.core.models.registry import ModelRegistry
 from metis.core.models.types import ModelEntry
@@ -194,6 +194,7 @@ class TurnRunner:
         self.partial_error: MessageComplete | None = None
         self._priced: tuple[MessageComplete, Usage] | None = None  # see price()
         self.instructions: ProjectInstructions | None = None  # read when the loop starts
+        self._ended_totals: Totals | None = None  # set by `_end`, for `_not_ended`
 
     # -- event helpers ------------------------------------------------------------------------
 
@@ -350,6 +351,8 @@ class TurnRunner:
             self._locked = True
             if complete.stop_reason == "cancelled":
                 return self._end_cancelled()
+            if self.run.slot.terminal_emitted:
+                return  # the call announced `turn.completed` with its message (`_call`)
             tool_uses = [b for b in message.content if isinstance(b, ToolUseBlock)]
             if complete.stop_reason != "tool_use":  # its tool uses are answered, never run
                 await close_unanswered(
@@ -360,12 +363,7 @@ class TurnRunner:
                     tool_uses,
                     self.last_llm_event_id,
                 )
-                stop = (
-                    complete.stop_reason if complete.stop_reason in LLM_STOP_REASONS else "end_turn"
-                )
-                return self._end(
-                    "turn.completed", {"stop_reason": stop, "pending_tool_use_ids": []}
-                )
+                return self._end("turn.completed", completed_fields(complete))
             turn_tools = TurnTools(
                 session_id=self.run.session_id,
                 turn_id=self.run.turn_id,
@@ -484,30 +482,44 @@ class TurnRunner:
                 hooks, cancelled, will_retry=False, usage=self.price(entry, complete)
             )
             return message, complete
-        message = await self.commit_assistant(entry, complete, "complete")
-        self._availability.record_success(entry.id)
-        usage = self.price(entry, complete)
-        self.emit_llm(
-            "llm.call_completed",
-            {
-                "request_id": request_id,
-                "attempt": max(complete.attempts, 1),
-                "message_id": message_id,
-                "model": entry.id,
-                "provider": entry.provider,
-                "stop_reason": complete.stop_reason
-                if complete.stop_reason in LLM_STOP_REASONS
-                else "end_turn",
-                **usage_fields(usage),
-                "latency_ms": complete.latency_ms,
-                "first_token_ms": complete.first_token_ms,
-                "tool_use_count": sum(isinstance(b, ToolUseBlock) for b in complete.final_content),
-                "thinking_block_count": sum(
-                    isinstance(b, ThinkingBlock) for b in complete.final_content
-                ),
-                "usage_estimated": complete.usage.estimated,
-            },
+        # A call that ends the turn (no tool use to run or to close) announces the turn's end
+        # with its message: one transaction instead of a commit now and a flush at the release.
+        ends_turn = complete.stop_reason != "tool_use" and not any(
+            isinstance(b, ToolUseBlock) for b in complete.final_content
         )
+
+        def announce() -> None:
+            usage = self.price(entry, complete)
+            self.emit_llm(
+                "llm.call_completed",
+                {
+                    "request_id": request_id,
+                    "attempt": max(complete.attempts, 1),
+                    "message_id": message_id,
+                    "model": entry.id,
+                    "provider": entry.provider,
+                    "stop_reason": llm_stop_reason(complete),
+                    **usage_fields(usage),
+                    "latency_ms": complete.latency_ms,
+                    "first_token_ms": complete.first_token_ms,
+                    "tool_use_count": sum(
+                        isinstance(b, ToolUseBlock) for b in complete.final_content
+                    ),
+                    "thinking_block_count": sum(
+                        isinstance(b, ThinkingBlock) for b in complete.final_content
+                    ),
+                    "usage_estimated": complete.usage.estimated,
+                },
+            )
+            if ends_turn:
+                self._end("turn.completed", completed_fields(complete))
+
+        try:
+            message = await self.commit_assistant(entry, complete, "complete", announce)
+        except BaseException:
+            self._not_ended()  # its terminal event, if announced, was never shown
+            raise
+        self._availability.record_success(entry.id)
         return message, complete
 
     def price(self, entry: ModelEntry, complete: MessageComplete) -> Usage:
@@ -550,9 +562,14 @@ class TurnRunner:
         )
 
     async def commit_assistant(
-        self, entry: ModelEntry, complete: MessageComplete, status: str
+        self,
+        entry: ModelEntry,
+        complete: MessageComplete,
+        status: str,
+        announce: Callable[[], object] | None = None,
     ) -> Message:
-        """Commit the assistant message (and its tool_calls rows) before the event naming it."""
+        """Commit the assistant message (and its tool_calls rows) before the event naming it,
+        or with the events `announce` emits, in the same transaction."""
         content = (
             list(complete.final_content)
             if status == "complete"
@@ -600,7 +617,7 @@ class TurnRunner:
                         created_at_us=message.created_at_us,
                     )
                 )
-        await self._history.commit(self.run.session_id, [message], tool_calls)
+        await self._history.commit(self.run.session_id, [message], tool_calls, announce=announce)
         return message
 
     # -- endings ------------------------------------------------------------------------------
@@ -614,15 +631,35 @@ class TurnRunner:
         if self.run.slot.terminal_emitted:
             return
         wall_ms = int((time.monotonic() - self.run.started_monotonic) * 1000)
-        totals = self._costs.end_turn(self.run.turn_id).turn_payload(wall_ms)
+        self._ended_totals = self._costs.end_turn(self.run.turn_id)
         default_actor = "agent" if event_type == "turn.completed" else "system"
         self.run.slot.outcome = event_type.removeprefix("turn.")
         self.emit(
             event_type,
-            {**totals, **fields},
+            {**self._ended_totals.turn_payload(wall_ms), **fields},
             actor=actor or default_actor,
             parent=self.run.turn_started_event_id,
         )
+
+    def _not_ended(self) -> None:
+        """Undo `_end` whose event went with a transaction that failed (never stored, never
+        shown): the turn is still running, so the failure path can still end it, with the
+        turn's totals."""
+        if self._ended_totals is not None:
+            self._costs.seed_turn(self.run.turn_id, self._ended_totals)
+            self._ended_totals = None
+            self.run.slot.outcome = None
+
+
+def llm_stop_reason(complete: MessageComplete) -> str:
+    """The stop reason an `llm.call_completed` or `turn.completed` reports."""
+    stop = complete.stop_reason
+    return stop if stop in LLM_STOP_REASONS else "end_turn"
+
+
+def completed_fields(complete: MessageComplete) -> dict[str, Any]:
+    """`turn.completed`'s own fields for a turn its last call ended."""
+    return {"stop_reason": llm_stop_reason(complete), "pending_tool_use_ids": []}
 
 
 def usage_fields(usage: Usage) -> dict[str, Any]:
