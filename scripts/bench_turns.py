@@ -1,12 +1,14 @@
-"""Benchmark: POST /sessions/{id}/turns → turn.completed, 100 turns of one session.
+"""Benchmark: POST /sessions/{id}/turns → the turn's slot released, 100 turns of one session.
 
-The fake provider runs in its own process and streams a 200-delta reply per call with no delay,
-so what is measured is the daemon: HTTP handling, routing, the SDK adapter parsing the stream,
-event emission, commits and the trace flush at the turn boundary. The turn's end is observed
-in-process by a bus subscriber (no client polling in the measurement).
+The fake provider runs in its own process and streams a 200-delta reply per call with no delay;
+the client that posts the turns runs in another (as `bench_all.py`'s REST client does). What this
+process spends is then the daemon's alone: HTTP handling, routing, the SDK adapter parsing the
+stream, event emission, commits and the trace flush. A turn is timed from the moment the client
+is told to post it to its release (terminal event emitted, its events stored, slot freed), seen
+in-process (a bus subscriber and the slot's event; no client polling in the measurement).
 
 Goals (issue 5): p50 ≤ 5 ms of daemon time; turns 91–100 ≤ 1.2 × turns 1–10. Daemon time is
-this process's CPU time per turn (the provider runs elsewhere); wall time is printed too.
+this process's CPU time per turn (its SQLite threads included); wall time is printed too.
 
 The growth figure compares turns 91–100 of the long session with turns 1–10 of a second, fresh
 session run interleaved with them (one turn each, alternately): both sets are measured in the
@@ -20,9 +22,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import http.client
+import json
 import statistics
+import sys
 import tempfile
 import time
+from asyncio.subprocess import PIPE
 from pathlib import Path
 
 import aiohttp
@@ -41,20 +47,34 @@ from metis.testing.bench import (
 
 
 class TurnClock:
-    """Submits turns over REST and times each one to its terminal event on the bus."""
+    """Has the client process post turns, and times each one to its release in this process."""
 
     def __init__(self, daemon: Daemon, http: aiohttp.ClientSession) -> None:
         self.daemon = daemon
         self.http = http
         self.headers = daemon_headers(daemon)
-        self._ended: dict[str, tuple[float, str]] = {}
-        self._waiters: dict[str, asyncio.Event] = {}
+        self._client: asyncio.subprocess.Process | None = None
+        self._waiting: dict[str, asyncio.Future[str]] = {}
         daemon.core.bus.subscribe("bench", self._on_event)
 
     def _on_event(self, event: AnyEvent) -> None:
-        if event.type in TURN_TERMINAL and event.turn_id:
-            self._ended[event.turn_id] = (time.perf_counter(), event.type)
-            self._waiters.setdefault(event.turn_id, asyncio.Event()).set()
+        if event.type in TURN_TERMINAL:
+            waiter = self._waiting.pop(event.session_id, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(event.type)
+
+    async def __aenter__(self) -> TurnClock:
+        key = self.headers["Authorization"].removeprefix("Bearer ")
+        self._client = await asyncio.create_subprocess_exec(
+            sys.executable, __file__, "--client", str(self.daemon.port), key, stdin=PIPE
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        client = self._client
+        if client is not None and client.stdin is not None:
+            client.stdin.close()
+            await client.wait()
 
     async def session(self, workspace: str) -> str:
         body = {"workspace_path": workspace, "initial_active_model": "sonnet"}
@@ -64,19 +84,36 @@ class TurnClock:
 
     async def turn(self, session_id: str, text: str) -> tuple[float, float]:
         """(wall ms, daemon CPU ms) of one turn; stops the run if it does not complete."""
-        body = {"content": [{"type": "text", "text": text}]}
-        url = f"{self.daemon.base_url}/sessions/{session_id}/turns"
+        assert self._client is not None and self._client.stdin is not None
+        ended = self._waiting[session_id] = asyncio.get_running_loop().create_future()
         cpu_started = time.process_time()
         started = time.perf_counter()
-        async with self.http.post(url, json=body, headers=self.headers) as r:
-            turn_id = (await r.json())["turn_id"]
-        await self._waiters.setdefault(turn_id, asyncio.Event()).wait()
-        ended, outcome = self._ended[turn_id]
+        self._client.stdin.write(f"{session_id} {text}\n".encode())
+        try:
+            async with asyncio.timeout(30):
+                outcome = await ended
+        except TimeoutError:
+            raise SystemExit(f"no turn of {session_id} ended; see the client's error") from None
+        await self.daemon.core.turns.wait_all()  # released: its events stored, slot free
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
         if outcome != "turn.completed":
-            raise SystemExit(f"turn {turn_id} ended with {outcome}; see the log")
-        cpu = (time.process_time() - cpu_started) * 1000
-        await self.daemon.core.turns.wait_all()  # the slot is released before the next POST
-        return (ended - started) * 1000, cpu
+            raise SystemExit(f"a turn of {session_id} ended with {outcome}; see the log")
+        return wall * 1000, cpu * 1000
+
+
+def client_main(port: int, key: str) -> None:
+    """The client process: one `POST …/turns` per line read (`session_id text`), each checked
+    for its 202, over one keep-alive connection."""
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    for line in sys.stdin:
+        session_id, text = line.rstrip("\n").split(" ", 1)
+        body = json.dumps({"content": [{"type": "text", "text": text}]})
+        conn.request("POST", f"/sessions/{session_id}/turns", body, headers)
+        response = conn.getresponse()
+        answer = response.read()
+        if response.status != 202:
+            sys.exit(f"POST …/turns answered {response.status}: {answer[:500]!r}")
 
 
 Samples = dict[str, list[tuple[float, float]]]
@@ -87,9 +124,8 @@ async def run_turns(
 ) -> Samples:
     """The long session's turns, then its last ten interleaved with a fresh session's first ten."""
     reply = bench_reply(deltas, repeat=turns + 10)
-    async with aiohttp.ClientSession() as http:
+    async with aiohttp.ClientSession() as http, TurnClock(daemon, http) as clock:
         await http.post(f"{url}/_fake/enqueue", json={"api": "anthropic", "replies": [reply]})
-        clock = TurnClock(daemon, http)
         long_session, fresh_session = await clock.session(workspace), await clock.session(workspace)
         samples: Samples = {"long": [], "fresh": []}
         profiler = cProfile.Profile() if profile else None
@@ -135,6 +171,9 @@ async def main(turns: int, deltas: int, profile: str | None) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--client":
+        client_main(int(sys.argv[2]), sys.argv[3])
+        sys.exit(0)
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=100)
     parser.add_argument("--deltas", type=int, default=200)
