@@ -55,7 +55,7 @@ class TurnClock:
         self.headers = daemon_headers(daemon)
         self._client: asyncio.subprocess.Process | None = None
         self._waiting: dict[str, asyncio.Future[str]] = {}
-        daemon.core.bus.subscribe("bench", self._on_event)
+        self._subscription = daemon.core.bus.subscribe("bench", self._on_event)
 
     def _on_event(self, event: AnyEvent) -> None:
         if event.type in TURN_TERMINAL:
@@ -66,11 +66,21 @@ class TurnClock:
     async def __aenter__(self) -> TurnClock:
         key = self.headers["Authorization"].removeprefix("Bearer ")
         self._client = await asyncio.create_subprocess_exec(
-            sys.executable, __file__, "--client", str(self.daemon.port), key, stdin=PIPE
+            sys.executable,
+            __file__,
+            "--client",
+            str(self.daemon.port),
+            key,
+            stdin=PIPE,
+            stdout=PIPE,
         )
+        assert self._client.stdout is not None
+        if await self._client.stdout.readline() != b"READY\n":
+            raise SystemExit("the client process did not start")
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        self.daemon.core.bus.unsubscribe(self._subscription)
         client = self._client
         if client is not None and client.stdin is not None:
             client.stdin.close()
@@ -106,6 +116,7 @@ def client_main(port: int, key: str) -> None:
     for its 202, over one keep-alive connection."""
     conn = http.client.HTTPConnection("127.0.0.1", port)
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    print("READY", flush=True)
     for line in sys.stdin:
         session_id, text = line.rstrip("\n").split(" ", 1)
         body = json.dumps({"content": [{"type": "text", "text": text}]})

@@ -3,7 +3,8 @@
 in total to 10 clients on one session).
 
 Setup: the fake provider in its own process, the daemon in this process (real REST, real SQLite,
-the real Anthropic adapter), and the WebSocket clients in a third process. The clients are raw
+the real Anthropic adapter), the WebSocket clients in a third process and the client that posts
+the turns (`bench_turns.TurnClock`) in a fourth. The clients are raw
 sockets that count frames without decoding JSON, so the figures measure the daemon, not the
 client. A run is 30 back-to-back turns of 200 text deltas each (207 frames per turn with the
 turn's bus events).
@@ -37,6 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import aiohttp
+from bench_turns import TurnClock
 from yarl import URL
 
 from metis.config import load_settings
@@ -190,15 +192,10 @@ async def run_turns(
         await control.post(
             f"{fake_url}/_fake/enqueue", json={"api": "anthropic", "replies": [reply]}
         )
-    started = time.monotonic()
-    for _ in range(turns):
-        async with http.post(
-            f"/sessions/{sid}/turns", json={"content": [{"type": "text", "text": "go"}]}
-        ) as r:
-            assert r.status == 202, await r.text()
-        slot = core.slots.get(sid)
-        if slot is not None:
-            await slot.released.wait()
+    async with TurnClock(d, http) as clock:
+        started = time.monotonic()
+        for _ in range(turns):
+            await clock.turn(sid, "go")
     seconds = time.monotonic() - started
     result = await _result(proc) if proc is not None else {}
     result["turn_seconds"] = seconds
