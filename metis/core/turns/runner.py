@@ -516,8 +516,10 @@ class TurnRunner:
 
         try:
             message = await self.commit_assistant(entry, complete, "complete", announce)
-        except BaseException:
-            self._not_ended()  # its terminal event, if announced, was never shown
+        except Exception:
+            # Refused: its terminal event, if announced, was never shown. (A cancelled task
+            # does not stop the shielded commit, so a cancel undoes nothing.)
+            self._not_ended()
             raise
         self._availability.record_success(entry.id)
         return message, complete
