@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.pilot import Pilot
 from textual.widgets import Collapsible, Static
 from textual.widgets._collapsible import CollapsibleTitle
 
@@ -45,6 +47,15 @@ async def until(condition: Callable[[], Any], timeout: float = 10.0) -> None:
     async with asyncio.timeout(timeout):
         while not condition():
             await asyncio.sleep(0.02)
+
+
+@asynccontextmanager
+async def attached(app: ChatApp, size: tuple[int, int] = SIZE) -> AsyncIterator[Pilot[None]]:
+    """The app running headless, once it reads its session's stream (what every test waits for
+    before it types)."""
+    async with app.run_test(size=size) as pilot:
+        await until(lambda: app.reader is not None)
+        yield pilot
 
 
 def make_app(d: Daemon, workspace: Path, **kwargs: Any) -> ChatApp:
@@ -117,8 +128,7 @@ async def test_quitting_an_unused_session_ends_it(
 ) -> None:
     d = await start_daemon()
     app = make_app(d, workspace)
-    async with app.run_test(size=SIZE) as pilot:
-        await until(lambda: app.reader is not None)
+    async with attached(app) as pilot:
         await pilot.press("ctrl+c")
         await pilot.press("ctrl+c")  # a second Ctrl-C when idle quits
         await until(lambda: app.return_value is not None)
@@ -143,8 +153,7 @@ async def test_confirmations_y_a_and_n_with_a_reason(
     the diff), allow for the session, deny with a reason."""
     d = await start_daemon()
     app = make_app(d, workspace)
-    async with app.run_test(size=SIZE) as pilot:
-        await until(lambda: app.reader is not None)
+    async with attached(app) as pilot:
         send(app, "please use all tools")
         modal = await wait_modal(app)
         assert modal.request["tool_name"] == "write_file"
@@ -188,8 +197,7 @@ async def test_an_answer_given_elsewhere_closes_the_modal(
 ) -> None:
     d = await start_daemon(config=CONFIRM_ALL)
     app = make_app(d, workspace)
-    async with app.run_test(size=SIZE) as pilot:
-        await until(lambda: app.reader is not None)
+    async with attached(app) as pilot:
         send(app, "please use server tool")
         modal = await wait_modal(app)
         request = modal.request
@@ -209,8 +217,7 @@ async def test_escape_cancels_the_running_turn(
 ) -> None:
     d = await start_daemon(models=SLOW_SCRIPTED)
     app = make_app(d, workspace)
-    async with app.run_test(size=SIZE) as pilot:
-        await until(lambda: app.reader is not None)
+    async with attached(app) as pilot:
         send(app, "a sentence that takes a while to stream back to the terminal")
         await until(lambda: any(texts(app, AssistantMessage)))
         await pilot.press("escape")
@@ -230,8 +237,7 @@ async def test_resuming_shows_the_earlier_conversation(
     await api.run_turn(session["id"], "first question")
     await api.run_turn(session["id"], "please use server tool")
     app = make_app(d, workspace, continue_latest=True)
-    async with app.run_test(size=SIZE) as pilot:
-        await until(lambda: app.reader is not None)
+    async with attached(app) as pilot:
         await pilot.pause()
         assert app.session_id == session["id"]
         assert texts(app, UserMessage) == ["first question", "please use server tool"]
@@ -257,8 +263,7 @@ async def test_slash_commands_model_cost_title_sessions_new_and_export(
     d = await start_daemon()
     api = api_of(d)
     app = make_app(d, workspace)
-    async with app.run_test(size=SIZE) as pilot:
-        await until(lambda: app.reader is not None)
+    async with attached(app) as pilot:
         first = app.session_id
         # completion: "/mo" + Tab completes the common prefix, "/model sc" + Tab the alias
         app.prompt.set_text("/mo")
@@ -337,8 +342,7 @@ async def test_a_reply_of_5000_deltas_in_one_burst_reaches_the_transcript_whole(
         fake.enqueue("anthropic", FakeReply.say(text, chunk_chars=8, single_write=True))
         d = await start_daemon(models=bench_models_yaml(fake.anthropic_base_url))
         app = make_app(d, workspace)
-        async with app.run_test(size=SIZE) as pilot:
-            await until(lambda: app.reader is not None)
+        async with attached(app) as pilot:
             send(app, "go")
             await until(lambda: app.query(AssistantMessage), timeout=60)
             [reply] = app.query(AssistantMessage)
@@ -364,16 +368,14 @@ async def test_prompt_history_survives_a_restart(
     same workspace; ↓ returns to the line being typed."""
     d = await start_daemon()
     app = make_app(d, workspace)
-    async with app.run_test(size=SIZE) as pilot:
-        await until(lambda: app.reader is not None)
+    async with attached(app) as pilot:
         await type_text(pilot, app, "first prompt")
         await until(lambda: "turn completed" in notes(app))
         await type_text(pilot, app, "/cost")
         await until(lambda: "session cost" in notes(app))
         await type_text(pilot, app, "/quit")
     again = make_app(d, workspace)
-    async with again.run_test(size=SIZE) as pilot:
-        await until(lambda: again.reader is not None)
+    async with attached(again) as pilot:
         again.prompt.focus()
         again.prompt.set_text("draft")
         await pilot.press("up")
@@ -385,8 +387,7 @@ async def test_prompt_history_survives_a_restart(
         await pilot.press("down", "down")
         assert again.prompt.text == "draft"
     elsewhere = make_app(d, workspace.parent)  # another workspace: another history
-    async with elsewhere.run_test(size=SIZE) as pilot:
-        await until(lambda: elsewhere.reader is not None)
+    async with attached(elsewhere) as pilot:
         elsewhere.prompt.focus()
         await pilot.press("up")
         assert elsewhere.prompt.text == ""
@@ -408,8 +409,7 @@ async def test_a_shell_cards_long_output_opens_with_show_all(
             config="tools:\n  confirmation:\n    per_tool: {shell: auto}\n",
         )
         app = make_app(d, workspace)
-        async with app.run_test(size=SIZE) as pilot:
-            await until(lambda: app.reader is not None)
+        async with attached(app) as pilot:
             send(app, "count to 30")
             await until(lambda: "turn completed" in notes(app), timeout=30)
             [card] = app.query(ToolCard)
@@ -442,8 +442,7 @@ async def test_a_stream_that_cannot_be_replayed_reloads_the_transcript(
     await api.run_turn(other["id"], "elsewhere")
     foreign = (await api.events(other["id"]))[-1]["id"]  # not an event of the app's session
     app = make_app(d, workspace)
-    async with app.run_test(size=SIZE) as pilot:
-        await until(lambda: app.reader is not None)
+    async with attached(app) as pilot:
         await type_text(pilot, app, "first question")
         await until(lambda: "turn completed" in notes(app))
         ws = app.ws
@@ -474,8 +473,7 @@ async def test_resuming_marks_the_earlier_turns(
     await api.run_turn(session["id"], "one")
     await api.run_turn(session["id"], "two")
     app = make_app(d, workspace, session_id=session["id"])
-    async with app.run_test(size=SIZE):
-        await until(lambda: app.reader is not None)
+    async with attached(app):
         markers = [str(n.render()) for n in app.query(".marker")]
         assert markers == ["── resumed: 2 earlier turn(s) ──"]
         # the marker sits below the earlier conversation
@@ -484,8 +482,7 @@ async def test_resuming_marks_the_earlier_turns(
             app.query(AssistantMessage).last()
         )
     fresh = make_app(d, workspace)
-    async with fresh.run_test(size=SIZE):
-        await until(lambda: fresh.reader is not None)
+    async with attached(fresh):
         assert not fresh.query(".marker")
 
 
@@ -508,8 +505,7 @@ async def test_the_status_bar_fits_the_workspace_in_a_narrow_terminal(
     deep.mkdir(parents=True)
     d = await start_daemon()
     app = make_app(d, deep)
-    async with app.run_test(size=(90, 20)) as pilot:
-        await until(lambda: app.reader is not None)
+    async with attached(app, size=(90, 20)) as pilot:
         await pilot.pause()
         line = str(app.status.render())
         assert line.rstrip().endswith("/billing/api") and "…" in line
