@@ -208,7 +208,7 @@ class TraceWriter:
         self, rows: Callable[[sqlite3.Connection], T], announce: Callable[[], object]
     ) -> T:
         """Write `rows` and the events `announce` emits about them in one transaction, with
-        every other event pending, and return what `rows` returned: one round trip to SQLite
+        every other event pending, and return what `rows` returned: one SQLite transaction
         for a change acknowledged together with its event (a new session and its
         `session.created`), where a write then a flush took two.
 
@@ -281,7 +281,7 @@ class TraceWriter:
             )
 
     async def _write(self, batch: list[Event]) -> None:
-        """The batch and its projections in one transaction and one round trip to SQLite."""
+        """The batch and its projections in one transaction."""
         await self.events.append(batch, project(batch))
         self.transactions += 1
 

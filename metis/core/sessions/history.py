@@ -81,7 +81,7 @@ class HistoryWriter:
         its own: a turn's acceptance, a tool result linked to its call); once it has
         committed, `messages` join the cached history. With `announce`, the events it emits
         about those writes are stored in the same transaction (`TraceWriter.commit_with`):
-        the change and its events are acknowledged in one round trip to SQLite."""
+        the change and its events are acknowledged in one transaction."""
         tx = self._store.transaction()
         rows(tx)
         if announce is None:

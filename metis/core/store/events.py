@@ -99,7 +99,7 @@ class TraceProjection:
     turn_ends: list[TurnEnded]
 
     def apply(self, conn: sqlite3.Connection) -> None:
-        """Inside the batch's transaction, on the writer thread."""
+        """Inside the batch's transaction."""
         for turn_id, spend in self.turns.items():
             add_spend(conn, "turns", turn_id, spend)
         for session_id, spend in self.sessions.items():
@@ -175,7 +175,7 @@ class EventStore:
         projection: TraceProjection,
         rows: Callable[[sqlite3.Connection], T] | None = None,
     ) -> T | None:
-        """The batch and its projections in one transaction and one round trip to SQLite;
+        """The batch and its projections in one transaction;
         `rows`, the writes those events announce (a new session's row), go first in it, and
         their result is returned."""
         values = [

@@ -190,7 +190,7 @@ class SessionStore:
     ) -> Callable[[sqlite3.Connection], SessionRow]:
         """The write of a new session's row, returning it as stored (its defaults filled in):
         run by the trace writer in the transaction that stores the session's first event
-        (`TraceWriter.commit_with`), so a new session costs one round trip to SQLite."""
+        (`TraceWriter.commit_with`), so a new session costs one SQLite transaction."""
 
         def insert(conn: sqlite3.Connection) -> SessionRow:
             (row,) = conn.execute(  # fetchall: the statement is done before the COMMIT

@@ -5,7 +5,7 @@
   connection, direct writes.
 - `transaction()`: `async with store.transaction() as tx:` queues the repositories' write
   methods (`tx.sessions`, `tx.messages`, `tx.confirmations`, an extension's through
-  `tx.using(...)`) and commits them in one writer-thread round trip (see `tx.py`).
+  `tx.using(...)`) and commits them in one transaction (see `tx.py`).
 - `register(extension)`: a surface's own tables. The extension brings its migrations (a named
   track, versioned apart from the core schema), its repository (which reads through `db` and
   writes through `tx.using`), and a start-up recovery hook run by `recover_extensions()`.

@@ -3,8 +3,8 @@
 Each repository offers its write methods on `tx` (`tx.sessions`, `tx.messages`,
 `tx.confirmations`; an extension's through `tx.using(ItsWrites)`). A write method validates
 and prepares its statement at once and queues it; at `__aexit__` the queue runs as one
-`BEGIN IMMEDIATE … COMMIT` on the writer thread, in one round trip (`Database.transaction`).
-Nothing is written if the block raises, and a queued write that raises on the writer thread
+`BEGIN IMMEDIATE … COMMIT` (`Database.transaction`, on the event loop's thread).
+Nothing is written if the block raises, and a queued write that raises
 (e.g. a row already answered by someone else) rolls the whole transaction back and the
 exception comes out of the `async with`.
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from metis.core.store.sessions import SessionWrites
 
 Op = Callable[[sqlite3.Connection], object]
-"""One queued write: runs on the writer thread inside the transaction."""
+"""One queued write: runs inside the transaction, with the plain sqlite3 connection."""
 
 W = TypeVar("W", bound="TxWrites")
 

@@ -84,21 +84,23 @@ async def test_a_dropped_event_that_another_followed_keeps_its_seq_as_a_reported
     core: Core,
 ) -> None:
     """The announced event's seq can only be taken back while it is its stream's latest; here
-    another event of its stream is emitted while the transaction is on its way, so the dropped
-    one stays a hole that the trace reports."""
+    another event of its stream is emitted while the transaction waits for the writer (held by
+    another write), so the dropped one stays a hole that the trace reports."""
     sid = await insert_session(core.db)
-    loop = asyncio.get_running_loop()
 
     def failing(conn: sqlite3.Connection) -> None:
         raise sqlite3.IntegrityError("refused")
 
     def announce() -> None:
         core.bus.emit(sid, "bus.gap_detected", GAP, actor="system")  # seq 1, to be dropped
-        # seq 2, emitted while the transaction is on the writer's thread: it is kept
-        loop.call_soon(lambda: core.bus.emit(sid, "bus.gap_detected", GAP, actor="system"))
 
+    async with core.db.write_lock:  # another write holds the writer
+        committing = asyncio.ensure_future(core.writer.commit_with(failing, announce))
+        while core.bus.last_seq(sid) < 1:
+            await asyncio.sleep(0)
+        core.bus.emit(sid, "bus.gap_detected", GAP, actor="system")  # seq 2: it is kept
     with pytest.raises(sqlite3.IntegrityError):
-        await core.writer.commit_with(failing, announce)
+        await committing
     await core.writer.flush()
     rows = await core.db.fetchall(
         "SELECT seq, payload_json FROM events WHERE session_id=? ORDER BY seq", (sid,)

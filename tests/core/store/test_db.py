@@ -1,0 +1,96 @@
+"""Database: where its statements run, and the WAL checkpoints the writer leaves to a thread."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from metis.core.store.db import CHECKPOINT_EVERY, Database
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> AsyncIterator[Database]:
+    database = Database(tmp_path / "m.db")
+    await database.open()
+    await database.transaction(lambda conn: conn.execute("CREATE TABLE notes (n INTEGER)"))
+    yield database
+    await database.close()
+
+
+def rows_in_main_file(db: Database, copy: Path) -> int:
+    """The rows the database file holds by itself, without its WAL: what checkpoints moved."""
+    shutil.copyfile(db.path, copy)
+    conn = sqlite3.connect(copy)
+    try:
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE name='notes'").fetchone() is None:
+            return 0  # not even the table left the WAL yet
+        return int(conn.execute("SELECT count(*) FROM notes").fetchone()[0])
+    finally:
+        conn.close()
+
+
+async def add_notes(db: Database, count: int) -> None:
+    for n in range(count):
+        await db.transaction(lambda conn, n=n: conn.execute("INSERT INTO notes VALUES (?)", (n,)))
+
+
+async def test_commits_stay_in_the_wal_until_a_checkpoint_every_so_many_commits(
+    db: Database, tmp_path: Path
+) -> None:
+    """The writer never checkpoints inside a commit (that would sync the file on the event
+    loop); the checkpoint after every CHECKPOINT_EVERY commits moves them into the file."""
+    await add_notes(db, CHECKPOINT_EVERY - 2)  # the CREATE TABLE above was one commit
+    assert rows_in_main_file(db, tmp_path / "before.db") == 0
+    await add_notes(db, 1)
+    for _ in range(500):  # the checkpoint runs in the background, on the reader's thread
+        if rows_in_main_file(db, tmp_path / "after.db") == CHECKPOINT_EVERY - 1:
+            break
+        await asyncio.sleep(0.01)
+    assert rows_in_main_file(db, tmp_path / "after.db") == CHECKPOINT_EVERY - 1
+
+
+async def test_closing_waits_for_a_running_checkpoint_and_keeps_every_commit(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "c.db"
+    db = Database(path)
+    await db.open()
+    await db.transaction(lambda conn: conn.execute("CREATE TABLE notes (n INTEGER)"))
+    await add_notes(db, CHECKPOINT_EVERY + 5)  # a checkpoint starts on the way
+    await db.close()  # at once, while it may still run
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT count(*) FROM notes").fetchone()[0] == CHECKPOINT_EVERY + 5
+    conn.close()
+
+
+async def test_a_read_by_key_waits_for_a_long_read_under_way_and_sees_the_latest_commit(
+    db: Database,
+) -> None:
+    """`fetchall` runs on the reader's thread and `fetchone` on the event loop's, on the same
+    connection: they take turns, and each starts its own read of what is committed."""
+    await add_notes(db, 2000)
+    listing = asyncio.ensure_future(db.fetchall("SELECT n FROM notes ORDER BY n"))
+    await asyncio.sleep(0)  # the listing has the reader
+    await db.transaction(lambda conn: conn.execute("INSERT INTO notes VALUES (-1)"))
+    row = await db.fetchone("SELECT count(*) FROM notes")
+    assert row is not None and row[0] == 2001
+    assert len(await listing) in (2000, 2001)
+
+
+async def test_a_failing_transaction_on_the_loop_writes_nothing_and_raises(db: Database) -> None:
+    def half_then_fail(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO notes VALUES (1)")
+        raise sqlite3.IntegrityError("refused")
+
+    with pytest.raises(sqlite3.IntegrityError, match="refused"):
+        await db.transaction(half_then_fail)
+    row = await db.fetchone("SELECT count(*) FROM notes")
+    assert row is not None and row[0] == 0
+    await add_notes(db, 1)  # the writer is usable again
+    row = await db.fetchone("SELECT count(*) FROM notes")
+    assert row is not None and row[0] == 1
