@@ -42,6 +42,7 @@ from aiohttp.web_protocol import RequestHandler, _ErrInfo
 from metis.http.errors import error_response
 from metis.http.routes import EXPECTATION_FAILED_MESSAGE
 from metis.server.errors import ApiError
+from metis.server.handoff import HandingOffRequestHandler
 from metis.server.middleware import SECURITY_HEADERS
 
 MALFORMED_MESSAGE = (
@@ -50,7 +51,7 @@ MALFORMED_MESSAGE = (
 )
 
 
-class _EnvelopeRequestHandler(RequestHandler):
+class _EnvelopeRequestHandler(HandingOffRequestHandler):
     __slots__ = ()
 
     def data_received(self, data: bytes) -> None:
@@ -133,7 +134,7 @@ class _EnvelopeServer(web.Server):
 
 class EnvelopeAppRunner(web.AppRunner):
     """An `AppRunner` whose connections answer parser refusals and aiohttp's own 417 with the
-    JSON envelope."""
+    JSON envelope (and hand the CPU over after each response, metis/server/handoff.py)."""
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
