@@ -283,7 +283,7 @@ class Database:
 
     async def close(self) -> None:
         if self._checkpoint is not None:
-            await self._checkpoint
+            await asyncio.wait([self._checkpoint])  # it logs its own failure
         for conn in (self._reader, self._writer):
             if conn is not None:
                 await conn.close()
