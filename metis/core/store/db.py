@@ -222,7 +222,13 @@ class Database:
             except BaseException:
                 await conn.execute("ROLLBACK")
                 raise
-            await conn.execute("COMMIT")
+            try:
+                await conn.execute("COMMIT")
+            except sqlite3.Error:  # refused, so not left open for the next transaction to join
+                if conn.in_transaction:
+                    await conn.execute("ROLLBACK")
+                raise
+        self._committed()
 
     async def transaction(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run `work` in one `BEGIN IMMEDIATE … COMMIT` on the writer, on the event loop's thread.
@@ -238,11 +244,11 @@ class Database:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 result = work(conn)
+                conn.execute("COMMIT")  # a COMMIT refused (a deferred constraint) rolls back too
             except BaseException:
                 if conn.in_transaction:  # some errors (disk full, …) have already rolled back
                     conn.execute("ROLLBACK")
                 raise
-            conn.execute("COMMIT")
         self._committed()
         return result
 

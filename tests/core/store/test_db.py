@@ -94,3 +94,30 @@ async def test_a_failing_transaction_on_the_loop_writes_nothing_and_raises(db: D
     await add_notes(db, 1)  # the writer is usable again
     row = await db.fetchone("SELECT count(*) FROM notes")
     assert row is not None and row[0] == 1
+
+
+async def test_a_commit_refused_at_the_end_is_rolled_back_and_the_next_transaction_runs(
+    db: Database,
+) -> None:
+    """A deferred constraint is checked by COMMIT itself: the refused transaction must not stay
+    open, or the next one could not begin (or would commit its rows along)."""
+
+    def create(conn: sqlite3.Connection) -> None:
+        conn.execute("CREATE TABLE parents (id INTEGER PRIMARY KEY)")
+        conn.execute(
+            "CREATE TABLE children (parent INTEGER REFERENCES parents(id)"
+            " DEFERRABLE INITIALLY DEFERRED)"
+        )
+
+    await db.transaction(create)
+    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+        await db.transaction(lambda conn: conn.execute("INSERT INTO children VALUES (7)"))
+    await add_notes(db, 1)
+    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+        async with db.write() as conn:  # the transaction that awaits between its statements
+            await conn.execute("INSERT INTO children VALUES (8)")
+    children = await db.fetchone("SELECT count(*) FROM children")
+    notes = await db.fetchone("SELECT count(*) FROM notes")
+    assert children is not None and children[0] == 0
+    assert notes is not None and notes[0] == 1
+    await add_notes(db, 1)  # the writer is free again after the second refusal too
