@@ -15,6 +15,12 @@ between statements, migrations, backups and WAL checkpoints. A connection is onl
 one of the two at a time: the writer by whoever holds `write_lock`, the reader by whoever holds
 `_read_lock` (an uncontended asyncio lock is taken without yielding).
 
+Waiting for another process's write. SQLite's own wait (`busy_timeout`) sleeps in the calling
+thread; on the event loop's it would freeze the daemon while, say, `metis trace prune` or an
+open `sqlite3` shell holds the write lock. The writer therefore does not wait in SQLite
+(`busy_timeout=0`): a refused `BEGIN IMMEDIATE` is retried with asyncio sleeps, up to
+`write_wait_s`, while everything else goes on.
+
 Checkpoints. SQLite checkpoints the WAL inside the commit that grows it past a threshold, and a
 checkpoint copies pages into the database file and syncs it: milliseconds that would stall the
 event loop. The writer therefore never checkpoints itself (`wal_autocheckpoint=0`); every
@@ -49,8 +55,15 @@ _PRAGMAS = (
     "PRAGMA journal_mode=WAL",
     "PRAGMA synchronous=NORMAL",
     "PRAGMA foreign_keys=ON",
-    "PRAGMA busy_timeout=5000",
+    "PRAGMA busy_timeout=5000",  # the writer's own is 0 once open: see `_begin`
 )
+
+WRITE_WAIT_S = 5.0
+"""How long a write waits for another process's write lock before it fails ("database is
+locked"), as SQLite's `busy_timeout` did."""
+
+_BUSY_RETRY_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05)
+"""The sleeps between two attempts at the write lock; the last repeats."""
 
 
 CHECKPOINT_EVERY = 64
@@ -86,6 +99,7 @@ class Database:
         self._writer: aiosqlite.Connection | None = None
         self._reader: aiosqlite.Connection | None = None
         self.write_lock = asyncio.Lock()
+        self.write_wait_s = WRITE_WAIT_S
         self._read_lock = asyncio.Lock()
         self._commits_since_checkpoint = 0
         self._checkpoint: asyncio.Task[None] | None = None
@@ -111,7 +125,9 @@ class Database:
             await self._migrate(self._writer)
             for name, migrations in self._tracks.items():
                 await self._migrate_track(self._writer, name, migrations)
-            await self._writer.execute("PRAGMA wal_autocheckpoint=0")  # see the module's docstring
+            # see the module's docstring: no checkpoint inside a commit, no wait inside SQLite
+            await self._writer.execute("PRAGMA wal_autocheckpoint=0")
+            await self._writer.execute("PRAGMA busy_timeout=0")
             self._reader = await self._connect()
             await self._reader.execute("PRAGMA query_only=ON")
         except BaseException:
@@ -216,7 +232,7 @@ class Database:
         """One `BEGIN IMMEDIATE … COMMIT` transaction on the writer, under the writer lock."""
         async with self.write_lock:
             conn = self.writer
-            await conn.execute("BEGIN IMMEDIATE")
+            await self._begin(lambda: conn.execute("BEGIN IMMEDIATE"))
             try:
                 yield conn
             except BaseException:
@@ -235,13 +251,17 @@ class Database:
 
         For writes whose statements need no await between them (the SQL is all known up front
         or computed from what the transaction itself reads). `work` gets the plain sqlite3
-        connection; an exception rolls the transaction back and is re-raised here. Nothing in
-        it awaits, so a cancelled caller either never started it (still waiting for the lock)
-        or has it committed whole.
+        connection; an exception rolls the transaction back and is re-raised here. Nothing
+        awaits once it has begun, so a cancelled caller either never started it (still waiting
+        for a lock) or has it committed whole.
         """
         async with self.write_lock:
             conn = _plain(self.writer)
-            conn.execute("BEGIN IMMEDIATE")
+
+            async def begin() -> None:  # at once, on this thread
+                conn.execute("BEGIN IMMEDIATE")
+
+            await self._begin(begin)
             try:
                 result = work(conn)
                 conn.execute("COMMIT")  # a COMMIT refused (a deferred constraint) rolls back too
@@ -251,6 +271,21 @@ class Database:
                 raise
         self._committed()
         return result
+
+    async def _begin(self, attempt: Callable[[], Awaitable[object]]) -> None:
+        """`BEGIN IMMEDIATE` on the writer (under `write_lock`), retried with asyncio sleeps while
+        another process holds the write lock, for up to `write_wait_s`."""
+        waited, delays = 0.0, iter(_BUSY_RETRY_S)
+        while True:
+            try:
+                await attempt()
+                return
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or waited >= self.write_wait_s:
+                    raise
+            delay = next(delays, _BUSY_RETRY_S[-1])
+            await asyncio.sleep(delay)
+            waited += delay
 
     def _committed(self) -> None:
         """Count a commit; every `CHECKPOINT_EVERY` start a checkpoint unless one is running."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -121,3 +121,50 @@ async def test_a_commit_refused_at_the_end_is_rolled_back_and_the_next_transacti
     assert children is not None and children[0] == 0
     assert notes is not None and notes[0] == 1
     await add_notes(db, 1)  # the writer is free again after the second refusal too
+
+
+@pytest.fixture
+def other_writer(db: Database) -> Iterator[sqlite3.Connection]:
+    """Another process's connection to the same file (`metis trace prune`, an `sqlite3` shell)."""
+    conn = sqlite3.connect(db.path, isolation_level=None)
+    yield conn
+    conn.close()
+
+
+async def test_a_write_waits_for_another_process_holding_the_write_lock_without_freezing_the_loop(
+    db: Database, other_writer: sqlite3.Connection
+) -> None:
+    other_writer.execute("BEGIN IMMEDIATE")
+    inline = asyncio.ensure_future(add_notes(db, 1))
+    awaiting = asyncio.ensure_future(awaiting_write(db))
+    ticks = 0
+    for _ in range(10):  # the loop goes on: timers fire, reads answer
+        await asyncio.sleep(0.01)
+        ticks += 1
+        assert await db.fetchone("SELECT 1") is not None
+    assert ticks == 10 and not inline.done() and not awaiting.done()
+    other_writer.execute("COMMIT")
+    await asyncio.wait_for(asyncio.gather(inline, awaiting), 5)
+    row = await db.fetchone("SELECT count(*) FROM notes")
+    assert row is not None and row[0] == 2
+
+
+async def awaiting_write(db: Database) -> None:
+    async with db.write() as conn:
+        await conn.execute("INSERT INTO notes VALUES (-1)")
+
+
+async def test_a_write_gives_up_after_its_wait_and_the_writer_stays_usable(
+    db: Database, other_writer: sqlite3.Connection
+) -> None:
+    db.write_wait_s = 0.05
+    other_writer.execute("BEGIN IMMEDIATE")
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        await add_notes(db, 1)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        await awaiting_write(db)
+    other_writer.execute("ROLLBACK")
+    await add_notes(db, 1)
+    await awaiting_write(db)
+    row = await db.fetchone("SELECT count(*) FROM notes")
+    assert row is not None and row[0] == 2
