@@ -42,8 +42,8 @@ from aiohttp.web_protocol import RequestHandler, _ErrInfo
 from metis.http.errors import error_response
 from metis.http.routes import EXPECTATION_FAILED_MESSAGE
 from metis.server.errors import ApiError
-from metis.server.handoff import HandingOffRequestHandler
 from metis.server.middleware import SECURITY_HEADERS
+from metis.server.yielding import YieldingRequestHandler
 
 MALFORMED_MESSAGE = (
     "the request could not be parsed as HTTP/1.1 and was refused before routing "
@@ -51,7 +51,7 @@ MALFORMED_MESSAGE = (
 )
 
 
-class _EnvelopeRequestHandler(HandingOffRequestHandler):
+class _EnvelopeRequestHandler(YieldingRequestHandler):
     __slots__ = ()
 
     def data_received(self, data: bytes) -> None:
@@ -134,7 +134,7 @@ class _EnvelopeServer(web.Server):
 
 class EnvelopeAppRunner(web.AppRunner):
     """An `AppRunner` whose connections answer parser refusals and aiohttp's own 417 with the
-    JSON envelope (and hand the CPU over after each response, metis/server/handoff.py)."""
+    JSON envelope (and yield the CPU after each response, metis/server/yielding.py)."""
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()

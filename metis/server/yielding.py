@@ -1,4 +1,4 @@
-"""Hand the CPU over once a response is written, so a local client gets it without waiting.
+"""Yield the CPU once a response is written, so a local client gets it without waiting.
 
 A response written to a loopback socket is not always in the client's hands when `send`
 returns: on a busy machine the kernel can leave the rest of the delivery (the receiving side
@@ -23,7 +23,7 @@ from aiohttp.web_protocol import RequestHandler
 _yield_cpu = getattr(os, "sched_yield", None)  # POSIX; elsewhere responses go out as before
 
 
-class HandingOffRequestHandler(RequestHandler):
+class YieldingRequestHandler(RequestHandler):
     """A connection handler that yields the CPU after each response it finishes."""
 
     __slots__ = ()
