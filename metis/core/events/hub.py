@@ -151,9 +151,9 @@ class StreamingMessage:
             return
         kind = event.type
         if kind == "text.delta":
-            self.blocks.setdefault(index, _Block("text")).chunks.append(p["text"])
+            self._block(index, "text").chunks.append(p["text"])
         elif kind == "thinking.delta":
-            block = self.blocks.setdefault(index, _Block("thinking"))
+            block = self._block(index, "thinking")
             block.chunks.append(p["text"])
             if p.get("signature") is not None:
                 block.signature = p["signature"]
@@ -162,12 +162,18 @@ class StreamingMessage:
                 "tool_use", tool_use_id=p["tool_use_id"], tool_name=p["tool_name"]
             )
         elif kind == "tool.use_input_delta":
-            self.blocks.setdefault(
-                index, _Block("tool_use", tool_use_id=p["tool_use_id"])
-            ).chunks.append(p["partial_json"])
+            self._block(index, "tool_use", p["tool_use_id"]).chunks.append(p["partial_json"])
         elif kind == "tool.use_end":
-            block = self.blocks.setdefault(index, _Block("tool_use", tool_use_id=p["tool_use_id"]))
+            block = self._block(index, "tool_use", p["tool_use_id"])
             block.final_input, block.ended = p["final_input"], True
+
+    def _block(self, index: int, kind: str, tool_use_id: str | None = None) -> _Block:
+        """The block at `index`, created on its first delta (not built anew for every delta, as
+        `setdefault` would: this runs once per streamed delta)."""
+        block = self.blocks.get(index)
+        if block is None:
+            block = self.blocks[index] = _Block(kind, tool_use_id=tool_use_id)
+        return block
 
     def catch_up(self) -> list[TransientEvent]:
         """Synthetic frames that rebuild the message so far: start, then one frame per block."""
