@@ -226,9 +226,7 @@ class History:
             offered = core.dispatcher.offered(surface_policy, application_tools)
 
             def estimate_of(messages: Sequence[Message]) -> int:
-                return estimate_input_tokens(
-                    system_prompt=system, tools=offered, history=[m.content for m in messages]
-                )
+                return estimate_input_tokens(system_prompt=system, tools=offered, history=messages)
 
             context = compact(context, caps.max_context_tokens - max_out, estimate_of)
         owners = {m.id for m in full if m.role == "assistant"}

@@ -129,5 +129,5 @@ def estimate_request_tokens(req: LLMRequest) -> int:
     return estimate_input_tokens(
         system_prompt=req.system + (req.system_volatile or ""),
         tools=req.tools,
-        history=[m.content for m in req.messages],
+        history=req.messages,
     )

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from metis.core.canonical.content import ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from metis.core.canonical.jsontext import canonical_json
+from metis.core.canonical.messages import Message
 from metis.core.canonical.tools import ToolDefinition
 from metis.core.turns.prefix_cache import PrefixCache
 
@@ -95,6 +96,10 @@ def _tool_size(tool: ToolDefinition | dict[str, Any]) -> tuple[int, int]:
     return len(_tool_json(tool)), 0
 
 
+def _message_size(message: Message) -> tuple[int, int]:
+    return _content_size(message.content)
+
+
 def _content_size(content: Sequence[Any]) -> tuple[int, int]:
     """(characters, images) of a content list."""
     chars = images = 0
@@ -127,18 +132,18 @@ def estimate_input_tokens(
     *,
     system_prompt: str = "",
     tools: Iterable[ToolDefinition | dict[str, Any]] = (),
-    history: Iterable[Sequence[Any]] = (),
+    history: Sequence[Message] = (),
     new_content: Sequence[Any] = (),
 ) -> int:
     """`ceil(chars / 4) + 1600 × images` over the prompt, tools, history and new message.
 
-    `history` is the content list of each earlier message (e.g. `[m.content for m in msgs]`);
-    like the tool definitions, those lists must not change afterwards (see `PrefixCache`).
+    `history` is the earlier messages themselves (canonical messages do not change, as
+    `PrefixCache` needs), so that no caller builds a list of their contents on every call.
     """
     tools = list(tools)
     frozen = all(isinstance(t, ToolDefinition) for t in tools)  # a dict may change: no memo
     tool_chars, _ = _total(tools, _tool_size, _tools_sizes if frozen else None)
-    history_chars, history_images = _total(list(history), _content_size, _history_sizes)
+    history_chars, history_images = _total(history, _message_size, _history_sizes)
     new_chars, new_images = _content_size(new_content)
     chars = len(system_prompt) + tool_chars + history_chars + new_chars
     return math.ceil(chars / CHARS_PER_TOKEN) + TOKENS_PER_IMAGE * (history_images + new_images)

@@ -417,8 +417,7 @@ class TurnRunner:
         system = f"{stable}\n{volatile}"
 
         def estimate_of(messages: Sequence[Message]) -> int:
-            history = [m.content for m in messages]
-            return estimate_input_tokens(system_prompt=system, tools=offered, history=history)
+            return estimate_input_tokens(system_prompt=system, tools=offered, history=messages)
 
         context = compact(
             assemble(self.run.session.history), caps.max_context_tokens - max_out, estimate_of

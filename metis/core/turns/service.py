@@ -283,12 +283,14 @@ class TurnService:
             confirmation_policy=request.strategy.confirmation_policy,
         )
         blocks = turn_input.blocks
-        history = [m.content for m in session.history]
         return _Facts(
             session=session,
             offered=len(offered),
             estimate=estimate_input_tokens(
-                system_prompt=SYSTEM_PROMPT, tools=offered, history=history, new_content=blocks
+                system_prompt=SYSTEM_PROMPT,
+                tools=offered,
+                history=session.history,
+                new_content=blocks,
             ),
             floor=estimate_input_tokens(
                 system_prompt=SYSTEM_PROMPT, tools=offered, new_content=blocks

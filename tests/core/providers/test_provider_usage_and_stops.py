@@ -139,7 +139,7 @@ async def test_missing_usage_is_estimated_with_the_routing_formula(
     assert usage.input_tokens == estimate_input_tokens(
         system_prompt="You are metis.cwd: /w",
         tools=[READ_FILE],
-        history=[m.content for m in history],
+        history=history,
     )
 
 

@@ -6,16 +6,25 @@ import json
 
 from metis.core.canonical.content import (
     Base64Source,
+    ContentBlock,
     ImageBlock,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
 )
+from metis.core.canonical.ids import new_ulid
+from metis.core.canonical.messages import Message
 from metis.core.canonical.tools import ToolDefinition
 from metis.core.routing.context import estimate_input_tokens
 
 IMAGE = ImageBlock(source=Base64Source(media_type="image/png", data="aGVsbG8="))
+
+
+def message(content: list[ContentBlock]) -> Message:
+    return Message(
+        id=new_ulid(), session_id="s", turn_id=None, role="user", content=content, created_at_us=1
+    )
 
 
 def test_estimate_is_a_quarter_of_the_characters_rounded_up_plus_images() -> None:
@@ -31,12 +40,14 @@ def test_estimate_counts_prompt_tools_history_and_message() -> None:
         separators=(",", ":"),
     )
     history = [
-        [TextBlock(text="x" * 10)],
-        [
-            ThinkingBlock(thinking="not counted"),
-            ToolUseBlock(id="tu_1", name="read", input={"p": 1}),
-        ],
-        [ToolResultBlock(tool_use_id="tu_1", content=[TextBlock(text="y" * 6), IMAGE])],
+        message([TextBlock(text="x" * 10)]),
+        message(
+            [
+                ThinkingBlock(thinking="not counted"),
+                ToolUseBlock(id="tu_1", name="read", input={"p": 1}),
+            ]
+        ),
+        message([ToolResultBlock(tool_use_id="tu_1", content=[TextBlock(text="y" * 6), IMAGE])]),
     ]
     chars = 8 + len(tool_json) + 10 + len('{"p":1}') + 6 + 3
     expected = -(-chars // 4) + 1600
@@ -55,8 +66,8 @@ def test_estimate_counts_prompt_tools_history_and_message() -> None:
 
 
 def test_repeated_and_growing_histories_estimate_as_if_measured_afresh() -> None:
-    history = [[TextBlock(text="x" * (i + 1))] for i in range(6)]
-    call = [ToolUseBlock(id="tu_1", name="read", input={"path": "a" * 7})]
+    history = [message([TextBlock(text="x" * (i + 1))]) for i in range(6)]
+    call = message([ToolUseBlock(id="tu_1", name="read", input={"path": "a" * 7})])
     for n in (3, 3, 5, 6):  # a first history, the same again, then longer ones
         expected = -(-sum(i + 1 for i in range(n)) // 4)
         assert estimate_input_tokens(history=[*history[:n]]) == expected
@@ -64,7 +75,7 @@ def test_repeated_and_growing_histories_estimate_as_if_measured_afresh() -> None
     assert estimate_input_tokens(history=[*history[:2], call]) == -(
         -(1 + 2 + len('{"path":"aaaaaaa"}')) // 4
     )
-    assert estimate_input_tokens(history=[[TextBlock(text="x")]]) == 1  # equal, not identical
+    assert estimate_input_tokens(history=[message([TextBlock(text="x")])]) == 1  # not identical
 
 
 def test_tool_dicts_are_measured_on_every_call() -> None:
