@@ -139,6 +139,12 @@ def test_fields_follow_the_encoded_messages_in_one_object() -> None:
         "model": "m",
     }
     assert json.loads(json_body({}, [])) == {"messages": []}
+    assert json.loads(json_body({}, [b"1", b"[2]", b'{"r":3}'])) == {"messages": [1, [2], {"r": 3}]}
+    assert json.loads(json_body({"a": 1, "b": [2]}, [b"1", b"2"])) == {
+        "messages": [1, 2],
+        "a": 1,
+        "b": [2],
+    }
 
 
 def test_a_lone_surrogate_in_stored_text_is_sent_escaped() -> None:
