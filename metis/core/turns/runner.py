@@ -50,6 +50,7 @@ from metis.core.tools.policy import SurfaceToolPolicy
 from metis.core.tools.sandbox import Sandboxes
 from metis.core.turns.context import SYSTEM_PROMPT, assemble, compact, workspace_facts
 from metis.core.turns.control import request_cancel
+from metis.core.turns.prefix_cache import PrefixCache
 from metis.core.turns.resume import Resolution, close_unanswered, run_resolution
 from metis.core.turns.slots import TurnSlot
 
@@ -78,18 +79,25 @@ class TurnRun:
     resolution: Resolution | None = None  # a tool_resolution turn (metis/core/turns/resume.py)
 
 
+_seeded_texts: PrefixCache[tuple[str, ...]] = PrefixCache()
+"""The seeded texts of recent histories: every call looks for them, and a history only grows."""
+
+
 def with_seeded_instructions(prompt: str, history: Sequence[Message]) -> str:
     """System messages imported into a session (AAP seed history) extend the daemon's prompt.
 
     Context assembly never sends `system` messages as messages, so without this a client's
     seeded instructions would never reach the model.
     """
-    seeded = [
-        "".join(b.text for b in m.content if isinstance(b, TextBlock))
-        for m in history
-        if m.role == "system"
-    ]
-    seeded = [text for text in seeded if text]
+    known, texts = _seeded_texts.longest_prefix(history)
+    seeded = list(texts or ())
+    for message in history[known:]:
+        if message.role == "system":
+            text = "".join(b.text for b in message.content if isinstance(b, TextBlock))
+            if text:
+                seeded.append(text)
+    if known < len(history):
+        _seeded_texts.remember(history, tuple(seeded))
     return "\n\n".join([prompt, *seeded]) if seeded else prompt
 
 
