@@ -115,17 +115,15 @@ def _total(
     memo: PrefixCache[tuple[int, int]] | None,
 ) -> tuple[int, int]:
     """Summed sizes of `items`, measuring only those past the longest prefix `memo` knows."""
-    known, (chars, images) = 0, (0, 0)
-    if memo is not None:
-        n, state = memo.longest_prefix(items)
-        if state is not None:
-            known, (chars, images) = n, state
-    for item in items[known:]:
-        c, i = measure(item)
-        chars, images = chars + c, images + i
-    if memo is not None and known < len(items):
-        memo.remember(items, (chars, images))
-    return chars, images
+
+    def more(state: tuple[int, int] | None, rest: Sequence[Any]) -> tuple[int, int]:
+        chars, images = state or (0, 0)
+        for item in rest:
+            c, i = measure(item)
+            chars, images = chars + c, images + i
+        return chars, images
+
+    return more(None, items) if memo is None else memo.extend(items, more)
 
 
 def estimate_input_tokens(

@@ -111,36 +111,34 @@ def assemble(history: Sequence[Message]) -> list[Message]:
     gets a result before the conversation moves on (a synthetic, unstored error result when
     none is stored).
     """
-    known, state = _assembled.longest_prefix(history)
-    out, open_calls = (list(state[0]), list(state[1])) if state is not None else ([], [])
 
-    def close_open() -> None:
-        for owner, tool_use_id in open_calls:
-            out.append(_synthetic_result(owner, tool_use_id))
-        open_calls.clear()
+    def more(
+        state: tuple[list[Message], list[tuple[Message, str]]] | None, rest: Sequence[Message]
+    ) -> tuple[list[Message], list[tuple[Message, str]]]:
+        out, open_calls = (list(state[0]), list(state[1])) if state is not None else ([], [])
+        for message in rest:
+            if not message.content or message.role == "system":
+                continue
+            if message.role == "tool":
+                block = message.content[0]
+                if isinstance(block, ToolResultBlock):
+                    remaining = [c for c in open_calls if c[1] != block.tool_use_id]
+                    if len(remaining) == len(open_calls):
+                        continue  # a result without its call: adapters would drop it anyway
+                    open_calls[:] = remaining
+                    out.append(message)
+                continue
+            out.extend(_synthetic_result(owner, tool_use_id) for owner, tool_use_id in open_calls)
+            open_calls.clear()
+            out.append(message)
+            if message.role == "assistant" and message.metadata.status == "complete":
+                open_calls.extend(
+                    (message, b.id) for b in message.content if isinstance(b, ToolUseBlock)
+                )
+        return out, open_calls
 
-    for message in history[known:]:
-        if not message.content or message.role == "system":
-            continue
-        if message.role == "tool":
-            block = message.content[0]
-            if isinstance(block, ToolResultBlock):
-                remaining = [c for c in open_calls if c[1] != block.tool_use_id]
-                if len(remaining) == len(open_calls):
-                    continue  # a result without its call: adapters would drop it anyway
-                open_calls[:] = remaining
-                out.append(message)
-            continue
-        close_open()
-        out.append(message)
-        if message.role == "assistant" and message.metadata.status == "complete":
-            open_calls.extend(
-                (message, b.id) for b in message.content if isinstance(b, ToolUseBlock)
-            )
-    if known < len(history):
-        _assembled.remember(history, (list(out), list(open_calls)))
-    close_open()
-    return out
+    out, open_calls = _assembled.extend(history, more)  # the memo's lists: copied, not changed
+    return [*out, *(_synthetic_result(owner, tool_use_id) for owner, tool_use_id in open_calls)]
 
 
 def _result_chars(message: Message) -> int:

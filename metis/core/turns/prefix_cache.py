@@ -9,10 +9,11 @@ before it, several times over.
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 S = TypeVar("S")
+T = TypeVar("T")
 
 
 class PrefixCache(Generic[S]):
@@ -42,6 +43,15 @@ class PrefixCache(Generic[S]):
             ):
                 best = (n, state)
         return best
+
+    def extend(self, items: Sequence[T], more: Callable[[S | None, Sequence[T]], S]) -> S:
+        """The state over `items`, carried on from the longest remembered prefix: `more(its state,
+        or None, the items after it)`; remembered for the longer sequences still to come."""
+        known, state = self.longest_prefix(items)
+        result = more(state, items[known:])
+        if known < len(items):
+            self.remember(items, result)
+        return result
 
     def remember(self, items: Sequence[object], state: S) -> None:
         """Store `state` for `items`, dropping the entries it extends or repeats."""

@@ -89,15 +89,16 @@ def with_seeded_instructions(prompt: str, history: Sequence[Message]) -> str:
     Context assembly never sends `system` messages as messages, so without this a client's
     seeded instructions would never reach the model.
     """
-    known, texts = _seeded_texts.longest_prefix(history)
-    seeded = list(texts or ())
-    for message in history[known:]:
-        if message.role == "system":
-            text = "".join(b.text for b in message.content if isinstance(b, TextBlock))
-            if text:
-                seeded.append(text)
-    if known < len(history):
-        _seeded_texts.remember(history, tuple(seeded))
+
+    def more(texts: tuple[str, ...] | None, rest: Sequence[Message]) -> tuple[str, ...]:
+        found = [
+            "".join(b.text for b in m.content if isinstance(b, TextBlock))
+            for m in rest
+            if m.role == "system"
+        ]
+        return (*(texts or ()), *(text for text in found if text))
+
+    seeded = _seeded_texts.extend(history, more)
     return "\n\n".join([prompt, *seeded]) if seeded else prompt
 
 

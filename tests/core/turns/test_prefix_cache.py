@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from metis.core.turns.prefix_cache import PrefixCache
 
 
@@ -35,3 +37,19 @@ def test_an_entry_is_dropped_when_extended_and_the_oldest_past_the_size() -> Non
     memo.remember([items[3]], 0)  # third entry: the oldest goes
     assert memo.longest_prefix(items) == (0, None)
     assert memo.longest_prefix([items[4]]) == (1, 1)
+
+
+def test_extend_carries_the_state_on_over_the_new_items_only() -> None:
+    a, b, c = ["a"], ["b"], ["c"]
+    seen: list[int] = []
+
+    def count(state: int | None, rest: Sequence[list[str]]) -> int:
+        seen.append(len(rest))
+        return (state or 0) + len(rest)
+
+    memo: PrefixCache[int] = PrefixCache()
+    assert memo.extend([a, b], count) == 2
+    assert memo.extend([a, b, c], count) == 3  # [a, b] remembered: only c is looked at
+    assert memo.extend([a, b, c], count) == 3  # nothing new
+    assert memo.extend([c], count) == 1  # no remembered prefix: from the start
+    assert seen == [2, 1, 0, 1]
