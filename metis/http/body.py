@@ -7,6 +7,8 @@ its own surface's code (e.g. `payload_too_large` vs `request_too_large`).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any, Literal
 
 from aiohttp import web
@@ -39,22 +41,26 @@ def declared_too_large(request: web.Request, max_bytes: int) -> bool:
     return request.content_length is not None and request.content_length > max_bytes
 
 
-def _too_slow(timeout_s: float) -> BodyRefused:
-    return BodyRefused("too_slow", f"the request body did not arrive within {timeout_s:g} s")
-
-
-async def read_whole(request: web.Request, timeout_s: float) -> bytes:
-    """`request.read()` (capped by the app's `client_max_size`); a body the parser could not read
-    is refused `unreadable`, never passed on as an unexpected exception (the message is fixed:
-    the parser's own quotes the bytes it choked on), and one not whole within `timeout_s` of
-    the read's start is refused `too_slow`."""
+@asynccontextmanager
+async def _reading(timeout_s: float) -> AsyncIterator[None]:
+    """A body read: what the parser could not read is refused `unreadable` (with a fixed message:
+    the parser's own quotes the bytes it choked on), what is not whole within `timeout_s`
+    `too_slow`."""
     try:
         async with asyncio.timeout(timeout_s):
-            return await request.read()
+            yield
     except _UNREADABLE:
         raise BodyRefused("unreadable", UNREADABLE_MESSAGE) from None
     except TimeoutError:
-        raise _too_slow(timeout_s) from None
+        message = f"the request body did not arrive within {timeout_s:g} s"
+        raise BodyRefused("too_slow", message) from None
+
+
+async def read_whole(request: web.Request, timeout_s: float) -> bytes:
+    """`request.read()` (capped by the app's `client_max_size`), refused `unreadable` or `too_slow`
+    as `_reading` says, never passed on as an unexpected exception."""
+    async with _reading(timeout_s):
+        return await request.read()
 
 
 async def read_capped(request: web.Request, max_bytes: int, timeout_s: float) -> bytes:
@@ -63,16 +69,11 @@ async def read_capped(request: web.Request, max_bytes: int, timeout_s: float) ->
     if declared_too_large(request, max_bytes):
         raise BodyRefused("too_large", f"body exceeds {max_bytes} bytes")
     data = bytearray()
-    try:
-        async with asyncio.timeout(timeout_s):
-            while chunk := await request.content.read(65536):
-                data += chunk
-                if len(data) > max_bytes:
-                    raise BodyRefused("too_large", f"body exceeds {max_bytes} bytes")
-    except _UNREADABLE:
-        raise BodyRefused("unreadable", UNREADABLE_MESSAGE) from None
-    except TimeoutError:
-        raise _too_slow(timeout_s) from None
+    async with _reading(timeout_s):
+        while chunk := await request.content.read(65536):
+            data += chunk
+            if len(data) > max_bytes:
+                raise BodyRefused("too_large", f"body exceeds {max_bytes} bytes")
     return bytes(data)
 
 
