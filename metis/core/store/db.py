@@ -339,7 +339,7 @@ async def run_on_thread(conn: aiosqlite.Connection, work: Callable[[sqlite3.Conn
     `_execute` is the method each of its own calls goes through.
     """
     execute = cast(Callable[[Callable[[], T]], Awaitable[T]], conn._execute)
-    return await execute(lambda: work(conn._conn))
+    return await execute(lambda: work(_plain(conn)))
 
 
 def _plain(conn: aiosqlite.Connection) -> sqlite3.Connection:
