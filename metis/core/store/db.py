@@ -343,7 +343,7 @@ async def run_on_thread(conn: aiosqlite.Connection, work: Callable[[sqlite3.Conn
 
 
 def _plain(conn: aiosqlite.Connection) -> sqlite3.Connection:
-    """The sqlite3 connection under an aiosqlite one, for work on the event loop's thread."""
+    """The sqlite3 connection under an aiosqlite one (which keeps it private)."""
     return conn._conn
 
 
