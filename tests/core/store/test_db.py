@@ -1,4 +1,4 @@
-"""Database: where its statements run, and the WAL checkpoints the writer leaves to a thread."""
+"""Database: where its statements run, and the WAL checkpoints the writer leaves to its thread."""
 
 from __future__ import annotations
 
@@ -48,12 +48,23 @@ async def test_commits_stay_in_the_wal_until_a_checkpoint_every_so_many_commits(
     await add_notes(db, CHECKPOINT_EVERY - 2)  # the CREATE TABLE above was one commit
     assert rows_in_main_file(db, tmp_path / "before.db") == 0
     await add_notes(db, 1)
-    for _ in range(500):  # the checkpoint runs in the background, on the reader's thread
+    for _ in range(500):  # the checkpoint runs in the background, on the writer's thread
         with contextlib.suppress(sqlite3.DatabaseError):  # a copy taken while it writes
             if rows_in_main_file(db, tmp_path / "after.db") == CHECKPOINT_EVERY - 1:
                 break
         await asyncio.sleep(0.01)
     assert rows_in_main_file(db, tmp_path / "after.db") == CHECKPOINT_EVERY - 1
+
+
+async def test_the_wal_file_stays_bounded_under_a_steady_stream_of_commits(db: Database) -> None:
+    """SQLite starts the WAL over only at a write that finds it wholly checkpointed; checkpoints
+    that let commits run beside them never get there, and the file grew with every commit."""
+    wal = Path(f"{db.path}-wal")
+    for n in range(40 * CHECKPOINT_EVERY):
+        await db.transaction(lambda conn, n=n: conn.execute("INSERT INTO notes VALUES (?)", (n,)))
+        await asyncio.sleep(0)  # the loop goes on between two writes, as between two requests
+    page_frames = 4096 + 24
+    assert wal.stat().st_size <= 4 * CHECKPOINT_EVERY * page_frames  # ~40x that before
 
 
 async def test_closing_waits_for_a_running_checkpoint_and_keeps_every_commit(
