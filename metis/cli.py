@@ -67,7 +67,7 @@ def setup_logging(level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("httpx", "httpcore", "anthropic", "openai", "watchfiles"):
+    for noisy in ("httpx", "httpcore", "anthropic", "openai"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
@@ -118,7 +118,6 @@ async def _serve(args: argparse.Namespace) -> int:
         await stop.wait()
         log.info("signal received; shutting down")
         await daemon.stop()
-        daemon.core.policy.join_watcher(timeout=1.0)  # the process ends next
     finally:
         lock.release()
     return 0

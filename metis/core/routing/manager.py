@@ -4,6 +4,11 @@ Every way a policy can change (start-up, the file watcher, the turn-start hash c
 goes through one serialised `reload`, so there is exactly one place deciding what becomes
 active, what is persisted as last-known-good and which events are emitted. A broken edit never
 takes routing down: the previous policy stays active and the problem is reported once.
+
+The watcher looks at the file's status (`os.stat`) on a timer rather than subscribing to the
+directory's change notifications: `routing.yaml` lives in METIS_HOME beside the store, and a
+notifier watching that directory was woken by every page SQLite wrote (measured: a commit of
+seven pages took 70 µs instead of 30).
 """
 
 from __future__ import annotations
@@ -14,12 +19,9 @@ import hashlib
 import logging
 import os
 import tempfile
-import threading
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
-
-import watchfiles
 
 from metis.core.canonical.times import format_datetime
 from metis.core.config.yaml_source import Diagnostic
@@ -48,8 +50,22 @@ def _no_emit(event_type: str, payload: dict[str, Any]) -> None:
     log.debug("%s %s", event_type, payload)
 
 
-def _is_user_file(_change: watchfiles.Change, path: str) -> bool:
-    return Path(path).name == USER_FILE_NAME
+WATCH_INTERVAL_S = 0.2
+"""How often the watcher looks at `routing.yaml`: an edit is in force within three intervals."""
+
+FileStatus = tuple[int, int, int, int] | str | None
+
+
+def _file_status(path: Path) -> FileStatus:
+    """What any change to the file changes: its inode (a save by rename), size and times; None
+    when it is absent, `_UNREADABLE` when it cannot be looked at."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return _UNREADABLE
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 class PolicyManager:
@@ -64,8 +80,7 @@ class PolicyManager:
         emit_system_event: EmitSystemEvent | None = None,
         availability: Availability | None = None,
         clock: Clock = SYSTEM_CLOCK,
-        watch_debounce_ms: int = 200,
-        watch_step_ms: int = 50,
+        watch_interval_s: float = WATCH_INTERVAL_S,
     ) -> None:
         self.registry = registry
         self.home = home
@@ -75,8 +90,7 @@ class PolicyManager:
         self._emit: EmitSystemEvent = _no_emit if emit_system_event is None else emit_system_event
         self._availability = availability
         self._clock = clock
-        self._debounce_ms = watch_debounce_ms
-        self._step_ms = watch_step_ms
+        self._watch_interval_s = watch_interval_s
 
         self.active: Policy = BUILTIN_EMPTY
         self.source: PolicySourceName = "builtin_empty"
@@ -95,10 +109,7 @@ class PolicyManager:
         self._seen_key: str | None = None  # what the last attempt read: hash, None or unreadable
         self._reported_invalid: str | None = None
         self._loaded_once = False
-        self._stop: threading.Event | None = None
-        self._changed: asyncio.Event | None = None
-        self._watch_thread: threading.Thread | None = None
-        self._reload_task: asyncio.Task[None] | None = None
+        self._watch_task: asyncio.Task[None] | None = None
 
     @property
     def version(self) -> str:
@@ -392,87 +403,36 @@ class PolicyManager:
     # ---- watcher --------------------------------------------------------------------------
 
     def start_watcher(self) -> None:
-        """Watch METIS_HOME (not the file: editors save by rename) from a background thread.
-
-        The Rust watcher only notices its stop event between waits of `step` ms; run as an
-        awaited task, every shutdown paid that wait. In its own daemon thread it is told to stop
-        and finishes on its own, while reloads still run one at a time on the loop; only the
-        process's last step waits for it (`join_watcher`).
-        """
-        if self._reload_task is not None:
-            return
-        loop = asyncio.get_running_loop()
-        changed = asyncio.Event()
-        self._stop = threading.Event()
-        self._changed = changed
-        self._watch_thread = threading.Thread(
-            target=self._watch,
-            args=(loop, changed, self._stop),
-            name="routing-watcher",
-            daemon=True,
-        )
-        self._watch_thread.start()
-        self._reload_task = asyncio.create_task(
-            self._reload_on_change(changed), name="routing-reload"
-        )
-
-    def _watch(
-        self, loop: asyncio.AbstractEventLoop, changed: asyncio.Event, stop: threading.Event
-    ) -> None:
-        """The watcher thread: each debounced batch of changes wakes the reload task."""
-        try:
-            for _changes in watchfiles.watch(
-                self.home,
-                recursive=False,
-                debounce=self._debounce_ms,
-                step=self._step_ms,
-                watch_filter=_is_user_file,
-                stop_event=stop,
-                raise_interrupt=False,
-            ):
-                if stop.is_set():
-                    return
-                loop.call_soon_threadsafe(changed.set)
-        except RuntimeError:
-            return  # the loop closed under a late change: nothing is left to reload
-        except Exception as exc:
-            log.warning(
-                "routing.yaml watcher stopped (%s); edits are still picked up at turn start", exc
+        """Look at the file every `watch_interval_s` from now on (see the module's docstring)."""
+        if self._watch_task is None:
+            self._watch_task = asyncio.create_task(
+                self._watch(_file_status(self.user_path)), name="routing-watcher"
             )
 
-    async def _reload_on_change(self, changed: asyncio.Event) -> None:
+    async def _watch(self, seen: FileStatus) -> None:
+        """Reload once a change has settled: the same status at two looks in a row, so an
+        editor's write in several steps is read whole, not reported invalid half-way."""
+        candidate = seen
         while True:
-            await changed.wait()
-            changed.clear()
-            if self._stop is None or self._stop.is_set():
-                return
-            reason: ReloadReason = "watcher" if self.user_path.exists() else "file_deleted"
+            await asyncio.sleep(self._watch_interval_s)
+            status = _file_status(self.user_path)
+            if status == seen or status != candidate:
+                candidate = status  # unchanged, or changed since the last look
+                continue
+            seen = status
             try:
-                await self.reload(reason)
+                await self.reload("watcher" if status is not None else "file_deleted")
             except Exception:
                 log.exception("routing reload after a file change failed")
 
     async def aclose(self) -> None:
-        """Stop watching (daemon shutdown); a reload under way finishes first."""
-        task, self._reload_task = self._reload_task, None
-        if self._stop is not None:
-            self._stop.set()
-        if task is None:
-            return
-        assert self._changed is not None
-        self._changed.set()
-        try:
-            await asyncio.wait_for(task, timeout=5)
-        except (TimeoutError, asyncio.CancelledError):
+        """Stop watching (daemon shutdown). A reload runs whole once begun (`_reload_locked`
+        never awaits), so cancelling the watcher never leaves one half done."""
+        task, self._watch_task = self._watch_task, None
+        if task is not None:
             task.cancel()
-
-    def join_watcher(self, timeout: float) -> None:
-        """Wait (after `aclose`) until the watcher thread has noticed its stop, one polling step
-        at most: `metis serve` calls it last, so the interpreter never finalizes while the thread
-        is inside the Rust notifier and would need the GIL back."""
-        thread, self._watch_thread = self._watch_thread, None
-        if thread is not None:
-            thread.join(timeout)
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 __all__ = ["LKG_FILE_NAME", "USER_FILE_NAME", "PolicyManager", "ReloadReason"]
