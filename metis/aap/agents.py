@@ -96,7 +96,7 @@ class Workspaces:
     def _inside_roots(self, value: str, path: Path) -> Path:
         """The realpath of an existing directory inside an allowed root (symlinks followed)."""
         real = Path(os.path.realpath(path))
-        if not real.is_dir():
+        if not os.path.isdir(real):  # False for any OSError (a name too long): `is_dir` raises
             raise _bad(f"workspace {value!r} is not an existing directory")
         if not any(_within(real, root) for root in self.roots()):
             raise _bad(f"workspace {value!r} is outside the allowed workspace roots")

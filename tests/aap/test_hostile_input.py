@@ -42,6 +42,15 @@ async def test_a_nul_in_the_workspace_option_is_an_invalid_option(aap: AapClient
         assert reply.status == 400 and reply.body["error"]["code"] == "invalid_option", value
 
 
+async def test_a_workspace_name_too_long_for_the_file_system_is_an_invalid_option(
+    aap: AapClient,
+) -> None:
+    for value in ("/" + "x" * 5000, "/tmp/" + "y" * 300):
+        agent = {"name": "metis", "options": {"workspace": value}}
+        reply = await aap.request("POST", "/sessions", {"agent": agent})
+        assert reply.status == 400 and reply.body["error"]["code"] == "invalid_option", reply.body
+
+
 async def test_a_tilde_naming_no_known_user_is_an_invalid_option(aap: AapClient) -> None:
     """`Path.expanduser` raises RuntimeError for `~user` with no such user: once a 500."""
     for value in ("~nosuchuser-metis", "~\u00a5", "~nosuchuser-metis/x"):
