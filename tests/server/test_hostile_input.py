@@ -42,6 +42,16 @@ async def test_a_nul_in_a_workspace_path_is_a_bad_path_not_a_crash(api: Api) -> 
         assert status == 200 and body["sessions"] == []
 
 
+async def test_a_workspace_name_too_long_for_the_file_system_is_a_bad_path_not_a_crash(
+    api: Api,
+) -> None:
+    for raw in ("/" + "x" * 5000, "/tmp/" + "y" * 300):
+        status, body = await api.call("POST", "/sessions", {"workspace_path": raw})
+        assert status == 400 and body["error"]["code"] == "workspace_not_found", body
+        status, body = await api.call("GET", "/sessions", params={"workspace_path": raw})
+        assert status == 200 and body["sessions"] == []
+
+
 async def test_a_tilde_naming_no_known_user_is_an_invalid_workspace(api: Api) -> None:
     """`Path.expanduser` raises RuntimeError for `~user` with no such user: once a 500."""
     for raw in ("~nosuchuser-metis", "~\u00a5", "~nosuchuser-metis/x"):

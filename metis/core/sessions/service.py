@@ -11,6 +11,7 @@ import contextlib
 import functools
 import logging
 import os
+import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -158,10 +159,10 @@ SYSTEM_DIRECTORIES = (
     "/private/etc",
     "/private/var",
 )
-PSEUDO_FILESYSTEMS = (Path("/dev"), Path("/proc"), Path("/sys"))
+PSEUDO_FILESYSTEMS = ("/dev", "/proc", "/sys")
 
 
-def protected_workspaces(metis_home: Path | None = None) -> frozenset[Path]:
+def protected_workspaces(metis_home: Path | None = None) -> frozenset[str]:
     """The system directories, the user's home and METIS_HOME (it holds the API key), each
     as written and symlink-resolved (`/bin` may be `/usr/bin`, `/etc` may be `/private/etc`)."""
     home: Path | None = None
@@ -171,55 +172,65 @@ def protected_workspaces(metis_home: Path | None = None) -> frozenset[Path]:
 
 
 @functools.lru_cache(maxsize=16)
-def _protected_paths(home: Path | None, metis_home: Path | None) -> frozenset[Path]:
-    """Resolving ~30 paths is most of a session create's time (a syscall per path component):
-    done once per home and METIS_HOME, not per request. System directories do not move."""
+def _protected_paths(home: Path | None, metis_home: Path | None) -> frozenset[str]:
+    """Resolving ~30 paths is a syscall per path component: done once per home and
+    METIS_HOME, not per request. System directories do not move."""
     paths = [Path(p) for p in SYSTEM_DIRECTORIES]
     if home is not None:
         paths.append(home)
     if metis_home is not None:
         paths.append(metis_home)
-    out: set[Path] = set()
+    out: set[str] = set()
     for path in paths:
-        out.add(path)
+        out.add(str(path))
         with contextlib.suppress(OSError):
-            out.add(path.resolve())
+            out.add(str(path.resolve()))
     return frozenset(out)
 
 
-def _protected(resolved: Path, protected: frozenset[Path]) -> bool:
+def _within(path: str, directory: str) -> bool:
+    """`path` is `directory` or below it; both absolute and normalised (no trailing `/`
+    but the root's)."""
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+def _protected(resolved: str, protected: frozenset[str]) -> bool:
     if resolved in protected:
         return True
-    return any(
-        fs in protected and (fs == resolved or fs in resolved.parents) for fs in PSEUDO_FILESYSTEMS
-    )
+    return any(fs in protected and _within(resolved, fs) for fs in PSEUDO_FILESYSTEMS)
 
 
 def resolve_workspace(
-    raw: str, allowed_roots: tuple[Path, ...], protected: frozenset[Path] = frozenset()
+    raw: str, allowed_roots: tuple[Path, ...], protected: frozenset[str] = frozenset()
 ) -> str:
     """`~` expanded, absolute, existing, a readable directory; returned symlink-resolved.
 
     A `protected` directory (`protected_workspaces`) is refused unless `allowed_roots` lists
-    exactly that directory: a root above it (say `/`) does not make `/etc` usable.
+    exactly that directory: a root above it (say `/`) does not make `/etc` usable. Paths are
+    handled as strings: `pathlib` objects made up most of a session create's time.
     """
     if "\0" in raw:  # no file name holds one (os calls raise ValueError)
         raise WorkspaceNotFound(raw, "not_found")
-    path = expand_workspace(raw)
-    if not path.is_absolute():
+    path = str(expand_workspace(raw))
+    if not os.path.isabs(path):
         raise WorkspaceNotFound(raw, "not_absolute")
-    if not path.exists():
-        raise WorkspaceNotFound(raw, "not_found")
-    if not path.is_dir():
+    try:
+        mode = os.stat(path).st_mode
+    except PermissionError as exc:  # a parent that may not be searched
+        raise WorkspaceNotFound(raw, "not_accessible") from exc
+    except OSError as exc:  # absent, a file as a parent, a symlink loop, a name too long
+        raise WorkspaceNotFound(raw, "not_found") from exc
+    if not stat.S_ISDIR(mode):
         raise WorkspaceNotFound(raw, "not_a_directory")
     if not os.access(path, os.R_OK | os.X_OK):
         raise WorkspaceNotFound(raw, "not_accessible")
-    resolved = path.resolve(strict=True)
-    if _protected(resolved, protected) and resolved not in allowed_roots:
-        raise WorkspaceRefused(raw, str(resolved))
-    if allowed_roots and not any(resolved == r or r in resolved.parents for r in allowed_roots):
+    resolved = os.path.realpath(path, strict=True)
+    roots = [str(root) for root in allowed_roots]
+    if _protected(resolved, protected) and resolved not in roots:
+        raise WorkspaceRefused(raw, resolved)
+    if roots and not any(_within(resolved, root) for root in roots):
         raise WorkspaceNotFound(raw, "not_accessible")
-    return str(resolved)
+    return resolved
 
 
 @dataclass(frozen=True)
@@ -289,6 +300,7 @@ class SessionService:
         self._policy = policy
         self._engine = engine
         self._forget_when_over = tuple(forget_when_over)
+        self._protected = protected_workspaces(settings.home)
         # Sessions whose end (or purge) began in this process. An id stays once the end is
         # committed, so the synchronous steps that claim a turn slot or queue a PATCH refuse a
         # session that ended while they awaited (from the end's start on, they get 409).
@@ -402,9 +414,7 @@ class SessionService:
         refuses the other's workspaces. `seed` is the surface's part of the new session (AAP:
         its configuration rows and seed history), created with it or not at all."""
         roots = self._settings.allowed_workspace_roots if allowed_roots is None else allowed_roots
-        workspace = resolve_workspace(
-            workspace_path, roots, protected_workspaces(self._settings.home)
-        )
+        workspace = resolve_workspace(workspace_path, roots, self._protected)
         sticky = (
             self._registry.require_configured(initial_active_model)
             if initial_active_model is not None

@@ -1,0 +1,56 @@
+"""resolve_workspace: which values name a usable workspace, and why the others do not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from metis.core.errors import WorkspaceNotFound, WorkspaceRefused
+from metis.core.sessions.service import protected_workspaces, resolve_workspace
+
+PROTECTED = protected_workspaces()
+
+
+def refusal(raw: str, roots: tuple[Path, ...] = ()) -> str:
+    with pytest.raises(WorkspaceNotFound) as caught:
+        resolve_workspace(raw, roots, PROTECTED)
+    return str(caught.value.details["reason"])
+
+
+def test_a_directory_is_returned_symlink_resolved(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    resolved = resolve_workspace(str(tmp_path / "link") + "/", (), PROTECTED)
+    assert resolved == str((tmp_path / "real").resolve())
+
+
+def test_each_unusable_value_says_which_check_failed(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    assert refusal("relative/dir") == "not_absolute"
+    assert refusal(str(tmp_path / "absent")) == "not_found"
+    assert refusal(str(tmp_path / "file")) == "not_a_directory"
+    assert refusal(str(tmp_path / "file" / "below")) == "not_found"
+    assert refusal(str(tmp_path / "loop")) == "not_found"
+    assert refusal("/" + "x" * 5000) == "not_found"  # a name longer than any file system takes
+    assert refusal(str(tmp_path) + "\0") == "not_found"
+
+
+def test_outside_every_allowed_root_is_not_accessible(tmp_path: Path) -> None:
+    (tmp_path / "inside" / "deeper").mkdir(parents=True)
+    (tmp_path / "inside-not").mkdir()
+    roots = ((tmp_path / "inside").resolve(),)
+    assert resolve_workspace(str(tmp_path / "inside" / "deeper"), roots, PROTECTED)
+    assert refusal(str(tmp_path / "inside-not"), roots) == "not_accessible"
+
+
+def test_protected_directories_and_pseudo_file_systems_are_refused_unless_listed() -> None:
+    for raw in ("/", "/etc", "/proc/self", "/sys/kernel", "/dev"):
+        with pytest.raises(WorkspaceRefused):
+            resolve_workspace(raw, (), PROTECTED)
+    assert resolve_workspace("/etc", (Path("/etc").resolve(),), PROTECTED) == str(
+        Path("/etc").resolve()
+    )
+    with pytest.raises(WorkspaceRefused):  # a root above a protected directory is not enough
+        resolve_workspace("/etc", (Path("/"),), PROTECTED)
