@@ -28,6 +28,7 @@ from metis.core.canonical.messages import Message
 from metis.core.canonical.times import now_us
 from metis.core.canonical.tools import ToolDefinition
 from metis.core.confirmations import ConfirmationBroker
+from metis.core.eager import start_eagerly
 from metis.core.errors import (
     SessionAlreadyEnded,
     SessionNotFound,
@@ -229,8 +230,8 @@ class TurnService:
         # The 202 acknowledges the turn: its rows and its turn.started commit together before
         # it, as a 201 or a 200 acknowledges its event, so a crash after it never leaves a turn
         # without a start. The runner starts after, so the turn is still at its first step
-        # when submit returns.
-        accepting = asyncio.ensure_future(self._accept(request, run, turn_input))
+        # when submit returns. Started eagerly: it usually commits without waiting.
+        accepting = start_eagerly(self._accept(request, run, turn_input))
         try:
             turn = await asyncio.shield(accepting)
         except asyncio.CancelledError:

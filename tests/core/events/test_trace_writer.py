@@ -115,11 +115,12 @@ async def test_a_cancelled_caller_does_not_undo_a_commit_on_its_way(
 ) -> None:
     """The transaction and its bookkeeping run to their end in a shielded task: the session the
     cancelled request asked for exists, with its event, and its seq counter is kept."""
-    task = asyncio.create_task(core.sessions.create(str(tmp_path)))
-    await asyncio.sleep(0)  # the commit is on its way
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    async with core.db.write_lock:  # another write holds the writer: the commit waits for it
+        task = asyncio.create_task(core.sessions.create(str(tmp_path)))
+        await asyncio.sleep(0)  # the commit is on its way
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
     await core.writer.flush()
     (row,) = await core.db.fetchall("SELECT id FROM sessions")
     assert await _types(core, row["id"]) == ["session.created"]
@@ -134,11 +135,13 @@ async def test_a_flush_whose_caller_is_cancelled_still_stores_and_shows_its_batc
     shown: list[tuple[list[int], bool]] = []
     core.writer.on_settled = lambda batch, stored: shown.append(([e.seq for e in batch], stored))
     core.bus.emit(sid, "bus.gap_detected", GAP, actor="system")
-    flushing = asyncio.create_task(core.writer.flush())
-    await asyncio.sleep(0)  # the batch is taken from the queue and on its way
-    flushing.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await flushing
+    async with core.db.write_lock:  # another write holds the writer: the batch waits for it
+        flushing = asyncio.create_task(core.writer.flush())
+        await asyncio.sleep(0)  # the batch is taken from the queue and on its way
+        flushing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await flushing
+        assert shown == []
     await core.writer.flush()  # waits for the shielded write under the flush lock
     assert shown == [([1], True)]
     assert await _types(core, sid) == ["bus.gap_detected"]

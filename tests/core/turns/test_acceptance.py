@@ -78,12 +78,13 @@ async def test_a_submit_cancelled_while_its_acceptance_commits_still_runs_the_tu
     turn runs to its end and frees its slot."""
     core = daemon.core
     session = await core.sessions.create(str(workspace))
-    submit = asyncio.create_task(core.turns.submit(TurnRequest(session.id, HELLO)))
-    while core.slots.get(session.id) is None:  # claimed: the acceptance is on its way
-        await asyncio.sleep(0)
-    submit.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await submit
+    async with core.db.write_lock:  # another write holds the writer: the acceptance waits
+        submit = asyncio.create_task(core.turns.submit(TurnRequest(session.id, HELLO)))
+        while core.slots.get(session.id) is None:  # claimed: the acceptance is on its way
+            await asyncio.sleep(0)
+        submit.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await submit
     for _ in range(200):
         if core.slots.get(session.id) is None:
             break
