@@ -9,7 +9,8 @@ complete event of the chunk at once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, NamedTuple
 
 
@@ -117,18 +118,30 @@ class SseBody:
     so the per-chunk costs of the transport are shared by every event the chunk carried.
     """
 
-    __slots__ = ("_decoder", "_response")
+    __slots__ = ("_batches", "_decoder", "_response")
 
     def __init__(self, response: Any) -> None:
         self._response = response  # an httpx2.Response whose body has not been read yet
         self._decoder = SseDecoder()
+        self._batches: AsyncGenerator[list[ServerEvent], None] | None = None
 
-    async def __aiter__(self) -> AsyncIterator[list[ServerEvent]]:
+    def __aiter__(self) -> AsyncIterator[list[ServerEvent]]:
+        if self._batches is None:
+            self._batches = self._read()
+        return self._batches
+
+    async def _read(self) -> AsyncGenerator[list[ServerEvent], None]:
         feed = self._decoder.feed
-        async for chunk in self._response.aiter_bytes():
-            events = feed(chunk)
-            if events:
-                yield events
+        async with contextlib.aclosing(self._response.aiter_bytes()) as chunks:
+            async for chunk in chunks:
+                events = feed(chunk)
+                if events:
+                    yield events
 
     async def close(self) -> None:
+        """Close the reading, then the response. A stream is left once its last event is in,
+        before its body ends: its generators are closed here, not by the garbage collector,
+        whose asyncio hook costs a wake-up of the loop and a task per generator."""
+        if self._batches is not None:
+            await self._batches.aclose()
         await self._response.aclose()

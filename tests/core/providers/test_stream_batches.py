@@ -107,3 +107,38 @@ async def test_a_bad_event_after_the_first_token_still_delivers_the_events_befor
     complete = check_invariants(events)
     assert complete.stop_reason == "error" and complete.final_content[0].text == "one two three "
     await adapter.aclose()
+
+
+class _TwoChunks(_OneChunk):
+    """A response whose body goes on after the reply's last event (a trailing chunk)."""
+
+    def __init__(self, body: bytes) -> None:
+        super().__init__(body)
+        self.reading_closed = False
+        self.closed = False
+
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        try:
+            yield self.body
+            yield b": trailing comment\n\n"
+        finally:
+            self.reading_closed = True
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def test_a_stream_left_after_its_last_event_closes_its_reading_at_once() -> None:
+    """The reply ends before its body does; the body's readers are closed with the response,
+    not left to the garbage collector (whose asyncio hook wakes the loop and runs a task)."""
+    response = _TwoChunks(reply_body(CHUNKS))
+
+    class Adapter(OneChunkAdapter):
+        async def open_stream(self, req: LLMRequest) -> Any:
+            return SseBody(response)
+
+    adapter = Adapter(b"")
+    events = [event async for event in adapter.stream(request("anthropic", user("hi")))]
+    assert isinstance(events[-1], MessageComplete)
+    assert response.reading_closed and response.closed  # before any other turn of the loop
+    await adapter.aclose()
