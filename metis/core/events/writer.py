@@ -70,6 +70,7 @@ class TraceWriter:
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self._warned = False
+        self._announcing = False  # inside `commit_with`'s announce: its events go with it
         self._lost: dict[str, list[int]] = {}
         self.transactions = 0  # test hook: committed flushes
         self.sleep = asyncio.sleep
@@ -91,6 +92,8 @@ class TraceWriter:
         elif pending > self.settings.writer_warn_pending and not self._warned:
             self._warned = True
             log.warning("trace writer has %d pending events", pending)
+        if self._announcing:
+            return  # the transaction announcing it stores it: no flush to arm or hurry
         if pending == 1:
             self._armed.set()  # starts the timer of the oldest unflushed event
         if pending >= self.settings.flush_batch_events or event.type in TURN_TERMINAL:
@@ -118,8 +121,9 @@ class TraceWriter:
                 log.exception("trace writer listener failed")
 
     def expedite(self) -> None:
-        """Commit what is pending at the next loop tick (a live client waits for it)."""
-        if self._pending:
+        """Commit what is pending at the next loop tick (a live client waits for it); inside an
+        announce, the transaction about to begin commits it."""
+        if self._pending and not self._announcing:
             self._armed.set()
             self._urgent.set()
 
@@ -235,7 +239,11 @@ class TraceWriter:
                 if not await self._write_with_retries(full):
                     self._record_loss(full)
             before = len(self._pending)
-            announce()
+            self._announcing = True
+            try:
+                announce()
+            finally:
+                self._announcing = False
             batch = list(self._pending)
             self._pending.clear()
             try:
