@@ -41,9 +41,14 @@ class Event:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TransientEvent:
-    """A streaming-only event: no id, seq, timestamp or sensitivity; never persisted."""
+    """A streaming-only event: no id, seq, timestamp or sensitivity; never persisted.
+
+    Read-only by convention, not frozen: one is made per streamed delta, and a frozen
+    dataclass's `__init__` (an `object.__setattr__` per field) costs four times as much
+    (0.63 against 0.15 µs): ~0.1 ms of a 200-delta turn's CPU.
+    """
 
     session_id: str
     turn_id: str
