@@ -6,13 +6,13 @@ one small vocabulary and never on an SDK.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from metis.core.cancel_event import CancelEvent
 from metis.core.canonical.content import ContentBlock
 from metis.core.canonical.messages import Message
 from metis.core.canonical.tools import ToolDefinition
@@ -127,7 +127,7 @@ class LLMRequest:
     thinking_budget_tokens: int | None = None
     tool_ids: ToolIdMap = field(default_factory=ToolIdMap)
     hooks: AttemptHooks = NO_HOOKS
-    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    cancel: CancelEvent = field(default_factory=CancelEvent)
 
     @property
     def thinking_enabled(self) -> bool:

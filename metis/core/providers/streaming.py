@@ -16,6 +16,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic_core import from_json
 
+from metis.core.cancel_event import CancelEvent
 from metis.core.canonical.content import (
     ContentBlock,
     RedactedThinkingBlock,
@@ -61,27 +62,27 @@ _END = object()
 class CancelGuard:
     """Interrupts the awaiting task as soon as `cancel` is set, the way `asyncio.timeout` does.
 
-    One watcher task per call instead of one racing task per read keeps the per-delta cost at a
-    flag write; the task is only ever interrupted while it is parked inside `run`/`next`, so a
+    A callback on the cancel event (no task per call, none per read) keeps the per-delta cost at
+    a flag write; the task is only ever interrupted while it is parked inside `run`/`next`, so a
     cancel can never land in the consumer's own code between two yields.
     """
 
-    __slots__ = ("_armed", "_event", "_fired", "_watcher")
+    __slots__ = ("_armed", "_event", "_fired", "_listening")
 
-    def __init__(self, cancel: asyncio.Event) -> None:
+    def __init__(self, cancel: CancelEvent) -> None:
         self._event = cancel
         self._armed: asyncio.Task[Any] | None = None
         self._fired = False
-        self._watcher: asyncio.Future[Any] | None = None
+        self._listening = False
 
-    def _ensure_watcher(self) -> None:
-        if self._watcher is None:
-            self._watcher = asyncio.ensure_future(self._event.wait())
-            self._watcher.add_done_callback(self._on_cancel)
+    def _listen(self) -> None:
+        if not self._listening:
+            self._listening = True
+            self._event.add_callback(self._on_cancel)
 
-    def _on_cancel(self, fut: asyncio.Future[Any]) -> None:
-        if fut.cancelled() or self._armed is None or self._fired:
-            return
+    def _on_cancel(self) -> None:
+        if self._armed is None or self._fired:
+            return  # not parked: the next `run`/`next` sees the event set
         self._fired = True
         self._armed.cancel()
 
@@ -99,7 +100,7 @@ class CancelGuard:
             if asyncio.iscoroutine(awaitable):
                 awaitable.close()
             raise CancelRequested
-        self._ensure_watcher()
+        self._listen()
         task = asyncio.current_task()
         assert task is not None
         self._armed = task
@@ -116,8 +117,8 @@ class CancelGuard:
         """The iterator's next item, or `_END`; the hot path of every streamed delta."""
         if self._event.is_set():
             raise CancelRequested
-        if self._watcher is None:
-            self._ensure_watcher()
+        if not self._listening:
+            self._listen()
         task = asyncio.current_task()
         self._armed = task
         try:
@@ -132,11 +133,10 @@ class CancelGuard:
             self._armed = None
 
     def close(self) -> None:
-        """Stop the watcher task (the call is over)."""
-        if self._watcher is not None:
-            self._watcher.remove_done_callback(self._on_cancel)
-            self._watcher.cancel()
-            self._watcher = None
+        """Stop listening (the call is over)."""
+        if self._listening:
+            self._event.remove_callback(self._on_cancel)
+            self._listening = False
 
 
 # ---------------------------------------------------------------------------------------------

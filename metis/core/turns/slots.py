@@ -10,6 +10,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Literal
 
+from metis.core.cancel_event import CancelEvent
+
 SlotStatus = Literal["in_flight", "cancelling", "completing"]
 
 
@@ -21,7 +23,7 @@ class TurnSlot:
     session_id: str
     turn_id: str
     status: SlotStatus = "in_flight"
-    cancel_event: asyncio.Event = field(default_factory=asyncio.Event)
+    cancel_event: CancelEvent = field(default_factory=CancelEvent)
     cancel_reason: str | None = None
     released: asyncio.Event = field(default_factory=asyncio.Event)
     outcome: str | None = None  # completed | cancelled | failed, once the terminal event is out
