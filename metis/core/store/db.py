@@ -12,8 +12,9 @@ connections: `transaction()` (a write known up front, the turn paths' every writ
 `fetchone()` (a read by key). What can take long stays on the connection's thread: `fetchall()`
 (a session's whole history, a listing, an export), the `write()` transactions that await
 between statements, migrations, backups and WAL checkpoints. A connection is only ever used by
-one of the two at a time: the writer by whoever holds `write_lock`, the reader by whoever holds
-`_read_lock` (an uncontended asyncio lock is taken without yielding).
+one of the two at a time: the writer by whoever holds `write_lock` (or by `fetchone`, which
+never awaits, while nobody does), the reader by whoever holds `_read_lock` (an uncontended
+asyncio lock is taken without yielding).
 
 Waiting for another process's write. SQLite's own wait (`busy_timeout`) sleeps in the calling
 thread; on the event loop's it would freeze the daemon while, say, `metis trace prune` or an
@@ -313,12 +314,20 @@ class Database:
             self._checkpoint = None
 
     async def fetchone(self, sql: str, params: tuple[object, ...] = ()) -> sqlite3.Row | None:
-        """One row on the reader, on the event loop's thread (a read by key); the cursor is closed
-        at once so the read transaction ends."""
+        """One row (a read by key), on the event loop's thread; the cursor is closed at once so
+        the read transaction ends.
+
+        On the writer when no write holds it: no transaction is open there then, so it reads
+        what is committed, like the reader, and its page cache is always current (every change
+        is its own), where the reader drops its cache at its first read after another
+        connection's commit (measured: the session row read by each turn's submission, 82 µs
+        on the reader, 55 µs on the writer). While a write holds the writer, the reader
+        answers: a read never waits behind a write.
+        """
+        if self._writer is not None and not self.write_lock.locked():
+            return _first_row(_plain(self._writer), sql, params)  # no await: the lock stays free
         async with self._read_lock:
-            with closing(_plain(self.reader).execute(sql, params)) as cursor:
-                row: sqlite3.Row | None = cursor.fetchone()
-                return row
+            return _first_row(_plain(self.reader), sql, params)
 
     async def fetchall(self, sql: str, params: tuple[object, ...] = ()) -> list[sqlite3.Row]:
         """Every row on the reader, on its thread: a listing or a whole history may be long."""
@@ -350,6 +359,14 @@ async def run_on_thread(conn: aiosqlite.Connection, work: Callable[[sqlite3.Conn
 def _plain(conn: aiosqlite.Connection) -> sqlite3.Connection:
     """The sqlite3 connection under an aiosqlite one (which keeps it private)."""
     return conn._conn
+
+
+def _first_row(
+    conn: sqlite3.Connection, sql: str, params: tuple[object, ...]
+) -> sqlite3.Row | None:
+    with closing(conn.execute(sql, params)) as cursor:
+        row: sqlite3.Row | None = cursor.fetchone()
+        return row
 
 
 def execute_all(conn: sqlite3.Connection, statements: list[Statement]) -> None:

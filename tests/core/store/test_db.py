@@ -81,18 +81,41 @@ async def test_closing_waits_for_a_running_checkpoint_and_keeps_every_commit(
     conn.close()
 
 
-async def test_a_read_by_key_waits_for_a_long_read_under_way_and_sees_the_latest_commit(
+async def test_a_read_by_key_does_not_wait_for_a_read_under_way_and_sees_the_latest_commit(
     db: Database,
 ) -> None:
-    """`fetchall` runs on the reader's thread and `fetchone` on the event loop's, on the same
-    connection: they take turns, and each starts its own read of what is committed."""
-    await add_notes(db, 2000)
-    listing = asyncio.ensure_future(db.fetchall("SELECT n FROM notes ORDER BY n"))
-    await asyncio.sleep(0)  # the listing has the reader
+    """`fetchone` reads on the writer while no write holds it: it answers while another read
+    has the reader, with what was just committed; `fetchall` sees the same."""
+    await add_notes(db, 20)
     await db.transaction(lambda conn: conn.execute("INSERT INTO notes VALUES (-1)"))
+    async with db._read_lock:  # a listing under way has the reader
+        row = await asyncio.wait_for(db.fetchone("SELECT count(*) FROM notes"), 1)
+    assert row is not None and row[0] == 21
+    assert len(await db.fetchall("SELECT n FROM notes")) == 21
+
+
+async def test_a_read_by_key_during_an_open_write_sees_only_what_is_committed(
+    db: Database,
+) -> None:
+    """While a `write()` transaction holds the writer, a read by key goes to the reader: it
+    neither waits for that transaction nor sees its uncommitted rows."""
+    await add_notes(db, 3)
+    inserted, release = asyncio.Event(), asyncio.Event()
+
+    async def open_write() -> None:
+        async with db.write() as conn:
+            await conn.execute("INSERT INTO notes VALUES (99)")
+            inserted.set()
+            await release.wait()
+
+    writing = asyncio.ensure_future(open_write())
+    await inserted.wait()
+    row = await asyncio.wait_for(db.fetchone("SELECT count(*) FROM notes"), 1)
+    assert row is not None and row[0] == 3  # not the open transaction's row
+    release.set()
+    await writing
     row = await db.fetchone("SELECT count(*) FROM notes")
-    assert row is not None and row[0] == 2001
-    assert len(await listing) in (2000, 2001)
+    assert row is not None and row[0] == 4
 
 
 async def test_a_failing_transaction_on_the_loop_writes_nothing_and_raises(db: Database) -> None:
