@@ -58,7 +58,16 @@ async def _reading(timeout_s: float) -> AsyncIterator[None]:
 
 async def read_whole(request: web.Request, timeout_s: float) -> bytes:
     """`request.read()` (capped by the app's `client_max_size`), refused `unreadable` or `too_slow`
-    as `_reading` says, never passed on as an unexpected exception."""
+    as `_reading` says, never passed on as an unexpected exception.
+
+    A body that came whole with the headers (the usual small JSON body) has nothing to wait
+    for, so it is read without arming the timeout (a timer scheduled and cancelled: ~7 µs of
+    every POST)."""
+    if request.content.is_eof():
+        try:
+            return await request.read()
+        except _UNREADABLE:
+            raise BodyRefused("unreadable", UNREADABLE_MESSAGE) from None
     async with _reading(timeout_s):
         return await request.read()
 
