@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -134,3 +135,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """
     gc.collect()
     gc.freeze()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto` starts half again as many workers as there are CPUs.
+
+    A good third of the suite's time is spent waiting, not computing: daemons and MCP servers
+    in subprocesses starting and stopping, browsers, timeouts that must expire. With one worker
+    per CPU the CPUs sat idle meanwhile (measured on the 2-core machine: 188 s with 2 workers,
+    137 s with 3, no faster with 4). `PYTEST_XDIST_AUTO_NUM_WORKERS` still decides when set.
+    """
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # xdist's own hook reads it
+    cpus = len(os.sched_getaffinity(0))
+    return cpus + cpus // 2
