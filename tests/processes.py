@@ -31,3 +31,21 @@ async def gone(pgid: int, timeout_s: float = 5.0) -> bool:
             return False
         await asyncio.sleep(0.02)
     return True
+
+
+def noted_groups(metis_home: Path) -> list[int]:
+    """The running shell groups the daemon noted (`metis/core/tools/groups.py`): the host's
+    process group ids, which `$$` inside the sandbox's own PID namespace is not."""
+    ledger = metis_home / "run" / "shell-groups"
+    return [int(p.name) for p in ledger.iterdir() if p.name.isdigit()] if ledger.is_dir() else []
+
+
+async def the_noted_group(metis_home: Path, timeout_s: float = 5.0) -> int:
+    """The one shell group the daemon noted. The note is written once the spawn has returned,
+    so on a loaded machine the command can already be running (and writing files) before it:
+    wait for the note rather than read the ledger at once."""
+    async with asyncio.timeout(timeout_s):
+        while not (groups := noted_groups(metis_home)):
+            await asyncio.sleep(0.01)
+    [pgid] = groups
+    return pgid

@@ -30,17 +30,10 @@ from metis.testing.serving import (
 from tests.api import Api, api_session, home_headers
 from tests.e2e.test_costs import U1, U3, assert_store_invariants, cost_of, plain, prices
 from tests.e2e.test_provider_turns import AUTO_TOOLS, models_yaml, session_on, types_of
-from tests.processes import gone, live_group_members
+from tests.processes import gone, live_group_members, noted_groups, the_noted_group
 
 INTERRUPTED = "Tool call interrupted: metis stopped before the tool finished"
 STARTED_FILE = ".shell-started"
-
-
-def noted_groups(metis_home: Path) -> list[int]:
-    """The running shell groups the daemon noted (`groups.py`): the host's process group ids,
-    which `$$` inside the sandbox's own PID namespace is not."""
-    ledger = metis_home / "run" / "shell-groups"
-    return [int(p.name) for p in ledger.iterdir() if p.name.isdigit()] if ledger.is_dir() else []
 
 
 async def test_daemon_killed_while_a_shell_tool_runs_recovers_on_restart(
@@ -83,7 +76,7 @@ async def test_daemon_killed_while_a_shell_tool_runs_recovers_on_restart(
                 if started_file.exists() and started_file.read_text().strip():
                     break
                 await asyncio.sleep(0.02)
-            [pgid] = noted_groups(metis_home)
+            pgid = await the_noted_group(metis_home)
             assert live_group_members(pgid)
             before_events = await api.events(sid)
             before_messages = (await api.messages(sid))["messages"]

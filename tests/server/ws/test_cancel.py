@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from metis.testing import FakeProviderServer, FakeReply
-from tests.processes import gone, live_group_members
+from tests.processes import gone, live_group_members, the_noted_group
 from tests.ws_client import (
     SLOW_SCRIPTED,
     Ws,
@@ -174,8 +174,7 @@ async def test_cancel_during_tool_dispatch_stops_the_shell_process_group(
     async with asyncio.timeout(5):
         while not started.exists() or not started.read_text().strip():
             await asyncio.sleep(0.01)
-    # the host's process group id, as the daemon noted it (`$$` in the sandbox is not)
-    [pgid] = [int(p.name) for p in (metis_home / "run" / "shell-groups").iterdir()]
+    pgid = await the_noted_group(metis_home)
     assert live_group_members(pgid)  # running
     await client.send({"type": "cancel", "turn_id": accepted["turn_id"]})
     events = await client.turn(accepted["turn_id"], timeout=15)
