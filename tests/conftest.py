@@ -137,7 +137,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # optional: a run without xdist ignores it
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """`-n auto` starts half again as many workers as there are CPUs.
 
@@ -148,5 +148,5 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None  # xdist's own hook reads it
-    cpus = len(os.sched_getaffinity(0))
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return cpus + cpus // 2
