@@ -42,10 +42,10 @@ def declared_too_large(request: web.Request, max_bytes: int) -> bool:
 
 
 @asynccontextmanager
-async def _reading(timeout_s: float) -> AsyncIterator[None]:
+async def _reading(timeout_s: float | None) -> AsyncIterator[None]:
     """A body read: what the parser could not read is refused `unreadable` (with a fixed message:
     the parser's own quotes the bytes it choked on), what is not whole within `timeout_s`
-    `too_slow`."""
+    `too_slow` (None: no timer, the body is already whole)."""
     try:
         async with asyncio.timeout(timeout_s):
             yield
@@ -61,14 +61,8 @@ async def read_whole(request: web.Request, timeout_s: float) -> bytes:
     as `_reading` says, never passed on as an unexpected exception.
 
     A body that came whole with the headers (the usual small JSON body) has nothing to wait
-    for, so it is read without arming the timeout (a timer scheduled and cancelled: ~7 µs of
-    every POST)."""
-    if request.content.is_eof():
-        try:
-            return await request.read()
-        except _UNREADABLE:
-            raise BodyRefused("unreadable", UNREADABLE_MESSAGE) from None
-    async with _reading(timeout_s):
+    for: it is read without a timer (one scheduled and cancelled cost ~3 µs of every POST)."""
+    async with _reading(None if request.content.is_eof() else timeout_s):
         return await request.read()
 
 
