@@ -108,6 +108,7 @@ async def _serve(args: argparse.Namespace) -> int:
         await daemon.start()
         lock.record(daemon.base_url)
         print_banner(daemon)
+        await daemon.core.models_built()
         freeze_startup_heap()
         # the SDKs are imported when the first client comes: their types are frozen then
         daemon.core.registry.on_warm = gc.freeze

@@ -17,6 +17,7 @@ from pydantic_core import ErrorDetails
 
 from metis.core.canonical.content import MAX_IMAGE_BYTES
 from metis.core.config.yaml_source import MarkedDict, line_of, read_yaml_file, suggest
+from metis.core.datamodel import DataModel
 from metis.core.errors import ConfigError
 from metis.core.tools.mcp.settings import McpSettings
 from metis.core.tools.settings import ToolsSettings
@@ -31,7 +32,7 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
 SHIPPED_CONFIG_DIR = Path(__file__).resolve().parent / "defaults"
 
 
-class _Section(BaseModel):
+class _Section(DataModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -119,7 +120,7 @@ class AuthSettings(_Section):
 CORS_ENV = "METIS_AAP_CORS_ORIGINS"
 
 
-class AapSettings(BaseModel):
+class AapSettings(DataModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     cors_origins: tuple[str, ...] = ()
@@ -159,7 +160,7 @@ class FileSettings(_Section):
     auth: AuthSettings = AuthSettings()
 
 
-class Settings(BaseModel):
+class Settings(DataModel):
     """Effective settings of one daemon process (file settings plus paths and overrides)."""
 
     model_config = ConfigDict(frozen=True)

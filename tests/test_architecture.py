@@ -179,6 +179,7 @@ PUBLIC_CORE = (
     "metis.core.events",
     "metis.core.events.catalog",
     "metis.core.events.envelope",
+    "metis.core.datamodel",  # the base of every pydantic model, wire models included
 )
 # A store extension's store module defines its tables and repository on the store's own API
 # (it holds the database the application binds it to: `Application.extend_store`).

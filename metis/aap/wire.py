@@ -10,19 +10,20 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
 from metis.aap.agents import HISTORY_TYPES
 from metis.core.canonical.content import IMAGE_MEDIA_TYPES, TOOL_NAME_RE
+from metis.core.datamodel import DataModel
 from metis.http.openapi import BASE64_PATTERN, from_setting
 
 StreamMode = Literal["delta", "message", "none"]
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "refusal", "error"]
 
 
-class Wire(BaseModel):
+class Wire(DataModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True, alias_generator=to_camel)
 
 
@@ -172,11 +173,11 @@ TurnMessage = Annotated[
 # ---- query strings (documented in /openapi.json; handlers read `request.query`) -------------
 
 
-class SessionsQuery(BaseModel):
+class SessionsQuery(DataModel):
     after: str | None = Field(default=None, description="the `next` cursor of the previous page")
 
 
-class HistoryQuery(BaseModel):
+class HistoryQuery(DataModel):
     type: Literal[HISTORY_TYPES] = Field(  # type: ignore[valid-type]
         description="which history; an agent may declare only one (history_type_not_supported)"
     )

@@ -7,6 +7,8 @@ Surfaces receive a started Core and never construct components themselves.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
@@ -14,6 +16,7 @@ from typing import Any
 from metis.config import Settings
 from metis.core.canonical.times import now_us
 from metis.core.confirmations import ConfirmationBroker
+from metis.core.datamodel import build_deferred_models
 from metis.core.events.bus import EventBus
 from metis.core.events.catalog import SYSTEM_STREAM
 from metis.core.events.costs import CostAccumulator
@@ -99,6 +102,7 @@ class Core:
         self.history = HistoryWriter(self.store, self.session_cache, self.writer.commit_with)
         self.sandboxes = Sandboxes(tools.sandbox.protected_dirs)
         self.instructions = SessionInstructions(self.bus)  # AGENTS.md / CLAUDE.md per turn
+        self._model_builds: asyncio.Task[int] | None = None
         self.dispatcher = Dispatcher(
             store=self.store,
             bus=self.bus,
@@ -240,8 +244,24 @@ class Core:
         )
 
     def start_background(self) -> None:
-        """Once the daemon listens: what may take its time (MCP servers) starts, never awaited."""
+        """Once the daemon listens: what may take its time starts, never awaited: MCP servers,
+        and building the pydantic models that were not needed to start (core/datamodel.py)."""
         self.mcp.start()
+        self._model_builds = asyncio.get_running_loop().create_task(
+            build_deferred_models(), name="metis-build-deferred-models"
+        )
+
+    async def models_built(self) -> None:
+        """Return once the background build of deferred models is over (`metis serve` freezes
+        the start-up heap after it)."""
+        if self._model_builds is not None:
+            await asyncio.shield(self._model_builds)
+
+    async def _stop_model_builds(self) -> None:
+        if self._model_builds is not None and not self._model_builds.done():
+            self._model_builds.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._model_builds
 
     async def shutdown_turns(self) -> None:
         """Shutdown step 2: running turns end with `turn.cancelled{server_shutdown}`."""
@@ -251,6 +271,7 @@ class Core:
         """Past the shutdown grace: stop turn tasks and close what is left; recovery repairs the rest."""
         self.turns.abort_all()
         self.mcp.kill()
+        await self._stop_model_builds()
         await self.policy.aclose()
         await self.registry.aclose()
         await self.db.close()
@@ -259,6 +280,7 @@ class Core:
         """Graceful shutdown after the turns ended: stop MCP servers and the policy watcher, drain
         the bus, flush and close the writer, adapters and SQLite."""
         await self.turns.wait_all()
+        await self._stop_model_builds()
         await self.mcp.aclose()  # no turn uses the servers any more
         await self.policy.aclose()
         await self.bus.drain()

@@ -16,10 +16,11 @@ from importlib.resources import files
 from typing import Any, Literal
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from metis.core.canonical.money import decimal_str
 from metis.core.canonical.times import now_us
+from metis.core.datamodel import DataModel
 from metis.dashboard.render import highlight_css, render_markdown
 from metis.server.errors import ApiError
 from metis.server.http import RouteTable, json_response, parse_query, read_body
@@ -120,13 +121,13 @@ async def static(request: web.Request) -> web.Response:
     return _file_response(request.app[STATE_KEY], name)
 
 
-class RenderRequest(BaseModel):
+class RenderRequest(DataModel):
     model_config = ConfigDict(extra="forbid")
 
     markdown: list[str] = Field(strict=True, max_length=MAX_RENDER_TEXTS)
 
 
-class RenderResponse(BaseModel):
+class RenderResponse(DataModel):
     html: list[str]
 
 
@@ -159,11 +160,11 @@ async def render(request: web.Request) -> web.Response:
     return json_response({"html": [render_markdown(t) for t in body.markdown]})
 
 
-class CostsQuery(BaseModel):
+class CostsQuery(DataModel):
     days: int = Field(default=30, ge=1, le=366)
 
 
-class CostRow(BaseModel):
+class CostRow(DataModel):
     key: str
     cost_usd: str
     turns: int
@@ -171,7 +172,7 @@ class CostRow(BaseModel):
     output_tokens: int
 
 
-class CostsResponse(BaseModel):
+class CostsResponse(DataModel):
     since: str
     total_usd: str
     by_day: list[CostRow]

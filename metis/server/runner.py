@@ -172,9 +172,11 @@ class Daemon:
 
     async def warmed(self) -> None:
         """Return once the configured providers' adapters are ready, starting their background
-        warm-up if no client has yet (for callers that must not time the SDKs' import)."""
+        warm-up if no client has yet, and the deferred models are built (for callers that must
+        not time the SDKs' import or a model's first build)."""
         self.core.registry.warm_in_background()
         await self.core.registry.wait_warm()
+        await self.core.models_built()
 
     async def _listen(self, sock: socket.socket) -> None:
         sock.listen(128)

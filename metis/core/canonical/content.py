@@ -11,8 +11,9 @@ import binascii
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
+from metis.core.datamodel import DataModel, deferred_adapter
 from metis.core.errors import InvalidContent
 
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
@@ -20,7 +21,7 @@ IMAGE_MEDIA_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/we
 TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")
 
 
-class _Frozen(BaseModel):
+class _Frozen(DataModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
@@ -101,13 +102,13 @@ ContentBlock = Annotated[
 
 
 UserContentBlock = Annotated[TextBlock | ImageBlock, Field(discriminator="type")]
-CONTENT_BLOCK_ADAPTER: TypeAdapter[Any] = TypeAdapter(ContentBlock)
-CONTENT_LIST_ADAPTER: TypeAdapter[list[Any]] = TypeAdapter(list[ContentBlock])
+CONTENT_BLOCK_ADAPTER = deferred_adapter(ContentBlock)
+CONTENT_LIST_ADAPTER = deferred_adapter(list[ContentBlock])
 
 
-# Built once: constructing a TypeAdapter compiles its validator (~0.3 ms, paid on every turn
-# when it was built inside `parse_user_content`).
-USER_BLOCK_ADAPTER: TypeAdapter[Any] = TypeAdapter(UserContentBlock)
+# One for the process: building a TypeAdapter's validator costs ~0.3 ms, paid on every turn
+# when it was built inside `parse_user_content`.
+USER_BLOCK_ADAPTER = deferred_adapter(UserContentBlock)
 
 
 def text_of(blocks: list[Any]) -> str:

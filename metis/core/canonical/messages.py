@@ -10,7 +10,7 @@ import json
 import logging
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from metis.core.canonical.content import (
     CONTENT_BLOCK_ADAPTER,
@@ -22,6 +22,7 @@ from metis.core.canonical.content import (
     content_errors,
 )
 from metis.core.canonical.times import format_us
+from metis.core.datamodel import DataModel
 from metis.core.errors import InvalidContent
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,7 @@ Role = Literal["user", "assistant", "system", "tool"]
 MessageStatus = Literal["complete", "cancelled", "error"]
 
 
-class MessageMetadata(BaseModel):
+class MessageMetadata(DataModel):
     """What a message carries beside its content (status, model, usage, routing); unknown keys of
     old rows are ignored."""
 
@@ -55,7 +56,7 @@ class MessageMetadata(BaseModel):
     __hash__ = None  # type: ignore[assignment]
 
 
-class Message(BaseModel):
+class Message(DataModel):
     """One stored message of a session, immutable; the unit of history sent to providers."""
 
     model_config = ConfigDict(frozen=True)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
+
+from metis.core.datamodel import DataModel
 
 SideEffects = Literal["none", "read", "write", "execute", "network"]
 ToolOrigin = Literal["builtin", "application"]
 
 
-class ToolDefinition(BaseModel):
+class ToolDefinition(DataModel):
     """What the model is offered for one tool and what the dispatcher needs to run it safely: side
     effects, origin, the input fields that are paths, the timeout."""
 

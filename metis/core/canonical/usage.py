@@ -5,12 +5,13 @@ from __future__ import annotations
 from decimal import Decimal, localcontext
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from metis.core.canonical.money import decimal_str
+from metis.core.datamodel import DataModel
 
 
-class TokenUsage(BaseModel):
+class TokenUsage(DataModel):
     """Token buckets as reported (or estimated) by an adapter; the three input buckets are disjoint."""
 
     model_config = ConfigDict(frozen=True)
@@ -22,7 +23,7 @@ class TokenUsage(BaseModel):
     estimated: bool = False
 
 
-class Usage(BaseModel):
+class Usage(DataModel):
     """TokenUsage plus what core derives from it: Decimal cost, pricing version, latency."""
 
     model_config = ConfigDict(frozen=True)

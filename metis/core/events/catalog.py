@@ -9,9 +9,10 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
+from pydantic import BeforeValidator, ConfigDict, Field, PlainSerializer
 
 from metis.core.canonical.money import decimal_str
+from metis.core.datamodel import DataModel
 
 DecimalStr = Annotated[
     Decimal,
@@ -45,7 +46,7 @@ ToolErrorClass = Literal[
 SideEffects = Literal["none", "read", "write", "execute", "network"]
 
 
-class Payload(BaseModel):
+class Payload(DataModel):
     """Base of every event payload: extra fields are refused so an emitter's typo fails in tests,
     and payloads are frozen once emitted."""
 

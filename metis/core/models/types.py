@@ -9,14 +9,16 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from metis.core.datamodel import DataModel
 
 AdapterKind = Literal["anthropic", "openai", "scripted"]
 Tier = Literal["fast", "balanced", "deep"]
 KEYLESS_PLACEHOLDER = "metis-no-key"
 
 
-class ProviderConfig(BaseModel):
+class ProviderConfig(DataModel):
     """One `providers.<name>` entry with its credential resolved at start-up.
 
     `api_key` holds the resolved secret (from `api_key_env` or the literal), or None for keyless
@@ -40,7 +42,7 @@ class ProviderConfig(BaseModel):
         return self.api_key or KEYLESS_PLACEHOLDER
 
 
-class Capabilities(BaseModel):
+class Capabilities(DataModel):
     """What a model can do and its token limits; routing validates candidates against these."""
 
     model_config = ConfigDict(frozen=True)
@@ -54,7 +56,7 @@ class Capabilities(BaseModel):
     max_output_tokens: int
 
 
-class Pricing(BaseModel):
+class Pricing(DataModel):
     """USD per million tokens, exact Decimal."""
 
     model_config = ConfigDict(frozen=True)
@@ -65,7 +67,7 @@ class Pricing(BaseModel):
     cache_write_per_mtok: Decimal
 
 
-class ModelEntry(BaseModel):
+class ModelEntry(DataModel):
     """One declared model: canonical id, provider, the name sent on the wire, its adapter,
     capabilities and pricing."""
 

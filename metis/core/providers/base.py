@@ -8,15 +8,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict
 
 from metis.core.cancel_event import CancelEvent
 from metis.core.canonical.content import ContentBlock
 from metis.core.canonical.messages import Message
 from metis.core.canonical.tools import ToolDefinition
 from metis.core.canonical.usage import TokenUsage
+from metis.core.datamodel import DataModel
 from metis.core.models.types import Capabilities
 
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ class LLMRequest:
         return bool(self.thinking_budget_tokens) and self.capabilities.supports_thinking
 
 
-class LLMResult(BaseModel):
+class LLMResult(DataModel):
     """What `complete()` returns: the same facts as `message.complete`, without the stream."""
 
     model_config = ConfigDict(frozen=True)
@@ -154,7 +155,7 @@ class LLMResult(BaseModel):
 # ---------------------------------------------------------------------------------------------
 
 
-class _Event(BaseModel):
+class _Event(DataModel):
     model_config = ConfigDict(frozen=True)
 
     def payload(self) -> dict[str, Any]:
@@ -162,61 +163,71 @@ class _Event(BaseModel):
         return self.model_dump(mode="json", exclude={"type"})
 
 
-class _FlatEvent(_Event):
+@dataclass(kw_only=True)
+class _FlatEvent:
     """An event whose fields are plain JSON values: its payload is a copy of its fields.
 
-    These are the per-delta events, where a `model_dump` would cost more than the rest of the
-    event's trip to the bus.
+    These are the per-delta events. A plain dataclass rather than a pydantic model: what builds
+    one (an adapter's translator) already holds well-typed values, and validating them cost more
+    than the rest of a delta's trip to the bus (1.5 µs against 0.6 µs to build the dataclass and
+    its payload). Read-only by convention, like the bus's `TransientEvent`; the tag is a class
+    attribute, so it is not copied into every instance or payload.
     """
 
+    type: ClassVar[str]
+
     def payload(self) -> dict[str, Any]:
-        data = dict(self.__dict__)
-        del data["type"]
-        return data
+        """The event's wire payload: its fields (the tag is the class's, not among them)."""
+        return dict(self.__dict__)
 
 
+@dataclass(kw_only=True)
 class MessageStart(_FlatEvent):
     """The canonical stream event opening an assistant message (`message.start`)."""
 
-    type: Literal["message.start"] = "message.start"
+    type: ClassVar[Literal["message.start"]] = "message.start"
     message_id: str
     role: Literal["assistant"] = "assistant"
     model: str
 
 
+@dataclass(kw_only=True)
 class TextDelta(_FlatEvent):
     """A piece of a text block (`text.delta`)."""
 
-    type: Literal["text.delta"] = "text.delta"
+    type: ClassVar[Literal["text.delta"]] = "text.delta"
     message_id: str
     content_block_index: int
     text: str
 
 
+@dataclass(kw_only=True)
 class ThinkingDelta(_FlatEvent):
     """A piece of a thinking block (`thinking.delta`); the signature comes with the last piece."""
 
-    type: Literal["thinking.delta"] = "thinking.delta"
+    type: ClassVar[Literal["thinking.delta"]] = "thinking.delta"
     message_id: str
     content_block_index: int
     text: str
     signature: str | None = None
 
 
+@dataclass(kw_only=True)
 class ToolUseStart(_FlatEvent):
     """The start of a tool call (`tool.use_start`), under the id metis minted."""
 
-    type: Literal["tool.use_start"] = "tool.use_start"
+    type: ClassVar[Literal["tool.use_start"]] = "tool.use_start"
     message_id: str
     content_block_index: int
     tool_use_id: str
     tool_name: str
 
 
+@dataclass(kw_only=True)
 class ToolUseInputDelta(_FlatEvent):
     """A piece of a tool call's input JSON (`tool.use_input_delta`)."""
 
-    type: Literal["tool.use_input_delta"] = "tool.use_input_delta"
+    type: ClassVar[Literal["tool.use_input_delta"]] = "tool.use_input_delta"
     message_id: str
     content_block_index: int
     tool_use_id: str
@@ -250,16 +261,16 @@ class MessageComplete(_Event):
     provider_stop_reason: str | None = None
 
 
-StreamEvent = Annotated[
+StreamEvent = (
     MessageStart
     | TextDelta
     | ThinkingDelta
     | ToolUseStart
     | ToolUseInputDelta
     | ToolUseEnd
-    | MessageComplete,
-    Field(discriminator="type"),
-]
+    | MessageComplete
+)
+"""What an adapter's stream yields; never validated (adapters build each from typed values)."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,12 +14,13 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from metis.core.canonical.content import ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from metis.core.canonical.jsontext import canonical_json
 from metis.core.canonical.messages import Message
 from metis.core.canonical.tools import ToolDefinition
+from metis.core.datamodel import DataModel
 from metis.core.turns.prefix_cache import PrefixCache
 
 CHARS_PER_TOKEN = 4
@@ -30,7 +31,7 @@ def _local_now() -> datetime:
     return datetime.now().astimezone()
 
 
-class TurnContext(BaseModel):
+class TurnContext(DataModel):
     """Everything routing may look at for one turn; nothing else influences the decision."""
 
     model_config = ConfigDict(frozen=True)

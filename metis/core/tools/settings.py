@@ -12,9 +12,10 @@ import re
 from collections.abc import Iterable
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from metis.core.canonical.tools import SideEffects
+from metis.core.datamodel import DataModel
 from metis.core.errors import ConfigError
 from metis.core.tools.base import (
     DEFAULT_MAX_RESULT_BYTES,
@@ -53,7 +54,7 @@ def _check_tool_names(names: Iterable[str]) -> None:
         raise ValueError(f"invalid tool names: {', '.join(bad)}")
 
 
-class _Section(BaseModel):
+class _Section(DataModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 

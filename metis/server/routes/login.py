@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 
 from aiohttp import web
-from pydantic import BaseModel
 
 from metis.core.canonical.times import format_us
+from metis.core.datamodel import DataModel
 from metis.server.auth import CHALLENGE, LOGIN_PATH
 from metis.server.errors import ApiError
 from metis.server.http import RouteTable, json_response, parse_query
@@ -21,7 +21,7 @@ from metis.server.state import STATE_KEY
 routes = RouteTable()
 
 
-class LoginQuery(BaseModel):
+class LoginQuery(DataModel):
     token: str | None = None
 
 
@@ -58,7 +58,7 @@ async def login(request: web.Request) -> web.Response:
     return response
 
 
-class LoginUrl(BaseModel):
+class LoginUrl(DataModel):
     url: str
     expires_at: str
 

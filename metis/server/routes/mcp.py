@@ -8,21 +8,21 @@ from __future__ import annotations
 from typing import Literal
 
 from aiohttp import web
-from pydantic import BaseModel
 
+from metis.core.datamodel import DataModel
 from metis.server.http import RouteTable, json_response
 from metis.server.state import STATE_KEY
 
 routes = RouteTable()
 
 
-class McpToolItem(BaseModel):
+class McpToolItem(DataModel):
     name: str  # as offered to the model: mcp__<server>__<tool>
     remote_name: str  # the server's own name of the tool
     policy: Literal["auto", "prompt", "prompt_once", "deny"]
 
 
-class McpServerItem(BaseModel):
+class McpServerItem(DataModel):
     name: str
     transport: Literal["stdio", "http"]
     enabled: bool
@@ -38,7 +38,7 @@ class McpServerItem(BaseModel):
     last_error: str | None
 
 
-class McpResponse(BaseModel):
+class McpResponse(DataModel):
     servers: list[McpServerItem]
 
 

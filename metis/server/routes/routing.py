@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from metis.core.datamodel import DataModel
 from metis.core.errors import ModelNotConfigured
 from metis.server.http import RouteTable, json_response, parse_query, read_body
 from metis.server.state import STATE_KEY
@@ -15,17 +16,17 @@ from metis.server.state import STATE_KEY
 routes = RouteTable()
 
 
-class RoutingCheckRequest(BaseModel):
+class RoutingCheckRequest(DataModel):
     model_config = ConfigDict(extra="forbid")
 
     policy_yaml: str | None = Field(default=None, strict=True)
 
 
-class ReloadQuery(BaseModel):
+class ReloadQuery(DataModel):
     reset_availability: bool = False
 
 
-class ErrorDetail(BaseModel):
+class ErrorDetail(DataModel):
     """One error of the file named in `file`, where it is (line/column are 1-based or null)."""
 
     file: str | None
@@ -36,7 +37,7 @@ class ErrorDetail(BaseModel):
     message: str
 
 
-class PolicyResponse(BaseModel):
+class PolicyResponse(DataModel):
     version: str
     valid: bool
     loaded_at: str | None
@@ -57,7 +58,7 @@ class PolicyResponse(BaseModel):
     error_details: list[ErrorDetail]
 
 
-class CheckResponse(BaseModel):
+class CheckResponse(DataModel):
     valid: bool
     errors: list[str]
     warnings: list[str]
@@ -65,7 +66,7 @@ class CheckResponse(BaseModel):
     version: str
 
 
-class ReloadResponse(BaseModel):
+class ReloadResponse(DataModel):
     version: str
     valid: bool
     changed: bool
@@ -80,12 +81,12 @@ class ReloadResponse(BaseModel):
     error_details: list[ErrorDetail]
 
 
-class ResetResponse(BaseModel):
+class ResetResponse(DataModel):
     model: str | None
     recovered: list[str]
 
 
-class ModelsResponse(BaseModel):
+class ModelsResponse(DataModel):
     offline_mode: bool
     pricing_version: str
     models: list[dict[str, Any]]

@@ -6,13 +6,14 @@ import base64
 from typing import Any, Literal
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from pydantic.config import JsonDict
 
 from metis.core.application import TITLE_CHARS, Application, SessionView
 from metis.core.canonical.ids import ULID_CHARS, is_ulid
 from metis.core.canonical.money import decimal_str
 from metis.core.canonical.times import format_us, now_us
+from metis.core.datamodel import DataModel
 from metis.core.errors import CursorNotFound
 from metis.core.events.catalog import PERSISTED
 from metis.http.openapi import from_setting
@@ -43,7 +44,7 @@ _EVENT_TYPES: JsonDict = {
 # ---- wire models -----------------------------------------------------------------------------
 
 
-class CreateSessionRequest(BaseModel):
+class CreateSessionRequest(DataModel):
     model_config = ConfigDict(extra="forbid")
 
     # absolute, or from a home directory (`~`, `~user`); it must be a directory
@@ -51,7 +52,7 @@ class CreateSessionRequest(BaseModel):
     initial_active_model: str | None = Field(default=None, strict=True)
 
 
-class PatchSessionRequest(BaseModel):
+class PatchSessionRequest(DataModel):
     """Either field or both; an absent field is left as it is (`null` clears it)."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
@@ -60,12 +61,12 @@ class PatchSessionRequest(BaseModel):
     title: str | None = Field(default=None, strict=True, min_length=1, max_length=TITLE_CHARS)
 
 
-class PendingSwap(BaseModel):
+class PendingSwap(DataModel):
     sticky_model: str | None
     until_turn: str | None
 
 
-class SessionListItem(BaseModel):
+class SessionListItem(DataModel):
     id: str
     surface: Literal["metis", "aap"]
     workspace_path: str
@@ -88,7 +89,7 @@ class Session(SessionListItem):
     pending_confirmations: list[dict[str, Any]]
 
 
-class InstructionsInUse(BaseModel):
+class InstructionsInUse(DataModel):
     """The project instruction file (AGENTS.md, else CLAUDE.md) the session's turns use."""
 
     file: str
@@ -109,12 +110,12 @@ class SessionSummary(SessionListItem):
     title: str | None  # set with PATCH, else the first prompt's first line; None before it
 
 
-class SessionList(BaseModel):
+class SessionList(DataModel):
     sessions: list[SessionSummary]
     next_cursor: str | None
 
 
-class ModelChangeResponse(BaseModel):
+class ModelChangeResponse(DataModel):
     id: str
     active_model: str | None
     swap_queued: bool
@@ -122,14 +123,14 @@ class ModelChangeResponse(BaseModel):
     title: str | None = None  # present when the PATCH set it
 
 
-class EndResponse(BaseModel):
+class EndResponse(DataModel):
     id: str
     ended_at: str | None
     purged: bool | None = None
     deleted: dict[str, int] | None = None
 
 
-class ListQuery(BaseModel):
+class ListQuery(DataModel):
     limit: int | None = Field(
         default=None, ge=1, json_schema_extra=from_setting(maximum="pages.sessions")
     )
@@ -139,11 +140,11 @@ class ListQuery(BaseModel):
     status: Literal["active", "ended", "all"] = "all"
 
 
-class DeleteQuery(BaseModel):
+class DeleteQuery(DataModel):
     purge: bool = False
 
 
-class MessagesQuery(BaseModel):
+class MessagesQuery(DataModel):
     before: str | None = Field(
         default=None, description="a message id; not with after", json_schema_extra=_ULID
     )
@@ -155,7 +156,7 @@ class MessagesQuery(BaseModel):
     )
 
 
-class EventsQuery(BaseModel):
+class EventsQuery(DataModel):
     event_types: str | None = Field(default=None, json_schema_extra=_EVENT_TYPES)
     since: str | None = None  # an event id
     until: str | None = None
@@ -165,13 +166,13 @@ class EventsQuery(BaseModel):
     cursor: str | None = Field(default=None, json_schema_extra=_CURSOR)
 
 
-class MessagesPage(BaseModel):
+class MessagesPage(DataModel):
     messages: list[dict[str, Any]]
     has_more_before: bool
     has_more_after: bool
 
 
-class EventsPage(BaseModel):
+class EventsPage(DataModel):
     events: list[dict[str, Any]]
     next_cursor: str | None
 

@@ -6,10 +6,10 @@ from collections.abc import Callable
 from typing import Literal
 
 from aiohttp import web
-from pydantic import BaseModel
 
 from metis.core.canonical.messages import SCHEMA_VERSION
 from metis.core.canonical.times import format_us
+from metis.core.datamodel import DataModel
 from metis.server.http import RouteTable, json_response
 from metis.server.state import STATE_KEY
 from metis.version import metis_version
@@ -20,7 +20,7 @@ routes = RouteTable()
 OPENAPI_KEY: web.AppKey[Callable[[], dict[str, object]]] = web.AppKey("metis.openapi")
 
 
-class HealthResponse(BaseModel):
+class HealthResponse(DataModel):
     status: str
     started_at: str
     uptime_seconds: float
@@ -29,14 +29,14 @@ class HealthResponse(BaseModel):
     shell_sandbox: Literal["bubblewrap", "none"]
 
 
-class SchemaVersions(BaseModel):
+class SchemaVersions(DataModel):
     canonical_message: int
     events: int
     routing_policy: int
     storage: int
 
 
-class VersionResponse(BaseModel):
+class VersionResponse(DataModel):
     version: str
     schema_versions: SchemaVersions
     streaming_protocol: int

@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from pydantic.config import JsonDict
 
 from metis.core.application import Application, TurnRequest
 from metis.core.canonical.content import IMAGE_MEDIA_TYPES
 from metis.core.canonical.times import format_us
+from metis.core.datamodel import DataModel
 from metis.http.openapi import BASE64_PATTERN, from_setting
 from metis.server.http import RouteTable, json_response, read_body, validation_error
 from metis.server.state import STATE_KEY
@@ -74,20 +75,20 @@ _USER_CONTENT: JsonDict = {
 }
 
 
-class SubmitTurnRequest(BaseModel):
+class SubmitTurnRequest(DataModel):
     model_config = ConfigDict(extra="forbid")
 
     content: list[Any] = Field(json_schema_extra=_USER_CONTENT)
     per_message_override: str | None = Field(default=None, strict=True)
 
 
-class CancelRequest(BaseModel):
+class CancelRequest(DataModel):
     model_config = ConfigDict(extra="forbid")
 
     reason: Literal["user_cancel"] = "user_cancel"
 
 
-class ConfirmationRequestBody(BaseModel):
+class ConfirmationRequestBody(DataModel):
     model_config = ConfigDict(extra="forbid")
 
     decision: Literal["allow", "deny"]
@@ -97,7 +98,7 @@ class ConfirmationRequestBody(BaseModel):
     )
 
 
-class TurnAcceptedResponse(BaseModel):
+class TurnAcceptedResponse(DataModel):
     turn_id: str
     session_id: str
     submitted_at: str
@@ -105,12 +106,12 @@ class TurnAcceptedResponse(BaseModel):
     model: str
 
 
-class CancelResponse(BaseModel):
+class CancelResponse(DataModel):
     turn_id: str
     cancellation_initiated: bool
 
 
-class ConfirmationResponse(BaseModel):
+class ConfirmationResponse(DataModel):
     request_id: str
     decision: str
     scope: str

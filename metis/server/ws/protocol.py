@@ -11,11 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
+from pydantic import ConfigDict, Field, StrictBool, StrictStr, ValidationError
 from pydantic_core import to_json
 
 from metis.core.canonical.ids import is_ulid
 from metis.core.canonical.jsontext import parse_client_json
+from metis.core.datamodel import DataModel
 from metis.core.events.catalog import PERSISTED, STREAMING
 from metis.core.events.envelope import AnyEvent
 from metis.http.jsontext import dumps as dumps
@@ -79,7 +80,7 @@ class SubscribeError(Exception):
         }
 
 
-class EventFilter(BaseModel):
+class EventFilter(DataModel):
     """The object form of `subscribe.filter`; strict, because a silently ignored name would
     hide events the client believes it asked for."""
 
@@ -92,7 +93,7 @@ class EventFilter(BaseModel):
     include_worker_sessions: StrictBool = False
 
 
-class SubscribeFrame(BaseModel):
+class SubscribeFrame(DataModel):
     """`subscribe`: unknown top-level fields are ignored (forward compatibility)."""
 
     model_config = ConfigDict(extra="ignore", strict=True)

@@ -17,9 +17,10 @@ from metis.core.providers.base import (
     ToolUseInputDelta,
     ToolUseStart,
     _Event,
+    _FlatEvent,
 )
 
-SAMPLES: list[_Event] = [
+SAMPLES: list[_FlatEvent | _Event] = [
     MessageStart(message_id="m1", model="anthropic:x"),
     TextDelta(message_id="m1", content_block_index=0, text="hé"),
     ThinkingDelta(message_id="m1", content_block_index=1, text="", signature="sig"),
@@ -35,7 +36,9 @@ SAMPLES: list[_Event] = [
 
 
 @pytest.mark.parametrize("event", SAMPLES, ids=lambda e: e.type)
-def test_typed_stream_payload_equals_what_the_catalog_would_emit(event: _Event) -> None:
+def test_typed_stream_payload_equals_what_the_catalog_would_emit(
+    event: _FlatEvent | _Event,
+) -> None:
     payload = event.payload()
     catalog_model = STREAMING[event.type]  # type: ignore[attr-defined]
     assert catalog_model.model_validate(payload).model_dump(mode="json") == payload

@@ -28,8 +28,9 @@ from collections.abc import Mapping
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from metis.core.datamodel import DataModel
 from metis.core.errors import ConfigError
 
 McpMode = Literal["auto", "prompt", "prompt_once", "deny"]
@@ -40,7 +41,7 @@ _REFERENCE_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _LOOPBACK_NAMES = frozenset({"localhost"})
 
 
-class _Section(BaseModel):
+class _Section(DataModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
