@@ -108,10 +108,11 @@ async def _serve(args: argparse.Namespace) -> int:
         await daemon.start()
         lock.record(daemon.base_url)
         print_banner(daemon)
-        await daemon.core.models_built()
         freeze_startup_heap()
-        # the SDKs are imported when the first client comes: their types are frozen then
+        # the SDKs are imported and the deferred models built when the first client comes:
+        # their types are frozen then
         daemon.core.registry.on_warm = gc.freeze
+        daemon.core.on_models_built = gc.freeze
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

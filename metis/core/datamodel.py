@@ -1,10 +1,11 @@
 """The base of metis's pydantic models: each is built when first used, not when imported.
 
 Building a model's validator and serializer is most of what defining it costs. metis has ~170
-models, most of which a given request never touches, and building them all at import was ~50 ms
-of a daemon's ~0.55 s start on a 2-core machine. So a model is built at its first use, and once
-the daemon listens `build_deferred_models` builds the rest a few at a time between requests, so
-that a first turn does not pay for them either.
+models, most of which a given request never touches, and building them all at import was ~40 ms
+of a daemon's ~0.5 s start on a 2-core machine (and ~2 MiB an idle daemon kept). So a model is
+built at its first use, and when a client's first request comes `build_deferred_models` builds
+the rest a few at a time between requests (`Core.prepare_for_clients`), so that its first turn
+does not pay for them either.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from metis.config import Settings
@@ -102,7 +103,10 @@ class Core:
         self.history = HistoryWriter(self.store, self.session_cache, self.writer.commit_with)
         self.sandboxes = Sandboxes(tools.sandbox.protected_dirs)
         self.instructions = SessionInstructions(self.bus)  # AGENTS.md / CLAUDE.md per turn
-        self._model_builds: asyncio.Task[int] | None = None
+        self._model_builds: asyncio.Task[None] | None = None
+        # called once the deferred models are built (`metis serve` freezes them then, as it does
+        # the SDKs' types: `ModelRegistry.on_warm`)
+        self.on_models_built: Callable[[], None] | None = None
         self.dispatcher = Dispatcher(
             store=self.store,
             bus=self.bus,
@@ -244,16 +248,29 @@ class Core:
         )
 
     def start_background(self) -> None:
-        """Once the daemon listens: what may take its time starts, never awaited: MCP servers,
-        and building the pydantic models that were not needed to start (core/datamodel.py)."""
+        """Once the daemon listens: what may take its time (MCP servers) starts, never awaited."""
         self.mcp.start()
-        self._model_builds = asyncio.get_running_loop().create_task(
-            build_deferred_models(), name="metis-build-deferred-models"
-        )
+
+    def prepare_for_clients(self) -> None:
+        """A client has come (a request other than a health probe): ready in the background what
+        its first turn needs and an idle daemon never does: the configured providers' SDKs
+        (`ModelRegistry.warm_in_background`) and the pydantic models start-up did not build
+        (core/datamodel.py, ~2 MiB). Once started (or over) this does nothing. Call it from the
+        loop."""
+        self.registry.warm_in_background()
+        if self._model_builds is None:
+            self._model_builds = asyncio.get_running_loop().create_task(
+                self._build_models(), name="metis-build-deferred-models"
+            )
+
+    async def _build_models(self) -> None:
+        await build_deferred_models()
+        if self.on_models_built is not None:
+            self.on_models_built()
 
     async def models_built(self) -> None:
-        """Return once the background build of deferred models is over (`metis serve` freezes
-        the start-up heap after it)."""
+        """Return once the background build of the deferred models is over (at once if no client
+        has come to start it)."""
         if self._model_builds is not None:
             await asyncio.shield(self._model_builds)
 

@@ -15,7 +15,6 @@ from metis.core.datamodel import (
     deferred_adapter,
     deferred_models,
 )
-from metis.server.runner import Daemon
 
 
 def _metis_models_pending() -> list[str]:
@@ -97,11 +96,3 @@ def test_a_deferred_adapter_validates_at_its_first_use() -> None:
 
     assert not adapter.pydantic_complete
     assert adapter.validate_python(["1", 2]) == [1, 2]
-
-
-async def test_a_started_daemon_builds_the_deferred_models_in_the_background(
-    daemon: Daemon,
-) -> None:
-    await daemon.core.models_built()
-
-    assert _metis_models_pending() == []

@@ -116,3 +116,50 @@ async def test_a_provider_sdk_is_imported_when_the_first_client_comes_not_at_sta
     env["ANTHROPIC_API_KEY"] = "sk-ant-not-called"  # nothing is called: the SDK is only imported
     seen = await run_script(SDK_SCRIPT, tmp_path / "home", env)
     assert seen == {"idle": False, "after_client": True}
+
+
+MODELS_SCRIPT = """
+import asyncio, json, sys
+from pathlib import Path
+
+import aiohttp
+
+from metis.config import load_settings
+from metis.core.datamodel import deferred_models
+from metis.server.runner import Daemon
+
+
+def pending() -> int:
+    return sum(1 for m in deferred_models() if m.__module__.startswith("metis."))
+
+
+async def main() -> None:
+    daemon = Daemon(load_settings(home=Path(sys.argv[1]), port=0))
+    await daemon.start()
+    key = daemon.state.auth.api_key.value
+    async with aiohttp.ClientSession(daemon.base_url) as http:
+        async with http.get("/health") as r:
+            assert r.status == 200
+        await daemon.core.models_built()  # returns at once unless a build started
+        idle = pending()
+        async with http.get("/sessions", headers={"Authorization": f"Bearer {key}"}) as r:
+            assert r.status == 200
+    await daemon.core.models_built()  # the build that request started
+    print(json.dumps({"idle": idle, "after_client": pending()}))
+    await daemon.stop()
+
+
+asyncio.run(main())
+"""
+
+
+async def test_the_models_start_up_did_not_need_are_built_when_the_first_client_comes(
+    tmp_path: Path,
+) -> None:
+    """Health probes leave them unbuilt (their ~2 MiB is not an idle daemon's); a client's
+    first request starts their build in the background, and it leaves none unbuilt."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env["METIS_OFFLINE"] = "1"
+    seen = await run_script(MODELS_SCRIPT, tmp_path / "home", env)
+    assert seen["idle"] > 50
+    assert seen["after_client"] == 0
