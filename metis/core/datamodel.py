@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,6 +35,8 @@ class DataModel(BaseModel):
 
 
 _ADAPTERS: list[TypeAdapter[Any]] = []
+_UNBUILDABLE: weakref.WeakSet[type[DataModel] | TypeAdapter[Any]] = weakref.WeakSet()
+"""What a background build failed to build: not tried (nor logged) again by the next one."""
 
 
 def deferred_adapter(type_: Any) -> TypeAdapter[Any]:
@@ -70,16 +73,18 @@ def _build(cls: type[DataModel] | TypeAdapter[Any]) -> None:
 async def build_deferred_models(slice_s: float = SLICE_S) -> int:
     """Build every model and adapter not built yet, yielding to the event loop every `slice_s` seconds so
     requests are served meanwhile; returns how many were built. A model that cannot be built is
-    logged and left to fail at its first use, where the error reaches a caller."""
+    logged (once per process) and left to fail at its first use, where the error reaches a
+    caller."""
     built = 0
     deadline = time.perf_counter() + slice_s
     pending: list[type[DataModel] | TypeAdapter[Any]] = [*deferred_models(), *_ADAPTERS]
     for cls in pending:
-        if _is_built(cls):  # a request built it (or a model holding it) meanwhile
+        if _is_built(cls) or cls in _UNBUILDABLE:  # built meanwhile (a request needed it)
             continue
         try:
             _build(cls)
         except Exception:
+            _UNBUILDABLE.add(cls)
             log.exception("%r could not be built", cls)
         else:
             built += 1
