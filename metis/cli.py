@@ -109,8 +109,8 @@ async def _serve(args: argparse.Namespace) -> int:
         lock.record(daemon.base_url)
         print_banner(daemon)
         freeze_startup_heap()
-        # the SDKs are imported and the deferred models built when the first client comes:
-        # their types are frozen then
+        # the SDKs are imported when the first client comes, the deferred models built just
+        # after start-up: their types are frozen once they are in
         daemon.core.registry.on_warm = gc.freeze
         daemon.core.on_models_built = gc.freeze
         stop = asyncio.Event()

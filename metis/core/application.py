@@ -424,8 +424,8 @@ class Application:
 
     def prepare_for_clients(self) -> None:
         """A client has come (any request but a health probe): what its first turn needs and an
-        idle daemon never does (the providers' SDKs, the models start-up did not build) is
-        readied in the background now. Once started (or over) this does nothing."""
+        idle daemon never does (the providers' SDKs) is readied in the background now. Once
+        started (or over) this does nothing."""
         self._core.prepare_for_clients()
 
     async def shutdown(self) -> None:

@@ -2,10 +2,11 @@
 
 Building a model's validator and serializer is most of what defining it costs. metis has ~170
 models, most of which a given request never touches, and building them all at import was ~40 ms
-of a daemon's ~0.5 s start on a 2-core machine (and ~2 MiB an idle daemon kept). So a model is
-built at its first use, and when a client's first request comes `build_deferred_models` builds
-the rest a few at a time between requests (`Core.prepare_for_clients`), so that its first turn
-does not pay for them either.
+of a daemon's ~0.5 s start on a 2-core machine. So a model is built at its first use, and once
+the daemon listens `build_deferred_models` builds the rest a few at a time, leaving the loop to
+requests in between (`Core.start_background`): a first turn finds them built. (Built at a first
+use instead, they added ~5 ms to a first turn; started by a client's first request, the build
+ran beside that client's first turn and added ~20 ms to it.)
 """
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 log = logging.getLogger(__name__)
 
-SLICE_S = 0.002
-"""How long the background build runs before it lets the event loop serve again."""
+SLICE_S = 0.0005
+"""How long the background build runs before it lets the event loop serve again..."""
+GAP_S = 0.001
+"""...and for how long: a request's steps (each resumed at once) run in the gap, so one that
+comes during the build is delayed by a slice now and then, not a slice at each of its awaits."""
 
 
 class DataModel(BaseModel):
@@ -70,11 +74,11 @@ def _build(cls: type[DataModel] | TypeAdapter[Any]) -> None:
         cls.model_rebuild()
 
 
-async def build_deferred_models(slice_s: float = SLICE_S) -> int:
-    """Build every model and adapter not built yet, yielding to the event loop every `slice_s` seconds so
-    requests are served meanwhile; returns how many were built. A model that cannot be built is
-    logged (once per process) and left to fail at its first use, where the error reaches a
-    caller."""
+async def build_deferred_models(slice_s: float = SLICE_S, gap_s: float = GAP_S) -> int:
+    """Build every model and adapter not built yet, giving the event loop `gap_s` seconds after
+    every `slice_s` seconds of building, so requests are served meanwhile; returns how many were
+    built. A model that cannot be built is logged (once per process) and left to fail at its
+    first use, where the error reaches a caller."""
     built = 0
     deadline = time.perf_counter() + slice_s
     pending: list[type[DataModel] | TypeAdapter[Any]] = [*deferred_models(), *_ADAPTERS]
@@ -89,7 +93,7 @@ async def build_deferred_models(slice_s: float = SLICE_S) -> int:
         else:
             built += 1
         if time.perf_counter() >= deadline:
-            await asyncio.sleep(0)
+            await asyncio.sleep(gap_s)
             deadline = time.perf_counter() + slice_s
     return built
 

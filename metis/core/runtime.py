@@ -248,20 +248,19 @@ class Core:
         )
 
     def start_background(self) -> None:
-        """Once the daemon listens: what may take its time (MCP servers) starts, never awaited."""
+        """Once the daemon listens: what may take its time starts, never awaited: MCP servers,
+        and building the pydantic models start-up did not need (core/datamodel.py)."""
         self.mcp.start()
+        self._model_builds = asyncio.get_running_loop().create_task(
+            self._build_models(), name="metis-build-deferred-models"
+        )
 
     def prepare_for_clients(self) -> None:
-        """A client has come (a request other than a health probe): ready in the background what
-        its first turn needs and an idle daemon never does: the configured providers' SDKs
-        (`ModelRegistry.warm_in_background`) and the pydantic models start-up did not build
-        (core/datamodel.py, ~2 MiB). Once started (or over) this does nothing. Call it from the
-        loop."""
+        """A client has come (a request other than a health probe): import the configured
+        providers' SDKs in the background now, so its first turn finds its adapter ready
+        (`ModelRegistry.warm_in_background`). An idle daemon never pays their memory. Once
+        started (or over) this does nothing. Call it from the loop."""
         self.registry.warm_in_background()
-        if self._model_builds is None:
-            self._model_builds = asyncio.get_running_loop().create_task(
-                self._build_models(), name="metis-build-deferred-models"
-            )
 
     async def _build_models(self) -> None:
         await build_deferred_models()
@@ -269,8 +268,7 @@ class Core:
             self.on_models_built()
 
     async def models_built(self) -> None:
-        """Return once the background build of the deferred models is over (at once if no client
-        has come to start it)."""
+        """Return once the background build of the deferred models is over."""
         if self._model_builds is not None:
             await asyncio.shield(self._model_builds)
 

@@ -171,9 +171,9 @@ class Daemon:
         log.info("metis listening on %s", self.base_url)
 
     async def warmed(self) -> None:
-        """Return once the configured providers' adapters are ready and the deferred models
-        built, starting both as a client's first request does if none has come (for callers
-        that must not time the SDKs' import or a model's first build)."""
+        """Return once the configured providers' adapters are ready (starting their warm-up as a
+        client's first request does, if none has come) and the deferred models built (for
+        callers that must not time the SDKs' import or a model's first build)."""
         self.core.prepare_for_clients()
         await self.core.registry.wait_warm()
         await self.core.models_built()
