@@ -4,6 +4,7 @@ imported only to run it."""
 from __future__ import annotations
 
 import argparse
+import gc
 
 import pytest
 
@@ -52,3 +53,18 @@ def test_an_unknown_command_is_refused_with_every_command_named(
     err = capsys.readouterr().err
     assert "invalid choice: 'nosuch'" in err
     assert all(name in err for name in ("serve", *COMMANDS))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--help"], ["nosuch"], ["serve", "--port", "not-a-port"], ["--version"]],
+    ids=["help", "unknown command", "serve usage error", "version"],
+)
+def test_the_collector_is_back_on_when_the_command_line_exits_before_a_command_runs(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from metis.cli import main
+
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert gc.isenabled()
