@@ -200,15 +200,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     gc.disable()
     try:
         args = build_parser(command).parse_args(words)
-    except BaseException:  # --help, a usage error
-        gc.enable()
-        raise
-    if command != "serve":
-        gc.enable()
-    try:
+        if command != "serve":
+            gc.enable()
         return int(args.func(args))
     finally:
-        gc.enable()
+        gc.enable()  # also after --help or a usage error
 
 
 if __name__ == "__main__":  # pragma: no cover

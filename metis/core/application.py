@@ -289,6 +289,12 @@ class Models:
         self._availability = core.availability
         self._tools = core.tool_registry
 
+    def prepare_adapters(self) -> None:
+        """A client has come: import the configured providers' SDKs in the background now, so
+        its first turn finds its adapter ready. An idle daemon never pays their memory. Once
+        started (or over) this does nothing."""
+        self._registry.warm_in_background()
+
     def describe(self) -> dict[str, Any]:
         """The `GET /models` body, with each model's health."""
         return self._registry.describe_models(self._availability)
@@ -421,12 +427,6 @@ class Application:
     async def start(self) -> None:
         """Core start-up (store, recovery, routing); call before serving requests."""
         await self._core.start()
-
-    def prepare_for_clients(self) -> None:
-        """A client has come (any request but a health probe): what its first turn needs and an
-        idle daemon never does (the providers' SDKs) is readied in the background now. Once
-        started (or over) this does nothing."""
-        self._core.prepare_for_clients()
 
     async def shutdown(self) -> None:
         """Shutdown steps 2 and 3: running turns end with `turn.cancelled{server_shutdown}`,

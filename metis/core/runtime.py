@@ -255,13 +255,6 @@ class Core:
             self._build_models(), name="metis-build-deferred-models"
         )
 
-    def prepare_for_clients(self) -> None:
-        """A client has come (a request other than a health probe): import the configured
-        providers' SDKs in the background now, so its first turn finds its adapter ready
-        (`ModelRegistry.warm_in_background`). An idle daemon never pays their memory. Once
-        started (or over) this does nothing. Call it from the loop."""
-        self.registry.warm_in_background()
-
     async def _build_models(self) -> None:
         await build_deferred_models()
         if self.on_models_built is not None:

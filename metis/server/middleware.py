@@ -143,7 +143,7 @@ async def metis_middleware(
         else:
             _check_preconditions(request, state)
         if request.path != "/health":  # a client, not a probe: its first turn is coming
-            state.app.prepare_for_clients()
+            state.app.models.prepare_adapters()
         response = await handler(request)
     except ApiError as exc:
         response = error_response(exc)

@@ -173,10 +173,10 @@ class Daemon:
         log.info("metis listening on %s", self.base_url)
 
     async def warmed(self) -> None:
-        """Return once the configured providers' adapters are ready (starting their warm-up as a
-        client's first request does, if none has come) and the deferred models built (for
-        callers that must not time the SDKs' import or a model's first build)."""
-        self.core.prepare_for_clients()
+        """Return once the configured providers' adapters are ready (starting their warm-up if no
+        client has yet) and the deferred models built (for callers that must not time the SDKs'
+        import or a model's first build)."""
+        self.core.registry.warm_in_background()
         await self.core.registry.wait_warm()
         await self.core.models_built()
 
