@@ -5,12 +5,10 @@ contracts call "a setting" lives here so tests can lower it instead of sleeping.
 `config.yaml` stops start-up with a message naming the file, line and key.
 """
 
-from __future__ import annotations
-
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import ErrorDetails
@@ -78,7 +76,7 @@ class PageSize(_Section):
     maximum: int = Field(ge=1)
 
     @model_validator(mode="after")
-    def _default_within_maximum(self) -> PageSize:
+    def _default_within_maximum(self) -> Self:
         if self.default > self.maximum:
             raise ValueError("default must not exceed maximum")
         return self

@@ -7,8 +7,6 @@ routing errors (404/405, produced here so they carry CORS headers and the AAP en
 checks → handler → the one AAP error mapper. The metis surface never sees CORS.
 """
 
-from __future__ import annotations
-
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any

@@ -6,8 +6,6 @@ checks produce `invalid_content` in `mapping.py`, not a shape error. Its JSON Sc
 `/openapi.json`) is the one those checks enforce, per role.
 """
 
-from __future__ import annotations
-
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, WithJsonSchema

@@ -1,7 +1,5 @@
 """AAP v1 wire models (seeds 000/002): tool schemas under `inputSchema`, create-and-run."""
 
-from __future__ import annotations
-
 from typing import Any
 
 from pydantic import Field

@@ -1,7 +1,5 @@
 """AAP v3 wire models: tool schemas under `parameters`."""
 
-from __future__ import annotations
-
 from typing import Any
 
 from pydantic import Field

@@ -7,8 +7,6 @@ session `/` answers a small page saying how to log in (`metis open`, or the logi
 Content-Security-Policy: scripts and styles only from the daemon itself, no inline code.
 """
 
-from __future__ import annotations
-
 from datetime import UTC, datetime
 from decimal import Decimal
 from functools import lru_cache

@@ -4,8 +4,6 @@ One pydantic model per block type, discriminated by `type`; providers, the store
 surface convert to and from these, so a block means the same thing everywhere.
 """
 
-from __future__ import annotations
-
 import base64
 import binascii
 import re

@@ -4,8 +4,6 @@ Reading is lenient (one unreadable row never makes a session unreadable); writin
 (`validate_message` runs on every write).
 """
 
-from __future__ import annotations
-
 import json
 import logging
 from typing import Any, Literal

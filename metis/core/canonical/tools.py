@@ -1,7 +1,5 @@
 """Tool specifications: what a model is offered (built-in, MCP and application tools alike)."""
 
-from __future__ import annotations
-
 from typing import Any, Literal
 
 from pydantic import ConfigDict

@@ -1,7 +1,5 @@
 """Token usage as adapters report it, and the cost core derives from it."""
 
-from __future__ import annotations
-
 from decimal import Decimal, localcontext
 from typing import Any, Protocol
 

@@ -4,8 +4,6 @@ Payload models forbid extra fields so a typo in an emitter is caught in tests (s
 stored payloads come back as plain dicts and are never re-validated, so old rows stay readable.
 """
 
-from __future__ import annotations
-
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 

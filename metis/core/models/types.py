@@ -4,8 +4,6 @@ Kept apart from `registry.py` (which loads and validates `models.yaml`) so that 
 depend only on these shapes, never on the loader.
 """
 
-from __future__ import annotations
-
 from decimal import Decimal
 from typing import Any, Literal
 

@@ -4,8 +4,6 @@ Everything the agent loop exchanges with an adapter lives here, so that the Turn
 one small vocabulary and never on an SDK.
 """
 
-from __future__ import annotations
-
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
@@ -82,7 +80,7 @@ class AttemptHooks(Protocol):
     async def attempt_started(self, attempt: int) -> None:
         """Awaited before each attempt is sent (the runner emits `llm.call_started`)."""
 
-    async def attempt_failed(self, attempt: int, error: ProviderError, will_retry: bool) -> None:
+    async def attempt_failed(self, attempt: int, error: "ProviderError", will_retry: bool) -> None:
         """Awaited for each attempt that ended in a `ProviderError`, with whether the driver will
         retry it."""
 
@@ -93,7 +91,7 @@ class NoHooks:
     async def attempt_started(self, attempt: int) -> None:
         return None
 
-    async def attempt_failed(self, attempt: int, error: ProviderError, will_retry: bool) -> None:
+    async def attempt_failed(self, attempt: int, error: "ProviderError", will_retry: bool) -> None:
         return None
 
 

@@ -6,8 +6,6 @@ check compares the part compaction cannot drop (`context_floor_tokens`): a long 
 compacted to fit the chosen model rather than making every model unusable (docs/decisions.md).
 """
 
-from __future__ import annotations
-
 import math
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime

@@ -5,12 +5,10 @@ refused (`extra="forbid"`, literal keys), so a typo stops the daemon instead of 
 weakening the confirmation policy. `metis/config.py` embeds `ToolsSettings`.
 """
 
-from __future__ import annotations
-
 import os
 import re
 from collections.abc import Iterable
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
@@ -105,7 +103,7 @@ class ShellSettings(_Section):
         return value
 
     @model_validator(mode="after")
-    def _default_within_max(self) -> ShellSettings:
+    def _default_within_max(self) -> Self:
         if self.default_timeout_seconds > self.max_timeout_seconds:
             raise ValueError("default_timeout_seconds must not exceed max_timeout_seconds")
         return self

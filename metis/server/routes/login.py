@@ -5,8 +5,6 @@ The token comes from a login URL the daemon mints (`Daemon.login_url()`, printed
 `metis serve`, or `POST /login/tokens`); it is not the key. See metis/server/auth.py.
 """
 
-from __future__ import annotations
-
 import math
 
 from aiohttp import web

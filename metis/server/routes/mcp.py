@@ -3,8 +3,6 @@
 Secrets stay out: environment variables and headers are listed by name only.
 """
 
-from __future__ import annotations
-
 from typing import Literal
 
 from aiohttp import web

@@ -1,8 +1,6 @@
 """GET /routing/policy, POST /routing/check, POST /routing/reload, GET /models, and the
 availability resets POST /models/reset and POST /models/{model}/reset."""
 
-from __future__ import annotations
-
 from typing import Any
 
 from aiohttp import web

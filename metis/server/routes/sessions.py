@@ -1,7 +1,5 @@
 """Sessions, messages and events over REST."""
 
-from __future__ import annotations
-
 import base64
 from typing import Any, Literal
 

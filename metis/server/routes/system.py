@@ -1,7 +1,5 @@
 """GET /health, /server/version and /openapi.json."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Literal
 

@@ -1,7 +1,5 @@
 """Turns over REST: submit (202), cancel, and answer confirmations."""
 
-from __future__ import annotations
-
 from typing import Any, Literal
 
 from aiohttp import web

@@ -5,8 +5,6 @@ testable without a socket. The connection module decides *when* frames are sent;
 decides what they look like.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal

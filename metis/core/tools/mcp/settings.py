@@ -19,13 +19,11 @@ environment (PATH, HOME, USER, LOGNAME, SHELL, TERM) plus its own `env`: provide
 daemon's key reach it only when `env` names them explicitly.
 """
 
-from __future__ import annotations
-
 import ipaddress
 import os
 import re
 from collections.abc import Mapping
-from typing import Literal
+from typing import Literal, Self
 from urllib.parse import urlsplit
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
@@ -88,7 +86,7 @@ class McpServerSettings(_Section):
         return value
 
     @model_validator(mode="after")
-    def _one_transport(self) -> McpServerSettings:
+    def _one_transport(self) -> Self:
         if (self.command is None) == (self.url is None):
             raise ValueError("a server has either `command` (stdio) or `url` (Streamable HTTP)")
         if self.url is not None:
