@@ -176,6 +176,11 @@ class Settings(DataModel):
         return self.home / "metis.db"
 
     @property
+    def scratch_workspaces_path(self) -> Path:
+        """AAP's scratch workspaces: the one part of METIS_HOME a session may work in."""
+        return self.home / "workspaces"
+
+    @property
     def config_path(self) -> Path:
         return self.home / "config.yaml"
 

@@ -48,8 +48,10 @@ def _within(path: Path, root: Path) -> bool:
 
 
 class Workspaces:
-    def __init__(self, home: Path, settings: AapSettings, default_workspace: str | None) -> None:
-        self.scratch_root = home / "workspaces"
+    def __init__(
+        self, scratch_root: Path, settings: AapSettings, default_workspace: str | None
+    ) -> None:
+        self.scratch_root = scratch_root
         self.default = (
             Path(default_workspace).expanduser()
             if default_workspace

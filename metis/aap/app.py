@@ -314,7 +314,7 @@ def build_state(server: Host) -> AapState:
         # First start: say where the key is so the user can configure an AAP client. The key
         # itself is never printed or logged (a terminal's scrollback is not a secret store).
         print(f"metis: API key created in {api_key.path} (mode 0600)", flush=True)
-    workspaces = Workspaces(settings.home, aap, settings.file.default_workspace)
+    workspaces = Workspaces(settings.scratch_workspaces_path, aap, settings.file.default_workspace)
     workspaces.ensure_default()
     state = AapState(
         server=server,

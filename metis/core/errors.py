@@ -67,15 +67,32 @@ class WorkspaceInvalid(DomainError):
 
 class WorkspaceRefused(DomainError):
     """An existing directory no session may use unless it is listed explicitly as an allowed
-    root: `/`, the user's home, METIS_HOME, a system directory (`protected_workspaces`)."""
+    root: `/`, the user's home, a system directory (`protected_workspaces`), one that `holds`
+    METIS_HOME. One inside METIS_HOME (`metis_home`) is refused whatever the roots."""
 
-    def __init__(self, path: str, resolved: str) -> None:
-        super().__init__(
-            f"workspace {path!r} is a system, home or metis directory; list it explicitly among "
-            "the allowed workspace roots to use it",
-            reason="protected_directory",
-            path=resolved,
-        )
+    def __init__(
+        self, path: str, resolved: str, *, holds: str | None = None, metis_home: str | None = None
+    ) -> None:
+        if metis_home is not None:
+            message = (
+                f"workspace {path!r} lies inside METIS_HOME ({metis_home}), where the daemon "
+                "keeps its key and database; no session may use it"
+            )
+            reason = "metis_home"
+        elif holds is not None:
+            message = (
+                f"workspace {path!r} holds METIS_HOME ({holds}), where the daemon keeps its key "
+                "and database; list it explicitly among the allowed workspace roots to use it "
+                "(its tools still never reach METIS_HOME)"
+            )
+            reason = "metis_home"
+        else:
+            message = (
+                f"workspace {path!r} is a system or home directory; list it explicitly among "
+                "the allowed workspace roots to use it"
+            )
+            reason = "protected_directory"
+        super().__init__(message, reason=reason, path=resolved)
 
 
 class ModelNotConfigured(DomainError):

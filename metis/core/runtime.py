@@ -39,7 +39,7 @@ from metis.core.tools.executor import ToolExecutor
 from metis.core.tools.groups import ProcessGroupLedger
 from metis.core.tools.mcp.manager import McpManager
 from metis.core.tools.registry import ToolRegistry
-from metis.core.tools.sandbox import Sandboxes
+from metis.core.tools.sandbox import MetisHome, Sandboxes
 from metis.core.tools.settings import check_env_passthrough, limits_from_settings
 from metis.core.turns.control import TurnControl
 from metis.core.turns.recovery import fail_orphaned_turns, report_gaps, seed_from_store
@@ -101,7 +101,10 @@ class Core:
         )
         self.session_cache = SessionCache(self.message_store)
         self.history = HistoryWriter(self.store, self.session_cache, self.writer.commit_with)
-        self.sandboxes = Sandboxes(tools.sandbox.protected_dirs)
+        self.sandboxes = Sandboxes(
+            tools.sandbox.protected_dirs,
+            MetisHome.at(settings.home, settings.scratch_workspaces_path),
+        )
         self.instructions = SessionInstructions(self.bus)  # AGENTS.md / CLAUDE.md per turn
         self._model_builds: asyncio.Task[None] | None = None
         # called once the deferred models are built (`metis serve` freezes them then, as it does

@@ -1,8 +1,8 @@
 """metis's pydantic models are built at first use, and in the background once the daemon listens."""
 
 from __future__ import annotations
-
 import __future__
+
 import asyncio
 import importlib
 import logging

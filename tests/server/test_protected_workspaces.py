@@ -1,5 +1,6 @@
-"""A session may not work in `/`, the user's home, METIS_HOME or a system directory unless an
-allowed root names that very directory (core: `metis.core.sessions.service.resolve_workspace`)."""
+"""A session may not work in `/`, the user's home or a system directory unless an allowed root
+names that very directory, nor in a directory that holds METIS_HOME or lies inside it at all
+(core: `metis.core.sessions.service.resolve_workspace`)."""
 
 from __future__ import annotations
 
@@ -24,18 +25,37 @@ def _refused(status: int, body: Any, path: Any) -> None:
     assert body["error"]["details"]["reason"] == "protected_directory", (path, body)
 
 
-async def test_root_home_metis_home_and_system_directories_are_refused(
+async def test_root_home_and_system_directories_are_refused(
     make_api: Callable[..., Any], metis_home: Path, tmp_path: Path
 ) -> None:
     _, api = await make_api()
     link = tmp_path / "etc-link"
     link.symlink_to("/etc")
     candidates: list[str | Path] = ["/", "/etc", "/usr", "/var", "/proc", "/proc/self", "~"]
-    candidates += [Path.home(), metis_home, link, "/etc/"]
+    candidates += [Path.home(), link, "/etc/"]
     for path in candidates:
         _refused(*await _create(api, path), path)
     status, body = await api.call("GET", "/sessions")
     assert status == 200 and body["sessions"] == []  # nothing was created
+
+
+async def test_a_directory_holding_metis_home_must_be_listed_and_one_inside_it_never_works(
+    make_api: Callable[..., Any], metis_home: Path
+) -> None:
+    metis_home.mkdir(parents=True, exist_ok=True)
+    (metis_home / "inside").mkdir()
+    holder = metis_home.parent
+    (holder / "project").mkdir()
+    roots = [metis_home, metis_home / "inside", holder / "project"]
+    _, api = await make_api(allowed_workspace_roots=[str(root) for root in roots])
+    for path in (holder, metis_home, metis_home / "inside"):
+        status, body = await _create(api, path)
+        assert status == 400, (path, body)
+        assert body["error"]["code"] == "invalid_workspace"
+        assert body["error"]["details"]["reason"] == "metis_home"
+        assert "METIS_HOME" in body["error"]["message"]
+    status, body = await _create(api, holder / "project")
+    assert status == 201, body
 
 
 async def test_a_system_directory_reached_through_its_symlink_is_refused(

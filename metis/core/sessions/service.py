@@ -41,6 +41,7 @@ from metis.core.sessions.history import Flush, HistoryWriter, SurfaceWrites
 from metis.core.store.sessions import SessionRow, SessionStore
 from metis.core.store.titles import TitleStore
 from metis.core.store.tx import Transaction
+from metis.core.tools.sandbox import MetisHome
 from metis.core.turns.control import TurnControl
 from metis.core.turns.slots import TurnSlot
 
@@ -194,20 +195,32 @@ def _within(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
-def _protected(resolved: str, protected: frozenset[str]) -> bool:
+def _protected(path: str, resolved: str, protected: frozenset[str]) -> bool:
+    """`resolved` is a protected directory, or `path` (as written: `/proc/self/cwd` resolves
+    elsewhere) or `resolved` lies on a pseudo file system."""
     if resolved in protected:
         return True
-    return any(fs in protected and _within(resolved, fs) for fs in PSEUDO_FILESYSTEMS)
+    written = os.path.normpath(path)
+    return any(
+        fs in protected and (_within(resolved, fs) or _within(written, fs))
+        for fs in PSEUDO_FILESYSTEMS
+    )
 
 
 def resolve_workspace(
-    raw: str, allowed_roots: tuple[Path, ...], protected: frozenset[str] = frozenset()
+    raw: str,
+    allowed_roots: tuple[Path, ...],
+    protected: frozenset[str] = frozenset(),
+    metis_home: MetisHome | None = None,
 ) -> str:
     """`~` expanded, absolute, existing, a readable directory; returned symlink-resolved.
 
     A `protected` directory (`protected_workspaces`) is refused unless `allowed_roots` lists
-    exactly that directory: a root above it (say `/`) does not make `/etc` usable. Paths are
-    handled as strings: `pathlib` objects made up most of a session create's time.
+    exactly that directory: a root above it (say `/`) does not make `/etc` usable. So is a
+    directory that holds `metis_home` (its tools could read the daemon's key but for the
+    sandbox's own refusal, `Sandbox.in_metis_home`); one among the daemon's own files there
+    never is. Paths are handled as strings: `pathlib` objects made up most of a session
+    create's time.
     """
     if "\0" in raw:  # no file name holds one (os calls raise ValueError)
         raise WorkspaceNotFound(raw, "not_found")
@@ -225,9 +238,14 @@ def resolve_workspace(
     if not os.access(path, os.R_OK | os.X_OK):
         raise WorkspaceNotFound(raw, "not_accessible")
     resolved = os.path.realpath(path, strict=True)
+    if metis_home is not None and metis_home.private(resolved):
+        raise WorkspaceRefused(raw, resolved, metis_home=metis_home.root)
     roots = [str(root) for root in allowed_roots]
-    if _protected(resolved, protected) and resolved not in roots:
-        raise WorkspaceRefused(raw, resolved)
+    if resolved not in roots:
+        if _protected(path, resolved, protected):
+            raise WorkspaceRefused(raw, resolved)
+        if metis_home is not None and _within(metis_home.root, resolved):
+            raise WorkspaceRefused(raw, resolved, holds=metis_home.root)
     if roots and not any(_within(resolved, root) for root in roots):
         raise WorkspaceNotFound(raw, "not_accessible")
     return resolved
@@ -301,6 +319,7 @@ class SessionService:
         self._engine = engine
         self._forget_when_over = tuple(forget_when_over)
         self._protected = protected_workspaces(settings.home)
+        self._metis_home = MetisHome.at(settings.home, settings.scratch_workspaces_path)
         # Sessions whose end (or purge) began in this process. An id stays once the end is
         # committed, so the synchronous steps that claim a turn slot or queue a PATCH refuse a
         # session that ended while they awaited (from the end's start on, they get 409).
@@ -414,7 +433,7 @@ class SessionService:
         refuses the other's workspaces. `seed` is the surface's part of the new session (AAP:
         its configuration rows and seed history), created with it or not at all."""
         roots = self._settings.allowed_workspace_roots if allowed_roots is None else allowed_roots
-        workspace = resolve_workspace(workspace_path, roots, self._protected)
+        workspace = resolve_workspace(workspace_path, roots, self._protected, self._metis_home)
         sticky = (
             self._registry.require_configured(initial_active_model)
             if initial_active_model is not None

@@ -152,6 +152,14 @@ class ProtectedPath(PermissionDenied):
         )
 
 
+class MetisHomePath(PermissionDenied):
+    """A path inside METIS_HOME (the daemon's key and database), which no tool reaches, even
+    from a workspace that holds it (one created before such workspaces were refused)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f'Path "{path}" is inside METIS_HOME, which tools may not access.', path)
+
+
 class ToolInterrupted(Exception):
     """A run stopped early; `partial_output` (shell) is appended to the result text."""
 

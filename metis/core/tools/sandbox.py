@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from metis.core.tools.base import PathOutsideWorkspace, ProtectedPath, ToolError
+from metis.core.tools.base import MetisHomePath, PathOutsideWorkspace, ProtectedPath, ToolError
 
 MAX_PATH_CHARS = 4096
 WORKSPACE_GONE = "The workspace directory no longer exists."
@@ -90,6 +90,25 @@ def writes_paths(side_effects: str) -> bool:
 
 
 @dataclass(frozen=True)
+class MetisHome:
+    """METIS_HOME as workspaces and tools see it (real paths): the daemon's own files (its key,
+    database, settings) are out of every tool's reach; the scratch workspaces under it are
+    ordinary workspaces."""
+
+    root: str
+    scratch: str
+
+    @classmethod
+    def at(cls, home: str | os.PathLike[str], scratch: str | os.PathLike[str]) -> MetisHome:
+        return cls(os.path.realpath(home), os.path.realpath(scratch))
+
+    def private(self, real: str) -> bool:
+        """Whether a real path is one of the daemon's own: in METIS_HOME, not in its scratch
+        workspaces."""
+        return is_within(self.root, real) and not is_within(self.scratch, real)
+
+
+@dataclass(frozen=True)
 class ResolvedPath:
     """A path inside the workspace: `real` to act on, `rel` (POSIX, `.` = root) to show."""
 
@@ -101,10 +120,19 @@ class Sandbox:
     """One session's workspace root and the rules for resolving paths under it."""
 
     def __init__(
-        self, workspace: str | os.PathLike[str], protected_dirs: Iterable[str] = (".git",)
+        self,
+        workspace: str | os.PathLike[str],
+        protected_dirs: Iterable[str] = (".git",),
+        metis_home: MetisHome | None = None,
     ):
         self.root = os.path.realpath(os.fspath(workspace))
         self.protected_dirs = frozenset(protected_dirs)
+        self.metis_home = metis_home  # its own files are never reached, whatever the workspace
+
+    def in_metis_home(self, real: str) -> bool:
+        """Whether a real path is one of the daemon's own files (a workspace walk skips them
+        too)."""
+        return self.metis_home is not None and self.metis_home.private(real)
 
     def ensure_root(self) -> None:
         """File tools fail cleanly when the workspace directory vanished under the session."""
@@ -128,6 +156,8 @@ class Sandbox:
             raise PathOutsideWorkspace(display(path)) from None
         if not is_within(self.root, real):
             raise PathOutsideWorkspace(display(path))
+        if self.in_metis_home(real):
+            raise MetisHomePath(display(path))
         rel = self.relative(real)
         if write:
             if real == self.root:
@@ -144,9 +174,11 @@ class Sandboxes:
     sandbox is made, so a workspace moved mid-session is seen by the next batch.
     """
 
-    def __init__(self, protected_dirs: Iterable[str]) -> None:
+    def __init__(self, protected_dirs: Iterable[str], metis_home: MetisHome | None = None) -> None:
         self._protected_dirs = tuple(protected_dirs)
+        self._metis_home = metis_home
 
     def for_workspace(self, workspace: str) -> Sandbox:
-        """A sandbox rooted at one session's workspace, with the configured protected directories."""
-        return Sandbox(workspace, self._protected_dirs)
+        """A sandbox rooted at one session's workspace, with the configured protected directories
+        and METIS_HOME out of reach."""
+        return Sandbox(workspace, self._protected_dirs, self._metis_home)

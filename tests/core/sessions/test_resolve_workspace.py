@@ -8,6 +8,7 @@ import pytest
 
 from metis.core.errors import WorkspaceNotFound, WorkspaceRefused
 from metis.core.sessions.service import protected_workspaces, resolve_workspace
+from metis.core.tools.sandbox import MetisHome
 
 PROTECTED = protected_workspaces()
 
@@ -54,3 +55,36 @@ def test_protected_directories_and_pseudo_file_systems_are_refused_unless_listed
     )
     with pytest.raises(WorkspaceRefused):  # a root above a protected directory is not enough
         resolve_workspace("/etc", (Path("/"),), PROTECTED)
+
+
+def test_a_path_written_under_a_pseudo_file_system_is_refused_wherever_it_leads() -> None:
+    # /proc/self/cwd resolves to the daemon's working directory, outside /proc
+    with pytest.raises(WorkspaceRefused):
+        resolve_workspace("/proc/self/cwd", (), PROTECTED)
+
+
+def test_a_workspace_holding_metis_home_must_be_listed_and_one_inside_it_is_refused(
+    tmp_path: Path,
+) -> None:
+    home_dir = tmp_path / "data" / "metis"
+    (home_dir / "sub").mkdir(parents=True)
+    (home_dir / "workspaces" / "scratch").mkdir(parents=True)
+    home = MetisHome.at(home_dir, home_dir / "workspaces")
+    for workspace, roots in (
+        (tmp_path / "data", ()),
+        (tmp_path, ()),
+        (home_dir, (home_dir.resolve(),)),
+        (home_dir / "sub", ((home_dir / "sub").resolve(),)),
+    ):
+        with pytest.raises(WorkspaceRefused) as caught:
+            resolve_workspace(str(workspace), roots, PROTECTED, home)
+        assert caught.value.details["reason"] == "metis_home"
+        assert "METIS_HOME" in caught.value.message
+    holder = (tmp_path / "data").resolve()
+    assert resolve_workspace(str(holder), (holder,), PROTECTED, home) == str(holder)
+    scratch = home_dir / "workspaces" / "scratch"  # AAP's scratch workspaces are ordinary ones
+    assert resolve_workspace(str(scratch), (), PROTECTED, home) == str(scratch.resolve())
+    (tmp_path / "data" / "project").mkdir()
+    assert resolve_workspace(str(tmp_path / "data" / "project"), (), PROTECTED, home)
+    (tmp_path / "data" / "metis-other").mkdir()  # a sibling whose name only starts the same
+    assert resolve_workspace(str(tmp_path / "data" / "metis-other"), (), PROTECTED, home)

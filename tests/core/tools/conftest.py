@@ -27,6 +27,7 @@ from metis.core.tools import (
     precheck,
 )
 from metis.core.tools.results import failed, input_invalid_text, not_found_text
+from metis.core.tools.sandbox import MetisHome
 
 # Provider-key variables as models.yaml would name them.
 API_KEY_ENVS = frozenset({"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "CUSTOM_PROVIDER_KEY"})
@@ -124,12 +125,14 @@ def make_harness(
         limits: ToolLimits | None = None,
         registry: ToolRegistry | None = None,
         root: Path | None = None,
+        metis_home: Path | None = None,
     ) -> Harness:
         settings = settings or ToolsSettings()
+        home = None if metis_home is None else MetisHome.at(metis_home, metis_home / "workspaces")
         return Harness(
             registry=registry or ToolRegistry.with_builtins(settings),
             executor=ToolExecutor(settings, limits or test_limits(settings)),
-            sandbox=Sandbox(root or workspace, settings.sandbox.protected_dirs),
+            sandbox=Sandbox(root or workspace, settings.sandbox.protected_dirs, home),
             settings=settings,
         )
 

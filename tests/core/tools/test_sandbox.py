@@ -225,3 +225,29 @@ async def test_grep_skips_unresolvable_links(harness: Any, workspace: Path) -> N
     call = await harness.call("grep_files", {"pattern": "needle"})
     assert call.stage == "executed", call.text
     assert "plain.txt" in call.text and "l1200" in call.text
+
+
+async def test_metis_home_inside_a_workspace_is_out_of_every_file_tools_reach(
+    make_harness: Any, workspace: Path
+) -> None:
+    home = workspace / "metis-home"
+    home.mkdir()
+    (home / "api_key").write_text("TOP-SECRET-KEY\n")
+    (workspace / "notes.txt").write_text("TOP-SECRET? no, notes\n")
+    (workspace / "key_link").symlink_to(home / "api_key")
+    harness = make_harness(metis_home=home)
+    for name, input in (
+        ("read_file", {"path": "metis-home/api_key"}),
+        ("read_file", {"path": "key_link"}),
+        ("list_dir", {"path": "metis-home"}),
+        ("grep_files", {"pattern": "SECRET", "path": "metis-home"}),
+        ("write_file", {"path": "metis-home/new", "content": "x"}),
+    ):
+        call = await harness.call(name, input)
+        assert call.stage == "precheck", (name, call.text)
+        assert call.outcome.error_class == "permission_denied"
+        assert call.text.endswith("is inside METIS_HOME, which tools may not access.")
+    searched = await harness.call("grep_files", {"pattern": "SECRET"})
+    assert "notes.txt" in searched.text
+    assert "KEY" not in searched.text and "key_link" not in searched.text
+    assert not (home / "new").exists()

@@ -178,11 +178,11 @@ def _candidate(sandbox: Sandbox, entry: os.DirEntry[str], pending: list[str]) ->
     try:
         if entry.is_symlink():
             real = bounded_realpath(entry.path)
-            if not is_within(sandbox.root, real):
+            if not is_within(sandbox.root, real) or sandbox.in_metis_home(real):
                 return None
             info = os.stat(real)
         elif entry.is_dir(follow_symlinks=False):
-            if entry.name not in SKIP_DIRS:
+            if entry.name not in SKIP_DIRS and not sandbox.in_metis_home(entry.path):
                 pending.append(entry.path)
             return None
         else:
