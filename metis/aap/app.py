@@ -288,7 +288,7 @@ async def aap_middleware(
     except DomainError as exc:
         response = error_response(from_domain(exc))
     except Exception:
-        log.exception("unhandled error on %s %s", request.method, request.path)
+        log.exception("unhandled error on %s %s", request.method, request.rel_url.raw_path)
         response = error_response(AapError("internal_error", "internal error"))
     if not response.prepared:
         response.headers.update(cors)

@@ -159,16 +159,19 @@ async def metis_middleware(
             )
         )
     except web.HTTPException as exc:
-        errlog.error("unexpected aiohttp HTTP exception %s on %s", exc.status, request.path)
+        errlog.error(
+            "unexpected aiohttp HTTP exception %s on %s", exc.status, request.rel_url.raw_path
+        )
         response = error_response(ApiError("internal_error", "internal error"))
     except Exception:
-        errlog.exception("unhandled error on %s %s", request.method, request.path)
+        errlog.exception("unhandled error on %s %s", request.method, request.rel_url.raw_path)
         response = error_response(ApiError("internal_error", "internal error"))
     elapsed_ms = (time.perf_counter() - started) * 1000
+    # paths are logged as sent (percent-encoded): a decoded `%0a` would start a forged line
     log.info(
         "request method=%s path=%s status=%s ms=%.2f",
         request.method,
-        request.path,
+        request.rel_url.raw_path,
         response.status,
         elapsed_ms,
     )

@@ -94,3 +94,18 @@ async def test_an_unparsable_request_is_refused_400_and_logged_without_its_bytes
     assert logged and all(r.levelno <= logging.WARNING for r in logged)
     for record in caplog.records:
         assert "sk-secret-1" not in record.getMessage() and not record.exc_info
+
+
+@pytest.mark.parametrize("prefix", ["", "/aap"])
+async def test_an_encoded_line_break_in_a_path_cannot_forge_a_log_line(
+    api: Api, caplog: pytest.LogCaptureFixture, prefix: str
+) -> None:
+    forged = "%0a2026-01-01 level=ERROR logger=metis FORGED%00%0d"
+    with caplog.at_level(logging.INFO):
+        async with api.http.get(f"{prefix}/nope{forged}") as response:
+            assert response.status in (401, 404)
+    logged = [r.getMessage() for r in caplog.records if "nope" in r.getMessage()]
+    assert logged, "the request was not logged"
+    for message in logged:
+        assert "\n" not in message and "\r" not in message and "\0" not in message
+        assert "/nope%0A" in message

@@ -1,6 +1,9 @@
 """Session titles: kept by the core (the `session_titles` table of the core schema, the rule in
 SessionService).
 
+- A title is one line: a line break or another control character is refused (400).
+- A refused PATCH changes nothing: its title is not kept when its model change is refused.
+
 - Against a purge: `PATCH /sessions/{id}` checks the session, then writes the title; a purge
   committed between the two left the title row's foreign key to fail inside the write (a 500).
   The write itself now finds the session gone: SessionNotFound, a 404.
@@ -38,6 +41,35 @@ async def test_a_title_for_a_session_purged_meanwhile_is_not_found(
     with pytest.raises(SessionNotFound):
         await daemon.core.sessions.set_title(session["id"], "too late")
     await daemon.core.sessions.set_title(session["id"], None)  # clearing: nothing to clear
+
+
+async def test_a_title_with_a_line_break_or_control_character_is_refused(
+    http: aiohttp.ClientSession, workspace: Path
+) -> None:
+    api = Api(http)
+    session = await api.create_session(workspace)
+    for title in ("two\nlines", "tab\there", "bell\x07", "del\x7f"):
+        status, body = await api.call("PATCH", f"/sessions/{session['id']}", {"title": title})
+        assert status == 400, (title, body)
+        assert "one line" in json.dumps(body)
+    status, body = await api.call("PATCH", f"/sessions/{session['id']}", {"title": "Fine — ✓"})
+    assert (status, body["title"]) == (200, "Fine — ✓")
+
+
+async def test_a_refused_patch_leaves_the_title_as_it_was(
+    http: aiohttp.ClientSession, workspace: Path
+) -> None:
+    api = Api(http)
+    session = await api.create_session(workspace)
+    path = f"/sessions/{session['id']}"
+    status, body = await api.call("PATCH", path, {"title": "kept", "active_model": "nope:none"})
+    assert status == 400 and body["error"]["code"] == "model_not_configured"
+    status, _ = await api.call("DELETE", path)
+    assert status == 200
+    status, body = await api.call("PATCH", path, {"title": "late", "active_model": None})
+    assert status == 409 and body["error"]["code"] == "session_already_ended"
+    status, listed = await api.call("GET", "/sessions", params={"status": "all"})
+    assert [s["title"] for s in listed["sessions"] if s["id"] == session["id"]] == [None]
 
 
 def _old_layout_database(path: Path, workspace: Path) -> tuple[str, str]:

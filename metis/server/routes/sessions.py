@@ -4,7 +4,7 @@ import base64
 from typing import Any, Literal
 
 from aiohttp import web
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator
 from pydantic.config import JsonDict
 
 from metis.core.application import TITLE_CHARS, Application, SessionView
@@ -57,6 +57,14 @@ class PatchSessionRequest(DataModel):
 
     active_model: str | None = Field(default=None, strict=True)
     title: str | None = Field(default=None, strict=True, min_length=1, max_length=TITLE_CHARS)
+
+    @field_validator("title")
+    @classmethod
+    def _one_line(cls, title: str | None) -> str | None:
+        # a title is shown on one line (lists, the terminal's session picker, `metis sessions`)
+        if title is not None and any(ch < " " or ch == "\x7f" for ch in title):
+            raise ValueError("a title is one line of text: no line breaks or control characters")
+        return title
 
 
 class PendingSwap(DataModel):
@@ -336,9 +344,8 @@ async def patch_session(request: web.Request) -> web.Response:
         raise validation_error(
             [{"loc": ["body"], "msg": "set active_model or title", "type": "missing"}]
         )
-    if "title" in body.model_fields_set:
-        view = await app.sessions.get(session_id)  # 404 for an unknown session
-        await app.sessions.set_title(view.id, body.title)
+    # the model change first: it is the part that can be refused (an ended session, a model
+    # not configured), and a refused PATCH changes nothing
     if "active_model" in body.model_fields_set:
         change = await app.sessions.set_active_model(session_id, body.active_model)
         answer = {
@@ -356,6 +363,7 @@ async def patch_session(request: web.Request) -> web.Response:
             "swap_queued_until_turn": None,
         }
     if "title" in body.model_fields_set:
+        await app.sessions.set_title(session_id, body.title)
         answer["title"] = (await app.sessions.titles([session_id])).get(session_id)
     return json_response(answer)
 
