@@ -7,6 +7,7 @@ import asyncio
 import gc
 import importlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -202,7 +203,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser(command).parse_args(words)
         if command != "serve":
             gc.enable()
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # a closed pipe fails here, not in the interpreter's exit
+        return code
+    except BrokenPipeError:
+        # the reader of stdout left (`metis sessions list | head -1`): the usual quiet exit of a
+        # filter, with stdout pointed away so the interpreter's own final flush cannot fail too
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a filter its pipe ended
     finally:
         gc.enable()  # also after --help or a usage error
 

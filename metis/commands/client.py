@@ -29,6 +29,15 @@ class ApiFailure(Exception):
         super().__init__(f"{self.code}: {error.get('message', body)}")
 
 
+class NotADaemon(Exception):
+    """An answer that is not JSON: something else listens at the address."""
+
+    def __init__(self, url: str, status: int, content_type: str) -> None:
+        super().__init__(
+            f"{url} does not answer as a metis daemon (HTTP {status}, {content_type or 'no type'})"
+        )
+
+
 class DaemonApi:
     """REST calls over one aiohttp session (use as `async with DaemonApi(url, headers)`)."""
 
@@ -50,7 +59,10 @@ class DaemonApi:
     ) -> Any:
         assert self.http is not None
         async with self.http.request(method, self.url + path, json=body, params=params) as r:
-            data = await r.json(content_type=None)
+            try:
+                data = await r.json(content_type=None)
+            except ValueError:  # JSON or UTF-8 that does not decode
+                raise NotADaemon(self.url, r.status, r.content_type) from None
             if r.status >= 300:
                 raise ApiFailure(r.status, data)
             return data
@@ -99,8 +111,9 @@ async def with_daemon(
     args: argparse.Namespace, action: Callable[[DaemonApi], Awaitable[int]]
 ) -> int:
     """Run `action` against the daemon `args` name (`daemon_client.add_arguments`), so the
-    one-shot commands fail alike: exit 2 for a bad config.yaml, 1 for an unreachable daemon or
-    a refused call, the reason on stderr."""
+    one-shot commands fail alike: exit 2 for a bad config.yaml or daemon URL, 1 for an
+    unreachable daemon, a refused call or a file that cannot be read or written, the reason on
+    stderr."""
     try:
         target = target_from_args(args)
     except ConfigError as exc:
@@ -109,11 +122,23 @@ async def with_daemon(
     try:
         async with DaemonApi(target.url, target.headers()) as api:
             return await action(api)
+    except (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError):
+        print(f"metis: {target.url!r} is not a daemon URL (http://HOST:PORT)", file=sys.stderr)
+        return 2
     except aiohttp.ClientConnectionError:
         print(f"metis: cannot reach the daemon at {target.url}", file=sys.stderr)
         return 1
-    except ApiFailure as exc:
+    except aiohttp.ClientError as exc:
+        print(f"metis: the call to the daemon at {target.url} failed: {exc}", file=sys.stderr)
+        return 1
+    except (ApiFailure, NotADaemon) as exc:
         print(f"metis: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        raise  # stdout's reader left: `metis.cli.main` ends quietly
+    except OSError as exc:  # a file the command writes (`sessions export --output`)
+        named = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)
+        print(f"metis: {named}", file=sys.stderr)
         return 1
 
 

@@ -1,9 +1,10 @@
 """How a command finds its daemon: the URL to call and the key to send.
 
-The address has the precedence `metis serve` binds with (`metis.config.resolve_address`):
-flag (`--url`, else `--host`/`--port`) > METIS_HOST / METIS_PORT > `METIS_HOME/config.yaml` >
-127.0.0.1:8421; METIS_HOME itself is `--home` > METIS_HOME > ~/.metis. A home configured with
-port 0 (a free port picked at start) is found through the running daemon's `daemon.lock`.
+The address: flag (`--url`, else `--host`/`--port`) > METIS_HOST / METIS_PORT > the daemon
+running on METIS_HOME (its `daemon.lock` names its URL: one started with `--port`, or on port 0,
+is found) > `METIS_HOME/config.yaml` > 127.0.0.1:8421, the precedence `metis serve` binds with
+(`metis.config.resolve_address`) but for the running daemon; METIS_HOME itself is `--home` >
+METIS_HOME > ~/.metis.
 
 The key is the daemon's own: METIS_API_KEY, else `METIS_HOME/api_key` (read, never created),
 sent as `Authorization: Bearer <key>` on every HTTP request and WebSocket upgrade. The key is
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from metis.config import LOOPBACK_HOSTS, default_home, load_file_settings, resolve_address
 from metis.http.apikey import existing_api_key
-from metis.server.lock import LOCK_FILE, read_holder
+from metis.server.lock import LOCK_FILE, running_url
 
 
 @dataclass(frozen=True)
@@ -54,10 +55,11 @@ def resolve_daemon(
         return DaemonTarget(url.rstrip("/"), home_path, key)
     file_settings = load_file_settings(home_path / "config.yaml")
     requested_host, effective_port = resolve_address(file_settings, host=host, port=port)
-    if effective_port == 0:
-        _pid, running_url = read_holder(home_path / LOCK_FILE)
-        if running_url:
-            return DaemonTarget(running_url, home_path, key)
+    named = host or port is not None or os.environ.get("METIS_HOST") or os.environ.get("METIS_PORT")
+    if not named or effective_port == 0:
+        running = running_url(home_path / LOCK_FILE)
+        if running:
+            return DaemonTarget(running, home_path, key)
     return DaemonTarget(f"http://{_url_host(requested_host)}:{effective_port}", home_path, key)
 
 
@@ -65,8 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`--url`, `--host`, `--port`, `--home` for a command that talks to the daemon."""
     group = parser.add_argument_group(
         "daemon",
-        "which daemon to talk to: flag > METIS_HOST/METIS_PORT > METIS_HOME/config.yaml > "
-        "http://127.0.0.1:8421; the key is METIS_API_KEY, else METIS_HOME/api_key",
+        "which daemon to talk to: flag > METIS_HOST/METIS_PORT > the daemon running on "
+        "METIS_HOME > METIS_HOME/config.yaml > http://127.0.0.1:8421; the key is "
+        "METIS_API_KEY, else METIS_HOME/api_key",
     )
     group.add_argument("--url", help="daemon URL (overrides --host/--port)")
     group.add_argument("--host", help="daemon host (overrides METIS_HOST)")

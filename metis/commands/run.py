@@ -39,6 +39,7 @@ async def run_turn(api: DaemonApi, args: argparse.Namespace) -> int:
     got = await api.call("GET", f"/sessions/{session_id}")
     ws = await api.ws_connect(got["ws_url"])
     text_parts: list[str] = []
+    new_message = False  # a later assistant message began: its text is set apart
     tools: list[dict[str, Any]] = []
     outcome: dict[str, Any] = {}
     try:
@@ -68,10 +69,16 @@ async def run_turn(api: DaemonApi, args: argparse.Namespace) -> int:
             kind, p = event["type"], event.get("payload") or {}
             if event.get("turn_id") not in (None, turn_id):
                 continue
-            if kind == "text.delta":
-                text_parts.append(p.get("text", ""))
+            if kind == "message.start":
+                new_message = bool(text_parts)
+            elif kind == "text.delta":
+                text = p.get("text", "")
+                if new_message and text:  # the turn's next reply starts a paragraph of its own
+                    text = ("\n" if text_parts[-1].endswith("\n") else "\n\n") + text
+                    new_message = False
+                text_parts.append(text)
                 if not args.json:
-                    sys.stdout.write(p.get("text", ""))
+                    sys.stdout.write(text)
                     sys.stdout.flush()
             elif kind == "tool.use_start":
                 tools.append({"id": p["tool_use_id"], "name": p.get("tool_name")})
@@ -173,7 +180,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "run",
         help="run one turn non-interactively and print the reply",
         description="Send PROMPT as one turn in a new session, stream the reply's text to "
-        "stdout, and exit 0 if the turn completed (1 if it failed or was cancelled).",
+        "stdout, and exit 0 if the turn completed; 1 if it failed or was cancelled or the daemon "
+        "cannot be reached; 2 if the daemon refused the request (say, an unknown --model or a "
+        "refused workspace) or for a usage or configuration error.",
     )
     parser.add_argument("prompt", help="the message to send")
     parser.add_argument("--workspace", metavar="DIR", help="workspace directory (default: .)")

@@ -65,6 +65,21 @@ def read_holder(path: Path) -> tuple[int | None, str | None]:
     return (pid if isinstance(pid, int) else None, url if isinstance(url, str) else None)
 
 
+def running_url(path: Path) -> str | None:
+    """The URL of the daemon holding this lock file, if its process is alive; None when the file
+    says no URL or its process is gone (a daemon killed with -9 leaves its file as it was)."""
+    pid, url = read_holder(path)
+    if pid is None or url is None:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:  # alive, under another user
+        pass
+    return url
+
+
 def acquire(home: Path) -> DaemonLock:
     """Take the home's lock or raise DaemonAlreadyRunning naming its holder."""
     path = home / LOCK_FILE

@@ -11,25 +11,27 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from aiohttp import web
+
 from metis.server.runner import Daemon
 from tests.api import Api
 from tests.helpers import HOLD
 
 
-async def metis(*args: str, timeout: float = 60) -> tuple[int, str, str]:
+async def metis(*args: str, timeout: float = 60, stdout: int | None = None) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "metis.cli",
         *args,
         stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE if stdout is None else stdout,
         stderr=asyncio.subprocess.PIPE,
         env=dict(os.environ),
     )
     out, err = await asyncio.wait_for(proc.communicate(), timeout)
     assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return proc.returncode, (out or b"").decode(), err.decode()
 
 
 async def test_run_streams_the_reply_and_ends_its_session(
@@ -123,3 +125,49 @@ async def test_sessions_list_show_export_and_end(
     assert [s["id"] for s in json.loads(out)["sessions"]] == [sid]
     code, _, err = await metis("sessions", "show", "sess_01M7YA76RDGJRJS6TX6XK99B3P", *url)
     assert code == 1 and "session_not_found" in err
+
+
+async def test_run_sets_each_reply_of_a_turn_apart(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    d = await start_daemon(config=HOLD)
+    run = ("run", "please use server tool", "--workspace", str(workspace), "--url", d.base_url)
+    code, out, err = await metis(*run, "--yes")
+    assert code == 0, err
+    code, as_json, err = await metis(*run, "--yes", "--json")
+    assert code == 0, err
+    for text in (out.rstrip("\n"), json.loads(as_json)["text"]):
+        first, _, second = text.partition("\n\n")
+        assert first and second, text  # two replies (before and after the tool), apart
+
+
+async def test_client_commands_fail_with_a_message_not_a_traceback(
+    daemon: Daemon, workspace: Path, api_of: Callable[[Daemon], Api], tmp_path: Path
+) -> None:
+    session = await api_of(daemon).create_session(workspace)
+    url = ("--url", daemon.base_url)
+    code, _, err = await metis("sessions", "list", "--url", daemon.base_url.split("//")[1])
+    assert code == 2 and "is not a daemon URL" in err and "Traceback" not in err
+    target = tmp_path / "absent" / "x.md"
+    code, _, err = await metis("sessions", "export", session["id"], "--output", str(target), *url)
+    assert code == 1 and f"{target}: No such file or directory" in err, err
+    assert "Traceback" not in err
+    other = web.Application()  # something else listening where a daemon was expected
+    runner = web.AppRunner(other)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = runner.addresses[0][1]
+        code, _, err = await metis("sessions", "list", "--url", f"http://127.0.0.1:{port}")
+    finally:
+        await runner.cleanup()
+    assert code == 1 and "does not answer as a metis daemon (HTTP 404" in err, err
+    assert "Traceback" not in err
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader of stdout is gone before the command writes
+    try:
+        code, _, err = await metis("sessions", "list", *url, stdout=write_end)
+    finally:
+        os.close(write_end)
+    assert code == 141 and err == "", err

@@ -131,6 +131,28 @@ async def test_the_lock_of_a_daemon_killed_with_sigkill_does_not_block_a_start(
     assert read_holder(metis_home / LOCK_FILE)[0] == again.proc.pid
 
 
+async def test_clients_find_the_daemon_of_their_home_on_the_port_it_was_started_with(
+    serve: Spawn, metis_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("METIS_PORT", raising=False)
+    monkeypatch.delenv("METIS_HOST", raising=False)
+    port = free_port()
+    running = await serve("--port", str(port))
+    await running.banner()
+    assert resolve_daemon().url == f"http://127.0.0.1:{port}"
+    listed = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "metis.cli", "sessions", "list",
+        env={**os.environ, "METIS_HOME": str(metis_home)},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(listed.communicate(), 60)
+    assert listed.returncode == 0 and "no active sessions" in err.decode(), err.decode()
+    assert resolve_daemon(port=8421).url == "http://127.0.0.1:8421"  # a named port is kept
+    running.proc.send_signal(signal.SIGKILL)
+    await running.finish()
+    assert resolve_daemon().url == "http://127.0.0.1:8421"  # not the dead daemon's address
+
+
 async def test_the_store_and_its_wal_and_shm_are_created_owner_only(
     serve: Spawn, metis_home: Path, workspace: Path
 ) -> None:
