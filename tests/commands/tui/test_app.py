@@ -386,7 +386,9 @@ async def test_prompt_history_survives_a_restart(
         assert again.prompt.text == "first prompt"
         await pilot.press("down", "down")
         assert again.prompt.text == "draft"
-    elsewhere = make_app(d, workspace.parent)  # another workspace: another history
+    other = workspace.with_name("other-workspace")
+    other.mkdir()
+    elsewhere = make_app(d, other)  # another workspace: another history
     async with attached(elsewhere) as pilot:
         elsewhere.prompt.focus()
         await pilot.press("up")

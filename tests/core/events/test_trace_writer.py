@@ -24,10 +24,10 @@ async def _types(core: Core, session_id: str) -> list[str]:
 
 
 async def test_a_new_session_row_and_its_first_event_take_one_transaction(
-    core: Core, tmp_path: Path
+    core: Core, workspace: Path
 ) -> None:
     before = core.writer.transactions
-    view = await core.sessions.create(str(tmp_path))
+    view = await core.sessions.create(str(workspace))
     assert core.writer.transactions - before == 1
     assert await _types(core, view.id) == ["session.created"]
     row = await core.db.fetchone("SELECT status FROM sessions WHERE id=?", (view.id,))
@@ -58,7 +58,7 @@ async def test_rows_that_fail_store_nothing_of_theirs_and_keep_everyone_elses_ev
 
 
 async def test_a_session_whose_row_cannot_be_written_is_not_created_and_leaves_no_counter(
-    core: Core, tmp_path: Path
+    core: Core, workspace: Path
 ) -> None:
     """A store that refuses the row (here: the table made read-only by a trigger) answers an
     error; the session does not exist, and no seq counter of it is left behind."""
@@ -74,7 +74,7 @@ async def test_a_session_whose_row_cannot_be_written_is_not_created_and_leaves_n
         lambda e: announced.append(e.session_id) if e.type == "session.created" else None,
     )
     with pytest.raises(sqlite3.IntegrityError, match="read-only"):
-        await core.sessions.create(str(tmp_path))
+        await core.sessions.create(str(workspace))
     (session_id,) = announced
     assert core.bus.last_seq(session_id) == 0  # its seq was taken back: the counter is gone
     assert await core.db.fetchall("SELECT id FROM sessions") == []
@@ -111,12 +111,12 @@ async def test_a_dropped_event_that_another_followed_keeps_its_seq_as_a_reported
 
 
 async def test_a_cancelled_caller_does_not_undo_a_commit_on_its_way(
-    core: Core, tmp_path: Path
+    core: Core, workspace: Path
 ) -> None:
     """The transaction and its bookkeeping run to their end in a shielded task: the session the
     cancelled request asked for exists, with its event, and its seq counter is kept."""
     async with core.db.write_lock:  # another write holds the writer: the commit waits for it
-        task = asyncio.create_task(core.sessions.create(str(tmp_path)))
+        task = asyncio.create_task(core.sessions.create(str(workspace)))
         await asyncio.sleep(0)  # the commit is on its way
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
