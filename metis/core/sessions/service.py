@@ -163,24 +163,23 @@ SYSTEM_DIRECTORIES = (
 PSEUDO_FILESYSTEMS = ("/dev", "/proc", "/sys")
 
 
-def protected_workspaces(metis_home: Path | None = None) -> frozenset[str]:
-    """The system directories, the user's home and METIS_HOME (it holds the API key), each
-    as written and symlink-resolved (`/bin` may be `/usr/bin`, `/etc` may be `/private/etc`)."""
+def protected_workspaces() -> frozenset[str]:
+    """The system directories and the user's home, each as written and symlink-resolved
+    (`/bin` may be `/usr/bin`, `/etc` may be `/private/etc`). METIS_HOME has its own, stricter
+    rule (`MetisHome`)."""
     home: Path | None = None
     with contextlib.suppress(RuntimeError):  # no home directory can be determined
         home = Path.home()
-    return _protected_paths(home, None if metis_home is None else metis_home.expanduser())
+    return _protected_paths(home)
 
 
 @functools.lru_cache(maxsize=16)
-def _protected_paths(home: Path | None, metis_home: Path | None) -> frozenset[str]:
-    """Resolving ~30 paths is a syscall per path component: done once per home and
-    METIS_HOME, not per request. System directories do not move."""
+def _protected_paths(home: Path | None) -> frozenset[str]:
+    """Resolving ~30 paths is a syscall per path component: done once per home, not per
+    request. System directories do not move."""
     paths = [Path(p) for p in SYSTEM_DIRECTORIES]
     if home is not None:
         paths.append(home)
-    if metis_home is not None:
-        paths.append(metis_home)
     out: set[str] = set()
     for path in paths:
         out.add(str(path))
@@ -318,7 +317,7 @@ class SessionService:
         self._policy = policy
         self._engine = engine
         self._forget_when_over = tuple(forget_when_over)
-        self._protected = protected_workspaces(settings.home)
+        self._protected = protected_workspaces()
         self._metis_home = MetisHome.at(settings.home, settings.scratch_workspaces_path)
         # Sessions whose end (or purge) began in this process. An id stays once the end is
         # committed, so the synchronous steps that claim a turn slot or queue a PATCH refuse a
