@@ -76,14 +76,22 @@ def security_headers(state: ServerState) -> dict[str, str]:
     }
 
 
-def _file_response(state: ServerState, name: str) -> web.Response:
+def _file_response(
+    state: ServerState, name: str, *, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
     body, content_type = _static_files()[name]
     return web.Response(
+        status=status,
         body=body,
         content_type=content_type,
         charset="utf-8",
-        headers=security_headers(state),
+        headers={**security_headers(state), **(headers or {})},
     )
+
+
+def login_link_page(state: ServerState, headers: dict[str, str]) -> web.Response:
+    """The 401 a browser gets for a used, expired or unknown login link: how to get a new one."""
+    return _file_response(state, "login-link.html", status=401, headers=headers)
 
 
 def logged_in(request: web.Request) -> bool:

@@ -59,9 +59,32 @@ def test_login_page_without_cookie_then_login_url(browser: Any, served: DaemonTh
     cookies = context.cookies()
     assert [c["httpOnly"] for c in cookies] == [True]
     assert cookies[0]["sameSite"] == "Strict"
-    # the one-time token is spent
+    # the one-time token is spent: opened again in this logged-in browser it leads to the app
     again = context.new_page()
-    assert again.goto(url).status == 401
+    again.goto(url)
+    again.wait_for_selector("#app[data-ready]")
+    assert again.url == served.url + "/"
+    context.close()
+
+
+def test_a_used_or_invalid_login_link_shows_how_to_get_a_new_one(
+    browser: Any, served: DaemonThread, shot: Any
+) -> None:
+    url = served.login_url()
+    first = browser.new_context()
+    first.new_page().goto(url)
+    first.close()
+    context = browser.new_context()
+    pg = context.new_page()
+    for link in (url, served.url + "/login?token=guess", served.url + "/login"):
+        response = pg.goto(link)
+        assert response is not None and response.status == 401, link
+        assert response.headers["content-security-policy"].startswith("default-src 'self'")
+        text = pg.inner_text("#login")
+        assert "already used, it expired" in text and "metis open" in text, link
+        assert "metis serve" in text
+    shot(pg, "login-link-used")
+    assert context.cookies() == []
     context.close()
 
 

@@ -1,6 +1,10 @@
 """`GET /login?token=…`: a browser trades a one-time login token for a session cookie;
 `POST /login/tokens`: a key holder (`metis open`) asks the running daemon for such a URL.
 
+A browser whose link cannot be redeemed gets a page saying how to get a new one (a 401 with
+the same challenge as the API's error), or, when it already holds a valid session, the
+dashboard itself.
+
 The token comes from a login URL the daemon mints (`Daemon.login_url()`, printed by
 `metis serve`, or `POST /login/tokens`); it is not the key. See metis/server/auth.py.
 """
@@ -11,6 +15,7 @@ from aiohttp import web
 
 from metis.core.canonical.times import format_us
 from metis.core.datamodel import DataModel
+from metis.dashboard.routes import login_link_page
 from metis.server.auth import CHALLENGE, LOGIN_PATH
 from metis.server.errors import ApiError
 from metis.server.http import RouteTable, json_response, parse_query
@@ -38,6 +43,14 @@ async def login(request: web.Request) -> web.Response:
     auth = state.auth
     token = parse_query(request, LoginQuery).token
     if auth is None or not token or not auth.login_tokens.redeem(token):
+        if auth is not None and auth.credential(request, state.port) == "cookie":
+            # a link opened again (history, a second click) in a browser already logged in
+            return web.Response(
+                status=303, headers={"Location": "/", "Referrer-Policy": "no-referrer"}
+            )
+        if _wants_html(request):
+            # a person following a link: a page saying what to do, not the API's JSON error
+            return login_link_page(state, dict(CHALLENGE))
         raise ApiError(
             "unauthorized",
             "the login token is missing, unknown, already used or expired; "
@@ -54,6 +67,11 @@ async def login(request: web.Request) -> web.Response:
         samesite="Strict",
     )
     return response
+
+
+def _wants_html(request: web.Request) -> bool:
+    """Whether the client asked for a page (browsers navigating send `Accept: text/html,…`)."""
+    return "text/html" in request.headers.get("Accept", "")
 
 
 class LoginUrl(DataModel):
