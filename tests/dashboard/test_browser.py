@@ -378,3 +378,29 @@ def test_narrow_and_dark(browser: Any, served: DaemonThread, workspace: Path) ->
     ARTIFACTS.mkdir(exist_ok=True)
     pg.screenshot(path=str(ARTIFACTS / "session-narrow-dark.png"))
     context.close()
+
+
+def test_trace_lists_events_in_time_order_and_counts_all_llm_calls(
+    page: Any, served: DaemonThread, workspace: Path
+) -> None:
+    session_id = open_session(page, workspace)
+    send(page, "hello")
+    wait_idle(page)
+    status, _ = rest(served, "PATCH", f"/sessions/{session_id}", {"active_model": "local:scripted"})
+    assert status == 200
+    page.wait_for_selector("#model-note:text-is('pinned')")
+    send(page, "again")
+    wait_idle(page)
+    llm = events_of(served, session_id, "llm.call_completed,llm.call_failed")
+    page.click("#trace-link")
+    page.wait_for_selector("#trace .turn")
+    order = page.eval_on_selector_all(
+        "#trace > *",
+        "els => els.map(e => e.classList.contains('turn') ? 'turn' : e.dataset.type)",
+    )
+    changed = order.index("session.model_changed")
+    assert order[:changed].count("turn") == 1 and order[changed:].count("turn") == 1, order
+    summary = page.inner_text("#trace-summary")
+    assert f"{len(llm)} LLM calls" in summary
+    page.select_option("#trace-filter", "tool")
+    assert page.inner_text("#trace-summary") == summary

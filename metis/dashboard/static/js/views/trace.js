@@ -17,11 +17,12 @@ export function traceView(root, sessionId) {
   const tree = h("div", { id: "trace", class: "trace" });
   const json = h("pre", { id: "event-json", class: "json", tabindex: "0", "aria-label": "Selected event" }, "Select an event to see its JSON.");
   const summary = h("p", { class: "muted", id: "trace-summary" });
+  const error = h("p", { class: "error", id: "trace-error", role: "alert" });
   root.append(h("section", { class: "view" },
     h("div", { class: "view-head" },
       h("div", {}, h("a", { href: `#/s/${sessionId}`, class: "small" }, "← Session"), h("h1", {}, "Trace"), h("p", { class: "muted small mono" }, sessionId)),
       h("div", { class: "filters" }, h("label", { for: "trace-filter" }, "Show"), filter)),
-    summary,
+    summary, error,
     h("div", { class: "trace-layout" }, h("div", {}, tree, more), h("aside", { class: "event-panel" }, h("h2", { class: "small" }, "Event"), json))));
 
   filter.addEventListener("change", () => { kind = filter.value; draw(); });
@@ -57,20 +58,30 @@ export function traceView(root, sessionId) {
   function draw() {
     clear(tree);
     const prefix = KINDS[kind];
+    // in time order: a turn takes the place of its first event, an event outside turns its own
     const turns = new Map();
-    const loose = [];
+    const order = [];
+    let llm = 0, tools = 0; // of the whole session, whatever the filter shows
     for (const ev of events) {
-      if (ev.turn_id) {
-        if (!turns.has(ev.turn_id)) turns.set(ev.turn_id, []);
+      if (ev.type === "llm.call_completed" || ev.type === "llm.call_failed") llm += 1;
+      if (ev.type === "tool.completed" || ev.type === "tool.failed") tools += 1;
+      if (!ev.turn_id) {
+        order.push(ev);
+      } else if (turns.has(ev.turn_id)) {
         turns.get(ev.turn_id).push(ev);
-      } else loose.push(ev);
-    }
-    let llm = 0, tools = 0;
-    for (const ev of loose) {
-      if (!prefix || ev.type.startsWith(prefix)) tree.append(eventRow(ev, ev.type, fmtTime(ev.timestamp), "loose"));
+      } else {
+        turns.set(ev.turn_id, [ev]);
+        order.push(ev.turn_id);
+      }
     }
     let n = 0;
-    for (const [turnId, evs] of turns) {
+    for (const item of order) {
+      if (typeof item !== "string") {
+        if (!prefix || item.type.startsWith(prefix)) tree.append(eventRow(item, item.type, fmtTime(item.timestamp), "loose"));
+        continue;
+      }
+      const turnId = item;
+      const evs = turns.get(turnId);
       n += 1;
       const t0 = Date.parse(evs[0].timestamp);
       const end = evs.find((e) => e.type.startsWith("turn.") && e.type !== "turn.started");
@@ -89,7 +100,6 @@ export function traceView(root, sessionId) {
         } else if (ev.type === "llm.call_started") {
           llmOpen.set(`${p.request_id}:${p.attempt}`, ev);
         } else if (ev.type === "llm.call_completed" || ev.type === "llm.call_failed") {
-          llm += 1;
           models.add(p.model);
           const st = llmOpen.get(`${p.request_id}:${p.attempt}`);
           const began = st ? Date.parse(st.timestamp) : at - p.latency_ms;
@@ -99,7 +109,6 @@ export function traceView(root, sessionId) {
         } else if (ev.type === "tool.called") {
           toolOpen.set(p.tool_use_id, ev);
         } else if (ev.type === "tool.completed" || ev.type === "tool.failed") {
-          tools += 1;
           const st = toolOpen.get(p.tool_use_id);
           const name = p.tool_name || st?.payload.tool_name || "tool";
           const began = st ? Date.parse(st.timestamp) : at - p.duration_ms;
@@ -127,7 +136,16 @@ export function traceView(root, sessionId) {
   async function load() {
     const params = new URLSearchParams({ limit: String(PAGE) });
     if (cursor) params.set("cursor", cursor);
-    const page = await api("GET", `/sessions/${sessionId}/events?${params}`);
+    error.textContent = "";
+    let page;
+    try {
+      page = await api("GET", `/sessions/${sessionId}/events?${params}`);
+    } catch (err) {
+      error.textContent = err.code === "session_not_found"
+        ? `Session not found: no session ${sessionId} here (never created, or purged).`
+        : `The events could not be read (${err.code}: ${err.message}).`;
+      return;
+    }
     events.push(...page.events);
     cursor = page.next_cursor;
     more.hidden = !cursor;
