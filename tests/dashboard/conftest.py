@@ -12,6 +12,7 @@ import shutil
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -155,10 +156,10 @@ def browser(browser_path: str) -> Iterator[Any]:
             b.close()
 
 
-@pytest.fixture
-def page(browser: Any, served: DaemonThread) -> Iterator[Any]:
-    """A logged-in page at the dashboard (1280×800); console errors fail the test."""
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
+@contextmanager
+def logged_in_page(browser: Any, served: DaemonThread, width: int, height: int) -> Iterator[Any]:
+    """A logged-in page at the dashboard; console errors fail the test."""
+    context = browser.new_context(viewport={"width": width, "height": height})
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -182,6 +183,20 @@ def page(browser: Any, served: DaemonThread) -> Iterator[Any]:
     finally:
         context.close()
     assert not errors, errors
+
+
+@pytest.fixture
+def page(browser: Any, served: DaemonThread) -> Iterator[Any]:
+    """A logged-in page at the dashboard on a desktop screen (1280×800)."""
+    with logged_in_page(browser, served, 1280, 800) as pg:
+        yield pg
+
+
+@pytest.fixture
+def phone(browser: Any, served: DaemonThread) -> Iterator[Any]:
+    """A logged-in page at the dashboard on a phone-sized screen (400×800)."""
+    with logged_in_page(browser, served, 400, 800) as pg:
+        yield pg
 
 
 @pytest.fixture

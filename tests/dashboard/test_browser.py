@@ -380,6 +380,32 @@ def test_narrow_and_dark(browser: Any, served: DaemonThread, workspace: Path) ->
     context.close()
 
 
+def test_long_words_wrap_inside_the_bubbles_on_a_phone(
+    phone: Any, served: DaemonThread, workspace: Path, shot: Any
+) -> None:
+    open_session(phone, workspace)
+    send(phone, "see https://example.org/" + "a" * 100 + "\n\n```\n" + "b = 1; " * 20 + "\n```")
+    wait_idle(phone)
+    phone.wait_for_selector(".msg.assistant .md")
+    code = ".msg.user .md pre"
+    assert phone.eval_on_selector(code, "p => p.scrollWidth > p.clientWidth")  # scrolls, unwrapped
+    box = phone.evaluate(
+        """() => {
+          const t = document.getElementById('transcript').getBoundingClientRect();
+          return [...document.querySelectorAll('.msg')].map((m) => {
+            const r = m.getBoundingClientRect();
+            return [r.left - t.left, t.right - r.right];
+          });
+        }"""
+    )
+    assert len(box) == 2 and all(left >= 0 and right >= 0 for left, right in box), box
+    assert phone.evaluate("document.documentElement.scrollWidth") <= 400
+    assert phone.evaluate(
+        "(t => t.scrollWidth <= t.clientWidth)(document.getElementById('transcript'))"
+    )
+    shot(phone, "phone-long-words")
+
+
 def test_trace_lists_events_in_time_order_and_counts_all_llm_calls(
     page: Any, served: DaemonThread, workspace: Path
 ) -> None:
