@@ -380,6 +380,82 @@ def test_narrow_and_dark(browser: Any, served: DaemonThread, workspace: Path) ->
     context.close()
 
 
+def test_cancel_withdraws_the_open_confirmation_cards(
+    page: Any, served: DaemonThread, workspace: Path, shot: Any
+) -> None:
+    session_id = open_session(page, workspace)
+    send(page, "use all tools")
+    page.locator(".confirm-card", has_text="write_file").wait_for()
+    page.click("#cancel")
+    page.wait_for_selector("#turn-state:text-is('cancelled')")
+    # the daemon withdraws the request without a tool.confirmation_resolved event
+    assert events_of(served, session_id, "tool.confirmation_resolved") == []
+    card = page.locator(".confirm-card", has_text="write_file")
+    assert "d-withdrawn" in (card.get_attribute("class") or "")
+    assert "Withdrawn — the turn ended" in card.inner_text()
+    assert card.locator("button").count() == 0
+    shot(page, "confirmation-withdrawn")
+
+
+# The browser's WebSocket with every tool.confirmation_resolved frame dropped on arrival.
+DROP_RESOLUTIONS = """
+window.WebSocket = class extends WebSocket {
+  set onmessage(handler) {
+    super.onmessage = (e) => {
+      const frame = JSON.parse(e.data);
+      if (frame.event?.type !== "tool.confirmation_resolved") handler(e);
+    };
+  }
+};
+"""
+
+
+def test_answering_a_request_settled_elsewhere_shows_how_it_was_settled(
+    page: Any, served: DaemonThread, workspace: Path
+) -> None:
+    # the page misses the answer's event (as while its socket is away): its card stays open
+    page.add_init_script(DROP_RESOLUTIONS)
+    page.reload()
+    page.wait_for_selector("#app[data-ready]")
+    session_id = open_session(page, workspace)
+    send(page, "use all tools")
+    card = page.locator(".confirm-card", has_text="write_file")
+    card.wait_for()
+    _, s = rest(served, "GET", f"/sessions/{session_id}")
+    [pending] = [c for c in s["pending_confirmations"] if c["tool_name"] == "write_file"]
+    status, _ = rest(
+        served,
+        "POST",
+        f"/sessions/{session_id}/turns/{pending['turn_id']}/confirmations/"
+        f"{pending['confirmation_request_id']}",
+        {"decision": "allow", "scope": "once"},
+    )
+    assert status == 200
+    card.locator("button.deny").click()  # the daemon answers 409 confirmation_already_resolved
+    page.wait_for_selector(".confirm-card.resolved.d-allow:has-text('write_file')")
+    assert card.locator(".outcome").inner_text() == "Allowed"
+    assert card.locator("button").count() == 0
+
+
+def test_a_model_pinned_during_a_turn_applies_after_it(
+    page: Any, served: DaemonThread, workspace: Path, shot: Any
+) -> None:
+    session_id = open_session(page, workspace)
+    send(page, LONG)
+    page.wait_for_selector(".msg.assistant.streaming .stream-text")
+    page.select_option("#model-select", "local:scripted")
+    page.wait_for_selector("#model-note:text-is('applies after this turn')")
+    page.wait_for_timeout(1000)  # the session.model_changed event re-reads the session
+    assert page.input_value("#model-select") == "local:scripted"
+    assert page.inner_text("#model-note") == "applies after this turn"
+    shot(page, "model-queued")
+    wait_idle(page)
+    page.wait_for_selector("#model-note:text-is('pinned')", timeout=6000)
+    assert page.input_value("#model-select") == "local:scripted"
+    _, s = rest(served, "GET", f"/sessions/{session_id}")
+    assert s["sticky_model"] == "local:scripted" and s["pending_swap"] is None
+
+
 def test_long_words_wrap_inside_the_bubbles_on_a_phone(
     phone: Any, served: DaemonThread, workspace: Path, shot: Any
 ) -> None:
@@ -404,6 +480,91 @@ def test_long_words_wrap_inside_the_bubbles_on_a_phone(
         "(t => t.scrollWidth <= t.clientWidth)(document.getElementById('transcript'))"
     )
     shot(phone, "phone-long-words")
+
+
+AT_BOTTOM = "() => scrollY + innerHeight >= document.documentElement.scrollHeight - 2"
+
+
+def test_a_phone_opens_a_session_at_its_newest_message_and_follows_the_stream(
+    phone: Any, served: DaemonThread, workspace: Path, shot: Any
+) -> None:
+    session_id = open_session(phone, workspace)
+    send(phone, "- item\n" * 30)
+    wait_idle(phone)
+    phone.goto("about:blank")
+    phone.goto(f"{served.url}/#/s/{session_id}")
+    phone.wait_for_selector("[data-conn=live]")
+    phone.wait_for_selector(".msg.assistant .md")
+    assert phone.evaluate("document.documentElement.scrollHeight") > 2 * 800
+    phone.wait_for_function(AT_BOTTOM, timeout=5000)
+    shot(phone, "phone-session-opened")
+    send(phone, LONG)
+    phone.wait_for_function(
+        "n => { const e = document.querySelector('.msg.assistant.streaming .stream-text');"
+        " return e && e.innerText.length > n; }",
+        arg=80,
+    )
+    phone.wait_for_function(
+        f"() => document.querySelector('.msg.assistant.streaming') && ({AT_BOTTOM})()",
+        timeout=5000,
+    )
+    wait_idle(phone)
+    phone.wait_for_function(AT_BOTTOM, timeout=5000)
+
+
+NEVER = "sess_01M7YA76RDGJRJS6TX6XK99B3P"  # well-formed, never created
+
+
+def test_unknown_and_purged_sessions_say_so_without_a_composer(
+    page: Any, served: DaemonThread, workspace: Path, shot: Any
+) -> None:
+    page.goto(f"{served.url}/#/s/{NEVER}")
+    page.wait_for_selector("h1:text-is('Session not found')")
+    assert page.locator("form.composer").is_hidden()
+    assert page.locator("#transcript").is_hidden() and page.locator("#model-select").is_hidden()
+    shot(page, "session-not-found")
+    page.goto(f"{served.url}/#/s/{NEVER}/trace")
+    page.wait_for_selector("#trace-error:has-text('Session not found')")
+    page.goto(f"{served.url}/#/")
+    session_id = open_session(page, workspace)
+    status, _ = rest(served, "DELETE", f"/sessions/{session_id}?purge=true")
+    assert status == 200
+    page.wait_for_selector(".conn-state:text-is('purged')")
+    assert page.locator("form.composer").is_hidden()
+    assert page.is_disabled("#model-select")
+
+
+def test_the_model_selector_reverts_on_error_and_is_disabled_once_ended(
+    page: Any, served: DaemonThread, workspace: Path
+) -> None:
+    session_id = open_session(page, workspace)
+    page.wait_for_selector("#model-select option[value='local:scripted']", state="attached")
+    served.stop()
+    page.wait_for_selector("#conn:text-is('daemon not reachable')")
+    page.select_option("#model-select", "local:scripted")
+    page.wait_for_selector("#toast:has-text('network_error')")
+    page.wait_for_function("document.getElementById('model-select').value === ''")
+    assert page.inner_text("#model-note") == "routing decides"
+    served.start()
+    page.wait_for_selector("[data-conn=live]", timeout=30_000)
+    page.wait_for_selector("#conn:empty", state="attached")
+    status, _ = rest(served, "DELETE", f"/sessions/{session_id}")
+    assert status == 200
+    page.wait_for_selector("#model-select:disabled")
+    assert page.locator("form.composer").is_hidden()
+
+
+def test_an_ended_session_whose_transcript_cannot_be_read_says_so(
+    page: Any, served: DaemonThread, workspace: Path
+) -> None:
+    status, created = rest(served, "POST", "/sessions", {"workspace_path": str(workspace)})
+    assert status == 201
+    sid = created["id"]
+    assert rest(served, "DELETE", f"/sessions/{sid}")[0] == 200
+    page.route(re.compile(r"/messages\?"), lambda route: route.abort())
+    page.goto(f"{served.url}/#/s/{sid}")
+    page.wait_for_selector("#toast:has-text('the transcript could not be read')")
+    assert page.inner_text(".conn-state") == "ended"  # and no unhandled rejection (fixture)
 
 
 def test_trace_lists_events_in_time_order_and_counts_all_llm_calls(

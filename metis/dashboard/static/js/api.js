@@ -1,4 +1,6 @@
 // REST calls with the browser session cookie (same origin; the browser adds Origin to writes).
+// Every call also tells the header whether the daemon answers (`#conn`): the sessions list
+// polls and the session view re-attaches, so the indicator follows the daemon on its own.
 
 export class ApiError extends Error {
   constructor(status, code, message, details) {
@@ -19,8 +21,10 @@ export async function api(method, path, body) {
   try {
     response = await fetch(path, init);
   } catch (err) {
+    reachable(false);
     throw new ApiError(0, "network_error", "the daemon is not reachable", {});
   }
+  reachable(true);
   const text = await response.text();
   let data = null;
   try {
@@ -36,6 +40,11 @@ export async function api(method, path, body) {
     throw new ApiError(response.status, e.code || "http_error", e.message || response.statusText, e.details);
   }
   return data;
+}
+
+function reachable(yes) {
+  const conn = document.getElementById("conn");
+  if (conn) conn.textContent = yes ? "" : "daemon not reachable";
 }
 
 const renderCache = new Map();

@@ -42,7 +42,9 @@ export class SessionStream {
     try {
       session = await api("GET", `/sessions/${this.sessionId}`);
     } catch (err) {
-      if (err.code === "session_not_found") return this.handlers.onGone?.("purged");
+      // unknown here: never created, or purged before this view opened (a purge while
+      // following ends the socket with `session_purged` instead)
+      if (err.code === "session_not_found") return this.handlers.onGone?.("not found");
       return this.later();
     }
     if (!session.ws_url) {

@@ -1,9 +1,14 @@
 // A pending tool.confirmation_requested: what the tool wants, Allow once / Allow for this
-// session / Deny (with a reason). An answer given elsewhere (another client, AAP) updates it.
+// session / Deny (with a reason). An answer given elsewhere (another client, AAP) updates it;
+// so does the end of its turn: the daemon then withdraws the request without a
+// tool.confirmation_resolved event, and an answer to it would only get a 409.
 
 import { api } from "../api.js";
 import { h, clear } from "../dom.js";
 import { diffView } from "./toolcard.js";
+
+// How long a settled card stays before it leaves the confirmation area.
+const SETTLED_MS = 4000;
 
 export function confirmationCard(sessionId, turnId, p, toolInput) {
   const reason = h("input", { type: "text", class: "reason", placeholder: "reason (optional)", "aria-label": `Reason to deny ${p.tool_name}` });
@@ -21,6 +26,24 @@ export function confirmationCard(sessionId, turnId, p, toolInput) {
     h("p", { class: "summary" }, p.input_summary),
     details, buttons, outcome);
 
+  function settle(decision, text) {
+    if (el.classList.contains("resolved")) return;
+    clear(buttons);
+    outcome.textContent = text;
+    el.classList.add("resolved", `d-${decision}`);
+    setTimeout(() => el.remove(), SETTLED_MS);
+  }
+
+  function resolved(r) {
+    const what = {
+      allow: `Allowed${r.scope === "session" ? " for this session" : r.scope === "once" ? " once" : ""}`,
+      deny: "Denied",
+      timeout: "Timed out",
+      withdrawn: "Withdrawn — the turn ended",
+    }[r.decision] || r.decision;
+    settle(r.decision, `${what}${r.reason ? `: ${r.reason}` : ""}`);
+  }
+
   async function answer(decision, scope) {
     for (const b of buttons.querySelectorAll("button")) b.disabled = true;
     const body = { decision, scope };
@@ -28,10 +51,13 @@ export function confirmationCard(sessionId, turnId, p, toolInput) {
     try {
       await api("POST", `/sessions/${sessionId}/turns/${turnId}/confirmations/${p.confirmation_request_id}`, body);
     } catch (err) {
-      if (err.code !== "confirmation_already_resolved") {
-        outcome.textContent = `${err.code}: ${err.message}`;
-        for (const b of buttons.querySelectorAll("button")) b.disabled = false;
+      if (err.code === "confirmation_already_resolved") {
+        // settled before this answer (elsewhere, or withdrawn): show how, not the 409
+        resolved({ decision: err.details.resolution });
+        return;
       }
+      outcome.textContent = `${err.code}: ${err.message}`;
+      for (const b of buttons.querySelectorAll("button")) b.disabled = false;
     }
   }
 
@@ -45,16 +71,12 @@ export function confirmationCard(sessionId, turnId, p, toolInput) {
 
   return {
     el,
-    resolved(r) {
-      clear(buttons);
-      const what = r.decision === "allow" ? `Allowed${r.scope === "session" ? " for this session" : " once"}` : r.decision === "deny" ? "Denied" : "Timed out";
-      outcome.textContent = `${what}${r.reason ? `: ${r.reason}` : ""}`;
-      el.classList.add("resolved", `d-${r.decision}`);
-      setTimeout(() => el.remove(), 4000);
-    },
+    turnId,
+    resolved,
+    // the turn ended (cancelled, failed, the session ended, the daemon restarted): a request
+    // still open was withdrawn with it
     turnEnded() {
-      if (!el.classList.contains("resolved")) return;
-      el.remove();
+      resolved({ decision: "withdrawn" });
     },
   };
 }

@@ -47,18 +47,24 @@ export function sessionView(root, sessionId) {
   const composerError = h("p", { class: "error", role: "alert", id: "composer-error" });
   const composer = h("form", { class: "composer", "aria-label": "Send a message" }, input, h("div", { class: "composer-actions" }, send, cancel), composerError);
 
+  const side = h("div", { class: "session-side" },
+    h("div", { class: "row" }, conn, turnState, h("a", { href: `#/s/${sessionId}/trace`, id: "trace-link" }, "Trace")),
+    h("div", { class: "row" }, h("label", { for: "model-select" }, "Model"), modelSelect, modelNote),
+    h("div", { class: "row" }, costEl, tokensEl));
   root.append(h("section", { class: "view session" },
     h("div", { class: "view-head" },
       h("div", {}, h("a", { href: "#/", class: "small" }, "← Sessions"), title, meta),
-      h("div", { class: "session-side" },
-        h("div", { class: "row" }, conn, turnState, h("a", { href: `#/s/${sessionId}/trace`, id: "trace-link" }, "Trace")),
-        h("div", { class: "row" }, h("label", { for: "model-select" }, "Model"), modelSelect, modelNote),
-        h("div", { class: "row" }, costEl, tokensEl))),
+      side),
     earlier, transcript, confirmArea, composer));
 
+  // On a narrow screen the transcript has no height limit (app.css) and the page scrolls
+  // instead: following the newest content then means keeping the page at its bottom.
+  const pageScrolls = () => getComputedStyle(transcript).maxHeight === "none";
   let pinned = true;
   function stick() {
-    if (pinned) transcript.scrollTop = transcript.scrollHeight;
+    if (!pinned) return;
+    if (pageScrolls()) window.scrollTo(0, document.documentElement.scrollHeight);
+    else transcript.scrollTop = transcript.scrollHeight;
   }
 
   function showTotals() {
@@ -268,6 +274,11 @@ export function sessionView(root, sessionId) {
     card(p.tool_use_id).setStatus("awaiting confirmation");
   }
 
+  // the end of a turn (or of the session) withdraws its open requests, with no event of their own
+  function withdrawOpen() {
+    for (const c of confirms.values()) c.turnEnded();
+  }
+
   function resolveConfirmation(p) {
     const c = confirms.get(p.confirmation_request_id);
     if (c) c.resolved(p);
@@ -312,14 +323,15 @@ export function sessionView(root, sessionId) {
         refreshSession();
         break;
       case "session.ended":
-        ended = true;
+        setEnded();
         setTurn(null, "ended");
         break;
       default:
         if (TERMINAL.has(ev.type)) {
           finished.add(ev.turn_id);
           setTurn(null, ev.type === "turn.completed" ? "idle" : ev.type.split(".")[1]);
-          for (const c of confirms.values()) c.turnEnded?.();
+          withdrawOpen();
+          if (session?.pending_swap) applySwapLater();
           syncMessages();
         }
     }
@@ -350,8 +362,18 @@ export function sessionView(root, sessionId) {
     totals.input = totals.output = totals.cost = 0;
     showTotals();
     setTurn(session.current_turn_id);
+    const open = new Set(session.pending_confirmations.map((pc) => pc.confirmation_request_id));
+    for (const [id, c] of confirms) {
+      // a card this page showed before the drop whose request is no longer open: answered
+      // while away if its turn still runs (the tool card shows how), else withdrawn with it
+      if (open.has(id)) continue;
+      if (c.turnId === session.current_turn_id) c.el.remove();
+      else c.turnEnded();
+      confirms.delete(id);
+    }
     for (const pc of session.pending_confirmations) showConfirmation(pc, pc.turn_id);
-    transcript.scrollTop = transcript.scrollHeight;
+    pinned = true;
+    stick();
     performance.mark("metis:transcript-rendered");
     // after the transcript is on screen: the totals so far, and the shown tools' outcomes
     loadTotals(gen);
@@ -435,8 +457,16 @@ export function sessionView(root, sessionId) {
     title.title = s.title || "";
     title.classList.toggle("named", !!s.title);
     meta.textContent = `${s.title ? `${s.id} · ` : ""}${s.workspace_path} · ${s.surface}`;
-    modelNote.textContent = s.sticky_model ? "pinned" : "routing decides";
-    modelSelect.value = s.sticky_model || "";
+    showModel(s);
+  }
+
+  // The model the session will use: a swap queued behind the running turn shows as chosen
+  // ("applies after this turn") until the daemon applies it.
+  function showModel(s) {
+    const swap = s.pending_swap;
+    const model = swap ? swap.sticky_model : s.sticky_model;
+    modelSelect.value = model || "";
+    modelNote.textContent = swap ? "applies after this turn" : model ? "pinned" : "routing decides";
   }
 
   async function refreshSession() {
@@ -447,21 +477,44 @@ export function sessionView(root, sessionId) {
     } catch { /* shown by the stream */ }
   }
 
+  // The daemon applies a queued swap right after the turn's terminal event (when it frees the
+  // session's turn slot) and announces nothing: read the session until the swap is in.
+  async function applySwapLater() {
+    for (let i = 0; i < 20 && session?.pending_swap && !ended; i += 1) {
+      await new Promise((resolve) => setTimeout(resolve, 250));
+      await refreshSession();
+    }
+  }
+
+  function setEnded() {
+    ended = true;
+    modelSelect.disabled = true;
+    withdrawOpen();
+  }
+
   async function loadModels() {
     try {
       const data = await api("GET", "/models");
       const configured = data.models || data.configured || [];
       clear(modelSelect).append(h("option", { value: "" }, "auto (routing)"),
         ...configured.map((m) => h("option", { value: m.id }, m.aliases?.length ? `${m.aliases[0]} — ${m.id}` : m.id)));
-      if (session) modelSelect.value = session.sticky_model || "";
+      if (session) showModel(session);
     } catch (err) { toast(`${err.code}: ${err.message}`); }
   }
 
   modelSelect.addEventListener("change", async () => {
+    const model = modelSelect.value || null;
     try {
-      const r = await api("PATCH", `/sessions/${sessionId}`, { active_model: modelSelect.value || null });
-      modelNote.textContent = r.swap_queued ? "applies after this turn" : modelSelect.value ? "pinned" : "routing decides";
-    } catch (err) { toast(`${err.code}: ${err.message}`); }
+      const r = await api("PATCH", `/sessions/${sessionId}`, { active_model: model });
+      if (session) {
+        if (r.swap_queued) session.pending_swap = { sticky_model: model, until_turn: r.swap_queued_until_turn };
+        else Object.assign(session, { sticky_model: model, pending_swap: null });
+        showModel(session);
+      }
+    } catch (err) {
+      toast(`${err.code}: ${err.message}`);
+      if (session) showModel(session); // back to what the session really uses
+    }
   });
 
   composer.addEventListener("submit", async (e) => {
@@ -505,30 +558,53 @@ export function sessionView(root, sessionId) {
       root.dataset.conn = s;
     },
     onGone: async (why, s) => {
-      ended = true;
+      setEnded();
+      composer.hidden = true;
       conn.textContent = why;
+      conn.className = "badge conn-state";
       setTurn(null, why);
+      if (why === "not found") {
+        title.textContent = "Session not found";
+        title.classList.add("named");
+        meta.textContent = `No session ${sessionId}: it never existed here, or it was purged before.`;
+        side.hidden = transcript.hidden = true; // nothing to show, nothing to change
+        return;
+      }
       if (why === "purged") return toast("this session was purged");
-      if (s) {
-        session = s;
-        showSession(s);
+      if (!s) return;
+      session = s;
+      showSession(s);
+      try {
         const page = await api("GET", `/sessions/${sessionId}/messages?limit=50`);
         await prerender(page.messages);
         for (const message of page.messages) await addStored(message);
         oldest = page.messages[0] || null;
         earlier.hidden = !page.has_more_before;
+      } catch (err) {
+        toast(`the transcript could not be read (${err.code}: ${err.message}); reload to try again`);
       }
-      composer.hidden = true;
     },
   });
   // follow the newest content unless the reader scrolled up (streamed text: `flush` sticks)
   transcript.addEventListener("scroll", () => {
-    pinned = transcript.scrollHeight - transcript.scrollTop - transcript.clientHeight < 60;
+    if (!pageScrolls()) pinned = transcript.scrollHeight - transcript.scrollTop - transcript.clientHeight < 60;
   });
+  const onPageScroll = () => {
+    if (pageScrolls()) pinned = document.documentElement.scrollHeight - window.scrollY - window.innerHeight < 60;
+  };
+  window.addEventListener("scroll", onPageScroll);
   const follow = new MutationObserver(stick);
   follow.observe(transcript, { childList: true, subtree: true });
   showTotals();
   loadModels();
   stream.start();
-  return { stop() { stream.stop(); follow.disconnect(); cancelAnimationFrame(flushFrame); clearTimeout(flushTimer); } };
+  return {
+    stop() {
+      stream.stop();
+      follow.disconnect();
+      window.removeEventListener("scroll", onPageScroll);
+      cancelAnimationFrame(flushFrame);
+      clearTimeout(flushTimer);
+    },
+  };
 }
