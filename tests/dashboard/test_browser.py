@@ -437,6 +437,33 @@ def test_answering_a_request_settled_elsewhere_shows_how_it_was_settled(
     assert card.locator("button").count() == 0
 
 
+def test_the_sessions_poll_keeps_keyboard_focus(
+    page: Any, served: DaemonThread, workspace: Path
+) -> None:
+    status, created = rest(served, "POST", "/sessions", {"workspace_path": str(workspace)})
+    assert status == 201, created
+    sid = created["id"]
+    purge = page.locator(f"tr[data-id='{sid}'] button.danger")
+    purge.focus()
+
+    def retitle(title: str) -> None:
+        status, body = rest(served, "PATCH", f"/sessions/{sid}", {"title": title})
+        assert status == 200, body
+        page.wait_for_selector(f"tr[data-id='{sid}'] td.title:has-text('{title}')")
+
+    retitle("renamed while focused")  # the poll rebuilds this row
+    focused = "document.activeElement.getAttribute('aria-label')"
+    assert page.evaluate(focused) == f"Purge session {sid}"
+    page.keyboard.press("Enter")
+    page.wait_for_selector("dialog.confirm[open]")
+    retitle("renamed behind the dialog")
+    page.keyboard.press("Escape")
+    page.wait_for_selector("dialog.confirm", state="detached")
+    assert page.evaluate(focused) == f"Purge session {sid}"
+    page.wait_for_timeout(2500)  # a poll that changes nothing leaves focus alone too
+    assert page.evaluate(focused) == f"Purge session {sid}"
+
+
 def test_a_model_pinned_during_a_turn_applies_after_it(
     page: Any, served: DaemonThread, workspace: Path, shot: Any
 ) -> None:

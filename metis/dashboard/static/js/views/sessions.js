@@ -1,7 +1,11 @@
 // Sessions: a live list (polled) with filters, new session, end and purge.
+//
+// A poll touches only the rows whose session changed, so keyboard focus (and the Purge
+// dialog's return of focus to its button) survives it; a rebuilt row gets focus back on the
+// same control.
 
 import { api } from "../api.js";
-import { h, clear, fmtCost, ago, fmtTime, toast } from "../dom.js";
+import { h, fmtCost, ago, fmtTime, toast } from "../dom.js";
 import { confirmDialog } from "./dialog.js";
 
 const POLL_MS = 2000;
@@ -66,7 +70,10 @@ export function sessionsView(root) {
       "Purge session?",
       `This deletes every message and event of ${s.id} (${s.title || s.workspace_path}). It cannot be undone.`,
       "Purge");
-    if (!ok) return;
+    if (!ok) {
+      control(s.id, "purge")?.focus(); // the dialog's opener may have been rebuilt meanwhile
+      return;
+    }
     try {
       await api("DELETE", `/sessions/${s.id}?purge=true`);
       refresh();
@@ -84,10 +91,51 @@ export function sessionsView(root) {
       h("td", { class: "mono small" }, s.active_model || "", s.sticky_model ? h("span", { class: "muted", title: "pinned" }, " 📌") : null),
       h("td", { class: "num" }, String(s.turn_count)),
       h("td", { class: "num" }, fmtCost(s.cost_so_far_usd)),
-      h("td", { title: fmtTime(s.updated_at) }, ago(s.updated_at)),
+      h("td", { class: "when", title: fmtTime(s.updated_at) }, ago(s.updated_at)),
       h("td", { class: "actions" },
-        s.status === "active" ? h("button", { type: "button", onclick: () => end(s), "aria-label": `End session ${s.id}` }, "End") : null,
-        h("button", { type: "button", class: "danger", onclick: () => purge(s), "aria-label": `Purge session ${s.id}` }, "Purge")));
+        s.status === "active" ? h("button", { type: "button", dataset: { control: "end" }, onclick: () => end(s), "aria-label": `End session ${s.id}` }, "End") : null,
+        h("button", { type: "button", class: "danger", dataset: { control: "purge" }, onclick: () => purge(s), "aria-label": `Purge session ${s.id}` }, "Purge")));
+  }
+
+  // The row's link, End or Purge button (null when the row or the control is gone).
+  function control(id, name) {
+    const tr = [...tbody.rows].find((r) => r.dataset.id === id);
+    return tr?.querySelector(name === "link" ? "td.title a" : `[data-control="${name}"]`) || null;
+  }
+
+  const shown = new Map(); // session id → {tr, key: what the row shows but the relative time}
+
+  function update(sessions) {
+    const focused = document.activeElement;
+    const inRow = focused?.closest?.("tbody tr");
+    const lost = inRow && tbody.contains(inRow)
+      ? { id: inRow.dataset.id, name: focused.matches("td.title a") ? "link" : focused.dataset.control }
+      : null;
+    const keep = new Set(sessions.map((s) => s.id));
+    for (const [id, item] of shown) {
+      if (keep.has(id)) continue;
+      item.tr.remove();
+      shown.delete(id);
+    }
+    sessions.forEach((s, i) => {
+      const { updated_at: _, ...rest } = s;
+      const key = JSON.stringify(rest);
+      let item = shown.get(s.id);
+      if (!item || item.key !== key) {
+        const tr = row(s);
+        if (item) item.tr.replaceWith(tr);
+        item = { tr, key };
+        shown.set(s.id, item);
+      } else {
+        const when = item.tr.querySelector("td.when");
+        when.textContent = ago(s.updated_at);
+        when.title = fmtTime(s.updated_at);
+      }
+      // move only a row out of place: moving a row takes focus from what it holds
+      const there = tbody.children[i] || null;
+      if (item.tr !== there) tbody.insertBefore(item.tr, there);
+    });
+    if (lost && document.activeElement !== focused) control(lost.id, lost.name)?.focus();
   }
 
   async function refresh() {
@@ -97,10 +145,11 @@ export function sessionsView(root) {
       if (filters.workspace) params.set("workspace_path", filters.workspace);
       const { sessions } = await api("GET", `/sessions?${params}`);
       if (stopped) return;
-      clear(tbody).append(...sessions.map(row));
+      update(sessions);
       empty.hidden = sessions.length > 0;
     } catch (err) {
-      if (!stopped) toast(`${err.code}: ${err.message}`);
+      // an unreachable daemon is shown in the header (api.js), not toasted at every poll
+      if (!stopped && err.code !== "network_error") toast(`${err.code}: ${err.message}`);
     }
     if (!stopped) timer = setTimeout(refresh, POLL_MS);
   }
