@@ -397,6 +397,19 @@ def test_cancel_withdraws_the_open_confirmation_cards(
     shot(page, "confirmation-withdrawn")
 
 
+def test_a_daemon_restart_withdraws_the_open_confirmation_cards(
+    page: Any, served: DaemonThread, workspace: Path
+) -> None:
+    open_session(page, workspace)
+    send(page, "use all tools")
+    page.locator(".confirm-card", has_text="write_file").wait_for()
+    served.restart()
+    page.wait_for_selector("[data-conn=live]", timeout=30_000)
+    page.wait_for_selector(".confirm-card.d-withdrawn:has-text('write_file')")
+    assert page.locator(".confirm-card:not(.resolved)").count() == 0
+    assert page.locator(".confirm-card button").count() == 0
+
+
 # The browser's WebSocket with every tool.confirmation_resolved frame dropped on arrival.
 DROP_RESOLUTIONS = """
 window.WebSocket = class extends WebSocket {
