@@ -563,6 +563,7 @@ export function sessionView(root, sessionId) {
       conn.textContent = why;
       conn.className = "badge conn-state";
       setTurn(null, why);
+      turnState.hidden = true; // no turn can run any more: the badge beside it says why
       if (why === "not found") {
         title.textContent = "Session not found";
         title.classList.add("named");
