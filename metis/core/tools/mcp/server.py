@@ -313,7 +313,7 @@ class McpServer:
             schema = mcp_tools.offered_schema(tool.input_schema)
             try:
                 validator = mcp_tools.compile_validator(schema)
-            except mcp_tools.JsonSchemaError as exc:
+            except mcp_tools.UnusableSchema as exc:
                 self._skipped.append(
                     f"tool {tool.name!r} skipped: invalid input schema ({exc.message})"
                 )

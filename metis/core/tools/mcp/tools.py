@@ -5,6 +5,11 @@ validated against that schema (JSON Schema, the dialect it declares, 2020-12 by 
 before the confirmation step, like a builtin's; the server then receives exactly what the
 model sent. Results map to canonical result blocks: text as text, images as images (within
 the image limits), embedded text resources as text, anything else as a short note.
+
+Validation runs on the event loop, on a schema the server wrote and input the model wrote, so
+it must stay cheap whatever either holds: `jsonschema_rs` matches `pattern`s with a regex engine
+that cannot backtrack without bound (a `(a+)+$` takes microseconds, not minutes), and a schema
+is self-contained: a `$ref` to another document is never fetched, its tool is skipped.
 """
 
 from __future__ import annotations
@@ -19,10 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import jsonschema
+import jsonschema_rs
 import mcp_types
-from jsonschema.exceptions import SchemaError as JsonSchemaError
-from jsonschema.protocols import Validator
 
 from metis.core.canonical.content import (
     IMAGE_MEDIA_TYPES,
@@ -74,12 +77,27 @@ def offered_schema(raw: dict[str, Any] | None) -> dict[str, Any]:
     return schema
 
 
-def compile_validator(schema: dict[str, Any]) -> Validator:
-    """Raises `jsonschema.SchemaError` for a schema that is not valid JSON Schema."""
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    cls.check_schema(schema)
-    validator: Validator = cls(schema)
-    return validator
+class UnusableSchema(Exception):
+    """A tool's input schema metis cannot check input against: not valid JSON Schema, or not
+    self-contained."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def _not_fetched(uri: str) -> Any:
+    raise LookupError(f"{uri} is not fetched: a tool's schema must be self-contained")
+
+
+def compile_validator(schema: dict[str, Any]) -> jsonschema_rs.Validator:
+    """Raises `UnusableSchema` for a schema that is not valid JSON Schema or refers to another
+    document (which is never retrieved)."""
+    try:
+        return jsonschema_rs.validator_for(schema, retriever=_not_fetched)
+    except ValueError as exc:  # jsonschema_rs.ValidationError: the first line says what
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UnusableSchema(first if len(first) <= 300 else first[:299] + "…") from None
 
 
 def _path(parts: Any) -> str:
@@ -94,18 +112,17 @@ def _path(parts: Any) -> str:
     return out
 
 
-def validate_with(validator: Validator, value: Any) -> InputValidation:
+def validate_with(validator: jsonschema_rs.Validator, value: Any) -> InputValidation:
     if not isinstance(value, dict):
         return InputValidation((InputError("$", "expected object"),), None)
-    errors = sorted(validator.iter_errors(value), key=lambda e: (list(e.path), e.message))
+    errors = sorted(validator.iter_errors(value), key=lambda e: (list(e.instance_path), e.message))
     if not errors:
         return InputValidation((), value)
-    found = [InputError(_path(e.absolute_path), _message(e)) for e in errors[:MAX_ERRORS]]
+    found = [InputError(_path(e.instance_path), _message(e.message)) for e in errors[:MAX_ERRORS]]
     return InputValidation(tuple(found), None)
 
 
-def _message(error: jsonschema.ValidationError) -> str:
-    text = error.message
+def _message(text: str) -> str:
     return text if len(text) <= 300 else text[:299] + "…"
 
 
@@ -113,7 +130,7 @@ def _message(error: jsonschema.ValidationError) -> str:
 class McpRegisteredTool(RegisteredTool):
     """A registry entry whose input is checked against the server's own schema."""
 
-    validator: Validator | None = field(default=None, compare=False)
+    validator: jsonschema_rs.Validator | None = field(default=None, compare=False)
 
     def validate(self, input: Any) -> InputValidation:
         """Validate against the server's own schema, in the dialect it declares; no defaults are
@@ -211,7 +228,7 @@ def registered(
     tool: mcp_types.Tool,
     *,
     name: str,
-    validator: Validator,
+    validator: jsonschema_rs.Validator,
     mode: Any,
     timeout_seconds: float,
 ) -> McpRegisteredTool:
@@ -232,9 +249,9 @@ def registered(
 
 
 __all__ = [
-    "JsonSchemaError",
     "McpRegisteredTool",
     "McpTool",
+    "UnusableSchema",
     "compile_validator",
     "offered_schema",
     "registered",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import mcp_types
@@ -12,6 +13,7 @@ from metis.config import load_file_settings
 from metis.core.errors import ConfigError
 from metis.core.tools.mcp.settings import McpServerSettings, McpSettings, expand
 from metis.core.tools.mcp.tools import (
+    UnusableSchema,
     compile_validator,
     offered_schema,
     result_blocks,
@@ -106,6 +108,32 @@ def test_input_is_validated_against_the_servers_schema() -> None:
     assert {e.path for e in bad.errors} == {"$.n", "$.tags[0]", "$.tags[1]"}
     assert not validate_with(validator, {}).ok
     assert offered_schema(None) == {"type": "object", "properties": {}}
+
+
+def test_a_backtracking_pattern_is_checked_without_backtracking() -> None:
+    """`(a+)+$` against 40 a's and a `!` takes Python's `re` minutes (the event loop with it);
+    the validator's engine answers at once."""
+    validator = compile_validator(
+        offered_schema({"properties": {"a": {"type": "string", "pattern": "(a+)+$"}}})
+    )
+    bad = validate_with(validator, {"a": "a" * 40 + "!"})
+    assert [e.path for e in bad.errors] == ["$.a"] and "does not match" in bad.errors[0].message
+    assert validate_with(validator, {"a": "aaa"}).ok
+
+
+def test_a_schema_referring_to_another_document_is_unusable_and_never_fetched() -> None:
+    with socket.socket() as listener:  # the address the schema names: nothing may connect
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        listener.setblocking(False)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/schema.json"
+        for ref in (url, "other.json"):
+            with pytest.raises(UnusableSchema, match="not"):
+                compile_validator(offered_schema({"properties": {"a": {"$ref": ref}}}))
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+    with pytest.raises(UnusableSchema):
+        compile_validator({"type": 5})
 
 
 def test_results_map_to_text_and_image_blocks() -> None:
