@@ -29,7 +29,7 @@ from metis.core.routing.engine import RoutingEngine
 from metis.core.routing.manager import PolicyManager
 from metis.core.sessions.cache import SessionCache
 from metis.core.sessions.history import HistoryWriter
-from metis.core.sessions.instructions import SessionInstructions
+from metis.core.sessions.instructions import InstructionsReader, SessionInstructions
 from metis.core.sessions.service import SessionService
 from metis.core.store.db import Database
 from metis.core.store.store import Store
@@ -101,11 +101,10 @@ class Core:
         )
         self.session_cache = SessionCache(self.message_store)
         self.history = HistoryWriter(self.store, self.session_cache, self.writer.commit_with)
-        self.sandboxes = Sandboxes(
-            tools.sandbox.protected_dirs,
-            MetisHome.at(settings.home, settings.scratch_workspaces_path),
-        )
-        self.instructions = SessionInstructions(self.bus)  # AGENTS.md / CLAUDE.md per turn
+        metis_home = MetisHome.at(settings.home, settings.scratch_workspaces_path)
+        self.sandboxes = Sandboxes(tools.sandbox.protected_dirs, metis_home)
+        # AGENTS.md / CLAUDE.md per turn
+        self.instructions = SessionInstructions(self.bus, InstructionsReader(metis_home=metis_home))
         self._model_builds: asyncio.Task[None] | None = None
         # called once the deferred models are built (`metis serve` freezes them then, as it does
         # the SDKs' types: `ModelRegistry.on_warm`)

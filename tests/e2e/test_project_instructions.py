@@ -14,8 +14,8 @@ import pytest
 from metis.core.sessions.instructions import MAX_INSTRUCTIONS_BYTES, InstructionsReader
 from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
-from tests.api import Api
-from tests.e2e.test_provider_turns import MODEL_OF
+from tests.api import Api, api_session
+from tests.e2e.test_provider_turns import AUTO_TOOLS, MODEL_OF, models_yaml
 
 
 def system_text(fake: FakeProviderServer, api_name: str, index: int = -1) -> tuple[str, str]:
@@ -158,3 +158,25 @@ async def test_an_unchanged_file_is_not_read_again_and_links_out_are_ignored(
     (ws / "inside.md").write_text("inside rules\n")
     found = await reader.read(str(ws))
     assert found is not None and found.file == "CLAUDE.md" and found.text == "inside rules\n"
+
+
+async def test_a_file_linking_to_the_daemons_key_is_never_sent(
+    fake: FakeProviderServer, start_daemon: Any, metis_home: Path
+) -> None:
+    """In a workspace that holds METIS_HOME (listed, so allowed), AGENTS.md pointing at the
+    daemon's key is ignored as a file tool would refuse it; CLAUDE.md is used instead."""
+    holder = metis_home.parent
+    config = AUTO_TOOLS + f"allowed_workspace_roots: [{holder}]\n"
+    d = await start_daemon(config=config, models=models_yaml(fake))
+    key = (metis_home / "api_key").read_text().strip()
+    (holder / "AGENTS.md").symlink_to(metis_home / "api_key")
+    (holder / "CLAUDE.md").write_text("Be brief.\n")
+    async with api_session(d) as http:
+        api = Api(http)
+        sid = (await api.create_session(holder, initial_active_model=MODEL_OF["anthropic"]))["id"]
+        fake.enqueue("anthropic", FakeReply.say("ok"))
+        await api.run_turn(sid, "hello")
+        _, session = await api.call("GET", f"/sessions/{sid}")
+    stable, volatile = system_text(fake, "anthropic", 0)
+    assert key not in stable + volatile and "Be brief." in stable
+    assert session["instructions"]["file"] == "CLAUDE.md"

@@ -6,8 +6,9 @@ read (in a thread) and hashed. The text sent to the model is capped at 32 KiB, w
 saying so. A session announces the file it uses with `session.instructions_loaded` whenever
 that file (or its content hash) differs from the one its previous turn used.
 
-Only a regular file whose real path lies inside the workspace is read: a link leading out of
-the workspace is ignored, like any path a tool could not read either.
+Only a regular file whose real path lies inside the workspace, and not among the daemon's own
+files in METIS_HOME, is read: a link leading out of the workspace, or to the daemon's key, is
+ignored, like any path a tool could not read either.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from metis.core.events.bus import EventBus
-from metis.core.tools.sandbox import is_within
+from metis.core.tools.sandbox import MetisHome, is_within
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +101,11 @@ _StatKey = tuple[str, int, int, int, int]  # (name, device, inode, size, mtime_n
 class InstructionsReader:
     """Looks up a workspace's instruction file; answers from memory while its `stat` holds."""
 
-    def __init__(self, max_bytes: int = MAX_INSTRUCTIONS_BYTES) -> None:
+    def __init__(
+        self, max_bytes: int = MAX_INSTRUCTIONS_BYTES, metis_home: MetisHome | None = None
+    ) -> None:
         self.max_bytes = max_bytes
+        self.metis_home = metis_home
         self._known: dict[str, tuple[_StatKey, ProjectInstructions]] = {}
         self.reads = 0  # files actually read (tests check that an unchanged file is not)
 
@@ -115,8 +119,11 @@ class InstructionsReader:
                 continue
             if not stat.S_ISREG(info.st_mode):
                 continue
-            if os.path.islink(path) and not is_within(root, os.path.realpath(path)):
-                log.warning("%s in %s links outside the workspace; not used", name, root)
+            real = os.path.realpath(path) if os.path.islink(path) else path
+            if not is_within(root, real) or (
+                self.metis_home is not None and self.metis_home.private(real)
+            ):
+                log.warning("%s in %s links outside the workspace or into METIS_HOME", name, root)
                 continue
             return name, path, info
         return None
