@@ -31,7 +31,13 @@ from metis.core.canonical.redaction import redact, register_secret
 from metis.core.tools.base import ToolError
 from metis.core.tools.groups import ProcessGroupLedger
 from metis.core.tools.mcp import tools as mcp_tools
-from metis.core.tools.mcp.settings import McpServerSettings, McpSettings, expand, server_key
+from metis.core.tools.mcp.settings import (
+    McpServerSettings,
+    McpSettings,
+    configured_secrets,
+    expand,
+    server_key,
+)
 from metis.core.tools.mcp.transport import (
     Liveness,
     StdioProcess,
@@ -257,7 +263,7 @@ class McpServer:
         s = self.settings
         assert s.command is not None
         env = {k: expand(v, where=f"mcp.servers.{self.name}.env.{k}") for k, v in s.env.items()}
-        for value in env.values():
+        for value in configured_secrets(s.env, env):
             register_secret(value)  # redacted wherever it might surface
         stderr = self.log_dir / f"{self.key}.stderr.log" if self.log_dir is not None else None
         if len(self._processes) > 8:
@@ -279,7 +285,7 @@ class McpServer:
         headers = {
             k: expand(v, where=f"mcp.servers.{self.name}.headers.{k}") for k, v in s.headers.items()
         }
-        for value in headers.values():
+        for value in configured_secrets(s.headers, headers):
             register_secret(value)
         client = httpx2.AsyncClient(
             headers=headers,

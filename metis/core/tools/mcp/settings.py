@@ -148,6 +148,33 @@ def server_key(name: str) -> str:
     return name.lower().replace("-", "_")
 
 
+_CREDENTIAL_WORDS = frozenset(
+    {"auth", "authorization", "cookie", "credential", "credentials", "passwd", "password", "pat"}
+)
+
+
+def _names_a_credential(name: str) -> bool:
+    """`GITHUB_TOKEN`, `X-Api-Key`, `Authorization`, `DB_PASSWORD`; not `GIT_AUTHOR_NAME`."""
+    words = re.split(r"[^a-z0-9]+", name.lower())
+    return any(w in _CREDENTIAL_WORDS or w.endswith(("key", "token", "secret")) for w in words)
+
+
+def configured_secrets(
+    raw: Mapping[str, str], expanded: Mapping[str, str], environ: Mapping[str, str] | None = None
+) -> list[str]:
+    """What to redact wherever it might surface, of an `env` or `headers` map: the values `${NAME}`
+    references brought in from the daemon's environment, and the whole value of an entry whose
+    name says it is a credential (`GITHUB_TOKEN`, `Authorization`). Other literal values are not
+    secrets: redacting `LOG_LEVEL: warn` would blank "warn" in every message of every session."""
+    env = os.environ if environ is None else environ
+    found: list[str] = []
+    for name, value in raw.items():
+        found += [env[ref] for ref in _REFERENCE_RE.findall(value) if ref in env]
+        if _names_a_credential(name):
+            found.append(expanded[name])
+    return list(dict.fromkeys(found))
+
+
 def expand(value: str, environ: Mapping[str, str] | None = None, *, where: str) -> str:
     """`${NAME}` references replaced from the daemon's environment (a missing one is an error)."""
     env = os.environ if environ is None else environ

@@ -11,7 +11,12 @@ from pydantic import ValidationError
 
 from metis.config import load_file_settings
 from metis.core.errors import ConfigError
-from metis.core.tools.mcp.settings import McpServerSettings, McpSettings, expand
+from metis.core.tools.mcp.settings import (
+    McpServerSettings,
+    McpSettings,
+    configured_secrets,
+    expand,
+)
 from metis.core.tools.mcp.tools import (
     UnusableSchema,
     compile_validator,
@@ -157,3 +162,20 @@ def test_results_map_to_text_and_image_blocks() -> None:
     assert blocks[4]["text"] == "[resource link: b file:///b]"
     empty = mcp_types.CallToolResult(content=[], structured_content={"k": 1})
     assert [b.model_dump() for b in result_blocks(empty)] == [{"type": "text", "text": '{"k": 1}'}]
+
+
+def test_only_referenced_and_credential_named_values_are_secrets() -> None:
+    environ = {"GH": "ghp_from_the_environment", "LEVEL": "debug"}
+    raw = {
+        "LOG_LEVEL": "warn",
+        "GIT_AUTHOR_NAME": "metis",
+        "GITHUB_TOKEN": "${GH}",
+        "API_KEY": "literal-key-1234",
+        "VERBOSITY": "${LEVEL}",
+    }
+    expanded = {k: expand(v, environ, where=k) for k, v in raw.items()}
+    secrets = configured_secrets(raw, expanded, environ)
+    assert sorted(secrets) == ["debug", "ghp_from_the_environment", "literal-key-1234"]
+    assert "warn" not in secrets and "metis" not in secrets
+    headers = {"Authorization": "Bearer abc123456", "Accept": "application/json"}
+    assert configured_secrets(headers, headers, environ) == ["Bearer abc123456"]
