@@ -194,6 +194,34 @@ async def test_get_mcp_lists_servers_tools_and_only_secret_names(
     assert results == ["set", "unset"]
 
 
+async def test_a_tool_name_another_server_holds_is_skipped_and_the_rest_registered(
+    fake: FakeProviderServer, start_daemon: Callable[..., Any], tmp_path: Path
+) -> None:
+    """`demo`'s `x__add` and `demo__x`'s `add` are both offered as `mcp__demo__x__add`: one
+    server gets it, the other says so in `last_error`, and both keep their other tools."""
+    server = f"command: {json.dumps(sys.executable)}, args: [{json.dumps(str(DEMO))}]"
+    config = (
+        "mcp:\n  servers:\n"
+        f"    demo: {{{server}, env: {{MCP_DEMO_ALIAS: x__add}}}}\n"
+        f"    demo__x: {{{server}}}\n"
+    )
+    d = await start_daemon(config=config, models=models_yaml(fake))
+    await d.core.mcp.wait_ready(30)
+    async with api_session(d) as http:
+        servers = await mcp_status(Api(http))
+    offered = {name: {t["name"] for t in s["tools"]} for name, s in servers.items()}
+    assert [name for name, tools in offered.items() if "mcp__demo__x__add" in tools] in (
+        ["demo"],
+        ["demo__x"],
+    )
+    assert {"mcp__demo__slow", "mcp__demo__x__slow"} <= offered["demo"] | offered["demo__x"]
+    assert "mcp__demo__slow" in offered["demo"] and "mcp__demo__x__slow" in offered["demo__x"]
+    errors = [s["last_error"] for s in servers.values() if s["last_error"]]
+    assert len(errors) == 1 and "mcp__demo__x__add is taken" in errors[0]
+    assert all(s["state"] == "ready" for s in servers.values())
+    assert set(d.core.tool_registry.offered_names(None)) >= {"mcp__demo__x__add", "mcp__demo__add"}
+
+
 async def test_confirmation_required_then_allowed_or_denied(
     env: tuple[Daemon, Api, FakeProviderServer, Path], workspace: Path
 ) -> None:

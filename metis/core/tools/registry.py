@@ -94,26 +94,25 @@ class ToolRegistry:
         self._tools[name] = entry
         return entry
 
-    def replace_source(self, source: str, entries: Iterable[RegisteredTool]) -> None:
-        """Set the tools of a dynamic source (an MCP server) to `entries`, replacing its previous ones.
+    def replace_source(self, source: str, entries: Iterable[RegisteredTool]) -> list[str]:
+        """Set the tools of a dynamic source (an MCP server) to `entries`, replacing its previous
+        ones; returns the names refused: invalid, or held by a builtin or another source (the
+        source's other tools are registered all the same).
 
         Their schemas are the source's own (validated by their `validate`), so the builtin subset
         check does not apply; `tools.enabled` (a list of builtins) does not limit them either.
-        A name taken by a builtin or another source is refused (`ToolRegistrationError`).
         """
-        entries = list(entries)
-        for entry in entries:
-            if not TOOL_NAME_RE.match(entry.name):
-                raise ToolRegistrationError(f"invalid tool name {entry.name!r}")
-            owner = self._sources.get(entry.name)
-            if entry.name in self._tools and owner != source:
-                raise ToolRegistrationError(f"tool {entry.name!r} is already registered")
         for name in [n for n, owner in self._sources.items() if owner == source]:
             del self._sources[name]
             del self._tools[name]
+        refused: list[str] = []
         for entry in entries:
+            if not TOOL_NAME_RE.match(entry.name) or entry.name in self._tools:
+                refused.append(entry.name)
+                continue
             self._tools[entry.name] = entry
             self._sources[entry.name] = source
+        return refused
 
     def source_of(self, name: str) -> str | None:
         """The source (`mcp:<server>`) a tool was registered from; None for builtins and tests' own

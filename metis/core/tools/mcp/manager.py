@@ -8,7 +8,6 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from metis.core.tools.base import ToolRegistrationError
 from metis.core.tools.groups import ProcessGroupLedger
 from metis.core.tools.mcp.settings import McpSettings
 from metis.core.tools.registry import RegisteredTool, ToolRegistry
@@ -51,11 +50,11 @@ class McpManager:
             for name, server in settings.servers.items()
         }
 
-    def _tools_listed(self, server: McpServer, entries: list[RegisteredTool]) -> None:
-        try:
-            self.registry.replace_source(f"mcp:{server.name}", entries)
-        except ToolRegistrationError as exc:  # a name a builtin or another server holds
-            log.error("MCP server %s: its tools could not be registered: %s", server.name, exc)
+    def _tools_listed(self, server: McpServer, entries: list[RegisteredTool]) -> list[str]:
+        refused = self.registry.replace_source(f"mcp:{server.name}", entries)
+        if refused:  # names a builtin or another server holds: the server says which
+            log.warning("MCP server %s: tools not registered: %s", server.name, ", ".join(refused))
+        return refused
 
     def start(self) -> None:
         """Start every enabled server in the background (returns at once)."""

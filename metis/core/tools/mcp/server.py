@@ -79,7 +79,7 @@ class McpServer:
         settings: McpServerSettings,
         section: McpSettings,
         *,
-        on_tools: Callable[[McpServer, list[RegisteredTool]], None],
+        on_tools: Callable[[McpServer, list[RegisteredTool]], list[str]],
         ledger: ProcessGroupLedger | None,
         log_dir: Path | None,
     ) -> None:
@@ -337,8 +337,14 @@ class McpServer:
             )
             infos.append(ToolInfo(name, tool.name, tool.description or "", mode))
             taken.add(name)
-        self.on_tools(self, entries)
-        self.tools = infos
+        refused = set(self.on_tools(self, entries))
+        for info in infos:
+            if info.name in refused:
+                self._skipped.append(
+                    f"tool {info.remote_name!r} skipped: {info.name} is taken by a builtin or "
+                    "another server"
+                )
+        self.tools = [info for info in infos if info.name not in refused]
 
     # -- calls ------------------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 `python demo.py http PORT` (Streamable HTTP on 127.0.0.1:PORT, path /mcp).
 
 `MCP_DEMO_LOG` (a file path) receives one line per notable thing the server sees: calls,
-cancellations, the environment names a test asks for.
+cancellations, the environment names a test asks for. `MCP_DEMO_ALIAS` names one more tool, an
+alias of `add` (for name clashes between servers).
 """
 
 from __future__ import annotations
@@ -87,6 +88,10 @@ def spawn() -> str:
 def fail() -> str:
     """Always fails."""
     raise ValueError("this tool always fails")
+
+
+if os.environ.get("MCP_DEMO_ALIAS"):
+    server.add_tool(add, name=os.environ["MCP_DEMO_ALIAS"])
 
 
 if __name__ == "__main__":
