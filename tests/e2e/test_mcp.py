@@ -222,6 +222,48 @@ async def test_a_tool_name_another_server_holds_is_skipped_and_the_rest_register
     assert set(d.core.tool_registry.offered_names(None)) >= {"mcp__demo__x__add", "mcp__demo__add"}
 
 
+async def test_a_server_that_cannot_start_says_why_and_keeps_the_last_runs_stderr(
+    fake: FakeProviderServer, start_daemon: Callable[..., Any], metis_home: Path
+) -> None:
+    python = json.dumps(sys.executable)
+    crash = json.dumps("import sys; sys.stderr.write('boom at start'); sys.exit(7)")
+    config = (
+        "mcp:\n  restart_initial_seconds: 0.1\n  servers:\n"
+        f"    crashes: {{command: {python}, args: ['-c', {crash}]}}\n"
+        f"    nowhere: {{command: {python}, args: [{json.dumps(str(DEMO))}], cwd: /no/such/dir}}\n"
+    )
+    d = await start_daemon(config=config, models=models_yaml(fake))
+    async with api_session(d) as http:
+        api = Api(http)
+        await until(lambda: (metis_home / "logs" / "mcp" / "crashes.stderr.log.1").exists())
+        await until(lambda: d.core.mcp.servers["crashes"].restarts >= 2)
+        servers = await mcp_status(api)
+    assert "exited with status 7" in servers["crashes"]["last_error"]
+    assert "crashes.stderr.log" in servers["crashes"]["last_error"]
+    assert servers["nowhere"]["last_error"] == "working directory not found: /no/such/dir"
+    logs = metis_home / "logs" / "mcp"
+    assert "boom at start" in (logs / "crashes.stderr.log.1").read_text()
+
+
+async def test_shutdown_does_not_wait_for_a_server_that_never_answers_initialize(
+    fake: FakeProviderServer, start_daemon: Callable[..., Any]
+) -> None:
+    silent = json.dumps("import time; time.sleep(120)")
+    config = (
+        "mcp:\n  servers:\n"
+        f"    silent: {{command: {json.dumps(sys.executable)}, args: ['-c', {silent}], "
+        "connect_timeout_seconds: 60}\n"
+    )
+    d = await start_daemon(config=config, models=models_yaml(fake))
+    server = d.core.mcp.servers["silent"]
+    await until(lambda: server.pid is not None)
+    pid = server.pid
+    started = asyncio.get_running_loop().time()
+    await d.stop()
+    assert asyncio.get_running_loop().time() - started < 20  # its connect timeout is 60 s
+    assert pid is not None and await gone(pid)
+
+
 async def test_confirmation_required_then_allowed_or_denied(
     env: tuple[Daemon, Api, FakeProviderServer, Path], workspace: Path
 ) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,6 +53,9 @@ log = logging.getLogger(__name__)
 State = Literal["starting", "ready", "restarting", "stopped", "disabled"]
 CLIENT_INFO = mcp_types.Implementation(name="metis", version="1")
 MAX_TOOLS_PAGES = 20
+STABLE_AFTER_S = 30.0
+"""A connection up this long resets the restart backoff; one that dies sooner counts as a failed
+start, so a server that crashes a second after each start is not restarted every second."""
 
 
 class McpUnavailable(ToolError):
@@ -136,9 +140,13 @@ class McpServer:
             self._task = asyncio.create_task(self._run(), name=f"mcp-server-{self.name}")
 
     async def stop(self) -> None:
-        """Stop the owner task and wait for it to close the connection and the process."""
+        """Stop the owner task and wait for it to close the connection and the process. A
+        connection still starting (a server slow to answer `initialize`) is cancelled: it does
+        not hold the daemon's shutdown until its connect timeout."""
         self._stop.set()
         if self._task is not None:
+            if not self._ready.is_set():
+                self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
         if self.settings.enabled:
@@ -161,14 +169,17 @@ class McpServer:
             try:
                 became_ready = await self._connect_and_serve()
             except Exception as exc:
-                self._fail(self._describe(exc))
+                self._fail(self._start_failure(exc))
             finally:
                 self._session = None
                 self._ready.clear()
                 self.pid = None
             if self._stop.is_set():
                 break
-            failures = 0 if became_ready else failures + 1
+            # a server that dies soon after each start backs off as one that never starts
+            up_s = time.monotonic() - self.connected_at if self.connected_at is not None else 0.0
+            stable = became_ready and up_s >= STABLE_AFTER_S
+            failures = 0 if stable else failures + 1
             delay = min(
                 self.section.restart_max_seconds,
                 self.section.restart_initial_seconds * 2 ** max(0, failures - 1),
@@ -187,6 +198,22 @@ class McpServer:
 
     def _fail(self, reason: str) -> None:
         self.last_error = redact(reason, limit=500)
+
+    def _start_failure(self, exc: BaseException) -> str:
+        """Why a connection failed, in the user's terms: a missing working directory is not a
+        missing command, and a process that exited says with which status and where its stderr
+        went (the SDK only sees its pipe close)."""
+        cwd = self.settings.cwd
+        if isinstance(exc, FileNotFoundError) and cwd and not os.path.isdir(cwd):
+            return f"working directory not found: {cwd}"
+        process = self._processes[-1] if self._processes else None
+        if process is not None and process.liveness.dead.is_set():
+            where = f" (its stderr: {self._stderr_path()})" if self.log_dir is not None else ""
+            return f"{process.liveness.reason}{where}"
+        return self._describe(exc)
+
+    def _stderr_path(self) -> Path | None:
+        return self.log_dir / f"{self.key}.stderr.log" if self.log_dir is not None else None
 
     @staticmethod
     def _describe(exc: BaseException) -> str:
@@ -265,7 +292,7 @@ class McpServer:
         env = {k: expand(v, where=f"mcp.servers.{self.name}.env.{k}") for k, v in s.env.items()}
         for value in configured_secrets(s.env, env):
             register_secret(value)  # redacted wherever it might surface
-        stderr = self.log_dir / f"{self.key}.stderr.log" if self.log_dir is not None else None
+        stderr = self._stderr_path()
         if len(self._processes) > 8:
             del self._processes[:-8]
         return stdio_transport(

@@ -69,6 +69,14 @@ class StdioProcess:
     liveness: Liveness
 
 
+def keep_previous_log(path: Path) -> None:
+    """Move a non-empty stderr log to `<name>.1` before a (re)start writes a new one: the run
+    that died, whose traceback says why, stays readable next to the one that replaced it."""
+    with contextlib.suppress(OSError):
+        if path.stat().st_size > 0:
+            path.replace(path.with_name(path.name + ".1"))
+
+
 def _parse(line: str) -> SessionMessage | Exception:
     try:
         message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
@@ -101,6 +109,7 @@ async def stdio_transport(
     errlog: IO[bytes] | int = subprocess.DEVNULL
     if stderr_path is not None:
         stderr_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        keep_previous_log(stderr_path)
         errlog = open(stderr_path, "wb")  # noqa: SIM115 - closed below
         with contextlib.suppress(OSError):
             os.chmod(stderr_path, 0o600)
@@ -136,7 +145,11 @@ async def stdio_transport(
                             await read_writer.send(_parse(line.decode("utf-8", "replace")))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             pass
+        else:  # the output ended: most often the process is exiting, and its status says why
+            await _wait_exit(process, 0.5)
         finally:
+            if process.returncode is not None:
+                liveness.end(f"the server process exited with status {process.returncode}")
             liveness.end("the server closed its output")
 
     async def stdin_writer() -> None:
