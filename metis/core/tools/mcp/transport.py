@@ -132,6 +132,11 @@ async def stdio_transport(
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
 
+    def output_ended() -> None:
+        if process.returncode is not None:
+            liveness.end(f"the server process exited with status {process.returncode}")
+        liveness.end("the server closed its output")
+
     async def stdout_reader() -> None:
         assert process.stdout is not None
         buffer = b""
@@ -143,14 +148,14 @@ async def stdio_transport(
                     for line in lines:
                         if line.strip():
                             await read_writer.send(_parse(line.decode("utf-8", "replace")))
+                # most often the process is exiting, and its status says why: known before the
+                # session sees its stream close
+                await _wait_exit(process, 0.5)
+                output_ended()
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             pass
-        else:  # the output ended: most often the process is exiting, and its status says why
-            await _wait_exit(process, 0.5)
         finally:
-            if process.returncode is not None:
-                liveness.end(f"the server process exited with status {process.returncode}")
-            liveness.end("the server closed its output")
+            output_ended()
 
     async def stdin_writer() -> None:
         assert process.stdin is not None
