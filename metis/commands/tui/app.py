@@ -50,12 +50,16 @@ from metis.core.errors import ConfigError
 TERMINAL_TYPES = ("turn.completed", "turn.cancelled", "turn.failed")
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 QUIT_WINDOW_S = 2.0
+RETRY_FIRST_S = 0.2  # re-attaching waits this long first, then twice as long each time
+RETRY_MAX_S = 5.0  # a daemon restart takes seconds: keep trying, at most this far apart
+GONE_CODES = ("session_not_found", "session_already_ended")
+TURN_GONE_CODES = (*GONE_CODES, "turn_not_found", "turn_already_completed")
 READ_SLICE_S = 0.004  # at most this long handling frames before the app's other work runs
 COMMANDS = {
     "/model": "/model [alias|-]  pin a model (- : routing decides); no argument shows it",
     "/models": "/models  the configured models and their context windows",
     "/cost": "/cost  this session's cost and tokens",
-    "/sessions": "/sessions  pick a session of this workspace to switch to",
+    "/sessions": "/sessions  pick an active session of this workspace to switch to",
     "/new": "/new  start a new session on this workspace",
     "/title": "/title TEXT  rename this session",
     "/export": "/export [md|json] [FILE]  write this session to a file",
@@ -109,6 +113,8 @@ class ChatApp(App[int]):
         self.aliases: list[str] = []
         self.ws: aiohttp.ClientWebSocketResponse | None = None
         self.reader: asyncio.Task[None] | None = None
+        self.connected = False  # the session's stream is attached (or being re-attached)
+        self._retry_now = asyncio.Event()  # cuts a re-attach backoff short (a send is waiting)
         self.last_event_id: str | None = None
         self.turn_id: str | None = None
         self.finished: set[str] = set()  # turns whose end was shown
@@ -171,14 +177,15 @@ class ChatApp(App[int]):
                 if self.session_id is None:
                     await self.note("no active session on this workspace; starting a new one")
             if self.session_id is None:
-                await self._create_session()
+                self.session_id = await self._create_session()
+                self.created = True  # set first: a session that fails to open is ended too
             await self.open_session(self.session_id)
         except aiohttp.ClientConnectionError:
             await self._fatal(
                 f"cannot reach the daemon at {self.api.url}; is `metis serve` running?"
             )
         except ApiFailure as exc:
-            await self._fatal(str(exc))
+            await self._fatal(_failure_text(exc))
         warm_up_markdown(self.console)
         if self.freeze_heap:
             # what start-up left (Textual, Rich, aiohttp, pygments) lives as long as the app:
@@ -187,9 +194,13 @@ class ChatApp(App[int]):
             gc.freeze()
 
     async def _fatal(self, text: str) -> None:
+        """Start-up failed: no session is open, so the prompt has nothing to send to."""
         self.exit_code = 1
         await self.note(text, error=True)
         await self.note("press Ctrl-C or Ctrl-Q to leave")
+        self.prompt.placeholder = "no session is open: Ctrl-Q leaves"
+        self.prompt.disabled = True
+        self.status.show(connection="no session")
 
     async def on_unmount(self) -> None:
         await self._unsubscribe()
@@ -215,28 +226,30 @@ class ChatApp(App[int]):
         sessions = found.get("sessions") or []
         return str(sessions[0]["id"]) if sessions else None
 
-    async def _create_session(self) -> None:
+    async def _create_session(self) -> str:
         body: dict[str, Any] = {"workspace_path": self.workspace}
         if self.initial_model is not None:
             body["initial_active_model"] = self.initial_model
-        self.session_id = (await self.api.call("POST", "/sessions", body))["id"]
-        self.created = True
-        self.turns_sent = 0
+        return str((await self.api.call("POST", "/sessions", body))["id"])
 
-    async def open_session(self, session_id: str | None) -> None:
-        """Show a session: its earlier conversation, then its live stream."""
-        assert session_id is not None
+    async def open_session(self, session_id: str) -> None:
+        """Show a session: its earlier conversation, then its live stream. Nothing changes
+        until its stream is attached: a session that cannot be (ended, unknown) leaves the
+        one shown as it was."""
+        ws, snapshot, _ = await self._attach_stream(session_id, since=None)
         await self._unsubscribe()
+        self.ws = ws
+        self.connected = True
+        self.last_event_id = snapshot["snapshot_at_event_id"]
         self.session_id = session_id
         self.replies.clear()
         self.thinking.clear()
         self.cards.clear()
         self.pending.clear()
-        self.turn_id = None
+        self._turn_over()
         self.ended = False
         self.last_call = None
         await self.transcript.remove_children()
-        snapshot = await self._subscribe(snapshot=True)
         session = snapshot["session"]
         self.session = session
         self.workspace = session["workspace_path"]
@@ -310,32 +323,51 @@ class ChatApp(App[int]):
         if text:
             self.replies[m["id"]] = await self.add(AssistantMessage(m["id"], text))
 
-    async def _subscribe(self, *, snapshot: bool) -> dict[str, Any]:
-        """Token, socket, subscribe: a snapshot (whose event id becomes the cursor) or the
-        events after the cursor. Returns the snapshot frame (or the ack)."""
-        session = await self.api.call("GET", f"/sessions/{self.session_id}")
+    async def _attach_stream(
+        self, session_id: str, *, since: str | None
+    ) -> tuple[aiohttp.ClientWebSocketResponse, dict[str, Any], dict[str, Any]]:
+        """Token, socket, subscribe to a session: with a snapshot (`since` None) or the events
+        after `since`. Returns the socket, the snapshot frame (or the ack) and the session as
+        REST showed it; changes nothing of the app's."""
+        session = await self.api.call("GET", f"/sessions/{session_id}")
         if not session.get("ws_url"):
-            raise ApiFailure(409, {"error": {"code": "session_already_ended"}})
+            raise ApiFailure(
+                409,
+                {
+                    "error": {
+                        "code": "session_already_ended",
+                        "message": f"session {session_id} has ended; it cannot be continued "
+                        f"(`metis sessions export {session_id}` shows it)",
+                    }
+                },
+            )
         ws = await self.api.ws_connect(session["ws_url"])
         subscribe: dict[str, Any] = {"type": "subscribe", "filter": "preset:chat"}
-        if snapshot or self.last_event_id is None:
+        if since is None:
             subscribe["snapshot"] = True
         else:
-            subscribe["since"] = self.last_event_id
+            subscribe["since"] = since
         try:
             await ws.send_json(subscribe)
             ack = await self._frame(ws)
             if ack.get("type") != "subscribe_ack":
                 raise ApiFailure(409, {"error": ack})
-            if not ack["snapshot"]:
-                self.ws = ws
-                return ack
-            frame = await self._frame(ws)
+            frame = await self._frame(ws) if ack["snapshot"] else ack
         except BaseException:
             await ws.close()
             raise
+        return ws, frame, session
+
+    async def _subscribe(self, *, snapshot: bool) -> dict[str, Any]:
+        """Attach this session's stream again: a snapshot (whose event id becomes the cursor)
+        or the events after the cursor. Returns the snapshot frame (or the ack)."""
+        assert self.session_id is not None
+        since = None if snapshot else self.last_event_id
+        ws, frame, session = await self._attach_stream(self.session_id, since=since)
         self.ws = ws
-        self.last_event_id = frame["snapshot_at_event_id"]
+        self.session = session
+        if "snapshot_at_event_id" in frame:
+            self.last_event_id = frame["snapshot_at_event_id"]
         return frame
 
     @staticmethod
@@ -359,7 +391,8 @@ class ChatApp(App[int]):
             self.ws = None
 
     async def _read(self) -> None:
-        """Handle frames until the session ends; re-attach after an abnormal close."""
+        """Handle frames until the session ends; re-attach after an abnormal close, for as long
+        as that takes (the status bar says the app is disconnected meanwhile)."""
         while True:
             ws = self.ws
             assert ws is not None
@@ -384,28 +417,46 @@ class ChatApp(App[int]):
             if self.ended or reason in ("session_ended", "session_purged"):
                 await self._session_over()
                 return
+            self._set_connected(False)
             await self.note(f"stream closed ({reason or ws.close_code}); re-attaching")
             if not await self._reattach():
-                await self.note("lost the connection to the daemon", error=True)
+                await self._session_over()
                 return
+            self._set_connected(True)
+            await self.note("re-attached to the session")
+            if self.turn_id is not None and not self.session.get("current_turn_id"):
+                # e.g. the daemon restarted: the turn is over, whether or not its end was stored
+                self._turn_over()
+                await self.note("the turn is no longer running")
+            for request in self.session.get("pending_confirmations") or []:
+                self._queue_confirmation(request)
+            await self.refresh_status(fetch=False)
+
+    def _set_connected(self, connected: bool) -> None:
+        self.connected = connected
+        self.status.show(connection="" if connected else "disconnected: re-attaching…")
 
     async def _reattach(self) -> bool:
-        for attempt in range(1, 4):
-            await asyncio.sleep(0.2 * attempt)
+        """Subscribe again from the cursor, waiting longer between tries each time (until a
+        send cuts the wait short); False when the session is gone."""
+        delay = RETRY_FIRST_S
+        while True:
+            self._retry_now.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._retry_now.wait(), delay)
+            delay = min(2 * delay, RETRY_MAX_S)
             try:
                 await self._subscribe(snapshot=False)
                 return True
             except ApiFailure as exc:
                 if exc.code in ("cursor_expired", "replay_too_large"):
                     with contextlib.suppress(ApiFailure, aiohttp.ClientError):
-                        self.reader = None  # open_session must not cancel this task
                         await self._reload_in_place()
                         return True
-                if exc.code in ("session_not_found", "session_already_ended"):
+                if exc.code in GONE_CODES:
                     return False
             except (aiohttp.ClientError, TimeoutError):
                 pass
-        return False
 
     async def _reload_in_place(self) -> None:
         """After missing more than the daemon replays: show the session afresh."""
@@ -431,6 +482,7 @@ class ChatApp(App[int]):
 
     async def _session_over(self) -> None:
         self.ended = True
+        self.status.show(connection="")  # not re-attaching: there is nothing to attach to
         self._turn_over()
         await self.note("the session ended; /new starts another, /sessions picks one")
 
@@ -502,9 +554,9 @@ class ChatApp(App[int]):
         if p.get("stop_reason") in ("cancelled", "error"):
             note = f"the reply was cut short ({p['stop_reason']})"
         if reply is not None:
-            await reply.finish(note)
-        elif note:
-            await self.note(note)
+            reply.finish()
+        if note:  # at the end, in the order things happened (after "cancelling the turn…")
+            await self.add(Note(Text(note), classes="warning"))
 
     async def _on_llm_call_completed(self, event: dict[str, Any], p: dict[str, Any]) -> None:
         self.last_call = p
@@ -597,7 +649,7 @@ class ChatApp(App[int]):
     async def _turn_ended(self, event: dict[str, Any], outcome: str) -> None:
         p = event.get("payload") or {}
         for reply in list(self.replies.values()):
-            await reply.finish()
+            reply.finish()
         seconds = (p.get("wall_time_ms") or 0) / 1000
         line = (
             f"turn {outcome} · {seconds:.1f} s · {p.get('llm_call_count', 0)} call(s) · "
@@ -643,31 +695,55 @@ class ChatApp(App[int]):
             )
         )
 
-    async def send_turn(self, text: str) -> None:
+    async def send_turn(self, text: str) -> bool:
+        """Send a message; False (the message shown nowhere but in the prompt, kept there)
+        when it was not accepted."""
         if self.turn_id is not None:
             await self.note("a turn is running: wait for it, or Esc to cancel it", error=True)
-            return
-        await self.add(UserMessage(text))
+            return False
+        if not self.connected:
+            self._retry_now.set()
+            await self.note(
+                "not connected to the daemon: re-attaching, then send again", error=True
+            )
+            return False
+        bubble = await self.add(UserMessage(text))  # before the POST: its reply may be quicker
         try:
             accepted = await self.api.call(
                 "POST",
                 f"/sessions/{self.session_id}/turns",
                 {"content": [{"type": "text", "text": text}]},
             )
-        except ApiFailure as exc:
-            await self.note(_failure_text(exc), error=True)
-            return
+        except (ApiFailure, aiohttp.ClientError) as exc:
+            await bubble.remove()
+            await self.note(f"not sent: {_error_text(exc)}", error=True)
+            return False
         self.turns_sent += 1
         # its events may have arrived (even its end) before the 202 was read
         if self.turn_id != accepted["turn_id"] and accepted["turn_id"] not in self.finished:
             self._turn_running(accepted["turn_id"], accepted.get("model"))
+        return True
 
     async def cancel_turn(self) -> bool:
-        if self.turn_id is None:
+        """Ask the daemon to cancel the running turn (False when none runs). The note comes
+        first, so it reads before the turn's own end; a failed cancel rewrites it."""
+        turn_id = self.turn_id
+        if turn_id is None:
             return False
-        with contextlib.suppress(ApiFailure, aiohttp.ClientError):
-            await self.api.call("POST", f"/sessions/{self.session_id}/turns/{self.turn_id}/cancel")
-        await self.note("cancelling the turn…")
+        note = await self.add(Note(Text("cancelling the turn…")))
+        try:
+            await self.api.call("POST", f"/sessions/{self.session_id}/turns/{turn_id}/cancel")
+        except ApiFailure as exc:
+            if exc.code not in TURN_GONE_CODES:
+                note.update(Text(f"could not cancel the turn: {_error_text(exc)}"))
+                note.add_class("error")
+                return True
+            if self.turn_id == turn_id:  # its end was never streamed: stop waiting for it
+                self._turn_over()
+            note.update(Text("the turn is no longer running"))
+        except aiohttp.ClientError as exc:
+            note.update(Text(f"could not cancel the turn: {_error_text(exc)}"))
+            note.add_class("error")
         return True
 
     # confirmations ----------------------------------------------------------------------------
@@ -714,7 +790,12 @@ class ChatApp(App[int]):
                 body,
             )
         except ApiFailure as exc:
-            await self.note(str(exc), error=True)
+            await self.note(_failure_text(exc), error=True)
+        except aiohttp.ClientError as exc:  # the question still stands: keep it for Ctrl-O
+            await self.note(
+                f"the answer was not sent: {_error_text(exc)}; Ctrl-O answers again", error=True
+            )
+            return
         self.pending.pop(str(request["confirmation_request_id"]), None)
         self._next_confirmation()
 
@@ -765,14 +846,14 @@ class ChatApp(App[int]):
             return
         if text not in ("/quit", "/exit"):  # leaving is not worth recalling
             self.history.add(message.text.rstrip())
-        self.prompt.set_text("")
         self._show_hints([])
         if text.startswith("/"):
+            self.prompt.set_text("")
             await self.command(text)
         elif self.ended:
             await self.note("this session ended: /new starts another", error=True)
-        else:
-            await self.send_turn(message.text.rstrip())
+        elif await self.send_turn(message.text.rstrip()) and self.prompt.text == message.text:
+            self.prompt.set_text("")  # sent: the draft is done with (unless edited meanwhile)
 
     def on_prompt_input_history_requested(self, message: PromptInput.HistoryRequested) -> None:
         if message.direction < 0:
@@ -854,7 +935,7 @@ class ChatApp(App[int]):
         except ApiFailure as exc:
             await self.note(_failure_text(exc), error=True)
         except aiohttp.ClientError as exc:
-            await self.note(f"the daemon did not answer: {exc}", error=True)
+            await self.note(_error_text(exc), error=True)
 
     async def _cmd_quit(self, arg: str) -> None:
         await self.action_quit_chat()
@@ -907,7 +988,13 @@ class ChatApp(App[int]):
         )
 
     async def _cmd_sessions(self, arg: str) -> None:
-        sessions = await self.api.sessions(workspace_path=self.workspace, surface="metis", limit=50)
+        # ended sessions are not listed: they cannot be continued (`metis sessions export`)
+        sessions = await self.api.sessions(
+            workspace_path=self.workspace, surface="metis", status="active", limit=50
+        )
+        if not [s for s in sessions if s["id"] != self.session_id]:
+            await self.note("no other active session on this workspace; /new starts one")
+            return
 
         def picked(session_id: str | None) -> None:
             if session_id and session_id != self.session_id:
@@ -919,12 +1006,15 @@ class ChatApp(App[int]):
         if self.turn_id is not None:
             await self.note("a turn is running: cancel it before switching", error=True)
             return
-        await self._end_if_unused()
-        self.created = False
+        unused = self._unused_session()
         try:
             await self.open_session(session_id)
         except ApiFailure as exc:
             await self.note(_failure_text(exc), error=True)
+            return
+        self.created = False
+        self.turns_sent = 0
+        await self._end_session(unused)
 
     async def _cmd_new(self, arg: str) -> None:
         if self.turn_id is not None:
@@ -932,9 +1022,12 @@ class ChatApp(App[int]):
                 "a turn is running: cancel it before starting a new session", error=True
             )
             return
-        await self._end_if_unused()
-        await self._create_session()
-        await self.open_session(self.session_id)
+        unused = self._unused_session()
+        new = await self._create_session()
+        await self.open_session(new)
+        self.created = True
+        self.turns_sent = 0
+        await self._end_session(unused)
 
     async def _cmd_title(self, arg: str) -> None:
         if not arg:
@@ -977,15 +1070,30 @@ class ChatApp(App[int]):
 
     async def action_quit_chat(self) -> None:
         await self._unsubscribe()
-        await self._end_if_unused()
+        if await self._end_session(self._unused_session()):
+            self.ended = True
         self.exit(self.exit_code)
 
-    async def _end_if_unused(self) -> None:
-        """A session this app created and sent no turn to is ended on leaving it."""
-        if not self.created or self.turns_sent or self.ended or self.session_id is None:
-            return
-        with contextlib.suppress(ApiFailure, aiohttp.ClientError):
-            await self.api.call("DELETE", f"/sessions/{self.session_id}")
+    def _unused_session(self) -> str | None:
+        """The session shown, if this app created it and sent it no turn: it is ended on
+        leaving it."""
+        if not self.created or self.turns_sent or self.ended:
+            return None
+        return self.session_id
+
+    async def _end_session(self, session_id: str | None) -> bool:
+        if session_id is None:
+            return False
+        try:
+            await self.api.call("DELETE", f"/sessions/{session_id}")
+        except (ApiFailure, aiohttp.ClientError):
+            return False
+        return True
+
+    @property
+    def continuable(self) -> bool:
+        """A session was opened and is still active on leaving: `--session` continues it."""
+        return bool(self.session) and not self.ended
 
 
 def _failure_text(exc: ApiFailure) -> str:
@@ -997,6 +1105,12 @@ def _failure_text(exc: ApiFailure) -> str:
         )
         text += f" ({reasons})"
     return text
+
+
+def _error_text(exc: ApiFailure | aiohttp.ClientError) -> str:
+    if isinstance(exc, ApiFailure):
+        return _failure_text(exc)
+    return f"the daemon did not answer ({exc})"
 
 
 def run_app(args: argparse.Namespace) -> int:
@@ -1017,6 +1131,6 @@ def run_app(args: argparse.Namespace) -> int:
         freeze_heap=True,
     )
     code = app.run()
-    if app.session_id:
+    if app.continuable:
         print(f"metis: `metis chat --session {app.session_id}` continues this session")
     return int(code or 0)

@@ -40,6 +40,9 @@ class ConfirmScreen(ModalScreen[Decision | None]):
     ConfirmScreen Input.asking { display: block; }
     """
 
+    # the diff or command, if any, takes the keys that scroll it; never the hidden reason
+    # field, which would swallow y / a / n as text
+    AUTO_FOCUS = "VerticalScroll"
     BINDINGS = [
         Binding("y", "allow", "allow once"),
         Binding("a", "allow_session", "allow for this session"),
@@ -120,7 +123,7 @@ class ConfirmScreen(ModalScreen[Decision | None]):
 
 
 class SessionPicker(ModalScreen[str | None]):
-    """The sessions of this workspace, newest first; Enter switches, Esc closes."""
+    """The active sessions of this workspace, newest first; Enter switches, Esc closes."""
 
     DEFAULT_CSS = """
     SessionPicker { align: center middle; }

@@ -250,12 +250,9 @@ class AssistantMessage(MarkdownView):
         if self.shown < len(self.text):
             self._schedule()
 
-    async def finish(self, note: str | None = None) -> None:
-        """The reply is complete (what is not drawn yet is drawn in the next frames); a note
-        (the reply was cut short) goes below it."""
+    def finish(self) -> None:
+        """The reply is complete: what is not drawn yet is drawn in the next frames."""
         self._schedule()
-        if note and isinstance(self.parent, Widget):
-            await self.parent.mount(Note(Text(note), classes="warning"), after=self)
 
 
 def warm_up_markdown(console: Console) -> None:
@@ -506,14 +503,19 @@ class PromptInput(TextArea):
 
 
 class StatusBar(Widget):
-    """Model · tokens of the last call · context used · session cost · workspace (its path
-    shortened to what the line has room for: ~ for the home directory, the middle elided)."""
+    """The connection's state when it is lost, then model · tokens of the last call · context
+    used · session cost · workspace (its path shortened to what the line has room for: ~ for
+    the home directory, the middle elided). A narrow line drops the tokens first, then the
+    labels, then the context, then the cost; the model and a lost connection always show."""
 
     DEFAULT_CSS = """
     StatusBar { dock: bottom; height: 1; padding: 0 1; background: $panel; color: $text; }
     """
 
-    ORDER = ("model", "tokens", "context", "cost", "workspace")
+    ORDER = ("connection", "model", "tokens", "context", "cost")
+    # what a narrow line leaves out, in turn: (fields dropped, labels kept)
+    NARROWER = ((("tokens",), True), (("tokens",), False), (("tokens", "context"), False))
+    NARROWEST = (("tokens", "context", "cost"), False)
 
     def __init__(self) -> None:
         super().__init__(id="status")
@@ -524,21 +526,37 @@ class StatusBar(Widget):
         self.refresh()
 
     def render(self) -> Text:
+        width = self.content_region.width
+        present = [name for name in self.ORDER if self.fields.get(name)]
+        labels = True
+        text = self._line(present, labels=labels)
+        for dropped, labels in (*self.NARROWER, self.NARROWEST):
+            if text.cell_len <= width:
+                break
+            text = self._line([n for n in present if n not in dropped], labels=labels)
+        workspace = self.fields.get("workspace")
+        separator = self._separator(labels)
+        room = width - text.cell_len - len(separator)
+        if workspace and room >= 8:  # last, in the room left (no label: a path reads as one)
+            text.append(separator, style="dim")
+            text.append(short_path(workspace, room))
+        return text
+
+    @staticmethod
+    def _separator(labels: bool) -> str:
+        return "  │  " if labels else " │ "
+
+    def _line(self, names: list[str], *, labels: bool) -> Text:
         text = Text(no_wrap=True, overflow="ellipsis")
-        for name in self.ORDER:
-            value = self.fields.get(name)
-            if not value:
-                continue
-            if name == "workspace":  # last, in the room left (no label: a path reads as one)
-                room = self.content_region.width - text.cell_len - 5
-                if room >= 8:
-                    text.append("  │  ", style="dim")
-                    text.append(short_path(value, room))
-                continue
+        for name in names:
             if text:
-                text.append("  │  ", style="dim")
-            text.append(f"{name} ", style="dim")
-            text.append(value, style="bold" if name in ("model", "cost") else "")
+                text.append(self._separator(labels), style="dim")
+            if name == "connection":
+                text.append(self.fields[name], style="bold reverse red")
+                continue
+            if labels or name == "context":  # a bare percentage would not say what it is
+                text.append(f"{name} ", style="dim")
+            text.append(self.fields[name], style="bold" if name in ("model", "cost") else "")
         return text
 
 
