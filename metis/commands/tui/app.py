@@ -274,12 +274,18 @@ class ChatApp(App[int]):
         assert self.session_id is not None
         messages = await self.api.all_messages(self.session_id)
         events = await self.api.all_events(
-            self.session_id, "tool.completed,tool.failed,llm.call_completed"
+            self.session_id,
+            "tool.completed,tool.failed,llm.call_completed,tool.confirmation_resolved",
         )
         done = {
             e["payload"]["tool_use_id"]: e["payload"]
             for e in events
             if e["type"] in ("tool.completed", "tool.failed")
+        }
+        denied = {
+            e["payload"]["tool_use_id"]: e["payload"]
+            for e in events
+            if e["type"] == "tool.confirmation_resolved" and e["payload"].get("decision") == "deny"
         }
         calls = [e["payload"] for e in events if e["type"] == "llm.call_completed"]
         self.last_call = calls[-1] if calls else None
@@ -296,7 +302,10 @@ class ChatApp(App[int]):
                     if card is None:
                         continue
                     info = done.get(block["tool_use_id"], {})
-                    card.set_state(card.state, info.get("duration_ms"))
+                    if block["tool_use_id"] in denied:  # as it read live: denied, not failed
+                        card.set_state(_resolved_label(denied[block["tool_use_id"]]))
+                    else:
+                        card.set_state(card.state, info.get("duration_ms"))
                     await card.set_result(
                         tool_result_text(block),
                         is_error=bool(block.get("is_error")),
@@ -319,7 +328,7 @@ class ChatApp(App[int]):
                 self.cards[block["id"]] = card
                 self.tool_inputs[block["id"]] = block.get("input") or {}
                 await self.add(card)
-                card.set_input(block.get("input") or {})
+                card.set_input(block.get("input") or {}, live=False)
         if text:
             self.replies[m["id"]] = await self.add(AssistantMessage(m["id"], text))
 
@@ -511,23 +520,16 @@ class ChatApp(App[int]):
             self.turn_model = p["chosen_model"]
 
     async def _on_message_start(self, event: dict[str, Any], p: dict[str, Any]) -> None:
+        # the reply's block is added with its first text: below its thinking, if any
         self.turn_model = p.get("model") or self.turn_model
-        await self._reply(p["message_id"], p.get("model"))
-
-    async def _reply(self, message_id: str, model: str | None = None) -> AssistantMessage:
-        reply = self.replies.get(message_id)
-        if reply is None:
-            reply = self.replies[message_id] = await self.add(
-                AssistantMessage(message_id, model=model)
-            )
-        return reply
 
     async def _on_text_delta(self, event: dict[str, Any], p: dict[str, Any]) -> None:
-        reply = await self._reply(p["message_id"])
-        if reply is not self.transcript.children[-1] and reply.text:
-            # text after a tool card: a new block below it, so the transcript reads in order
+        reply = self.replies.get(p["message_id"])
+        if reply is None or reply is not self.transcript.children[-1]:
+            # the first text, or text after a tool card: a block at the end, so the
+            # transcript reads in order
             reply = self.replies[p["message_id"]] = await self.add(
-                AssistantMessage(p["message_id"], model=reply.model)
+                AssistantMessage(p["message_id"], model=self.turn_model)
             )
         reply.append(p.get("text", ""))  # drawn on the next frame; the anchor keeps it in view
 
@@ -581,7 +583,11 @@ class ChatApp(App[int]):
     async def _on_tool_failed(self, event: dict[str, Any], p: dict[str, Any]) -> None:
         card = self.cards.get(p["tool_use_id"])
         if card is not None:
-            card.set_state(f"failed: {p.get('error_class')}", p.get("duration_ms"))
+            if p.get("error_class") == "user_denied":  # the card says so already, with the reason
+                if not card.state.startswith("denied"):
+                    card.set_state("denied")
+            else:
+                card.set_state(f"failed: {p.get('error_class')}", p.get("duration_ms"))
             self.run_worker(self._fill_result(card, p), group="results")
 
     async def _on_tool_input_invalid(self, event: dict[str, Any], p: dict[str, Any]) -> None:
@@ -621,10 +627,7 @@ class ChatApp(App[int]):
         self.pending.pop(request_id, None)
         card = self.cards.get(p["tool_use_id"])
         if card is not None:
-            scope = " for this session" if p.get("scope") == "session" else ""
-            reason = f": {p['reason']}" if p.get("reason") else ""
-            label = {"allow": "allowed", "deny": "denied"}.get(p["decision"], p["decision"])
-            card.set_state(f"{label}{scope}{reason}")
+            card.set_state(_resolved_label(p))
         screen = self.confirm_screen
         if screen is not None and screen.request_id == request_id:
             self.confirm_screen = None
@@ -1105,6 +1108,14 @@ def _failure_text(exc: ApiFailure) -> str:
         )
         text += f" ({reasons})"
     return text
+
+
+def _resolved_label(p: dict[str, Any]) -> str:
+    """A tool card's state after a confirmation's answer (`denied: not now`), live or resumed."""
+    scope = " for this session" if p.get("scope") == "session" else ""
+    reason = f": {p['reason']}" if p.get("reason") else ""
+    label = {"allow": "allowed", "deny": "denied"}.get(p["decision"], p["decision"])
+    return f"{label}{scope}{reason}"
 
 
 def _error_text(exc: ApiFailure | aiohttp.ClientError) -> str:

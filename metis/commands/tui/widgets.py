@@ -346,16 +346,16 @@ class ThinkingBlock(Collapsible):
 
 
 class ToolCard(Vertical):
-    """One tool call: name, summary, state and duration, then its diff or command and result
-    (the first lines; the rest in a collapsed section)."""
+    """One tool call: name, summary, state and duration, then its diff (or its command when
+    the title cannot hold it whole) and its result: of each, the first lines, the rest in a
+    collapsed section."""
 
     DEFAULT_CSS = """
     ToolCard { height: auto; margin: 1 0 0 2; padding: 0 1; border: round $primary 60%; }
     ToolCard.error { border: round $error; }
     ToolCard.ok { border: round $success 60%; }
     ToolCard > .state { color: $text-muted; }
-    ToolCard > .detail { display: none; }
-    ToolCard > .detail.shown { display: block; }
+    ToolCard > .detail { height: auto; }
     ToolCard > .output { color: $text; }
     ToolCard Collapsible { border: none; padding: 0; margin: 0; background: transparent; }
     """
@@ -371,9 +371,10 @@ class ToolCard(Vertical):
         self.exit_code: int | None = None
         self.result: str | None = None
         self.is_error = False
+        self.detail: str | None = None  # the diff or the command shown
         self.border_title = name
         self._state = Static("", classes="state")
-        self._detail = Static("", classes="detail")
+        self._detail = Vertical(classes="detail")
         self._output = Vertical(classes="output")
         self._output.styles.height = "auto"
 
@@ -393,15 +394,34 @@ class ToolCard(Vertical):
             parts.append(f"exit {self.exit_code}")
         self._state.update(Text(" · ".join(parts)))
 
-    def set_input(self, tool_input: dict[str, Any] | None) -> None:
+    def set_input(self, tool_input: dict[str, Any] | None, *, live: bool = True) -> None:
+        """The call's arguments; `live` False for a call read back, whose `write_file` diff
+        is left out: against the file as it is now, it would show the write as no change."""
         self.tool_input = tool_input or {}
         line = tooldisplay.summary(self.name_, self.tool_input)
         self.border_title = f"{self.name_} {line}".strip()
-        diff = tooldisplay.file_diff(self.name_, self.tool_input, self.workspace)
+        diff = None
+        if live or self.name_ != "write_file":
+            diff = tooldisplay.file_diff(self.name_, self.tool_input, self.workspace)
+        command = str(self.tool_input.get("command") or "")
         if diff is not None:
-            self._detail.update(Syntax(diff.rstrip("\n"), "diff", theme="ansi_dark"))
-        elif self.name_ == "shell" and self.tool_input.get("command"):
-            self._detail.update(Syntax(str(self.tool_input["command"]), "bash", theme="ansi_dark"))
+            self.detail, lexer, kind = diff.rstrip("\n"), "diff", "diff"
+        elif self.name_ == "shell" and (command != line or "\n" in command):
+            self.detail, lexer, kind = command, "bash", "command"
+        else:
+            return
+        preview, hidden = tooldisplay.truncate_lines(self.detail, PREVIEW_LINES)
+        widgets: list[Widget] = [Static(Syntax(preview, lexer, theme="ansi_dark"))]
+        if hidden:
+            widgets.append(
+                Collapsible(
+                    Static(Syntax(self.detail, lexer, theme="ansi_dark")),
+                    title=f"whole {kind} ({hidden} more line(s))",
+                    collapsed=True,
+                )
+            )
+        self._detail.remove_children()
+        self._detail.mount_all(widgets)
 
     def set_state(self, state: str, duration_ms: int | None = None) -> None:
         self.state = state

@@ -185,6 +185,10 @@ async def test_confirmations_y_a_and_n_with_a_reason(
         assert modal.request["tool_name"] == "write_file"
         body = modal.detail
         assert "+++ b/metis-demo.txt" in body and "+conformance" in body
+        # the card behind the modal shows the same diff
+        card = next(c for c in app.query(ToolCard) if c.name_ == "write_file")
+        assert card.detail == body.rstrip("\n")
+        assert card.query_one(".detail Static").region.height > 0
         screenshot(app, "confirm-write-file")
         await pilot.press("y")
         modal = await wait_modal(app)
@@ -207,15 +211,19 @@ async def test_confirmations_y_a_and_n_with_a_reason(
         await pilot.pause(0.3)
         cards = {c.name_: c for c in app.query(ToolCard)}
         assert cards["write_file"].result is not None
-        assert (
-            cards["shell"].state.startswith("denied: not here") or "denied" in cards["shell"].state
-        )
+        await until(lambda: cards["shell"].result is not None)
+        assert str(cards["shell"]._state.render()) == "denied: not here"
         screenshot(app, "tool-cards")
     assert await api_of(d).decisions(app.session_id) == [
         ("allow", "once", None),
         ("allow", "session", None),
         ("deny", "once", "not here"),
     ]
+    resumed = make_app(d, workspace, session_id=app.session_id)
+    async with attached(resumed) as pilot:  # read back, the denial reads the same
+        await pilot.pause()
+        [shell] = [c for c in resumed.query(ToolCard) if c.name_ == "shell"]
+        assert str(shell._state.render()) == "denied: not here"
 
 
 async def test_an_answer_given_elsewhere_closes_the_modal(
@@ -616,6 +624,27 @@ async def test_an_ended_session_is_not_offered_and_opening_one_keeps_the_current
         await until(lambda: f"session {ended['id']} has ended" in notes(direct))
         assert direct.prompt.disabled
     assert not direct.continuable
+
+
+async def test_thinking_comes_before_the_reply_it_leads_to(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """Live as when read back: the thinking block, then the reply in one piece below it."""
+    d = await start_daemon(models=SLOW_SCRIPTED)
+    app = make_app(d, workspace)
+    async with attached(app) as pilot:
+        await type_text(pilot, app, "think about this")
+        await until(lambda: "turn completed" in notes(app), timeout=20)
+        await pilot.pause()
+        live = [type(w).__name__ for w in app.transcript.children]
+        assert live[-3:] == ["ThinkingBlock", "AssistantMessage", "Note"]
+        [reply] = texts(app, AssistantMessage)
+        assert reply == 'You said: "think about this"'
+    resumed = make_app(d, workspace, session_id=app.session_id)
+    async with attached(resumed):
+        kinds = [type(w).__name__ for w in resumed.transcript.children]
+        assert kinds[: len(live) - 2] == [k for k in live if k != "Note"][: len(live) - 2]
+        assert kinds.index("ThinkingBlock") < kinds.index("AssistantMessage")
 
 
 async def test_a_narrow_status_bar_keeps_model_cost_and_context(
