@@ -54,6 +54,7 @@ RETRY_FIRST_S = 0.2  # re-attaching waits this long first, then twice as long ea
 RETRY_MAX_S = 5.0  # a daemon restart takes seconds: keep trying, at most this far apart
 GONE_CODES = ("session_not_found", "session_already_ended")
 TURN_GONE_CODES = (*GONE_CODES, "turn_not_found", "turn_already_completed")
+MAX_HINTS = 12  # completions listed under the prompt
 READ_SLICE_S = 0.004  # at most this long handling frames before the app's other work runs
 COMMANDS = {
     "/model": "/model [alias|-]  pin a model (- : routing decides); no argument shows it",
@@ -72,12 +73,16 @@ class ChatApp(App[int]):
     """One chat over one daemon session at a time (`/sessions` and `/new` switch)."""
 
     TITLE = "metis chat"
+    # its Quit would skip ending an unused session; the app's own keys and /commands suffice
+    ENABLE_COMMAND_PALETTE = False
     CSS = """
     Screen { layout: vertical; }
     #transcript { height: 1fr; padding: 0 1; scrollbar-size-vertical: 1; }
     #spinner { height: 1; padding: 0 1; color: $accent; display: none; }
     #spinner.running { display: block; }
-    #hints { height: auto; max-height: 3; padding: 0 2; color: $text-muted; display: none; }
+    #hints {
+        height: auto; padding: 0 2; color: $text-muted; background: $surface; display: none;
+    }
     #hints.shown { display: block; }
     """
     BINDINGS = [
@@ -909,8 +914,16 @@ class ChatApp(App[int]):
         if not options:
             hints.remove_class("shown")
             return
-        lines = [COMMANDS.get(o, o) for o in options[:8]]
-        hints.update(Text("   ".join(lines) if len(lines) > 3 else "\n".join(lines)))
+        # one per line, every command (9); a long list of aliases ends with how many more
+        text = Text()
+        for option in options[:MAX_HINTS]:
+            usage, _, what = COMMANDS.get(option, option).partition("  ")
+            text.append(f"{usage}  ", style="bold")
+            text.append(f"{what}\n")
+        if len(options) > MAX_HINTS:
+            text.append(f"… {len(options) - MAX_HINTS} more\n")
+        text.rstrip()
+        hints.update(text)
         hints.add_class("shown")
 
     # commands ---------------------------------------------------------------------------------
@@ -970,14 +983,23 @@ class ChatApp(App[int]):
 
     async def _cmd_models(self, arg: str) -> None:
         await self._load_models()
-        lines = ["| model | aliases | context | availability |", "|---|---|---|---|"]
+        rows = [("model", "aliases", "context", "availability")]
         for m in self.models.values():
             window = (m.get("capabilities") or {}).get("max_context_tokens")
-            lines.append(
-                f"| {m['id']} | {', '.join(m.get('aliases', []))} | "
-                f"{window or '?'} | {m.get('availability')} |"
+            rows.append(
+                (
+                    m["id"],
+                    ", ".join(m.get("aliases", [])),
+                    str(window or "?"),
+                    str(m.get("availability")),
+                )
             )
-        await self.add(AssistantMessage(None, "\n".join(lines)))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        lines = [
+            "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+            for row in rows
+        ]
+        await self.note("\n".join(lines))  # metis's own output: a note, not a reply
 
     async def _cmd_cost(self, arg: str) -> None:
         await self.refresh_status()
@@ -1045,6 +1067,13 @@ class ChatApp(App[int]):
         fmt = "md"
         if parts and parts[0] in ("md", "json"):
             fmt = parts.pop(0)
+        elif parts and "." not in parts[0] and "/" not in parts[0]:
+            # a bare word is a format, not a file name: `/export txt` is refused, not a file
+            await self.note(
+                f"unknown export format {parts[0]}: md or json (/export [md|json] [FILE])",
+                error=True,
+            )
+            return
         path = Path(parts[0]).expanduser() if parts else Path(f"{self.session_id}.{fmt}")
         data = await exporter.collect(self.api, str(self.session_id))
         text = exporter.to_json(data) if fmt == "json" else exporter.to_markdown(data)

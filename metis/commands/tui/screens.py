@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rich.console import Group
 from rich.syntax import Syntax
 from rich.text import Text
 from textual.binding import Binding
@@ -72,8 +73,9 @@ class ConfirmScreen(ModalScreen[Decision | None]):
                 ),
                 classes="title",
             )
-            yield Static(Text(str(summary)))
             body = self._body(name)
+            if name != "shell" or body is None:  # a shell's summary is the command shown below
+                yield Static(Text(str(summary)))
             if body is not None:
                 with VerticalScroll():
                     yield Static(body, id="confirm-body")
@@ -147,17 +149,18 @@ class SessionPicker(ModalScreen[str | None]):
         for s in self.sessions:
             title = s.get("title") or "(no prompt yet)"
             mark = "● " if s["id"] == self.current else "  "
-            state = "ended" if s.get("ended_at") else "active"
-            label = Text.assemble(
-                (mark, "bold green"),
-                (title[:60], "bold"),
-                (
-                    f"  {s.get('turn_count', 0)} turn(s) · {state} · "
-                    f"{str(s.get('created_at', ''))[:16].replace('T', ' ')} · {s['id']}",
-                    "dim",
-                ),
+            when = str(s.get("created_at", ""))[:16].replace("T", " ")
+            # two lines, each cut (not wrapped) at the list's width: title, then the details
+            head = Text(no_wrap=True, overflow="ellipsis")
+            head.append(mark, "bold green")
+            head.append((title.splitlines() or [title])[0], "bold")
+            details = Text(
+                f"  {when} · {s.get('turn_count', 0)} turn(s) · {s['id']}",
+                style="dim",
+                no_wrap=True,
+                overflow="ellipsis",
             )
-            options.append(Option(label, id=s["id"]))
+            options.append(Option(Group(head, details), id=s["id"]))
         with Vertical():
             yield Static(Text("Sessions on this workspace", style="bold"))
             yield OptionList(*options, id="sessions")

@@ -15,7 +15,7 @@ from textual.widgets import Collapsible, Static
 from textual.widgets._collapsible import CollapsibleTitle
 
 from metis.commands.daemon_client import resolve_daemon
-from metis.commands.tui.app import ChatApp
+from metis.commands.tui.app import COMMANDS, ChatApp
 from metis.commands.tui.screens import ConfirmScreen, SessionPicker
 from metis.commands.tui.widgets import (
     PIECE_CHARS,
@@ -203,6 +203,8 @@ async def test_confirmations_y_a_and_n_with_a_reason(
             )
         )
         assert app.screen.detail == "conformance"
+        # the command once, highlighted: not also as the summary line above it
+        assert not any("conformance" in str(w.render()) for w in app.screen.query(Static))
         screenshot(app, "confirm-shell")
         await pilot.press("n")
         await pilot.press(*"not here")
@@ -405,7 +407,8 @@ async def test_slash_commands_model_cost_title_sessions_new_and_export(
         await type_text(pilot, app, "/cost")
         await until(lambda: "session cost $0" in notes(app))
         await type_text(pilot, app, "/models")
-        await until(lambda: any("local:scripted" in t for t in texts(app, AssistantMessage)))
+        await until(lambda: "local:scripted" in notes(app))
+        assert not any("local:scripted" in t for t in texts(app, AssistantMessage))
         await type_text(pilot, app, "/title My demo session")
         await until(lambda: "title: My demo session" in notes(app))
         _, session = await api.call("GET", f"/sessions/{first}")
@@ -647,6 +650,24 @@ async def test_thinking_comes_before_the_reply_it_leads_to(
         assert kinds.index("ThinkingBlock") < kinds.index("AssistantMessage")
 
 
+async def test_typing_a_slash_lists_every_command_on_its_own_line(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    d = await start_daemon()
+    app = make_app(d, workspace)
+    async with attached(app, size=(60, 20)) as pilot:
+        app.prompt.focus()
+        await pilot.press("/")
+        await pilot.pause()
+        hints = app.query_one("#hints", Static)
+        shown = str(hints.render())
+        assert [line.split()[0] for line in shown.splitlines() if line.startswith("/")] == list(
+            COMMANDS
+        )
+        assert hints.region.height >= len(COMMANDS)  # none cut off
+        screenshot(app, "hints-narrow")
+
+
 async def test_a_narrow_status_bar_keeps_model_cost_and_context(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
@@ -660,6 +681,24 @@ async def test_a_narrow_status_bar_keeps_model_cost_and_context(
         assert "local:scripted" in line and "$0" in line and "context " in line
         assert " in / " not in line  # the tokens are the first to go
         assert len(line) <= app.status.content_region.width
+
+
+async def test_export_refuses_an_unknown_format_and_ctrl_p_opens_nothing(
+    start_daemon: Callable[..., Any],
+    workspace: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    d = await start_daemon()
+    app = make_app(d, workspace)
+    async with attached(app) as pilot:
+        await type_text(pilot, app, "/export txt")
+        await until(lambda: "unknown export format txt" in notes(app))
+        assert not (tmp_path / "txt").exists()
+        await pilot.press("ctrl+p")  # Textual's command palette would quit past /quit
+        await pilot.pause()
+        assert app.screen is app.screen_stack[0]
 
 
 async def test_resuming_marks_the_earlier_turns(
