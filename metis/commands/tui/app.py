@@ -137,13 +137,15 @@ class ChatApp(App[int]):
         self.ended = False
         self._last_ctrl_c = 0.0
         self._tick = 0
+        # held, not queried: the spinner's timer may fire once more while the app shuts down
+        self.spinner = Static("", id="spinner")
         self.exit_code = 0
 
     # layout -----------------------------------------------------------------------------------
 
     def compose(self) -> Any:
         yield VerticalScroll(id="transcript")
-        yield Static("", id="spinner")
+        yield self.spinner
         yield Static("", id="hints")
         yield PromptInput(id="prompt", placeholder="message, /help for commands")
         yield StatusBar()
@@ -379,6 +381,7 @@ class ChatApp(App[int]):
         since = None if snapshot else self.last_event_id
         ws, frame, session = await self._attach_stream(self.session_id, since=since)
         self.ws = ws
+        self._set_connected(True)  # now, not after a reload's redraw: a send may come first
         self.session = session
         if "snapshot_at_event_id" in frame:
             self.last_event_id = frame["snapshot_at_event_id"]
@@ -436,7 +439,6 @@ class ChatApp(App[int]):
             if not await self._reattach():
                 await self._session_over()
                 return
-            self._set_connected(True)
             await self.note("re-attached to the session")
             if self.turn_id is not None and not self.session.get("current_turn_id"):
                 # e.g. the daemon restarted: the turn is over, whether or not its end was stored
@@ -683,11 +685,11 @@ class ChatApp(App[int]):
         self.turn_id = turn_id
         self.turn_started = time.monotonic()
         self.turn_model = model
-        self.query_one("#spinner").add_class("running")
+        self.spinner.add_class("running")
 
     def _turn_over(self) -> None:
         self.turn_id = None
-        self.query_one("#spinner").remove_class("running")
+        self.spinner.remove_class("running")
 
     def _spin(self) -> None:
         if self.turn_id is None:
@@ -695,7 +697,7 @@ class ChatApp(App[int]):
         self._tick += 1
         elapsed = time.monotonic() - self.turn_started
         waiting = " · waiting for your answer (Ctrl-O)" if self.pending else ""
-        self.query_one("#spinner", Static).update(
+        self.spinner.update(
             Text.assemble(
                 (SPINNER[self._tick % len(SPINNER)] + " ", "bold"),
                 f"working {elapsed:.1f} s · {self.turn_model or 'routing…'}{waiting}",
@@ -1034,8 +1036,8 @@ class ChatApp(App[int]):
         unused = self._unused_session()
         try:
             await self.open_session(session_id)
-        except ApiFailure as exc:
-            await self.note(_failure_text(exc), error=True)
+        except (ApiFailure, aiohttp.ClientError) as exc:  # a worker: nothing above catches it
+            await self.note(_error_text(exc), error=True)
             return
         self.created = False
         self.turns_sent = 0

@@ -86,7 +86,7 @@ def send(app: ChatApp, text: str) -> None:
 
 
 async def restarted(d: Daemon) -> Daemon:
-    """A new daemon process's worth on the stopped daemon's home and port (a restart)."""
+    """A stopped daemon started again on the same home and port, as `metis serve` would be."""
     again = Daemon(d.settings.model_copy(update={"port": d.port}))
     await again.start()
     return again
@@ -309,6 +309,9 @@ async def test_after_a_daemon_restart_the_app_reattaches_and_the_stuck_turn_clea
         await until(lambda: "not connected to the daemon" in notes(app))
         assert app.prompt.text == "while it is down"
         assert "while it is down" not in texts(app, UserMessage)
+        current = app.session_id
+        await app.switch_to("sess_picked_before_it_went_down")  # as a /sessions pick does
+        assert "the daemon did not answer" in notes(app) and app.session_id == current
 
 
 async def test_a_cancel_the_daemon_no_longer_knows_clears_the_turn(
