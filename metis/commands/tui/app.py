@@ -118,7 +118,7 @@ class ChatApp(App[int]):
         self.aliases: list[str] = []
         self.ws: aiohttp.ClientWebSocketResponse | None = None
         self.reader: asyncio.Task[None] | None = None
-        self.connected = False  # the session's stream is attached (or being re-attached)
+        self.connected = False  # the session's stream is attached; sends wait for it
         self._retry_now = asyncio.Event()  # cuts a re-attach backoff short (a send is waiting)
         self.last_event_id: str | None = None
         self.turn_id: str | None = None
@@ -246,7 +246,7 @@ class ChatApp(App[int]):
         ws, snapshot, _ = await self._attach_stream(session_id, since=None)
         await self._unsubscribe()
         self.ws = ws
-        self.connected = True
+        self._set_connected(True)  # also ends a "disconnected" left by the session before
         self.last_event_id = snapshot["snapshot_at_event_id"]
         self.session_id = session_id
         self.replies.clear()
