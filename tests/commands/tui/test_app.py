@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Collapsible, Static
+from textual.widgets import Collapsible, OptionList, Static
 from textual.widgets._collapsible import CollapsibleTitle
 
 from metis.commands.daemon_client import resolve_daemon
@@ -434,8 +434,6 @@ async def test_slash_commands_model_cost_title_sessions_new_and_export(
         picker = app.screen
         assert isinstance(picker, SessionPicker)
         assert [s["id"] for s in picker.sessions][:2][-1] == first
-        from textual.widgets import OptionList
-
         options = picker.query_one(OptionList)
         options.highlighted = [s["id"] for s in picker.sessions].index(first)
         await pilot.press("enter")
@@ -615,6 +613,8 @@ async def test_an_ended_session_is_not_offered_and_opening_one_keeps_the_current
         assert isinstance(picker, SessionPicker)
         assert {s["id"] for s in picker.sessions} == {app.session_id, active["id"]}
         await pilot.pause()
+        rows = picker.query_one(OptionList)
+        assert rows.virtual_size.height == 2 * len(picker.sessions)  # two lines each, unwrapped
         screenshot(app, "session-picker-narrow")
         await pilot.press("escape")
         # an ended session picked all the same (it ended while the list was open)
