@@ -275,7 +275,7 @@ async def test_answering_cancelling_and_sending_unanswered_say_so_and_keep_the_d
 
 
 async def test_after_a_daemon_restart_the_app_reattaches_and_the_stuck_turn_clears(
-    start_daemon: Callable[..., Any], workspace: Path
+    start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
 ) -> None:
     """The daemon stops in the middle of a turn and starts again seconds later: the app says
     it is disconnected meanwhile, re-attaches by itself, forgets the turn the restart ended,
@@ -313,6 +313,14 @@ async def test_after_a_daemon_restart_the_app_reattaches_and_the_stuck_turn_clea
         current = app.session_id
         await app.switch_to("sess_picked_before_it_went_down")  # as a /sessions pick does
         assert "the daemon did not answer" in notes(app) and app.session_id == current
+        third = await restarted(d)
+        try:  # a session opened before the old one re-attached: nothing says "disconnected"
+            other = await api_of(third).create_session(workspace)
+            await app.switch_to(other["id"])
+            assert app.session_id == other["id"] and app.connected
+            assert not app.status.fields.get("connection")
+        finally:
+            await third.stop()
 
 
 async def test_a_cancel_the_daemon_no_longer_knows_clears_the_turn(
