@@ -46,9 +46,11 @@ async def assert_logs_in_once(d: Daemon, url: str) -> None:
         assert cookie in {c.key for c in browser.cookie_jar}
         async with browser.get(d.base_url + "/sessions") as r:
             assert r.status == 200  # the cookie authenticates
-    async with aiohttp.ClientSession(cookie_jar=jar()) as another:
-        async with another.get(url, allow_redirects=False) as r:
-            assert r.status == 401  # single use: another browser cannot log in with it
+    async with (
+        aiohttp.ClientSession(cookie_jar=jar()) as another,
+        another.get(url, allow_redirects=False) as r,
+    ):
+        assert r.status == 401  # single use: another browser cannot log in with it
 
 
 async def test_print_prints_a_login_url_that_logs_a_browser_in_once(
