@@ -60,6 +60,7 @@ from metis.server.runner import Daemon, freeze_startup_heap
 from metis.testing.bench import (
     bench_models_yaml,
     bench_reply,
+    bench_workspace,
     daemon_headers,
     spawn_fake_provider,
     stop_process,
@@ -303,7 +304,7 @@ async def rest_latency(daemon: Daemon, fake_url: str, n: int = 300) -> tuple[flo
         "--rest-client",
         str(daemon.port),
         key,
-        tempfile.gettempdir(),
+        bench_workspace(),
         str(n),
         stdout=asyncio.subprocess.PIPE,
     )
@@ -321,7 +322,7 @@ async def burst(daemon: Daemon, fake_url: str, deltas: int, readers: int) -> tup
     async with aiohttp.ClientSession(
         base_url=daemon.base_url, headers=daemon_headers(daemon)
     ) as http:
-        async with http.post("/sessions", json={"workspace_path": tempfile.gettempdir()}) as r:
+        async with http.post("/sessions", json={"workspace_path": bench_workspace()}) as r:
             sid = (await r.json())["id"]
         paths = await bench_ws._attach_paths(http, sid, readers)
         proc = await bench_ws._clients(

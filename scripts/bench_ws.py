@@ -46,6 +46,7 @@ from metis.server.runner import Daemon, freeze_startup_heap
 from metis.testing.bench import (
     bench_models_yaml,
     bench_reply,
+    bench_workspace,
     daemon_headers,
     spawn_fake_provider,
     stop_process,
@@ -175,7 +176,7 @@ async def run_turns(
     d: Daemon, http: aiohttp.ClientSession, fake_url: str, clients: int, turns: int, deltas: int
 ) -> dict[str, float]:
     core = d.core
-    async with http.post("/sessions", json={"workspace_path": tempfile.gettempdir()}) as r:
+    async with http.post("/sessions", json={"workspace_path": bench_workspace()}) as r:
         sid = (await r.json())["id"]
     paths = await _attach_paths(http, sid, clients)
     proc = (
@@ -207,7 +208,7 @@ async def run_fanout(
 ) -> dict[str, float]:
     """Streaming frames emitted straight onto the bus in bursts (the WS path alone)."""
     core = d.core
-    async with http.post("/sessions", json={"workspace_path": tempfile.gettempdir()}) as r:
+    async with http.post("/sessions", json={"workspace_path": bench_workspace()}) as r:
         sid = (await r.json())["id"]
     paths = await _attach_paths(http, sid, clients)
     proc = await _clients("127.0.0.1", d.port, 1, '"text":"end"', paths)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 BENCH_MODEL = "anthropic:claude-sonnet-4-6"
@@ -18,6 +20,14 @@ models:
     capabilities: {{max_context_tokens: 200000, max_output_tokens: 8192}}
     pricing: {{input_per_mtok: "3", output_per_mtok: "15"}}
 """
+
+
+def bench_workspace() -> str:
+    """The benchmarks' workspace: a directory of its own in the temporary directory, which holds
+    their temporary METIS_HOMEs and so may not be a workspace itself."""
+    path = Path(tempfile.gettempdir()) / "metis-bench-workspace"
+    path.mkdir(exist_ok=True)
+    return str(path)
 
 
 def bench_reply(deltas: int, *, chunk_chars: int = 8, repeat: int = 1) -> dict[str, Any]:
