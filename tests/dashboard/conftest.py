@@ -36,7 +36,7 @@ CHROMIUM_ARGS = [
 SLOW_MODELS = """
 pricing_version: "test"
 providers:
-  local: {adapter: scripted, options: {chunk_chars: 3, delta_delay_ms: 40}}
+  local: {adapter: scripted, options: {chunk_chars: 3, delta_delay_ms: 20}}
 models:
   - id: local:scripted
 """
