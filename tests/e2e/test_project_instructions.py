@@ -180,3 +180,19 @@ async def test_a_file_linking_to_the_daemons_key_is_never_sent(
     stable, volatile = system_text(fake, "anthropic", 0)
     assert key not in stable + volatile and "Be brief." in stable
     assert session["instructions"]["file"] == "CLAUDE.md"
+
+
+async def test_a_binary_file_is_not_used_and_is_read_once_while_unchanged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "AGENTS.md").write_bytes(b"\x7fELF\x02\x01\x01\x00\x00binary")
+    reader = InstructionsReader()
+    for _ in range(3):
+        assert await reader.read(str(ws)) is None
+    assert reader.reads == 1
+    assert sum("not a text file" in r.getMessage() for r in caplog.records) == 1
+    (ws / "AGENTS.md").write_text("now text\n")
+    found = await reader.read(str(ws))
+    assert found is not None and found.text == "now text\n"

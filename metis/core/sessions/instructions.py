@@ -77,8 +77,12 @@ def _cut(data: bytes, cap: int) -> str:
     return data[:end].decode("utf-8", "replace")
 
 
+class NotText(ValueError):
+    """An instruction file with NUL bytes: not text a model should be given as instructions."""
+
+
 def _read(path: str, name: str, cap: int) -> ProjectInstructions:
-    """Read and hash one file (runs in a thread)."""
+    """Read and hash one file (runs in a thread); `NotText` for a binary one."""
     digest = hashlib.sha256()
     head = bytearray()
     size = 0
@@ -88,6 +92,8 @@ def _read(path: str, name: str, cap: int) -> ProjectInstructions:
             size += len(chunk)
             if len(head) <= cap:
                 head.extend(chunk[: cap + 1 - len(head)])
+    if b"\0" in head:
+        raise NotText(path)
     truncated = size > cap
     text = _cut(bytes(head), cap)
     if truncated:
@@ -106,7 +112,8 @@ class InstructionsReader:
     ) -> None:
         self.max_bytes = max_bytes
         self.metis_home = metis_home
-        self._known: dict[str, tuple[_StatKey, ProjectInstructions]] = {}
+        # what each workspace's file read as, while its stat holds (None: not text)
+        self._known: dict[str, tuple[_StatKey, ProjectInstructions | None]] = {}
         self.reads = 0  # files actually read (tests check that an unchanged file is not)
 
     def _locate(self, workspace: str) -> tuple[str, str, os.stat_result] | None:
@@ -141,12 +148,18 @@ class InstructionsReader:
             return known[1]
         try:
             loaded = await asyncio.to_thread(_read, path, name, self.max_bytes)
+        except NotText:
+            log.warning("%s is not a text file; not used as instructions", path)
+            self.reads += 1
+            self._known[workspace] = (key, None)  # said once, not at every turn
+            return None
         except OSError as exc:
             log.warning("could not read %s: %s", path, exc)
             return None
         self.reads += 1
-        if known is not None and known[1].sha256 == loaded.sha256 and known[1].file == name:
-            loaded = known[1]  # touched, not changed: keep the object (and the prompt) as is
+        before = known[1] if known is not None else None
+        if before is not None and before.sha256 == loaded.sha256 and before.file == name:
+            loaded = before  # touched, not changed: keep the object (and the prompt) as is
         self._known[workspace] = (key, loaded)
         return loaded
 
