@@ -7,6 +7,7 @@ contracts call "a setting" lives here so tests can lower it instead of sleeping.
 
 import logging
 import os
+import typing
 from pathlib import Path
 from typing import Any, Self
 
@@ -260,15 +261,30 @@ def _loc_to_message(path: Path, data: Any, error: ErrorDetails) -> str:
     key = ".".join(loc) or "(root)"
     problem = error["msg"]
     if error["type"] == "extra_forbidden":
-        parent: type[BaseModel] = FileSettings
-        for part in error["loc"][:-1]:
-            field = parent.model_fields.get(str(part))
-            annotation = field.annotation if field else None
-            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-                parent = annotation
-        problem = f"unknown key{suggest(loc[-1], list(parent.model_fields))}"
+        parent = _section_at(loc[:-1])
+        hint = suggest(loc[-1], list(parent.model_fields)) if parent is not None else ""
+        problem = f"unknown key{hint}"
     where = f"{path}:{line}" if line else str(path)
     return f"{where}: {key}: {problem}"
+
+
+def _section_at(path: list[str]) -> type[BaseModel] | None:
+    """The settings model a key path leads to, through the maps and lists on the way
+    (`mcp.servers.<name>.tools.<tool>`), for the unknown key's "did you mean"."""
+    current: Any = FileSettings
+    for part in path:
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            field = current.model_fields.get(part)
+            if field is None:
+                return None
+            current = field.annotation
+        elif typing.get_origin(current) is dict:
+            current = typing.get_args(current)[1]
+        elif typing.get_origin(current) in (list, tuple):
+            current = typing.get_args(current)[0]
+        else:
+            return None
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
 
 
 def load_file_settings(path: Path) -> FileSettings:
