@@ -102,10 +102,17 @@ async def _serve(args: argparse.Namespace) -> int:
         log.info("process memory protection unavailable on this platform")
     home = Path(args.home).expanduser() if args.home else None
     settings = load_settings(home=home, host=args.host, port=args.port)
+    if args.log_level is None:
+        logging.getLogger().setLevel(settings.file.log_level)
     lock = acquire(settings.home)  # before the store opens: one daemon per METIS_HOME
     try:
         daemon = Daemon(settings)
         await daemon.start()
+        # before the banner: a supervisor may stop the daemon as soon as it reads it
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
         lock.record(daemon.base_url)
         print_banner(daemon)
         freeze_startup_heap()
@@ -113,10 +120,6 @@ async def _serve(args: argparse.Namespace) -> int:
         # after start-up: their types are frozen once they are in
         daemon.core.registry.on_warm = gc.freeze
         daemon.core.on_models_built = gc.freeze
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
         await stop.wait()
         log.info("signal received; shutting down")
         await daemon.stop()
@@ -130,7 +133,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from metis.server.lock import DaemonAlreadyRunning
     from metis.server.runner import BindError
 
-    setup_logging(args.log_level)
+    setup_logging(args.log_level or "INFO")  # config.yaml's level, once read, unless the flag
     try:
         return asyncio.run(_serve(args))
     except ConfigError as exc:
@@ -172,7 +175,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         type=int,
         help="port (overrides METIS_PORT; default 8421; 0 picks a free one)",
     )
-    serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    serve.add_argument(
+        "--log-level",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log level on stderr (overrides config.yaml's log_level; default INFO)",
+    )
     serve.set_defaults(func=_cmd_serve)
     for name, module in COMMANDS.items():
         if command is None or command == name:

@@ -9,7 +9,7 @@ import logging
 import os
 import typing
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import ErrorDetails
@@ -148,7 +148,8 @@ class FileSettings(_Section):
     # The AAP `workspace` option's default (a top-level key, not under `aap`);
     # None → METIS_HOME/workspaces/default.
     default_workspace: str | None = None
-    log_level: str = "INFO"
+    # `metis serve`'s log level unless `--log-level` says otherwise
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     limits: LimitsSettings = LimitsSettings()
     pages: PagesSettings = PagesSettings()
     websocket: WebSocketSettings = WebSocketSettings()

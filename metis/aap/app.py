@@ -135,8 +135,7 @@ def _operation(route: RouteSpec, version: int, components: dict[str, Any]) -> di
         params += openapi.query_parameters(route.query_model)
     if params:
         op["parameters"] = params
-    if not route.public:
-        op["security"] = [{"aapBearer": []}]
+    op["security"] = [] if route.public else [{"aapBearer": []}]  # public: `/meta`
     body = openapi.request_body(route, components, prefix)
     if body is not None:
         op["requestBody"] = body

@@ -153,6 +153,26 @@ async def test_clients_find_the_daemon_of_their_home_on_the_port_it_was_started_
     assert resolve_daemon().url == "http://127.0.0.1:8421"  # not the dead daemon's address
 
 
+async def test_config_yaml_sets_the_log_level_and_the_flag_overrides_it(
+    serve: Spawn, metis_home: Path
+) -> None:
+    metis_home.mkdir(parents=True, exist_ok=True)
+    (metis_home / "config.yaml").write_text("log_level: WARNING\n")
+    quiet = await serve("--port", "0")
+    await quiet.banner()
+    quiet.proc.send_signal(signal.SIGTERM)
+    code, log = await quiet.finish()
+    assert code == 0 and "level=INFO" not in log.split("API key created")[-1]
+    chatty = await serve("--port", "0", "--log-level", "INFO")
+    await chatty.banner()
+    chatty.proc.send_signal(signal.SIGTERM)
+    code, log = await chatty.finish()
+    assert code == 0 and "level=INFO logger=metis.server.runner metis listening" in log
+    (metis_home / "config.yaml").write_text("log_level: LOUD\n")
+    code, err = await (await serve("--port", "0")).finish()
+    assert code == 2 and "config.yaml:1: log_level:" in err
+
+
 async def test_the_store_and_its_wal_and_shm_are_created_owner_only(
     serve: Spawn, metis_home: Path, workspace: Path
 ) -> None:

@@ -431,3 +431,9 @@ async def test_openapi_declares_the_bearer_scheme(daemon: Daemon) -> None:
             assert "unauthorized" in op["x-error-codes"] and "401" in op["responses"], template
     assert doc["paths"]["/health"]["get"]["security"] == []
     assert doc["paths"]["/aap/sessions"]["get"]["security"] == [{"aapBearer": []}]
+    # every AAP operation says whether it needs the key: `/meta` of both versions does not
+    for path, operations in doc["paths"].items():
+        if path.startswith("/aap"):
+            for method, op in operations.items():
+                public = method == "options" or path.endswith("/meta")
+                assert op["security"] == ([] if public else [{"aapBearer": []}]), (path, method)
