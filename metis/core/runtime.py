@@ -101,6 +101,7 @@ class Core:
         )
         self.session_cache = SessionCache(self.message_store)
         self.history = HistoryWriter(self.store, self.session_cache, self.writer.commit_with)
+        # the daemon's own files: out of reach of workspaces, tools and instruction files
         metis_home = MetisHome.at(settings.home, settings.scratch_workspaces_path)
         self.sandboxes = Sandboxes(tools.sandbox.protected_dirs, metis_home)
         # AGENTS.md / CLAUDE.md per turn
@@ -147,6 +148,7 @@ class Core:
             control=control,
             policy=self.policy,
             engine=self.engine,
+            metis_home=metis_home,
             # what a session that is over leaves behind in memory, dropped at its end
             forget_when_over=(
                 self.session_cache.forget,

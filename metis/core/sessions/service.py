@@ -41,7 +41,7 @@ from metis.core.sessions.history import Flush, HistoryWriter, SurfaceWrites
 from metis.core.store.sessions import SessionRow, SessionStore
 from metis.core.store.titles import TitleStore
 from metis.core.store.tx import Transaction
-from metis.core.tools.sandbox import MetisHome
+from metis.core.tools.sandbox import MetisHome, is_within
 from metis.core.turns.control import TurnControl
 from metis.core.turns.slots import TurnSlot
 
@@ -188,12 +188,6 @@ def _protected_paths(home: Path | None) -> frozenset[str]:
     return frozenset(out)
 
 
-def _within(path: str, directory: str) -> bool:
-    """`path` is `directory` or below it; both absolute and normalised (no trailing `/`
-    but the root's)."""
-    return path == directory or path.startswith(directory.rstrip("/") + "/")
-
-
 def _protected(path: str, resolved: str, protected: frozenset[str]) -> bool:
     """`resolved` is a protected directory, or `path` (as written: `/proc/self/cwd` resolves
     elsewhere) or `resolved` lies on a pseudo file system."""
@@ -201,7 +195,7 @@ def _protected(path: str, resolved: str, protected: frozenset[str]) -> bool:
         return True
     written = os.path.normpath(path)
     return any(
-        fs in protected and (_within(resolved, fs) or _within(written, fs))
+        fs in protected and (is_within(fs, resolved) or is_within(fs, written))
         for fs in PSEUDO_FILESYSTEMS
     )
 
@@ -243,9 +237,9 @@ def resolve_workspace(
     if resolved not in roots:
         if _protected(path, resolved, protected):
             raise WorkspaceRefused(raw, resolved)
-        if metis_home is not None and _within(metis_home.root, resolved):
+        if metis_home is not None and is_within(resolved, metis_home.root):
             raise WorkspaceRefused(raw, resolved, holds=metis_home.root)
-    if roots and not any(_within(resolved, root) for root in roots):
+    if roots and not any(is_within(root, resolved) for root in roots):
         raise WorkspaceNotFound(raw, "not_accessible")
     return resolved
 
@@ -300,6 +294,7 @@ class SessionService:
         policy: PolicyManager,
         engine: RoutingEngine,
         forget_when_over: Sequence[Callable[[str], None]],
+        metis_home: MetisHome,
     ) -> None:
         self._settings = settings
         self.store = store
@@ -318,7 +313,7 @@ class SessionService:
         self._engine = engine
         self._forget_when_over = tuple(forget_when_over)
         self._protected = protected_workspaces()
-        self._metis_home = MetisHome.at(settings.home, settings.scratch_workspaces_path)
+        self._metis_home = metis_home
         # Sessions whose end (or purge) began in this process. An id stays once the end is
         # committed, so the synchronous steps that claim a turn slot or queue a PATCH refuse a
         # session that ended while they awaited (from the end's start on, they get 409).

@@ -45,9 +45,7 @@ async def login(request: web.Request) -> web.Response:
     if auth is None or not token or not auth.login_tokens.redeem(token):
         if auth is not None and auth.credential(request, state.port) == "cookie":
             # a link opened again (history, a second click) in a browser already logged in
-            return web.Response(
-                status=303, headers={"Location": "/", "Referrer-Policy": "no-referrer"}
-            )
+            return _to_the_dashboard()
         if _wants_html(request):
             # a person following a link: a page saying what to do, not the API's JSON error
             return login_link_page(state, dict(CHALLENGE))
@@ -57,7 +55,7 @@ async def login(request: web.Request) -> web.Response:
             "ask the daemon for a new login URL",
             headers=dict(CHALLENGE),
         )
-    response = web.Response(status=303, headers={"Location": "/", "Referrer-Policy": "no-referrer"})
+    response = _to_the_dashboard()
     response.set_cookie(
         auth.cookie_name(state.port),
         auth.sessions.open(),
@@ -67,6 +65,11 @@ async def login(request: web.Request) -> web.Response:
         samesite="Strict",
     )
     return response
+
+
+def _to_the_dashboard() -> web.Response:
+    """303 to `/`, with no referrer: the token stays out of the next request's headers."""
+    return web.Response(status=303, headers={"Location": "/", "Referrer-Policy": "no-referrer"})
 
 
 def _wants_html(request: web.Request) -> bool:

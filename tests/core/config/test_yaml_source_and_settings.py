@@ -91,28 +91,29 @@ def test_precedence_is_flag_then_env_then_file(
     assert load_settings(home=home, port=9003).port == 9003
 
 
-def test_a_misspelled_key_inside_a_map_of_sections_gets_its_suggestion(tmp_path: Path) -> None:
-    home = tmp_path / "h"
+def config_error(home: Path, text: str) -> str:
+    """The start-up error a `config.yaml` of `text` gives."""
     home.mkdir()
-    (home / "config.yaml").write_text(
-        "mcp:\n  servers:\n    files:\n      comand: npx\n      tools: {read: {polcy: auto}}\n"
-    )
+    (home / "config.yaml").write_text(text)
     with pytest.raises(ConfigError) as info:
         load_settings(home=home)
-    text = info.value.message
+    return info.value.message
+
+
+def test_a_misspelled_key_inside_a_map_of_sections_gets_its_suggestion(tmp_path: Path) -> None:
+    text = config_error(
+        tmp_path / "h",
+        "mcp:\n  servers:\n    files:\n      comand: npx\n      tools: {read: {polcy: auto}}\n",
+    )
     assert "config.yaml:4: mcp.servers.files.comand: unknown key; did you mean 'command'?" in text
     assert "mcp.servers.files.tools.read.polcy: unknown key; did you mean 'policy'?" in text
 
 
 def test_bad_config_names_file_line_and_key(tmp_path: Path) -> None:
     home = tmp_path / "h"
-    home.mkdir()
-    (home / "config.yaml").write_text(
-        "port: 9001\nlimits:\n  max_request_bytez: 5\nwebsocket:\n  ping_interval_s: nope\n"
+    text = config_error(
+        home, "port: 9001\nlimits:\n  max_request_bytez: 5\nwebsocket:\n  ping_interval_s: nope\n"
     )
-    with pytest.raises(ConfigError) as info:
-        load_settings(home=home)
-    text = info.value.message
     assert (
         f"{home / 'config.yaml'}:3: limits.max_request_bytez: unknown key; did you mean 'max_request_bytes'?"
         in text
