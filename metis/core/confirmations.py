@@ -283,7 +283,9 @@ class ConfirmationBroker:
             resolution = _RESOLUTION_OF_STATUS[pending.status]
             if resolution == decision and pending.scope == scope:
                 return ResolveResult(False, decision, scope)
-            raise ConfirmationAlreadyResolved(resolution, format_us(pending.resolved_at_us))
+            raise ConfirmationAlreadyResolved(
+                resolution, format_us(pending.resolved_at_us), pending.scope
+            )
         # check-and-set: no await between the status check above and this assignment
         pending.status, pending.scope, pending.resolved_at_us = (
             _ROW_STATUS[decision],
@@ -327,7 +329,7 @@ class ConfirmationBroker:
         resolution = _RESOLUTION_OF_STATUS.get(row.status, "timeout")
         if resolution == decision and row.scope == scope:
             return ResolveResult(False, decision, scope)
-        raise ConfirmationAlreadyResolved(resolution, format_us(row.resolved_at_us))
+        raise ConfirmationAlreadyResolved(resolution, format_us(row.resolved_at_us), row.scope)
 
     async def _store_resolution(
         self, pending: _Pending, *, remembered: bool, reason: str | None

@@ -146,12 +146,15 @@ class ConfirmationNotFound(DomainError):
 
 
 class ConfirmationAlreadyResolved(DomainError):
-    """A second answer to a confirmation; `resolution` and `resolved_at` report the first one (409)."""
+    """A second answer to a confirmation; `resolution`, `scope` (`once`, `session`, or None when
+    it was not allowed) and `resolved_at` report the first one (409), so a client can show how it
+    was settled."""
 
-    def __init__(self, resolution: str, resolved_at: str | None) -> None:
+    def __init__(self, resolution: str, resolved_at: str | None, scope: str | None) -> None:
         super().__init__(
             f"confirmation already resolved ({resolution})",
             resolution=resolution,
+            scope=scope if resolution == "allow" else None,
             resolved_at=resolved_at,
         )
 

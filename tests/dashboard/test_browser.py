@@ -446,7 +446,7 @@ def test_answering_a_request_settled_elsewhere_shows_how_it_was_settled(
     assert status == 200
     card.locator("button.deny").click()  # the daemon answers 409 confirmation_already_resolved
     page.wait_for_selector(".confirm-card.resolved.d-allow:has-text('write_file')")
-    assert card.locator(".outcome").inner_text() == "Allowed"
+    assert card.locator(".outcome").inner_text() == "Allowed once"
     assert card.locator("button").count() == 0
 
 

@@ -475,6 +475,7 @@ async def test_wait_allow_runs_requested_resolved_called_completed_with_causal_p
     status, body = await answer(api, sid, turn_id, rid, "deny")
     assert status == 409 and body["error"]["code"] == "confirmation_already_resolved"
     assert body["error"]["details"]["resolution"] == "allow"
+    assert body["error"]["details"]["scope"] == "once"  # how it was settled, to show it
     assert types_of(await api.turn_events(sid, turn_id)).count("tool.confirmation_resolved") == 1
 
     # `once` is not remembered: the next call asks again

@@ -53,7 +53,7 @@ export function confirmationCard(sessionId, turnId, p, toolInput) {
     } catch (err) {
       if (err.code === "confirmation_already_resolved") {
         // settled before this answer (elsewhere, or withdrawn): show how, not the 409
-        resolved({ decision: err.details.resolution });
+        resolved({ decision: err.details.resolution, scope: err.details.scope });
         return;
       }
       outcome.textContent = `${err.code}: ${err.message}`;
