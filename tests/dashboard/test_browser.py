@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -354,6 +355,49 @@ def test_routing_and_costs_views(
     page.wait_for_selector("#costs svg.chart")
     assert page.locator("#costs svg.chart rect.bar").count() >= 30
     shot(page, "costs")
+    page.click("nav a[data-nav=mcp]")
+    page.wait_for_selector("#mcp .empty")
+    assert "No MCP servers are configured" in page.inner_text("#mcp")
+
+
+DEMO_MCP = Path(__file__).resolve().parents[1] / "core" / "tools" / "mcp_servers" / "demo.py"
+SECRET = "s3cret-demo-token-value"
+
+
+@pytest.mark.daemon_config(
+    {
+        "mcp": {
+            "restart_initial_seconds": 0.2,
+            "servers": {
+                "demo": {
+                    "command": sys.executable,
+                    "args": [str(DEMO_MCP)],
+                    "env": {"DEMO_TOKEN": SECRET},
+                    "policy": "prompt",
+                    "tools": {"add": {"policy": "auto"}},
+                },
+                "broken": {"command": "/no/such/mcp-server"},
+            },
+        }
+    }
+)
+def test_mcp_servers_show_their_state_tools_and_why_one_is_not_ready(
+    page: Any, served: DaemonThread, shot: Any
+) -> None:
+    page.click("nav a[data-nav=mcp]")
+    demo = page.locator(".mcp-server[data-name=demo]")
+    demo.locator(".state:text-is('ready')").wait_for(timeout=30_000)  # polled: starts on its own
+    tools = demo.locator("table.mcp-tools").inner_text()
+    assert "mcp__demo__add" in tools and "mcp__demo__slow" in tools
+    assert re.search(r"mcp__demo__add\s+add\s+auto", tools), tools
+    assert re.search(r"mcp__demo__slow\s+slow\s+prompt", tools), tools
+    assert "DEMO_TOKEN" in demo.inner_text() and SECRET not in page.content()
+    broken = page.locator(".mcp-server[data-name=broken]")
+    broken.locator(".last-error:has-text('command not found')").wait_for()
+    assert broken.locator(".state").inner_text() in {"starting", "restarting", "stopped"}
+    assert "No tools until it is ready" in broken.inner_text()
+    assert page.locator("nav a[data-nav=mcp]").get_attribute("aria-current") == "page"
+    shot(page, "mcp-servers")
 
 
 def test_narrow_and_dark(browser: Any, served: DaemonThread, workspace: Path) -> None:

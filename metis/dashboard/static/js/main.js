@@ -1,11 +1,12 @@
 // The dashboard's router: #/ sessions, #/s/<id> a session, #/s/<id>/trace its trace,
-// #/routing routing & models, #/costs costs.
+// #/routing routing & models, #/costs costs, #/mcp MCP servers.
 
 import { sessionsView } from "./views/sessions.js";
 import { sessionView } from "./views/session.js";
 import { traceView } from "./views/trace.js";
 import { routingView } from "./views/routing.js";
 import { costsView } from "./views/costs.js";
+import { mcpView } from "./views/mcp.js";
 import { clear } from "./dom.js";
 
 const app = document.getElementById("app");
@@ -22,6 +23,7 @@ function route() {
   else if ((m = hash.match(/^\/s\/([\w-]+)$/))) current = sessionView(app, m[1]);
   else if (hash === "/routing") (current = routingView(app)), (nav = "routing");
   else if (hash === "/costs") (current = costsView(app)), (nav = "costs");
+  else if (hash === "/mcp") (current = mcpView(app)), (nav = "mcp");
   else current = sessionsView(app);
   for (const a of document.querySelectorAll("[data-nav]")) {
     if (a.dataset.nav === nav) a.setAttribute("aria-current", "page");

@@ -1,0 +1,85 @@
+// MCP servers (GET /mcp): each configured server's state, its tools as the model is offered
+// them with their confirmation policy, and why it is not ready when it is not. Polled while
+// open, since a server starts, crashes and restarts on its own; a poll that changes nothing
+// leaves the page as it is (no flicker, no lost selection).
+
+import { api } from "../api.js";
+import { h, clear } from "../dom.js";
+
+const POLL_MS = 2000;
+
+const STATE_BADGE = {
+  ready: "ok",
+  starting: "running",
+  restarting: "running",
+  stopped: "bad",
+  disabled: "muted",
+};
+
+const POLICY_TEXT = {
+  auto: "runs without asking",
+  prompt: "asks every time",
+  prompt_once: "asks once per session",
+  deny: "never runs",
+};
+
+function serverCard(s) {
+  const where = s.transport === "http"
+    ? h("code", { class: "mono" }, s.url)
+    : h("code", { class: "mono" }, [s.command, ...s.args].join(" "));
+  const facts = [
+    h("dt", {}, s.transport === "http" ? "URL" : "Command"), h("dd", {}, where),
+    h("dt", {}, "Policy"), h("dd", {}, h("code", {}, s.policy), ` — ${POLICY_TEXT[s.policy] || ""}`),
+  ];
+  if (s.env.length) facts.push(h("dt", {}, "Environment"), h("dd", { class: "mono small" }, s.env.join(", ")));
+  if (s.headers.length) facts.push(h("dt", {}, "Headers"), h("dd", { class: "mono small" }, s.headers.join(", ")));
+  if (s.restarts) facts.push(h("dt", {}, "Restarts"), h("dd", {}, String(s.restarts)));
+  const tools = s.tools.length
+    ? h("div", { class: "table-wrap" }, h("table", { class: "small mcp-tools" },
+      h("thead", {}, h("tr", {}, ["Tool (as the model sees it)", "Server's name", "Policy"].map((t) => h("th", { scope: "col" }, t)))),
+      h("tbody", {}, s.tools.map((t) => h("tr", {},
+        h("td", { class: "mono" }, t.name),
+        h("td", { class: "mono" }, t.remote_name),
+        h("td", {}, h("span", { title: POLICY_TEXT[t.policy] || "" }, t.policy)))))))
+    : h("p", { class: "muted" }, s.state === "ready" ? "This server offers no tools." : "No tools until it is ready.");
+  return h("section", { class: "panel mcp-server", dataset: { name: s.name }, "aria-label": `MCP server ${s.name}` },
+    h("h2", {}, h("span", { class: "mono" }, s.name), " ",
+      h("span", { class: `badge ${STATE_BADGE[s.state] || ""} state` }, s.state), " ",
+      h("span", { class: "muted small" }, s.transport)),
+    s.last_error ? h("p", { class: s.state === "ready" ? "warn last-error" : "error last-error" }, s.last_error) : null,
+    h("dl", { class: "kv" }, facts),
+    h("h3", {}, `Tools (${s.tools.length})`),
+    tools);
+}
+
+export function mcpView(root) {
+  const body = h("div", { id: "mcp", "aria-live": "polite" });
+  const problem = h("p", { class: "error", role: "alert" });
+  root.append(h("section", { class: "view" },
+    h("div", { class: "view-head" }, h("h1", {}, "MCP servers")), problem, body));
+  let shown = null;
+  let stopped = false;
+  let timer = null;
+
+  async function refresh() {
+    try {
+      const data = await api("GET", "/mcp");
+      problem.textContent = "";
+      const text = JSON.stringify(data.servers);
+      if (text !== shown) {
+        shown = text;
+        clear(body).append(...(data.servers.length
+          ? data.servers.map(serverCard)
+          : [h("section", { class: "panel empty" },
+            h("p", {}, "No MCP servers are configured."),
+            h("p", { class: "muted" }, "Add them under ", h("code", {}, "mcp.servers"), " in ", h("code", {}, "config.yaml"),
+              " in the daemon's home; their tools are then offered to the model as ", h("code", {}, "mcp__<server>__<tool>"), "."))]));
+      }
+    } catch (err) {
+      problem.textContent = `Could not load the MCP servers: ${err.code}: ${err.message}`;
+    }
+    if (!stopped) timer = setTimeout(refresh, POLL_MS);
+  }
+  refresh();
+  return { stop() { stopped = true; clearTimeout(timer); } };
+}
