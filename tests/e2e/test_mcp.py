@@ -26,6 +26,7 @@ from tests.e2e.test_provider_turns import models_yaml, session_on, types_of
 from tests.processes import gone, live_group_members
 
 DEMO = Path(__file__).resolve().parents[1] / "core" / "tools" / "mcp_servers" / "demo.py"
+MALFORMED = DEMO.with_name("malformed.py")
 AUTO = "{none: auto, read: auto, write: auto, execute: auto, network: auto}"
 
 
@@ -231,16 +232,25 @@ async def test_a_server_that_cannot_start_says_why_and_keeps_the_last_runs_stder
         "mcp:\n  restart_initial_seconds: 0.1\n  servers:\n"
         f"    crashes: {{command: {python}, args: ['-c', {crash}]}}\n"
         f"    nowhere: {{command: {python}, args: [{json.dumps(str(DEMO))}], cwd: /no/such/dir}}\n"
+        f"    malformed: {{command: {python}, args: [{json.dumps(str(MALFORMED))}]}}\n"
     )
     d = await start_daemon(config=config, models=models_yaml(fake))
     async with api_session(d) as http:
         api = Api(http)
         await until(lambda: (metis_home / "logs" / "mcp" / "crashes.stderr.log.1").exists())
         await until(lambda: d.core.mcp.servers["crashes"].restarts >= 2)
+        await until(lambda: d.core.mcp.servers["malformed"].last_error is not None)
         servers = await mcp_status(api)
     assert "exited with status 7" in servers["crashes"]["last_error"]
     assert "crashes.stderr.log" in servers["crashes"]["last_error"]
     assert servers["nowhere"]["last_error"] == "working directory not found: /no/such/dir"
+    # the SDK refuses the whole listing for its one bad tool: said as such, not as the exit
+    # of the process the client then hung up on
+    assert servers["malformed"]["state"] != "ready" and servers["malformed"]["tools"] == []
+    assert servers["malformed"]["last_error"] == (
+        "its tools/list answer is not valid MCP: tool #2, description: Input should be a valid "
+        "string; tool #2, inputSchema: Field required"
+    )
     logs = metis_home / "logs" / "mcp"
     assert "boom at start" in (logs / "crashes.stderr.log.1").read_text()
 

@@ -27,6 +27,7 @@ import mcp_types
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 
 from metis.core.canonical.redaction import redact, register_secret
 from metis.core.tools.base import ToolError
@@ -206,6 +207,9 @@ class McpServer:
         cwd = self.settings.cwd
         if isinstance(exc, FileNotFoundError) and cwd and not os.path.isdir(cwd):
             return f"working directory not found: {cwd}"
+        invalid = _invalid_answer_in(exc)
+        if invalid is not None:  # the client hung up on it: the process's exit is not the cause
+            return _describe_invalid_answer(invalid)
         process = self._processes[-1] if self._processes else None
         if process is not None and process.liveness.dead.is_set():
             where = f" (its stderr: {self._stderr_path()})" if self.log_dir is not None else ""
@@ -217,6 +221,8 @@ class McpServer:
 
     @staticmethod
     def _describe(exc: BaseException) -> str:
+        if isinstance(exc, ValidationError):
+            return _describe_invalid_answer(exc)
         if isinstance(exc, MCPError):
             return f"MCP error {exc.code}: {exc.message}"
         if isinstance(exc, ExceptionGroup):
@@ -421,3 +427,34 @@ class McpServer:
             raise McpUnavailable(
                 f'MCP server "{self.name}" failed the call: {self._describe(exc)}'
             ) from None
+
+
+def _invalid_answer_in(exc: BaseException) -> ValidationError | None:
+    """The SDK's refusal of an answer that is not valid MCP (it validates whole results, so one
+    malformed tool makes the whole `tools/list` page fail), wherever the task groups put it."""
+    if isinstance(exc, ValidationError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _invalid_answer_in(inner)
+            if found is not None:
+                return found
+    return None
+
+
+def _describe_invalid_answer(exc: ValidationError, shown: int = 3) -> str:
+    """`its tools/list answer is not valid MCP: tool #2, inputSchema: Field required; …`"""
+    what = {"ListToolsResult": "tools/list", "InitializeResult": "initialize"}.get(
+        exc.title, exc.title
+    )
+    problems = []
+    for error in exc.errors()[:shown]:
+        loc = list(error["loc"])
+        if len(loc) >= 2 and loc[0] == "tools" and isinstance(loc[1], int):
+            field = ".".join(str(part) for part in loc[2:])
+            where = f"tool #{loc[1] + 1}" + (f", {field}" if field else "")
+        else:
+            where = ".".join(str(part) for part in loc)
+        problems.append(f"{where}: {error['msg']}")
+    more = f" (and {exc.error_count() - shown} more)" if exc.error_count() > shown else ""
+    return f"its {what} answer is not valid MCP: {'; '.join(problems)}{more}"
