@@ -66,8 +66,9 @@ def freeze_startup_heap() -> None:
     the registry; the SDKs' ~220k come later, see `ModelRegistry.on_warm`). Every full
     collection walks them all: 100-500 ms pauses on a slow VM, landing in the middle of a
     stream or a cancel. Collect once, then freeze them. The process's entry point calls this
-    (not `Daemon.start`, which tests run hundreds of times); it turns the collector off for
-    start-up (`metis.cli.main`), and this turns it back on.
+    (not `Daemon.start`, which tests run hundreds of times), once the deferred models are
+    built; it turns the collector off for start-up (`metis.cli.main`), and this turns it back
+    on.
     """
     gc.collect()
     gc.freeze()
