@@ -27,6 +27,7 @@ from typing import Any, TextIO
 
 import aiohttp
 
+from metis.commands import tooldisplay
 from metis.commands.client import ApiFailure, DaemonApi, reason_code
 from metis.commands.daemon_client import add_arguments, target_from_args
 from metis.core.errors import ConfigError
@@ -517,7 +518,10 @@ class ChatSession:
                 body,
             )
         except ApiFailure as exc:
-            self.render.line("error", str(exc))
+            if exc.code == "confirmation_already_resolved":  # elsewhere, or the turn ended
+                self.render.line("confirm", tooldisplay.already_settled(request, exc.details))
+            else:
+                self.render.line("error", str(exc))
 
     async def _answer_line(self, turn_id: str) -> str | None:
         """The next typed line; None when the turn ended first or the input did."""

@@ -1,5 +1,6 @@
 """How a tool call reads for a person: a one-line summary, the diff of a file edit, the shell's
-command and output. Shared by the terminal app, `metis run` and the Markdown export."""
+command and output, how its confirmation was settled. Shared by the terminal app, `metis chat`,
+`metis run` and the Markdown export."""
 
 from __future__ import annotations
 
@@ -78,3 +79,18 @@ def truncate_lines(text: str, limit: int) -> tuple[str, int]:
     if len(lines) <= limit:
         return text.rstrip("\n"), 0
     return "\n".join(lines[:limit]), len(lines) - limit
+
+
+def already_settled(request: dict[str, Any], details: dict[str, Any]) -> str:
+    """`write_file was already allowed once`: an answer to a confirmation settled before it
+    (answered elsewhere, timed out, withdrawn with its turn), from the 409's details."""
+    resolution = details.get("resolution")
+    if resolution == "allow":
+        how = "allowed" + (" for this session" if details.get("scope") == "session" else " once")
+    else:
+        how = {
+            "deny": "denied",
+            "timeout": "timed out",
+            "withdrawn": "withdrawn: its turn ended",
+        }.get(str(resolution), f"settled ({resolution})")
+    return f"{request.get('tool_name', 'the tool')} was already {how}"

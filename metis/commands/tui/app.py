@@ -24,6 +24,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from metis.commands import export as exporter
+from metis.commands import tooldisplay
 from metis.commands.client import (
     ApiFailure,
     DaemonApi,
@@ -800,7 +801,10 @@ class ChatApp(App[int]):
                 body,
             )
         except ApiFailure as exc:
-            await self.note(_failure_text(exc), error=True)
+            if exc.code == "confirmation_already_resolved":  # elsewhere, or the turn ended
+                await self.note(tooldisplay.already_settled(request, exc.details))
+            else:
+                await self.note(_failure_text(exc), error=True)
         except aiohttp.ClientError as exc:  # the question still stands: keep it for Ctrl-O
             await self.note(
                 f"the answer was not sent: {_error_text(exc)}; Ctrl-O answers again", error=True

@@ -16,7 +16,7 @@ from textual.widgets._collapsible import CollapsibleTitle
 
 from metis.commands.daemon_client import resolve_daemon
 from metis.commands.tui.app import COMMANDS, ChatApp
-from metis.commands.tui.screens import ConfirmScreen, SessionPicker
+from metis.commands.tui.screens import ConfirmScreen, Decision, SessionPicker
 from metis.commands.tui.widgets import (
     PIECE_CHARS,
     AssistantMessage,
@@ -247,6 +247,11 @@ async def test_an_answer_given_elsewhere_closes_the_modal(
         await pilot.pause()
         [card] = app.query(ToolCard)
         assert card.state.startswith("allowed") or card.result is not None
+        # an answer that still went out (sent before the event came) says how it was settled
+        await app._answer(request, Decision("deny"))
+        [settled] = [n for n in app.query(Note) if "was already" in str(n.render())]
+        assert str(settled.render()) == "read_file was already allowed once"
+        assert not settled.has_class("error")
 
 
 async def test_answering_cancelling_and_sending_unanswered_say_so_and_keep_the_draft(
