@@ -29,7 +29,7 @@ import aiohttp
 
 from metis.commands import tooldisplay
 from metis.commands.client import ApiFailure, DaemonApi, reason_code
-from metis.commands.daemon_client import add_arguments, target_from_args
+from metis.commands.daemon_client import add_arguments, session_id, target_from_args
 from metis.core.errors import ConfigError
 from metis.core.tools.textutil import visible_controls
 
@@ -779,7 +779,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("workspace", nargs="?", help="workspace directory (default: .)")
     resume = parser.add_mutually_exclusive_group()
-    resume.add_argument("--session", help="continue an existing session instead of creating one")
+    resume.add_argument(
+        "--session",
+        type=session_id,
+        help="continue an existing session instead of creating one",
+    )
     resume.add_argument(
         "--continue",
         dest="continue_",

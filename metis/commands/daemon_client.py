@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from metis.config import LOOPBACK_HOSTS, default_home, load_file_settings, resolve_address
+from metis.core.canonical.ids import is_session_id
 from metis.http.apikey import existing_api_key
 from metis.server.lock import LOCK_FILE, running_url
 
@@ -75,6 +76,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--host", help="daemon host (overrides METIS_HOST)")
     group.add_argument("--port", type=int, help="daemon port (overrides METIS_PORT)")
     group.add_argument("--home", metavar="DIR", help="METIS_HOME of the daemon (overrides env)")
+
+
+def session_id(value: str) -> str:
+    """An argument that names a session (`sess_` and 26 characters): checked before it goes
+    into a request's path, where `sess_x?purge=true` or `../..` would name something else."""
+    if not is_session_id(value):
+        raise argparse.ArgumentTypeError(
+            f"not a session id: {value!r} (ids look like sess_01JB8Z…, 31 characters; "
+            "`metis sessions list` shows them)"
+        )
+    return value
 
 
 def target_from_args(args: argparse.Namespace) -> DaemonTarget:

@@ -17,12 +17,18 @@ from typing import Any
 from metis.commands import export as exporter
 from metis.commands import usage
 from metis.commands.client import DaemonApi, with_daemon
-from metis.commands.daemon_client import add_arguments
+from metis.commands.daemon_client import add_arguments, session_id
+from metis.core.tools.textutil import visible_controls
+
+
+def _shown(value: Any) -> str:
+    """A stored value as the terminal should print it: a workspace path may hold any character
+    but `/` and NUL, and an escape sequence would rewrite the user's screen."""
+    return visible_controls(str(value)).replace("\t", " ")
 
 
 def _line(s: dict[str, Any]) -> str:
     state = "ended" if s.get("ended_at") else "active"
-    title = (s.get("title") or "-").replace("\t", " ")
     return "\t".join(
         [
             s["id"],
@@ -30,8 +36,8 @@ def _line(s: dict[str, Any]) -> str:
             str(s.get("turn_count", 0)),
             f"${s.get('cost_so_far_usd', '0')}",
             str(s.get("created_at", ""))[:19],
-            s.get("workspace_path", ""),
-            title,
+            _shown(s.get("workspace_path", "")),
+            _shown(s.get("title") or "-"),
         ]
     )
 
@@ -61,8 +67,8 @@ async def _show(api: DaemonApi, args: argparse.Namespace) -> int:
         print(json.dumps(session, ensure_ascii=False, indent=2))
         return 0
     print(f"session   {session['id']}")
-    print(f"title     {session.get('title') or '-'}")
-    print(f"workspace {session['workspace_path']}")
+    print(f"title     {_shown(session.get('title') or '-')}")
+    print(f"workspace {_shown(session['workspace_path'])}")
     print(
         f"model     {session.get('active_model')}"
         + ("" if session.get("sticky_model") else " (routing)")
@@ -124,11 +130,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--all", action="store_true", help="include ended sessions")
     p.add_argument("--json", action="store_true", help="the REST objects as JSON")
     p = command("show", "one session and its turns", _show)
-    p.add_argument("id")
+    p.add_argument("id", type=session_id)
     p.add_argument("--json", action="store_true", help="the REST object as JSON")
     p = command("end", "end a session (its data is kept)", _end)
-    p.add_argument("id")
+    p.add_argument("id", type=session_id)
     p = command("export", "write a session as Markdown or JSON", _export)
-    p.add_argument("id")
+    p.add_argument("id", type=session_id)
     p.add_argument("--format", choices=("md", "json"), default="md")
     p.add_argument("--output", metavar="FILE", help="write to FILE (default: stdout)")

@@ -41,7 +41,6 @@ from metis.core.routing.context import estimate_input_tokens
 from metis.core.runtime import Core
 from metis.core.sessions.history import SurfaceWrites
 from metis.core.sessions.service import (
-    TITLE_CHARS,
     ModelChange,
     NewSession,
     PurgeResult,
@@ -49,6 +48,7 @@ from metis.core.sessions.service import (
     SessionView,
     expand_workspace,
 )
+from metis.core.sessions.titles import TITLE_CHARS, title_problem
 from metis.core.store.db import Database
 from metis.core.store.messages import MessagePage
 from metis.core.store.sessions import SessionRow, TurnRow
@@ -104,6 +104,7 @@ __all__ = [
     "TurnRow",
     "TurnService",
     "expand_workspace",
+    "title_problem",
     "token_fingerprint",
 ]
 

@@ -144,8 +144,16 @@ async def test_run_sets_each_reply_of_a_turn_apart(
 async def test_client_commands_fail_with_a_message_not_a_traceback(
     daemon: Daemon, workspace: Path, api_of: Callable[[Daemon], Api], tmp_path: Path
 ) -> None:
-    session = await api_of(daemon).create_session(workspace)
+    api = api_of(daemon)
+    session = await api.create_session(workspace)
     url = ("--url", daemon.base_url)
+    # an id is checked before it goes into a path: this one would have purged the session
+    code, _, err = await metis("sessions", "end", f"{session['id']}?purge=true", *url)
+    assert code == 2 and "not a session id" in err, err
+    status, kept = await api.call("GET", f"/sessions/{session['id']}")
+    assert status == 200 and kept["ended_at"] is None
+    code, _, err = await metis("sessions", "export", "../../etc/passwd", *url)
+    assert code == 2 and "not a session id: '../../etc/passwd'" in err, err
     code, _, err = await metis("sessions", "list", "--url", daemon.base_url.split("//")[1])
     assert code == 2 and "is not a daemon URL" in err and "Traceback" not in err
     target = tmp_path / "absent" / "x.md"
@@ -171,3 +179,17 @@ async def test_client_commands_fail_with_a_message_not_a_traceback(
     finally:
         os.close(write_end)
     assert code == 141 and err == "", err
+
+
+async def test_sessions_list_and_show_print_control_characters_escaped(
+    daemon: Daemon, api_of: Callable[[Daemon], Api], tmp_path: Path
+) -> None:
+    """A directory name may hold an escape sequence: printed raw it would rewrite the screen."""
+    workspace = tmp_path / "ws\x1b[2J\x1b[31mred"
+    workspace.mkdir()
+    sid = (await api_of(daemon).create_session(workspace))["id"]
+    url = ("--url", daemon.base_url)
+    for command in (("sessions", "list"), ("sessions", "show", sid)):
+        code, out, err = await metis(*command, *url)
+        assert code == 0, err
+        assert "\x1b" not in out and "ws\\x1b[2J\\x1b[31mred" in out, out

@@ -1,7 +1,9 @@
 """Session titles: kept by the core (the `session_titles` table of the core schema, the rule in
 SessionService).
 
-- A title is one line: a line break or another control character is refused (400).
+- A title is one line of visible text: a line break, another control character or a bidi
+  override is refused (400), and so is a blank one. A title taken from a first prompt is made
+  to follow the same rule (what may not be in a title is dropped from it).
 - A refused PATCH changes nothing: its title is not kept when its model change is refused.
 
 - Against a purge: `PATCH /sessions/{id}` checks the session, then writes the title; a purge
@@ -48,12 +50,34 @@ async def test_a_title_with_a_line_break_or_control_character_is_refused(
 ) -> None:
     api = Api(http)
     session = await api.create_session(workspace)
-    for title in ("two\nlines", "tab\there", "bell\x07", "del\x7f"):
+    for title in (
+        "two\nlines",
+        "tab\there",
+        "bell\x07",
+        "del\x7f",
+        "c1\x9b2J",
+        "line\u2028separator",
+        "txt.exe\u202egnp",
+    ):
         status, body = await api.call("PATCH", f"/sessions/{session['id']}", {"title": title})
         assert status == 400, (title, body)
         assert "one line" in json.dumps(body)
-    status, body = await api.call("PATCH", f"/sessions/{session['id']}", {"title": "Fine — ✓"})
-    assert (status, body["title"]) == (200, "Fine — ✓")
+    status, body = await api.call("PATCH", f"/sessions/{session['id']}", {"title": "   "})
+    assert status == 400 and "visible character" in json.dumps(body), body
+    status, body = await api.call("PATCH", f"/sessions/{session['id']}", {"title": "Fine — ✓ 👩‍💻"})
+    assert (status, body["title"]) == (200, "Fine — ✓ 👩‍💻")
+
+
+async def test_a_title_taken_from_the_first_prompt_holds_no_control_characters(
+    http: aiohttp.ClientSession, workspace: Path
+) -> None:
+    api = Api(http)
+    session = await api.create_session(workspace)
+    await api.run_turn(session["id"], "\n  \x1b[2J\x1b[31mRED\x1b[0m \u202eevil\x01  \nsecond line")
+    _, shown = await api.call("GET", f"/sessions/{session['id']}")
+    assert shown["title"] == "[2J[31mRED[0m evil"
+    _, listed = await api.call("GET", "/sessions")
+    assert [s["title"] for s in listed["sessions"]] == ["[2J[31mRED[0m evil"]
 
 
 async def test_a_refused_patch_leaves_the_title_as_it_was(

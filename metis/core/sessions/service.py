@@ -38,6 +38,7 @@ from metis.core.routing.engine import RoutingEngine
 from metis.core.routing.manager import PolicyManager
 from metis.core.sessions.cache import SessionCache
 from metis.core.sessions.history import Flush, HistoryWriter, SurfaceWrites
+from metis.core.sessions.titles import title_from_prompt
 from metis.core.store.sessions import SessionRow, SessionStore
 from metis.core.store.titles import TitleStore
 from metis.core.store.tx import Transaction
@@ -46,9 +47,6 @@ from metis.core.turns.control import TurnControl
 from metis.core.turns.slots import TurnSlot
 
 log = logging.getLogger(__name__)
-
-TITLE_CHARS = 200
-"""The longest title: one a client sets, and the first-line fallback cut to it."""
 
 
 @dataclass(frozen=True)
@@ -396,11 +394,11 @@ class SessionService:
 
     async def titles(self, session_ids: Sequence[str]) -> dict[str, str]:
         """Each session's title: the one set, else the first line of its first user message
-        (cut to `TITLE_CHARS`); a session with neither is absent. Two queries for a page."""
+        (`title_from_prompt`); a session with neither is absent. Two queries for a page."""
         titles = {
             session_id: title
             for session_id, text in (await self._titles.first_prompts(session_ids)).items()
-            if (title := first_line(text))
+            if (title := title_from_prompt(text))
         }
         titles.update(await self._titles.set_titles(session_ids))
         return titles
@@ -594,14 +592,6 @@ class SessionService:
         await self.store.purge(session_id)
         self._bus.forget_stream(session_id)
         self._costs.forget_session(session_id)
-
-
-def first_line(text: str) -> str | None:
-    """The first non-blank line, stripped and cut to `TITLE_CHARS` (None if there is none)."""
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()[:TITLE_CHARS]
-    return None
 
 
 class _EndedMeanwhile(Exception):

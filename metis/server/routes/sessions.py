@@ -7,7 +7,7 @@ from aiohttp import web
 from pydantic import ConfigDict, Field, field_validator
 from pydantic.config import JsonDict
 
-from metis.core.application import TITLE_CHARS, Application, SessionView
+from metis.core.application import TITLE_CHARS, Application, SessionView, title_problem
 from metis.core.canonical.ids import ULID_CHARS, is_ulid
 from metis.core.canonical.money import decimal_str
 from metis.core.canonical.times import format_us, now_us
@@ -61,9 +61,9 @@ class PatchSessionRequest(DataModel):
     @field_validator("title")
     @classmethod
     def _one_line(cls, title: str | None) -> str | None:
-        # a title is shown on one line (lists, the terminal's session picker, `metis sessions`)
-        if title is not None and any(ch < " " or ch == "\x7f" for ch in title):
-            raise ValueError("a title is one line of text: no line breaks or control characters")
+        problem = title_problem(title) if title is not None else None
+        if problem is not None:
+            raise ValueError(problem)
         return title
 
 
