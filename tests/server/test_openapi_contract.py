@@ -38,7 +38,8 @@ REFUSED_BY_STATE: dict[tuple[str, str], frozenset[str]] = {
     ("POST", "/sessions"): frozenset(
         {"workspace_not_found", "invalid_workspace", "model_not_configured"}
     ),
-    ("GET", "/sessions"): frozenset({"validation_error"}),  # cursor_invalid only, see below
+    # cursor_invalid only (see below); a `~user` this machine does not know
+    ("GET", "/sessions"): frozenset({"validation_error", "invalid_workspace"}),
     ("GET", "/sessions/{session_id}/messages"): frozenset({"validation_error"}),
     ("GET", "/sessions/{session_id}/events"): frozenset({"validation_error"}),
     ("PATCH", "/sessions/{session_id}"): frozenset({"model_not_configured"}),

@@ -113,6 +113,13 @@ async def test_list_pages_newest_first_with_stable_cursors(api: Api, workspace: 
         "GET", "/sessions", params={"limit": 2, "cursor": page1["next_cursor"]}
     )
     assert [s["id"] for s in page2["sessions"]] == ids[::-1][2:4]
+    # the session a cursor points at is purged: paging goes on past where it was
+    status, _ = await api.call("DELETE", f"/sessions/{ids[3]}", params={"purge": "true"})
+    assert status == 200
+    status, page1_again = await api.call(
+        "GET", "/sessions", params={"limit": 2, "cursor": page1["next_cursor"]}
+    )
+    assert status == 200 and [s["id"] for s in page1_again["sessions"]] == [ids[2], ids[1]]
     status, body = await api.call("GET", "/sessions", params={"cursor": "garbage!"})
     assert status == 400 and body["error"]["details"]["errors"][0]["loc"] == ["query", "cursor"]
 
@@ -130,8 +137,9 @@ async def test_list_filters(api: Api, workspace: Path, tmp_path: Path) -> None:
     _, body = await api.call("GET", "/sessions", params={"workspace_path": str(tmp_path / "nope")})
     assert body["sessions"] == []
     relative = os.path.relpath(workspace)  # never resolved against the daemon's own cwd
-    _, body = await api.call("GET", "/sessions", params={"workspace_path": relative})
-    assert body["sessions"] == []
+    status, body = await api.call("GET", "/sessions", params={"workspace_path": relative})
+    assert status == 400 and body["error"]["code"] == "invalid_workspace", body
+    assert body["error"]["details"]["reason"] == "not_absolute"
 
 
 @pytest.mark.parametrize(

@@ -109,13 +109,14 @@ def expand_workspace(raw: str) -> Path:
 
 
 def _workspace_filter(raw: str) -> str | None:
-    """A list filter normalised as `resolve_workspace` stores paths; None matches nothing
-    (a relative path is never resolved against the daemon's own working directory)."""
+    """A list filter normalised as `resolve_workspace` stores paths; None matches nothing.
+    A relative path is refused as `POST /sessions` refuses it (it is never resolved against
+    the daemon's own working directory), not taken for a directory without sessions."""
     if "\0" in raw:  # no file name holds one (os calls raise ValueError)
         return None
     path = expand_workspace(raw)
     if not path.is_absolute():
-        return None
+        raise WorkspaceInvalid(raw, "not_absolute")
     try:
         return str(path.resolve(strict=True))
     except OSError:
@@ -332,10 +333,6 @@ class SessionService:
         if row.status == "ended" or session_id in self._ending:
             raise SessionAlreadyEnded(session_id, _iso(row.ended_at_us))
         return row
-
-    async def exists(self, session_id: str) -> bool:
-        """A session row exists (an ended session's too): the check of a list cursor."""
-        return await self.store.exists(session_id)
 
     def is_ending(self, session_id: str) -> bool:
         """Ending or ended here: checked with no await before a turn or PATCH takes effect."""

@@ -217,11 +217,6 @@ class SessionStore:
         row = await self.db.fetchone("SELECT * FROM sessions WHERE id=?", (session_id,))
         return SessionRow.from_row(row) if row else None
 
-    async def exists(self, session_id: str) -> bool:
-        return (
-            await self.db.fetchone("SELECT 1 FROM sessions WHERE id=?", (session_id,)) is not None
-        )
-
     async def page(
         self,
         *,

@@ -141,7 +141,8 @@ class ListQuery(DataModel):
         default=None, ge=1, json_schema_extra=from_setting(maximum="pages.sessions")
     )
     cursor: str | None = Field(default=None, json_schema_extra=_CURSOR)
-    workspace_path: str | None = None
+    # as in POST /sessions: absolute, or from a home directory
+    workspace_path: str | None = Field(default=None, json_schema_extra={"pattern": "^[/~]"})
     surface: Literal["metis", "aap"] | None = None
     status: Literal["active", "ended", "all"] = "all"
 
@@ -273,18 +274,22 @@ async def create_session(request: web.Request) -> web.Response:
     )
 
 
-@routes.route("GET", "/sessions", query_model=ListQuery, response_model=SessionList)
+@routes.route(
+    "GET",
+    "/sessions",
+    query_model=ListQuery,
+    response_model=SessionList,
+    errors=("invalid_workspace",),
+)
 async def list_sessions(request: web.Request) -> web.Response:
     """Sessions, newest first, with cursor pagination and filters."""
     query = parse_query(request, ListQuery)
     state = request.app[STATE_KEY]
     limit = page_limit(query.limit, state.settings.pages.sessions)
     service = state.app.sessions
-    before = None
-    if query.cursor is not None:
-        before = decode_cursor(query.cursor)
-        if not await service.exists(before):
-            raise _cursor_error()
+    # a cursor is a place in the id order, not a row: paging goes on past a session purged
+    # since the cursor was issued
+    before = decode_cursor(query.cursor) if query.cursor is not None else None
     views, more = await service.list(
         limit=limit,
         before_id=before,
