@@ -28,7 +28,7 @@ from typing import Any, TextIO
 import aiohttp
 
 from metis.commands import tooldisplay
-from metis.commands.client import ApiFailure, DaemonApi, reason_code
+from metis.commands.client import ApiFailure, DaemonApi, NotADaemon, reason_code
 from metis.commands.daemon_client import add_arguments, session_id, target_from_args
 from metis.core.errors import ConfigError
 from metis.core.tools.textutil import visible_controls
@@ -244,7 +244,11 @@ class ChatSession:
         assert self.api is not None
         session = await self.call("GET", f"/sessions/{self.session_id}")
         if not session.get("ws_url"):
-            raise ApiFailure(409, {"error": {"code": "session_already_ended"}})
+            ended = (
+                f"session {self.session_id} has ended; it cannot be continued "
+                f"(`metis sessions export {self.session_id}` shows it)"
+            )
+            raise ApiFailure(409, {"error": {"code": "session_already_ended", "message": ended}})
         ws = self.ws = await self.api.ws_connect(session["ws_url"])
         subscribe: dict[str, Any] = {"type": "subscribe", "filter": "preset:chat"}
         if self._last_event_id is None or snapshot:
@@ -696,31 +700,15 @@ def _stdin_lines(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[str | Non
     threading.Thread(target=read, name="metis-chat-stdin", daemon=True).start()
 
 
-async def newest_session(url: str, headers: Mapping[str, str], workspace: str) -> str | None:
-    """The id of the newest active session on `workspace` (`--continue`), if any."""
-    async with DaemonApi(url, headers) as api:
-        found = await api.call(
-            "GET",
-            "/sessions",
-            params={
-                "workspace_path": workspace,
-                "status": "active",
-                "surface": "metis",
-                "limit": 1,
-            },
-        )
-    sessions = found.get("sessions") or []
-    return str(sessions[0]["id"]) if sessions else None
-
-
 async def _resolve_session(args: argparse.Namespace, url: str, headers: Mapping[str, str]) -> str:
-    """`--session ID` as given; `--continue`: the newest active session of the workspace."""
+    """`--session ID` as given; `--continue`: the active session of the workspace used last."""
     if not args.continue_:
         return str(args.session) if args.session else ""
     workspace = str(Path(args.workspace or ".").expanduser().resolve())
     try:
-        found = await newest_session(url, headers, workspace)
-    except (ApiFailure, aiohttp.ClientError):
+        async with DaemonApi(url, headers) as api:
+            found = await api.last_used_session(workspace)
+    except aiohttp.ClientError:  # unreachable: said when the chat connects
         found = None
     return found or ""
 
@@ -734,7 +722,11 @@ async def _chat(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"metis: configuration error:\n{exc.message}", file=sys.stderr)
         return 2
-    session_id = await _resolve_session(args, target.url, target.headers())
+    try:
+        session_id = await _resolve_session(args, target.url, target.headers())
+    except (ApiFailure, NotADaemon) as exc:  # a wrong key, say: not "no session to continue"
+        print(f"error> {exc}")
+        return 1
     if args.continue_ and not session_id:
         print("metis> no active session on this workspace to continue; starting a new one")
     chat = ChatSession(
@@ -788,7 +780,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--continue",
         dest="continue_",
         action="store_true",
-        help="continue the newest active session of this workspace",
+        help="continue the active session of this workspace used last",
     )
     parser.add_argument("--model", help="initial model reference (default: routing decides)")
     parser.add_argument(

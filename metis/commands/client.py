@@ -106,6 +106,15 @@ class DaemonApi:
                 return out
             params["cursor"] = page["next_cursor"]
 
+    async def last_used_session(self, workspace: str) -> str | None:
+        """The active metis session of `workspace` used last (`--continue`): the one a turn
+        changed last, not the newest created (which may be empty), if any."""
+        found = await self.sessions(
+            workspace_path=workspace, status="active", surface="metis", limit=200
+        )
+        latest = max(found, key=lambda s: (s["updated_at"], s["id"]), default=None)
+        return str(latest["id"]) if latest else None
+
 
 async def with_daemon(
     args: argparse.Namespace, action: Callable[[DaemonApi], Awaitable[int]]

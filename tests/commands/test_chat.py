@@ -467,3 +467,20 @@ async def test_a_line_typed_during_a_turn_is_echoed_when_it_is_sent(
     term.type("/quit")
     assert await asyncio.wait_for(running, 10) == 0
     assert "you> typed while streaming" in term.text
+
+
+async def test_an_ended_session_says_it_cannot_be_continued_and_how_to_read_it(
+    chat_with: Callable[..., Any], api_of: Callable[[Daemon], Api], workspace: Path
+) -> None:
+    d, term, _ = await chat_with()
+    api = api_of(d)
+    ended = (await api.create_session(workspace))["id"]
+    await api.call("DELETE", f"/sessions/{ended}")
+    chat = ChatSession(
+        d.base_url, None, term.lines, term.out, session_id=ended, headers=resolve_daemon().headers()
+    )
+    assert await asyncio.wait_for(chat.run(), 15) == 1
+    assert term.labelled("error") == [
+        f"error> session_already_ended: session {ended} has ended; it cannot be continued "
+        f"(`metis sessions export {ended}` shows it)"
+    ]

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import web
 
 from metis.server.runner import Daemon
@@ -154,6 +155,12 @@ async def test_client_commands_fail_with_a_message_not_a_traceback(
     assert status == 200 and kept["ended_at"] is None
     code, _, err = await metis("sessions", "export", "../../etc/passwd", *url)
     assert code == 2 and "not a session id: '../../etc/passwd'" in err, err
+    # a wrong key is said as such, not as "no session to continue"
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("METIS_API_KEY", "not-the-key")
+        code, out, _ = await metis("chat", "--plain", "--continue", str(workspace), *url)
+    assert code == 1 and out.startswith("error> unauthorized"), out
+    assert "to continue" not in out
     code, _, err = await metis("sessions", "list", "--url", daemon.base_url.split("//")[1])
     assert code == 2 and "is not a daemon URL" in err and "Traceback" not in err
     target = tmp_path / "absent" / "x.md"

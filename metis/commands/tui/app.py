@@ -181,7 +181,7 @@ class ChatApp(App[int]):
         try:
             await self._load_models()
             if self.session_id is None and self.continue_latest:
-                self.session_id = await self._newest_session()
+                self.session_id = await self.api.last_used_session(self.workspace)
                 if self.session_id is None:
                     await self.note("no active session on this workspace; starting a new one")
             if self.session_id is None:
@@ -219,20 +219,6 @@ class ChatApp(App[int]):
             listing = await self.api.call("GET", "/models")
             self.models = {m["id"]: m for m in listing.get("models", [])}
             self.aliases = sorted({a for m in self.models.values() for a in m.get("aliases", [])})
-
-    async def _newest_session(self) -> str | None:
-        found = await self.api.call(
-            "GET",
-            "/sessions",
-            params={
-                "workspace_path": self.workspace,
-                "status": "active",
-                "surface": "metis",
-                "limit": 1,
-            },
-        )
-        sessions = found.get("sessions") or []
-        return str(sessions[0]["id"]) if sessions else None
 
     async def _create_session(self) -> str:
         body: dict[str, Any] = {"workspace_path": self.workspace}

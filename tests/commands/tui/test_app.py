@@ -376,6 +376,7 @@ async def test_resuming_shows_the_earlier_conversation(
     api = api_of(d)
     session = await api.create_session(workspace)
     await api.run_turn(session["id"], "first question")
+    await api.create_session(workspace)  # created later, but the first one is used after it
     await api.run_turn(session["id"], "please use server tool")
     app = make_app(d, workspace, continue_latest=True)
     async with attached(app) as pilot:
