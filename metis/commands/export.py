@@ -5,6 +5,9 @@ returns them)."""
 from __future__ import annotations
 
 import json
+import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from metis.commands import tooldisplay
@@ -24,6 +27,22 @@ async def collect(api: DaemonApi, session_id: str) -> dict[str, Any]:
         "messages": await api.all_messages(session_id),
         "events": await api.all_events(session_id),
     }
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write an export as the store keeps what it holds: readable by its owner only (0600), and
+    whole or not at all (a temporary file beside it, then renamed over it)."""
+    try:
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:  # said of the file asked for, not of the temporary one
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:  # mkstemp creates it 0600
+            f.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def to_json(data: dict[str, Any]) -> str:
@@ -74,7 +93,8 @@ def to_markdown(data: dict[str, Any]) -> str:
             return
         p = end["payload"]
         outcome = end["type"].removeprefix("turn.")
-        extra = f" ({p.get('reason')}: {p.get('message', '')})" if outcome != "completed" else ""
+        why = ": ".join(str(part) for part in (p.get("reason"), p.get("message")) if part)
+        extra = f" ({why})" if outcome != "completed" and why else ""
         out.append(
             f"_Turn {outcome}{extra} · {p.get('llm_call_count', 0)} call(s) · "
             f"{p.get('input_tokens', 0)} in / {p.get('output_tokens', 0)} out tokens · "
@@ -88,10 +108,10 @@ def to_markdown(data: dict[str, Any]) -> str:
             current_turn = m.get("turn_id")
             turn_no += 1
             first = text_of(m).strip().splitlines()[0] if text_of(m).strip() else ""
-            out.append(f"## Turn {turn_no}: {first[:80]}\n")
+            out.append(f"## Turn {turn_no}" + (f": {first[:80]}" if first else "") + "\n")
         if role == "user":
             out.append("**You:**\n")
-            out.append(text_of(m).strip() + "\n")
+            out.append(_user_content(m) + "\n")
         elif role == "assistant":
             model = (m.get("metadata") or {}).get("model")
             out.append(f"**Assistant**{f' ({model})' if model else ''}:\n")
@@ -106,6 +126,23 @@ def to_markdown(data: dict[str, Any]) -> str:
                     out.append(_tool_block(block, results.get(block["id"]), durations))
     close_turn(current_turn)
     return "\n".join(out)
+
+
+def _user_content(message: dict[str, Any]) -> str:
+    """What was sent: its text, and a line for each image (the bytes stay in the JSON export)."""
+    parts: list[str] = []
+    for block in message.get("content") or []:
+        kind = block.get("type")
+        if kind == "text" and block.get("text", "").strip():
+            parts.append(block["text"].strip())
+        elif kind == "image":
+            source = block.get("source") or {}
+            if source.get("type") == "url":
+                parts.append(f"_[image: {source.get('url')}]_")
+            else:
+                size = len(source.get("data") or "") * 3 // 4
+                parts.append(f"_[image: {source.get('media_type')}, {size / 1024:.1f} KiB]_")
+    return "\n\n".join(parts)
 
 
 def _tool_block(

@@ -97,7 +97,7 @@ async def _export(api: DaemonApi, args: argparse.Namespace) -> int:
     data = await exporter.collect(api, args.id)
     text = exporter.to_json(data) if args.format == "json" else exporter.to_markdown(data)
     if args.output:
-        Path(args.output).expanduser().write_text(text, encoding="utf-8")
+        exporter.write_private(Path(args.output).expanduser(), text)
         print(f"exported {args.id} to {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)

@@ -111,6 +111,8 @@ async def test_sessions_list_show_export_and_end(
         "sessions", "export", sid, "--format", "md", "--output", str(target), *url
     )
     assert code == 0, err
+    assert target.stat().st_mode & 0o777 == 0o600  # what it holds is as private as the store
+    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".session.md.*"))
     md = target.read_text()
     assert md.startswith("# first line of the prompt\n")
     assert "## Turn 1: first line of the prompt" in md and "## Turn 2: please use server tool" in md

@@ -1070,7 +1070,7 @@ class ChatApp(App[int]):
         data = await exporter.collect(self.api, str(self.session_id))
         text = exporter.to_json(data) if fmt == "json" else exporter.to_markdown(data)
         try:
-            path.write_text(text, encoding="utf-8")
+            exporter.write_private(path, text)
         except OSError as exc:
             await self.note(f"cannot write {path}: {exc}", error=True)
             return
