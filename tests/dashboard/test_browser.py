@@ -494,6 +494,32 @@ def test_answering_a_request_settled_elsewhere_shows_how_it_was_settled(
     assert card.locator("button").count() == 0
 
 
+def test_more_than_a_page_of_sessions_are_all_reachable(
+    page: Any, served: DaemonThread, workspace: Path
+) -> None:
+    created = []
+    for _ in range(103):
+        status, body = rest(served, "POST", "/sessions", {"workspace_path": str(workspace)})
+        assert status == 201, body
+        created.append(body["id"])
+    page.reload()  # shown at once, not at the next poll
+    page.wait_for_function(
+        "() => document.querySelectorAll('table.sessions tbody tr').length === 100"
+    )
+    assert page.inner_text("#sessions-count") == "The newest 100 sessions."
+    page.click("#more-sessions")
+    page.wait_for_function(
+        "() => document.querySelectorAll('table.sessions tbody tr').length === 103"
+    )
+    assert page.locator("#more-sessions").is_hidden()
+    assert page.locator(f"tr[data-id='{created[0]}']").is_visible()  # the oldest one too
+    status, newest = rest(served, "POST", "/sessions", {"workspace_path": str(workspace)})
+    assert status == 201
+    # the next poll shows it and keeps both pages
+    page.wait_for_selector(f"tr[data-id='{newest['id']}']")
+    assert page.locator("table.sessions tbody tr").count() == 104
+
+
 def test_the_sessions_poll_keeps_keyboard_focus(
     page: Any, served: DaemonThread, workspace: Path
 ) -> None:

@@ -9,6 +9,7 @@ import { h, fmtCost, ago, fmtTime, toast } from "../dom.js";
 import { confirmDialog } from "./dialog.js";
 
 const POLL_MS = 2000;
+const PAGE = 100;
 
 export function sessionsView(root) {
   let timer = null;
@@ -20,8 +21,8 @@ export function sessionsView(root) {
     h("option", { value: "active" }, "active"),
     h("option", { value: "ended" }, "ended"));
   const wsFilter = h("input", { id: "f-workspace", type: "search", placeholder: "workspace path", "aria-label": "Workspace filter" });
-  status.addEventListener("change", () => { filters.status = status.value; refresh(); });
-  wsFilter.addEventListener("change", () => { filters.workspace = wsFilter.value.trim(); refresh(); });
+  status.addEventListener("change", () => { filters.status = status.value; pages = 1; refresh(); });
+  wsFilter.addEventListener("change", () => { filters.workspace = wsFilter.value.trim(); pages = 1; refresh(); });
 
   const pathInput = h("input", { id: "new-workspace", type: "text", required: true, placeholder: "/path/to/workspace", "aria-describedby": "new-error", autocomplete: "off" });
   const newError = h("p", { id: "new-error", class: "error", role: "alert" });
@@ -44,6 +45,10 @@ export function sessionsView(root) {
 
   const tbody = h("tbody");
   const empty = h("p", { class: "muted", hidden: true }, "No sessions yet.");
+  // the list shows `pages` pages, newest first; "Show more" adds one (the poll keeps them all)
+  let pages = 1;
+  const more = h("button", { type: "button", id: "more-sessions", hidden: true, onclick: () => { pages += 1; refresh(); } }, `Show ${PAGE} more`);
+  const count = h("p", { class: "muted small", id: "sessions-count", "aria-live": "polite" });
   const table = h("table", { class: "sessions" },
     h("caption", { class: "sr-only" }, "Sessions"),
     h("thead", {}, h("tr", {},
@@ -56,7 +61,8 @@ export function sessionsView(root) {
         h("div", { class: "filters" }, h("label", { for: "f-status" }, "Status"), status, h("label", { for: "f-workspace" }, "Workspace"), wsFilter)),
       form,
       h("div", { class: "table-wrap" }, table),
-      empty));
+      empty,
+      h("div", { class: "row list-more" }, count, more)));
 
   async function end(s) {
     try {
@@ -141,12 +147,23 @@ export function sessionsView(root) {
   async function refresh() {
     clearTimeout(timer);
     try {
-      const params = new URLSearchParams({ limit: "100", status: filters.status });
-      if (filters.workspace) params.set("workspace_path", filters.workspace);
-      const { sessions } = await api("GET", `/sessions?${params}`);
+      const sessions = [];
+      let cursor = null;
+      for (let page = 0; page < pages; page += 1) {
+        const params = new URLSearchParams({ limit: String(PAGE), status: filters.status });
+        if (filters.workspace) params.set("workspace_path", filters.workspace);
+        if (cursor) params.set("cursor", cursor);
+        const got = await api("GET", `/sessions?${params}`);
+        sessions.push(...got.sessions);
+        cursor = got.next_cursor;
+        if (!cursor) break;
+      }
       if (stopped) return;
       update(sessions);
+      empty.textContent = filters.status === "all" && !filters.workspace ? "No sessions yet." : "No sessions match these filters.";
       empty.hidden = sessions.length > 0;
+      more.hidden = !cursor;
+      count.textContent = cursor ? `The newest ${sessions.length} sessions.` : "";
     } catch (err) {
       // an unreachable daemon is shown in the header (api.js), not toasted at every poll
       if (!stopped && err.code !== "network_error") toast(`${err.code}: ${err.message}`);
