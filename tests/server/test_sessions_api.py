@@ -718,6 +718,13 @@ async def test_events_filters_ranges_and_cursor_walk(api: Api, workspace: Path) 
     ):
         status, body = await api.call("GET", f"/sessions/{sid}/events", params=bad)
         assert status == 400, bad
+    messages = {
+        "text.delta,nope": "unknown event types: text.delta, nope",
+        ",": "no event type named (leave event_types out for every type)",
+    }
+    for value, said in messages.items():
+        _, body = await api.call("GET", f"/sessions/{sid}/events", params={"event_types": value})
+        assert body["error"]["details"]["errors"][0]["msg"] == said
 
 
 async def test_decimal_costs_are_strings_everywhere(api: Api, workspace: Path) -> None:

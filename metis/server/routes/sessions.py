@@ -455,7 +455,9 @@ async def list_events(request: web.Request) -> web.Response:
                 [
                     {
                         "loc": ["query", "event_types"],
-                        "msg": f"unknown event types: {unknown}",
+                        "msg": f"unknown event types: {', '.join(unknown)}"
+                        if unknown
+                        else "no event type named (leave event_types out for every type)",
                         "type": "enum",
                     }
                 ]
