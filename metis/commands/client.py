@@ -26,7 +26,19 @@ class ApiFailure(Exception):
         self.status = status
         self.code = error.get("code", f"http_{status}")
         self.details = error.get("details") or {}
-        super().__init__(f"{self.code}: {error.get('message', body)}")
+        super().__init__(f"{self.code}: {error.get('message', body)}{_first_problem(self.details)}")
+
+
+def _first_problem(details: Any) -> str:
+    """`: title: a title is one line…` — what a validation error's first entry says, since
+    its message alone ("request validation failed") does not say what to fix."""
+    errors = details.get("errors") if isinstance(details, dict) else None
+    if not errors or not isinstance(errors[0], dict):
+        return ""
+    first = errors[0]
+    where = ".".join(str(p) for p in first.get("loc") or [] if p not in ("body", "query"))
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f": {where + ': ' if where else ''}{first.get('msg', '')}{more}"
 
 
 class NotADaemon(Exception):

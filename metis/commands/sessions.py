@@ -44,15 +44,15 @@ def _line(s: dict[str, Any]) -> str:
 
 async def _list(api: DaemonApi, args: argparse.Namespace) -> int:
     workspace = str(Path(args.workspace).expanduser().resolve()) if args.workspace else None
-    status = "all" if args.all else "active"
+    status = "all" if args.all else "ended" if args.ended else "active"
     sessions = await api.sessions(workspace_path=workspace, status=status, limit=200)
     if args.json:
         print(json.dumps({"sessions": sessions}, ensure_ascii=False, indent=2))
         return 0
     if not sessions:
         # Said on stderr so a script reading stdout still sees an empty list.
-        scope = "" if args.all else " active"
-        hint = "" if args.all else " (--all includes ended ones)"
+        scope = "" if status == "all" else f" {status}"
+        hint = "" if status == "all" else " (--all lists every session)"
         print(f"no{scope} sessions{hint}", file=sys.stderr)
     for s in sessions:
         print(_line(s))
@@ -93,6 +93,34 @@ async def _end(api: DaemonApi, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _purge(api: DaemonApi, args: argparse.Namespace) -> int:
+    if not args.yes:
+        print(
+            f"metis: purging deletes every message and event of {args.id} for good; "
+            "add --yes to purge it (`metis sessions end` keeps them)",
+            file=sys.stderr,
+        )
+        return 2
+    purged = await api.call("DELETE", f"/sessions/{args.id}", params={"purge": "true"})
+    deleted = purged.get("deleted") or {}
+    print(
+        f"purged {purged['id']}: {deleted.get('messages', 0)} message(s), "
+        f"{deleted.get('events', 0)} event(s) deleted"
+    )
+    return 0
+
+
+async def _title(api: DaemonApi, args: argparse.Namespace) -> int:
+    title = None if args.clear else args.title
+    if title is None and not args.clear:
+        print("metis: give a title, or --clear to go back to the first prompt's", file=sys.stderr)
+        return 2
+    await api.call("PATCH", f"/sessions/{args.id}", {"title": title})
+    session = await api.call("GET", f"/sessions/{args.id}")
+    print(f"{args.id}: {_shown(session.get('title') or '-')}")
+    return 0
+
+
 async def _export(api: DaemonApi, args: argparse.Namespace) -> int:
     data = await exporter.collect(api, args.id)
     text = exporter.to_json(data) if args.format == "json" else exporter.to_markdown(data)
@@ -114,7 +142,7 @@ async def _main(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
-        "sessions", help="list, show, end and export the daemon's sessions"
+        "sessions", help="list, show, title, end, purge and export the daemon's sessions"
     )
     sub = parser.add_subparsers(dest="sessions_command")
     parser.set_defaults(func=lambda _args: usage(parser))
@@ -125,15 +153,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         add_arguments(p)
         return p
 
-    p = command("list", "sessions, newest first (active ones unless --all)", _list)
+    p = command("list", "sessions, newest first (active ones unless --all or --ended)", _list)
     p.add_argument("--workspace", metavar="DIR", help="only the sessions of this workspace")
-    p.add_argument("--all", action="store_true", help="include ended sessions")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--all", action="store_true", help="include ended sessions")
+    which.add_argument("--ended", action="store_true", help="only ended sessions")
     p.add_argument("--json", action="store_true", help="the REST objects as JSON")
     p = command("show", "one session and its turns", _show)
     p.add_argument("id", type=session_id)
     p.add_argument("--json", action="store_true", help="the REST object as JSON")
     p = command("end", "end a session (its data is kept)", _end)
     p.add_argument("id", type=session_id)
+    p = command("purge", "delete a session and all it holds, for good", _purge)
+    p.add_argument("id", type=session_id)
+    p.add_argument("--yes", action="store_true", help="really delete it")
+    p = command("title", "set a session's title (or --clear it)", _title)
+    p.add_argument("id", type=session_id)
+    p.add_argument("title", nargs="?", help="one line of text")
+    p.add_argument("--clear", action="store_true", help="back to the first prompt's first line")
     p = command("export", "write a session as Markdown or JSON", _export)
     p.add_argument("id", type=session_id)
     p.add_argument("--format", choices=("md", "json"), default="md")

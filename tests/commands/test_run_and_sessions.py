@@ -120,12 +120,28 @@ async def test_sessions_list_show_export_and_end(
     assert "File not found: metis-demo.txt" in md  # the tool's result, fenced
     assert "_Turn completed" in md and "$0" in md
 
+    code, out, err = await metis("sessions", "title", sid, "Flaky test hunt", *url)
+    assert code == 0 and out == f"{sid}: Flaky test hunt\n", err
+    code, _, err = await metis("sessions", "title", sid, "two\nlines", *url)
+    assert code == 1 and "one line" in err, err
+    code, out, _ = await metis("sessions", "title", sid, "--clear", *url)
+    assert out == f"{sid}: first line of the prompt\n"
+
     code, out, _ = await metis("sessions", "end", sid, *url)
     assert code == 0 and out.startswith(f"ended {sid}")
     code, out, err = await metis("sessions", "list", *url)
-    assert out == "" and "no active sessions (--all includes ended ones)" in err
+    assert out == "" and "no active sessions (--all lists every session)" in err
     code, out, _ = await metis("sessions", "list", "--all", "--json", *url)
     assert [s["id"] for s in json.loads(out)["sessions"]] == [sid]
+    code, out, _ = await metis("sessions", "list", "--ended", *url)
+    assert [line.split("\t")[0] for line in out.splitlines()] == [sid]
+
+    code, _, err = await metis("sessions", "purge", sid, *url)
+    assert code == 2 and "add --yes" in err
+    code, out, err = await metis("sessions", "purge", sid, "--yes", *url)
+    assert code == 0 and out.startswith(f"purged {sid}: ") and "message(s)" in out, err
+    status, _ = await api.call("GET", f"/sessions/{sid}")
+    assert status == 404
     code, _, err = await metis("sessions", "show", "sess_01M7YA76RDGJRJS6TX6XK99B3P", *url)
     assert code == 1 and "session_not_found" in err
 
