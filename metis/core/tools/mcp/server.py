@@ -37,6 +37,8 @@ from metis.core.tools.mcp.settings import (
     McpServerSettings,
     McpSettings,
     configured_secrets,
+    displayed_args,
+    displayed_url,
     expand,
     server_key,
 )
@@ -112,7 +114,8 @@ class McpServer:
     # -- wire view --------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
-        """`GET /mcp`'s object: names of env variables and headers, never their values."""
+        """`GET /mcp`'s object: names of env variables and headers, never their values, and
+        the command and URL with the credentials written into them hidden."""
         s = self.settings
         return {
             "name": self.name,
@@ -120,8 +123,8 @@ class McpServer:
             "enabled": s.enabled,
             "state": self.state,
             "command": s.command,
-            "args": list(s.args),
-            "url": s.url,
+            "args": displayed_args(s.args),
+            "url": displayed_url(s.url) if s.url else None,
             "env": sorted(s.env),
             "headers": sorted(s.headers),
             "policy": s.policy,

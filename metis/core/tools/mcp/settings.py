@@ -22,9 +22,9 @@ daemon's key reach it only when `env` names them explicitly.
 import ipaddress
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Literal, Self
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
@@ -157,6 +157,40 @@ def _names_a_credential(name: str) -> bool:
     """`GITHUB_TOKEN`, `X-Api-Key`, `Authorization`, `DB_PASSWORD`; not `GIT_AUTHOR_NAME`."""
     words = re.split(r"[^a-z0-9]+", name.lower())
     return any(w in _CREDENTIAL_WORDS or w.endswith(("key", "token", "secret")) for w in words)
+
+
+HIDDEN = "***"
+
+
+def displayed_url(url: str) -> str:
+    """A server URL as `GET /mcp` shows it: credentials written into it (`user:pass@`, a
+    credential-named query parameter such as `?token=`) hidden, the rest as configured."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = f"{HIDDEN}@{netloc.rpartition('@')[2]}"
+    query = urlencode(
+        [(k, HIDDEN if _names_a_credential(k) else v) for k, v in parse_qsl(parts.query, True)],
+        safe="*",
+    )
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def displayed_args(args: Sequence[str]) -> list[str]:
+    """A command's arguments as `GET /mcp` shows them: the value of a credential-named option
+    (`--api-key X`, `--token=X`) hidden."""
+    shown: list[str] = []
+    hide_next = False
+    for arg in args:
+        if hide_next:
+            shown.append(HIDDEN)
+            hide_next = False
+        elif arg.startswith("-") and "=" in arg and _names_a_credential(arg.partition("=")[0]):
+            shown.append(f"{arg.partition('=')[0]}={HIDDEN}")
+        else:
+            shown.append(arg)
+            hide_next = arg.startswith("-") and _names_a_credential(arg)
+    return shown
 
 
 def configured_secrets(

@@ -15,6 +15,8 @@ from metis.core.tools.mcp.settings import (
     McpServerSettings,
     McpSettings,
     configured_secrets,
+    displayed_args,
+    displayed_url,
     expand,
 )
 from metis.core.tools.mcp.tools import (
@@ -179,3 +181,37 @@ def test_only_referenced_and_credential_named_values_are_secrets() -> None:
     assert "warn" not in secrets and "metis" not in secrets
     headers = {"Authorization": "Bearer abc123456", "Accept": "application/json"}
     assert configured_secrets(headers, headers, environ) == ["Bearer abc123456"]
+
+
+def test_get_mcp_shows_a_url_without_the_credentials_written_into_it() -> None:
+    shown = displayed_url("http://user:urlpass-8888@127.0.0.1:1/mcp?token=querysecret-777&v=2")
+    assert shown == "http://***@127.0.0.1:1/mcp?token=***&v=2"
+    assert displayed_url("https://example.com/mcp") == "https://example.com/mcp"
+    assert displayed_url("https://tok@example.com/mcp?api_key=k") == (
+        "https://***@example.com/mcp?api_key=***"
+    )
+
+
+def test_get_mcp_shows_arguments_without_the_value_of_a_credential_option() -> None:
+    args = [
+        "--api-key",
+        "S1",
+        "--verbose",
+        "--token=S2",
+        "serve",
+        "--auth-header",
+        "S3",
+        "--port",
+        "1",
+    ]
+    assert displayed_args(args) == [
+        "--api-key",
+        "***",
+        "--verbose",
+        "--token=***",
+        "serve",
+        "--auth-header",
+        "***",
+        "--port",
+        "1",
+    ]
