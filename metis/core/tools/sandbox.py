@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
+import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from metis.core.tools.base import MetisHomePath, PathOutsideWorkspace, ProtectedPath, ToolError
 
@@ -89,6 +91,10 @@ def writes_paths(side_effects: str) -> bool:
     return side_effects not in ("none", "read")
 
 
+OWN_FILES_TTL_S = 1.0
+"""How long a walk of METIS_HOME's files (for the hard link check) is reused."""
+
+
 @dataclass(frozen=True)
 class MetisHome:
     """METIS_HOME as workspaces and tools see it (real paths): the daemon's own files (its key,
@@ -97,6 +103,9 @@ class MetisHome:
 
     root: str
     scratch: str
+    _walked: list[tuple[float, frozenset[tuple[int, int]]]] = field(
+        default_factory=list, compare=False, repr=False
+    )
 
     @classmethod
     def at(cls, home: str | os.PathLike[str], scratch: str | os.PathLike[str]) -> MetisHome:
@@ -104,8 +113,35 @@ class MetisHome:
 
     def private(self, real: str) -> bool:
         """Whether a real path is one of the daemon's own: in METIS_HOME, not in its scratch
-        workspaces."""
-        return is_within(self.root, real) and not is_within(self.scratch, real)
+        workspaces, or a hard link to one of its files (a path check alone lets `ln
+        METIS_HOME/api_key notes.txt` through)."""
+        if is_within(self.root, real):
+            return not is_within(self.scratch, real)
+        try:
+            info = os.stat(real)
+        except (OSError, ValueError):
+            return False
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink < 2:
+            return False
+        return (info.st_dev, info.st_ino) in self._own_files()
+
+    def _own_files(self) -> frozenset[tuple[int, int]]:
+        """(device, inode) of every file in METIS_HOME but its scratch workspaces. Walked only
+        for a file with more than one link, and again after `OWN_FILES_TTL_S` (the store and the
+        logs change), so a search through a tree of hard links (pnpm's `node_modules`) walks it
+        once, not once a file."""
+        now = time.monotonic()
+        if self._walked and now - self._walked[0][0] < OWN_FILES_TTL_S:
+            return self._walked[0][1]
+        found: set[tuple[int, int]] = set()
+        for top, dirs, files in os.walk(self.root):
+            dirs[:] = [d for d in dirs if not is_within(self.scratch, os.path.join(top, d))]
+            for name in files:
+                with contextlib.suppress(OSError):
+                    info = os.stat(os.path.join(top, name), follow_symlinks=False)
+                    found.add((info.st_dev, info.st_ino))
+        self._walked[:] = [(now, frozenset(found))]
+        return self._walked[0][1]
 
 
 @dataclass(frozen=True)

@@ -235,10 +235,13 @@ async def test_metis_home_inside_a_workspace_is_out_of_every_file_tools_reach(
     (home / "api_key").write_text("TOP-SECRET-KEY\n")
     (workspace / "notes.txt").write_text("TOP-SECRET? no, notes\n")
     (workspace / "key_link").symlink_to(home / "api_key")
+    (workspace / "key_hardlink").hardlink_to(home / "api_key")
     harness = make_harness(metis_home=home)
     for name, input in (
         ("read_file", {"path": "metis-home/api_key"}),
         ("read_file", {"path": "key_link"}),
+        ("read_file", {"path": "key_hardlink"}),
+        ("write_file", {"path": "key_hardlink", "content": "overwritten"}),
         ("list_dir", {"path": "metis-home"}),
         ("grep_files", {"pattern": "SECRET", "path": "metis-home"}),
         ("write_file", {"path": "metis-home/new", "content": "x"}),
@@ -250,4 +253,6 @@ async def test_metis_home_inside_a_workspace_is_out_of_every_file_tools_reach(
     searched = await harness.call("grep_files", {"pattern": "SECRET"})
     assert "notes.txt" in searched.text
     assert "KEY" not in searched.text and "key_link" not in searched.text
+    assert "key_hardlink" not in searched.text
     assert not (home / "new").exists()
+    assert (home / "api_key").read_text() == "TOP-SECRET-KEY\n"

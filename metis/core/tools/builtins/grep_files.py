@@ -188,6 +188,8 @@ def _candidate(sandbox: Sandbox, entry: os.DirEntry[str], pending: list[str]) ->
         else:
             real = entry.path
             info = entry.stat(follow_symlinks=False)
+            if info.st_nlink > 1 and sandbox.in_metis_home(real):  # a hard link to its files
+                return None
     except (OSError, UnresolvablePath):
         return None
     if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE_BYTES:
