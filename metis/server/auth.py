@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import secrets
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -117,6 +118,10 @@ class BrowserSessions(_ExpiringSecrets):
 
     def _load(self, path: Path) -> dict[bytes, float]:
         try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+            if mode & 0o077:  # as METIS_HOME/api_key: owner-only, tightened at start
+                log.warning("browser sessions file %s had mode %o; tightened to 0600", path, mode)
+                path.chmod(0o600)
             raw = path.read_bytes()
         except FileNotFoundError:
             return {}

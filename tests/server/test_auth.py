@@ -20,6 +20,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from yarl import URL
 
 from metis.server.auth import COOKIE_PREFIX, SESSIONS_FILE, ServerAuth
 from metis.server.http import ROUTE_SPEC_KEY
@@ -437,3 +438,39 @@ async def test_openapi_declares_the_bearer_scheme(daemon: Daemon) -> None:
             for method, op in operations.items():
                 public = method == "options" or path.endswith("/meta")
                 assert op["security"] == ([] if public else [{"aapBearer": []}]), (path, method)
+
+
+# ---- paths the router does not hand to AAP ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path", ["/aap%2Fsessions", "/aap%2fv1%2Fsessions", "/aap%2F..%2Fsessions"]
+)
+async def test_an_encoded_slash_after_aap_is_an_unknown_metis_path(
+    daemon: Daemon, path: str, closing: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # decoded, the path reads `/aap/…`; the router keeps `%2F` and matches no AAP route, so the
+    # metis guards apply: 401 without the key, 404 with it, and nothing logged as an error
+    url = URL(daemon.base_url + path, encoded=True)
+    anonymous = closing(aiohttp.ClientSession())
+    keyed = closing(aiohttp.ClientSession(headers=auth_headers(daemon)))
+    with caplog.at_level(logging.INFO):
+        async with anonymous.get(url) as r:
+            assert_unauthorized(r.status, dict(r.headers), await r.json(), path)
+        async with keyed.get(url) as r:
+            body = await r.json()
+            assert r.status == 404 and body["error"]["code"] == "route_not_found", body
+    assert not [rec for rec in caplog.records if rec.levelno >= logging.ERROR], caplog.text
+
+
+async def test_a_wider_sessions_file_is_tightened_at_start(
+    start_daemon: Callable[..., Any], metis_home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    metis_home.mkdir(parents=True, exist_ok=True)
+    stored = metis_home / SESSIONS_FILE
+    stored.write_text('{"format":1,"sessions":{}}')
+    stored.chmod(0o644)
+    with caplog.at_level(logging.WARNING):
+        await start_daemon()
+    assert stat.S_IMODE(stored.stat().st_mode) == 0o600
+    assert "tightened to 0600" in caplog.text
