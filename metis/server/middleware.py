@@ -72,7 +72,7 @@ def _check_auth(request: web.Request, state: ServerState) -> Credential | None:
     spec = spec_of(request)
     if auth is not None and (not auth.required or (spec is not None and not spec.needs_key)):
         return None
-    credential = auth.credential(request, state.port) if auth is not None else None
+    credential = auth.credential(request) if auth is not None else None
     if credential is None:
         raise ApiError(
             "unauthorized",
@@ -106,13 +106,13 @@ def _check_preconditions(request: web.Request, state: ServerState) -> None:
     # A browser session may only change state from the daemon's own pages: the Origin must be
     # present and one of its loopback origins (`allowed_origins` does not extend this).
     if (
-        credential == "cookie"
+        credential == "browser"
         and request.method in STATE_CHANGING_METHODS
         and (origin is None or origin.lower() not in loopback_origins(state.port))
     ):
         raise ApiError(
             "origin_not_allowed",
-            "a cookie-authenticated request that changes state needs the daemon's own Origin",
+            "a browser-session request that changes state needs the daemon's own Origin",
             {"origin": origin},
         )
     spec = spec_of(request)

@@ -14,9 +14,9 @@ import aiohttp
 import pytest
 
 from metis.commands import open_dashboard
-from metis.server.auth import ServerAuth
 from metis.server.runner import Daemon
 from metis.testing.serving import free_port
+from tests.api import browser_secret_of, key_headers
 
 
 async def metis(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
@@ -34,23 +34,15 @@ async def metis(*args: str, env: dict[str, str] | None = None) -> tuple[int, str
     return proc.returncode, out.decode(), err.decode()
 
 
-def jar() -> aiohttp.CookieJar:
-    return aiohttp.CookieJar(unsafe=True)  # the default jar ignores cookies of IP hosts
-
-
 async def assert_logs_in_once(d: Daemon, url: str) -> None:
-    async with aiohttp.ClientSession(cookie_jar=jar()) as browser:
+    async with aiohttp.ClientSession() as browser:
         async with browser.get(url, allow_redirects=False) as r:
-            assert r.status == 303 and r.headers["Location"] == "/"
-        cookie = ServerAuth.cookie_name(d.port)
-        assert cookie in {c.key for c in browser.cookie_jar}
-        async with browser.get(d.base_url + "/sessions") as r:
-            assert r.status == 200  # the cookie authenticates
-    async with (
-        aiohttp.ClientSession(cookie_jar=jar()) as another,
-        another.get(url, allow_redirects=False) as r,
-    ):
-        assert r.status == 401  # single use: another browser cannot log in with it
+            assert r.status == 303
+            secret = browser_secret_of(r.headers["Location"])
+        async with browser.get(d.base_url + "/sessions", headers=key_headers(secret)) as r:
+            assert r.status == 200  # the browser session's secret authenticates
+        async with browser.get(url, allow_redirects=False) as r:
+            assert r.status == 401  # single use: no browser logs in with it again
 
 
 async def test_print_prints_a_login_url_that_logs_a_browser_in_once(
