@@ -740,3 +740,17 @@ def test_trace_lists_events_in_time_order_and_counts_all_llm_calls(
     assert f"{len(llm)} LLM calls" in summary
     page.select_option("#trace-filter", "tool")
     assert page.inner_text("#trace-summary") == summary
+
+
+def test_the_page_metis_open_writes_logs_the_browser_in(
+    browser: Any, served: DaemonThread, tmp_path: Path
+) -> None:
+    from metis.commands.open_dashboard import write_redirect_file
+
+    page_file = write_redirect_file(tmp_path, served.login_url())
+    context = browser.new_context()
+    pg = context.new_page()
+    pg.goto(page_file.as_uri())
+    pg.wait_for_selector("#app[data-ready]")
+    assert pg.url == served.url + "/" and pg.locator("#logout").is_visible()
+    context.close()
