@@ -139,3 +139,11 @@ class Api:
         status, body = await self.call("GET", f"/sessions/{session_id}/messages", params=query)
         assert status == 200, body
         return body
+
+
+def browser_secret_of(location: str) -> str:
+    """The browser-session secret of `GET /login`'s redirect, `Location: /#login=<secret>`."""
+    assert location.startswith("/#login="), location
+    secret = location.removeprefix("/#login=")
+    assert len(secret) >= 32, location
+    return secret

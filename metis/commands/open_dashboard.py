@@ -1,19 +1,26 @@
 """`metis open`: open the dashboard in a browser, logged in.
 
 Asks the running daemon for a fresh one-time login URL (`POST /login/tokens`, with the
-daemon's key) and hands it to the system's browser (`webbrowser.open`). `--print` only prints
-the URL; so does a machine where no browser can be started. The URL works once and expires
-after `auth.login_token_ttl_s` (5 min); it is not the key, and the key is never printed.
+daemon's key) and opens the system's browser (`webbrowser.open`) on a private file that
+redirects to it: `METIS_HOME/run/open-dashboard.html`, mode 0600 in the 0700 home. The URL
+itself is never a browser's argument, where any local user could read it
+(`/proc/<pid>/cmdline`). `--print` only prints the URL; so does a machine where no browser can
+be started. The URL works once and expires after `auth.login_token_ttl_s` (5 min); it is not
+the key, and the key is never printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import html
 import json
+import os
+import secrets
 import sys
 import urllib.error
 import urllib.request
 import webbrowser
+from pathlib import Path
 from typing import Any
 
 from metis.commands.daemon_client import DaemonTarget, add_arguments, target_from_args
@@ -51,6 +58,45 @@ def request_login_url(target: DaemonTarget) -> dict[str, Any]:
     return body
 
 
+REDIRECT_FILE = "open-dashboard.html"  # in METIS_HOME/run
+
+
+def write_redirect_file(home: Path, url: str) -> Path:
+    """A private HTML file that sends the browser on to `url` (replaced on each call)."""
+    run = home / "run"
+    run.mkdir(mode=0o700, parents=True, exist_ok=True)
+    target = html.escape(url, quote=True)
+    body = (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">\n'
+        f'<meta http-equiv="refresh" content="0;url={target}">\n'
+        '<meta name="referrer" content="no-referrer">\n'
+        "<title>metis: opening the dashboard</title></head>\n"
+        f'<body><p><a href="{target}">Open the metis dashboard</a> (a one-time login link).</p>'
+        "</body></html>\n"
+    ).encode()
+    path = run / REDIRECT_FILE
+    tmp = run / f".{REDIRECT_FILE}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, body)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    return path
+
+
+def _open_browser(home: Path, url: str) -> bool:
+    try:
+        page = write_redirect_file(home, url)
+    except OSError as exc:
+        print(f"metis: cannot write the login page ({exc.strerror})", file=sys.stderr)
+        return False
+    try:
+        return webbrowser.open(page.as_uri(), new=2)
+    except webbrowser.Error:
+        return False
+
+
 def _cmd_open(args: argparse.Namespace) -> int:
     try:
         target = target_from_args(args)
@@ -65,11 +111,7 @@ def _cmd_open(args: argparse.Namespace) -> int:
     if args.print_only:
         print(url, flush=True)
         return 0
-    try:
-        opened = webbrowser.open(url, new=2)
-    except webbrowser.Error:
-        opened = False
-    if opened:
+    if _open_browser(target.home, url):
         print("Opened the dashboard in your browser (a one-time login link).", flush=True)
     else:
         print(f"No browser could be opened; open this one-time link:\n{url}", flush=True)

@@ -2,8 +2,8 @@
 and the costs summary.
 
 `/` and `/static/…` are public (they hold no data and no secret): without a valid browser
-session `/` answers a small page saying how to log in (`metis open`, or the login URL
-`metis serve` prints; metis/server/auth.py). Every page and file carries a strict
+session the page's script shows how to log in (`metis open`, or the login URL `metis serve`
+prints; metis/server/auth.py). Every page and file carries a strict
 Content-Security-Policy: scripts and styles only from the daemon itself, no inline code.
 """
 
@@ -94,22 +94,12 @@ def login_link_page(state: ServerState, headers: dict[str, str]) -> web.Response
     return _file_response(state, "login-link.html", status=401, headers=headers)
 
 
-def logged_in(request: web.Request) -> bool:
-    """Whether the browser may see the app: a valid session cookie (or the key, or auth off)."""
-    state: ServerState = request.app[STATE_KEY]
-    auth = state.auth
-    if auth is None:
-        return False
-    if not auth.required:
-        return True
-    return auth.credential(request, state.port) is not None
-
-
-@routes.route("GET", "/", public=True, summary="The dashboard (a login hint without a session)")
+@routes.route("GET", "/", public=True, summary="The dashboard (its script shows how to log in)")
 async def index(request: web.Request) -> web.Response:
-    """The dashboard's page; without a browser session, a page saying how to log in."""
-    state = request.app[STATE_KEY]
-    return _file_response(state, "index.html" if logged_in(request) else "login.html")
+    """The dashboard's page. It holds no data: the browser-session secret is in the page's
+    storage, not in this request, so the page's script decides whether to show the app or
+    how to log in (metis/dashboard/static/js/auth.js)."""
+    return _file_response(request.app[STATE_KEY], "index.html")
 
 
 @routes.route(

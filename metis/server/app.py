@@ -46,7 +46,11 @@ def create_app(state: ServerState) -> web.Application:
     specs = add_routes(app, all_specs())
     # AAP v1 at /aap/v1 and v3 at /aap (own pipeline, metis/aap/app.py)
     aap_state = aap.mount(app, state)
-    app[SELF_GUARDED_KEY] = (aap.PREFIX,)
+    app[SELF_GUARDED_KEY] = tuple(
+        resource.get_info()["app"]
+        for resource in app.router.resources()
+        if isinstance(resource, web.PrefixedSubAppResource)
+    )
     # The metis surface takes the same key, loaded once by the AAP mount (metis/http/apikey.py).
     state.auth = ServerAuth(
         aap_state.api_key,

@@ -5,9 +5,9 @@ method_not_allowed → origin_not_allowed → payload_too_large → unsupported_
 A refused request reaches no handler, so it writes no row and no event. `unauthorized` comes
 before routing, so a client without the key learns nothing about which paths exist.
 
-Paths under a prefix in `SELF_GUARDED_KEY` (the AAP sub-apps, mounted by `metis/server/app.py`)
-take their own pipeline (CORS, shutdown, auth, 404/405, body checks and error envelope); only
-the Host check applies here to both surfaces.
+Requests the router hands to a sub-app in `SELF_GUARDED_KEY` (the AAP sub-apps, mounted by
+`metis/server/app.py`) take their own pipeline (CORS, shutdown, auth, 404/405, body checks and
+error envelope); only the Host check applies here to both surfaces.
 """
 
 from __future__ import annotations
@@ -28,16 +28,20 @@ from metis.server.state import STATE_KEY, ServerState
 log = logging.getLogger("metis.access")
 errlog = logging.getLogger(__name__)
 
-# Path prefixes of mounted sub-apps that run their own request pipeline.
-SELF_GUARDED_KEY = web.AppKey("metis.self_guarded_prefixes", tuple)
+# Mounted sub-apps that run their own request pipeline.
+SELF_GUARDED_KEY = web.AppKey("metis.self_guarded_apps", tuple)
 
 
 def _self_guarded(request: web.Request) -> bool:
-    path = request.path
-    return any(
-        path == prefix or path.startswith(prefix + "/")
-        for prefix in request.app.get(SELF_GUARDED_KEY, ())
-    )
+    """Whether the router handed the request to a self-guarded sub-app.
+
+    Decided from the router's own match, never from `request.path`: that path is fully
+    percent-decoded, while the router matches `%2F` as it came (`/aap%2Fsessions` is not under
+    `/aap`). Judging by the decoded path once let such a request skip the metis guards and
+    then match no route at all.
+    """
+    guarded = request.app.get(SELF_GUARDED_KEY, ())
+    return any(app in guarded for app in request.match_info.apps)
 
 
 def host_allowed(host: str | None, port: int) -> bool:
@@ -68,7 +72,7 @@ def _check_auth(request: web.Request, state: ServerState) -> Credential | None:
     spec = spec_of(request)
     if auth is not None and (not auth.required or (spec is not None and not spec.needs_key)):
         return None
-    credential = auth.credential(request, state.port) if auth is not None else None
+    credential = auth.credential(request) if auth is not None else None
     if credential is None:
         raise ApiError(
             "unauthorized",
@@ -102,13 +106,13 @@ def _check_preconditions(request: web.Request, state: ServerState) -> None:
     # A browser session may only change state from the daemon's own pages: the Origin must be
     # present and one of its loopback origins (`allowed_origins` does not extend this).
     if (
-        credential == "cookie"
+        credential == "browser"
         and request.method in STATE_CHANGING_METHODS
         and (origin is None or origin.lower() not in loopback_origins(state.port))
     ):
         raise ApiError(
             "origin_not_allowed",
-            "a cookie-authenticated request that changes state needs the daemon's own Origin",
+            "a browser-session request that changes state needs the daemon's own Origin",
             {"origin": origin},
         )
     spec = spec_of(request)

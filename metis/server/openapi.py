@@ -23,8 +23,8 @@ SECURITY_SCHEME = "metisBearer"
 _BEARER = {
     "type": "http",
     "scheme": "bearer",
-    "description": "The daemon's key (METIS_API_KEY, else the file METIS_HOME/api_key); a browser "
-    "session cookie from GET /login is accepted in its place.",
+    "description": "The daemon's key (METIS_API_KEY, else the file METIS_HOME/api_key), or a "
+    "browser session's secret (handed out by GET /login in its redirect's URL fragment).",
 }
 # A path parameter's shape by name: the same name is the same kind of id on every route. A
 # value outside it names nothing (404), never a malformed request.

@@ -4,7 +4,9 @@ it (`--print`) or hands it to the browser ($BROWSER), and a browser logs in with
 from __future__ import annotations
 
 import asyncio
+import html
 import os
+import re
 import stat
 import sys
 from pathlib import Path
@@ -14,9 +16,9 @@ import aiohttp
 import pytest
 
 from metis.commands import open_dashboard
-from metis.server.auth import ServerAuth
 from metis.server.runner import Daemon
 from metis.testing.serving import free_port
+from tests.api import browser_secret_of, key_headers
 
 
 async def metis(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
@@ -34,23 +36,15 @@ async def metis(*args: str, env: dict[str, str] | None = None) -> tuple[int, str
     return proc.returncode, out.decode(), err.decode()
 
 
-def jar() -> aiohttp.CookieJar:
-    return aiohttp.CookieJar(unsafe=True)  # the default jar ignores cookies of IP hosts
-
-
 async def assert_logs_in_once(d: Daemon, url: str) -> None:
-    async with aiohttp.ClientSession(cookie_jar=jar()) as browser:
+    async with aiohttp.ClientSession() as browser:
         async with browser.get(url, allow_redirects=False) as r:
-            assert r.status == 303 and r.headers["Location"] == "/"
-        cookie = ServerAuth.cookie_name(d.port)
-        assert cookie in {c.key for c in browser.cookie_jar}
-        async with browser.get(d.base_url + "/sessions") as r:
-            assert r.status == 200  # the cookie authenticates
-    async with (
-        aiohttp.ClientSession(cookie_jar=jar()) as another,
-        another.get(url, allow_redirects=False) as r,
-    ):
-        assert r.status == 401  # single use: another browser cannot log in with it
+            assert r.status == 303
+            secret = browser_secret_of(r.headers["Location"])
+        async with browser.get(d.base_url + "/sessions", headers=key_headers(secret)) as r:
+            assert r.status == 200  # the browser session's secret authenticates
+        async with browser.get(url, allow_redirects=False) as r:
+            assert r.status == 401  # single use: no browser logs in with it again
 
 
 async def test_print_prints_a_login_url_that_logs_a_browser_in_once(
@@ -68,9 +62,11 @@ async def test_print_prints_a_login_url_that_logs_a_browser_in_once(
     assert code == 0 and again.strip() != url
 
 
-async def test_open_hands_the_url_to_the_browser(
+async def test_open_hands_the_browser_a_private_file_not_the_url(
     daemon: Daemon, metis_home: Path, tmp_path: Path
 ) -> None:
+    # a browser's command line is readable by every local user (/proc/<pid>/cmdline): it gets
+    # the path of an owner-only page that redirects to the one-time link
     seen = tmp_path / "browser-got"
     browser = tmp_path / "browser.sh"
     browser.write_text(f'#!/bin/sh\nprintf %s "$1" > {seen}\n')
@@ -82,7 +78,13 @@ async def test_open_hands_the_url_to_the_browser(
         if seen.exists() and seen.read_text():
             break
         await asyncio.sleep(0.05)
-    url = seen.read_text()
+    argument = seen.read_text()
+    page = metis_home / "run" / open_dashboard.REDIRECT_FILE
+    assert argument == page.as_uri() and "token" not in argument
+    assert stat.S_IMODE(page.stat().st_mode) == 0o600
+    assert stat.S_IMODE(page.parent.stat().st_mode) == 0o700
+    [url] = re.findall(r'content="0;url=([^"]+)"', page.read_text())
+    url = html.unescape(url)
     assert url.startswith(f"{daemon.base_url}/login?token=")
     assert url not in out  # opened, so not printed
     assert "Opened the dashboard" in out

@@ -5,12 +5,15 @@ from __future__ import annotations
 import re
 import sys
 import threading
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.dashboard.conftest import DaemonThread, events_of, rest
+from tests.dashboard.conftest import ARTIFACTS, DaemonThread, events_of, rest
 
 LONG = "please stream this slowly " + "word " * 60
 
@@ -38,7 +41,7 @@ def wait_idle(page: Any) -> None:
     page.wait_for_selector("#turn-state:text-is('idle')")
 
 
-def test_login_page_without_cookie_then_login_url(browser: Any, served: DaemonThread) -> None:
+def test_login_page_without_a_session_then_login_url(browser: Any, served: DaemonThread) -> None:
     context = browser.new_context()
     pg = context.new_page()
     response = pg.goto(served.url + "/")
@@ -51,15 +54,19 @@ def test_login_page_without_cookie_then_login_url(browser: Any, served: DaemonTh
     assert headers["x-frame-options"] == "DENY"
     assert headers["x-content-type-options"] == "nosniff"
     assert headers["referrer-policy"] == "no-referrer"
+    pg.wait_for_selector("#login:visible")
     assert "metis open" in pg.inner_text("#login")
+    assert not pg.locator("header.top").is_visible() and not pg.locator("#app").is_visible()
     assert served.key not in pg.content()
     url = served.login_url()
     pg.goto(url)
     pg.wait_for_selector("#app[data-ready]")
     assert pg.locator("h1", has_text="Sessions").is_visible()
-    cookies = context.cookies()
-    assert [c["httpOnly"] for c in cookies] == [True]
-    assert cookies[0]["sameSite"] == "Strict"
+    # the secret came in the fragment and left the URL at once; it is kept in storage, and no
+    # cookie exists to be sent to other ports
+    assert pg.url == served.url + "/"
+    assert pg.evaluate("localStorage.getItem('metis.session')")
+    assert context.cookies() == []
     # the one-time token is spent: opened again in this logged-in browser it leads to the app
     again = context.new_page()
     again.goto(url)
@@ -84,9 +91,67 @@ def test_a_used_or_invalid_login_link_shows_how_to_get_a_new_one(
         text = pg.inner_text("#login")
         assert "already used, it expired" in text and "metis open" in text, link
         assert "metis serve" in text
+        pg.wait_for_load_state("networkidle")
+        assert pg.url == link  # no stored session: the page stays
     shot(pg, "login-link-used")
     assert context.cookies() == []
     context.close()
+
+
+def test_the_session_stays_with_the_daemons_origin_and_logs_out(
+    browser: Any, served: DaemonThread
+) -> None:
+    # another local listener: the browser must send it nothing of the daemon's session
+    seen: list[dict[str, str]] = []
+
+    class Spy(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append({k.lower(): v for k, v in self.headers.items()})
+            body = b"<!doctype html><title>another local server</title><p>hello"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    spy = ThreadingHTTPServer(("127.0.0.1", 0), Spy)
+    threading.Thread(target=spy.serve_forever, daemon=True).start()
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    try:
+        pg = context.new_page()
+        pg.goto(served.login_url())
+        pg.wait_for_selector("#app[data-ready]")
+        secret = pg.evaluate("localStorage.getItem('metis.session')")
+        assert secret
+        elsewhere = context.new_page()
+        elsewhere.goto(f"http://127.0.0.1:{spy.server_port}/")
+        assert seen and all("cookie" not in h and "authorization" not in h for h in seen), seen
+        assert elsewhere.evaluate("localStorage.length") == 0  # storage is per origin (port)
+        second_tab = context.new_page()
+        second_tab.goto(served.url + "/#/costs")
+        second_tab.wait_for_selector("#app[data-ready]")
+        # the header's Log out ends the session here, on the daemon and in the other tab
+        logout = pg.locator("#logout")
+        assert logout.is_visible() and logout.inner_text() == "Log out"
+        ARTIFACTS.mkdir(exist_ok=True)
+        pg.locator("header.top").screenshot(path=str(ARTIFACTS / "header-logout.png"))
+        logout.click()
+        pg.wait_for_selector("#login:visible")
+        assert "metis open" in pg.inner_text("#login") and pg.url == served.url + "/"
+        assert pg.evaluate("localStorage.getItem('metis.session')") is None
+        second_tab.wait_for_selector("#login:visible")
+        req = urllib.request.Request(served.url + "/sessions")
+        req.add_header("Authorization", f"Bearer {secret}")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(req, timeout=10)
+        assert refused.value.code == 401  # revoked on the daemon, not only forgotten
+    finally:
+        context.close()
+        spy.shutdown()
+        spy.server_close()
 
 
 def test_create_session_and_stream_deltas(
@@ -253,14 +318,14 @@ def test_reconnects_after_daemon_restart(page: Any, served: DaemonThread, worksp
     _, stored = rest(served, "GET", f"/sessions/{session_id}/messages")
     assert ids == [m["id"] for m in stored["messages"] if m["role"] in ("user", "assistant")]
     assert page.inner_text(".msg.user >> nth=0").endswith("first turn")
-    # the page itself still writes (cookie + Origin) and a reload shows the app, not the login
+    # the page itself still writes (stored session + Origin) and a reload shows the app
     send(page, "third turn from the page")
     page.wait_for_selector(".msg.assistant .md:has-text('third turn from the page')")
     wait_idle(page)
     page.reload()
     page.wait_for_selector("#app[data-ready]")
     page.wait_for_selector(".msg.user:has-text('third turn from the page')")
-    assert page.locator("#login").count() == 0
+    assert not page.locator("#login").is_visible()
 
 
 @pytest.mark.daemon_config({"websocket": {"snapshot_messages": 4}})
@@ -701,3 +766,17 @@ def test_trace_lists_events_in_time_order_and_counts_all_llm_calls(
     assert f"{len(llm)} LLM calls" in summary
     page.select_option("#trace-filter", "tool")
     assert page.inner_text("#trace-summary") == summary
+
+
+def test_the_page_metis_open_writes_logs_the_browser_in(
+    browser: Any, served: DaemonThread, tmp_path: Path
+) -> None:
+    from metis.commands.open_dashboard import write_redirect_file
+
+    page_file = write_redirect_file(tmp_path, served.login_url())
+    context = browser.new_context()
+    pg = context.new_page()
+    pg.goto(page_file.as_uri())
+    pg.wait_for_selector("#app[data-ready]")
+    assert pg.url == served.url + "/" and pg.locator("#logout").is_visible()
+    context.close()

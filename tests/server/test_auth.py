@@ -8,23 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 import json
 import logging
 import re
 import stat
 from collections.abc import AsyncIterator, Callable
-from http.cookies import SimpleCookie
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
+from yarl import URL
 
-from metis.server.auth import COOKIE_PREFIX, SESSIONS_FILE, ServerAuth
+from metis.server.auth import SESSIONS_FILE
 from metis.server.http import ROUTE_SPEC_KEY
 from metis.server.runner import Daemon
-from tests.api import Api, api_session, auth_headers, key_headers
+from tests.api import Api, api_session, auth_headers, browser_secret_of, key_headers
 
 NEVER = "sess_01M7YA76RDGJRJS6TX6XK99B3P"  # well-formed, never created
 SAMPLES = {
@@ -36,7 +37,7 @@ SAMPLES = {
 }
 # Served without the key: liveness, the API description, the login exchange (which needs its
 # one-time token instead) and the dashboard's page and files (no data: without a session the
-# page says how to log in). Everything else needs the key or a browser session cookie.
+# page says how to log in). Everything else needs the key or a browser session's secret.
 PUBLIC = {
     ("GET", "/health"),
     ("GET", "/openapi.json"),
@@ -71,16 +72,28 @@ def concrete(template: str) -> str:
     return re.sub(r"{(\w+)}", lambda m: SAMPLES[m.group(1)], template)
 
 
+# Writes the logout route would make: it ends the very session the route matrix walks with.
+REVOKES = {("POST", "/logout")}
+
+
 def jar() -> aiohttp.CookieJar:
     return aiohttp.CookieJar(unsafe=True)  # aiohttp's default jar ignores cookies of IP hosts
 
 
-async def browser_of(d: Daemon) -> aiohttp.ClientSession:
-    """A client holding a browser session cookie (from a login URL), never the key."""
-    http = aiohttp.ClientSession(cookie_jar=jar())
-    async with http.get(d.login_url(), allow_redirects=False) as r:
+async def login_as_browser(d: Daemon) -> str:
+    """A browser session's secret, from a login URL's redirect (never the key)."""
+    async with (
+        aiohttp.ClientSession(cookie_jar=jar()) as http,
+        http.get(d.login_url(), allow_redirects=False) as r,
+    ):
         assert r.status == 303, await r.text()
-    return http
+        assert not r.cookies and "Set-Cookie" not in r.headers  # no cookie, ever
+        return browser_secret_of(r.headers["Location"])
+
+
+async def browser_of(d: Daemon) -> aiohttp.ClientSession:
+    """A client sending a browser session's secret as its bearer header, as the page does."""
+    return aiohttp.ClientSession(headers=key_headers(await login_as_browser(d)))
 
 
 async def call(
@@ -154,7 +167,7 @@ async def test_every_route_refuses_a_request_without_the_key(
     assert_unauthorized(status, resp_headers, payload, "unknown path")
 
 
-@pytest.mark.parametrize("credential", ["key", "cookie"])
+@pytest.mark.parametrize("credential", ["key", "browser"])
 async def test_every_route_serves_the_key_and_a_browser_session(
     daemon: Daemon, credential: str, closing: Any
 ) -> None:
@@ -165,8 +178,8 @@ async def test_every_route_serves_the_key_and_a_browser_session(
     for method, template in metis_routes(daemon):
         if (method, template) in {STREAM, ("GET", "/login")}:
             continue  # the stream takes an attach token; /login a one-time token
-        if credential == "cookie" and (method, template) in KEY_ONLY:
-            continue  # test_only_the_key_mints_a_login_url
+        if credential == "browser" and (method, template) in KEY_ONLY | REVOKES:
+            continue  # test_only_the_key_mints_a_login_url, test_logout_ends_the_session…
         headers = {"Origin": daemon.base_url} if method in WRITES else {}
         body = {} if method in WRITES else None
         status, _, payload = await call(
@@ -179,7 +192,7 @@ async def test_every_route_serves_the_key_and_a_browser_session(
 # ---- the login URL and the browser session ------------------------------------------------
 
 
-async def test_a_login_token_is_single_use_and_sets_a_strict_http_only_cookie(
+async def test_a_login_token_is_single_use_and_hands_its_secret_in_the_url_fragment(
     daemon: Daemon, closing: Any
 ) -> None:
     url = daemon.login_url()
@@ -187,21 +200,34 @@ async def test_a_login_token_is_single_use_and_sets_a_strict_http_only_cookie(
     assert url.startswith(daemon.base_url + "/login?token=") and key not in url
     http = closing(aiohttp.ClientSession(cookie_jar=jar()))
     status, headers, _ = await call(http, daemon, "GET", url.removeprefix(daemon.base_url))
-    assert status == 303 and headers["Location"] == "/"
+    assert status == 303 and "Set-Cookie" not in headers and len(http.cookie_jar) == 0
     assert headers["Referrer-Policy"] == "no-referrer" and headers["Cache-Control"] == "no-store"
-    cookie = SimpleCookie(headers["Set-Cookie"])
-    [name] = cookie.keys()
-    morsel = cookie[name]
-    assert name == f"{COOKIE_PREFIX}{daemon.port}"
-    assert morsel["httponly"] is True and morsel["samesite"] == "Strict"
-    assert morsel["path"] == "/" and int(morsel["max-age"]) > 0
+    secret = browser_secret_of(headers["Location"])  # `/#login=<secret>`: never sent to a server
     token = url.split("token=", 1)[1]
-    assert morsel.value not in (token, key) and len(morsel.value) >= 32
-    # the cookie authenticates; the token does not work twice
-    assert (await call(http, daemon, "GET", "/sessions"))[0] == 200
+    assert secret not in (token, key)
+    # the secret authenticates as a bearer header; the token does not work twice
+    assert (await call(http, daemon, "GET", "/sessions", headers=key_headers(secret)))[0] == 200
     again = closing(aiohttp.ClientSession(cookie_jar=jar()))
     assert_unauthorized(*await call(again, daemon, "GET", "/login?token=" + token), "reused")
-    assert_unauthorized(*await call(again, daemon, "GET", "/sessions"), "no cookie")
+    assert_unauthorized(*await call(again, daemon, "GET", "/sessions"), "no credential")
+
+
+async def test_a_session_cookie_is_not_a_credential(daemon: Daemon, closing: Any) -> None:
+    # cookies are not port-scoped: every listener on 127.0.0.1 would get one, so none counts,
+    # not even one holding a valid session's secret under the name the daemon once used
+    secret = await login_as_browser(daemon)
+    for name in (f"metis_session_{daemon.port}", "metis_session"):
+        replayed = closing(aiohttp.ClientSession(cookies={name: secret}))
+        status, headers, body = await call(
+            replayed,
+            daemon,
+            "POST",
+            "/sessions",
+            json={"workspace_path": "/tmp"},
+            headers={"Origin": daemon.base_url},
+        )
+        assert_unauthorized(status, headers, body, name)
+        assert_unauthorized(*await call(replayed, daemon, "GET", "/sessions"), name)
 
 
 async def test_wrong_missing_and_expired_login_tokens_are_refused(
@@ -218,6 +244,7 @@ async def test_wrong_missing_and_expired_login_tokens_are_refused(
     assert_unauthorized(*await call(http, d, "GET", "/sessions"), "no session was opened")
     fresh = d.login_url()
     assert (await call(http, d, "GET", fresh.removeprefix(d.base_url)))[0] == 303
+    assert len(http.cookie_jar) == 0
 
 
 async def test_a_browser_session_expires(start_daemon: Callable[..., Any], closing: Any) -> None:
@@ -236,37 +263,78 @@ async def test_only_the_key_mints_a_login_url(daemon: Daemon, closing: Any) -> N
     assert body["url"].startswith(daemon.base_url + "/login?token=")
     assert daemon.state.auth.api_key.value not in body["url"]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", body["expires_at"])
-    browser = closing(aiohttp.ClientSession(cookie_jar=jar()))
-    status, _, _ = await call(browser, daemon, "GET", body["url"].removeprefix(daemon.base_url))
+    anonymous = closing(aiohttp.ClientSession())
+    status, headers, _ = await call(
+        anonymous, daemon, "GET", body["url"].removeprefix(daemon.base_url)
+    )
     assert status == 303
+    secret = browser_secret_of(headers["Location"])
+    browser = closing(aiohttp.ClientSession(headers=key_headers(secret)))
     assert (await call(browser, daemon, "GET", "/sessions"))[0] == 200
     # a browser session cannot mint itself new ones, not even from the daemon's own Origin
     refused = await call(
         browser, daemon, "POST", "/login/tokens", headers={"Origin": daemon.base_url}
     )
-    assert_unauthorized(*refused, "cookie mints")
+    assert_unauthorized(*refused, "a browser session mints")
 
 
-async def test_browser_sessions_survive_a_restart_and_are_stored_as_digests(
+async def test_browser_sessions_survive_a_restart_and_are_stored_as_keyed_digests(
     start_daemon: Callable[..., Any], metis_home: Path, closing: Any
 ) -> None:
     first = await start_daemon()
-    http = closing(await browser_of(first))
-    [cookie] = list(http.cookie_jar)
-    session_id = cookie.value
+    secret = await login_as_browser(first)
+    key = first.state.auth.api_key.value
     stored = metis_home / SESSIONS_FILE
     assert stat.S_IMODE(stored.stat().st_mode) == 0o600
     text = stored.read_text()
-    assert session_id not in text
-    assert hashlib.sha256(session_id.encode()).hexdigest() in text
+    assert json.loads(text)["format"] == 2
+    assert secret not in text and hashlib.sha256(secret.encode()).hexdigest() not in text
+    keyed = hmac.new(key.encode(), b"metis browser session\0" + secret.encode(), "sha256")
+    assert keyed.hexdigest() in text
     await first.stop()
     second = await start_daemon()
-    again = closing(
-        aiohttp.ClientSession(cookies={ServerAuth.cookie_name(second.port): session_id})
-    )
+    again = closing(aiohttp.ClientSession(headers=key_headers(secret)))
     assert (await call(again, second, "GET", "/sessions"))[0] == 200
-    forged = closing(aiohttp.ClientSession(cookies={ServerAuth.cookie_name(second.port): "x"}))
+    forged = closing(aiohttp.ClientSession(headers=key_headers("x" * 43)))
     assert_unauthorized(*await call(forged, second, "GET", "/sessions"), "forged")
+
+
+async def test_a_new_key_ends_every_browser_session(
+    start_daemon: Callable[..., Any], metis_home: Path, closing: Any
+) -> None:
+    first = await start_daemon()
+    secret = await login_as_browser(first)
+    await first.stop()
+    (metis_home / "api_key").write_text("a-rotated-key-" + "k" * 32 + "\n")  # rotated
+    second = await start_daemon()
+    assert second.state.auth.api_key.value.startswith("a-rotated-key-")
+    old = closing(aiohttp.ClientSession(headers=key_headers(secret)))
+    assert_unauthorized(*await call(old, second, "GET", "/sessions"), "minted by the old key")
+    fresh = closing(await browser_of(second))
+    assert (await call(fresh, second, "GET", "/sessions"))[0] == 200
+
+
+async def test_logout_ends_the_session_at_once_and_for_good(
+    start_daemon: Callable[..., Any], closing: Any
+) -> None:
+    d = await start_daemon()
+    secret = await login_as_browser(d)
+    other = closing(await browser_of(d))  # another browser's session is not touched
+    http = closing(aiohttp.ClientSession(headers=key_headers(secret)))
+    # a write like any other: a browser session needs the daemon's own Origin
+    evil = {"Origin": "http://evil.example"}
+    status, _, body = await call(http, d, "POST", "/logout", headers=evil)
+    assert status == 403 and body["error"]["code"] == "origin_not_allowed"
+    status, _, body = await call(http, d, "POST", "/logout", headers={"Origin": d.base_url})
+    assert (status, body) == (200, {"revoked": True})
+    assert_unauthorized(*await call(http, d, "GET", "/sessions"), "after logout")
+    await d.stop()
+    again = await start_daemon()  # revoked on disk too, not only in memory
+    assert_unauthorized(*await call(http, again, "GET", "/sessions"), "after a restart")
+    assert (await call(other, again, "GET", "/sessions"))[0] == 200
+    keyed = closing(aiohttp.ClientSession(headers=auth_headers(again)))
+    status, _, body = await call(keyed, again, "POST", "/logout")
+    assert (status, body) == (200, {"revoked": False})  # the key has no session to end
 
 
 async def test_expired_or_unreadable_stored_sessions_are_not_restored(
@@ -276,14 +344,11 @@ async def test_expired_or_unreadable_stored_sessions_are_not_restored(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     first = await start_daemon(auth={"browser_session_ttl_s": 0.3})
-    http = closing(await browser_of(first))
-    [cookie] = list(http.cookie_jar)
+    secret = await login_as_browser(first)
     await first.stop()
     await asyncio.sleep(0.4)
     second = await start_daemon()
-    expired = closing(
-        aiohttp.ClientSession(cookies={ServerAuth.cookie_name(second.port): cookie.value})
-    )
+    expired = closing(aiohttp.ClientSession(headers=key_headers(secret)))
     assert_unauthorized(*await call(expired, second, "GET", "/sessions"), "expired")
     await second.stop()
     (metis_home / SESSIONS_FILE).write_text("{not json")
@@ -292,23 +357,21 @@ async def test_expired_or_unreadable_stored_sessions_are_not_restored(
     assert "browser sessions not restored" in caplog.text
     fresh = closing(await browser_of(third))  # and logging in rewrites the file
     assert (await call(fresh, third, "GET", "/sessions"))[0] == 200
-    assert json.loads((metis_home / SESSIONS_FILE).read_text())["format"] == 1
+    assert json.loads((metis_home / SESSIONS_FILE).read_text())["format"] == 2
 
 
-async def test_a_forged_cookie_or_a_wrong_key_next_to_a_good_cookie_is_refused(
-    daemon: Daemon, closing: Any
-) -> None:
-    forged = closing(aiohttp.ClientSession(cookies={f"{COOKIE_PREFIX}{daemon.port}": "x" * 43}))
+async def test_a_forged_or_spent_browser_secret_is_refused(daemon: Daemon, closing: Any) -> None:
+    forged = closing(aiohttp.ClientSession(headers=key_headers("x" * 43)))
     assert_unauthorized(*await call(forged, daemon, "GET", "/sessions"), "forged")
-    http = closing(await browser_of(daemon))
-    wrong = key_headers("not-the-key")
-    assert_unauthorized(*await call(http, daemon, "GET", "/sessions", headers=wrong), "wrong")
+    token = daemon.login_url().split("token=", 1)[1]
+    spent = closing(aiohttp.ClientSession(headers=key_headers(token)))  # a login token is not one
+    assert_unauthorized(*await call(spent, daemon, "GET", "/sessions"), "login token")
 
 
-async def test_cookie_writes_need_the_daemons_own_origin(
+async def test_browser_session_writes_need_the_daemons_own_origin(
     start_daemon: Callable[..., Any], workspace: Path, closing: Any
 ) -> None:
-    extra = "http://localhost:5173"  # allowed for key holders, not for cookie writes
+    extra = "http://localhost:5173"  # allowed for key holders, not for browser-session writes
     d = await start_daemon(allowed_origins=[extra])
     http = closing(await browser_of(d))
     body = {"workspace_path": str(workspace)}
@@ -437,3 +500,39 @@ async def test_openapi_declares_the_bearer_scheme(daemon: Daemon) -> None:
             for method, op in operations.items():
                 public = method == "options" or path.endswith("/meta")
                 assert op["security"] == ([] if public else [{"aapBearer": []}]), (path, method)
+
+
+# ---- paths the router does not hand to AAP ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path", ["/aap%2Fsessions", "/aap%2fv1%2Fsessions", "/aap%2F..%2Fsessions"]
+)
+async def test_an_encoded_slash_after_aap_is_an_unknown_metis_path(
+    daemon: Daemon, path: str, closing: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # decoded, the path reads `/aap/…`; the router keeps `%2F` and matches no AAP route, so the
+    # metis guards apply: 401 without the key, 404 with it, and nothing logged as an error
+    url = URL(daemon.base_url + path, encoded=True)
+    anonymous = closing(aiohttp.ClientSession())
+    keyed = closing(aiohttp.ClientSession(headers=auth_headers(daemon)))
+    with caplog.at_level(logging.INFO):
+        async with anonymous.get(url) as r:
+            assert_unauthorized(r.status, dict(r.headers), await r.json(), path)
+        async with keyed.get(url) as r:
+            body = await r.json()
+            assert r.status == 404 and body["error"]["code"] == "route_not_found", body
+    assert not [rec for rec in caplog.records if rec.levelno >= logging.ERROR], caplog.text
+
+
+async def test_a_wider_sessions_file_is_tightened_at_start(
+    start_daemon: Callable[..., Any], metis_home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    metis_home.mkdir(parents=True, exist_ok=True)
+    stored = metis_home / SESSIONS_FILE
+    stored.write_text('{"format":1,"sessions":{}}')
+    stored.chmod(0o644)
+    with caplog.at_level(logging.WARNING):
+        await start_daemon()
+    assert stat.S_IMODE(stored.stat().st_mode) == 0o600
+    assert "tightened to 0600" in caplog.text

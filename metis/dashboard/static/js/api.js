@@ -2,6 +2,8 @@
 // Every call also tells the header whether the daemon answers (`#conn`): the sessions list
 // polls and the session view re-attaches, so the indicator follows the daemon on its own.
 
+import { authHeaders, credential, forget } from "./auth.js";
+
 export class ApiError extends Error {
   constructor(status, code, message, details) {
     super(message);
@@ -12,7 +14,8 @@ export class ApiError extends Error {
 }
 
 export async function api(method, path, body) {
-  const init = { method, credentials: "same-origin", headers: {} };
+  // the browser session travels as a header, never as a cookie (auth.js)
+  const init = { method, credentials: "omit", headers: authHeaders() };
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
@@ -34,8 +37,9 @@ export async function api(method, path, body) {
   }
   if (!response.ok) {
     const e = (data && data.error) || {};
-    if (response.status === 401 && e.code === "unauthorized") {
-      location.reload(); // the session expired: the page now shows how to log in
+    if (response.status === 401 && e.code === "unauthorized" && credential()) {
+      forget(); // the session expired or was ended: the page now shows how to log in
+      location.reload();
     }
     throw new ApiError(response.status, e.code || "http_error", e.message || response.statusText, e.details);
   }

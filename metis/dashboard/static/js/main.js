@@ -8,6 +8,8 @@ import { routingView } from "./views/routing.js";
 import { costsView } from "./views/costs.js";
 import { mcpView } from "./views/mcp.js";
 import { clear } from "./dom.js";
+import { api } from "./api.js";
+import { adoptLoginFragment, credential, followOtherTabs, forget, signedIn } from "./auth.js";
 
 const app = document.getElementById("app");
 let current = null;
@@ -32,8 +34,41 @@ function route() {
   app.dataset.ready = "1";
 }
 
-window.addEventListener("hashchange", () => {
+// Without a valid browser session the page only says how to log in (#login).
+function showLogin() {
+  if (current?.stop) current.stop();
+  current = null;
+  document.body.classList.add("login");
+  for (const el of document.querySelectorAll(".skip, header.top, #app")) el.hidden = true;
+  document.getElementById("login").hidden = false;
+}
+
+async function logOut() {
+  const button = document.getElementById("logout");
+  button.disabled = true;
+  try {
+    await api("POST", "/logout");
+  } catch {
+    // unreachable or already over: forgetting the secret here still logs this browser out
+  }
+  forget();
+  history.replaceState(null, "", "/");
+  location.reload();
+}
+
+async function boot() {
+  adoptLoginFragment(); // `/#login=<secret>`, right after a login link
+  if (!(await signedIn())) return showLogin();
+  for (const el of document.querySelectorAll(".skip, header.top, #app")) el.hidden = false;
+  const logout = document.getElementById("logout");
+  logout.hidden = !credential(); // with `auth.required: false` there is no session to end
+  logout.addEventListener("click", logOut);
+  followOtherTabs(() => location.reload());
+  window.addEventListener("hashchange", () => {
+    route();
+    app.focus({ preventScroll: true });
+  });
   route();
-  app.focus({ preventScroll: true });
-});
-route();
+}
+
+boot();
