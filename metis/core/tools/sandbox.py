@@ -115,9 +115,9 @@ class MetisHome:
         """Whether a real path is one of the daemon's own: in METIS_HOME, not in its scratch
         workspaces, or a hard link to one of its files (a path check alone lets `ln
         METIS_HOME/api_key notes.txt` through)."""
-        if is_within(self.root, real):
-            return not is_within(self.scratch, real)
-        try:
+        if is_within(self.root, real) and not is_within(self.scratch, real):
+            return True
+        try:  # elsewhere, the scratch workspaces included
             info = os.stat(real)
         except (OSError, ValueError):
             return False

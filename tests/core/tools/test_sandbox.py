@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from metis.core.tools import PathOutsideWorkspace, ProtectedPath, Sandbox
+from metis.core.tools.sandbox import MetisHome
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:
@@ -256,3 +257,22 @@ async def test_metis_home_inside_a_workspace_is_out_of_every_file_tools_reach(
     assert "key_hardlink" not in searched.text
     assert not (home / "new").exists()
     assert (home / "api_key").read_text() == "TOP-SECRET-KEY\n"
+
+
+def test_a_hard_link_to_a_file_of_metis_home_is_private_wherever_it_is(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    scratch = home / "workspaces"
+    (scratch / "aap-1").mkdir(parents=True)
+    (home / "api_key").write_text("K\n")
+    elsewhere = tmp_path / "ws"
+    elsewhere.mkdir()
+    (elsewhere / "plain.txt").write_text("x\n")
+    links = [elsewhere / "key.txt", scratch / "aap-1" / "key.txt"]
+    for link in links:
+        link.hardlink_to(home / "api_key")
+    metis_home = MetisHome.at(home, scratch)
+    assert metis_home.private(str(home / "api_key"))
+    assert all(metis_home.private(str(link)) for link in links)
+    assert not metis_home.private(str(elsewhere / "plain.txt"))
+    (scratch / "aap-1" / "own.txt").write_text("y\n")
+    assert not metis_home.private(str(scratch / "aap-1" / "own.txt"))
