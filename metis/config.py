@@ -107,7 +107,7 @@ class AuthSettings(_Section):
     # daemon logs a WARNING at start-up. The AAP façade keeps requiring it either way.
     required: bool = True
     login_token_ttl_s: float = Field(default=300.0, gt=0)  # a login URL's one-time token
-    browser_session_ttl_s: float = Field(default=12 * 3600.0, gt=0)  # the cookie's session
+    browser_session_ttl_s: float = Field(default=12 * 3600.0, gt=0)  # a browser session
 
 
 # -- the `aap` section ---------------------------------------------------------------------------

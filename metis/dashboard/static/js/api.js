@@ -1,4 +1,4 @@
-// REST calls with the browser session cookie (same origin; the browser adds Origin to writes).
+// REST calls with the browser session secret as a bearer header (auth.js); the browser adds Origin to writes.
 // Every call also tells the header whether the daemon answers (`#conn`): the sessions list
 // polls and the session view re-attaches, so the indicator follows the daemon on its own.
 
