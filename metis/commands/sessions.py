@@ -115,9 +115,9 @@ async def _title(api: DaemonApi, args: argparse.Namespace) -> int:
     if title is None and not args.clear:
         print("metis: give a title, or --clear to go back to the first prompt's", file=sys.stderr)
         return 2
-    await api.call("PATCH", f"/sessions/{args.id}", {"title": title})
-    session = await api.call("GET", f"/sessions/{args.id}")
-    print(f"{args.id}: {_shown(session.get('title') or '-')}")
+    # the answer holds the title in force (a cleared one falls back to the first prompt's)
+    patched = await api.call("PATCH", f"/sessions/{args.id}", {"title": title})
+    print(f"{args.id}: {_shown(patched.get('title') or '-')}")
     return 0
 
 
