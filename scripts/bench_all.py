@@ -17,7 +17,9 @@ Groups:
   timed by a client in its own process (one turn per session, each run to its end before the
   next request, so a turn's work is not counted as another's latency);
 - turns (`bench_turns.py`): daemon CPU per 200-delta turn, and turns 91–100 of a long session
-  against a fresh session's turns 1–10 measured in the same seconds (growth);
+  against a fresh session's turns 1–10 measured in the same seconds (growth); the growth again
+  with a 20,000-token model window, which the long session fills after ~30 turns, so that its
+  turns 91–100 are compacted at every model call;
 - ws (`bench_ws.py`): 30 turns × 200 deltas to 1 and to 10 raw-socket clients;
 - aap (`bench_aap.py`): `text_delta` events/s of one 20,000-delta SSE turn;
 - burst: the fake provider writes a 5,000- and a 50,000-delta reply in one socket write, read
@@ -68,6 +70,8 @@ from metis.testing.bench import (
 
 GROUPS = ("startup", "rest", "turns", "ws", "aap", "burst")
 BURSTS = ((5_000, 1), (5_000, 10), (50_000, 1), (50_000, 10))
+WINDOW_TOKENS = 20_000
+"""The model's window when timing a session that outgrew it: ~30 turns of 200 deltas fill it."""
 
 
 @dataclass
@@ -248,12 +252,13 @@ def serve_startup(keys: bool) -> tuple[float, float, float]:
 
 
 @contextlib.asynccontextmanager
-async def running_daemon(fake_url: str) -> AsyncIterator[Daemon]:
+async def running_daemon(fake_url: str, context_tokens: int = 200_000) -> AsyncIterator[Daemon]:
     """A fresh daemon (own home, the fake provider as its model), frozen as `metis serve` is."""
     async with aiohttp.ClientSession() as control:  # no reply left over from another group
         await control.post(f"{fake_url}/_fake/reset")
     with tempfile.TemporaryDirectory() as home:
-        Path(home, "models.yaml").write_text(bench_models_yaml(fake_url))
+        models = bench_models_yaml(fake_url, context_tokens=context_tokens)
+        Path(home, "models.yaml").write_text(models)
         daemon = Daemon(load_settings(home=Path(home), port=0, overrides={"log_level": "WARNING"}))
         await daemon.start()
         await daemon.warmed()  # the SDKs imported in the background are in
@@ -392,6 +397,18 @@ async def in_process(table: Table, groups: set[str]) -> None:
                 "growth_wall", "growth turns 91–100 / 1–10 (wall)", "×", None
             )
             wall_growth.samples.append(statistics.median(wall[-10:]) / fresh_wall)
+            async with running_daemon(fake_url, context_tokens=WINDOW_TOKENS) as daemon:
+                with tempfile.TemporaryDirectory() as workspace:
+                    samples = await bench_turns.run_turns(
+                        daemon, fake_url, workspace, 100, 200, None
+                    )
+            full = table.figure(
+                "growth_full", "growth past a full window, turns 91–100 / 1–10 (CPU)", "×", 1.05
+            )
+            full.samples.append(
+                statistics.median(s[1] for s in samples["long"][-10:])
+                / statistics.median(s[1] for s in samples["fresh"])
+            )
         if "ws" in groups:
             async with (
                 running_daemon(fake_url) as daemon,

@@ -14,7 +14,12 @@ The growth figure compares turns 91–100 of the long session with turns 1–10 
 session run interleaved with them (one turn each, alternately): both sets are measured in the
 same seconds, so the host's speed drifting during the run does not pass for growth. The long
 session's own turns 1–10, measured a minute earlier, are printed for reference.
-Run: `python scripts/bench_turns.py [--turns 100] [--deltas 200] [--profile FILE]`.
+
+With `--context-tokens 20000` the long session outgrows its model's window after ~30 turns, so
+its later turns are compacted at every model call while the fresh session's are not: the growth
+figure then says what a session that filled its window pays per turn.
+Run: `python scripts/bench_turns.py [--turns 100] [--deltas 200] [--context-tokens N]
+[--profile FILE]`.
 """
 
 from __future__ import annotations
@@ -153,11 +158,12 @@ async def run_turns(
     return samples
 
 
-async def main(turns: int, deltas: int, profile: str | None) -> None:
+async def main(turns: int, deltas: int, context_tokens: int, profile: str | None) -> None:
     fake, url = await spawn_fake_provider()
     try:
         with tempfile.TemporaryDirectory() as home, tempfile.TemporaryDirectory() as workspace:
-            Path(home, "models.yaml").write_text(bench_models_yaml(url))
+            models = bench_models_yaml(url, context_tokens=context_tokens)
+            Path(home, "models.yaml").write_text(models)
             daemon = Daemon(load_settings(home=Path(home), port=0))
             await daemon.start()
             await daemon.warmed()  # the SDKs imported in the background are in
@@ -188,6 +194,12 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=100)
     parser.add_argument("--deltas", type=int, default=200)
+    parser.add_argument(
+        "--context-tokens",
+        type=int,
+        default=200_000,
+        help="the model's window; a small one (20000) compacts the long session's later turns",
+    )
     parser.add_argument("--profile", metavar="FILE", help="write cProfile stats of the turns here")
     args = parser.parse_args()
-    asyncio.run(main(args.turns, args.deltas, args.profile))
+    asyncio.run(main(args.turns, args.deltas, args.context_tokens, args.profile))

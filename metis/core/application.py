@@ -37,7 +37,7 @@ from metis.core.events.hub import (
 )
 from metis.core.models.registry import ModelRegistry
 from metis.core.models.types import ModelEntry
-from metis.core.routing.context import estimate_input_tokens
+from metis.core.routing.context import prompt_size
 from metis.core.runtime import Core
 from metis.core.sessions.history import SurfaceWrites
 from metis.core.sessions.service import (
@@ -225,11 +225,8 @@ class History:
             system = with_seeded_instructions(SYSTEM_PROMPT, full)
             system = f"{system}\n{workspace_facts(workspace)}"
             offered = core.dispatcher.offered(surface_policy, application_tools)
-
-            def estimate_of(messages: Sequence[Message]) -> int:
-                return estimate_input_tokens(system_prompt=system, tools=offered, history=messages)
-
-            context = compact(context, caps.max_context_tokens - max_out, estimate_of)
+            budget = caps.max_context_tokens - max_out
+            context, _ = compact(context, budget, prompt_size(system_prompt=system, tools=offered))
         owners = {m.id for m in full if m.role == "assistant"}
         kept = [
             m

@@ -17,7 +17,7 @@ providers:
 models:
   - id: anthropic:claude-sonnet-4-6
     aliases: [sonnet]
-    capabilities: {{max_context_tokens: 200000, max_output_tokens: 8192}}
+    capabilities: {{max_context_tokens: {context_tokens}, max_output_tokens: 8192}}
     pricing: {{input_per_mtok: "3", output_per_mtok: "15"}}
 """
 
@@ -44,9 +44,12 @@ def bench_reply(deltas: int, *, chunk_chars: int = 8, repeat: int = 1) -> dict[s
     }
 
 
-def bench_models_yaml(anthropic_url: str) -> str:
-    """A models.yaml whose one model (alias `sonnet`) is served by the fake provider."""
-    return _MODELS.format(url=anthropic_url)
+def bench_models_yaml(anthropic_url: str, *, context_tokens: int = 200_000) -> str:
+    """A models.yaml whose one model (alias `sonnet`) is served by the fake provider.
+
+    A small `context_tokens` makes a long session outgrow the model's window, so that its
+    turns are compacted to fit."""
+    return _MODELS.format(url=anthropic_url, context_tokens=context_tokens)
 
 
 def daemon_headers(daemon: Any) -> dict[str, str]:

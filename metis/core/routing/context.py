@@ -7,7 +7,7 @@ compacted to fit the chosen model rather than making every model unusable (docs/
 """
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -61,10 +61,19 @@ class TurnContext(DataModel):
         return self.estimated_input_tokens - self.compactable_tokens
 
 
+Size = tuple[int, int]
+"""(characters, images): what the estimate counts of a piece of the prompt."""
+
 # The estimate runs several times per turn over the whole history (turn submission, each model
-# call, every compaction step): what it measured before is carried forward (see PrefixCache).
-_history_sizes: PrefixCache[tuple[int, int]] = PrefixCache()
-_tools_sizes: PrefixCache[tuple[int, int]] = PrefixCache()
+# call, compaction): what it measured before is carried forward (see PrefixCache).
+_history_running: PrefixCache[list[Size]] = PrefixCache()
+_tools_sizes: PrefixCache[Size] = PrefixCache()
+
+
+def tokens_for(size: Size) -> int:
+    """The estimate's formula: `ceil(chars / 4) + 1600 × images`."""
+    chars, images = size
+    return math.ceil(chars / CHARS_PER_TOKEN) + TOKENS_PER_IMAGE * images
 
 
 def _tool_json(tool: ToolDefinition | dict[str, Any]) -> str:
@@ -78,7 +87,7 @@ def _tool_json(tool: ToolDefinition | dict[str, Any]) -> str:
     return canonical_json(tool)
 
 
-def _block_size(block: Any) -> tuple[int, int]:
+def _block_size(block: Any) -> Size:
     """(characters, images) one content block contributes to the estimate."""
     if isinstance(block, TextBlock):
         return len(block.text), 0
@@ -91,15 +100,16 @@ def _block_size(block: Any) -> tuple[int, int]:
     return 0, 0  # thinking blocks are not part of the estimate
 
 
-def _tool_size(tool: ToolDefinition | dict[str, Any]) -> tuple[int, int]:
+def _tool_size(tool: ToolDefinition | dict[str, Any]) -> Size:
     return len(_tool_json(tool)), 0
 
 
-def _message_size(message: Message) -> tuple[int, int]:
+def message_size(message: Message) -> Size:
+    """(characters, images) one history message adds to the estimate."""
     return _content_size(message.content)
 
 
-def _content_size(content: Sequence[Any]) -> tuple[int, int]:
+def _content_size(content: Sequence[Any]) -> Size:
     """(characters, images) of a content list."""
     chars = images = 0
     for block in content:
@@ -108,21 +118,52 @@ def _content_size(content: Sequence[Any]) -> tuple[int, int]:
     return chars, images
 
 
-def _total(
-    items: Sequence[Any],
-    measure: Callable[[Any], tuple[int, int]],
-    memo: PrefixCache[tuple[int, int]] | None,
-) -> tuple[int, int]:
-    """Summed sizes of `items`, measuring only those past the longest prefix `memo` knows."""
+def _tools_size(tools: list[ToolDefinition | dict[str, Any]]) -> Size:
+    """Summed sizes of the tools offered, measuring only those past a remembered prefix."""
 
-    def more(state: tuple[int, int] | None, rest: Sequence[Any]) -> tuple[int, int]:
+    def more(state: Size | None, rest: Sequence[ToolDefinition | dict[str, Any]]) -> Size:
         chars, images = state or (0, 0)
-        for item in rest:
-            c, i = measure(item)
+        for tool in rest:
+            c, i = _tool_size(tool)
             chars, images = chars + c, images + i
         return chars, images
 
-    return more(None, items) if memo is None else memo.extend(items, more)
+    frozen = all(isinstance(t, ToolDefinition) for t in tools)  # a dict may change: no memo
+    return _tools_sizes.extend(tools, more) if frozen else more(None, tools)
+
+
+def running_sizes(history: Sequence[Message]) -> Sequence[Size]:
+    """Running totals over `history`: entry i is the size of `history[: i + 1]`.
+
+    Compaction reads the size of any part of the history from two entries, so fitting a
+    session that outgrew its model's window costs one pass, not one pass per message dropped.
+    Carried forward from the longest remembered prefix, as a session's history only grows.
+    """
+
+    def more(state: list[Size] | None, rest: Sequence[Message]) -> list[Size]:
+        if state is not None and not rest:
+            return state  # the same history again: nothing to copy
+        running = list(state or ())
+        chars, images = running[-1] if running else (0, 0)
+        for message in rest:
+            c, i = message_size(message)
+            chars, images = chars + c, images + i
+            running.append((chars, images))
+        return running
+
+    return _history_running.extend(history, more)
+
+
+def prompt_size(
+    *,
+    system_prompt: str = "",
+    tools: Iterable[ToolDefinition | dict[str, Any]] = (),
+    new_content: Sequence[Any] = (),
+) -> Size:
+    """The size of everything the estimate counts besides the history."""
+    tool_chars, tool_images = _tools_size(list(tools))
+    new_chars, new_images = _content_size(new_content)
+    return len(system_prompt) + tool_chars + new_chars, tool_images + new_images
 
 
 def estimate_input_tokens(
@@ -137,10 +178,7 @@ def estimate_input_tokens(
     `history` is the earlier messages themselves (canonical messages do not change, as
     `PrefixCache` needs), so that no caller builds a list of their contents on every call.
     """
-    tools = list(tools)
-    frozen = all(isinstance(t, ToolDefinition) for t in tools)  # a dict may change: no memo
-    tool_chars, _ = _total(tools, _tool_size, _tools_sizes if frozen else None)
-    history_chars, history_images = _total(history, _message_size, _history_sizes)
-    new_chars, new_images = _content_size(new_content)
-    chars = len(system_prompt) + tool_chars + history_chars + new_chars
-    return math.ceil(chars / CHARS_PER_TOKEN) + TOKENS_PER_IMAGE * (history_images + new_images)
+    chars, images = prompt_size(system_prompt=system_prompt, tools=tools, new_content=new_content)
+    running = running_sizes(history)
+    history_chars, history_images = running[-1] if running else (0, 0)
+    return tokens_for((chars + history_chars, images + history_images))

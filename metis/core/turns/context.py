@@ -9,12 +9,13 @@ from __future__ import annotations
 import heapq
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 from metis.core.canonical.content import TextBlock, ToolResultBlock, ToolUseBlock
 from metis.core.canonical.messages import Message, MessageMetadata
+from metis.core.routing.context import Size, message_size, running_sizes, tokens_for
 from metis.core.turns.prefix_cache import PrefixCache
 
 SYSTEM_PROMPT = """You are metis, a coding agent working inside one workspace directory on the user's machine.
@@ -148,28 +149,50 @@ def _result_chars(message: Message) -> int:
     return sum(len(inner.text) for inner in block.content if isinstance(inner, TextBlock))
 
 
+# A blanked result is made once per stored message and reused by later calls: the same object
+# every call keeps the context's prefix identical, which the encoders' prefix memos rely on.
+_SLIMMED_KEPT = 4096
+_slimmed: dict[tuple[str, str], Message] = {}
+
+
 def _without_result_content(message: Message) -> Message:
     block = message.content[0]
     assert isinstance(block, ToolResultBlock)
-    slim = ToolResultBlock(
-        tool_use_id=block.tool_use_id,
-        content=[TextBlock(text=OMITTED_RESULT)],
-        is_error=block.is_error,
-    )
-    return message.model_copy(update={"content": [slim]})
+    key = (message.id, block.tool_use_id)
+    slim = _slimmed.get(key)
+    if slim is None:
+        omitted = ToolResultBlock(
+            tool_use_id=block.tool_use_id,
+            content=[TextBlock(text=OMITTED_RESULT)],
+            is_error=block.is_error,
+        )
+        slim = message.model_copy(update={"content": [omitted]})
+        if len(_slimmed) >= _SLIMMED_KEPT:
+            _slimmed.pop(next(iter(_slimmed)))
+        _slimmed[key] = slim
+    return slim
 
 
-def compact(
-    messages: list[Message], budget_tokens: int, estimate: Callable[[Sequence[Message]], int]
-) -> list[Message]:
+def compact(messages: list[Message], budget_tokens: int, prompt: Size) -> tuple[list[Message], int]:
     """Fit the context: first blank old tool results (oldest first), then drop old exchanges.
 
-    The newest user message and everything after it always stay, so the model always sees the
-    request it is answering. Exchanges are dropped from the start up to a user message, which
-    keeps tool_use/tool_result pairs together.
+    Returns the messages to send and the estimate of the whole request (`prompt` is the size
+    of everything sent besides them). The newest user message and everything after it always
+    stay, so the model always sees the request it is answering. Exchanges are dropped from the
+    start up to a user message, which keeps tool_use/tool_result pairs together.
+
+    One pass over the history whatever it drops: a session that outgrew its model's window
+    compacts at every model call, and re-measuring the history for each message blanked or
+    dropped made those calls take seconds of the event loop's time in long sessions.
     """
-    if estimate(messages) <= budget_tokens:
-        return messages
+    running = running_sizes(messages)
+    chars, images = running[-1] if running else (0, 0)
+    chars, images = chars + prompt[0], images + prompt[1]
+    if tokens_for((chars, images)) <= budget_tokens:
+        return messages, tokens_for((chars, images))
+    sizes = [
+        (c - pc, i - pi) for (c, i), (pc, pi) in zip(running, [(0, 0), *running[:-1]], strict=True)
+    ]
     result = list(messages)
     last_user = max((i for i, m in enumerate(result) if m.role == "user"), default=0)
     for i, message in enumerate(result[:last_user]):
@@ -179,13 +202,17 @@ def compact(
             and _result_chars(message) > len(OMITTED_RESULT)
         ):
             result[i] = _without_result_content(message)
-            if estimate(result) <= budget_tokens:
-                return result
-    while estimate(result) > budget_tokens:
-        user_starts = [i for i, m in enumerate(result) if m.role == "user" and i > 0]
-        if not user_starts or user_starts[0] >= last_user + 1:
-            break
-        cut = user_starts[0]
-        result = result[cut:]
-        last_user -= cut
-    return result
+            slim_chars, slim_images = message_size(result[i])
+            chars += slim_chars - sizes[i][0]
+            images += slim_images - sizes[i][1]
+            sizes[i] = (slim_chars, slim_images)
+            if tokens_for((chars, images)) <= budget_tokens:
+                return result, tokens_for((chars, images))
+    for cut in range(1, last_user + 1):  # drop result[:cut] when it starts at a user message
+        chars -= sizes[cut - 1][0]
+        images -= sizes[cut - 1][1]
+        if result[cut].role == "user" and (
+            cut == last_user or tokens_for((chars, images)) <= budget_tokens
+        ):
+            return result[cut:], tokens_for((chars, images))
+    return result, tokens_for((chars, images))

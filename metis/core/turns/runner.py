@@ -33,7 +33,7 @@ from metis.core.models.types import ModelEntry
 from metis.core.providers.base import LLMRequest, MessageComplete, StreamEvent
 from metis.core.providers.errors import ProviderError
 from metis.core.routing.availability import Availability, key_refused_message
-from metis.core.routing.context import estimate_input_tokens
+from metis.core.routing.context import prompt_size
 from metis.core.routing.engine import RouteDecision
 from metis.core.sessions.cache import CachedSession
 from metis.core.sessions.history import Flush, HistoryWriter
@@ -425,14 +425,12 @@ class TurnRunner:
         )
         system = f"{stable}\n{volatile}"
 
-        def estimate_of(messages: Sequence[Message]) -> int:
-            return estimate_input_tokens(system_prompt=system, tools=offered, history=messages)
-
-        context = compact(
-            assemble(self.run.session.history), caps.max_context_tokens - max_out, estimate_of
+        context, estimate = compact(
+            assemble(self.run.session.history),
+            caps.max_context_tokens - max_out,
+            prompt_size(system_prompt=system, tools=offered),
         )
         self.run.session.last_context = context
-        estimate = estimate_of(context)
         message_id, request_id = new_ulid(), new_ulid()
         hooks = _Hooks(self, request_id, message_id, entry, estimate, max_out)
         request = LLMRequest(

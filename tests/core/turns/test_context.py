@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 from metis.core.canonical.content import TextBlock, ToolResultBlock, ToolUseBlock
 from metis.core.canonical.ids import new_ulid
 from metis.core.canonical.messages import Message, MessageMetadata
+from metis.core.routing.context import estimate_input_tokens
 from metis.core.turns.context import (
     OMITTED_RESULT,
     UNAVAILABLE_RESULT,
@@ -77,6 +79,9 @@ def chars(messages: Sequence[Message]) -> int:
     return total
 
 
+NO_PROMPT = (0, 0)
+
+
 def test_compaction_blanks_old_tool_results_first() -> None:
     history = [
         msg("user", TextBlock(text="go")),
@@ -85,9 +90,10 @@ def test_compaction_blanks_old_tool_results_first() -> None:
         msg("assistant", TextBlock(text="read it")),
         msg("user", TextBlock(text="now?")),
     ]
-    out = compact(history, budget_tokens=200, estimate=chars)
+    out, estimate = compact(history, 50, NO_PROMPT)
     assert out[2].content[0].content[0].text == OMITTED_RESULT
     assert len(out) == len(history) and history[2].content[0].content[0].text == "x" * 1000
+    assert estimate == estimate_input_tokens(history=out) <= 50
 
 
 def test_compaction_drops_old_exchanges_but_keeps_the_newest_user_message() -> None:
@@ -98,14 +104,71 @@ def test_compaction_drops_old_exchanges_but_keeps_the_newest_user_message() -> N
             msg("assistant", TextBlock(text="a" * 100)),
         ]
     history.append(msg("user", TextBlock(text="latest")))
-    out = compact(history, budget_tokens=250, estimate=chars)
+    out, estimate = compact(history, 60, NO_PROMPT)
     assert out[-1].content[0].text == "latest" and out[0].role == "user"
-    assert chars(out) <= 250 or len(out) == 1
+    assert out == history[-3:] and estimate == estimate_input_tokens(history=out) <= 60
+
+
+def test_compaction_keeps_the_newest_user_message_even_over_budget() -> None:
+    history = [msg("user", TextBlock(text="q " * 100)), msg("assistant", TextBlock(text="a"))]
+    history.append(msg("user", TextBlock(text="z" * 1000)))
+    out, estimate = compact(history, 10, (400, 1))
+    assert out == history[-1:] and estimate == 250 + 100 + 1600
 
 
 def test_compaction_is_a_no_op_within_budget() -> None:
     history = [msg("user", TextBlock(text="short"))]
-    assert compact(history, budget_tokens=100, estimate=chars) is history
+    out, estimate = compact(history, 100, (40, 0))
+    assert out is history and estimate == 12
+
+
+def _compact_by_remeasuring(
+    messages: list[Message], budget: int, prompt: tuple[int, int]
+) -> list[Message]:
+    """The rule stated plainly: measure the whole context again after every change."""
+
+    def fits(candidate: list[Message]) -> bool:
+        extra = "x" * prompt[0]
+        return estimate_input_tokens(system_prompt=extra, history=candidate) <= budget
+
+    if fits(messages):
+        return messages
+    out = list(messages)
+    last_user = max((i for i, m in enumerate(out) if m.role == "user"), default=0)
+    for i in range(last_user):
+        block = out[i].content[0] if out[i].content else None
+        if isinstance(block, ToolResultBlock) and chars([out[i]]) > len(OMITTED_RESULT):
+            slim = ToolResultBlock(
+                tool_use_id=block.tool_use_id, content=[TextBlock(text=OMITTED_RESULT)]
+            )
+            out[i] = out[i].model_copy(update={"content": [slim]})
+            if fits(out):
+                return out
+    while not fits(out):
+        starts = [i for i, m in enumerate(out) if m.role == "user" and 0 < i <= last_user]
+        if not starts:
+            break
+        out, last_user = out[starts[0] :], last_user - starts[0]
+    return out
+
+
+def test_compaction_in_one_pass_keeps_what_remeasuring_after_every_change_keeps() -> None:
+    rng = random.Random(19)
+    for _ in range(300):
+        history: list[Message] = []
+        for turn in range(rng.randint(1, 12)):
+            history.append(msg("user", TextBlock(text="u" * rng.randint(1, 300))))
+            for step in range(rng.randint(0, 3)):
+                tool_id = f"tu_{turn}_{step}"
+                history += [call(tool_id), result(tool_id, "r" * rng.randint(0, 900))]
+            history.append(msg("assistant", TextBlock(text="a" * rng.randint(1, 300))))
+        if rng.random() < 0.5:
+            history.append(msg("user", TextBlock(text="latest")))
+        budget, prompt = rng.randint(1, 1500), (rng.randint(0, 800), 0)
+        out, estimate = compact(history, budget, prompt)
+        expected = _compact_by_remeasuring(history, budget, prompt)
+        assert [(m.id, m.content) for m in out] == [(m.id, m.content) for m in expected]
+        assert estimate == estimate_input_tokens(system_prompt="x" * prompt[0], history=out)
 
 
 def test_workspace_facts_list_the_root(tmp_path: object) -> None:
