@@ -96,7 +96,7 @@ def _block_size(block: Any) -> Size:
     if isinstance(block, ToolUseBlock):
         return len(canonical_json(block.input)), 0
     if isinstance(block, ToolResultBlock):
-        return _content_size(block.content)
+        return content_size(block.content)
     return 0, 0  # thinking blocks are not part of the estimate
 
 
@@ -106,10 +106,10 @@ def _tool_size(tool: ToolDefinition | dict[str, Any]) -> Size:
 
 def message_size(message: Message) -> Size:
     """(characters, images) one history message adds to the estimate."""
-    return _content_size(message.content)
+    return content_size(message.content)
 
 
-def _content_size(content: Sequence[Any]) -> Size:
+def content_size(content: Sequence[Any]) -> Size:
     """(characters, images) of a content list."""
     chars = images = 0
     for block in content:
@@ -162,7 +162,7 @@ def prompt_size(
 ) -> Size:
     """The size of everything the estimate counts besides the history."""
     tool_chars, tool_images = _tools_size(list(tools))
-    new_chars, new_images = _content_size(new_content)
+    new_chars, new_images = content_size(new_content)
     return len(system_prompt) + tool_chars + new_chars, tool_images + new_images
 
 

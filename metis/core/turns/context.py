@@ -6,16 +6,24 @@ only shapes the copy sent to the model (and reported as AAP's `compacted` histor
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import os
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from metis.core.canonical.content import TextBlock, ToolResultBlock, ToolUseBlock
 from metis.core.canonical.messages import Message, MessageMetadata
-from metis.core.routing.context import Size, message_size, running_sizes, tokens_for
+from metis.core.routing.context import (
+    Size,
+    content_size,
+    message_size,
+    running_sizes,
+    tokens_for,
+)
 from metis.core.turns.prefix_cache import PrefixCache
 
 SYSTEM_PROMPT = """You are metis, a coding agent working inside one workspace directory on the user's machine.
@@ -173,6 +181,64 @@ def _without_result_content(message: Message) -> Message:
     return slim
 
 
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What compaction reads of a history, carried forward as the history grows.
+
+    Every list is indexed by position in the history or in order of it, so each step of the
+    compaction rule (blank the oldest results, then drop the oldest exchanges) becomes a
+    binary search instead of a walk over the history for each message blanked or dropped."""
+
+    slim: list[Size]  # running sizes, as if every blankable tool result were blanked
+    blankable: list[int]  # positions of the tool results worth blanking, oldest first
+    saved: list[Size]  # running totals of what blanking those saves, in the same order
+    users: list[int]  # positions of the user messages
+
+
+_shapes: PrefixCache[_Shape] = PrefixCache()
+_BLANKED_SIZE = content_size(
+    [ToolResultBlock(tool_use_id="", content=[TextBlock(text=OMITTED_RESULT)])]
+)
+
+
+def _plus(a: Size, b: Size) -> Size:
+    return a[0] + b[0], a[1] + b[1]
+
+
+def _minus(a: Size, b: Size) -> Size:
+    return a[0] - b[0], a[1] - b[1]
+
+
+def _shape(messages: Sequence[Message]) -> _Shape:
+    def more(state: _Shape | None, rest: Sequence[Message]) -> _Shape:
+        if state is not None and not rest:
+            return state
+        shape = (
+            _Shape([], [], [], [])
+            if state is None
+            else _Shape([*state.slim], [*state.blankable], [*state.saved], [*state.users])
+        )
+        position = len(shape.slim)
+        for message in rest:
+            size = message_size(message)
+            if (
+                message.role == "tool"
+                and message.content
+                and _result_chars(message) > len(OMITTED_RESULT)
+            ):
+                saved = _minus(size, _BLANKED_SIZE)
+                shape.blankable.append(position)
+                shape.saved.append(_plus(shape.saved[-1], saved) if shape.saved else saved)
+                size = _BLANKED_SIZE
+            elif message.role == "user":
+                shape.users.append(position)
+            shape.slim.append(_plus(shape.slim[-1], size) if shape.slim else size)
+            position += 1
+        return shape
+
+    return _shapes.extend(messages, more)
+
+
 def compact(messages: list[Message], budget_tokens: int, prompt: Size) -> tuple[list[Message], int]:
     """Fit the context: first blank old tool results (oldest first), then drop old exchanges.
 
@@ -181,38 +247,40 @@ def compact(messages: list[Message], budget_tokens: int, prompt: Size) -> tuple[
     stay, so the model always sees the request it is answering. Exchanges are dropped from the
     start up to a user message, which keeps tool_use/tool_result pairs together.
 
-    One pass over the history whatever it drops: a session that outgrew its model's window
-    compacts at every model call, and re-measuring the history for each message blanked or
-    dropped made those calls take seconds of the event loop's time in long sessions.
+    A session that outgrew its model's window compacts at every model call: re-measuring the
+    whole history after each message blanked or dropped took seconds of the event loop's time
+    in long sessions. The sizes are running totals carried from call to call instead, and
+    "the fewest results blanked" and "the first exchange kept" are binary searches over them.
     """
     running = running_sizes(messages)
-    chars, images = running[-1] if running else (0, 0)
-    chars, images = chars + prompt[0], images + prompt[1]
-    if tokens_for((chars, images)) <= budget_tokens:
-        return messages, tokens_for((chars, images))
-    sizes = [
-        (c - pc, i - pi) for (c, i), (pc, pi) in zip(running, [(0, 0), *running[:-1]], strict=True)
-    ]
-    result = list(messages)
-    last_user = max((i for i, m in enumerate(result) if m.role == "user"), default=0)
-    for i, message in enumerate(result[:last_user]):
-        if (
-            message.role == "tool"
-            and message.content
-            and _result_chars(message) > len(OMITTED_RESULT)
-        ):
-            result[i] = _without_result_content(message)
-            slim_chars, slim_images = message_size(result[i])
-            chars += slim_chars - sizes[i][0]
-            images += slim_images - sizes[i][1]
-            sizes[i] = (slim_chars, slim_images)
-            if tokens_for((chars, images)) <= budget_tokens:
-                return result, tokens_for((chars, images))
-    for cut in range(1, last_user + 1):  # drop result[:cut] when it starts at a user message
-        chars -= sizes[cut - 1][0]
-        images -= sizes[cut - 1][1]
-        if result[cut].role == "user" and (
-            cut == last_user or tokens_for((chars, images)) <= budget_tokens
-        ):
-            return result[cut:], tokens_for((chars, images))
-    return result, tokens_for((chars, images))
+    total = _plus(prompt, running[-1]) if running else prompt
+    if tokens_for(total) <= budget_tokens:
+        return messages, tokens_for(total)
+
+    def fits(size: Size) -> bool:
+        return tokens_for(size) <= budget_tokens
+
+    shape = _shape(messages)
+    last_user = shape.users[-1] if shape.users else 0
+    blankable = bisect.bisect_left(shape.blankable, last_user)  # those before the newest ask
+    if blankable and fits(_minus(total, shape.saved[blankable - 1])):
+        count = 1 + bisect.bisect_left(
+            range(blankable), True, key=lambda k: fits(_minus(total, shape.saved[k]))
+        )
+        result = list(messages)
+        for position in shape.blankable[:count]:
+            result[position] = _without_result_content(messages[position])
+        return result, tokens_for(_minus(total, shape.saved[count - 1]))
+    if blankable:
+        total = _minus(total, shape.saved[blankable - 1])
+    # Dropping every message before a user message at `cut` (≤ last_user, so every blankable
+    # result before it is blanked) leaves `total - slim[cut - 1]`.
+    first, end = bisect.bisect_left(shape.users, 1), bisect.bisect_right(shape.users, last_user)
+    found = bisect.bisect_left(
+        shape.users, True, first, end, key=lambda cut: fits(_minus(total, shape.slim[cut - 1]))
+    )
+    cut = shape.users[found] if found < end else last_user
+    result = messages[cut:]
+    for position in shape.blankable[bisect.bisect_left(shape.blankable, cut) : blankable]:
+        result[position - cut] = _without_result_content(messages[position])
+    return result, tokens_for(_minus(total, shape.slim[cut - 1]) if cut else total)

@@ -8,7 +8,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from metis.core.canonical.content import TextBlock, ToolResultBlock, ToolUseBlock
+from metis.core.canonical.content import (
+    Base64Source,
+    ImageBlock,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from metis.core.canonical.ids import new_ulid
 from metis.core.canonical.messages import Message, MessageMetadata
 from metis.core.routing.context import estimate_input_tokens
@@ -80,6 +86,7 @@ def chars(messages: Sequence[Message]) -> int:
 
 
 NO_PROMPT = (0, 0)
+IMAGE = ImageBlock(source=Base64Source(media_type="image/png", data="aGVsbG8="))
 
 
 def test_compaction_blanks_old_tool_results_first() -> None:
@@ -152,7 +159,7 @@ def _compact_by_remeasuring(
     return out
 
 
-def test_compaction_in_one_pass_keeps_what_remeasuring_after_every_change_keeps() -> None:
+def test_compaction_keeps_what_remeasuring_after_every_change_keeps() -> None:
     rng = random.Random(19)
     for _ in range(300):
         history: list[Message] = []
@@ -160,11 +167,17 @@ def test_compaction_in_one_pass_keeps_what_remeasuring_after_every_change_keeps(
             history.append(msg("user", TextBlock(text="u" * rng.randint(1, 300))))
             for step in range(rng.randint(0, 3)):
                 tool_id = f"tu_{turn}_{step}"
-                history += [call(tool_id), result(tool_id, "r" * rng.randint(0, 900))]
+                done = result(tool_id, "r" * rng.randint(0, 900))
+                if rng.random() < 0.2:  # a screenshot too: blanking it saves an image's tokens
+                    block = done.content[0]
+                    assert isinstance(block, ToolResultBlock)
+                    pictured = block.model_copy(update={"content": [*block.content, IMAGE]})
+                    done = done.model_copy(update={"content": [pictured]})
+                history += [call(tool_id), done]
             history.append(msg("assistant", TextBlock(text="a" * rng.randint(1, 300))))
         if rng.random() < 0.5:
             history.append(msg("user", TextBlock(text="latest")))
-        budget, prompt = rng.randint(1, 1500), (rng.randint(0, 800), 0)
+        budget, prompt = rng.randint(1, 6000), (rng.randint(0, 800), 0)
         out, estimate = compact(history, budget, prompt)
         expected = _compact_by_remeasuring(history, budget, prompt)
         assert [(m.id, m.content) for m in out] == [(m.id, m.content) for m in expected]
