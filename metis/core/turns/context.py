@@ -239,6 +239,10 @@ def _shape(messages: Sequence[Message]) -> _Shape:
     return _shapes.extend(messages, more)
 
 
+COMPACTION_STEPS = 4
+"""Compaction frees the overflow rounded up to this fraction of the budget (a quarter)."""
+
+
 def compact(messages: list[Message], budget_tokens: int, prompt: Size) -> tuple[list[Message], int]:
     """Fit the context: first blank old tool results (oldest first), then drop old exchanges.
 
@@ -247,25 +251,41 @@ def compact(messages: list[Message], budget_tokens: int, prompt: Size) -> tuple[
     stay, so the model always sees the request it is answering. Exchanges are dropped from the
     start up to a user message, which keeps tool_use/tool_result pairs together.
 
-    A session that outgrew its model's window compacts at every model call: re-measuring the
-    whole history after each message blanked or dropped took seconds of the event loop's time
-    in long sessions. The sizes are running totals carried from call to call instead, and
-    "the fewest results blanked" and "the first exchange kept" are binary searches over them.
+    What is freed is the overflow rounded up to a quarter of the budget, not just the overflow:
+    the start of the context then stays the same over the many calls it takes the history to
+    grow by that much, so the provider's prompt cache keeps serving it (freeing the bare
+    overflow moved the start at every call, and every call paid for the whole window again).
+    Compaction runs at every model call once a session outgrew its window, so it reads sizes
+    carried from call to call and binary-searches them, never re-measuring the history.
     """
     running = running_sizes(messages)
     total = _plus(prompt, running[-1]) if running else prompt
     if tokens_for(total) <= budget_tokens:
         return messages, tokens_for(total)
+    step = max(1, budget_tokens // COMPACTION_STEPS)
 
     def fits(size: Size) -> bool:
         return tokens_for(size) <= budget_tokens
+
+    def to_free(size: Size) -> int:
+        over = tokens_for(size) - budget_tokens
+        return step * -(-over // step)
 
     shape = _shape(messages)
     last_user = shape.users[-1] if shape.users else 0
     blankable = bisect.bisect_left(shape.blankable, last_user)  # those before the newest ask
     if blankable and fits(_minus(total, shape.saved[blankable - 1])):
-        count = 1 + bisect.bisect_left(
-            range(blankable), True, key=lambda k: fits(_minus(total, shape.saved[k]))
+        wanted = to_free(total)
+        count = min(
+            blankable,
+            1
+            + bisect.bisect_left(
+                range(blankable),
+                True,
+                key=lambda k: (
+                    tokens_for(shape.saved[k]) >= wanted and fits(_minus(total, shape.saved[k]))
+                ),
+            ),
         )
         result = list(messages)
         for position in shape.blankable[:count]:
@@ -274,10 +294,17 @@ def compact(messages: list[Message], budget_tokens: int, prompt: Size) -> tuple[
     if blankable:
         total = _minus(total, shape.saved[blankable - 1])
     # Dropping every message before a user message at `cut` (≤ last_user, so every blankable
-    # result before it is blanked) leaves `total - slim[cut - 1]`.
+    # result before it is blanked) frees `slim[cut - 1]`.
+    wanted = to_free(total)
     first, end = bisect.bisect_left(shape.users, 1), bisect.bisect_right(shape.users, last_user)
     found = bisect.bisect_left(
-        shape.users, True, first, end, key=lambda cut: fits(_minus(total, shape.slim[cut - 1]))
+        shape.users,
+        True,
+        first,
+        end,
+        key=lambda cut: (
+            tokens_for(shape.slim[cut - 1]) >= wanted and fits(_minus(total, shape.slim[cut - 1]))
+        ),
     )
     cut = shape.users[found] if found < end else last_user
     result = messages[cut:]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import time
@@ -17,7 +18,7 @@ from metis.core.canonical.content import (
 )
 from metis.core.canonical.ids import new_ulid
 from metis.core.canonical.messages import Message, MessageMetadata
-from metis.core.routing.context import estimate_input_tokens
+from metis.core.routing.context import estimate_input_tokens, message_size, tokens_for
 from metis.core.turns.context import (
     OMITTED_RESULT,
     UNAVAILABLE_RESULT,
@@ -113,7 +114,8 @@ def test_compaction_drops_old_exchanges_but_keeps_the_newest_user_message() -> N
     history.append(msg("user", TextBlock(text="latest")))
     out, estimate = compact(history, 60, NO_PROMPT)
     assert out[-1].content[0].text == "latest" and out[0].role == "user"
-    assert out == history[-3:] and estimate == estimate_input_tokens(history=out) <= 60
+    assert out == history[-len(out) :] and len(out) % 2 == 1
+    assert estimate == estimate_input_tokens(history=out) <= 60
 
 
 def test_compaction_keeps_the_newest_user_message_even_over_budget() -> None:
@@ -132,31 +134,69 @@ def test_compaction_is_a_no_op_within_budget() -> None:
 def _compact_by_remeasuring(
     messages: list[Message], budget: int, prompt: tuple[int, int]
 ) -> list[Message]:
-    """The rule stated plainly: measure the whole context again after every change."""
+    """The rule stated plainly, measuring the context again after every change: free at least
+    the overflow rounded up to a quarter of the budget, blanking the oldest tool results first,
+    then dropping the oldest exchanges."""
 
-    def fits(candidate: list[Message]) -> bool:
-        extra = "x" * prompt[0]
-        return estimate_input_tokens(system_prompt=extra, history=candidate) <= budget
+    def size(candidate: Sequence[Message], with_prompt: bool = True) -> tuple[int, int]:
+        chars, images = prompt if with_prompt else (0, 0)
+        for m in candidate:
+            c, i = message_size(m)
+            chars, images = chars + c, images + i
+        return chars, images
+
+    def fits(candidate: Sequence[Message]) -> bool:
+        return tokens_for(size(candidate)) <= budget
+
+    def to_free(candidate: Sequence[Message]) -> int:
+        step = max(1, budget // 4)
+        return step * math.ceil((tokens_for(size(candidate)) - budget) / step)
 
     if fits(messages):
         return messages
     out = list(messages)
     last_user = max((i for i, m in enumerate(out) if m.role == "user"), default=0)
+    wanted, before = to_free(messages), size(messages)
+    blanked = False
     for i in range(last_user):
         block = out[i].content[0] if out[i].content else None
         if isinstance(block, ToolResultBlock) and chars([out[i]]) > len(OMITTED_RESULT):
             slim = ToolResultBlock(
                 tool_use_id=block.tool_use_id, content=[TextBlock(text=OMITTED_RESULT)]
             )
-            out[i] = out[i].model_copy(update={"content": [slim]})
-            if fits(out):
+            out[i], blanked = out[i].model_copy(update={"content": [slim]}), True
+            now = size(out)
+            freed = (before[0] - now[0], before[1] - now[1])
+            if tokens_for(freed) >= wanted and fits(out):
                 return out
-    while not fits(out):
-        starts = [i for i, m in enumerate(out) if m.role == "user" and 0 < i <= last_user]
-        if not starts:
-            break
-        out, last_user = out[starts[0] :], last_user - starts[0]
+    if blanked and fits(out):
+        return out  # all of them blanked fits, though it frees less than asked
+    wanted = to_free(out)
+    for cut in range(1, last_user + 1):
+        if out[cut].role == "user" and (
+            cut == last_user or (tokens_for(size(out[:cut], False)) >= wanted and fits(out[cut:]))
+        ):
+            return out[cut:]
     return out
+
+
+def test_compaction_keeps_the_start_of_the_context_while_the_history_grows_a_little() -> None:
+    history: list[Message] = []
+    for i in range(40):
+        history += [
+            msg("user", TextBlock(text=f"q{i}")),
+            msg("assistant", TextBlock(text="a" * 400)),
+        ]
+    starts = []
+    for i in range(40, 60):  # each turn adds ~100 tokens to a budget of 4,000
+        history += [
+            msg("user", TextBlock(text=f"q{i}")),
+            msg("assistant", TextBlock(text="a" * 400)),
+        ]
+        out, estimate = compact(history, 4000, NO_PROMPT)
+        assert estimate <= 4000 and out[0].role == "user"
+        starts.append(history.index(out[0]))
+    assert len(set(starts)) <= 3 and starts == sorted(starts)  # a cut every ~10 turns, not each
 
 
 def test_compaction_keeps_what_remeasuring_after_every_change_keeps() -> None:
