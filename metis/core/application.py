@@ -56,7 +56,7 @@ from metis.core.store.store import StoreExtension
 from metis.core.store.tx import Transaction
 from metis.core.tools.base import ToolNameConflict
 from metis.core.tools.policy import SurfaceToolPolicy
-from metis.core.turns.context import SYSTEM_PROMPT, assemble, compact, workspace_facts
+from metis.core.turns.context import assemble, compact, workspace_facts
 from metis.core.turns.resume import (
     Answer,
     ApplicationResult,
@@ -210,7 +210,7 @@ class History:
         blocks kept as they are (their answers are still to come) and seeded system messages
         kept in their stored place (they are sent as part of the system prompt). Without
         compaction it equals `full`."""
-        from metis.core.turns.runner import with_seeded_instructions  # the runner's own prompt rule
+        from metis.core.turns.runner import stable_system_prompt  # the runner's own prompt rule
 
         core = self._core
         pending = set(await self.pending_tool_call_ids(session_id))
@@ -222,8 +222,8 @@ class History:
         if entry is not None:
             caps = entry.capabilities
             max_out = min(caps.max_output_tokens, core.settings.limits.max_output_tokens_per_call)
-            system = with_seeded_instructions(SYSTEM_PROMPT, full)
-            system = f"{system}\n{workspace_facts(workspace)}"
+            instructions = await core.instructions.in_use(session_id, workspace)
+            system = f"{stable_system_prompt(full, instructions)}\n{workspace_facts(workspace)}"
             offered = core.dispatcher.offered(surface_policy, application_tools)
             budget = caps.max_context_tokens - max_out
             context, _ = compact(context, budget, prompt_size(system_prompt=system, tools=offered))

@@ -142,3 +142,31 @@ async def test_compacted_history_is_the_context_the_model_is_sent(
     assert answered.stop == "end_turn"
     sent = json.dumps(fake.requests_for("anthropic")[-1].body)
     assert OMITTED_RESULT in sent and "mild" in sent and long_result not in sent
+
+
+async def test_compacted_history_counts_the_project_instructions_the_model_is_sent(
+    api_key: str, fake: FakeProviderServer, start_daemon: Any, client_for: Any, workspace: Path
+) -> None:
+    # The workspace's AGENTS.md goes into the system prompt; with it the context no longer fits,
+    # and the compacted view says so as the request does.
+    (workspace / "AGENTS.md").write_text("Answer in one short sentence. " * 50)
+    daemon = await start_daemon(models=fake_models(fake, context=2100), **roots(workspace))
+    aap = await client_for(daemon)
+    seed = [
+        {"role": "user", "content": "weather?"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "toolCallId": "c1", "name": "get_weather", "input": {}}
+            ],
+        },
+        {"role": "tool", "toolCallId": "c1", "content": "X" * 3000},
+        {"role": "assistant", "content": "It is X."},
+    ]
+    sid = await aap.create(messages=seed, client_tools=[WEATHER])
+    fake.enqueue("anthropic", FakeReply.say("Still X."))
+    assert (await aap.say(sid, "again please")).stop == "end_turn"
+    sent = json.dumps(fake.requests_for("anthropic")[0].body)
+    assert "Answer in one short sentence." in sent and OMITTED_RESULT in sent
+    compacted = await aap.history(sid, "compacted")
+    assert compacted[2] == {"role": "tool", "toolCallId": "c1", "content": OMITTED_RESULT}

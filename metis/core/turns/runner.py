@@ -107,6 +107,15 @@ def with_project_instructions(prompt: str, instructions: ProjectInstructions | N
     return f"{prompt}\n\n{instructions.prompt_section()}" if instructions is not None else prompt
 
 
+def stable_system_prompt(
+    history: Sequence[Message], instructions: ProjectInstructions | None
+) -> str:
+    """The part of the system prompt that stays the same from call to call (a provider may
+    cache it): the daemon's prompt, instructions seeded into the history, the project's file.
+    The context view (`DaemonApi.context_view`) sizes its compaction with the same text."""
+    return with_project_instructions(with_seeded_instructions(SYSTEM_PROMPT, history), instructions)
+
+
 def failure_message(registry: ModelRegistry, error: ProviderError) -> str:
     """The turn's failure text: a refused key says which provider and variable, then what the
     provider answered (already scrubbed of the key by the adapter)."""
@@ -419,10 +428,7 @@ class TurnRunner:
         caps = entry.capabilities
         max_out = min(caps.max_output_tokens, self._limits.max_output_tokens_per_call)
         volatile = workspace_facts(self.run.workspace)
-        # the project's instructions change rarely: they belong to the cached (stable) part
-        stable = with_project_instructions(
-            with_seeded_instructions(SYSTEM_PROMPT, self.run.session.history), self.instructions
-        )
+        stable = stable_system_prompt(self.run.session.history, self.instructions)
         system = f"{stable}\n{volatile}"
 
         context, estimate = compact(
