@@ -28,7 +28,7 @@ from typing import Any, TextIO
 import aiohttp
 
 from metis.commands import tooldisplay
-from metis.commands.client import ApiFailure, DaemonApi, NotADaemon, reason_code
+from metis.commands.client import ApiFailure, DaemonApi, NotADaemon, failure_text, reason_code
 from metis.commands.daemon_client import add_arguments, session_id, target_from_args
 from metis.core.errors import ConfigError
 from metis.core.tools.textutil import visible_controls
@@ -374,7 +374,7 @@ class ChatSession:
                 await self.reattach()
                 return True
             except (ApiFailure, aiohttp.ClientError, TimeoutError) as exc:
-                self.render.line("error", f"re-attach failed: {exc}")
+                self.render.line("error", f"re-attach failed: {failure_text(exc, self.url)}")
                 if isinstance(exc, ApiFailure) and exc.code in (
                     "session_not_found",
                     "session_already_ended",

@@ -50,6 +50,12 @@ class NotADaemon(Exception):
         )
 
 
+CALL_TIMEOUT_S = 60.0
+"""A REST call that has not been answered in this long is abandoned: every call the commands
+make is answered in milliseconds, so a daemon that is this late is stuck, and the command says
+so instead of waiting for aiohttp's five minutes."""
+
+
 class DaemonApi:
     """REST calls over one aiohttp session (use as `async with DaemonApi(url, headers)`)."""
 
@@ -70,7 +76,10 @@ class DaemonApi:
         self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None
     ) -> Any:
         assert self.http is not None
-        async with self.http.request(method, self.url + path, json=body, params=params) as r:
+        timeout = aiohttp.ClientTimeout(total=CALL_TIMEOUT_S)
+        async with self.http.request(
+            method, self.url + path, json=body, params=params, timeout=timeout
+        ) as r:
             try:
                 data = await r.json(content_type=None)
             except ValueError:  # JSON or UTF-8 that does not decode
@@ -155,12 +164,22 @@ async def with_daemon(
     except (ApiFailure, NotADaemon) as exc:
         print(f"metis: {exc}", file=sys.stderr)
         return 1
+    except TimeoutError:  # an OSError too: before the clause for files
+        print(f"metis: {failure_text(TimeoutError(), target.url)}", file=sys.stderr)
+        return 1
     except BrokenPipeError:
         raise  # stdout's reader left: `metis.cli.main` ends quietly
     except OSError as exc:  # a file the command writes (`sessions export --output`)
         named = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)
         print(f"metis: {named}", file=sys.stderr)
         return 1
+
+
+def failure_text(exc: BaseException, url: str) -> str:
+    """What a failed call to the daemon says; a timeout's own text is empty."""
+    if isinstance(exc, TimeoutError):
+        return f"the daemon at {url} did not answer within {CALL_TIMEOUT_S:g} s"
+    return str(exc) or type(exc).__name__
 
 
 def reason_code(reason: Any) -> str | None:

@@ -1,0 +1,47 @@
+"""The one-shot commands' REST client: how a call that fails is said."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from metis.commands import client, daemon_client
+
+
+async def test_a_daemon_that_never_answers_is_said_to_be_late_not_left_blank(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stuck = asyncio.Event()
+
+    async def never(request: web.Request) -> web.Response:
+        await stuck.wait()
+        return web.Response()
+
+    app = web.Application()
+    app.router.add_get("/sessions", never)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    monkeypatch.setattr(client, "CALL_TIMEOUT_S", 0.3)
+    monkeypatch.setenv("METIS_API_KEY", "k")
+    parser = argparse.ArgumentParser()
+    daemon_client.add_arguments(parser)
+    args = parser.parse_args(["--url", url, "--home", str(tmp_path)])
+
+    async def list_sessions(api: client.DaemonApi) -> int:
+        await api.sessions()
+        return 0
+
+    try:
+        code = await client.with_daemon(args, list_sessions)
+    finally:
+        stuck.set()
+        await runner.cleanup()
+    assert code == 1
+    assert capsys.readouterr().err == f"metis: the daemon at {url} did not answer within 0.3 s\n"
