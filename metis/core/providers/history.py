@@ -127,7 +127,7 @@ def estimate_request_tokens(req: LLMRequest) -> int:
     counts the system prompt, tools and history exactly as `route.decided` did.
     """
     return estimate_input_tokens(
-        system_prompt=req.system + (req.system_volatile or ""),
+        system_prompt=f"{req.system}\n{req.system_volatile}" if req.system_volatile else req.system,
         tools=req.tools,
         history=req.messages,
     )

@@ -10,7 +10,7 @@ import bisect
 import heapq
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -92,20 +92,50 @@ def _read_listing(workspace: str) -> str:
     return "\n".join(lines)
 
 
+class _StandIns:
+    """Messages compaction and assembly put in place of stored ones, each made once and the same
+    object at every later call: a context's prefix then stays identical from call to call, which
+    the prefix memos (sizes, wire encodings) rely on. Keyed by kind, stored message id and
+    tool_use id (stored messages never change); the least recently used go first past `size`."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._made: dict[tuple[str, str, str], Message] = {}
+
+    def get(self, key: tuple[str, str, str], make: Callable[[], Message]) -> Message:
+        made = self._made.pop(key, None)
+        if made is None:
+            made = make()
+            if len(self._made) >= self._size:
+                self._made.pop(next(iter(self._made)))
+        self._made[key] = made  # (re)inserted last: the most recently used
+        return made
+
+
+_stand_ins = _StandIns()
+
+
 def _synthetic_result(message: Message, tool_use_id: str) -> Message:
-    return Message(
-        id=message.id,
-        session_id=message.session_id,
-        turn_id=message.turn_id,
-        role="tool",
-        content=[
-            ToolResultBlock(
-                tool_use_id=tool_use_id, content=[TextBlock(text=UNAVAILABLE_RESULT)], is_error=True
-            )
-        ],
-        created_at_us=message.created_at_us,
-        metadata=MessageMetadata(tool_use_id=tool_use_id),
-    )
+    """The error result a tool_use without a stored one is sent with (see `assemble`)."""
+
+    def make() -> Message:
+        return Message(
+            id=message.id,
+            session_id=message.session_id,
+            turn_id=message.turn_id,
+            role="tool",
+            content=[
+                ToolResultBlock(
+                    tool_use_id=tool_use_id,
+                    content=[TextBlock(text=UNAVAILABLE_RESULT)],
+                    is_error=True,
+                )
+            ],
+            created_at_us=message.created_at_us,
+            metadata=MessageMetadata(tool_use_id=tool_use_id),
+        )
+
+    return _stand_ins.get(("synthetic", message.id, tool_use_id), make)
 
 
 # (messages out so far, tool calls still open) after a history prefix: the next turn's history
@@ -157,28 +187,19 @@ def _result_chars(message: Message) -> int:
     return sum(len(inner.text) for inner in block.content if isinstance(inner, TextBlock))
 
 
-# A blanked result is made once per stored message and reused by later calls: the same object
-# every call keeps the context's prefix identical, which the encoders' prefix memos rely on.
-_SLIMMED_KEPT = 4096
-_slimmed: dict[tuple[str, str], Message] = {}
-
-
 def _without_result_content(message: Message) -> Message:
     block = message.content[0]
     assert isinstance(block, ToolResultBlock)
-    key = (message.id, block.tool_use_id)
-    slim = _slimmed.get(key)
-    if slim is None:
+
+    def make() -> Message:
         omitted = ToolResultBlock(
             tool_use_id=block.tool_use_id,
             content=[TextBlock(text=OMITTED_RESULT)],
             is_error=block.is_error,
         )
-        slim = message.model_copy(update={"content": [omitted]})
-        if len(_slimmed) >= _SLIMMED_KEPT:
-            _slimmed.pop(next(iter(_slimmed)))
-        _slimmed[key] = slim
-    return slim
+        return message.model_copy(update={"content": [omitted]})
+
+    return _stand_ins.get(("blanked", message.id, block.tool_use_id), make)
 
 
 @dataclass(frozen=True, slots=True)

@@ -137,7 +137,7 @@ async def test_missing_usage_is_estimated_with_the_routing_formula(
     usage = check_invariants(events).usage
     assert usage.estimated is True
     assert usage.input_tokens == estimate_input_tokens(
-        system_prompt="You are metis.cwd: /w",
+        system_prompt="You are metis.\ncwd: /w",  # joined as the runner joins them
         tools=[READ_FILE],
         history=history,
     )

@@ -60,6 +60,18 @@ def test_a_tool_use_without_a_stored_result_gets_a_synthetic_error_result() -> N
     assert synthetic.is_error and synthetic.content[0].text == UNAVAILABLE_RESULT
 
 
+def test_a_stand_in_result_is_the_same_object_at_every_call() -> None:
+    # a call waiting for its answer: the next call's context starts with this one's, so the
+    # sizes and wire encodings remembered for it are found again
+    history = [msg("user", TextBlock(text="go")), call("tu_1")]
+    first, second = assemble(history), assemble([*history])
+    assert first[-1] is second[-1] and first[-1].content[0].content[0].text == UNAVAILABLE_RESULT
+    history = [*history, result("tu_1", "x" * 1000), msg("user", TextBlock(text="next"))]
+    blanked, _ = compact(history, 20, NO_PROMPT)
+    again, _ = compact([*history], 20, NO_PROMPT)
+    assert blanked[2] is again[2] and blanked[2].content[0].content[0].text == OMITTED_RESULT
+
+
 def test_empty_rows_and_results_without_calls_are_skipped() -> None:
     history = [msg("user", TextBlock(text="go")), msg("assistant", status="error"), result("tu_x")]
     assert [m.role for m in assemble(history)] == ["user"]
