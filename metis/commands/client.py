@@ -164,8 +164,8 @@ async def with_daemon(
     except (ApiFailure, NotADaemon) as exc:
         print(f"metis: {exc}", file=sys.stderr)
         return 1
-    except TimeoutError:  # an OSError too: before the clause for files
-        print(f"metis: {failure_text(TimeoutError(), target.url)}", file=sys.stderr)
+    except TimeoutError as exc:  # an OSError too: before the clause for files
+        print(f"metis: {failure_text(exc, target.url)}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         raise  # stdout's reader left: `metis.cli.main` ends quietly

@@ -37,7 +37,6 @@ from metis.core.events.hub import (
 )
 from metis.core.models.registry import ModelRegistry
 from metis.core.models.types import ModelEntry
-from metis.core.routing.context import prompt_size
 from metis.core.runtime import Core
 from metis.core.sessions.history import SurfaceWrites
 from metis.core.sessions.service import (
@@ -56,7 +55,7 @@ from metis.core.store.store import StoreExtension
 from metis.core.store.tx import Transaction
 from metis.core.tools.base import ToolNameConflict
 from metis.core.tools.policy import SurfaceToolPolicy
-from metis.core.turns.context import assemble, compact, workspace_facts
+from metis.core.turns.context import assemble
 from metis.core.turns.resume import (
     Answer,
     ApplicationResult,
@@ -210,7 +209,7 @@ class History:
         blocks kept as they are (their answers are still to come) and seeded system messages
         kept in their stored place (they are sent as part of the system prompt). Without
         compaction it equals `full`."""
-        from metis.core.turns.runner import stable_system_prompt  # the runner's own prompt rule
+        from metis.core.turns.runner import call_context  # the runner's own context rule
 
         core = self._core
         pending = set(await self.pending_tool_call_ids(session_id))
@@ -218,15 +217,13 @@ class History:
         if model is None:
             model = core.engine.default_model_for(workspace)
         entry = core.registry.get(model) if model else None
-        context = assemble(full)
-        if entry is not None:
-            caps = entry.capabilities
-            max_out = min(caps.max_output_tokens, core.settings.limits.max_output_tokens_per_call)
+        if entry is None:
+            context = assemble(full)
+        else:
             instructions = await core.instructions.in_use(session_id, workspace)
-            system = f"{stable_system_prompt(full, instructions)}\n{workspace_facts(workspace)}"
             offered = core.dispatcher.offered(surface_policy, application_tools)
-            budget = caps.max_context_tokens - max_out
-            context, _ = compact(context, budget, prompt_size(system_prompt=system, tools=offered))
+            limits = core.settings.limits
+            context = call_context(full, instructions, workspace, entry, limits, offered).messages
         owners = {m.id for m in full if m.role == "assistant"}
         kept = [
             m

@@ -107,13 +107,39 @@ def with_project_instructions(prompt: str, instructions: ProjectInstructions | N
     return f"{prompt}\n\n{instructions.prompt_section()}" if instructions is not None else prompt
 
 
-def stable_system_prompt(
-    history: Sequence[Message], instructions: ProjectInstructions | None
-) -> str:
-    """The part of the system prompt that stays the same from call to call (a provider may
-    cache it): the daemon's prompt, instructions seeded into the history, the project's file.
-    The context view (`DaemonApi.context_view`) sizes its compaction with the same text."""
-    return with_project_instructions(with_seeded_instructions(SYSTEM_PROMPT, history), instructions)
+@dataclass(frozen=True, slots=True)
+class CallContext:
+    """What one model call is sent besides its tools, fitted to the model's window."""
+
+    stable: str  # the system prompt's part that stays the same from call to call (cacheable)
+    volatile: str  # the part that changes: date and workspace listing
+    messages: list[Message]  # the history, assembled and compacted
+    estimate: int  # input tokens of the whole request
+    max_output_tokens: int
+
+
+def call_context(
+    history: Sequence[Message],
+    instructions: ProjectInstructions | None,
+    workspace: str,
+    entry: ModelEntry,
+    limits: LimitsSettings,
+    offered: Sequence[ToolDefinition],
+) -> CallContext:
+    """The next model call's context. The runner sends it; the context view (AAP's compacted
+    history) shows it, so both read it here rather than each composing the prompt and budget."""
+    caps = entry.capabilities
+    max_out = min(caps.max_output_tokens, limits.max_output_tokens_per_call)
+    stable = with_project_instructions(
+        with_seeded_instructions(SYSTEM_PROMPT, history), instructions
+    )
+    volatile = workspace_facts(workspace)
+    messages, estimate = compact(
+        assemble(history),
+        caps.max_context_tokens - max_out,
+        prompt_size(system_prompt=f"{stable}\n{volatile}", tools=offered),
+    )
+    return CallContext(stable, volatile, messages, estimate, max_out)
 
 
 def failure_message(registry: ModelRegistry, error: ProviderError) -> str:
@@ -426,30 +452,30 @@ class TurnRunner:
     ) -> tuple[Message, MessageComplete] | ProviderError:
         """One logical LLM call; returns the committed assistant message or the error."""
         caps = entry.capabilities
-        max_out = min(caps.max_output_tokens, self._limits.max_output_tokens_per_call)
-        volatile = workspace_facts(self.run.workspace)
-        stable = stable_system_prompt(self.run.session.history, self.instructions)
-        system = f"{stable}\n{volatile}"
-
-        context, estimate = compact(
-            assemble(self.run.session.history),
-            caps.max_context_tokens - max_out,
-            prompt_size(system_prompt=system, tools=offered),
+        fitted = call_context(
+            self.run.session.history,
+            self.instructions,
+            self.run.workspace,
+            entry,
+            self._limits,
+            offered,
         )
-        self.run.session.last_context = context
+        self.run.session.last_context = fitted.messages
         message_id, request_id = new_ulid(), new_ulid()
-        hooks = _Hooks(self, request_id, message_id, entry, estimate, max_out)
+        hooks = _Hooks(
+            self, request_id, message_id, entry, fitted.estimate, fitted.max_output_tokens
+        )
         request = LLMRequest(
             request_id=request_id,
             message_id=message_id,
             model=entry.id,
             wire_model=entry.wire_name,
             capabilities=caps,
-            system=stable,
-            system_volatile=volatile,
-            messages=context,
+            system=fitted.stable,
+            system_volatile=fitted.volatile,
+            messages=fitted.messages,
             tools=offered if caps.supports_tools else (),
-            max_output_tokens=max_out,
+            max_output_tokens=fitted.max_output_tokens,
             tool_ids=self.run.session.tool_ids,
             hooks=hooks,
             cancel=self.run.slot.cancel_event,
