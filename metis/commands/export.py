@@ -5,9 +5,6 @@ returns them)."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from metis.commands import tooldisplay
@@ -27,22 +24,6 @@ async def collect(api: DaemonApi, session_id: str) -> dict[str, Any]:
         "messages": await api.all_messages(session_id),
         "events": await api.all_events(session_id),
     }
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write an export as the store keeps what it holds: readable by its owner only (0600), and
-    whole or not at all (a temporary file beside it, then renamed over it)."""
-    try:
-        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:  # said of the file asked for, not of the temporary one
-        raise OSError(exc.errno, exc.strerror, str(path)) from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:  # mkstemp creates it 0600
-            f.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def to_json(data: dict[str, Any]) -> str:

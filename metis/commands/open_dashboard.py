@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import html
 import json
-import os
-import secrets
 import sys
 import urllib.error
 import urllib.request
@@ -25,6 +23,7 @@ from typing import Any
 
 from metis.commands.daemon_client import DaemonTarget, add_arguments, target_from_args
 from metis.core.errors import ConfigError
+from metis.private_file import write_private
 
 DAEMON_TIMEOUT_S = 5.0
 
@@ -75,13 +74,7 @@ def write_redirect_file(home: Path, url: str) -> Path:
         "</body></html>\n"
     ).encode()
     path = run / REDIRECT_FILE
-    tmp = run / f".{REDIRECT_FILE}.{secrets.token_hex(4)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, body)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    write_private(path, body)
     return path
 
 

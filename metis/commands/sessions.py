@@ -19,6 +19,7 @@ from metis.commands import usage
 from metis.commands.client import DaemonApi, with_daemon
 from metis.commands.daemon_client import add_arguments, session_id
 from metis.core.tools.textutil import visible_controls
+from metis.private_file import write_private
 
 
 def _shown(value: Any) -> str:
@@ -125,7 +126,7 @@ async def _export(api: DaemonApi, args: argparse.Namespace) -> int:
     data = await exporter.collect(api, args.id)
     text = exporter.to_json(data) if args.format == "json" else exporter.to_markdown(data)
     if args.output:
-        exporter.write_private(Path(args.output).expanduser(), text)
+        write_private(Path(args.output).expanduser(), text.encode())
         print(f"exported {args.id} to {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)

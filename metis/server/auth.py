@@ -25,12 +25,10 @@ switches the metis check off (the AAP key stays).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import json
 import logging
-import os
 import secrets
 import stat
 import time
@@ -43,6 +41,7 @@ from aiohttp import web
 
 from metis.config import AuthSettings
 from metis.http.apikey import ApiKey, bearer_token, key_matches
+from metis.private_file import write_private
 
 CHALLENGE = {"WWW-Authenticate": "Bearer"}
 LOGIN_PATH = "/login"
@@ -180,20 +179,11 @@ class BrowserSessions(_ExpiringSecrets):
             },
             separators=(",", ":"),
         ).encode()
-        tmp = self.path.with_name(f".{self.path.name}.{secrets.token_hex(4)}.tmp")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-            try:
-                os.write(fd, body)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
+            write_private(self.path, body, durable=True)
         except OSError as exc:
             # the session works until the daemon stops; only its restart is lost
             log.warning("browser sessions not saved to %s (%s)", self.path, exc.strerror)
-            with contextlib.suppress(OSError):
-                tmp.unlink()
 
 
 @dataclass

@@ -47,6 +47,7 @@ from metis.commands.tui.widgets import (
     warm_up_markdown,
 )
 from metis.core.errors import ConfigError
+from metis.private_file import write_private
 
 TERMINAL_TYPES = ("turn.completed", "turn.cancelled", "turn.failed")
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -1070,7 +1071,7 @@ class ChatApp(App[int]):
         data = await exporter.collect(self.api, str(self.session_id))
         text = exporter.to_json(data) if fmt == "json" else exporter.to_markdown(data)
         try:
-            exporter.write_private(path, text)
+            write_private(path, text.encode())
         except OSError as exc:
             await self.note(f"cannot write {path}: {exc}", error=True)
             return

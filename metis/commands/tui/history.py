@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 from pathlib import Path
+
+from metis.private_file import write_private
 
 MAX_ENTRIES = 1000
 
@@ -57,9 +58,5 @@ class InputHistory:
     def _save(self) -> None:
         with contextlib.suppress(OSError):
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            tmp = self.path.with_suffix(".tmp")
             data = json.dumps({"workspace": self.workspace, "entries": self.entries})
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(data)
-            tmp.replace(self.path)
+            write_private(self.path, data.encode())

@@ -18,7 +18,6 @@ import contextlib
 import hashlib
 import logging
 import os
-import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -35,6 +34,7 @@ from metis.core.routing.loader import (
     PolicyCheck,
     validate_policy,
 )
+from metis.private_file import write_private
 
 log = logging.getLogger(__name__)
 
@@ -335,22 +335,10 @@ class PolicyManager:
                 return
         except OSError:
             pass
-        tmp: str | None = None
         try:
-            fd, tmp = tempfile.mkstemp(dir=self.home, prefix=".routing.lkg.", suffix=".tmp")
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(raw)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, self.lkg_path)
-            tmp = None
+            write_private(self.lkg_path, raw, durable=True)
         except OSError as exc:
             log.warning("could not write %s: %s", self.lkg_path, exc)
-        finally:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
 
     # ---- read-only views ------------------------------------------------------------------
 
