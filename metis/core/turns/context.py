@@ -180,13 +180,6 @@ def assemble(history: Sequence[Message]) -> list[Message]:
     return [*out, *(_synthetic_result(owner, tool_use_id) for owner, tool_use_id in open_calls)]
 
 
-def _result_chars(message: Message) -> int:
-    block = message.content[0]
-    if not isinstance(block, ToolResultBlock):
-        return 0
-    return sum(len(inner.text) for inner in block.content if isinstance(inner, TextBlock))
-
-
 def _without_result_content(message: Message) -> Message:
     block = message.content[0]
     assert isinstance(block, ToolResultBlock)
@@ -211,7 +204,7 @@ class _Shape:
     binary search instead of a walk over the history for each message blanked or dropped."""
 
     slim: list[Size]  # running sizes, as if every blankable tool result were blanked
-    blankable: list[int]  # positions of the tool results worth blanking, oldest first
+    blankable: list[int]  # positions of the tool results blanking shrinks, oldest first
     saved: list[Size]  # running totals of what blanking those saves, in the same order
     users: list[int]  # positions of the user messages
 
@@ -242,12 +235,13 @@ def _shape(messages: Sequence[Message]) -> _Shape:
         position = len(shape.slim)
         for message in rest:
             size = message_size(message)
+            saved = _minus(size, _BLANKED_SIZE)
             if (
                 message.role == "tool"
                 and message.content
-                and _result_chars(message) > len(OMITTED_RESULT)
+                and isinstance(message.content[0], ToolResultBlock)
+                and (saved[0] > 0 or saved[1] > 0)  # text past the placeholder's, or an image
             ):
-                saved = _minus(size, _BLANKED_SIZE)
                 shape.blankable.append(position)
                 shape.saved.append(_plus(shape.saved[-1], saved) if shape.saved else saved)
                 size = _BLANKED_SIZE

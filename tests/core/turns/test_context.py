@@ -116,6 +116,22 @@ def test_compaction_blanks_old_tool_results_first() -> None:
     assert estimate == estimate_input_tokens(history=out) <= 50
 
 
+def test_compaction_blanks_a_short_result_that_carries_an_image() -> None:
+    """A screenshot under a one-word caption costs an image's tokens: blanking it frees them,
+    however short its text."""
+    pictured = ToolResultBlock(tool_use_id="tu_1", content=[TextBlock(text="shot"), IMAGE])
+    history = [
+        msg("user", TextBlock(text="go")),
+        call("tu_1"),
+        msg("tool", pictured, tool_use_id="tu_1"),
+        msg("assistant", TextBlock(text="seen")),
+        msg("user", TextBlock(text="now?")),
+    ]
+    out, estimate = compact(history, 200, NO_PROMPT)
+    assert out[2].content[0].content == [TextBlock(text=OMITTED_RESULT)]
+    assert len(out) == len(history) and estimate == estimate_input_tokens(history=out) <= 200
+
+
 def test_compaction_drops_old_exchanges_but_keeps_the_newest_user_message() -> None:
     history = []
     for i in range(5):
@@ -172,7 +188,10 @@ def _compact_by_remeasuring(
     blanked = False
     for i in range(last_user):
         block = out[i].content[0] if out[i].content else None
-        if isinstance(block, ToolResultBlock) and chars([out[i]]) > len(OMITTED_RESULT):
+        pictured = any(isinstance(inner, ImageBlock) for inner in getattr(block, "content", ()))
+        if isinstance(block, ToolResultBlock) and (
+            chars([out[i]]) > len(OMITTED_RESULT) or pictured
+        ):
             slim = ToolResultBlock(
                 tool_use_id=block.tool_use_id, content=[TextBlock(text=OMITTED_RESULT)]
             )
@@ -219,7 +238,7 @@ def test_compaction_keeps_what_remeasuring_after_every_change_keeps() -> None:
             history.append(msg("user", TextBlock(text="u" * rng.randint(1, 300))))
             for step in range(rng.randint(0, 3)):
                 tool_id = f"tu_{turn}_{step}"
-                done = result(tool_id, "r" * rng.randint(0, 900))
+                done = result(tool_id, "r" * rng.randint(0, 900 if rng.random() < 0.7 else 60))
                 if rng.random() < 0.2:  # a screenshot too: blanking it saves an image's tokens
                     block = done.content[0]
                     assert isinstance(block, ToolResultBlock)
