@@ -39,6 +39,7 @@ async def run_turn(api: DaemonApi, args: argparse.Namespace) -> int:
     got = await api.call("GET", f"/sessions/{session_id}")
     ws = await api.ws_connect(got["ws_url"])
     text_parts: list[str] = []
+    answered_by: str | None = None  # the model of the turn's latest reply
     new_message = False  # a later assistant message began: its text is set apart
     tools: list[dict[str, Any]] = []
     outcome: dict[str, Any] = {}
@@ -57,7 +58,12 @@ async def run_turn(api: DaemonApi, args: argparse.Namespace) -> int:
         while not outcome:
             msg = await ws.receive()
             if msg.type != aiohttp.WSMsgType.TEXT:
-                _err("the stream closed before the turn ended")
+                if not args.json:
+                    _end_line(text_parts)
+                _err(
+                    f"the daemon's stream closed before the turn ended (session {session_id}; "
+                    f"`metis sessions show {session_id}` tells how it ended)"
+                )
                 return 1
             frame = json.loads(msg.data)
             if frame.get("type") == "ping":
@@ -71,6 +77,7 @@ async def run_turn(api: DaemonApi, args: argparse.Namespace) -> int:
                 continue
             if kind == "message.start":
                 new_message = bool(text_parts)
+                answered_by = p.get("model") or answered_by
             elif kind == "text.delta":
                 text = p.get("text", "")
                 if new_message and text:  # the turn's next reply starts a paragraph of its own
@@ -112,7 +119,6 @@ async def run_turn(api: DaemonApi, args: argparse.Namespace) -> int:
         await ws.close()
         with contextlib.suppress(ApiFailure, aiohttp.ClientError):
             await api.call("DELETE", f"/sessions/{session_id}")
-    final = await api.call("GET", f"/sessions/{session_id}")
     if args.json:
         print(
             json.dumps(
@@ -122,7 +128,7 @@ async def run_turn(api: DaemonApi, args: argparse.Namespace) -> int:
                     "status": outcome["status"],
                     "reason": outcome.get("reason"),
                     "message": outcome.get("message"),
-                    "model": final.get("active_model") or accepted.get("model"),
+                    "model": answered_by or accepted.get("model"),
                     "text": "".join(text_parts),
                     "tool_calls": [
                         {
@@ -141,13 +147,19 @@ async def run_turn(api: DaemonApi, args: argparse.Namespace) -> int:
             )
         )
     else:
-        if text_parts and not "".join(text_parts).endswith("\n"):
-            print()
+        _end_line(text_parts)
         line = f"turn {outcome['status']} · session {session_id} · ${outcome.get('total_cost_usd')}"
         if outcome["status"] != "completed":
             line += f" · {outcome.get('reason')}: {outcome.get('message') or ''}"
         _err(line)
     return 0 if outcome["status"] == "completed" else 1
+
+
+def _end_line(text_parts: list[str]) -> None:
+    """End the reply's last line on stdout, so that what is said next on stderr starts a line
+    of its own in a terminal showing both."""
+    if text_parts and not "".join(text_parts).endswith("\n"):
+        print(flush=True)
 
 
 def _name(tool: dict[str, Any]) -> str:

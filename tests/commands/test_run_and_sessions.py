@@ -17,6 +17,7 @@ from aiohttp import web
 from metis.server.runner import Daemon
 from tests.api import Api
 from tests.helpers import HOLD
+from tests.ws_client import SLOW_SCRIPTED
 
 
 async def metis(*args: str, timeout: float = 60, stdout: int | None = None) -> tuple[int, str, str]:
@@ -58,7 +59,7 @@ async def test_run_json_with_yes_and_deny_all(
     code, out, err = await metis(*run, "--json", "--yes")
     assert code == 0, err
     result = json.loads(out)
-    assert result["status"] == "completed"
+    assert result["status"] == "completed" and result["model"] == "local:scripted"
     assert [t["name"] for t in result["tool_calls"]] == ["read_file"]
     assert "allow read_file" in err
     code, out, err = await metis(*run, "--json", "--deny-all")
@@ -79,6 +80,38 @@ async def test_run_exits_non_zero_when_the_turn_fails(
     assert code != 0 and "model_not_configured" in err
     code, _, err = await metis("run", "hi", "--url", "http://127.0.0.1:9")
     assert code == 1 and "cannot reach the daemon" in err
+
+
+async def test_run_ends_the_reply_line_when_the_daemon_stops_mid_turn(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """A daemon stopping cancels the turn and says so: the cut-off reply's line is ended
+    before the outcome is printed, and nothing is asked of the stopped daemon afterwards."""
+    d = await start_daemon(models=SLOW_SCRIPTED)
+    prompt = "a reply long enough to be cut off " * 4
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "metis.cli",
+        "run",
+        prompt,
+        "--workspace",
+        str(workspace),
+        "--url",
+        d.base_url,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    started = await asyncio.wait_for(proc.stdout.read(1), 30)  # the reply is streaming
+    await d.stop()
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    printed, said = (started + out).decode(), err.decode()
+    assert proc.returncode == 1
+    assert printed.endswith("\n") and f'You said: "{prompt}"'.startswith(printed[:-1])
+    assert said.startswith("metis: turn ") and "· session sess_" in said, said
+    assert "cannot reach" not in said
 
 
 async def test_sessions_list_show_export_and_end(

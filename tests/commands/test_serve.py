@@ -1,7 +1,8 @@
 """`metis serve` as a user starts it, in a real subprocess on real loopback ports: a busy port,
 a second daemon on one METIS_HOME (and the lock a kill -9 leaves), the store's file modes,
-the start-up banner, `--home` and `--help`; and `metis chat` finding a daemon on a non-default
-port through METIS_PORT and through config.yaml."""
+the start-up banner, `--home` and `--help`; `metis run` cut off by a daemon killed mid-turn;
+and `metis chat` finding a daemon on a non-default port through METIS_PORT and through
+config.yaml."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from metis.server.lock import LOCK_FILE, read_holder
 from metis.testing import FakeProviderServer, FakeReply
 from metis.testing.serving import SERVE_START_DEADLINE_S, free_port, wait_until_serving
 from tests.api import Api, home_headers
-from tests.ws_client import fake_models
+from tests.ws_client import SLOW_SCRIPTED, fake_models
 
 Spawn = Callable[..., Any]
 
@@ -151,6 +152,32 @@ async def test_clients_find_the_daemon_of_their_home_on_the_port_it_was_started_
     running.proc.send_signal(signal.SIGKILL)
     await running.finish()
     assert resolve_daemon().url == "http://127.0.0.1:8421"  # not the dead daemon's address
+
+
+async def test_run_cut_off_by_a_killed_daemon_ends_its_line_and_names_the_session(
+    serve: Spawn, metis_home: Path, workspace: Path
+) -> None:
+    metis_home.mkdir(parents=True, exist_ok=True)
+    (metis_home / "models.yaml").write_text(SLOW_SCRIPTED)
+    port = free_port()
+    running = await serve("--port", str(port))
+    await running.banner()
+    run = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "metis.cli", "run", "cut me off " * 10,
+        "--workspace", str(workspace), "--url", f"http://127.0.0.1:{port}",
+        env={**os.environ, "METIS_HOME": str(metis_home)}, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert run.stdout is not None
+    started = await asyncio.wait_for(run.stdout.read(1), 30)  # the reply is streaming
+    running.proc.send_signal(signal.SIGKILL)
+    await running.finish()
+    out, err = await asyncio.wait_for(run.communicate(), 30)
+    printed, said = (started + out).decode(), err.decode()
+    assert run.returncode == 1, (printed, said)
+    assert printed.endswith("\n") and "cut me off " * 10 not in printed
+    assert "the daemon's stream closed before the turn ended (session sess_" in said, said
+    assert "`metis sessions show sess_" in said
 
 
 async def test_config_yaml_sets_the_log_level_and_the_flag_overrides_it(
