@@ -166,25 +166,23 @@ def _live_status(model: dict[str, Any]) -> str:
     return f"unavailable ({detail.get('trigger_reason')}) until {detail.get('recovers_at')}"
 
 
+def _tier_and_aliases(model: dict[str, Any]) -> tuple[str, str]:
+    return model.get("tier") or "-", ", ".join(model.get("aliases") or []) or "-"
+
+
 def show_live(target: DaemonTarget, body: dict[str, Any]) -> None:
     """The daemon's `GET /models`: availability as routing sees it now, and why."""
     rows = [("MODEL", "TIER", "ALIASES", "AVAILABILITY")]
     for model in body["models"]:
-        rows.append(
-            (
-                model["id"],
-                model.get("tier") or "-",
-                ", ".join(model.get("aliases") or []) or "-",
-                _live_status(model) + (" [scripted]" if model.get("scripted") else ""),
-            )
-        )
+        status = _live_status(model) + (" [scripted]" if model.get("scripted") else "")
+        rows.append((model["id"], *_tier_and_aliases(model), status))
     for model in body["unconfigured"]:
         reason = model["reason"]
         if reason == "no_credentials" and model.get("env_var"):
             reason = f"no key ({model['env_var']} unset)"
         elif reason == "offline_forced":
             reason = "off (METIS_OFFLINE=1)"
-        rows.append((model["id"], "-", "-", reason))
+        rows.append((model["id"], *_tier_and_aliases(model), reason))
     _print_table(rows)
     down = [m for m in body["models"] if m["availability"] != "healthy"]
     if down:

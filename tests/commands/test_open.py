@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import html
-import os
 import re
 import stat
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,21 +17,7 @@ from metis.commands import open_dashboard
 from metis.server.runner import Daemon
 from metis.testing.serving import free_port
 from tests.api import browser_secret_of, key_headers
-
-
-async def metis(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "metis.cli",
-        *args,
-        env={**os.environ, **(env or {})},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+from tests.cli import metis
 
 
 async def assert_logs_in_once(d: Daemon, url: str) -> None:

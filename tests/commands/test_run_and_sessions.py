@@ -16,24 +16,9 @@ from aiohttp import web
 
 from metis.server.runner import Daemon
 from tests.api import Api
+from tests.cli import metis
 from tests.helpers import HOLD
 from tests.ws_client import SLOW_SCRIPTED
-
-
-async def metis(*args: str, timeout: float = 60, stdout: int | None = None) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "metis.cli",
-        *args,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE if stdout is None else stdout,
-        stderr=asyncio.subprocess.PIPE,
-        env=dict(os.environ),
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    assert proc.returncode is not None
-    return proc.returncode, (out or b"").decode(), err.decode()
 
 
 async def test_run_streams_the_reply_and_ends_its_session(

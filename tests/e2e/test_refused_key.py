@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from metis.testing.serving import free_port
 from tests.api import Api
+from tests.cli import metis
 from tests.commands.test_chat import Terminal
 
 ENV_VAR = "METIS_TEST_OPENAI_KEY"
@@ -165,46 +164,36 @@ async def test_reset_over_rest_puts_the_model_back_in_rotation(
         assert "model_not_configured" in one["x-error-codes"]
 
 
-def metis(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "metis.cli", *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
 async def test_metis_models_shows_the_daemons_availability_and_resets_it(
     daemon_with_wrong_key: Daemon, workspace: Path
 ) -> None:
     url = daemon_with_wrong_key.base_url
     async with client(daemon_with_wrong_key) as http:
         await refuse_once(Api(http), workspace)
-    listed = await asyncio.to_thread(metis, "models", "--url", url)
-    assert listed.returncode == 0, listed.stderr
-    [row] = [line for line in listed.stdout.splitlines() if line.startswith("openai:gpt-5 ")]
+    code, listed, err = await metis("models", "--url", url)
+    assert code == 0, err
+    [row] = [line for line in listed.splitlines() if line.startswith("openai:gpt-5 ")]
     assert "unavailable (auth_error) until " in row
-    assert f"openai:gpt-5: {REFUSED}" in listed.stdout
-    assert "`metis models reset openai:gpt-5`" in listed.stdout
-    assert f"source: the daemon at {url} (live availability)" in listed.stdout
-    assert WRONG_KEY not in listed.stdout + listed.stderr
+    assert f"openai:gpt-5: {REFUSED}" in listed
+    assert "`metis models reset openai:gpt-5`" in listed
+    assert f"source: the daemon at {url} (live availability)" in listed
+    assert WRONG_KEY not in listed + err
 
-    reset = await asyncio.to_thread(metis, "models", "reset", "gpt5", "--url", url)
-    assert reset.returncode == 0, reset.stderr
-    assert reset.stdout.strip() == "reset openai:gpt-5; healthy again: openai:gpt-5"
-    listed = await asyncio.to_thread(metis, "models", "--url", url)
-    [row] = [line for line in listed.stdout.splitlines() if line.startswith("openai:gpt-5 ")]
-    assert row.endswith("healthy"), listed.stdout
+    code, out, err = await metis("models", "reset", "gpt5", "--url", url)
+    assert code == 0, err
+    assert out.strip() == "reset openai:gpt-5; healthy again: openai:gpt-5"
+    _, listed, _ = await metis("models", "--url", url)
+    [row] = [line for line in listed.splitlines() if line.startswith("openai:gpt-5 ")]
+    assert row.endswith("healthy"), listed
 
 
 async def test_metis_models_without_a_daemon_shows_models_yaml_and_says_so(
     metis_home: Path,
 ) -> None:
     url = f"http://127.0.0.1:{free_port()}"
-    listed = await asyncio.to_thread(metis, "models", "--url", url)
-    assert listed.returncode == 0, listed.stderr
-    assert f"no daemon answers at {url}" in listed.stdout
-    assert "source: " in listed.stdout and "models.yaml" in listed.stdout
-    reset = await asyncio.to_thread(metis, "models", "reset", "--url", url)
-    assert reset.returncode == 1 and f"no daemon answers at {url}" in reset.stderr
+    code, listed, err = await metis("models", "--url", url)
+    assert code == 0, err
+    assert f"no daemon answers at {url}" in listed
+    assert "source: " in listed and "models.yaml" in listed
+    code, _, err = await metis("models", "reset", "--url", url)
+    assert code == 1 and f"no daemon answers at {url}" in err

@@ -297,6 +297,8 @@ class ModelRegistry:
                         "provider": entry.provider,
                         "reason": reason,
                         "env_var": env_var,
+                        "tier": entry.tier,  # what setting the key would make routable
+                        "aliases": list(entry.aliases),
                     }
                 )
                 continue

@@ -439,12 +439,16 @@ def test_describe_models_matches_the_documented_body() -> None:
             "provider": "openai",
             "reason": "no_credentials",
             "env_var": "OPENAI_API_KEY",
+            "tier": None,
+            "aliases": ["gpt5"],
         },
         {
             "id": "openai:gpt-5-mini",
             "provider": "openai",
             "reason": "no_credentials",
             "env_var": "OPENAI_API_KEY",
+            "tier": None,
+            "aliases": ["gpt5-mini", "mini"],
         },
     ]
 
