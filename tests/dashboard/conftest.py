@@ -32,13 +32,18 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-# Slow enough to watch deltas arrive and to cancel mid-stream.
+# Slow enough to watch deltas arrive and to cancel mid-stream; one declared model has no key.
 SLOW_MODELS = """
 pricing_version: "test"
 providers:
   local: {adapter: scripted, options: {chunk_chars: 3, delta_delay_ms: 20}}
+  anthropic: {adapter: anthropic, api_key_env: METIS_TEST_KEY_NOBODY_SETS}
 models:
   - id: local:scripted
+  - id: anthropic:claude-haiku-4-5
+    aliases: [haiku]
+    capabilities: {max_context_tokens: 200000, max_output_tokens: 8192}
+    pricing: {input_per_mtok: "1", output_per_mtok: "5"}
 """
 
 

@@ -411,6 +411,8 @@ def test_routing_and_costs_views(
     page.goto(served.url + "/#/routing")
     page.wait_for_selector("#models tbody tr")
     assert "local:scripted" in page.inner_text("#models")
+    unset = page.locator("#models tr", has_text="anthropic:claude-haiku-4-5").inner_text()
+    assert "haiku" in unset and "no key: set METIS_TEST_KEY_NOBODY_SETS" in unset
     policy = page.inner_text("#policy")
     assert "Global default" in policy and "null" not in policy
     page.wait_for_selector("#decisions tbody tr td.mono")

@@ -47,7 +47,14 @@ export function routingView(root) {
       h("td", {}, (m.aliases || []).join(", ")),
       h("td", {}, h("span", { class: `badge av-${m.availability}` }, m.availability), m.availability_detail ? h("div", { class: "small muted" }, typeof m.availability_detail === "string" ? m.availability_detail : JSON.stringify(m.availability_detail)) : null),
       h("td", {}, m.availability !== "healthy" ? h("button", { type: "button", onclick: () => reset(m.id) }, "Reset") : null))),
-      ...(data.unconfigured || []).map((m) => h("tr", { class: "muted" }, h("td", { class: "mono" }, m.id || String(m)), h("td", {}), h("td", {}, "not configured"), h("td", {}))));
+      ...(data.unconfigured || []).map((m) => h("tr", { class: "muted" }, h("td", { class: "mono" }, m.id || String(m)), h("td", {}, (m.aliases || []).join(", ")), h("td", {}, notConfigured(m)), h("td", {}))));
+  }
+
+  // Why a declared model is not routable, and what would make it so.
+  function notConfigured(m) {
+    if (m.reason === "no_credentials" && m.env_var) return `no key: set ${m.env_var}`;
+    if (m.reason === "offline_forced") return "off (METIS_OFFLINE is set)";
+    return "not configured";
   }
 
   async function loadDecisions() {
