@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.dashboard.conftest import ARTIFACTS, DaemonThread, events_of, rest
+from tests.helpers import insert_running_turn
 
 LONG = "please stream this slowly " + "word " * 60
 
@@ -255,6 +256,45 @@ def test_cancel_mid_stream(page: Any, served: DaemonThread, workspace: Path) -> 
     assert events_of(served, session_id, "turn.cancelled")
     text = page.inner_text(".msg.assistant")
     assert len(text) < len(LONG)
+
+
+def test_a_failed_or_cancelled_turn_says_so_where_it_ended(
+    page: Any, served: DaemonThread, workspace: Path, shot: Any
+) -> None:
+    """Live, after a reload (from the stored events) and once the session has ended; an ended
+    session shows its tokens too."""
+    session_id = open_session(page, workspace)
+    send(page, "hello")
+    wait_idle(page)
+    send(page, LONG)
+    page.wait_for_selector(".msg.assistant.streaming .stream-text")
+    page.click("#cancel")
+    assert page.wait_for_selector(".turn-end.cancelled").inner_text() == "Turn cancelled"
+    assert served.daemon is not None
+    served.run(insert_running_turn(served.daemon.core.db, session_id))
+    served.restart()  # the turn left running, as by a crash, is failed by the recovery
+    failed = page.wait_for_selector(".turn-end.failed", timeout=30_000)
+    assert failed.inner_text() == "Turn failed: metis stopped while this turn was running"
+    shot(page, "turn-ends")
+
+    def shown() -> list[str]:
+        return page.eval_on_selector_all(
+            "#transcript > *", "els => els.map(e => e.className.split(' ').slice(0, 2).join(' '))"
+        )
+
+    live = shown()
+    assert live[-2:] == ["turn-end cancelled", "turn-end failed"], live
+    page.reload()
+    page.wait_for_selector(".turn-end.failed")
+    assert shown() == live
+    tokens = page.inner_text("#tokens")
+    assert rest(served, "DELETE", f"/sessions/{session_id}")[0] == 200
+    page.reload()
+    page.wait_for_selector(".conn-state:text-is('ended')")
+    page.wait_for_selector(".turn-end.failed")
+    assert shown() == live
+    page.wait_for_function(f"document.querySelector('#tokens').textContent === {tokens!r}")
+    assert tokens != "Tokens 0 in · 0 out"
 
 
 def test_aap_session_appears_and_streams(

@@ -14,6 +14,13 @@ import { toolCard } from "./toolcard.js";
 import { confirmationCard } from "./confirm.js";
 
 const TERMINAL = new Set(["turn.completed", "turn.cancelled", "turn.failed"]);
+// What a turn.cancelled reason means to the reader (a cancel the user asked for needs no words).
+const CANCEL_REASONS = {
+  user_cancel: "",
+  client_disconnect: "its client went away",
+  timeout: "it ran past its time limit",
+  server_shutdown: "metis was stopping",
+};
 
 export function sessionView(root, sessionId) {
   const msgs = new Map(); // message id → {el, role, live, rendered}
@@ -25,6 +32,7 @@ export function sessionView(root, sessionId) {
   let turnStarts = null;
   let oldest = null; // the oldest message shown
   const liveTools = new Set(); // tool_use_ids a live event updated
+  const turnEnds = new Set(); // ids of the turn.failed/turn.cancelled events shown
   let turnId = null;
   const finished = new Set(); // turns whose terminal event was handled (it can beat the POST's answer)
   let ended = false;
@@ -100,6 +108,17 @@ export function sessionView(root, sessionId) {
     msgs.set(id, m);
     place(id, el);
     return m;
+  }
+
+  // A turn that failed or was cancelled says so, and why, where it ended: the notice is placed
+  // by its event's id, which sorts after the turn's messages and before the next turn's.
+  function showTurnEnd(ev) {
+    if (ev.type === "turn.completed" || turnEnds.has(ev.id)) return;
+    turnEnds.add(ev.id);
+    const p = ev.payload || {};
+    const why = ev.type === "turn.failed" ? p.message || p.reason : CANCEL_REASONS[p.reason] ?? p.reason;
+    const what = ev.type === "turn.failed" ? "Turn failed" : "Turn cancelled";
+    place(ev.id, h("p", { class: `turn-end ${ev.type.split(".")[1]}`, role: "note" }, why ? `${what}: ${why}` : what));
   }
 
   function card(toolUseId, name, inputValue) {
@@ -329,6 +348,7 @@ export function sessionView(root, sessionId) {
       default:
         if (TERMINAL.has(ev.type)) {
           finished.add(ev.turn_id);
+          showTurnEnd(ev);
           setTurn(null, ev.type === "turn.completed" ? "idle" : ev.type.split(".")[1]);
           withdrawOpen();
           if (session?.pending_swap) applySwapLater();
@@ -351,6 +371,7 @@ export function sessionView(root, sessionId) {
     snapshotAt = frame.snapshot_at_event_id;
     turnStarts = null;
     liveTools.clear();
+    turnEnds.clear();
     msgs.clear();
     clear(transcript);
     showSession(session);
@@ -407,20 +428,25 @@ export function sessionView(root, sessionId) {
     return turnStarts;
   }
 
-  // Tool outcomes (duration, exit code, confirmation) of the turns from `first`'s turn up to
-  // the turn of `stop` (exclusive; null: the snapshot), from the stored events.
+  // Tool outcomes (duration, exit code, confirmation) and the failed or cancelled ends of the
+  // turns from `first`'s turn up to the turn of `stop` (exclusive; null: the snapshot), from the
+  // stored events.
   async function loadOutcomes(gen, first, stop) {
     if (!first) return;
     try {
       const starts = await turnStartIds();
       const since = first.turn_id ? starts.get(first.turn_id) : null;
       const until = stop?.turn_id ? starts.get(stop.turn_id) : snapshotAt;
-      const query = { event_types: "tool.completed,tool.failed,tool.confirmation_resolved" };
+      const query = { event_types: "tool.completed,tool.failed,tool.confirmation_resolved,turn.failed,turn.cancelled" };
       if (since) query.since = since;
       if (until) query.until = until;
       const events = await allEvents(sessionId, query);
       if (gen !== snapshotGen) return;
       for (const ev of events) {
+        if (TERMINAL.has(ev.type)) {
+          showTurnEnd(ev);
+          continue;
+        }
         const id = ev.payload.tool_use_id;
         const tc = cards.get(id);
         if (!tc || liveTools.has(id)) continue; // a live event already said more
@@ -583,7 +609,15 @@ export function sessionView(root, sessionId) {
         earlier.hidden = !page.has_more_before;
       } catch (err) {
         toast(`the transcript could not be read (${err.code}: ${err.message}); reload to try again`);
+        return;
       }
+      // what the stored events say of the shown turns, read in full now that nothing is live:
+      // tokens and cost, tool outcomes, turns that failed or were cancelled
+      const gen = ++snapshotGen;
+      snapshotAt = turnStarts = null;
+      totals.input = totals.output = totals.cost = 0;
+      loadTotals(gen);
+      loadOutcomes(gen, oldest, null);
     },
   });
   // follow the newest content unless the reader scrolled up (streamed text: `flush` sticks)
