@@ -248,7 +248,7 @@ async def test_an_answer_given_elsewhere_closes_the_modal(
         [card] = app.query(ToolCard)
         assert card.state.startswith("allowed") or card.result is not None
         # an answer that still went out (sent before the event came) says how it was settled
-        await app._answer(request, Decision("deny"))
+        await app.confirmations.answer(request, Decision("deny"))
         [settled] = [n for n in app.query(Note) if "was already" in str(n.render())]
         assert str(settled.render()) == "read_file was already allowed once"
         assert not settled.has_class("error")

@@ -1,0 +1,96 @@
+"""Tab completion of the prompt, and the hints listed under it while typing.
+
+Commands, `/model`'s aliases, `/export`'s formats and `@alias` overrides are all completed the
+same way: Tab fills in what every option shares, the hints show what is left to choose from.
+What can be completed depends only on the prompt's text and the configured aliases, so this is
+kept apart from sending and from the commands themselves.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from rich.text import Text
+from textual.widgets import Static
+
+from metis.commands.tui.slash_commands import COMMANDS
+from metis.commands.tui.widgets import PromptInput
+
+MAX_HINTS = 12  # completions listed under the prompt
+
+
+class CompletionHost(Protocol):
+    """What of the app completing uses: the prompt, the hints line and the model aliases."""
+
+    aliases: list[str]
+
+    @property
+    def prompt(self) -> PromptInput: ...
+
+    @property
+    def hints(self) -> Static: ...
+
+
+class PromptCompletion:
+    """Tab (`complete`), the hints as the text changes (`text_changed`), and hiding them."""
+
+    def __init__(self, host: CompletionHost) -> None:
+        self.host = host
+
+    def completions(self, text: str) -> list[str]:
+        """What Tab could complete the prompt's text to (whole replacement texts)."""
+        aliases = self.host.aliases
+        if text.startswith("/") and " " not in text:
+            return [c for c in COMMANDS if c.startswith(text)]
+        if text.startswith("/model "):
+            arg = text.removeprefix("/model ")
+            return [f"/model {a}" for a in [*aliases, "-"] if a.startswith(arg)]
+        if text.startswith("/export "):
+            arg = text.removeprefix("/export ")
+            return [f"/export {f}" for f in ("md", "json") if f.startswith(arg) and arg != f]
+        head, _, word = text.rpartition(" ")
+        if word.startswith("@"):
+            prefix = f"{head} " if head else ""
+            return [f"{prefix}@{a} " for a in aliases if a.startswith(word[1:])]
+        return []
+
+    def complete(self) -> None:
+        prompt = self.host.prompt
+        options = self.completions(prompt.text)
+        if not options:
+            return
+        if len(options) == 1:
+            prompt.set_text(options[0] if options[0].endswith(" ") else options[0] + " ")
+            self.show_hints([])
+            return
+        common = options[0]
+        for option in options[1:]:
+            while not option.startswith(common):
+                common = common[:-1]
+        if len(common) > len(prompt.text):
+            prompt.set_text(common)
+        self.show_hints(options)
+
+    def text_changed(self) -> None:
+        text = self.host.prompt.text
+        self.show_hints(
+            self.completions(text) if text.startswith(("/", "@")) or " @" in text else []
+        )
+
+    def show_hints(self, options: list[str]) -> None:
+        """List `options` under the prompt; none hides the list."""
+        hints = self.host.hints
+        if not options:
+            hints.remove_class("shown")
+            return
+        # one per line, every command (9); a long list of aliases ends with how many more
+        text = Text()
+        for option in options[:MAX_HINTS]:
+            usage, _, what = COMMANDS.get(option, option).partition("  ")
+            text.append(f"{usage}  ", style="bold")
+            text.append(f"{what}\n")
+        if len(options) > MAX_HINTS:
+            text.append(f"… {len(options) - MAX_HINTS} more\n")
+        text.rstrip()
+        hints.update(text)
+        hints.add_class("shown")

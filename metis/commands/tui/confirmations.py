@@ -1,0 +1,120 @@
+"""The tool calls waiting for the user's answer, asked one dialog at a time.
+
+Requests come from the stream, from a session's snapshot and again after a re-attach; they are
+answered here, or elsewhere (another client), or dropped by the turn's end; a dialog closed with
+Esc must come back on Ctrl-O. The queue is the one place that knows which questions still stand
+and which one is on screen, so none is asked twice or left open after it was settled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
+
+import aiohttp
+from textual.screen import Screen
+
+from metis.commands import tooldisplay
+from metis.commands.client import ApiFailure, DaemonApi
+from metis.commands.tui.failures import error_text, failure_text
+from metis.commands.tui.screens import ConfirmScreen, Decision
+
+
+class ConfirmationHost(Protocol):
+    """What of the app the dialogs and the answers use."""
+
+    api: DaemonApi
+    session_id: str | None
+    workspace: str
+
+    async def note(self, text: str, *, error: bool = False) -> None: ...
+
+    def push_screen(self, screen: Screen[Any], callback: Callable[[Any], None]) -> object: ...
+
+    def run_worker(self, work: Coroutine[Any, Any, None], *, group: str) -> object: ...
+
+    def call_later(self, callback: Callable[..., Any], *args: Any) -> bool: ...
+
+
+class ConfirmationQueue:
+    """Open requests by id, oldest first; at most one of them in a dialog."""
+
+    def __init__(self, host: ConfirmationHost) -> None:
+        self.host = host
+        self.pending: dict[str, dict[str, Any]] = {}  # confirmation requests not yet answered
+        self.screen: ConfirmScreen | None = None
+        # every tool call's final input, by tool_use_id: the dialog shows the diff it would make
+        self.tool_inputs: dict[str, dict[str, Any]] = {}
+
+    def add(self, request: dict[str, Any]) -> None:
+        request_id = str(request["confirmation_request_id"])
+        if request_id in self.pending:
+            return
+        self.pending[request_id] = request
+        self.show_next()
+
+    def show_next(self) -> None:
+        if self.screen is not None or not self.pending:
+            return
+        request = next(iter(self.pending.values()))
+        screen = ConfirmScreen(
+            request, self.tool_inputs.get(request["tool_use_id"]), self.host.workspace
+        )
+        self.screen = screen
+
+        def answered(decision: Decision | None) -> None:
+            if self.screen is screen:
+                self.screen = None
+            if decision is not None:
+                self.host.run_worker(self.answer(request, decision), group="answers")
+            else:
+                self.host.call_later(self._later_hint, request)
+
+        self.host.push_screen(screen, answered)
+
+    def resolved(self, request_id: str) -> None:
+        """Answered, here or elsewhere: the question is gone; the next one is asked."""
+        self.pending.pop(request_id, None)
+        self._close_dialog(request_id)
+        self.show_next()
+
+    def drop_turn(self, turn_id: str | None) -> None:
+        """The turn ended: what it asked needs no answer any more."""
+        for request_id, request in list(self.pending.items()):
+            if request.get("turn_id") == turn_id:
+                self.pending.pop(request_id)
+                self._close_dialog(request_id)
+
+    def _close_dialog(self, request_id: str) -> None:
+        screen = self.screen
+        if screen is not None and screen.request_id == request_id:
+            self.screen = None
+            screen.dismiss(None)
+
+    async def _later_hint(self, request: dict[str, Any]) -> None:
+        if str(request["confirmation_request_id"]) in self.pending:
+            await self.host.note(f"{request.get('tool_name')} is waiting for your answer: Ctrl-O")
+
+    async def answer(self, request: dict[str, Any], decision: Decision) -> None:
+        body: dict[str, Any] = {"decision": decision.decision, "scope": decision.scope}
+        if decision.reason:
+            body["reason"] = decision.reason
+        try:
+            await self.host.api.call(
+                "POST",
+                f"/sessions/{self.host.session_id}/turns/{request['turn_id']}/confirmations/"
+                f"{request['confirmation_request_id']}",
+                body,
+            )
+        except ApiFailure as exc:
+            if exc.code == "confirmation_already_resolved":  # elsewhere, or the turn ended
+                await self.host.note(tooldisplay.already_settled(request, exc.details))
+            else:
+                await self.host.note(failure_text(exc), error=True)
+        except aiohttp.ClientError as exc:  # the question still stands: keep it for Ctrl-O
+            await self.host.note(
+                f"the answer was not sent: {error_text(exc)}; Ctrl-O answers again", error=True
+            )
+            return
+        self.pending.pop(str(request["confirmation_request_id"]), None)
+        self.show_next()

@@ -1,0 +1,34 @@
+"""How the chat reads a failed call to the daemon.
+
+The commands, sending and cancelling a turn, answering a confirmation and the stream each meet
+the same failures: one wording for them in the transcript, and one list of the codes that mean
+the session or turn is gone (nothing to retry). Plain functions and constants: there is no
+state to hold.
+"""
+
+from __future__ import annotations
+
+import aiohttp
+
+from metis.commands.client import ApiFailure
+
+GONE_CODES = ("session_not_found", "session_already_ended")
+TURN_GONE_CODES = (*GONE_CODES, "turn_not_found", "turn_already_completed")
+
+
+def failure_text(exc: ApiFailure) -> str:
+    """The daemon's error; a routing failure also says why each model it tried was refused."""
+    text = str(exc)
+    tried = exc.details.get("tried") if isinstance(exc.details, dict) else None
+    if tried:
+        reasons = "; ".join(
+            f"{t.get('model')}: {t.get('message') or t.get('reason')}" for t in tried[:4]
+        )
+        text += f" ({reasons})"
+    return text
+
+
+def error_text(exc: ApiFailure | aiohttp.ClientError) -> str:
+    if isinstance(exc, ApiFailure):
+        return failure_text(exc)
+    return f"the daemon did not answer ({exc})"

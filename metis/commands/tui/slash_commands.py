@@ -1,0 +1,204 @@
+"""The prompt's `/` commands: what each does, and the one list `/help` and Tab completion read.
+
+A command is metis talking about the session (its model, cost, title, export, the other
+sessions), not a turn: its output is a note in the transcript, and a failed call to the daemon
+is a note too, never the end of the app. Switching sessions and leaving are the app's own
+actions; the commands only call them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, Protocol
+
+import aiohttp
+from textual.screen import Screen
+
+from metis.commands import export as exporter
+from metis.commands.client import ApiFailure, DaemonApi
+from metis.commands.tui.failures import error_text, failure_text
+from metis.commands.tui.screens import SessionPicker
+from metis.private_file import write_private
+
+COMMANDS = {
+    "/model": "/model [alias|-]  pin a model (- : routing decides); no argument shows it",
+    "/models": "/models  the configured models and their context windows",
+    "/cost": "/cost  this session's cost and tokens",
+    "/sessions": "/sessions  pick an active session of this workspace to switch to",
+    "/new": "/new  start a new session on this workspace",
+    "/title": "/title TEXT  rename this session",
+    "/export": "/export [md|json] [FILE]  write this session to a file",
+    "/help": "/help  this list",
+    "/quit": "/quit  leave (Ctrl-C twice when idle does too)",
+}
+
+
+class CommandHost(Protocol):
+    """What of the app the commands use."""
+
+    api: DaemonApi
+    session_id: str | None
+    session: dict[str, Any]
+    workspace: str
+    models: dict[str, dict[str, Any]]
+
+    async def note(self, text: str, *, error: bool = False) -> None: ...
+
+    async def refresh_status(self, *, fetch: bool = True) -> None: ...
+
+    async def load_models(self) -> None: ...
+
+    async def switch_to(self, session_id: str) -> None: ...
+
+    async def new_session(self) -> None: ...
+
+    async def action_quit_chat(self) -> None: ...
+
+    def push_screen(self, screen: Screen[Any], callback: Callable[[Any], None]) -> object: ...
+
+    def run_worker(self, work: Coroutine[Any, Any, None], *, group: str) -> object: ...
+
+
+class SlashCommands:
+    """`run` takes the prompt's line (`/name args`) and answers it in the transcript."""
+
+    def __init__(self, host: CommandHost) -> None:
+        self.host = host
+
+    async def run(self, line: str) -> None:
+        name, _, arg = line.partition(" ")
+        arg = arg.strip()
+        handler = {
+            "/quit": self._quit,
+            "/exit": self._quit,
+            "/help": self._help,
+            "/model": self._model,
+            "/models": self._models,
+            "/cost": self._cost,
+            "/sessions": self._sessions,
+            "/new": self._new,
+            "/title": self._title,
+            "/export": self._export,
+        }.get(name)
+        if handler is None:
+            await self.host.note(f"unknown command {name}; /help lists them", error=True)
+            return
+        try:
+            await handler(arg)
+        except ApiFailure as exc:
+            await self.host.note(failure_text(exc), error=True)
+        except aiohttp.ClientError as exc:
+            await self.host.note(error_text(exc), error=True)
+
+    async def _quit(self, arg: str) -> None:
+        await self.host.action_quit_chat()
+
+    async def _help(self, arg: str) -> None:
+        keys = (
+            "Enter sends · Shift+Enter or Ctrl+J: new line · ↑/↓ history · Tab completes · "
+            "Esc or Ctrl-C cancels a turn · Ctrl-C twice quits · Ctrl-O answers a pending "
+            "confirmation"
+        )
+        await self.host.note("\n".join([*COMMANDS.values(), keys]))
+
+    async def _model(self, arg: str) -> None:
+        host = self.host
+        if not arg:
+            await host.refresh_status()
+            how = "pinned" if host.session.get("sticky_model") else "routing decides"
+            await host.note(f"model: {host.session.get('active_model')} ({how})")
+            return
+        reference = None if arg == "-" else arg
+        change = await host.api.call(
+            "PATCH", f"/sessions/{host.session_id}", {"active_model": reference}
+        )
+        when = (
+            f" after turn {change['swap_queued_until_turn']}" if change.get("swap_queued") else ""
+        )
+        how = " (routing decides)" if reference is None else " (pinned)"
+        await host.note(f"model: {change.get('active_model')}{how}{when}")
+        await host.refresh_status()
+
+    async def _models(self, arg: str) -> None:
+        await self.host.load_models()
+        rows = [("model", "aliases", "context", "availability")]
+        for m in self.host.models.values():
+            window = (m.get("capabilities") or {}).get("max_context_tokens")
+            rows.append(
+                (
+                    m["id"],
+                    ", ".join(m.get("aliases", [])),
+                    str(window or "?"),
+                    str(m.get("availability")),
+                )
+            )
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        lines = [
+            "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+            for row in rows
+        ]
+        await self.host.note("\n".join(lines))  # metis's own output: a note, not a reply
+
+    async def _cost(self, arg: str) -> None:
+        host = self.host
+        await host.refresh_status()
+        events = await host.api.all_events(str(host.session_id), "llm.call_completed")
+        tokens_in = sum(e["payload"].get("input_tokens", 0) for e in events)
+        tokens_out = sum(e["payload"].get("output_tokens", 0) for e in events)
+        await host.note(
+            f"session cost ${host.session.get('cost_so_far_usd')} · "
+            f"{host.session.get('turn_count')} turn(s) · {len(events)} call(s) · "
+            f"{tokens_in} in / {tokens_out} out tokens"
+        )
+
+    async def _sessions(self, arg: str) -> None:
+        host = self.host
+        # ended sessions are not listed: they cannot be continued (`metis sessions export`)
+        sessions = await host.api.sessions(
+            workspace_path=host.workspace, surface="metis", status="active", limit=50
+        )
+        if not [s for s in sessions if s["id"] != host.session_id]:
+            await host.note("no other active session on this workspace; /new starts one")
+            return
+
+        def picked(session_id: str | None) -> None:
+            if session_id and session_id != host.session_id:
+                host.run_worker(host.switch_to(session_id), group="switch")
+
+        host.push_screen(SessionPicker(sessions[:50], host.session_id), picked)
+
+    async def _new(self, arg: str) -> None:
+        await self.host.new_session()
+
+    async def _title(self, arg: str) -> None:
+        host = self.host
+        if not arg:
+            await host.note(f"title: {host.session.get('title') or '(none yet)'}")
+            return
+        await host.api.call("PATCH", f"/sessions/{host.session_id}", {"title": arg})
+        await host.refresh_status()
+        await host.note(f"title: {host.session.get('title')}")
+
+    async def _export(self, arg: str) -> None:
+        host = self.host
+        parts = arg.split(maxsplit=1)
+        fmt = "md"
+        if parts and parts[0] in ("md", "json"):
+            fmt = parts.pop(0)
+        elif parts and "." not in parts[0] and "/" not in parts[0]:
+            # a bare word is a format, not a file name: `/export txt` is refused, not a file
+            await host.note(
+                f"unknown export format {parts[0]}: md or json (/export [md|json] [FILE])",
+                error=True,
+            )
+            return
+        path = Path(parts[0]).expanduser() if parts else Path(f"{host.session_id}.{fmt}")
+        data = await exporter.collect(host.api, str(host.session_id))
+        text = exporter.to_json(data) if fmt == "json" else exporter.to_markdown(data)
+        try:
+            write_private(path, text.encode())
+        except OSError as exc:
+            await host.note(f"cannot write {path}: {exc}", error=True)
+            return
+        await host.note(f"exported to {path.resolve()} ({fmt})")

@@ -1,0 +1,301 @@
+"""The session's events, drawn into the transcript: replies, thinking, tool cards, turn ends.
+
+A session is drawn twice over: from its stored messages when it is opened (or reloaded), then
+from the live events of the stream. Both must read the same (a denied call says "denied", not
+"failed", either way), and a live event finds the widget the stored history or an earlier event
+made (a card by its tool_use_id, a reply by its message id): the drawing and those maps are
+kept together here. One handler per event type, found by name (`tool.completed` →
+`_on_tool_completed`); an event without one is not shown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Coroutine
+from typing import Any, Protocol
+
+import aiohttp
+from rich.text import Text
+from textual.containers import VerticalScroll
+
+from metis.commands.client import ApiFailure, DaemonApi, text_of, tool_result_text
+from metis.commands.tui.confirmations import ConfirmationQueue
+from metis.commands.tui.turn import RunningTurn
+from metis.commands.tui.widgets import (
+    AssistantMessage,
+    Note,
+    ThinkingBlock,
+    ToolCard,
+    UserMessage,
+)
+
+
+class TranscriptHost(Protocol):
+    """What of the app drawing the events uses."""
+
+    api: DaemonApi
+    session_id: str | None
+    workspace: str
+    last_call: dict[str, Any] | None
+    ended: bool
+    turn: RunningTurn
+    confirmations: ConfirmationQueue
+
+    @property
+    def transcript(self) -> VerticalScroll: ...
+
+    async def add(self, widget: Any) -> Any: ...
+
+    async def note(self, text: str, *, error: bool = False) -> None: ...
+
+    async def refresh_status(self, *, fetch: bool = True) -> None: ...
+
+    def run_worker(self, work: Coroutine[Any, Any, None], *, group: str) -> object: ...
+
+
+class TranscriptRenderer:
+    """The shown session's widgets by id, and the events and stored messages that fill them."""
+
+    def __init__(self, host: TranscriptHost) -> None:
+        self.host = host
+        self.replies: dict[str, AssistantMessage] = {}
+        self.thinking: dict[str, ThinkingBlock] = {}
+        self.cards: dict[str, ToolCard] = {}
+
+    def clear(self) -> None:
+        """The transcript was emptied: no event finds these widgets any more."""
+        self.replies.clear()
+        self.thinking.clear()
+        self.cards.clear()
+
+    # the stored conversation ------------------------------------------------------------------
+
+    async def show_history(self) -> None:
+        """The stored conversation: messages, tool cards with their results and durations."""
+        host = self.host
+        assert host.session_id is not None
+        messages = await host.api.all_messages(host.session_id)
+        events = await host.api.all_events(
+            host.session_id,
+            "tool.completed,tool.failed,llm.call_completed,tool.confirmation_resolved",
+        )
+        done = {
+            e["payload"]["tool_use_id"]: e["payload"]
+            for e in events
+            if e["type"] in ("tool.completed", "tool.failed")
+        }
+        denied = {
+            e["payload"]["tool_use_id"]: e["payload"]
+            for e in events
+            if e["type"] == "tool.confirmation_resolved" and e["payload"].get("decision") == "deny"
+        }
+        calls = [e["payload"] for e in events if e["type"] == "llm.call_completed"]
+        host.last_call = calls[-1] if calls else None
+        for m in messages:
+            if m["role"] == "user":
+                await host.add(UserMessage(text_of(m)))
+            elif m["role"] == "assistant":
+                await self._show_stored_reply(m)
+            elif m["role"] == "tool":
+                for block in m.get("content") or []:
+                    if block.get("type") != "tool_result":
+                        continue
+                    card = self.cards.get(block["tool_use_id"])
+                    if card is None:
+                        continue
+                    info = done.get(block["tool_use_id"], {})
+                    if block["tool_use_id"] in denied:  # as it read live: denied, not failed
+                        card.set_state(_resolved_label(denied[block["tool_use_id"]]))
+                    else:
+                        card.set_state(card.state, info.get("duration_ms"))
+                    await card.set_result(
+                        tool_result_text(block),
+                        is_error=bool(block.get("is_error")),
+                        exit_code=info.get("exit_code"),
+                    )
+
+    async def _show_stored_reply(self, m: dict[str, Any]) -> None:
+        host = self.host
+        text = ""
+        for block in m.get("content") or []:
+            kind = block.get("type")
+            if kind == "thinking":
+                await host.add(ThinkingBlock(block.get("thinking", "")))
+            elif kind == "text":
+                text += block.get("text", "")
+            elif kind == "tool_use":
+                if text:
+                    await host.add(AssistantMessage(m["id"], text))
+                    text = ""
+                card = ToolCard(block["id"], block.get("name", ""), host.workspace)
+                self.cards[block["id"]] = card
+                host.confirmations.tool_inputs[block["id"]] = block.get("input") or {}
+                await host.add(card)
+                card.set_input(block.get("input") or {}, live=False)
+        if text:
+            self.replies[m["id"]] = await host.add(AssistantMessage(m["id"], text))
+
+    # live events ------------------------------------------------------------------------------
+
+    async def render(self, event: dict[str, Any]) -> None:
+        handler = getattr(self, "_on_" + event.get("type", "").replace(".", "_"), None)
+        if handler is not None:
+            await handler(event, event.get("payload") or {})
+
+    async def _on_turn_started(self, event: dict[str, Any], p: dict[str, Any]) -> None:
+        if self.host.turn.is_new(event["turn_id"]):
+            self.host.turn.mark_running(event["turn_id"], p.get("model"))
+
+    async def _on_route_decided(self, event: dict[str, Any], p: dict[str, Any]) -> None:
+        if p.get("chosen_model"):
+            self.host.turn.model = p["chosen_model"]
+
+    async def _on_message_start(self, event: dict[str, Any], p: dict[str, Any]) -> None:
+        # the reply's block is added with its first text: below its thinking, if any
+        self.host.turn.model = p.get("model") or self.host.turn.model
+
+    async def _on_text_delta(self, event: dict[str, Any], p: dict[str, Any]) -> None:
+        reply = self.replies.get(p["message_id"])
+        if reply is None or reply is not self.host.transcript.children[-1]:
+            # the first text, or text after a tool card: a block at the end, so the
+            # transcript reads in order
+            reply = self.replies[p["message_id"]] = await self.host.add(
+                AssistantMessage(p["message_id"], model=self.host.turn.model)
+            )
+        reply.append(p.get("text", ""))  # drawn on the next frame; the anchor keeps it in view
+
+    async def _on_thinking_delta(self, event: dict[str, Any], p: dict[str, Any]) -> None:
+        block = self.thinking.get(p["message_id"])
+        if block is None:
+            block = self.thinking[p["message_id"]] = await self.host.add(ThinkingBlock())
+        block.append(p.get("text", ""))
+
+    async def _on_tool_use_start(self, event: dict[str, Any], p: dict[str, Any]) -> None:
+        card = ToolCard(p["tool_use_id"], p.get("tool_name", ""), self.host.workspace)
+        self.cards[p["tool_use_id"]] = card
+        await self.host.add(card)
+
+    async def _on_tool_use_end(self, event: dict[str, Any], p: dict[str, Any]) -> None:
+        self.host.confirmations.tool_inputs[p["tool_use_id"]] = p.get("final_input") or {}
+        card = self.cards.get(p["tool_use_id"])
+        if card is not None:
+            card.set_input(p.get("final_input"))
+
+    async def _on_message_complete(self, event: dict[str, Any], p: dict[str, Any]) -> None:
+        reply = self.replies.get(p["message_id"])
+        note = None
+        if p.get("stop_reason") in ("cancelled", "error"):
+            note = f"the reply was cut short ({p['stop_reason']})"
+        if reply is not None:
+            reply.finish()
+        if note:  # at the end, in the order things happened (after "cancelling the turn…")
+            await self.host.add(Note(Text(note), classes="warning"))
+
+    async def _on_llm_call_completed(self, event: dict[str, Any], p: dict[str, Any]) -> None:
+        self.host.last_call = p
+        await self.host.refresh_status(fetch=False)
+
+    async def _on_llm_call_failed(self, event: dict[str, Any], p: dict[str, Any]) -> None:
+        if p.get("will_retry"):
+            await self.host.note(f"{p.get('error_class')} from {p.get('model')}; retrying")
+
+    async def _on_tool_called(self, event: dict[str, Any], p: dict[str, Any]) -> None:
+        card = self.cards.get(p["tool_use_id"])
+        if card is not None:
+            card.set_state("running")
+
+    async def _on_tool_completed(self, event: dict[str, Any], p: dict[str, Any]) -> None:
+        card = self.cards.get(p["tool_use_id"])
+        if card is not None:
+            card.set_state("error" if p.get("is_error") else "done", p.get("duration_ms"))
+            card.exit_code = p.get("exit_code")
+            self.host.run_worker(self._fill_result(card, p), group="results")
+
+    async def _on_tool_failed(self, event: dict[str, Any], p: dict[str, Any]) -> None:
+        card = self.cards.get(p["tool_use_id"])
+        if card is not None:
+            if p.get("error_class") == "user_denied":  # the card says so already, with the reason
+                if not card.state.startswith("denied"):
+                    card.set_state("denied")
+            else:
+                card.set_state(f"failed: {p.get('error_class')}", p.get("duration_ms"))
+            self.host.run_worker(self._fill_result(card, p), group="results")
+
+    async def _on_tool_input_invalid(self, event: dict[str, Any], p: dict[str, Any]) -> None:
+        card = self.cards.get(p["tool_use_id"])
+        if card is not None:
+            errors = "; ".join(e.get("message", "") for e in p.get("errors", [])[:3])
+            card.set_state(f"input invalid: {errors}")
+
+    async def _fill_result(self, card: ToolCard, p: dict[str, Any]) -> None:
+        with contextlib.suppress(ApiFailure, aiohttp.ClientError):
+            page = await self.host.api.call(
+                "GET", f"/sessions/{self.host.session_id}/messages", params={"limit": 50}
+            )
+            for m in page["messages"]:
+                if m["id"] != p.get("result_message_id"):
+                    continue
+                for block in m.get("content") or []:
+                    if block.get("type") == "tool_result":
+                        await card.set_result(
+                            tool_result_text(block),
+                            is_error=bool(block.get("is_error")),
+                            exit_code=p.get("exit_code"),
+                        )
+
+    async def _on_tool_confirmation_requested(
+        self, event: dict[str, Any], p: dict[str, Any]
+    ) -> None:
+        card = self.cards.get(p["tool_use_id"])
+        if card is not None:
+            card.set_state("awaiting your answer")
+        self.host.confirmations.add({**p, "turn_id": event.get("turn_id")})
+
+    async def _on_tool_confirmation_resolved(
+        self, event: dict[str, Any], p: dict[str, Any]
+    ) -> None:
+        request_id = str(p["confirmation_request_id"])
+        card = self.cards.get(p["tool_use_id"])
+        if card is not None:
+            card.set_state(_resolved_label(p))
+        self.host.confirmations.resolved(request_id)
+
+    async def _on_session_model_changed(self, event: dict[str, Any], p: dict[str, Any]) -> None:
+        await self.host.refresh_status()
+
+    async def _on_session_ended(self, event: dict[str, Any], p: dict[str, Any]) -> None:
+        self.host.ended = True
+
+    async def _on_turn_completed(self, event: dict[str, Any], p: dict[str, Any]) -> None:
+        await self._turn_ended(event, "completed")
+
+    async def _on_turn_cancelled(self, event: dict[str, Any], p: dict[str, Any]) -> None:
+        await self._turn_ended(event, f"cancelled ({p.get('reason')})")
+
+    async def _on_turn_failed(self, event: dict[str, Any], p: dict[str, Any]) -> None:
+        await self._turn_ended(event, f"failed: {p.get('reason')}: {p.get('message')}")
+
+    async def _turn_ended(self, event: dict[str, Any], outcome: str) -> None:
+        p = event.get("payload") or {}
+        for reply in list(self.replies.values()):
+            reply.finish()
+        seconds = (p.get("wall_time_ms") or 0) / 1000
+        line = (
+            f"turn {outcome} · {seconds:.1f} s · {p.get('llm_call_count', 0)} call(s) · "
+            f"{p.get('tool_call_count', 0)} tool(s) · ${p.get('total_cost_usd', '0')}"
+        )
+        await self.host.note(line, error=outcome.startswith("failed"))
+        turn_id = event.get("turn_id")
+        self.host.turn.finished.add(str(turn_id))
+        self.host.confirmations.drop_turn(turn_id)
+        if self.host.turn.id == turn_id:
+            self.host.turn.mark_over()
+        await self.host.refresh_status()
+
+
+def _resolved_label(p: dict[str, Any]) -> str:
+    """A tool card's state after a confirmation's answer (`denied: not now`), live or resumed."""
+    scope = " for this session" if p.get("scope") == "session" else ""
+    reason = f": {p['reason']}" if p.get("reason") else ""
+    label = {"allow": "allowed", "deny": "denied"}.get(p["decision"], p["decision"])
+    return f"{label}{scope}{reason}"

@@ -1,0 +1,138 @@
+"""The turn the daemon runs for the shown session, as far as the app knows.
+
+A message sent over REST starts a turn whose events (even its end) may stream in before the
+202 is read, a re-attach or a reload may find it over, and Esc may cancel one the daemon has
+already forgotten. The sending, the stream and the keys all ask "is a turn running, which
+one?": the answer, the turns whose end was shown (a late event must not revive one) and the
+spinner that shows it are kept here, with the two REST calls that start and stop a turn.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Protocol
+
+import aiohttp
+from rich.text import Text
+from textual.widgets import Static
+
+from metis.commands.client import ApiFailure, DaemonApi
+from metis.commands.tui.failures import TURN_GONE_CODES, error_text
+from metis.commands.tui.widgets import Note, UserMessage
+
+if TYPE_CHECKING:  # stream.py names RunningTurn: importing it here at run time is a cycle
+    from metis.commands.tui.stream import SessionStream
+
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+
+class TurnHost(Protocol):
+    """What of the app sending and cancelling a turn uses."""
+
+    api: DaemonApi
+    session_id: str | None
+    turns_sent: int
+    stream: SessionStream
+
+    @property
+    def pending(self) -> dict[str, dict[str, Any]]: ...
+
+    async def add(self, widget: Any) -> Any: ...
+
+    async def note(self, text: str, *, error: bool = False) -> None: ...
+
+
+class RunningTurn:
+    """The running turn's id (None when idle), its start and model for the spinner line."""
+
+    def __init__(self, host: TurnHost) -> None:
+        self.host = host
+        self.id: str | None = None
+        self.started = 0.0
+        self.model: str | None = None
+        self.finished: set[str] = set()  # turns whose end was shown
+        # held, not queried: the spinner's timer may fire once more while the app shuts down
+        self.spinner = Static("", id="spinner")
+        self._tick = 0
+
+    def is_new(self, turn_id: str) -> bool:
+        """Neither the turn shown running nor one that was shown to end."""
+        return self.id != turn_id and turn_id not in self.finished
+
+    def mark_running(self, turn_id: str, model: str | None) -> None:
+        self.id = turn_id
+        self.started = time.monotonic()
+        self.model = model
+        self.spinner.add_class("running")
+
+    def mark_over(self) -> None:
+        self.id = None
+        self.spinner.remove_class("running")
+
+    def spin(self) -> None:
+        if self.id is None:
+            return
+        self._tick += 1
+        elapsed = time.monotonic() - self.started
+        waiting = " · waiting for your answer (Ctrl-O)" if self.host.pending else ""
+        self.spinner.update(
+            Text.assemble(
+                (SPINNER[self._tick % len(SPINNER)] + " ", "bold"),
+                f"working {elapsed:.1f} s · {self.model or 'routing…'}{waiting}",
+                ("   Esc / Ctrl-C cancels", "dim"),
+            )
+        )
+
+    async def send(self, text: str) -> bool:
+        """Send a message; False (the message shown nowhere but in the prompt, kept there)
+        when it was not accepted."""
+        host = self.host
+        if self.id is not None:
+            await host.note("a turn is running: wait for it, or Esc to cancel it", error=True)
+            return False
+        if not host.stream.connected:
+            host.stream.retry_now()
+            await host.note(
+                "not connected to the daemon: re-attaching, then send again", error=True
+            )
+            return False
+        bubble = await host.add(UserMessage(text))  # before the POST: its reply may be quicker
+        try:
+            accepted = await host.api.call(
+                "POST",
+                f"/sessions/{host.session_id}/turns",
+                {"content": [{"type": "text", "text": text}]},
+            )
+        except (ApiFailure, aiohttp.ClientError) as exc:
+            await bubble.remove()
+            await host.note(f"not sent: {error_text(exc)}", error=True)
+            return False
+        host.turns_sent += 1
+        # its events may have arrived (even its end) before the 202 was read
+        if self.is_new(accepted["turn_id"]):
+            self.mark_running(accepted["turn_id"], accepted.get("model"))
+        return True
+
+    async def cancel(self) -> bool:
+        """Ask the daemon to cancel the running turn (False when none runs). The note comes
+        first, so it reads before the turn's own end; a failed cancel rewrites it."""
+        turn_id = self.id
+        if turn_id is None:
+            return False
+        note = await self.host.add(Note(Text("cancelling the turn…")))
+        try:
+            await self.host.api.call(
+                "POST", f"/sessions/{self.host.session_id}/turns/{turn_id}/cancel"
+            )
+        except ApiFailure as exc:
+            if exc.code not in TURN_GONE_CODES:
+                note.update(Text(f"could not cancel the turn: {error_text(exc)}"))
+                note.add_class("error")
+                return True
+            if self.id == turn_id:  # its end was never streamed: stop waiting for it
+                self.mark_over()
+            note.update(Text("the turn is no longer running"))
+        except aiohttp.ClientError as exc:
+            note.update(Text(f"could not cancel the turn: {error_text(exc)}"))
+            note.add_class("error")
+        return True
