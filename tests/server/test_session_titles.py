@@ -6,6 +6,7 @@ SessionService).
   to follow the same rule (what may not be in a title is dropped from it).
 - A refused PATCH changes nothing: its title is not kept when its model change is refused.
 
+- A single session reads its title by key, a page reads its titles at once: both by one rule.
 - Against a purge: `PATCH /sessions/{id}` checks the session, then writes the title; a purge
   committed between the two left the title row's foreign key to fail inside the write (a 500).
   The write itself now finds the session gone: SessionNotFound, a 404.
@@ -78,6 +79,32 @@ async def test_a_title_taken_from_the_first_prompt_holds_no_control_characters(
     assert shown["title"] == "[2J[31mRED[0m evil"
     _, listed = await api.call("GET", "/sessions")
     assert [s["title"] for s in listed["sessions"]] == ["[2J[31mRED[0m evil"]
+
+
+async def test_a_session_and_the_listing_show_the_same_title_by_the_same_rule(
+    http: aiohttp.ClientSession, workspace: Path
+) -> None:
+    """GET /sessions/{id} reads one session's title by key; the listing reads a page's at once:
+    no turn yet (none), the first prompt's first line, a title set, then cleared again."""
+    api = Api(http)
+    sid = (await api.create_session(workspace))["id"]
+
+    async def both() -> tuple[Any, Any]:
+        _, shown = await api.call("GET", f"/sessions/{sid}")
+        _, listed = await api.call("GET", "/sessions")
+        [row] = [s for s in listed["sessions"] if s["id"] == sid]
+        return shown["title"], row["title"]
+
+    assert await both() == (None, None)
+    await api.run_turn(sid, "\n  fix the flaky test\nin the parser")
+    await api.run_turn(sid, "a later prompt")
+    assert await both() == ("fix the flaky test", "fix the flaky test")
+    status, patched = await api.call("PATCH", f"/sessions/{sid}", {"title": "Parser work"})
+    assert status == 200 and patched["title"] == "Parser work"
+    assert await both() == ("Parser work", "Parser work")
+    status, patched = await api.call("PATCH", f"/sessions/{sid}", {"title": None})
+    assert status == 200 and patched["title"] == "fix the flaky test"
+    assert await both() == ("fix the flaky test", "fix the flaky test")
 
 
 async def test_a_refused_patch_leaves_the_title_as_it_was(

@@ -400,6 +400,13 @@ class SessionService:
         titles.update(await self._titles.set_titles(session_ids))
         return titles
 
+    async def title(self, session_id: str) -> str | None:
+        """One session's title, by the rule of `titles`, in one read by key."""
+        set_title, prompt = await self._titles.title_of(session_id)
+        if set_title is not None:
+            return set_title
+        return title_from_prompt(prompt) if prompt is not None else None
+
     # -- writes -------------------------------------------------------------------------------
 
     async def set_title(self, session_id: str, title: str | None) -> None:

@@ -44,14 +44,26 @@ class TitleStore:
         )
         texts: dict[str, str] = {}
         for row in rows:
-            try:
-                blocks = json.loads(row["content_json"])
-            except ValueError:
-                continue
-            texts[row["session_id"]] = "\n".join(
-                b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text"
-            )
+            text = _prompt_text(row["content_json"])
+            if text is not None:
+                texts[row["session_id"]] = text
         return texts
+
+    async def title_of(self, session_id: str) -> tuple[str | None, str | None]:
+        """One session's set title and the text of its first user message, in one read by key
+        on the event loop's thread: a single session's view (GET /sessions/{id}, a WebSocket
+        snapshot) then makes no round trip to the reader's thread, where `set_titles` and
+        `first_prompts` (a page's worth) make one each."""
+        row = await self.db.fetchone(
+            "SELECT (SELECT title FROM session_titles WHERE session_id = ?1) AS title, "
+            "(SELECT content_json FROM messages WHERE session_id = ?1 AND role = 'user' "
+            "ORDER BY id LIMIT 1) AS prompt",
+            (session_id,),
+        )
+        if row is None:
+            return None, None
+        prompt = row["prompt"]
+        return row["title"], _prompt_text(prompt) if prompt is not None else None
 
     async def set(self, session_id: str, title: str | None, stamp: int) -> bool:
         """Set the title (None clears it). False when the session row is gone: a purge
@@ -72,3 +84,15 @@ class TitleStore:
             return bool(cursor.rowcount)
 
         return await self.db.transaction(work)
+
+
+def _prompt_text(content_json: str) -> str | None:
+    """The text blocks of a stored user message, joined by newlines; None when its content
+    cannot be decoded."""
+    try:
+        blocks = json.loads(content_json)
+    except ValueError:
+        return None
+    return "\n".join(
+        b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text"
+    )

@@ -325,7 +325,7 @@ async def get_session(request: web.Request) -> web.Response:
 async def session_annotations(app: Application, view: SessionView) -> dict[str, Any]:
     """What a single session's view shows beyond its row: its title and the project
     instruction file in use. GET /sessions/{id} and the WebSocket snapshot share it."""
-    title = (await app.sessions.titles([view.id])).get(view.id)
+    title = await app.sessions.title(view.id)
     instructions = await app.history.project_instructions(view.id, view.row.workspace_path)
     return {"title": title, "instructions": instructions}
 
@@ -369,7 +369,7 @@ async def patch_session(request: web.Request) -> web.Response:
         }
     if "title" in body.model_fields_set:
         await app.sessions.set_title(session_id, body.title)
-        answer["title"] = (await app.sessions.titles([session_id])).get(session_id)
+        answer["title"] = await app.sessions.title(session_id)
     return json_response(answer)
 
 
