@@ -28,7 +28,14 @@ from typing import Any, TextIO
 import aiohttp
 
 from metis.commands import tooldisplay
-from metis.commands.client import ApiFailure, DaemonApi, NotADaemon, failure_text, reason_code
+from metis.commands.client import (
+    ApiFailure,
+    DaemonApi,
+    NotADaemon,
+    failure_text,
+    reason_code,
+    subscribe_answer,
+)
 from metis.commands.daemon_client import add_arguments, session_id, target_from_args
 from metis.core.errors import ConfigError
 from metis.core.tools.textutil import visible_controls
@@ -257,31 +264,19 @@ class ChatSession:
             subscribe["since"] = self._last_event_id
         try:
             await ws.send_json(subscribe)
-            ack = await self._answer(ws)
+            ack = await subscribe_answer(ws)
             if ack.get("type") != "subscribe_ack":
                 raise ApiFailure(409, {"error": ack})
             if not ack["snapshot"]:
                 count = ack["replay_event_count"]
                 self.render.line("metis", f"re-attached; {count} missed event(s) follow")
                 return None
-            frame = await self._answer(ws)
+            frame = await subscribe_answer(ws)
         except BaseException:
             await ws.close()
             raise
         self._last_event_id = frame["snapshot_at_event_id"]
         return frame
-
-    @staticmethod
-    async def _answer(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
-        """The next frame of the subscribe exchange. The daemon may close the socket instead
-        (its queue overflowed during a long load, a shutdown): that is a failed attach, with
-        the close reason's code, for the caller to retry."""
-        msg = await ws.receive(timeout=10)
-        if msg.type == aiohttp.WSMsgType.TEXT:
-            frame: dict[str, Any] = json.loads(msg.data)
-            return frame
-        code = _reason_code(msg.extra) or f"closed_{ws.close_code}"
-        raise ApiFailure(409, {"error": {"code": code, "message": "closed while attaching"}})
 
     async def reattach(self) -> None:
         """After a dropped stream: replay what was missed; if the daemon cannot (the cursor
@@ -390,7 +385,7 @@ class ChatSession:
             if msg.type == aiohttp.WSMsgType.TEXT:
                 self._on_frame(json.loads(msg.data))
             elif msg.type == aiohttp.WSMsgType.CLOSE:
-                return _reason_code(msg.extra) or str(msg.data)
+                return reason_code(msg.extra) or str(msg.data)
             elif msg.type in (
                 aiohttp.WSMsgType.CLOSING,
                 aiohttp.WSMsgType.CLOSED,
@@ -681,9 +676,6 @@ class ChatSession:
                     return
                 continue
             await self.run_turn(line)
-
-
-_reason_code = reason_code
 
 
 # -- the command ---------------------------------------------------------------------------------

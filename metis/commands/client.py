@@ -190,6 +190,18 @@ def reason_code(reason: Any) -> str | None:
         return None
 
 
+async def subscribe_answer(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
+    """The next frame of a subscribe exchange (its ack, then the snapshot). The daemon may close
+    the socket instead (its queue overflowed during a long load, a shutdown): that is a failed
+    attach, with the close reason's code, for the caller to retry."""
+    msg = await ws.receive(timeout=10)
+    if msg.type == aiohttp.WSMsgType.TEXT:
+        frame: dict[str, Any] = json.loads(msg.data)
+        return frame
+    code = reason_code(msg.extra) or f"closed_{ws.close_code}"
+    raise ApiFailure(409, {"error": {"code": code, "message": "closed while attaching"}})
+
+
 def text_of(message: Mapping[str, Any]) -> str:
     """The text blocks of a canonical message, joined."""
     return "\n".join(

@@ -20,7 +20,7 @@ import aiohttp
 from textual import Logger
 from textual.containers import VerticalScroll
 
-from metis.commands.client import ApiFailure, DaemonApi, reason_code
+from metis.commands.client import ApiFailure, DaemonApi, reason_code, subscribe_answer
 from metis.commands.tui.confirmations import ConfirmationQueue
 from metis.commands.tui.failures import GONE_CODES
 from metis.commands.tui.transcript import TranscriptRenderer
@@ -94,10 +94,10 @@ class SessionStream:
             subscribe["since"] = since
         try:
             await ws.send_json(subscribe)
-            ack = await self._frame(ws)
+            ack = await subscribe_answer(ws)
             if ack.get("type") != "subscribe_ack":
                 raise ApiFailure(409, {"error": ack})
-            frame = await self._frame(ws) if ack["snapshot"] else ack
+            frame = await subscribe_answer(ws) if ack["snapshot"] else ack
         except BaseException:
             await ws.close()
             raise
@@ -142,15 +142,6 @@ class SessionStream:
         if "snapshot_at_event_id" in frame:
             self.last_event_id = frame["snapshot_at_event_id"]
         return frame
-
-    @staticmethod
-    async def _frame(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
-        msg = await ws.receive(timeout=10)
-        if msg.type == aiohttp.WSMsgType.TEXT:
-            frame: dict[str, Any] = json.loads(msg.data)
-            return frame
-        code = reason_code(msg.extra) or f"closed_{ws.close_code}"
-        raise ApiFailure(409, {"error": {"code": code, "message": "closed while attaching"}})
 
     async def _read(self) -> None:
         """Handle frames until the session ends; re-attach after an abnormal close, for as long
