@@ -239,7 +239,7 @@ async def one_turn(
         target=typist, args=(app, args.key_interval_ms / 1000, stop), daemon=True
     )
     thread.start()
-    await until(lambda: app.turn_id is None)
+    await until(lambda: app.turn.id is None)
     stream_s = time.perf_counter() - started
     reply = list(app.query(AssistantMessage))[-1]
     with contextlib.suppress(TimeoutError):
@@ -349,7 +349,7 @@ async def main_async(args: argparse.Namespace) -> bool:
             freeze_heap=True,  # as `metis chat` does
         )
         async with app.run_test(size=SIZE) as pilot:
-            await until(lambda: app.reader is not None, timeout=30)
+            await until(lambda: app.stream.reader is not None, timeout=30)
             instrument(app)
             modes = ["burst", "paced"] if args.mode == "both" else [args.mode]
             for mode in modes:

@@ -13,7 +13,6 @@ confirmations (confirmations.py), the `/` commands (slash_commands.py) and compl
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import gc
 import time
@@ -33,7 +32,7 @@ from metis.commands.tui.completion import PromptCompletion
 from metis.commands.tui.confirmations import ConfirmationQueue
 from metis.commands.tui.failures import error_text, failure_text
 from metis.commands.tui.history import InputHistory
-from metis.commands.tui.slash_commands import COMMANDS, SlashCommands
+from metis.commands.tui.slash_commands import SlashCommands
 from metis.commands.tui.status import status_fields
 from metis.commands.tui.stream import SessionStream
 from metis.commands.tui.transcript import TranscriptRenderer
@@ -46,9 +45,6 @@ from metis.commands.tui.widgets import (
     warm_up_markdown,
 )
 from metis.core.errors import ConfigError
-
-# COMMANDS is slash_commands.py's: importing it from the app, as before, keeps working
-__all__ = ["COMMANDS", "ChatApp", "run_app"]
 
 QUIT_WINDOW_S = 2.0
 
@@ -145,40 +141,6 @@ class ChatApp(App[int]):
 
     async def note(self, text: str, *, error: bool = False) -> None:
         await self.add(Note(Text(text), classes="error" if error else ""))
-
-    # what the parts keep, under the names the app had for them (tests and scripts read them)
-
-    @property
-    def turn_id(self) -> str | None:
-        return self.turn.id
-
-    @turn_id.setter
-    def turn_id(self, turn_id: str | None) -> None:
-        self.turn.id = turn_id
-
-    @property
-    def pending(self) -> dict[str, dict[str, Any]]:
-        return self.confirmations.pending
-
-    @property
-    def ws(self) -> aiohttp.ClientWebSocketResponse | None:
-        return self.stream.ws
-
-    @property
-    def reader(self) -> asyncio.Task[None] | None:
-        return self.stream.reader
-
-    @property
-    def connected(self) -> bool:
-        return self.stream.connected
-
-    @property
-    def last_event_id(self) -> str | None:
-        return self.stream.last_event_id
-
-    @last_event_id.setter
-    def last_event_id(self, event_id: str | None) -> None:
-        self.stream.last_event_id = event_id
 
     # start and stop ---------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from metis.commands.client import ApiFailure, DaemonApi
+from metis.commands.tui.confirmations import ConfirmationQueue
 from metis.commands.tui.failures import TURN_GONE_CODES, error_text
 from metis.commands.tui.widgets import Note, UserMessage
 
@@ -33,9 +34,7 @@ class TurnHost(Protocol):
     session_id: str | None
     turns_sent: int
     stream: SessionStream
-
-    @property
-    def pending(self) -> dict[str, dict[str, Any]]: ...
+    confirmations: ConfirmationQueue
 
     async def add(self, widget: Any) -> Any: ...
 
@@ -74,7 +73,7 @@ class RunningTurn:
             return
         self._tick += 1
         elapsed = time.monotonic() - self.started
-        waiting = " · waiting for your answer (Ctrl-O)" if self.host.pending else ""
+        waiting = " · waiting for your answer (Ctrl-O)" if self.host.confirmations.pending else ""
         self.spinner.update(
             Text.assemble(
                 (SPINNER[self._tick % len(SPINNER)] + " ", "bold"),

@@ -15,8 +15,9 @@ from textual.widgets import Collapsible, OptionList, Static
 from textual.widgets._collapsible import CollapsibleTitle
 
 from metis.commands.daemon_client import resolve_daemon
-from metis.commands.tui.app import COMMANDS, ChatApp
+from metis.commands.tui.app import ChatApp
 from metis.commands.tui.screens import ConfirmScreen, Decision, SessionPicker
+from metis.commands.tui.slash_commands import COMMANDS
 from metis.commands.tui.widgets import (
     PIECE_CHARS,
     AssistantMessage,
@@ -54,7 +55,7 @@ async def attached(app: ChatApp, size: tuple[int, int] = SIZE) -> AsyncIterator[
     """The app running headless, once it reads its session's stream (what every test waits for
     before it types)."""
     async with app.run_test(size=size) as pilot:
-        await until(lambda: app.reader is not None)
+        await until(lambda: app.stream.reader is not None)
         yield pilot
 
 
@@ -98,16 +99,16 @@ async def test_a_turn_streams_into_the_transcript_and_the_status_bar_matches_res
     d = await start_daemon(models=SLOW_SCRIPTED)
     app = make_app(d, workspace)
     async with app.run_test(size=SIZE) as pilot:
-        await until(lambda: app.session_id and app.reader is not None)
+        await until(lambda: app.session_id and app.stream.reader is not None)
         send(app, "hello there, a longer sentence to stream")
         # streaming: part of the reply is shown while the turn runs, with the spinner
         await until(lambda: any(0 < len(t) < 20 for t in texts(app, AssistantMessage)))
-        assert app.turn_id is not None
+        assert app.turn.id is not None
         await pilot.pause(0.2)
         spinner = str(app.query_one("#spinner").render())
         assert "working" in spinner and "local:scripted" in spinner
         screenshot(app, "chat-streaming")
-        await until(lambda: app.turn_id is None)
+        await until(lambda: app.turn.id is None)
         await pilot.pause()
         assert texts(app, UserMessage) == ["hello there, a longer sentence to stream"]
         assert texts(app, AssistantMessage) == [
@@ -210,7 +211,7 @@ async def test_confirmations_y_a_and_n_with_a_reason(
         await pilot.press("n")
         await pilot.press(*"not here")
         await pilot.press("enter")
-        await until(lambda: app.turn_id is None and "turn completed" in notes(app))
+        await until(lambda: app.turn.id is None and "turn completed" in notes(app))
         await pilot.pause(0.3)
         cards = {c.name_: c for c in app.query(ToolCard)}
         assert cards["write_file"].result is not None
@@ -243,7 +244,7 @@ async def test_an_answer_given_elsewhere_closes_the_modal(
         )
         assert status == 200
         await until(lambda: not isinstance(app.screen, ConfirmScreen))
-        await until(lambda: app.turn_id is None)
+        await until(lambda: app.turn.id is None)
         await pilot.pause()
         [card] = app.query(ToolCard)
         assert card.state.startswith("allowed") or card.result is not None
@@ -268,7 +269,7 @@ async def test_answering_cancelling_and_sending_unanswered_say_so_and_keep_the_d
         app.api.url = "http://127.0.0.1:9"  # nothing listens there
         await pilot.press("y")
         await until(lambda: "the answer was not sent" in notes(app))
-        assert app.is_running and app.pending  # Ctrl-O asks again
+        assert app.is_running and app.confirmations.pending  # Ctrl-O asks again
         await pilot.press("escape")
         await until(lambda: "could not cancel the turn" in notes(app))
         assert "cancelling the turn…" not in notes(app)  # rewritten, not left standing
@@ -291,14 +292,14 @@ async def test_after_a_daemon_restart_the_app_reattaches_and_the_stuck_turn_clea
         send(app, "a sentence that takes a while to stream back to the terminal")
         await until(lambda: any(texts(app, AssistantMessage)))
         await d.stop()
-        await until(lambda: not app.connected)
+        await until(lambda: not app.stream.connected)
         assert "disconnected" in str(app.status.render())
         screenshot(app, "disconnected")
         await asyncio.sleep(1.5)  # longer than the old three tries took to give up
         again = await restarted(d)
         try:
-            await until(lambda: app.connected, timeout=15)
-            await until(lambda: app.turn_id is None)
+            await until(lambda: app.stream.connected, timeout=15)
+            await until(lambda: app.turn.id is None)
             assert "re-attached" in notes(app)
             assert not app.status.fields.get("connection")
             await type_text(pilot, app, "after the restart")
@@ -310,7 +311,7 @@ async def test_after_a_daemon_restart_the_app_reattaches_and_the_stuck_turn_clea
             await d.stop()  # down again, idle this time: a message waits for the stream
         finally:
             await again.stop()
-        await until(lambda: not app.connected)
+        await until(lambda: not app.stream.connected)
         await type_text(pilot, app, "while it is down")
         await until(lambda: "not connected to the daemon" in notes(app))
         assert app.prompt.text == "while it is down"
@@ -322,7 +323,7 @@ async def test_after_a_daemon_restart_the_app_reattaches_and_the_stuck_turn_clea
         try:  # a session opened before the old one re-attached: nothing says "disconnected"
             other = await api_of(third).create_session(workspace)
             await app.switch_to(other["id"])
-            assert app.session_id == other["id"] and app.connected
+            assert app.session_id == other["id"] and app.stream.connected
             assert not app.status.fields.get("connection")
         finally:
             await third.stop()
@@ -338,13 +339,13 @@ async def test_a_cancel_the_daemon_no_longer_knows_clears_the_turn(
     async with attached(app) as pilot:
         await type_text(pilot, app, "hello")
         await until(lambda: "turn completed" in notes(app))
-        app.turn_id = "turn_gone"
+        app.turn.id = "turn_gone"
         await pilot.press("escape")
         await until(lambda: "the turn is no longer running" in notes(app))
-        assert app.turn_id is None
+        assert app.turn.id is None
         first = app.session_id
         await type_text(pilot, app, "/new")
-        await until(lambda: app.session_id != first and app.reader is not None)
+        await until(lambda: app.session_id != first and app.stream.reader is not None)
 
 
 async def test_escape_cancels_the_running_turn(
@@ -357,7 +358,7 @@ async def test_escape_cancels_the_running_turn(
         await until(lambda: any(texts(app, AssistantMessage)))
         await pilot.press("escape")
         await until(lambda: "turn cancelled (user_cancel)" in notes(app))
-        assert app.turn_id is None
+        assert app.turn.id is None
         shown = notes(app)
         # in the order it happened: asked to cancel, the reply cut short, the turn's end
         assert (
@@ -439,7 +440,7 @@ async def test_slash_commands_model_cost_title_sessions_new_and_export(
         await until(lambda: "/sessions" in notes(app))
         screenshot(app, "slash-commands")
         await type_text(pilot, app, "/new")
-        await until(lambda: app.session_id != first and app.reader is not None)
+        await until(lambda: app.session_id != first and app.stream.reader is not None)
         assert texts(app, UserMessage) == []
         await type_text(pilot, app, "/sessions")
         await until(lambda: isinstance(app.screen, SessionPicker))
@@ -451,7 +452,7 @@ async def test_slash_commands_model_cost_title_sessions_new_and_export(
         options = picker.query_one(OptionList)
         options.highlighted = [s["id"] for s in picker.sessions].index(first)
         await pilot.press("enter")
-        await until(lambda: app.session_id == first and app.reader is not None)
+        await until(lambda: app.session_id == first and app.stream.reader is not None)
         await pilot.pause()
         assert texts(app, UserMessage) == ["hello"]
     assert (tmp_path / f"{first}.md").read_text().startswith("# My demo session")
@@ -588,9 +589,9 @@ async def test_a_stream_that_cannot_be_replayed_reloads_the_transcript(
     async with attached(app) as pilot:
         await type_text(pilot, app, "first question")
         await until(lambda: "turn completed" in notes(app))
-        ws = app.ws
+        ws = app.stream.ws
         assert ws is not None
-        app.last_event_id = foreign
+        app.stream.last_event_id = foreign
         await ws.close()  # the reader re-attaches after 0.2 s: meanwhile a turn runs elsewhere
         await api.call(
             "POST",
@@ -600,8 +601,8 @@ async def test_a_stream_that_cannot_be_replayed_reloads_the_transcript(
         await until(lambda: "reloaded the session" in notes(app))
         await until(lambda: texts(app, UserMessage) == ["first question", "missed question"])
         await until(lambda: 'You said: "missed question"' in texts(app, AssistantMessage))
-        assert app.ws is not None and app.ws is not ws
-        await until(lambda: app.turn_id is None)
+        assert app.stream.ws is not None and app.stream.ws is not ws
+        await until(lambda: app.turn.id is None)
         await type_text(pilot, app, "after the reload")  # the new stream is live
         await until(lambda: 'You said: "after the reload"' in texts(app, AssistantMessage))
         assert texts(app, UserMessage).count("first question") == 1
@@ -632,11 +633,11 @@ async def test_an_ended_session_is_not_offered_and_opening_one_keeps_the_current
         screenshot(app, "session-picker-narrow")
         await pilot.press("escape")
         # an ended session picked all the same (it ended while the list was open)
-        current, reader, before = app.session_id, app.reader, list(app.transcript.children)
+        current, reader, before = app.session_id, app.stream.reader, list(app.transcript.children)
         await app.switch_to(ended["id"])
         assert f"session {ended['id']} has ended" in notes(app)
         assert "{" not in notes(app)  # a sentence, not an error envelope
-        assert app.session_id == current and app.reader is reader and app.connected
+        assert app.session_id == current and app.stream.reader is reader and app.stream.connected
         assert list(app.transcript.children)[: len(before)] == before
         await type_text(pilot, app, "still here")
         await until(lambda: 'You said: "still here"' in texts(app, AssistantMessage))
