@@ -71,13 +71,15 @@ class TranscriptRenderer:
     # the stored conversation ------------------------------------------------------------------
 
     async def show_history(self) -> None:
-        """The stored conversation: messages, tool cards with their results and durations."""
+        """The stored conversation: messages, tool cards with their results and durations, and
+        the end of each turn that failed or was cancelled, as it read live."""
         host = self.host
         assert host.session_id is not None
         messages = await host.api.all_messages(host.session_id)
         events = await host.api.all_events(
             host.session_id,
-            "tool.completed,tool.failed,llm.call_completed,tool.confirmation_resolved",
+            "tool.completed,tool.failed,llm.call_completed,tool.confirmation_resolved,"
+            "turn.failed,turn.cancelled",
         )
         done = {
             e["payload"]["tool_use_id"]: e["payload"]
@@ -91,7 +93,12 @@ class TranscriptRenderer:
         }
         calls = [e["payload"] for e in events if e["type"] == "llm.call_completed"]
         host.last_call = calls[-1] if calls else None
+        cut_short = {e["turn_id"]: e for e in events if e["type"] in _CUT_SHORT}
+        shown_turn = None
         for m in messages:
+            if m.get("turn_id") != shown_turn:
+                await self._show_stored_end(cut_short.pop(shown_turn, None))
+                shown_turn = m.get("turn_id")
             if m["role"] == "user":
                 await host.add(UserMessage(text_of(m)))
             elif m["role"] == "assistant":
@@ -113,6 +120,15 @@ class TranscriptRenderer:
                         is_error=bool(block.get("is_error")),
                         exit_code=info.get("exit_code"),
                     )
+        await self._show_stored_end(cut_short.pop(shown_turn, None))
+        for event in cut_short.values():  # turns that stored no message (in event order)
+            await self._show_stored_end(event)
+
+    async def _show_stored_end(self, event: dict[str, Any] | None) -> None:
+        if event is not None:
+            outcome = _outcome(event)
+            line = _turn_line(event.get("payload") or {}, outcome)
+            await self.host.note(line, error=outcome.startswith("failed"))
 
     async def _show_stored_reply(self, m: dict[str, Any]) -> None:
         host = self.host
@@ -267,23 +283,19 @@ class TranscriptRenderer:
         self.host.ended = True
 
     async def _on_turn_completed(self, event: dict[str, Any], p: dict[str, Any]) -> None:
-        await self._turn_ended(event, "completed")
+        await self._turn_ended(event)
 
     async def _on_turn_cancelled(self, event: dict[str, Any], p: dict[str, Any]) -> None:
-        await self._turn_ended(event, f"cancelled ({p.get('reason')})")
+        await self._turn_ended(event)
 
     async def _on_turn_failed(self, event: dict[str, Any], p: dict[str, Any]) -> None:
-        await self._turn_ended(event, f"failed: {p.get('reason')}: {p.get('message')}")
+        await self._turn_ended(event)
 
-    async def _turn_ended(self, event: dict[str, Any], outcome: str) -> None:
-        p = event.get("payload") or {}
+    async def _turn_ended(self, event: dict[str, Any]) -> None:
         for reply in list(self.replies.values()):
             reply.finish()
-        seconds = (p.get("wall_time_ms") or 0) / 1000
-        line = (
-            f"turn {outcome} · {seconds:.1f} s · {p.get('llm_call_count', 0)} call(s) · "
-            f"{p.get('tool_call_count', 0)} tool(s) · ${p.get('total_cost_usd', '0')}"
-        )
+        outcome = _outcome(event)
+        line = _turn_line(event.get("payload") or {}, outcome)
         await self.host.note(line, error=outcome.startswith("failed"))
         turn_id = event.get("turn_id")
         self.host.turn.finished.add(str(turn_id))
@@ -291,6 +303,29 @@ class TranscriptRenderer:
         if self.host.turn.id == turn_id:
             self.host.turn.mark_over()
         await self.host.refresh_status()
+
+
+_CUT_SHORT = ("turn.failed", "turn.cancelled")
+
+
+def _outcome(event: dict[str, Any]) -> str:
+    """How a turn ended, from its terminal event: `completed`, `cancelled (reason)` or
+    `failed: reason: message`."""
+    p = event.get("payload") or {}
+    if event["type"] == "turn.cancelled":
+        return f"cancelled ({p.get('reason')})"
+    if event["type"] == "turn.failed":
+        return f"failed: {p.get('reason')}: {p.get('message')}"
+    return "completed"
+
+
+def _turn_line(p: dict[str, Any], outcome: str) -> str:
+    """The line a turn's end shows: its outcome, wall time, calls, tools and cost."""
+    seconds = (p.get("wall_time_ms") or 0) / 1000
+    return (
+        f"turn {outcome} · {seconds:.1f} s · {p.get('llm_call_count', 0)} call(s) · "
+        f"{p.get('tool_call_count', 0)} tool(s) · ${p.get('total_cost_usd', '0')}"
+    )
 
 
 def _resolved_label(p: dict[str, Any]) -> str:

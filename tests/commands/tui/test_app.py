@@ -33,6 +33,7 @@ from metis.server.runner import Daemon
 from metis.testing import FakeProviderServer, FakeReply
 from metis.testing.bench import bench_models_yaml
 from tests.api import Api
+from tests.helpers import insert_running_turn
 from tests.ws_client import SLOW_SCRIPTED
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
@@ -740,6 +741,42 @@ async def test_resuming_marks_the_earlier_turns(
     fresh = make_app(d, workspace)
     async with attached(fresh):
         assert not fresh.query(".marker")
+
+
+async def test_resuming_shows_how_each_turn_that_did_not_complete_ended(
+    start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    """A turn cancelled and a turn a crash left running (failed by the next start's recovery)
+    end, in the resumed transcript, with the line they had live, below their own messages."""
+    d = await start_daemon(models=SLOW_SCRIPTED)
+    api = api_of(d)
+    sid = (await api.create_session(workspace))["id"]
+    status, accepted = await api.submit(sid, "a reply long enough to cancel " * 8)
+    assert status == 202
+    await api.call("POST", f"/sessions/{sid}/turns/{accepted['turn_id']}/cancel")
+    await d.core.turns.wait_all()
+    await api.run_turn(sid, "completed after it")
+    await insert_running_turn(d.core.db, sid)  # as a crash leaves a turn (no message stored)
+    await d.stop()
+    again = await restarted(d)
+    try:
+        app = make_app(again, workspace, session_id=sid)
+        async with attached(app):
+            shown = [
+                w
+                for w in app.transcript.children
+                if isinstance(w, (UserMessage, Note)) and "marker" not in w.classes
+            ]
+            lines = [str(w.render()) if isinstance(w, Note) else "you" for w in shown]
+            assert lines[0] == "you" and lines[1].startswith("turn cancelled (user_cancel) · ")
+            assert lines[2] == "you" and "completed" not in "".join(lines)
+            assert lines[3].startswith(
+                "turn failed: daemon_restart: metis stopped while this turn was running · "
+            )
+            assert "error" in shown[3].classes
+            screenshot(app, "resumed-turn-ends")
+    finally:
+        await again.stop()
 
 
 def test_the_status_bar_shortens_the_workspace_path() -> None:
