@@ -35,6 +35,7 @@ from metis.commands.client import (
     failure_text,
     reason_code,
     subscribe_answer,
+    turn_outcome,
 )
 from metis.commands.daemon_client import add_arguments, session_id, target_from_args
 from metis.core.errors import ConfigError
@@ -187,10 +188,10 @@ class Renderer:
         )
 
     def _on_turn_cancelled(self, p: dict[str, Any]) -> None:
-        self.line("turn", f"cancelled ({p.get('reason')})")
+        self.line("turn", turn_outcome("turn.cancelled", p))
 
     def _on_turn_failed(self, p: dict[str, Any]) -> None:
-        self.line("turn", f"failed: {p.get('reason')}: {p.get('message')}")
+        self.line("turn", turn_outcome("turn.failed", p))
 
 
 # -- the session ---------------------------------------------------------------------------------

@@ -202,6 +202,16 @@ async def subscribe_answer(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any
     raise ApiFailure(409, {"error": {"code": code, "message": "closed while attaching"}})
 
 
+def turn_outcome(event_type: str, payload: Mapping[str, Any]) -> str:
+    """How a turn ended, from its terminal event: `completed`, `cancelled (reason)` or
+    `failed: reason: message` (what every client prints, live or from the stored events)."""
+    if event_type == "turn.cancelled":
+        return f"cancelled ({payload.get('reason')})"
+    if event_type == "turn.failed":
+        return f"failed: {payload.get('reason')}: {payload.get('message')}"
+    return "completed"
+
+
 def text_of(message: Mapping[str, Any]) -> str:
     """The text blocks of a canonical message, joined."""
     return "\n".join(

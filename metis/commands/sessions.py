@@ -16,7 +16,7 @@ from typing import Any
 
 from metis.commands import export as exporter
 from metis.commands import usage
-from metis.commands.client import DaemonApi, with_daemon
+from metis.commands.client import DaemonApi, turn_outcome, with_daemon
 from metis.commands.daemon_client import add_arguments, session_id
 from metis.core.tools.textutil import visible_controls
 from metis.private_file import write_private
@@ -82,7 +82,7 @@ async def _show(api: DaemonApi, args: argparse.Namespace) -> int:
     for n, e in enumerate(ends, 1):
         p = e["payload"]
         print(
-            f"  turn {n}: {e['type'].removeprefix('turn.')} · {p.get('llm_call_count', 0)} call(s) · "
+            f"  turn {n}: {turn_outcome(e['type'], p)} · {p.get('llm_call_count', 0)} call(s) · "
             f"{p.get('tool_call_count', 0)} tool(s) · ${p.get('total_cost_usd', '0')}"
         )
     return 0

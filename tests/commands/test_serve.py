@@ -25,6 +25,7 @@ from metis.server.lock import LOCK_FILE, read_holder
 from metis.testing import FakeProviderServer, FakeReply
 from metis.testing.serving import SERVE_START_DEADLINE_S, free_port, wait_until_serving
 from tests.api import Api, home_headers
+from tests.cli import metis
 from tests.ws_client import SLOW_SCRIPTED, fake_models
 
 Spawn = Callable[..., Any]
@@ -178,6 +179,14 @@ async def test_run_cut_off_by_a_killed_daemon_ends_its_line_and_names_the_sessio
     assert printed.endswith("\n") and "cut me off " * 10 not in printed
     assert "the daemon's stream closed before the turn ended (session sess_" in said, said
     assert "`metis sessions show sess_" in said
+    session_id = said.split("(session ")[1].split(";")[0]
+    again = await serve("--port", str(port))  # its start fails the interrupted turn
+    await again.banner()
+    code, shown, err = await metis(
+        "sessions", "show", session_id, "--url", f"http://127.0.0.1:{port}"
+    )
+    assert code == 0, err
+    assert "turn 1: failed: daemon_restart: metis stopped while this turn was running" in shown
 
 
 async def test_config_yaml_sets_the_log_level_and_the_flag_overrides_it(

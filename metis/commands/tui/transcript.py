@@ -18,7 +18,13 @@ import aiohttp
 from rich.text import Text
 from textual.containers import VerticalScroll
 
-from metis.commands.client import ApiFailure, DaemonApi, text_of, tool_result_text
+from metis.commands.client import (
+    ApiFailure,
+    DaemonApi,
+    text_of,
+    tool_result_text,
+    turn_outcome,
+)
 from metis.commands.tui.confirmations import ConfirmationQueue
 from metis.commands.tui.turn import RunningTurn
 from metis.commands.tui.widgets import (
@@ -126,7 +132,7 @@ class TranscriptRenderer:
 
     async def _show_stored_end(self, event: dict[str, Any] | None) -> None:
         if event is not None:
-            outcome = _outcome(event)
+            outcome = turn_outcome(event["type"], event.get("payload") or {})
             line = _turn_line(event.get("payload") or {}, outcome)
             await self.host.note(line, error=outcome.startswith("failed"))
 
@@ -294,7 +300,7 @@ class TranscriptRenderer:
     async def _turn_ended(self, event: dict[str, Any]) -> None:
         for reply in list(self.replies.values()):
             reply.finish()
-        outcome = _outcome(event)
+        outcome = turn_outcome(event["type"], event.get("payload") or {})
         line = _turn_line(event.get("payload") or {}, outcome)
         await self.host.note(line, error=outcome.startswith("failed"))
         turn_id = event.get("turn_id")
@@ -306,17 +312,6 @@ class TranscriptRenderer:
 
 
 _CUT_SHORT = ("turn.failed", "turn.cancelled")
-
-
-def _outcome(event: dict[str, Any]) -> str:
-    """How a turn ended, from its terminal event: `completed`, `cancelled (reason)` or
-    `failed: reason: message`."""
-    p = event.get("payload") or {}
-    if event["type"] == "turn.cancelled":
-        return f"cancelled ({p.get('reason')})"
-    if event["type"] == "turn.failed":
-        return f"failed: {p.get('reason')}: {p.get('message')}"
-    return "completed"
 
 
 def _turn_line(p: dict[str, Any], outcome: str) -> str:
