@@ -14,6 +14,9 @@ from metis.server.runner import Daemon
 from tests.api import auth_headers
 
 BOUND_S = 1.5
+# What a loaded machine may add to the bound (the whole suite runs on every CPU at once): far
+# below the default bound of a minute, which is what the tests tell apart.
+SLACK_S = 3.0
 
 
 def head(daemon: Daemon) -> bytes:
@@ -49,7 +52,7 @@ async def dribble(daemon: Daemon, head: bytes, *, first: bytes = b"") -> tuple[f
 async def test_a_head_sent_a_byte_a_second_is_cut_off(start_daemon: Callable[..., Any]) -> None:
     daemon = await start_daemon(limits={"header_read_timeout_s": BOUND_S})
     elapsed, received = await dribble(daemon, head(daemon))
-    assert elapsed < BOUND_S + 1.5, elapsed
+    assert elapsed < BOUND_S + SLACK_S, elapsed
     assert received == b""  # no request was read, so none was answered
 
 
@@ -59,7 +62,7 @@ async def test_the_bound_restarts_after_each_response(start_daemon: Callable[...
     daemon = await start_daemon(limits={"header_read_timeout_s": BOUND_S})
     elapsed, received = await dribble(daemon, head(daemon), first=head(daemon))
     assert received.startswith(b"HTTP/1.1 200 "), received
-    assert elapsed < BOUND_S + 1.5, elapsed
+    assert elapsed < BOUND_S + SLACK_S, elapsed
 
 
 async def test_the_default_bound_is_a_minute(make_settings: Callable[..., Any]) -> None:
@@ -79,7 +82,7 @@ async def stalled_body(daemon: Daemon, path: str) -> tuple[float, bytes]:
     try:
         started = time.monotonic()
         writer.write(sent.encode())
-        received = await asyncio.wait_for(reader.read(), BOUND_S + 5)
+        received = await asyncio.wait_for(reader.read(), BOUND_S + SLACK_S + 5)
         return time.monotonic() - started, received
     finally:
         writer.close()
@@ -90,7 +93,7 @@ async def test_a_body_that_stops_half_way_is_answered_408_and_the_connection_clo
 ) -> None:
     daemon = await start_daemon(limits={"body_read_timeout_s": BOUND_S})
     elapsed, received = await stalled_body(daemon, "/sessions")
-    assert BOUND_S - 0.1 < elapsed < BOUND_S + 1.5, elapsed
+    assert BOUND_S - 0.1 < elapsed < BOUND_S + SLACK_S, elapsed
     head, _, body = received.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408 "), received
     assert b"connection: close" in head.lower()
@@ -105,7 +108,7 @@ async def test_aap_answers_a_stalled_body_with_its_own_code(
 ) -> None:
     daemon = await start_daemon(limits={"body_read_timeout_s": BOUND_S})
     elapsed, received = await stalled_body(daemon, "/aap/sessions")
-    assert elapsed < BOUND_S + 1.5, elapsed
+    assert elapsed < BOUND_S + SLACK_S, elapsed
     head, _, body = received.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400 "), received
     assert json.loads(body)["error"]["code"] == "invalid_json"
