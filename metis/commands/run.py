@@ -3,9 +3,10 @@
 It creates a session on the workspace, sends the prompt, streams the reply's text to stdout
 (tool calls and confirmations are reported on stderr), then ends the session (its data stays:
 `metis sessions export ID`). Confirmations are answered by flag: `--yes` allows, `--deny-all`
-(the default) denies. `--json` prints one JSON object at the end instead of the text. The exit
-status is 0 when the turn completed, 1 when it failed or was cancelled, 2 for a usage or
-configuration error.
+(the default) denies. `--json` prints one JSON object at the end instead of the text, also when
+the daemon went away mid-turn (`status: interrupted`, tokens and cost unknown). The exit status
+is 0 when the turn completed, 1 when it failed, was cancelled or was interrupted, 2 for a usage
+or configuration error.
 """
 
 from __future__ import annotations
@@ -58,13 +59,17 @@ async def run_turn(api: DaemonApi, args: argparse.Namespace) -> int:
         while not outcome:
             msg = await ws.receive()
             if msg.type != aiohttp.WSMsgType.TEXT:
-                if not args.json:
-                    _end_line(text_parts)
-                _err(
-                    f"the daemon's stream closed before the turn ended (session {session_id}; "
-                    f"`metis sessions show {session_id}` tells how it ended)"
-                )
-                return 1
+                # the daemon went away mid-turn: how the turn ended is for its next start to say
+                outcome = {
+                    "status": "interrupted",
+                    "reason": "stream_closed",
+                    "message": f"the daemon's stream closed before the turn ended (session "
+                    f"{session_id}; `metis sessions show {session_id}` tells how it ended)",
+                    "input_tokens": None,
+                    "output_tokens": None,
+                    "total_cost_usd": None,
+                }
+                break
             frame = json.loads(msg.data)
             if frame.get("type") == "ping":
                 await ws.send_json({"type": "pong", "nonce": frame.get("nonce")})
@@ -146,6 +151,9 @@ async def run_turn(api: DaemonApi, args: argparse.Namespace) -> int:
                 ensure_ascii=False,
             )
         )
+    elif outcome["status"] == "interrupted":
+        _end_line(text_parts)
+        _err(outcome["message"])
     else:
         _end_line(text_parts)
         line = f"turn {outcome['status']} · session {session_id} · ${outcome.get('total_cost_usd')}"

@@ -7,6 +7,7 @@ config.yaml."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -163,20 +164,38 @@ async def test_run_cut_off_by_a_killed_daemon_ends_its_line_and_names_the_sessio
     port = free_port()
     running = await serve("--port", str(port))
     await running.banner()
-    run = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "metis.cli", "run", "cut me off " * 10,
-        "--workspace", str(workspace), "--url", f"http://127.0.0.1:{port}",
-        env={**os.environ, "METIS_HOME": str(metis_home)}, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+
+    prompt = "cut me off " * 40  # seconds of streaming: both runs are mid-reply at the kill
+
+    async def start_run(*flags: str) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "metis.cli", "run", prompt, *flags,
+            "--workspace", str(workspace), "--url", f"http://127.0.0.1:{port}",
+            env={**os.environ, "METIS_HOME": str(metis_home)}, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+
+    run, as_json = await start_run(), await start_run("--json")
     assert run.stdout is not None
     started = await asyncio.wait_for(run.stdout.read(1), 30)  # the reply is streaming
+    async with aiohttp.ClientSession(headers=resolve_daemon().headers()) as http:
+        async with asyncio.timeout(30):  # and the --json run's turn is running too
+            while True:
+                async with http.get(f"http://127.0.0.1:{port}/sessions") as response:
+                    listed = (await response.json())["sessions"]
+                if sum(bool(s.get("current_turn_id")) for s in listed) == 2:
+                    break
+                await asyncio.sleep(0.05)
     running.proc.send_signal(signal.SIGKILL)
     await running.finish()
     out, err = await asyncio.wait_for(run.communicate(), 30)
+    json_out, _ = await asyncio.wait_for(as_json.communicate(), 30)
+    result = json.loads(json_out)  # a script still gets its one JSON object
+    assert as_json.returncode == 1 and result["status"] == "interrupted", result
+    assert result["reason"] == "stream_closed" and result["cost_usd"] is None
     printed, said = (started + out).decode(), err.decode()
     assert run.returncode == 1, (printed, said)
-    assert printed.endswith("\n") and "cut me off " * 10 not in printed
+    assert printed.endswith("\n") and prompt not in printed
     assert "the daemon's stream closed before the turn ended (session sess_" in said, said
     assert "`metis sessions show sess_" in said
     session_id = said.split("(session ")[1].split(";")[0]
