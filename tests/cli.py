@@ -8,6 +8,26 @@ import os
 import sys
 
 
+async def start_metis(
+    *args: str,
+    env: dict[str, str] | None = None,
+    stdin: int | None = asyncio.subprocess.DEVNULL,
+    stdout: int | None = asyncio.subprocess.PIPE,
+    stderr: int | None = asyncio.subprocess.PIPE,
+) -> asyncio.subprocess.Process:
+    """The command started, for a test that reads its output as it comes or types into it."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "metis.cli",
+        *args,
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
+        env={**os.environ, **(env or {})},
+    )
+
+
 async def metis(
     *args: str,
     env: dict[str, str] | None = None,
@@ -15,15 +35,8 @@ async def metis(
     stdout: int | None = None,
 ) -> tuple[int, str, str]:
     """(exit status, stdout, stderr); `stdout` sends its output elsewhere (a pipe's end)."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "metis.cli",
-        *args,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE if stdout is None else stdout,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, **(env or {})},
+    proc = await start_metis(
+        *args, env=env, stdout=asyncio.subprocess.PIPE if stdout is None else stdout
     )
     out, err = await asyncio.wait_for(proc.communicate(), timeout)
     assert proc.returncode is not None

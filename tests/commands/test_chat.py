@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import io
 import signal
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from metis.core.store.prune import prune_events
 from metis.server.runner import Daemon
 from metis.server.ws import handoff
 from tests.api import Api
+from tests.cli import start_metis
 from tests.helpers import HOLD, model_changed
 from tests.ws_client import SLOW_SCRIPTED
 
@@ -365,17 +365,8 @@ async def test_sigint_cancels_the_turn_of_the_real_command(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
     d = await start_daemon(models=SLOW_SCRIPTED)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "metis.cli",
-        "chat",
-        str(workspace),
-        "--url",
-        d.base_url,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    proc = await start_metis(
+        "chat", str(workspace), "--url", d.base_url, stdin=asyncio.subprocess.PIPE
     )
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(b"a sentence that takes a while to stream back to me\n")
@@ -394,17 +385,8 @@ async def test_sigint_cancels_the_turn_of_the_real_command(
 
 
 async def test_the_command_runs_over_piped_stdin(daemon: Daemon, workspace: Path) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "metis.cli",
-        "chat",
-        str(workspace),
-        "--url",
-        daemon.base_url,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    proc = await start_metis(
+        "chat", str(workspace), "--url", daemon.base_url, stdin=asyncio.subprocess.PIPE
     )
     out, err = await asyncio.wait_for(proc.communicate(b"hello from a pipe\n/quit\n"), 30)
     text = out.decode()

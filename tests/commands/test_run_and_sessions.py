@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from aiohttp import web
 
 from metis.server.runner import Daemon
 from tests.api import Api
-from tests.cli import metis
+from tests.cli import metis, start_metis
 from tests.helpers import HOLD
 from tests.ws_client import SLOW_SCRIPTED
 
@@ -74,20 +73,7 @@ async def test_run_ends_the_reply_line_when_the_daemon_stops_mid_turn(
     before the outcome is printed, and nothing is asked of the stopped daemon afterwards."""
     d = await start_daemon(models=SLOW_SCRIPTED)
     prompt = "a reply long enough to be cut off " * 4
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "metis.cli",
-        "run",
-        prompt,
-        "--workspace",
-        str(workspace),
-        "--url",
-        d.base_url,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    proc = await start_metis("run", prompt, "--workspace", str(workspace), "--url", d.base_url)
     assert proc.stdout is not None
     started = await asyncio.wait_for(proc.stdout.read(1), 30)  # the reply is streaming
     await d.stop()

@@ -26,7 +26,7 @@ from metis.server.lock import LOCK_FILE, read_holder
 from metis.testing import FakeProviderServer, FakeReply
 from metis.testing.serving import SERVE_START_DEADLINE_S, free_port, wait_until_serving
 from tests.api import Api, home_headers
-from tests.cli import metis
+from tests.cli import metis, start_metis
 from tests.ws_client import SLOW_SCRIPTED, fake_models
 
 Spawn = Callable[..., Any]
@@ -143,13 +143,8 @@ async def test_clients_find_the_daemon_of_their_home_on_the_port_it_was_started_
     running = await serve("--port", str(port))
     await running.banner()
     assert resolve_daemon().url == f"http://127.0.0.1:{port}"
-    listed = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "metis.cli", "sessions", "list",
-        env={**os.environ, "METIS_HOME": str(metis_home)},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    _, err = await asyncio.wait_for(listed.communicate(), 60)
-    assert listed.returncode == 0 and "no active sessions" in err.decode(), err.decode()
+    code, _, err = await metis("sessions", "list", env={"METIS_HOME": str(metis_home)})
+    assert code == 0 and "no active sessions" in err, err
     assert resolve_daemon(port=8421).url == "http://127.0.0.1:8421"  # a named port is kept
     running.proc.send_signal(signal.SIGKILL)
     await running.finish()
@@ -167,21 +162,15 @@ async def test_run_cut_off_by_a_killed_daemon_ends_its_line_and_names_the_sessio
 
     prompt = "cut me off " * 40  # seconds of streaming: both runs are mid-reply at the kill
 
-    async def start_run(*flags: str) -> asyncio.subprocess.Process:
-        return await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "metis.cli", "run", prompt, *flags,
-            "--workspace", str(workspace), "--url", f"http://127.0.0.1:{port}",
-            env={**os.environ, "METIS_HOME": str(metis_home)}, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-
-    run, as_json = await start_run(), await start_run("--json")
+    url = f"http://127.0.0.1:{port}"
+    run_args = ("run", prompt, "--workspace", str(workspace), "--url", url)
+    run, as_json = await start_metis(*run_args), await start_metis(*run_args, "--json")
     assert run.stdout is not None
     started = await asyncio.wait_for(run.stdout.read(1), 30)  # the reply is streaming
     async with aiohttp.ClientSession(headers=resolve_daemon().headers()) as http:
         async with asyncio.timeout(30):  # and the --json run's turn is running too
             while True:
-                async with http.get(f"http://127.0.0.1:{port}/sessions") as response:
+                async with http.get(f"{url}/sessions") as response:
                     listed = (await response.json())["sessions"]
                 if sum(bool(s.get("current_turn_id")) for s in listed) == 2:
                     break
@@ -201,9 +190,7 @@ async def test_run_cut_off_by_a_killed_daemon_ends_its_line_and_names_the_sessio
     session_id = said.split("(session ")[1].split(";")[0]
     again = await serve("--port", str(port))  # its start fails the interrupted turn
     await again.banner()
-    code, shown, err = await metis(
-        "sessions", "show", session_id, "--url", f"http://127.0.0.1:{port}"
-    )
+    code, shown, err = await metis("sessions", "show", session_id, "--url", url)
     assert code == 0, err
     assert "turn 1: failed: daemon_restart: metis stopped while this turn was running" in shown
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from metis.core.events.catalog import SYSTEM_STREAM
 from metis.core.store.migrations import LATEST_VERSION
 from metis.server.runner import Daemon
 from tests.api import Api
+from tests.cli import metis, start_metis
 from tests.ws_client import Ws
 
 UNPRUNED_TABLES = ("sessions", "turns", "messages", "tool_calls", "confirmations")
@@ -27,19 +27,7 @@ UNPRUNED_TABLES = ("sessions", "turns", "messages", "tool_calls", "confirmations
 
 async def prune(*args: str) -> tuple[int, str, str]:
     """The real command, as a user runs it (METIS_HOME comes from the environment)."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "metis.cli",
-        "trace",
-        "prune",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await metis("trace", "prune", *args)
 
 
 def age(db_path: Path, session_id: str, up_to_seq: int, days: int) -> None:
@@ -179,16 +167,8 @@ async def prune_at_a_terminal(*args: str, answer: bytes | None) -> tuple[int, st
     `answer` is typed once the question is shown (None: expect no question)."""
     leader, follower = os.openpty()
     try:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "metis.cli",
-            "trace",
-            "prune",
-            *args,
-            stdin=follower,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
+        proc = await start_metis(
+            "trace", "prune", *args, stdin=follower, stderr=asyncio.subprocess.STDOUT
         )
         os.close(follower)
         assert proc.stdout is not None
