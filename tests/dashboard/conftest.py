@@ -120,7 +120,7 @@ class DaemonThread:
         return self.daemon.state.auth.api_key.value
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def browser_path() -> str:
     return _need_browser()
 
@@ -149,8 +149,12 @@ def served(
         d.close()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def browser(browser_path: str) -> Iterator[Any]:
+    """One Chromium for a module's run of browser tests: each test still gets a context of its
+    own (its own storage, cookies and pages), and starting the browser was a second of every
+    test. Not longer: Playwright's sync API holds the thread's event loop while it runs, which
+    the asyncio tests of the next module need."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:

@@ -19,7 +19,10 @@ from tests.core.providers.provider_kit import (
     user,
 )
 
-CANCEL_BUDGET_S = 0.1
+# Every wait cancelled here lasts a second or more (a 5 s first byte, a hung stream, a 1.2 s
+# backoff): ending within half a second shows the cancel cut it short. An idle machine ends
+# them within a few milliseconds; the whole suite running on every CPU once took 180 ms.
+CANCEL_BUDGET_S = 0.5
 
 
 def _cancel_later(
@@ -96,7 +99,7 @@ async def test_cancel_mid_stream_closes_open_calls_and_completes_cancelled(
 
 
 @pytest.mark.parametrize("kind", APIS)
-async def test_cancel_unblocks_a_hung_stream_within_100ms(
+async def test_cancel_unblocks_a_hung_stream_at_once(
     kind: str, fake: FakeProviderServer, make_adapter
 ) -> None:
     fake.enqueue(
