@@ -391,21 +391,17 @@ class SessionService:
 
     async def titles(self, session_ids: Sequence[str]) -> dict[str, str]:
         """Each session's title: the one set, else the first line of its first user message
-        (`title_from_prompt`); a session with neither is absent. Two queries for a page."""
-        titles = {
-            session_id: title
-            for session_id, text in (await self._titles.first_prompts(session_ids)).items()
-            if (title := title_from_prompt(text))
-        }
-        titles.update(await self._titles.set_titles(session_ids))
+        (`title_from_prompt`); a session with neither is absent. One query for a page."""
+        titles: dict[str, str] = {}
+        for session_id, (set_title, prompt) in (await self._titles.titles(session_ids)).items():
+            title = set_title if set_title is not None else title_from_prompt(prompt or "")
+            if title:
+                titles[session_id] = title
         return titles
 
     async def title(self, session_id: str) -> str | None:
-        """One session's title, by the rule of `titles`, in one read by key."""
-        set_title, prompt = await self._titles.title_of(session_id)
-        if set_title is not None:
-            return set_title
-        return title_from_prompt(prompt) if prompt is not None else None
+        """One session's title (`titles`' rule), in one read by key on the loop's thread."""
+        return (await self.titles([session_id])).get(session_id)
 
     # -- writes -------------------------------------------------------------------------------
 

@@ -19,51 +19,26 @@ class TitleStore:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def set_titles(self, session_ids: Sequence[str]) -> dict[str, str]:
-        """The titles set for these sessions (sessions without one are absent)."""
+    async def titles(self, session_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
+        """Each existing session's set title and the text of its first user message (None for
+        either it lacks, or a message whose content cannot be decoded), in one query. One
+        session's is a read by key on the event loop's thread (GET /sessions/{id}, a WebSocket
+        snapshot: no round trip to the reader's thread); a page's goes to the reader."""
         if not session_ids:
             return {}
-        marks = ",".join("?" * len(session_ids))
-        rows = await self.db.fetchall(
-            f"SELECT session_id, title FROM session_titles WHERE session_id IN ({marks})",
-            tuple(session_ids),
-        )
-        return {row["session_id"]: row["title"] for row in rows}
-
-    async def first_prompts(self, session_ids: Sequence[str]) -> dict[str, str]:
-        """The text blocks of each session's first user message, joined by newlines (one
-        query for a page; a message whose content cannot be decoded is left out)."""
-        if not session_ids:
-            return {}
-        marks = ",".join("?" * len(session_ids))
-        rows = await self.db.fetchall(
-            "SELECT m.session_id, m.content_json FROM messages m WHERE m.id IN ("
-            "SELECT MIN(id) FROM messages WHERE role = 'user' AND session_id IN "
-            f"({marks}) GROUP BY session_id)",
-            tuple(session_ids),
-        )
-        texts: dict[str, str] = {}
-        for row in rows:
-            text = _prompt_text(row["content_json"])
-            if text is not None:
-                texts[row["session_id"]] = text
-        return texts
-
-    async def title_of(self, session_id: str) -> tuple[str | None, str | None]:
-        """One session's set title and the text of its first user message, in one read by key
-        on the event loop's thread: a single session's view (GET /sessions/{id}, a WebSocket
-        snapshot) then makes no round trip to the reader's thread, where `set_titles` and
-        `first_prompts` (a page's worth) make one each."""
-        row = await self.db.fetchone(
-            "SELECT (SELECT title FROM session_titles WHERE session_id = ?1) AS title, "
-            "(SELECT content_json FROM messages WHERE session_id = ?1 AND role = 'user' "
-            "ORDER BY id LIMIT 1) AS prompt",
-            (session_id,),
-        )
-        if row is None:
-            return None, None
-        prompt = row["prompt"]
-        return row["title"], _prompt_text(prompt) if prompt is not None else None
+        sql = _TITLES.format(marks=",".join("?" * len(session_ids)))
+        if len(session_ids) == 1:
+            row = await self.db.fetchone(sql, tuple(session_ids))
+            rows = [row] if row is not None else []
+        else:
+            rows = await self.db.fetchall(sql, tuple(session_ids))
+        return {
+            row["id"]: (
+                row["title"],
+                None if row["prompt"] is None else _prompt_text(row["prompt"]),
+            )
+            for row in rows
+        }
 
     async def set(self, session_id: str, title: str | None, stamp: int) -> bool:
         """Set the title (None clears it). False when the session row is gone: a purge
@@ -84,6 +59,13 @@ class TitleStore:
             return bool(cursor.rowcount)
 
         return await self.db.transaction(work)
+
+
+_TITLES = (
+    "SELECT id, (SELECT title FROM session_titles WHERE session_id = sessions.id) AS title, "
+    "(SELECT content_json FROM messages WHERE session_id = sessions.id AND role = 'user' "
+    "ORDER BY id LIMIT 1) AS prompt FROM sessions WHERE id IN ({marks})"
+)
 
 
 def _prompt_text(content_json: str) -> str | None:
