@@ -21,6 +21,7 @@ import json
 import signal
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
@@ -42,7 +43,11 @@ from metis.core.errors import ConfigError
 from metis.core.tools.textutil import visible_controls
 
 TERMINAL_TYPES = ("turn.completed", "turn.cancelled", "turn.failed")
-_RECONNECT_ATTEMPTS = 3
+# A dropped stream is attached again after 0.2 s, then twice as long each time up to 5 s apart,
+# for a minute: long enough for a daemon restart, short enough for a script reading a pipe.
+_RECONNECT_FIRST_S = 0.2
+_RECONNECT_MAX_S = 5.0
+_RECONNECT_FOR_S = 60.0
 # Subscribe errors whose recovery is a snapshot instead of a replay.
 _SNAPSHOT_RECOVERY = ("cursor_expired", "replay_too_large")
 _ANSWERS = {
@@ -232,6 +237,9 @@ class ChatSession:
         self._last_event_id: str | None = None
         self._cancel_sent = False
         self._ended = asyncio.Event()
+        # The stream is attached: a turn is sent only then, or its reply would stream while no
+        # socket reads it (a re-attach replays bus events, not the reply's text).
+        self._attached = asyncio.Event()
         self._created = False  # this chat created the session (not `--session`)
         self._turns_started = 0
 
@@ -358,26 +366,39 @@ class ChatSession:
                 self._finish_session()
                 return
             self.render.line("metis", f"stream closed ({reason}); re-attaching")
+            self._attached.clear()
             if not await self._reattach_with_retries():
                 self._finish_session()
                 return
+            self._attached.set()
 
     async def _reattach_with_retries(self) -> bool:
-        """A few attempts, further apart each time; False when the chat cannot go on."""
-        for attempt in range(1, _RECONNECT_ATTEMPTS + 1):
-            await asyncio.sleep(0.2 * attempt)
+        """Attempts further apart each time, for up to `_RECONNECT_FOR_S`; False when the chat
+        cannot go on. A failure is shown when its reason changes, not at every attempt."""
+        delay, shown = _RECONNECT_FIRST_S, ""
+        deadline = time.monotonic() + _RECONNECT_FOR_S
+        while True:
+            await asyncio.sleep(delay)
             try:
                 await self.reattach()
                 return True
             except (ApiFailure, aiohttp.ClientError, TimeoutError) as exc:
-                self.render.line("error", f"re-attach failed: {failure_text(exc, self.url)}")
+                reason = failure_text(exc, self.url)
+                if reason != shown:
+                    self.render.line("error", f"re-attach failed: {reason}")
+                    shown = reason
                 if isinstance(exc, ApiFailure) and exc.code in (
                     "session_not_found",
                     "session_already_ended",
                 ):
                     return False
-        self.render.line("error", "lost the connection to the daemon")
-        return False
+            if time.monotonic() >= deadline:
+                self.render.line(
+                    "error",
+                    f"lost the connection to the daemon (retried for {_RECONNECT_FOR_S:g} s)",
+                )
+                return False
+            delay = min(2 * delay, _RECONNECT_MAX_S)
 
     async def _read_until_close(self, ws: aiohttp.ClientWebSocketResponse) -> str:
         """Handle frames until the socket closes; returns the close reason's code."""
@@ -448,6 +469,9 @@ class ChatSession:
     # turns ------------------------------------------------------------------------------------
 
     async def run_turn(self, text: str) -> None:
+        if not await self._until_attached():
+            self.render.line("error", "not sent: the chat lost its session's stream")
+            return
         try:
             accepted = await self.call(
                 "POST",
@@ -471,6 +495,19 @@ class ChatSession:
                     await self._until_changed()
         finally:
             self.turn_id = None
+
+    async def _until_attached(self) -> bool:
+        """Wait while the stream is being attached again; False if the session's stream is
+        gone for good (the chat is ending)."""
+        if self._attached.is_set():
+            return True
+        attached = asyncio.ensure_future(self._attached.wait())
+        try:
+            while not attached.done() and not self._ended.is_set():
+                await self._until_changed(attached)
+        finally:
+            attached.cancel()
+        return self._attached.is_set()
 
     async def confirm(self, turn_id: str, request: dict[str, Any]) -> None:
         """Ask y (allow once), a (allow for this session, when the request offers it) or n
@@ -627,6 +664,7 @@ class ChatSession:
                 f"session {self.session_id} on {session['workspace_path']} "
                 f"(model: {session.get('active_model') or 'routing decides'}); /help for commands",
             )
+            self._attached.set()
             consumer = asyncio.ensure_future(self.consume())
             try:
                 await self._loop()

@@ -205,6 +205,28 @@ async def test_a_dropped_stream_is_reattached_with_since(
     assert len(term.labelled("turn")) == 2
 
 
+async def test_the_chat_waits_out_a_daemon_restart_and_goes_on(
+    chat_with: Callable[..., Any],
+) -> None:
+    """The daemon is gone for a second and a half (longer than the old three quick attempts
+    lasted); the chat keeps trying, further apart, says the reason once, and carries on."""
+    d, term, chat = await chat_with()
+    running = asyncio.ensure_future(chat.run())
+    await term.wait_for("/help for commands")
+    await d.stop()
+    await term.wait_for("error> re-attach failed: ")
+    await asyncio.sleep(1.5)
+    again = Daemon(d.settings.model_copy(update={"port": d.port}))
+    await again.start()
+    try:
+        term.type("after the restart", "/quit")
+        assert await asyncio.wait_for(running, 20) == 0
+    finally:
+        await again.stop()
+    assert len(term.labelled("error")) == 1  # one reason, however many attempts
+    assert term.labelled("assistant") == ['assistant> You said: "after the restart"']
+
+
 async def test_a_turn_too_large_to_replay_is_caught_up_from_a_snapshot(
     chat_with: Callable[..., Any], api_of: Callable[[Daemon], Api], monkeypatch: pytest.MonkeyPatch
 ) -> None:
