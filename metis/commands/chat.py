@@ -548,11 +548,9 @@ class ChatSession:
             + (f": {body['reason']}" if body.get("reason") else ""),
         )
         try:
-            await self.call(
-                "POST",
-                f"/sessions/{self.session_id}/turns/{turn_id}/confirmations/"
-                f"{request['confirmation_request_id']}",
-                body,
+            assert self.api is not None and self.session_id is not None
+            await self.api.answer_confirmation(
+                self.session_id, turn_id, request["confirmation_request_id"], body
             )
         except ApiFailure as exc:
             if exc.code == "confirmation_already_resolved":  # elsewhere, or the turn ended

@@ -116,6 +116,13 @@ class DaemonApi:
                 return out
             params["cursor"] = page["next_cursor"]
 
+    async def answer_confirmation(
+        self, session_id: str, turn_id: str, request_id: str, body: dict[str, Any]
+    ) -> Any:
+        """POST a decision (`{"decision", "scope"?, "reason"?}`) for a tool confirmation."""
+        path = f"/sessions/{session_id}/turns/{turn_id}/confirmations/{request_id}"
+        return await self.call("POST", path, body)
+
     async def sessions(self, **query: Any) -> list[dict[str, Any]]:
         """Sessions matching `query` (GET /sessions filters), newest first, every page."""
         out: list[dict[str, Any]] = []

@@ -107,11 +107,8 @@ async def run_turn(api: DaemonApi, args: argparse.Namespace) -> int:
                 answer: dict[str, Any] = {"decision": decision}
                 if decision == "deny":
                     answer["reason"] = "metis run without --yes"
-                await api.call(
-                    "POST",
-                    f"/sessions/{session_id}/turns/{turn_id}/confirmations/"
-                    f"{p['confirmation_request_id']}",
-                    answer,
+                await api.answer_confirmation(
+                    session_id, turn_id, p["confirmation_request_id"], answer
                 )
             elif kind in ("tool.completed", "tool.failed"):
                 for call in tools:

@@ -99,11 +99,13 @@ class ConfirmationQueue:
         body: dict[str, Any] = {"decision": decision.decision, "scope": decision.scope}
         if decision.reason:
             body["reason"] = decision.reason
+        session_id = self.host.session_id
+        assert session_id is not None  # a question comes from the shown session's stream
         try:
-            await self.host.api.call(
-                "POST",
-                f"/sessions/{self.host.session_id}/turns/{request['turn_id']}/confirmations/"
-                f"{request['confirmation_request_id']}",
+            await self.host.api.answer_confirmation(
+                session_id,
+                request["turn_id"],
+                request["confirmation_request_id"],
                 body,
             )
         except ApiFailure as exc:
