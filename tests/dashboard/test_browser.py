@@ -341,8 +341,16 @@ def test_reconnects_after_daemon_restart(page: Any, served: DaemonThread, worksp
     session_id = open_session(page, workspace)
     send(page, "first turn")
     wait_idle(page)
-    served.restart()
+    served.stop()
+    page.fill("#composer-input", "typed while it was down")
+    page.click("#send")
+    page.wait_for_selector("#composer-error:has-text('network_error')")
+    served.start()
     page.wait_for_selector("[data-conn=live]", timeout=30_000)
+    # the draft is kept, and the error no longer says the daemon cannot be reached
+    assert page.input_value("#composer-input") == "typed while it was down"
+    assert "Send it again" in page.inner_text("#composer-error")
+    page.fill("#composer-input", "")
     status, _ = rest(
         served,
         "POST",

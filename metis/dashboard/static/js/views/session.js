@@ -543,11 +543,15 @@ export function sessionView(root, sessionId) {
     }
   });
 
+  // A message the daemon never got (it was unreachable) stays in the composer; once the stream
+  // is live again the error says so, instead of still saying the daemon cannot be reached.
+  let sentOffline = false;
   composer.addEventListener("submit", async (e) => {
     e.preventDefault();
     const text = input.value;
     if (!text.trim()) return;
     composerError.textContent = "";
+    sentOffline = false;
     send.disabled = true;
     try {
       const r = await api("POST", `/sessions/${sessionId}/turns`, { content: [{ type: "text", text }] });
@@ -559,6 +563,7 @@ export function sessionView(root, sessionId) {
       if (!finished.has(r.turn_id)) setTurn(r.turn_id);
     } catch (err) {
       composerError.textContent = `${err.code}: ${err.message}`;
+      sentOffline = err.code === "network_error";
       send.disabled = !!turnId;
     }
   });
@@ -579,6 +584,10 @@ export function sessionView(root, sessionId) {
     onEvent,
     onResync: () => syncMessages(),
     onState: (s) => {
+      if (s === "live" && sentOffline) {
+        composerError.textContent = "The daemon is back; your message was not sent: Send it again.";
+        sentOffline = false;
+      }
       conn.textContent = s;
       conn.className = `badge conn-state ${s}`;
       root.dataset.conn = s;
