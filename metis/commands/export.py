@@ -89,7 +89,7 @@ def to_markdown(data: dict[str, Any]) -> str:
             current_turn = m.get("turn_id")
             turn_no += 1
             first = text_of(m).strip().splitlines()[0] if text_of(m).strip() else ""
-            out.append(f"## Turn {turn_no}" + (f": {first[:80]}" if first else "") + "\n")
+            out.append(f"## Turn {turn_no}" + (f": {_heading(first)}" if first else "") + "\n")
         if role == "user":
             out.append("**You:**\n")
             out.append(_user_content(m) + "\n")
@@ -143,3 +143,12 @@ def _tool_block(
         parts.append(f"Result ({status}{f', {took} ms' if took is not None else ''}):\n")
         parts.append(_fence(tool_result_text(result) or "(no output)", "text"))
     return "\n".join(parts)
+
+
+def _heading(line: str, limit: int = 80) -> str:
+    """A prompt's first line as a turn's heading: whole when it fits, else cut at the last word
+    that does, marked with an ellipsis."""
+    if len(line) <= limit:
+        return line
+    cut = line[: limit - 1]
+    return (cut.rsplit(" ", 1)[0] if " " in cut else cut).rstrip() + "…"

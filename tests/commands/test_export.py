@@ -53,3 +53,12 @@ def test_a_turn_ended_without_a_message_says_only_its_reason() -> None:
     md = to_markdown({"session": SESSION, "messages": messages, "events": events})
     assert "_Turn cancelled (server_shutdown) ·" in md
     assert "_Turn failed (provider_error: rate limited) ·" in md
+
+
+def test_a_long_first_line_is_cut_at_a_word_in_the_heading() -> None:
+    prompt = "tell me about the sea " * 8
+    messages = [user("t1", {"type": "text", "text": prompt})]
+    md = to_markdown({"session": SESSION, "messages": messages, "events": []})
+    [heading] = [line for line in md.splitlines() if line.startswith("## Turn 1")]
+    title = heading.removeprefix("## Turn 1: ")
+    assert title.endswith("sea tell me…") and len(title) <= 80  # no word cut, no trailing space
