@@ -166,8 +166,9 @@ def _live_status(model: dict[str, Any]) -> str:
     return f"unavailable ({detail.get('trigger_reason')}) until {detail.get('recovers_at')}"
 
 
-def _tier_and_aliases(model: dict[str, Any]) -> tuple[str, str]:
-    return model.get("tier") or "-", ", ".join(model.get("aliases") or []) or "-"
+def _tier_and_aliases(tier: str | None, aliases: Sequence[str] | None) -> tuple[str, str]:
+    """The TIER and ALIASES cells of a model's row, `-` for none (live or from models.yaml)."""
+    return tier or "-", ", ".join(aliases or []) or "-"
 
 
 def show_live(target: DaemonTarget, body: dict[str, Any]) -> None:
@@ -175,14 +176,18 @@ def show_live(target: DaemonTarget, body: dict[str, Any]) -> None:
     rows = [("MODEL", "TIER", "ALIASES", "AVAILABILITY")]
     for model in body["models"]:
         status = _live_status(model) + (" [scripted]" if model.get("scripted") else "")
-        rows.append((model["id"], *_tier_and_aliases(model), status))
+        rows.append(
+            (model["id"], *_tier_and_aliases(model.get("tier"), model.get("aliases")), status)
+        )
     for model in body["unconfigured"]:
         reason = model["reason"]
         if reason == "no_credentials" and model.get("env_var"):
             reason = f"no key ({model['env_var']} unset)"
         elif reason == "offline_forced":
             reason = "off (METIS_OFFLINE=1)"
-        rows.append((model["id"], *_tier_and_aliases(model), reason))
+        rows.append(
+            (model["id"], *_tier_and_aliases(model.get("tier"), model.get("aliases")), reason)
+        )
     _print_table(rows)
     down = [m for m in body["models"] if m["availability"] != "healthy"]
     if down:
@@ -224,8 +229,7 @@ def list_models(args: argparse.Namespace) -> int:
         rows.append(
             (
                 entry.id,
-                entry.tier or "-",
-                ", ".join(entry.aliases) or "-",
+                *_tier_and_aliases(entry.tier, entry.aliases),
                 _status(registry, entry.id) + (" [scripted]" if entry.scripted else ""),
             )
         )
