@@ -30,6 +30,9 @@ import aiohttp
 
 from metis.commands import tooldisplay
 from metis.commands.client import (
+    REATTACH_FIRST_S,
+    REATTACH_MAX_S,
+    SESSION_GONE_CODES,
     ApiFailure,
     DaemonApi,
     NotADaemon,
@@ -43,10 +46,8 @@ from metis.core.errors import ConfigError
 from metis.core.tools.textutil import visible_controls
 
 TERMINAL_TYPES = ("turn.completed", "turn.cancelled", "turn.failed")
-# A dropped stream is attached again after 0.2 s, then twice as long each time up to 5 s apart,
-# for a minute: long enough for a daemon restart, short enough for a script reading a pipe.
-_RECONNECT_FIRST_S = 0.2
-_RECONNECT_MAX_S = 5.0
+# How long the line client keeps re-attaching (see REATTACH_FIRST_S): long enough for a daemon
+# restart, short enough for a script reading a pipe.
 _RECONNECT_FOR_S = 60.0
 # Subscribe errors whose recovery is a snapshot instead of a replay.
 _SNAPSHOT_RECOVERY = ("cursor_expired", "replay_too_large")
@@ -375,7 +376,7 @@ class ChatSession:
     async def _reattach_with_retries(self) -> bool:
         """Attempts further apart each time, for up to `_RECONNECT_FOR_S`; False when the chat
         cannot go on. A failure is shown when its reason changes, not at every attempt."""
-        delay, shown = _RECONNECT_FIRST_S, ""
+        delay, shown = REATTACH_FIRST_S, ""
         deadline = time.monotonic() + _RECONNECT_FOR_S
         while True:
             await asyncio.sleep(delay)
@@ -387,10 +388,7 @@ class ChatSession:
                 if reason != shown:
                     self.render.line("error", f"re-attach failed: {reason}")
                     shown = reason
-                if isinstance(exc, ApiFailure) and exc.code in (
-                    "session_not_found",
-                    "session_already_ended",
-                ):
+                if isinstance(exc, ApiFailure) and exc.code in SESSION_GONE_CODES:
                     return False
             if time.monotonic() >= deadline:
                 self.render.line(
@@ -398,7 +396,7 @@ class ChatSession:
                     f"lost the connection to the daemon (retried for {_RECONNECT_FOR_S:g} s)",
                 )
                 return False
-            delay = min(2 * delay, _RECONNECT_MAX_S)
+            delay = min(2 * delay, REATTACH_MAX_S)
 
     async def _read_until_close(self, ws: aiohttp.ClientWebSocketResponse) -> str:
         """Handle frames until the socket closes; returns the close reason's code."""

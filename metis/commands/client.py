@@ -189,6 +189,14 @@ def failure_text(exc: BaseException, url: str) -> str:
     return str(exc) or type(exc).__name__
 
 
+# A dropped stream is attached again after REATTACH_FIRST_S, then twice as long each time, at
+# most REATTACH_MAX_S apart: a daemon restart takes seconds (both chat clients).
+REATTACH_FIRST_S = 0.2
+REATTACH_MAX_S = 5.0
+# Error codes meaning the session is gone: nothing to retry.
+SESSION_GONE_CODES = ("session_not_found", "session_already_ended")
+
+
 def reason_code(reason: Any) -> str | None:
     """The `code` of a WebSocket JSON close reason, if it is one."""
     try:

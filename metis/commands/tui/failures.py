@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import aiohttp
 
-from metis.commands.client import ApiFailure
+from metis.commands.client import SESSION_GONE_CODES, ApiFailure
 
-GONE_CODES = ("session_not_found", "session_already_ended")
-TURN_GONE_CODES = (*GONE_CODES, "turn_not_found", "turn_already_completed")
+TURN_GONE_CODES = (*SESSION_GONE_CODES, "turn_not_found", "turn_already_completed")
 
 
 def failure_text(exc: ApiFailure) -> str:

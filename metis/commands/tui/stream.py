@@ -20,15 +20,20 @@ import aiohttp
 from textual import Logger
 from textual.containers import VerticalScroll
 
-from metis.commands.client import ApiFailure, DaemonApi, reason_code, subscribe_answer
+from metis.commands.client import (
+    REATTACH_FIRST_S,
+    REATTACH_MAX_S,
+    SESSION_GONE_CODES,
+    ApiFailure,
+    DaemonApi,
+    reason_code,
+    subscribe_answer,
+)
 from metis.commands.tui.confirmations import ConfirmationQueue
-from metis.commands.tui.failures import GONE_CODES
 from metis.commands.tui.transcript import TranscriptRenderer
 from metis.commands.tui.turn import RunningTurn
 from metis.commands.tui.widgets import StatusBar
 
-RETRY_FIRST_S = 0.2  # re-attaching waits this long first, then twice as long each time
-RETRY_MAX_S = 5.0  # a daemon restart takes seconds: keep trying, at most this far apart
 READ_SLICE_S = 0.004  # at most this long handling frames before the app's other work runs
 
 
@@ -204,12 +209,12 @@ class SessionStream:
     async def _reattach(self) -> bool:
         """Subscribe again from the cursor, waiting longer between tries each time (until a
         send cuts the wait short); False when the session is gone."""
-        delay = RETRY_FIRST_S
+        delay = REATTACH_FIRST_S
         while True:
             self._retry_now.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._retry_now.wait(), delay)
-            delay = min(2 * delay, RETRY_MAX_S)
+            delay = min(2 * delay, REATTACH_MAX_S)
             try:
                 await self._subscribe(snapshot=False)
                 return True
@@ -218,7 +223,7 @@ class SessionStream:
                     with contextlib.suppress(ApiFailure, aiohttp.ClientError):
                         await self._reload_in_place()
                         return True
-                if exc.code in GONE_CODES:
+                if exc.code in SESSION_GONE_CODES:
                     return False
             except (aiohttp.ClientError, TimeoutError):
                 pass
