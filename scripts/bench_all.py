@@ -19,7 +19,9 @@ Groups:
 - turns (`bench_turns.py`): daemon CPU per 200-delta turn, and turns 91–100 of a long session
   against a fresh session's turns 1–10 measured in the same seconds (growth); the growth again
   with a 20,000-token model window, which the long session fills after ~30 turns, so that its
-  turns 91–100 are compacted at every model call;
+  turns 91–100 are compacted at every model call; then, for reference, the CPU of a turn whose
+  reply is one delta (the part no reply length changes) and what the SDK's request layers add
+  to one model call over the same request on bare aiohttp (`bench_request.py`);
 - ws (`bench_ws.py`): 30 turns × 200 deltas to 1 and to 10 raw-socket clients;
 - aap (`bench_aap.py`): `text_delta` events/s of one 20,000-delta SSE turn;
 - burst: the fake provider writes a 5,000- and a 50,000-delta reply in one socket write, read
@@ -52,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import aiohttp
 import bench_aap
+import bench_request
 import bench_turns
 import bench_ws
 
@@ -409,6 +412,21 @@ async def in_process(table: Table, groups: set[str]) -> None:
                 statistics.median(s[1] for s in samples["long"][-10:])
                 / statistics.median(s[1] for s in samples["fresh"])
             )
+            # What a turn costs whatever its reply's length, and the share of it the SDK's
+            # request layers take (informational: they say where the CPU goal stands).
+            async with running_daemon(fake_url) as daemon:
+                with tempfile.TemporaryDirectory() as workspace:
+                    samples = await bench_turns.run_turns(daemon, fake_url, workspace, 30, 1, None)
+            table.figure("cpu1", "daemon CPU per 1-delta turn p50", "ms", None).samples.append(
+                statistics.median(s[1] for s in samples["long"])
+            )
+            request = await bench_request.measure(fake_url, 200, 3)
+            sdk = statistics.median(request["SDK request"]) - statistics.median(
+                request["bare aiohttp"]
+            )
+            table.figure(
+                "sdk", "of which the SDK's layers per model call (CPU)", "ms", None
+            ).samples.append(sdk)
         if "ws" in groups:
             async with (
                 running_daemon(fake_url) as daemon,

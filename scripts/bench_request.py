@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""What one streamed model call costs the daemon before its reply matters, and who spends it.
+
+A turn's CPU has a part that does not depend on the reply's length (`bench_turns.py --deltas 1`
+shows it: most of a 200-delta turn). One piece of that part is the model call's HTTP request.
+This script times that piece three ways, each a whole call of a one-delta reply against the
+fake provider in its own process (so its CPU is not counted), one call at a time:
+
+- adapter: `AnthropicAdapter.stream` to its `message.complete` (body building, the SDK's raw
+  request, metis's event-stream decoding, the translator);
+- SDK request: the same prebuilt body through the SDK's documented raw request
+  (`client.post(..., stream=True)`, as the adapter makes it) and its body read;
+- bare aiohttp: the same body and headers POSTed with the aiohttp client the SDK runs on.
+
+Adapter minus SDK request is metis's own work per call; SDK request minus bare aiohttp is what
+the SDK and its httpx layer add to every call, which the daemon cannot shed while its providers
+are the official SDKs.
+
+Run: `python scripts/bench_request.py [--calls 400] [--rounds 5]` (medians of the rounds, which
+alternate the three ways so that the host's drift hits each alike).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import aiohttp
+import anthropic
+import httpx2
+
+from metis.core.canonical.content import TextBlock
+from metis.core.canonical.ids import new_ulid
+from metis.core.canonical.messages import Message
+from metis.core.models.types import Capabilities, ProviderConfig
+from metis.core.providers.anthropic import AnthropicAdapter
+from metis.core.providers.base import LLMRequest
+from metis.testing.bench import bench_reply, spawn_fake_provider, stop_process
+
+Call = Callable[[], Awaitable[None]]
+WARM_UP = 20
+
+
+def _request() -> LLMRequest:
+    message = Message(
+        id=new_ulid(),
+        session_id="sess_bench",
+        turn_id=None,
+        role="user",
+        content=[TextBlock(text="benchmark")],
+        created_at_us=0,
+    )
+    return LLMRequest(
+        request_id=new_ulid(),
+        message_id=new_ulid(),
+        model="anthropic:bench",
+        wire_model="bench",
+        capabilities=Capabilities(max_context_tokens=200_000, max_output_tokens=8192),
+        messages=[message],
+    )
+
+
+async def _cpu_ms_per_call(call: Call, calls: int) -> float:
+    started = time.process_time()
+    for _ in range(calls):
+        await call()
+    return (time.process_time() - started) / calls * 1000
+
+
+WAYS = ("adapter", "SDK request", "bare aiohttp")
+
+
+async def measure(url: str, calls: int, rounds: int) -> dict[str, list[float]]:
+    """CPU ms per call of each way, one figure per round, against the fake provider at `url`
+    (it is given exactly the replies the calls take, so its queue is left as it was)."""
+    async with aiohttp.ClientSession() as control:
+        reply = bench_reply(1, repeat=len(WAYS) * (WARM_UP + calls * rounds))
+        await control.post(f"{url}/_fake/enqueue", json={"api": "anthropic", "replies": [reply]})
+    adapter = AnthropicAdapter(
+        ProviderConfig(name="anthropic", adapter="anthropic", base_url=url, api_key="k")
+    )
+    sdk = anthropic.AsyncAnthropic(
+        api_key="k", base_url=url, max_retries=0, http_client=anthropic.DefaultAioHttpClient()
+    )
+    bare = aiohttp.ClientSession()
+    body = json.dumps(
+        {
+            "model": "bench",
+            "max_tokens": 100,
+            "stream": True,
+            "messages": [{"role": "user", "content": "benchmark"}],
+        }
+    ).encode()
+    headers = {
+        "x-api-key": "k",
+        "anthropic-version": "2023-06-01",
+        "content-type": "application/json",
+        "accept": "application/json",
+    }
+
+    async def via_adapter() -> None:
+        async for _ in adapter.stream(_request()):
+            pass
+
+    async def via_sdk() -> None:
+        response = await sdk.post(
+            "/v1/messages", cast_to=httpx2.Response, content=body, stream=True
+        )
+        async for _ in response.aiter_raw():
+            pass
+        await response.aclose()
+
+    async def via_aiohttp() -> None:
+        async with bare.post(f"{url}/v1/messages", data=body, headers=headers) as response:
+            async for _ in response.content.iter_any():
+                pass
+
+    ways: dict[str, Call] = dict(zip(WAYS, (via_adapter, via_sdk, via_aiohttp), strict=True))
+    figures: dict[str, list[float]] = {name: [] for name in ways}
+    try:
+        for call in ways.values():  # warm-up: connections open, code paths taken once
+            for _ in range(WARM_UP):
+                await call()
+        for _ in range(rounds):
+            for name, call in ways.items():
+                figures[name].append(await _cpu_ms_per_call(call, calls))
+    finally:
+        await bare.close()
+        await sdk.close()
+        await adapter.aclose()
+    return figures
+
+
+async def main(calls: int, rounds: int) -> None:
+    proc, url = await spawn_fake_provider()
+    try:
+        figures = await measure(url, calls, rounds)
+    finally:
+        await stop_process(proc)
+    medians = {name: statistics.median(values) for name, values in figures.items()}
+    print(f"CPU per call, one-delta reply ({calls} calls × {rounds} rounds, medians)")
+    for name, value in medians.items():
+        runs = ", ".join(f"{v:.3f}" for v in figures[name])
+        print(f"  {name:13s} {value:.3f} ms  [{runs}]")
+    print(
+        "  metis's own work per call (adapter − SDK request): "
+        f"{medians['adapter'] - medians['SDK request']:.3f} ms"
+    )
+    print(
+        "  the SDK's layers per call (SDK request − bare aiohttp): "
+        f"{medians['SDK request'] - medians['bare aiohttp']:.3f} ms"
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=400)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    asyncio.run(main(args.calls, args.rounds))
