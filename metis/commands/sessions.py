@@ -18,6 +18,7 @@ from metis.commands import export as exporter
 from metis.commands import usage
 from metis.commands.client import DaemonApi, turn_outcome, with_daemon
 from metis.commands.daemon_client import add_arguments, session_id
+from metis.core.sessions.search import SEARCH_CHARS
 from metis.core.tools.textutil import visible_controls
 from metis.private_file import write_private
 
@@ -26,6 +27,13 @@ def _shown(value: Any) -> str:
     """A stored value as the terminal should print it: a workspace path may hold any character
     but `/` and NUL, and an escape sequence would rewrite the user's screen."""
     return visible_controls(str(value)).replace("\t", " ")
+
+
+def _search_text(text: str) -> str:
+    """`--search`'s text, refused here when the daemon would refuse it."""
+    if len(text) > SEARCH_CHARS:
+        raise argparse.ArgumentTypeError(f"at most {SEARCH_CHARS} characters")
+    return text
 
 
 def _line(s: dict[str, Any]) -> str:
@@ -46,15 +54,16 @@ def _line(s: dict[str, Any]) -> str:
 async def _list(api: DaemonApi, args: argparse.Namespace) -> int:
     workspace = str(Path(args.workspace).expanduser().resolve()) if args.workspace else None
     status = "all" if args.all else "ended" if args.ended else "active"
-    sessions = await api.sessions(workspace_path=workspace, status=status, limit=200)
+    sessions = await api.sessions(workspace_path=workspace, status=status, q=args.search, limit=200)
     if args.json:
         print(json.dumps({"sessions": sessions}, ensure_ascii=False, indent=2))
         return 0
     if not sessions:
         # Said on stderr so a script reading stdout still sees an empty list.
         scope = "" if status == "all" else f" {status}"
+        found = f" match {_shown(args.search)!r}" if args.search else ""
         hint = "" if status == "all" else " (--all lists every session)"
-        print(f"no{scope} sessions{hint}", file=sys.stderr)
+        print(f"no{scope} sessions{found}{hint}", file=sys.stderr)
     for s in sessions:
         print(_line(s))
     return 0
@@ -159,6 +168,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     which = p.add_mutually_exclusive_group()
     which.add_argument("--all", action="store_true", help="include ended sessions")
     which.add_argument("--ended", action="store_true", help="only ended sessions")
+    p.add_argument(
+        "--search",
+        metavar="TEXT",
+        type=_search_text,
+        help="only sessions whose title or first prompt holds every word (or whose id starts so)",
+    )
     p.add_argument("--json", action="store_true", help="the REST objects as JSON")
     p = command("show", "one session and its turns", _show)
     p.add_argument("id", type=session_id)

@@ -39,6 +39,7 @@ from metis.core.models.registry import ModelRegistry
 from metis.core.models.types import ModelEntry
 from metis.core.runtime import Core
 from metis.core.sessions.history import SurfaceWrites
+from metis.core.sessions.search import SEARCH_CHARS
 from metis.core.sessions.service import (
     ModelChange,
     NewSession,
@@ -66,6 +67,7 @@ from metis.core.turns.resume import (
 from metis.core.turns.service import CancelReason, TurnAccepted, TurnRequest, TurnService
 
 __all__ = [
+    "SEARCH_CHARS",
     "TITLE_CHARS",
     "Answer",
     "AnyEvent",

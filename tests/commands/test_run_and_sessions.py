@@ -139,6 +139,12 @@ async def test_sessions_list_show_export_and_end(
     assert [s["id"] for s in json.loads(out)["sessions"]] == [sid]
     code, out, _ = await metis("sessions", "list", "--ended", *url)
     assert [line.split("\t")[0] for line in out.splitlines()] == [sid]
+    code, out, _ = await metis("sessions", "list", "--all", "--search", "SECOND prompt", *url)
+    assert code == 0 and [line.split("\t")[0] for line in out.splitlines()] == [sid]
+    code, out, err = await metis("sessions", "list", "--search", "prompt", *url)
+    assert out == "" and "no active sessions match 'prompt' (--all lists" in err, err
+    code, _, err = await metis("sessions", "list", "--search", "x" * 201, *url)
+    assert code == 2 and "--search: at most 200 characters" in err, err
 
     code, _, err = await metis("sessions", "purge", sid, *url)
     assert code == 2 and "add --yes" in err

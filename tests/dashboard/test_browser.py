@@ -635,6 +635,34 @@ def test_more_than_a_page_of_sessions_are_all_reachable(
     assert page.locator("table.sessions tbody tr").count() == 104
 
 
+def test_the_search_box_narrows_the_sessions_as_you_type(
+    page: Any, served: DaemonThread, workspace: Path, shot: Any
+) -> None:
+    ids = {}
+    for title in ("Fix the flaky login test", "Refactor the parser", "Straße names in the parser"):
+        status, body = rest(served, "POST", "/sessions", {"workspace_path": str(workspace)})
+        assert status == 201, body
+        ids[title] = body["id"]
+        status, body = rest(served, "PATCH", f"/sessions/{body['id']}", {"title": title})
+        assert status == 200, body
+    rows = "document.querySelectorAll('table.sessions tbody tr').length"
+    page.reload()
+    page.wait_for_function(f"() => {rows} === 3")
+    page.locator("#f-search").press_sequentially("PARSER strasse", delay=20)
+    page.wait_for_function(f"() => {rows} === 1")
+    assert page.locator(f"tr[data-id='{ids['Straße names in the parser']}']").is_visible()
+    shot(page, "sessions-search")
+    page.wait_for_timeout(2200)  # the poll keeps the search
+    assert page.evaluate(rows) == 1
+    page.fill("#f-search", ids["Refactor the parser"])  # a copied id
+    page.wait_for_selector(f"tr[data-id='{ids['Refactor the parser']}']")
+    page.wait_for_function(f"() => {rows} === 1")
+    page.fill("#f-search", "no such words")
+    page.wait_for_selector("p.muted:has-text('No sessions match these filters.')")
+    page.fill("#f-search", "")
+    page.wait_for_function(f"() => {rows} === 3")
+
+
 def test_the_sessions_poll_keeps_keyboard_focus(
     page: Any, served: DaemonThread, workspace: Path
 ) -> None:

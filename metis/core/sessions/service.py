@@ -38,6 +38,7 @@ from metis.core.routing.engine import RoutingEngine
 from metis.core.routing.manager import PolicyManager
 from metis.core.sessions.cache import SessionCache
 from metis.core.sessions.history import Flush, HistoryWriter, SurfaceWrites
+from metis.core.sessions.search import session_matcher
 from metis.core.sessions.titles import title_from_prompt
 from metis.core.store.sessions import SessionRow, SessionStore
 from metis.core.store.titles import TitleStore
@@ -373,9 +374,10 @@ class SessionService:
         workspace_path: str | None,
         surface: str | None,
         status: str | None,
+        text: str | None = None,
     ) -> tuple[list[SessionView], bool]:
         """A page of sessions, newest first, and whether there are more; a workspace filter naming
-        no usable directory matches nothing."""
+        no usable directory matches nothing; `text` searches them (`search.py` says how)."""
         if workspace_path is not None:
             workspace_path = _workspace_filter(workspace_path)
             if workspace_path is None:
@@ -386,6 +388,7 @@ class SessionService:
             workspace_path=workspace_path,
             surface=surface,
             status=status,
+            matching=None if text is None else session_matcher(text),
         )
         return [self.view(r) for r in rows], more
 

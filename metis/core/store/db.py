@@ -331,10 +331,13 @@ class Database:
 
     async def fetchall(self, sql: str, params: tuple[object, ...] = ()) -> list[sqlite3.Row]:
         """Every row on the reader, on its thread: a listing or a whole history may be long."""
+        return await self.read(lambda conn: conn.execute(sql, params).fetchall())
+
+    async def read(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """`work(connection)` on the reader's thread: a read that decides row by row what it
+        keeps and when to stop (a search), in one round trip."""
         async with self._read_lock:
-            return await run_on_thread(
-                self.reader, lambda conn: conn.execute(sql, params).fetchall()
-            )
+            return await run_on_thread(self.reader, work)
 
     async def close(self) -> None:
         if self._checkpoint is not None:

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from metis.core.canonical.messages import Message
 from metis.core.canonical.money import decimal_str
+from metis.core.sessions.search import SessionMatcher
 from metis.core.store.db import Database, Statement, execute_all
 from metis.core.store.messages import INSERT_MESSAGE_SQL, message_row
+from metis.core.store.titles import TITLE_COLUMNS, prompt_text
 from metis.core.store.tx import TxWrites
 
 _QUARTET = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
@@ -121,6 +124,27 @@ class Spend:
         self.cost += Decimal(payload.get("cost_usd", "0"))
 
 
+def _search(
+    sql: str, params: tuple[object, ...], matching: SessionMatcher, wanted: int
+) -> Callable[[sqlite3.Connection], list[sqlite3.Row]]:
+    """The reader's work for a searched page: rows in `sql`'s order that `matching` accepts, up
+    to `wanted`; the scan stops there (its cursor closed, so the read transaction ends)."""
+
+    def work(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+        found: list[sqlite3.Row] = []
+        with closing(conn.execute(sql, params)) as cursor:
+            for row in cursor:
+                content = row["prompt"]
+                prompt = None if content is None else prompt_text(content)
+                if matching(row["id"], row["title"], prompt):
+                    found.append(row)
+                    if len(found) >= wanted:
+                        break
+        return found
+
+    return work
+
+
 def add_spend(conn: sqlite3.Connection, table: str, row_id: str, spend: Spend) -> None:
     """Add `spend` to a `turns` or `sessions` row: a Decimal read-modify-write inside the
     caller's transaction (never SQL arithmetic on TEXT); a missing row is skipped."""
@@ -225,9 +249,12 @@ class SessionStore:
         workspace_path: str | None = None,
         surface: str | None = None,
         status: str | None = None,
+        matching: SessionMatcher | None = None,
     ) -> tuple[list[SessionRow], bool]:
-        """Newest first (id descending); ids are creation-ordered so cursors never shift."""
-        sql = "SELECT * FROM sessions WHERE 1=1"
+        """Newest first (id descending); ids are creation-ordered so cursors never shift.
+        `matching` keeps only the sessions it accepts (a text search)."""
+        columns = "*" if matching is None else f"*, {TITLE_COLUMNS}"
+        sql = f"SELECT {columns} FROM sessions WHERE 1=1"
         params: list[object] = []
         for column, value in (
             ("workspace_path", workspace_path),
@@ -240,9 +267,13 @@ class SessionStore:
         if before_id is not None:
             sql += " AND id<?"
             params.append(before_id)
-        sql += " ORDER BY id DESC LIMIT ?"
-        params.append(limit + 1)
-        rows = await self.db.fetchall(sql, tuple(params))
+        if matching is not None:
+            search = _search(sql + " ORDER BY id DESC", tuple(params), matching, limit + 1)
+            rows = await self.db.read(search)
+        else:
+            sql += " ORDER BY id DESC LIMIT ?"
+            params.append(limit + 1)
+            rows = await self.db.fetchall(sql, tuple(params))
         return [SessionRow.from_row(r) for r in rows[:limit]], len(rows) > limit
 
     async def set_sticky_or_queue(

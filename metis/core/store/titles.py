@@ -35,7 +35,7 @@ class TitleStore:
         return {
             row["id"]: (
                 row["title"],
-                None if row["prompt"] is None else _prompt_text(row["prompt"]),
+                None if row["prompt"] is None else prompt_text(row["prompt"]),
             )
             for row in rows
         }
@@ -61,14 +61,17 @@ class TitleStore:
         return await self.db.transaction(work)
 
 
-_TITLES = (
-    "SELECT id, (SELECT title FROM session_titles WHERE session_id = sessions.id) AS title, "
+TITLE_COLUMNS = (
+    "(SELECT title FROM session_titles WHERE session_id = sessions.id) AS title, "
     "(SELECT content_json FROM messages WHERE session_id = sessions.id AND role = 'user' "
-    "ORDER BY id LIMIT 1) AS prompt FROM sessions WHERE id IN ({marks})"
+    "ORDER BY id LIMIT 1) AS prompt"
 )
+"""A `sessions` row's set title and its first user message's stored content, as columns."""
+
+_TITLES = "SELECT id, " + TITLE_COLUMNS + " FROM sessions WHERE id IN ({marks})"
 
 
-def _prompt_text(content_json: str) -> str | None:
+def prompt_text(content_json: str) -> str | None:
     """The text blocks of a stored user message, joined by newlines; None when its content
     cannot be decoded."""
     try:

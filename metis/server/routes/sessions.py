@@ -7,7 +7,13 @@ from aiohttp import web
 from pydantic import ConfigDict, Field, field_validator
 from pydantic.config import JsonDict
 
-from metis.core.application import TITLE_CHARS, Application, SessionView, title_problem
+from metis.core.application import (
+    SEARCH_CHARS,
+    TITLE_CHARS,
+    Application,
+    SessionView,
+    title_problem,
+)
 from metis.core.canonical.ids import ULID_CHARS, is_ulid
 from metis.core.canonical.money import decimal_str
 from metis.core.canonical.times import format_us, now_us
@@ -145,6 +151,11 @@ class ListQuery(DataModel):
     workspace_path: str | None = Field(default=None, json_schema_extra={"pattern": "^[/~]"})
     surface: Literal["metis", "aap"] | None = None
     status: Literal["active", "ended", "all"] = "all"
+    q: str | None = Field(
+        default=None,
+        max_length=SEARCH_CHARS,
+        description="sessions whose title or first prompt holds every word, or whose id starts so",
+    )
 
 
 class DeleteQuery(DataModel):
@@ -296,6 +307,7 @@ async def list_sessions(request: web.Request) -> web.Response:
         workspace_path=query.workspace_path,
         surface=query.surface,
         status=None if query.status == "all" else query.status,
+        text=query.q,
     )
     next_cursor = encode_cursor(views[-1].id) if more and views else None
     named = await service.titles([v.id for v in views])

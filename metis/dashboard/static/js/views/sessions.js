@@ -10,19 +10,32 @@ import { confirmDialog } from "./dialog.js";
 
 const POLL_MS = 2000;
 const PAGE = 100;
+const SEARCH_PAUSE_MS = 250;
 
 export function sessionsView(root) {
   let timer = null;
   let stopped = false;
-  const filters = { status: "all", workspace: "" };
+  const filters = { status: "all", workspace: "", q: "" };
 
   const status = h("select", { id: "f-status", "aria-label": "Status" },
     h("option", { value: "all" }, "all"),
     h("option", { value: "active" }, "active"),
     h("option", { value: "ended" }, "ended"));
   const wsFilter = h("input", { id: "f-workspace", type: "search", placeholder: "workspace path", "aria-label": "Workspace filter" });
+  // searched as you type, once typing pauses: a search reads every session's first prompt
+  const search = h("input", { id: "f-search", type: "search", maxlength: 200, placeholder: "title, prompt or id", "aria-label": "Search sessions", autocomplete: "off" });
+  let typing = null;
   status.addEventListener("change", () => { filters.status = status.value; pages = 1; refresh(); });
   wsFilter.addEventListener("change", () => { filters.workspace = wsFilter.value.trim(); pages = 1; refresh(); });
+  search.addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => {
+      if (search.value.trim() === filters.q) return;
+      filters.q = search.value.trim();
+      pages = 1;
+      refresh();
+    }, SEARCH_PAUSE_MS);
+  });
 
   const pathInput = h("input", { id: "new-workspace", type: "text", required: true, placeholder: "/path/to/workspace", "aria-describedby": "new-error", autocomplete: "off" });
   const newError = h("p", { id: "new-error", class: "error", role: "alert" });
@@ -58,7 +71,11 @@ export function sessionsView(root) {
   root.append(
     h("section", { class: "view" },
       h("div", { class: "view-head" }, h("h1", {}, "Sessions"),
-        h("div", { class: "filters" }, h("label", { for: "f-status" }, "Status"), status, h("label", { for: "f-workspace" }, "Workspace"), wsFilter)),
+        h("div", { class: "filters" },
+          // each label wraps to the next line with its control, never apart from it
+          h("span", { class: "filter" }, h("label", { for: "f-search" }, "Search"), search),
+          h("span", { class: "filter" }, h("label", { for: "f-status" }, "Status"), status),
+          h("span", { class: "filter" }, h("label", { for: "f-workspace" }, "Workspace"), wsFilter))),
       form,
       h("div", { class: "table-wrap" }, table),
       empty,
@@ -144,33 +161,41 @@ export function sessionsView(root) {
     if (lost && document.activeElement !== focused) control(lost.id, lost.name)?.focus();
   }
 
+  // A refresh started later (a filter changed meanwhile) supersedes one still waiting for the
+  // daemon: only the latest one's answer is shown, and only it schedules the next poll.
+  let latest = 0;
+
   async function refresh() {
     clearTimeout(timer);
+    const mine = ++latest;
+    const filtered = filters.status !== "all" || filters.workspace || filters.q;
     try {
       const sessions = [];
       let cursor = null;
       for (let page = 0; page < pages; page += 1) {
         const params = new URLSearchParams({ limit: String(PAGE), status: filters.status });
         if (filters.workspace) params.set("workspace_path", filters.workspace);
+        if (filters.q) params.set("q", filters.q);
         if (cursor) params.set("cursor", cursor);
         const got = await api("GET", `/sessions?${params}`);
+        if (stopped || mine !== latest) return;
         sessions.push(...got.sessions);
         cursor = got.next_cursor;
         if (!cursor) break;
       }
-      if (stopped) return;
       update(sessions);
-      empty.textContent = filters.status === "all" && !filters.workspace ? "No sessions yet." : "No sessions match these filters.";
+      empty.textContent = filtered ? "No sessions match these filters." : "No sessions yet.";
       empty.hidden = sessions.length > 0;
       more.hidden = !cursor;
-      count.textContent = cursor ? `The newest ${sessions.length} sessions.` : "";
+      count.textContent = cursor ? `The newest ${sessions.length} ${filters.q ? "matching " : ""}sessions.` : "";
     } catch (err) {
+      if (stopped || mine !== latest) return;
       // an unreachable daemon is shown in the header (api.js), not toasted at every poll
-      if (!stopped && err.code !== "network_error") toast(`${err.code}: ${err.message}`);
+      if (err.code !== "network_error") toast(`${err.code}: ${err.message}`);
     }
-    if (!stopped) timer = setTimeout(refresh, POLL_MS);
+    timer = setTimeout(refresh, POLL_MS);
   }
 
   refresh();
-  return { stop() { stopped = true; clearTimeout(timer); } };
+  return { stop() { stopped = true; clearTimeout(timer); clearTimeout(typing); } };
 }

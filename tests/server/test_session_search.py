@@ -1,0 +1,110 @@
+"""`GET /sessions?q=`: finding a session by what one remembers of it.
+
+- Every word of the text, in any order and any case (Unicode case folding), in the set title or
+  the whole first prompt; or the text is the start of the session's id.
+- It narrows the other filters and pages like the plain listing: a cursor walk sees each match
+  once. A blank text narrows nothing; a text longer than `SEARCH_CHARS` is a 400.
+- A stored first prompt that cannot be decoded is searched as absent, not a 500.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from metis.core.application import SEARCH_CHARS
+from metis.server.runner import Daemon
+from tests.api import Api
+
+
+async def _found(api: Api, q: str, **query: Any) -> list[str]:
+    status, body = await api.call("GET", "/sessions", params={"q": q, **query})
+    assert status == 200, body
+    return [s["id"] for s in body["sessions"]]
+
+
+async def test_words_of_the_first_prompt_or_the_title_or_the_id_find_a_session(
+    http: aiohttp.ClientSession, workspace: Path
+) -> None:
+    api = Api(http)
+    flaky = (await api.create_session(workspace))["id"]
+    await api.run_turn(flaky, "Fix the flaky test\nin the Authentication module, 100% of runs")
+    street = (await api.create_session(workspace))["id"]
+    await api.run_turn(street, "rename the Straße column")
+    titled = (await api.create_session(workspace))["id"]
+    await api.run_turn(titled, "something else entirely")
+    status, _ = await api.call("PATCH", f"/sessions/{titled}", {"title": "Parser work"})
+    assert status == 200
+
+    assert await _found(api, "flaky") == [flaky]
+    assert await _found(api, "AUTH   fix") == [flaky]  # any order, any case, inside a word
+    assert await _found(api, "module, 100%") == [flaky]  # a later line, taken literally
+    assert await _found(api, "flaky parser") == []  # every word must be there
+    assert await _found(api, "strasse") == [street]  # Unicode case folding
+    assert await _found(api, "parser") == [titled]  # the set title
+    assert await _found(api, "entirely") == [titled]  # its first prompt still counts
+    assert await _found(api, flaky) == [flaky]
+    assert await _found(api, flaky[:-4]) == [flaky]  # a copied id's start
+    assert await _found(api, "  ") == [titled, street, flaky]  # nothing to narrow by
+
+
+async def test_a_search_narrows_the_filters_and_pages_each_match_once(
+    http: aiohttp.ClientSession, workspace: Path, tmp_path: Path
+) -> None:
+    api = Api(http)
+    other = tmp_path / "other"
+    other.mkdir()
+    matching: list[str] = []
+    for i in range(7):
+        sid = (await api.create_session(workspace))["id"]
+        await api.run_turn(sid, f"{'deploy' if i % 2 else 'review'} step {i}")
+        if i % 2:
+            matching.append(sid)
+    elsewhere = (await api.create_session(other))["id"]
+    await api.run_turn(elsewhere, "deploy from the other tree")
+    ended = (await api.create_session(workspace))["id"]
+    await api.run_turn(ended, "deploy, then stop")
+    status, _ = await api.call("DELETE", f"/sessions/{ended}")
+    assert status == 200
+
+    walked: list[str] = []
+    query: dict[str, Any] = {"q": "deploy", "limit": 2, "workspace_path": str(workspace)}
+    query["status"] = "active"
+    while True:
+        status, page = await api.call("GET", "/sessions", params=query)
+        assert status == 200 and len(page["sessions"]) <= 2, page
+        walked += [s["id"] for s in page["sessions"]]
+        if page["next_cursor"] is None:
+            break
+        query["cursor"] = page["next_cursor"]
+    assert walked == matching[::-1]
+    assert await _found(api, "deploy", status="ended") == [ended]
+    assert await _found(api, "deploy", workspace_path=str(other)) == [elsewhere]
+
+
+async def test_a_search_too_long_is_400(http: aiohttp.ClientSession) -> None:
+    api = Api(http)
+    status, body = await api.call("GET", "/sessions", params={"q": "x" * (SEARCH_CHARS + 1)})
+    assert status == 400 and body["error"]["code"] == "validation_error"
+    assert body["error"]["details"]["errors"][0]["loc"] == ["query", "q"]
+    assert await _found(api, "x" * SEARCH_CHARS) == []
+
+
+async def test_a_first_prompt_that_cannot_be_decoded_is_searched_as_absent(
+    daemon: Daemon, http: aiohttp.ClientSession, workspace: Path
+) -> None:
+    api = Api(http)
+    broken = (await api.create_session(workspace))["id"]
+    await api.run_turn(broken, "needle in the broken one")
+    kept = (await api.create_session(workspace))["id"]
+    await api.run_turn(kept, "needle in the sound one")
+    with sqlite3.connect(daemon.settings.home / "metis.db") as db:
+        db.execute(
+            "UPDATE messages SET content_json = '[{not json' WHERE session_id = ? AND role = 'user'",
+            (broken,),
+        )
+    assert await _found(api, "needle") == [kept]
+    assert await _found(api, broken) == [broken]  # its id still finds it
