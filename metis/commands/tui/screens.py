@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 from rich.console import Group
 from rich.syntax import Syntax
 from rich.text import Text
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
+from textual.timer import Timer
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from metis.commands import tooldisplay
+from metis.commands.client import ApiFailure
+from metis.commands.tui.failures import error_text, failure_text
 
 
 @dataclass(frozen=True)
@@ -125,7 +130,8 @@ class ConfirmScreen(ModalScreen[Decision | None]):
 
 
 class SessionPicker(ModalScreen[str | None]):
-    """The active sessions of this workspace, newest first; Enter switches, Esc closes."""
+    """The active sessions of this workspace, newest first; typing searches them (the daemon's
+    search: words of a title or first prompt, or an id's start), Enter switches, Esc closes."""
 
     DEFAULT_CSS = """
     SessionPicker { align: center middle; }
@@ -134,17 +140,41 @@ class SessionPicker(ModalScreen[str | None]):
         border: thick $accent; background: $surface; padding: 1 2;
     }
     SessionPicker OptionList { height: auto; max-height: 30; }
+    SessionPicker #search { margin-bottom: 1; }
     SessionPicker .keys { color: $text-muted; }
     """
 
-    BINDINGS = [Binding("escape", "close", "close")]
+    BINDINGS = [
+        Binding("escape", "close", "close"),
+        Binding("down", "move(1)", show=False),
+        Binding("up", "move(-1)", show=False),
+    ]
 
-    def __init__(self, sessions: list[dict[str, Any]], current: str | None) -> None:
+    SEARCH_PAUSE_S = 0.2
+    """Typing pauses this long before the daemon is asked."""
+
+    def __init__(
+        self,
+        sessions: list[dict[str, Any]],
+        current: str | None,
+        search: Callable[[str], Awaitable[list[dict[str, Any]]]],
+    ) -> None:
         super().__init__()
         self.sessions = sessions
         self.current = current
+        self._search = search
+        self._typing: Timer | None = None
 
     def compose(self) -> Any:
+        with Vertical():
+            yield Static(Text("Sessions on this workspace", style="bold"))
+            yield Input(placeholder="search: title, prompt or id", id="search")
+            yield OptionList(*self._options(), id="sessions")
+            yield Static(Text("type: search   ↑↓ Enter: switch   Esc: close"), classes="keys")
+
+    def _options(self) -> list[Option]:
+        if not self.sessions:
+            return [Option(Text("no active session matches", style="dim"), disabled=True)]
         options = []
         for s in self.sessions:
             title = s.get("title") or "(no prompt yet)"
@@ -161,10 +191,46 @@ class SessionPicker(ModalScreen[str | None]):
                 overflow="ellipsis",
             )
             options.append(Option(Group(head, details), id=s["id"]))
-        with Vertical():
-            yield Static(Text("Sessions on this workspace", style="bold"))
-            yield OptionList(*options, id="sessions")
-            yield Static(Text("Enter: switch   Esc: close"), classes="keys")
+        return options
+
+    def action_move(self, step: int) -> None:
+        rows = self.query_one(OptionList)
+        if step > 0:
+            rows.action_cursor_down()
+        else:
+            rows.action_cursor_up()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        if self._typing is not None:
+            self._typing.stop()
+        text = event.value
+        self._typing = self.set_timer(
+            self.SEARCH_PAUSE_S,
+            lambda: self.run_worker(self._show(text), group="search", exclusive=True),
+        )
+
+    async def _show(self, text: str) -> None:
+        """The sessions the daemon finds for `text` (all of them for a blank one)."""
+        try:
+            found = await self._search(text)
+        except ApiFailure as exc:
+            self.notify(failure_text(exc), severity="error")
+            return
+        except aiohttp.ClientError as exc:
+            self.notify(error_text(exc), severity="error")
+            return
+        self.sessions = found
+        rows = self.query_one(OptionList)
+        rows.clear_options()
+        rows.add_options(self._options())
+        rows.highlighted = 0 if found else None
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        rows = self.query_one(OptionList)
+        if rows.highlighted is not None and self.sessions:
+            self.dismiss(rows.get_option_at_index(rows.highlighted).id)
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         self.dismiss(event.option.id)

@@ -21,6 +21,9 @@ from metis.commands.tui.failures import error_text, failure_text
 from metis.commands.tui.screens import SessionPicker
 from metis.private_file import write_private
 
+PICKER_SESSIONS = 50
+"""The sessions the picker lists at most, newest first (a search reaches older ones)."""
+
 COMMANDS = {
     "/model": "/model [alias|-]  pin a model (- : routing decides); no argument shows it",
     "/models": "/models  the configured models and their context windows",
@@ -154,10 +157,19 @@ class SlashCommands:
 
     async def _sessions(self, arg: str) -> None:
         host = self.host
-        # ended sessions are not listed: they cannot be continued (`metis sessions export`)
-        sessions = await host.api.sessions(
-            workspace_path=host.workspace, surface="metis", status="active", limit=50
-        )
+
+        async def search(text: str) -> list[dict[str, Any]]:
+            # ended sessions are not listed: they cannot be continued (`metis sessions export`)
+            found = await host.api.sessions(
+                workspace_path=host.workspace,
+                surface="metis",
+                status="active",
+                q=text.strip() or None,
+                limit=PICKER_SESSIONS,
+            )
+            return found[:PICKER_SESSIONS]
+
+        sessions = await search("")
         if not [s for s in sessions if s["id"] != host.session_id]:
             await host.note("no other active session on this workspace; /new starts one")
             return
@@ -166,7 +178,7 @@ class SlashCommands:
             if session_id and session_id != host.session_id:
                 host.run_worker(host.switch_to(session_id), group="switch")
 
-        host.push_screen(SessionPicker(sessions[:50], host.session_id), picked)
+        host.push_screen(SessionPicker(sessions, host.session_id, search), picked)
 
     async def _new(self, arg: str) -> None:
         await self.host.new_session()

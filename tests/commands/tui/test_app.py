@@ -451,7 +451,20 @@ async def test_slash_commands_model_cost_title_sessions_new_and_export(
         assert isinstance(picker, SessionPicker)
         assert [s["id"] for s in picker.sessions][:2][-1] == first
         options = picker.query_one(OptionList)
-        options.highlighted = [s["id"] for s in picker.sessions].index(first)
+        assert app.screen.focused is picker.query_one("#search") and options.highlighted == 0
+        await pilot.press("down")  # the list moves while the search has the keys
+        assert options.highlighted == [s["id"] for s in picker.sessions].index(first)
+        await pilot.press("up")
+        assert options.highlighted == 0
+        await pilot.press(*"HELLO")  # searched by the daemon: the first prompt's words
+        await until(lambda: [s["id"] for s in picker.sessions] == [first])
+        screenshot(app, "session-picker-search")
+        await pilot.press(*" nowhere")
+        await until(lambda: picker.sessions == [])
+        await pilot.press("enter")  # nothing to switch to: the picker stays
+        assert app.screen is picker and options.option_count == 1
+        await pilot.press(*["backspace"] * len(" nowhere"))
+        await until(lambda: [s["id"] for s in picker.sessions] == [first])
         await pilot.press("enter")
         await until(lambda: app.session_id == first and app.stream.reader is not None)
         await pilot.pause()
