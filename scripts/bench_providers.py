@@ -77,7 +77,8 @@ class _ReplayOpenAI(OpenAIAdapter):
         return SseBody(_ReplayResponse(self.body))
 
 
-def _request(kind: str) -> LLMRequest:
+def llm_request(kind: str) -> LLMRequest:
+    """A one-message request to the adapter of `kind` (`anthropic` or `openai`)."""
     message = Message(
         id=new_ulid(),
         session_id="sess_bench",
@@ -157,7 +158,7 @@ async def _consume_baseline(body: bytes) -> float:
 
 
 async def _consume_adapter(adapter: Any, kind: str) -> tuple[float, int]:
-    req = _request(kind)
+    req = llm_request(kind)
     count = 0
     t0 = time.perf_counter()
     async for event in adapter.stream(req):
@@ -177,7 +178,7 @@ async def _end_to_end(server: FakeProviderServer, kind: str, deltas: int) -> tup
     adapter = AnthropicAdapter(provider) if kind == "anthropic" else OpenAIAdapter(provider)
     server.enqueue(kind, FakeReply.say("x" * deltas, chunk_chars=1))
     t0 = time.perf_counter()
-    async for _ in adapter.stream(_request(kind)):
+    async for _ in adapter.stream(llm_request(kind)):
         pass
     adapter_s = time.perf_counter() - t0
     t0 = time.perf_counter()

@@ -36,36 +36,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aiohttp
 import anthropic
 import httpx2
+from bench_providers import llm_request
 
-from metis.core.canonical.content import TextBlock
-from metis.core.canonical.ids import new_ulid
-from metis.core.canonical.messages import Message
-from metis.core.models.types import Capabilities, ProviderConfig
+from metis.core.models.types import ProviderConfig
 from metis.core.providers.anthropic import AnthropicAdapter
-from metis.core.providers.base import LLMRequest
 from metis.testing.bench import bench_reply, spawn_fake_provider, stop_process
 
 Call = Callable[[], Awaitable[None]]
 WARM_UP = 20
-
-
-def _request() -> LLMRequest:
-    message = Message(
-        id=new_ulid(),
-        session_id="sess_bench",
-        turn_id=None,
-        role="user",
-        content=[TextBlock(text="benchmark")],
-        created_at_us=0,
-    )
-    return LLMRequest(
-        request_id=new_ulid(),
-        message_id=new_ulid(),
-        model="anthropic:bench",
-        wire_model="bench",
-        capabilities=Capabilities(max_context_tokens=200_000, max_output_tokens=8192),
-        messages=[message],
-    )
 
 
 async def _cpu_ms_per_call(call: Call, calls: int) -> float:
@@ -107,7 +85,7 @@ async def measure(url: str, calls: int, rounds: int) -> dict[str, list[float]]:
     }
 
     async def via_adapter() -> None:
-        async for _ in adapter.stream(_request()):
+        async for _ in adapter.stream(llm_request("anthropic")):
             pass
 
     async def via_sdk() -> None:
