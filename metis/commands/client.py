@@ -123,15 +123,16 @@ class DaemonApi:
         path = f"/sessions/{session_id}/turns/{turn_id}/confirmations/{request_id}"
         return await self.call("POST", path, body)
 
-    async def sessions(self, **query: Any) -> list[dict[str, Any]]:
-        """Sessions matching `query` (GET /sessions filters), newest first, every page."""
+    async def sessions(self, most: int | None = None, **query: Any) -> list[dict[str, Any]]:
+        """Sessions matching `query` (GET /sessions filters), newest first: every page, or
+        the pages that hold the `most` newest."""
         out: list[dict[str, Any]] = []
         params = {k: v for k, v in query.items() if v is not None}
         while True:
             page = await self.call("GET", "/sessions", params=params)
             out.extend(page["sessions"])
-            if page.get("next_cursor") is None:
-                return out
+            if page.get("next_cursor") is None or (most is not None and len(out) >= most):
+                return out[:most]
             params["cursor"] = page["next_cursor"]
 
     async def last_used_session(self, workspace: str) -> str | None:

@@ -160,14 +160,14 @@ class SlashCommands:
 
         async def search(text: str) -> list[dict[str, Any]]:
             # ended sessions are not listed: they cannot be continued (`metis sessions export`)
-            found = await host.api.sessions(
+            return await host.api.sessions(
+                PICKER_SESSIONS,
                 workspace_path=host.workspace,
                 surface="metis",
                 status="active",
                 q=text.strip() or None,
                 limit=PICKER_SESSIONS,
             )
-            return found[:PICKER_SESSIONS]
 
         sessions = await search("")
         if not [s for s in sessions if s["id"] != host.session_id]:

@@ -11,14 +11,10 @@ finds `authentication`), as in a search box.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from metis.core.store.sessions import SessionMatcher
 
 SEARCH_CHARS = 200
 """The longest search text: longer than any title, short enough to stay a search."""
-
-SessionMatcher = Callable[[str, str | None, str | None], bool]
-"""Whether a session matches, from its id, its set title and its first prompt's text (None for
-either it lacks)."""
 
 
 def session_matcher(text: str) -> SessionMatcher | None:

@@ -11,11 +11,14 @@ from typing import Any
 
 from metis.core.canonical.messages import Message
 from metis.core.canonical.money import decimal_str
-from metis.core.sessions.search import SessionMatcher
 from metis.core.store.db import Database, Statement, execute_all
 from metis.core.store.messages import INSERT_MESSAGE_SQL, message_row
 from metis.core.store.titles import TITLE_COLUMNS, prompt_text
 from metis.core.store.tx import TxWrites
+
+SessionMatcher = Callable[[str, str | None, str | None], bool]
+"""A search's verdict on a session, from its id, its set title and its first prompt's text (None
+for either it lacks); the rule is the core's (`metis.core.sessions.search`)."""
 
 _QUARTET = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
 
