@@ -1,8 +1,10 @@
-"""`metis sessions [list|show ID|end ID|export ID]`: the daemon's sessions, for scripts.
+"""`metis sessions [list|show ID|end ID|export ID]`: the daemon's sessions, at a terminal or in
+a script.
 
-`list` prints one line per session (newest first; `--json` the REST objects), `show` one
-session with its turns, `end` ends it (data kept), `export` writes it as Markdown (readable) or
-JSON (the canonical messages and events) to stdout or `--output FILE`.
+`list` prints the sessions newest first: two lines each at a terminal, one line of
+tab-separated fields each into a pipe (`--json` the REST objects); `show` one session with its
+turns, `end` ends it (data kept), `export` writes it as Markdown (readable) or JSON (the
+canonical messages and events) to stdout or `--output FILE`.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,7 @@ from metis.commands import export as exporter
 from metis.commands import usage
 from metis.commands.client import DaemonApi, turn_outcome, with_daemon
 from metis.commands.daemon_client import add_arguments, session_id
+from metis.commands.paths import short_path
 from metis.core.sessions.search import SEARCH_CHARS
 from metis.core.tools.textutil import visible_controls
 from metis.private_file import write_private
@@ -34,6 +38,35 @@ def _search_text(text: str) -> str:
     if len(text) > SEARCH_CHARS:
         raise argparse.ArgumentTypeError(f"at most {SEARCH_CHARS} characters")
     return text
+
+
+_WORKSPACE_ROOM = 20
+"""The least room a workspace path is given in a terminal listing's line."""
+
+
+def _for_a_person(s: dict[str, Any], width: int) -> list[str]:
+    """A session as a terminal shows it, in two lines cut to `width` (the listing never wraps):
+    its title (cut first) with its status, turns and cost; then its id, when it was created
+    (unless the line is too narrow for it) and its workspace (directories elided from the
+    middle)."""
+    state = "ended" if s.get("ended_at") else "active"
+    turns = s.get("turn_count", 0)
+    outcome = (
+        f" · {state} · {turns} turn{'' if turns == 1 else 's'} · ${s.get('cost_so_far_usd', '0')}"
+    )
+    title = _cut(_shown(s.get("title") or "(no prompt yet)"), max(width - len(outcome), 12))
+    created = str(s.get("created_at", ""))[:16].replace("T", " ")
+    where = f"  {s['id']} · {created} · "
+    if width - len(where) < _WORKSPACE_ROOM:  # narrow: the workspace says more than the date
+        where = f"  {s['id']} · "
+    workspace = short_path(
+        _shown(s.get("workspace_path", "")), max(width - len(where), _WORKSPACE_ROOM)
+    )
+    return [_cut(title + outcome, width), _cut(where + workspace, width)]
+
+
+def _cut(line: str, width: int) -> str:
+    return line if len(line) <= width else line[: max(width - 1, 0)] + "…"
 
 
 def _line(s: dict[str, Any]) -> str:
@@ -64,8 +97,15 @@ async def _list(api: DaemonApi, args: argparse.Namespace) -> int:
         found = f" match {_shown(args.search)!r}" if args.search else ""
         hint = "" if status == "all" else " (--all lists every session)"
         print(f"no{scope} sessions{found}{hint}", file=sys.stderr)
-    for s in sessions:
-        print(_line(s))
+    # a person at a terminal reads two lines a session; a script reading a pipe, one line of
+    # tab-separated fields
+    if sys.stdout.isatty():
+        width = shutil.get_terminal_size().columns
+        for s in sessions:
+            print("\n".join(_for_a_person(s, width)))
+    else:
+        for s in sessions:
+            print(_line(s))
     return 0
 
 

@@ -4,8 +4,10 @@ scripted model); exports compared with what the store serves over REST."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import pty
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -228,3 +230,47 @@ async def test_sessions_list_and_show_print_control_characters_escaped(
         code, out, err = await metis(*command, *url)
         assert code == 0, err
         assert "\x1b" not in out and "ws\\x1b[2J\\x1b[31mred" in out, out
+
+
+async def test_sessions_list_at_a_terminal_shows_two_lines_a_session_cut_to_its_width(
+    daemon: Daemon, api_of: Callable[[Daemon], Api], tmp_path: Path
+) -> None:
+    """Into a pipe, one tab-separated line a session (for scripts); at a terminal, the title with
+    its outcome, then the id, date and workspace, never wider than the terminal."""
+    api = api_of(daemon)
+    workspace = tmp_path / "clients" / "acme" / "platform" / "services" / "billing"
+    workspace.mkdir(parents=True)
+    sid = (await api.create_session(workspace))["id"]
+    await api.run_turn(sid, "explain how the routing engine picks a model for every turn we run")
+    for width in (100, 60):
+        lines = await _listed_at_a_terminal(daemon, width)
+        assert len(lines) == 2 and all(len(line) <= width for line in lines), lines
+        assert lines[0].startswith("explain how the routing engine")
+        assert lines[0].endswith(" · active · 1 turn · $0")
+        assert lines[1].startswith(f"  {sid} · ") and lines[1].endswith("/services/billing")
+        assert "/…/" in lines[1]  # directories elided from the middle, whole
+        assert (" · 20" in lines[1]) == (width == 100), lines  # narrow: the date gives way
+    assert lines[0].endswith("… · active · 1 turn · $0")  # 60 columns: the title is cut
+
+
+async def _listed_at_a_terminal(daemon: Daemon, width: int) -> list[str]:
+    """What `metis sessions list` shows on a terminal `width` columns wide."""
+    controller, terminal = pty.openpty()
+    try:
+        code, _, err = await metis(
+            "sessions",
+            "list",
+            "--url",
+            daemon.base_url,
+            env={"COLUMNS": str(width)},
+            stdout=terminal,
+        )
+        os.close(terminal)
+        shown = b""
+        with contextlib.suppress(OSError):  # the terminal's far end is closed: all is read
+            while chunk := os.read(controller, 4096):
+                shown += chunk
+    finally:
+        os.close(controller)
+    assert code == 0, err
+    return shown.decode().replace("\r\n", "\n").splitlines()

@@ -28,6 +28,7 @@ from textual.widgets import Static
 
 from metis.commands.client import ApiFailure, DaemonApi
 from metis.commands.daemon_client import target_from_args
+from metis.commands.paths import short_path
 from metis.commands.tui.completion import PromptCompletion
 from metis.commands.tui.confirmations import ConfirmationQueue
 from metis.commands.tui.failures import error_text, failure_text
@@ -41,7 +42,6 @@ from metis.commands.tui.widgets import (
     Note,
     PromptInput,
     StatusBar,
-    short_path,
     warm_up_markdown,
 )
 from metis.core.errors import ConfigError

@@ -6,7 +6,6 @@ import re
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, ClassVar
 
 from rich.console import Console, JustifyMethod
@@ -24,6 +23,7 @@ from textual.widget import Widget
 from textual.widgets import Collapsible, Static, TextArea
 
 from metis.commands import tooldisplay
+from metis.commands.paths import short_path
 
 PREVIEW_LINES = 8
 FRAME_S = 1 / 30  # streamed text is drawn at most this often
@@ -578,24 +578,3 @@ class StatusBar(Widget):
                 text.append(f"{name} ", style="dim")
             text.append(self.fields[name], style="bold" if name in ("model", "cost") else "")
         return text
-
-
-def short_path(path: str, limit: int, home: str | None = None) -> str:
-    """`path` in at most `limit` characters: the home directory as ~, then whole directories
-    elided from the middle (`~/code/…/tui/widgets`), then the start of the last name."""
-    home = str(Path.home()) if home is None else home.rstrip("/")
-    if home and (path == home or path.startswith(home + "/")):
-        path = "~" + path[len(home) :]
-    if len(path) <= limit:
-        return path
-    parts = path.split("/")
-    head, tail = parts[0], parts[1:]
-    if head == "" and tail:  # an absolute path: keep its first directory
-        head, tail = "/" + tail[0], tail[1:]
-    kept: list[str] = []
-    while tail and len(head) + len("/…/") + len("/".join([tail[-1], *kept])) <= limit:
-        kept.insert(0, tail.pop())
-    if kept and tail:
-        return f"{head}/…/{'/'.join(kept)}"
-    last = parts[-1]
-    return "…" + last[-(limit - 1) :] if limit > 1 else "…"

@@ -26,7 +26,6 @@ from metis.commands.tui.widgets import (
     ToolCard,
     UserMessage,
     block_starts,
-    short_path,
     split_pieces,
 )
 from metis.server.runner import Daemon
@@ -790,18 +789,6 @@ async def test_resuming_shows_how_each_turn_that_did_not_complete_ended(
             screenshot(app, "resumed-turn-ends")
     finally:
         await again.stop()
-
-
-def test_the_status_bar_shortens_the_workspace_path() -> None:
-    home = "/home/me"
-    assert short_path("/home/me/code/demo", 40, home) == "~/code/demo"
-    assert short_path("/home/me", 40, home) == "~"
-    assert short_path("/home/meat/x", 40, home) == "/home/meat/x"
-    long = "/home/me/code/clients/acme/platform/services/billing/api"
-    assert short_path(long, 30, home) == "~/…/services/billing/api"
-    assert len(short_path(long, 30, home)) <= 30
-    assert short_path("/srv/projects/one/two/three/four", 22, home) == "/srv/…/two/three/four"
-    assert short_path("/srv/" + "x" * 50, 20, home) == "…" + "x" * 19
 
 
 async def test_the_status_bar_fits_the_workspace_in_a_narrow_terminal(
