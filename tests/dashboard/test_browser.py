@@ -654,6 +654,12 @@ def test_the_search_box_narrows_the_sessions_as_you_type(
     shot(page, "sessions-search")
     page.wait_for_timeout(2200)  # the poll keeps the search
     assert page.evaluate(rows) == 1
+    assert page.evaluate("location.hash") == "#/?q=PARSER+strasse"
+    page.click(f"tr[data-id='{ids['Straße names in the parser']}'] a")  # to the session, and back
+    page.wait_for_selector("#composer-input")
+    page.go_back()
+    page.wait_for_function(f"() => {rows} === 1")
+    assert page.input_value("#f-search") == "PARSER strasse"
     page.fill("#f-search", ids["Refactor the parser"])  # a copied id
     page.wait_for_selector(f"tr[data-id='{ids['Refactor the parser']}']")
     page.wait_for_function(f"() => {rows} === 1")

@@ -15,7 +15,14 @@ const SEARCH_PAUSE_MS = 250;
 export function sessionsView(root) {
   let timer = null;
   let stopped = false;
-  const filters = { status: "all", workspace: "", q: "" };
+  // The filters live in the address (#/?q=…&status=…&workspace=…): Back from a session returns
+  // to the list as it was, and a filtered list can be bookmarked.
+  const given = new URLSearchParams(location.hash.split("?")[1] || "");
+  const filters = {
+    status: ["active", "ended"].includes(given.get("status")) ? given.get("status") : "all",
+    workspace: (given.get("workspace") || "").trim(),
+    q: (given.get("q") || "").trim().slice(0, 200),
+  };
 
   const status = h("select", { id: "f-status", "aria-label": "Status" },
     h("option", { value: "all" }, "all"),
@@ -25,15 +32,29 @@ export function sessionsView(root) {
   // searched as you type, once typing pauses: a search reads every session's first prompt
   const search = h("input", { id: "f-search", type: "search", maxlength: 200, placeholder: "title, prompt or id", "aria-label": "Search sessions", autocomplete: "off" });
   let typing = null;
-  status.addEventListener("change", () => { filters.status = status.value; pages = 1; refresh(); });
-  wsFilter.addEventListener("change", () => { filters.workspace = wsFilter.value.trim(); pages = 1; refresh(); });
+  status.value = filters.status;
+  wsFilter.value = filters.workspace;
+  search.value = filters.q;
+
+  function filtered() {
+    const shown = new URLSearchParams();
+    if (filters.q) shown.set("q", filters.q);
+    if (filters.status !== "all") shown.set("status", filters.status);
+    if (filters.workspace) shown.set("workspace", filters.workspace);
+    const query = shown.toString();
+    const hash = query ? `#/?${query}` : "#/";
+    if (location.hash !== hash) history.replaceState(null, "", hash);
+    pages = 1;
+    refresh();
+  }
+  status.addEventListener("change", () => { filters.status = status.value; filtered(); });
+  wsFilter.addEventListener("change", () => { filters.workspace = wsFilter.value.trim(); filtered(); });
   search.addEventListener("input", () => {
     clearTimeout(typing);
     typing = setTimeout(() => {
       if (search.value.trim() === filters.q) return;
       filters.q = search.value.trim();
-      pages = 1;
-      refresh();
+      filtered();
     }, SEARCH_PAUSE_MS);
   });
 
