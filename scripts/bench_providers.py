@@ -116,26 +116,27 @@ async def _raw_sdk_stream(server: FakeProviderServer, kind: str, deltas: int) ->
     """Stream the reply through the raw SDK's own stream object (the end-to-end comparison)."""
     server.enqueue(kind, FakeReply.say("x" * deltas, chunk_chars=1))
     if kind == "anthropic":
-        client = anthropic.AsyncAnthropic(
+        claude = anthropic.AsyncAnthropic(
             api_key="k", base_url=server.anthropic_base_url, max_retries=0
         )
-        stream = await client.messages.create(
+        async for _ in await claude.messages.create(
             model="bench",
             max_tokens=10,
             messages=[{"role": "user", "content": "benchmark"}],
             stream=True,
-        )
-    else:
-        client = openai.AsyncOpenAI(api_key="k", base_url=server.openai_base_url, max_retries=0)
-        stream = await client.chat.completions.create(
-            model="bench",
-            messages=[{"role": "user", "content": "benchmark"}],
-            stream=True,
-            stream_options={"include_usage": True},
-        )
-    async for _ in stream:
+        ):
+            pass
+        await claude.close()
+        return
+    gpt = openai.AsyncOpenAI(api_key="k", base_url=server.openai_base_url, max_retries=0)
+    async for _ in await gpt.chat.completions.create(
+        model="bench",
+        messages=[{"role": "user", "content": "benchmark"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    ):
         pass
-    await client.close()
+    await gpt.close()
 
 
 def _decode_only(body: bytes) -> float:
