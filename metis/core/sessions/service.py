@@ -375,14 +375,15 @@ class SessionService:
         surface: str | None,
         status: str | None,
         text: str | None = None,
-    ) -> tuple[list[SessionView], bool]:
-        """A page of sessions, newest first, and whether there are more; a workspace filter naming
-        no usable directory matches nothing; `text` searches them (`search.py` says how)."""
+    ) -> tuple[list[tuple[SessionView, str | None]], bool]:
+        """A page of sessions, newest first, each with its title (`title`'s rule, read in the
+        same query), and whether there are more; a workspace filter naming no usable directory
+        matches nothing; `text` searches them (`search.py` says how)."""
         if workspace_path is not None:
             workspace_path = _workspace_filter(workspace_path)
             if workspace_path is None:
                 return [], False
-        rows, more = await self.store.page(
+        listed, more = await self.store.page(
             limit=limit,
             before_id=before_id,
             workspace_path=workspace_path,
@@ -390,21 +391,13 @@ class SessionService:
             status=status,
             matching=None if text is None else session_matcher(text),
         )
-        return [self.view(r) for r in rows], more
-
-    async def titles(self, session_ids: Sequence[str]) -> dict[str, str]:
-        """Each session's title: the one set, else the first line of its first user message
-        (`title_from_prompt`); a session with neither is absent. One query for a page."""
-        titles: dict[str, str] = {}
-        for session_id, (set_title, prompt) in (await self._titles.titles(session_ids)).items():
-            title = set_title if set_title is not None else title_from_prompt(prompt or "")
-            if title:
-                titles[session_id] = title
-        return titles
+        return [(self.view(s.row), _title(s.set_title, s.prompt)) for s in listed], more
 
     async def title(self, session_id: str) -> str | None:
-        """One session's title (`titles`' rule), in one read by key on the loop's thread."""
-        return (await self.titles([session_id])).get(session_id)
+        """A session's title: the one set, else the first line of its first user message
+        (`title_from_prompt`); None with neither. One read by key on the loop's thread."""
+        parts = await self._titles.parts(session_id)
+        return None if parts is None else _title(*parts)
 
     # -- writes -------------------------------------------------------------------------------
 
@@ -609,3 +602,8 @@ def _slot_status(slot: TurnSlot | None) -> str | None:
 
 def _iso(us: int | None) -> str | None:
     return format_us(us)
+
+
+def _title(set_title: str | None, prompt: str | None) -> str | None:
+    """The rule of a session's title: the one set, else its first prompt's first line."""
+    return set_title if set_title is not None else title_from_prompt(prompt or "")

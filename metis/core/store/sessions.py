@@ -127,20 +127,39 @@ class Spend:
         self.cost += Decimal(payload.get("cost_usd", "0"))
 
 
+@dataclass(frozen=True)
+class ListedSession:
+    """A listed session's row, its set title and its first prompt's text (None for either it
+    lacks, or a prompt whose stored content cannot be decoded): what its title is made of."""
+
+    row: SessionRow
+    set_title: str | None
+    prompt: str | None
+
+
+def _listed(row: sqlite3.Row, prompt: str | None) -> ListedSession:
+    return ListedSession(SessionRow.from_row(row), row["title"], prompt)
+
+
+def _prompt_of(row: sqlite3.Row) -> str | None:
+    """The text of the first prompt the row's `TITLE_COLUMNS` hold."""
+    content = row["prompt"]
+    return None if content is None else prompt_text(content)
+
+
 def _search(
     sql: str, params: tuple[object, ...], matching: SessionMatcher, wanted: int
-) -> Callable[[sqlite3.Connection], list[sqlite3.Row]]:
-    """The reader's work for a searched page: rows in `sql`'s order that `matching` accepts, up
-    to `wanted`; the scan stops there (its cursor closed, so the read transaction ends)."""
+) -> Callable[[sqlite3.Connection], list[ListedSession]]:
+    """The reader's work for a searched page: sessions in `sql`'s order that `matching` accepts,
+    up to `wanted`; the scan stops there (its cursor closed, so the read transaction ends)."""
 
-    def work(conn: sqlite3.Connection) -> list[sqlite3.Row]:
-        found: list[sqlite3.Row] = []
+    def work(conn: sqlite3.Connection) -> list[ListedSession]:
+        found: list[ListedSession] = []
         with closing(conn.execute(sql, params)) as cursor:
             for row in cursor:
-                content = row["prompt"]
-                prompt = None if content is None else prompt_text(content)
+                prompt = _prompt_of(row)
                 if matching(row["id"], row["title"], prompt):
-                    found.append(row)
+                    found.append(_listed(row, prompt))
                     if len(found) >= wanted:
                         break
         return found
@@ -253,11 +272,11 @@ class SessionStore:
         surface: str | None = None,
         status: str | None = None,
         matching: SessionMatcher | None = None,
-    ) -> tuple[list[SessionRow], bool]:
-        """Newest first (id descending); ids are creation-ordered so cursors never shift.
-        `matching` keeps only the sessions it accepts (a text search)."""
-        columns = "*" if matching is None else f"*, {TITLE_COLUMNS}"
-        sql = f"SELECT {columns} FROM sessions WHERE 1=1"
+    ) -> tuple[list[ListedSession], bool]:
+        """Newest first (id descending); ids are creation-ordered so cursors never shift. Each
+        with what its title is made of, read in the same query. `matching` keeps only the
+        sessions it accepts (a text search)."""
+        sql = f"SELECT *, {TITLE_COLUMNS} FROM sessions WHERE 1=1"
         params: list[object] = []
         for column, value in (
             ("workspace_path", workspace_path),
@@ -272,12 +291,12 @@ class SessionStore:
             params.append(before_id)
         if matching is not None:
             search = _search(sql + " ORDER BY id DESC", tuple(params), matching, limit + 1)
-            rows = await self.db.read(search)
+            listed = await self.db.read(search)
         else:
             sql += " ORDER BY id DESC LIMIT ?"
             params.append(limit + 1)
-            rows = await self.db.fetchall(sql, tuple(params))
-        return [SessionRow.from_row(r) for r in rows[:limit]], len(rows) > limit
+            listed = [_listed(r, _prompt_of(r)) for r in await self.db.fetchall(sql, tuple(params))]
+        return listed[:limit], len(listed) > limit
 
     async def set_sticky_or_queue(
         self, session_id: str, model: str | None, stamp: int, holder: Callable[[], str | None]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
 
 from metis.core.store.db import Database
 
@@ -19,26 +18,16 @@ class TitleStore:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def titles(self, session_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
-        """Each existing session's set title and the text of its first user message (None for
-        either it lacks, or a message whose content cannot be decoded), in one query. One
-        session's is a read by key on the event loop's thread (GET /sessions/{id}, a WebSocket
-        snapshot: no round trip to the reader's thread); a page's goes to the reader."""
-        if not session_ids:
-            return {}
-        sql = _TITLES.format(marks=",".join("?" * len(session_ids)))
-        if len(session_ids) == 1:
-            row = await self.db.fetchone(sql, tuple(session_ids))
-            rows = [row] if row is not None else []
-        else:
-            rows = await self.db.fetchall(sql, tuple(session_ids))
-        return {
-            row["id"]: (
-                row["title"],
-                None if row["prompt"] is None else prompt_text(row["prompt"]),
-            )
-            for row in rows
-        }
+    async def parts(self, session_id: str) -> tuple[str | None, str | None] | None:
+        """What a session's title is made of: its set title and the text of its first user
+        message (None for either it lacks, or a message whose content cannot be decoded); None
+        when there is no such session. A read by key on the event loop's thread (GET
+        /sessions/{id}, a WebSocket snapshot: no round trip to the reader's thread); a page
+        reads the same columns in its own query (`SessionStore.page`)."""
+        row = await self.db.fetchone(_PARTS, (session_id,))
+        if row is None:
+            return None
+        return row["title"], None if row["prompt"] is None else prompt_text(row["prompt"])
 
     async def set(self, session_id: str, title: str | None, stamp: int) -> bool:
         """Set the title (None clears it). False when the session row is gone: a purge
@@ -68,7 +57,7 @@ TITLE_COLUMNS = (
 )
 """A `sessions` row's set title and its first user message's stored content, as columns."""
 
-_TITLES = "SELECT id, " + TITLE_COLUMNS + " FROM sessions WHERE id IN ({marks})"
+_PARTS = f"SELECT {TITLE_COLUMNS} FROM sessions WHERE id = ?"
 
 
 def prompt_text(content_json: str) -> str | None:

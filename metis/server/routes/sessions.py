@@ -301,7 +301,7 @@ async def list_sessions(request: web.Request) -> web.Response:
     # a cursor is a place in the id order, not a row: paging goes on past a session purged
     # since the cursor was issued
     before = decode_cursor(query.cursor) if query.cursor is not None else None
-    views, more = await service.list(
+    listed, more = await service.list(
         limit=limit,
         before_id=before,
         workspace_path=query.workspace_path,
@@ -309,11 +309,10 @@ async def list_sessions(request: web.Request) -> web.Response:
         status=None if query.status == "all" else query.status,
         text=query.q,
     )
-    next_cursor = encode_cursor(views[-1].id) if more and views else None
-    named = await service.titles([v.id for v in views])
+    next_cursor = encode_cursor(listed[-1][0].id) if more and listed else None
     items = [
-        {**list_item(v), "status": "ended" if v.ended else "active", "title": named.get(v.id)}
-        for v in views
+        {**list_item(v), "status": "ended" if v.ended else "active", "title": title}
+        for v, title in listed
     ]
     return json_response({"sessions": items, "next_cursor": next_cursor})
 
