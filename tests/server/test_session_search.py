@@ -5,6 +5,7 @@
 - It narrows the other filters and pages like the plain listing: a cursor walk sees each match
   once. A blank text narrows nothing; a text longer than `SEARCH_CHARS` is a 400.
 - A stored first prompt that cannot be decoded is searched as absent, not a 500.
+- The store reads a search's candidates a batch a round trip (the reader is free between two).
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from metis.core.application import SEARCH_CHARS
+from metis.core.store import sessions as store_sessions
 from metis.server.runner import Daemon
 from tests.api import Api
 
@@ -108,3 +111,22 @@ async def test_a_first_prompt_that_cannot_be_decoded_is_searched_as_absent(
         )
     assert await _found(api, "needle") == [kept]
     assert await _found(api, broken) == [broken]  # its id still finds it
+
+
+async def test_a_search_reads_in_batches_and_still_finds_every_match_in_order(
+    http: aiohttp.ClientSession, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store scans a few rows a round trip to the reader (so a search through many sessions
+    never holds the reader long); matches straddling batches come out whole and newest first."""
+    monkeypatch.setattr(store_sessions, "SEARCH_BATCH", 2)
+    api = Api(http)
+    matching: list[str] = []
+    for i in range(7):
+        sid = (await api.create_session(workspace))["id"]
+        status, _ = await api.call("PATCH", f"/sessions/{sid}", {"title": f"job {i % 3}"})
+        assert status == 200
+        if i % 3 == 0:
+            matching.append(sid)
+    assert await _found(api, "job 0") == matching[::-1]
+    assert await _found(api, "job 0", limit=1) == matching[-1:]
+    assert await _found(api, "nothing like it") == []

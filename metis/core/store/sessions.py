@@ -20,6 +20,9 @@ SessionMatcher = Callable[[str, str | None, str | None], bool]
 """A search's verdict on a session, from its id, its set title and its first prompt's text (None
 for either it lacks); the rule is the core's (`metis.core.sessions.search`)."""
 
+SEARCH_BATCH = 500
+"""Rows a search reads in one round trip to the reader's thread (a few ms on a small machine)."""
+
 _QUARTET = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
 
 
@@ -147,22 +150,34 @@ def _prompt_of(row: sqlite3.Row) -> str | None:
     return None if content is None else prompt_text(content)
 
 
-def _search(
-    sql: str, params: tuple[object, ...], matching: SessionMatcher, wanted: int
-) -> Callable[[sqlite3.Connection], list[ListedSession]]:
-    """The reader's work for a searched page: sessions in `sql`'s order that `matching` accepts,
-    up to `wanted`; the scan stops there (its cursor closed, so the read transaction ends)."""
+def _newest_first(
+    select: str, params: list[object], before_id: str | None, limit: int
+) -> tuple[str, tuple[object, ...]]:
+    """`select` narrowed to ids before `before_id` (when given), newest first, `limit` rows."""
+    if before_id is None:
+        return f"{select} ORDER BY id DESC LIMIT ?", (*params, limit)
+    return f"{select} AND id<? ORDER BY id DESC LIMIT ?", (*params, before_id, limit)
 
-    def work(conn: sqlite3.Connection) -> list[ListedSession]:
+
+def _scan(
+    sql: str, params: tuple[object, ...], matching: SessionMatcher, wanted: int
+) -> Callable[[sqlite3.Connection], tuple[list[ListedSession], int, str | None]]:
+    """The reader's work for one batch of a search: the rows `matching` accepts, up to
+    `wanted` (the scan stops there, its cursor closed so the read transaction ends), how many
+    rows were read and the last one's id."""
+
+    def work(conn: sqlite3.Connection) -> tuple[list[ListedSession], int, str | None]:
         found: list[ListedSession] = []
+        scanned, last = 0, None
         with closing(conn.execute(sql, params)) as cursor:
             for row in cursor:
+                scanned, last = scanned + 1, row["id"]
                 prompt = _prompt_of(row)
                 if matching(row["id"], row["title"], prompt):
                     found.append(_listed(row, prompt))
                     if len(found) >= wanted:
                         break
-        return found
+        return found, scanned, last
 
     return work
 
@@ -276,7 +291,7 @@ class SessionStore:
         """Newest first (id descending); ids are creation-ordered so cursors never shift. Each
         with what its title is made of, read in the same query. `matching` keeps only the
         sessions it accepts (a text search)."""
-        sql = f"SELECT *, {TITLE_COLUMNS} FROM sessions WHERE 1=1"
+        select = f"SELECT *, {TITLE_COLUMNS} FROM sessions WHERE 1=1"
         params: list[object] = []
         for column, value in (
             ("workspace_path", workspace_path),
@@ -284,19 +299,34 @@ class SessionStore:
             ("status", status),
         ):
             if value is not None:
-                sql += f" AND {column}=?"
+                select += f" AND {column}=?"
                 params.append(value)
-        if before_id is not None:
-            sql += " AND id<?"
-            params.append(before_id)
         if matching is not None:
-            search = _search(sql + " ORDER BY id DESC", tuple(params), matching, limit + 1)
-            listed = await self.db.read(search)
+            listed = await self._search(select, params, before_id, matching, limit + 1)
         else:
-            sql += " ORDER BY id DESC LIMIT ?"
-            params.append(limit + 1)
-            listed = [_listed(r, _prompt_of(r)) for r in await self.db.fetchall(sql, tuple(params))]
+            sql, args = _newest_first(select, params, before_id, limit + 1)
+            listed = [_listed(r, _prompt_of(r)) for r in await self.db.fetchall(sql, args)]
         return listed[:limit], len(listed) > limit
+
+    async def _search(
+        self,
+        select: str,
+        params: list[object],
+        before_id: str | None,
+        matching: SessionMatcher,
+        wanted: int,
+    ) -> list[ListedSession]:
+        """The sessions `matching` accepts, newest first, up to `wanted`: scanned `SEARCH_BATCH`
+        rows a round trip to the reader, which is free between two, so a search through many
+        sessions never holds up the other long reads (a transcript, an event page) for long."""
+        found: list[ListedSession] = []
+        while True:
+            sql, args = _newest_first(select, params, before_id, SEARCH_BATCH)
+            scan = _scan(sql, args, matching, wanted - len(found))
+            matched, scanned, before_id = await self.db.read(scan)
+            found += matched
+            if len(found) >= wanted or scanned < SEARCH_BATCH:
+                return found
 
     async def set_sticky_or_queue(
         self, session_id: str, model: str | None, stamp: int, holder: Callable[[], str | None]
