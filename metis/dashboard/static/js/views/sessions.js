@@ -30,7 +30,16 @@ export function sessionsView(root) {
     h("option", { value: "ended" }, "ended"));
   const wsFilter = h("input", { id: "f-workspace", type: "search", placeholder: "workspace path", "aria-label": "Workspace filter" });
   // searched as you type, once typing pauses: a search reads every session's first prompt
-  const search = h("input", { id: "f-search", type: "search", maxlength: 200, placeholder: "title, prompt or id", "aria-label": "Search sessions", autocomplete: "off" });
+  const search = h("input", { id: "f-search", type: "search", maxlength: 200, placeholder: "title, prompt or id  ( / )", "aria-label": "Search sessions", "aria-keyshortcuts": "/", autocomplete: "off" });
+  // "/" anywhere on the list but in a field goes to the search, as on most sites with one
+  function slash(e) {
+    if (e.key !== "/" || e.ctrlKey || e.metaKey || e.altKey) return;
+    if (e.target.closest?.("input, textarea, select, [contenteditable], dialog")) return;
+    e.preventDefault();
+    search.focus();
+    search.select();
+  }
+  document.addEventListener("keydown", slash);
   let typing = null;
   status.value = filters.status;
   wsFilter.value = filters.workspace;
@@ -218,5 +227,5 @@ export function sessionsView(root) {
   }
 
   refresh();
-  return { stop() { stopped = true; clearTimeout(timer); clearTimeout(typing); } };
+  return { stop() { stopped = true; clearTimeout(timer); clearTimeout(typing); document.removeEventListener("keydown", slash); } };
 }
