@@ -635,6 +635,15 @@ def test_more_than_a_page_of_sessions_are_all_reachable(
     assert page.locator("table.sessions tbody tr").count() == 104
 
 
+_VISIBILITY = """(hidden) => {
+  Object.defineProperty(document, "hidden", { value: hidden, configurable: true });
+  Object.defineProperty(document, "visibilityState",
+    { value: hidden ? "hidden" : "visible", configurable: true });
+  document.dispatchEvent(new Event("visibilitychange"));
+}"""
+"""Has the page believe it was hidden (another tab in front) or shown again."""
+
+
 def test_the_search_box_narrows_the_sessions_as_you_type(
     page: Any, served: DaemonThread, workspace: Path, shot: Any
 ) -> None:
@@ -654,8 +663,16 @@ def test_the_search_box_narrows_the_sessions_as_you_type(
     page.wait_for_function(f"() => {rows} === 1")
     assert page.locator(f"tr[data-id='{ids['Straße names in the parser']}']").is_visible()
     shot(page, "sessions-search")
-    page.wait_for_timeout(2200)  # the poll keeps the search
-    assert page.evaluate(rows) == 1
+    # a hidden page asks nothing; shown again, it refreshes at once, the search kept
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/sessions?" in r.url else None)
+    page.evaluate(_VISIBILITY, True)
+    page.wait_for_timeout(2500)  # longer than the poll's 2 s
+    assert asked == []
+    with page.expect_request(lambda r: "/sessions?" in r.url) as shown:
+        page.evaluate(_VISIBILITY, False)
+    assert "q=PARSER+strasse" in shown.value.url
+    page.wait_for_function(f"() => {rows} === 1")
     assert page.evaluate("location.hash") == "#/?q=PARSER+strasse"
     page.click(f"tr[data-id='{ids['Straße names in the parser']}'] a")  # to the session, and back
     page.wait_for_selector("#composer-input")

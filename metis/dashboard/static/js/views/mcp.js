@@ -5,6 +5,7 @@
 
 import { api } from "../api.js";
 import { h, clear } from "../dom.js";
+import { whileVisible } from "../poll.js";
 
 const POLL_MS = 2000;
 
@@ -59,7 +60,6 @@ export function mcpView(root) {
     h("div", { class: "view-head" }, h("h1", {}, "MCP servers")), problem, body));
   let shown = null;
   let stopped = false;
-  let timer = null;
 
   async function refresh() {
     try {
@@ -78,8 +78,9 @@ export function mcpView(root) {
     } catch (err) {
       problem.textContent = `Could not load the MCP servers: ${err.code}: ${err.message}`;
     }
-    if (!stopped) timer = setTimeout(refresh, POLL_MS);
+    if (!stopped) poll.next();
   }
+  const poll = whileVisible(refresh, POLL_MS);
   refresh();
-  return { stop() { stopped = true; clearTimeout(timer); } };
+  return { stop() { stopped = true; poll.stop(); } };
 }

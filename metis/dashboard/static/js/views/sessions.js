@@ -7,13 +7,13 @@
 import { api } from "../api.js";
 import { h, fmtCost, ago, fmtTime, toast } from "../dom.js";
 import { confirmDialog } from "./dialog.js";
+import { whileVisible } from "../poll.js";
 
 const POLL_MS = 2000;
 const PAGE = 100;
 const SEARCH_PAUSE_MS = 250;
 
 export function sessionsView(root) {
-  let timer = null;
   let stopped = false;
   // The filters live in the address (#/?q=…&status=…&workspace=…): Back from a session returns
   // to the list as it was, and a filtered list can be bookmarked.
@@ -196,7 +196,7 @@ export function sessionsView(root) {
   let latest = 0;
 
   async function refresh() {
-    clearTimeout(timer);
+    poll.cancel();
     const mine = ++latest;
     const filtered = filters.status !== "all" || filters.workspace || filters.q;
     try {
@@ -223,9 +223,10 @@ export function sessionsView(root) {
       // an unreachable daemon is shown in the header (api.js), not toasted at every poll
       if (err.code !== "network_error") toast(`${err.code}: ${err.message}`);
     }
-    timer = setTimeout(refresh, POLL_MS);
+    poll.next();
   }
 
+  const poll = whileVisible(refresh, POLL_MS);
   refresh();
-  return { stop() { stopped = true; clearTimeout(timer); clearTimeout(typing); document.removeEventListener("keydown", slash); } };
+  return { stop() { stopped = true; poll.stop(); clearTimeout(typing); document.removeEventListener("keydown", slash); } };
 }
