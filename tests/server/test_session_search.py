@@ -47,11 +47,15 @@ async def test_words_of_the_first_prompt_or_the_title_or_the_id_find_a_session(
     assert await _found(api, "module, 100%") == [flaky]  # a later line, taken literally
     assert await _found(api, "flaky parser") == []  # every word must be there
     assert await _found(api, "strasse") == [street]  # Unicode case folding
+    assert await _found(api, "STRAẞE") == [street]  # the capital sharp s
+    decomposed = (await api.create_session(workspace))["id"]
+    await api.run_turn(decomposed, "the cafe\u0301 menu")  # é as e and a combining accent
+    assert await _found(api, "café") == [decomposed]  # typed as one letter
     assert await _found(api, "parser") == [titled]  # the set title
     assert await _found(api, "entirely") == [titled]  # its first prompt still counts
     assert await _found(api, flaky) == [flaky]
     assert await _found(api, flaky[:-4]) == [flaky]  # a copied id's start
-    assert await _found(api, "  ") == [titled, street, flaky]  # nothing to narrow by
+    assert await _found(api, "  ") == [decomposed, titled, street, flaky]  # nothing to narrow
 
 
 async def test_a_search_narrows_the_filters_and_pages_each_match_once(
