@@ -71,6 +71,13 @@ def test_the_next_start_also_kills_what_left_a_noted_group(tmp_path: Path) -> No
     proc = spawn_group()
     try:
         ProcessGroupLedger(tmp_path / "groups").enter(proc.pid, marker)
+        # Popen returns once the child has begun its exec, and Linux shows a process's
+        # environment in /proc only once the exec has laid it out: on a busy machine, a moment
+        # later
+        for _ in range(250):
+            if marked_pids(marker):
+                break
+            time.sleep(0.02)
         assert marked_pids(marker) == [escaped.pid]
         assert ProcessGroupLedger(tmp_path / "groups").reap() == 1
         assert escaped.wait(timeout=5) == -9
