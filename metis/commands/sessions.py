@@ -49,11 +49,8 @@ def _for_a_person(s: dict[str, Any], width: int) -> list[str]:
     its title (cut first) with its status, turns and cost; then its id, when it was created
     (unless the line is too narrow for it) and its workspace (directories elided from the
     middle)."""
-    state = "ended" if s.get("ended_at") else "active"
     turns = s.get("turn_count", 0)
-    outcome = (
-        f" · {state} · {turns} turn{'' if turns == 1 else 's'} · ${s.get('cost_so_far_usd', '0')}"
-    )
+    outcome = f" · {s['status']} · {turns} turn{'' if turns == 1 else 's'} · ${s.get('cost_so_far_usd', '0')}"
     title = _cut(_shown(s.get("title") or "(no prompt yet)"), max(width - len(outcome), 12))
     created = str(s.get("created_at", ""))[:16].replace("T", " ")
     where = f"  {s['id']} · {created} · "
@@ -70,11 +67,10 @@ def _cut(line: str, width: int) -> str:
 
 
 def _line(s: dict[str, Any]) -> str:
-    state = "ended" if s.get("ended_at") else "active"
     return "\t".join(
         [
             s["id"],
-            state,
+            s["status"],
             str(s.get("turn_count", 0)),
             f"${s.get('cost_so_far_usd', '0')}",
             str(s.get("created_at", ""))[:19],

@@ -19,7 +19,7 @@ from textual.widgets.option_list import Option
 
 from metis.commands import tooldisplay
 from metis.commands.client import ApiFailure
-from metis.commands.tui.failures import error_text, failure_text
+from metis.commands.tui.failures import error_text
 
 
 @dataclass(frozen=True)
@@ -214,10 +214,7 @@ class SessionPicker(ModalScreen[str | None]):
         """The sessions the daemon finds for `text` (all of them for a blank one)."""
         try:
             found = await self._search(text)
-        except ApiFailure as exc:
-            self.notify(failure_text(exc), severity="error")
-            return
-        except aiohttp.ClientError as exc:
+        except (ApiFailure, aiohttp.ClientError) as exc:
             self.notify(error_text(exc), severity="error")
             return
         self.sessions = found

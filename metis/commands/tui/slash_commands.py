@@ -17,7 +17,7 @@ from textual.screen import Screen
 
 from metis.commands import export as exporter
 from metis.commands.client import ApiFailure, DaemonApi
-from metis.commands.tui.failures import error_text, failure_text
+from metis.commands.tui.failures import error_text
 from metis.commands.tui.screens import SessionPicker
 from metis.private_file import write_private
 
@@ -89,9 +89,7 @@ class SlashCommands:
             return
         try:
             await handler(arg)
-        except ApiFailure as exc:
-            await self.host.note(failure_text(exc), error=True)
-        except aiohttp.ClientError as exc:
+        except (ApiFailure, aiohttp.ClientError) as exc:
             await self.host.note(error_text(exc), error=True)
 
     async def _quit(self, arg: str) -> None:
@@ -161,7 +159,7 @@ class SlashCommands:
         async def search(text: str) -> list[dict[str, Any]]:
             # ended sessions are not listed: they cannot be continued (`metis sessions export`)
             return await host.api.sessions(
-                PICKER_SESSIONS,
+                most=PICKER_SESSIONS,
                 workspace_path=host.workspace,
                 surface="metis",
                 status="active",

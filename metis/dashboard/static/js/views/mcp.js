@@ -78,7 +78,7 @@ export function mcpView(root) {
     } catch (err) {
       problem.textContent = `Could not load the MCP servers: ${err.code}: ${err.message}`;
     }
-    if (!stopped) poll.next();
+    poll.next();
   }
   const poll = whileVisible(refresh, POLL_MS);
   refresh();

@@ -12,6 +12,7 @@ import { whileVisible } from "../poll.js";
 const POLL_MS = 2000;
 const PAGE = 100;
 const SEARCH_PAUSE_MS = 250;
+const SEARCH_CHARS = 200; // the daemon refuses a longer search
 
 export function sessionsView(root) {
   let stopped = false;
@@ -21,7 +22,7 @@ export function sessionsView(root) {
   const filters = {
     status: ["active", "ended"].includes(given.get("status")) ? given.get("status") : "all",
     workspace: (given.get("workspace") || "").trim(),
-    q: (given.get("q") || "").trim().slice(0, 200),
+    q: (given.get("q") || "").trim().slice(0, SEARCH_CHARS),
   };
 
   const status = h("select", { id: "f-status", "aria-label": "Status" },
@@ -30,7 +31,7 @@ export function sessionsView(root) {
     h("option", { value: "ended" }, "ended"));
   const wsFilter = h("input", { id: "f-workspace", type: "search", placeholder: "workspace path", "aria-label": "Workspace filter" });
   // searched as you type, once typing pauses: a search reads every session's first prompt
-  const search = h("input", { id: "f-search", type: "search", maxlength: 200, placeholder: "title, prompt or id  ( / )", "aria-label": "Search sessions", "aria-keyshortcuts": "/", autocomplete: "off" });
+  const search = h("input", { id: "f-search", type: "search", maxlength: SEARCH_CHARS, placeholder: "title, prompt or id  ( / )", "aria-label": "Search sessions", "aria-keyshortcuts": "/", autocomplete: "off" });
   // "/" anywhere on the list but in a field goes to the search, as on most sites with one
   function slash(e) {
     if (e.key !== "/" || e.ctrlKey || e.metaKey || e.altKey) return;
@@ -198,7 +199,7 @@ export function sessionsView(root) {
   async function refresh() {
     poll.cancel();
     const mine = ++latest;
-    const filtered = filters.status !== "all" || filters.workspace || filters.q;
+    const narrowed = filters.status !== "all" || filters.workspace || filters.q;
     try {
       const sessions = [];
       let cursor = null;
@@ -214,7 +215,7 @@ export function sessionsView(root) {
         if (!cursor) break;
       }
       update(sessions);
-      empty.textContent = filtered ? "No sessions match these filters." : "No sessions yet.";
+      empty.textContent = narrowed ? "No sessions match these filters." : "No sessions yet.";
       empty.hidden = sessions.length > 0;
       more.hidden = !cursor;
       count.textContent = cursor ? `The newest ${sessions.length} ${filters.q ? "matching " : ""}sessions.` : "";
