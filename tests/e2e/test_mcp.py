@@ -223,6 +223,35 @@ async def test_a_tool_name_another_server_holds_is_skipped_and_the_rest_register
     assert set(d.core.tool_registry.offered_names(None)) >= {"mcp__demo__x__add", "mcp__demo__add"}
 
 
+async def test_a_listing_with_unreadable_tools_offers_the_others_and_says_which_were_skipped(
+    fake: FakeProviderServer, start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    python = json.dumps(sys.executable)
+    server = f"command: {python}, args: [{json.dumps(str(MALFORMED))}], policy: auto"
+    config = (
+        f"tools:\n  confirmation: {{default: {AUTO}}}\nmcp:\n  servers:\n    sloppy: {{{server}}}\n"
+    )
+    d = await start_daemon(config=config, models=models_yaml(fake))
+    await d.core.mcp.wait_ready(30)
+    async with api_session(d) as http:
+        api = Api(http)
+        sloppy = (await mcp_status(api))["sloppy"]
+        assert sloppy["state"] == "ready"
+        assert [t["name"] for t in sloppy["tools"]] == ["mcp__sloppy__good"]
+        assert sloppy["last_error"] == (
+            "tool 'bad' (#1) skipped: not valid MCP (description: Input should be a valid string; "
+            "inputSchema: Field required); tool #3 skipped: not valid MCP (name: Field required)"
+        )
+        # the tool that was kept works: the SDK's session reads its calls as usual
+        sid = await session_on(api, workspace, "anthropic")
+        fake.enqueue("anthropic", FakeReply.call("mcp__sloppy__good", {}), FakeReply.say("done"))
+        accepted, terminal = await api.run_turn(sid, "use the good one")
+        assert terminal["type"] == "turn.completed", terminal
+        assert "tool.completed" in types_of(await api.turn_events(sid, accepted["turn_id"]))
+        results = [m for m in (await api.messages(sid))["messages"] if m["role"] == "tool"]
+        assert results[0]["content"][0]["content"] == [{"type": "text", "text": "good ran"}]
+
+
 async def test_a_server_that_cannot_start_says_why_and_keeps_the_last_runs_stderr(
     fake: FakeProviderServer, start_daemon: Callable[..., Any], metis_home: Path
 ) -> None:
@@ -232,7 +261,7 @@ async def test_a_server_that_cannot_start_says_why_and_keeps_the_last_runs_stder
         "mcp:\n  restart_initial_seconds: 0.1\n  servers:\n"
         f"    crashes: {{command: {python}, args: ['-c', {crash}]}}\n"
         f"    nowhere: {{command: {python}, args: [{json.dumps(str(DEMO))}], cwd: /no/such/dir}}\n"
-        f"    malformed: {{command: {python}, args: [{json.dumps(str(MALFORMED))}]}}\n"
+        f"    malformed: {{command: {python}, args: [{json.dumps(str(MALFORMED))}, not-a-list]}}\n"
     )
     d = await start_daemon(config=config, models=models_yaml(fake))
     async with api_session(d) as http:
@@ -244,12 +273,11 @@ async def test_a_server_that_cannot_start_says_why_and_keeps_the_last_runs_stder
     assert "exited with status 7" in servers["crashes"]["last_error"]
     assert "crashes.stderr.log" in servers["crashes"]["last_error"]
     assert servers["nowhere"]["last_error"] == "working directory not found: /no/such/dir"
-    # the SDK refuses the whole listing for its one bad tool: said as such, not as the exit
-    # of the process the client then hung up on
+    # a listing with no list of tools is refused whole: said as such, not as the exit of the
+    # process the client then hung up on
     assert servers["malformed"]["state"] != "ready" and servers["malformed"]["tools"] == []
     assert servers["malformed"]["last_error"] == (
-        "its tools/list answer is not valid MCP: tool #2, description: Input should be a valid "
-        "string; tool #2, inputSchema: Field required"
+        "its tools/list answer is not valid MCP: tools: Input should be a valid list"
     )
     logs = metis_home / "logs" / "mcp"
     assert "boom at start" in (logs / "crashes.stderr.log.1").read_text()

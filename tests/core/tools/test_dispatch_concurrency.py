@@ -197,7 +197,9 @@ async def test_six_sleeping_tools_respect_the_session_limit_and_publish_in_tool_
     assert [e["payload"]["tool_use_id"] for e in of_type(events, "tool.called")] == order
     # (compared where the slot is taken: a shell's own start also holds its spawn, which a loaded
     # machine can delay past the next hand-off)
-    assert called_at[4] < called_at[5], "the first freed slot must go to the earlier queued tool use"
+    assert called_at[4] < called_at[5], (
+        "the first freed slot must go to the earlier queued tool use"
+    )
 
     # `tool.called` only once the slot is held: it precedes the tool's own execution, and at that
     # instant fewer than 4 earlier calls are provably still holding a slot (still sleeping).

@@ -33,6 +33,7 @@ from metis.core.canonical.redaction import redact, register_secret
 from metis.core.tools.base import ToolError
 from metis.core.tools.groups import ProcessGroupLedger
 from metis.core.tools.mcp import tools as mcp_tools
+from metis.core.tools.mcp.listing import tolerant_tool_listings
 from metis.core.tools.mcp.settings import (
     McpServerSettings,
     McpSettings,
@@ -248,13 +249,15 @@ class McpServer:
             else:
                 streams = await stack.enter_async_context(self._http())
             read, write = streams
+            unreadable: list[str] = []  # tools dropped from the listing, with why
+            read = await stack.enter_async_context(tolerant_tool_listings(read, unreadable))
             session = await stack.enter_async_context(
                 ClientSession(read, write, client_info=CLIENT_INFO)
             )
             with anyio.fail_after(self.settings.connect_timeout_seconds):
                 await session.initialize()
                 listed = await self._list_tools(session)
-            self._register(listed)
+            self._register(listed, unreadable)
             self._session, self._liveness = session, liveness
             self.state = "ready"
             self.connected_at = time.monotonic()
@@ -342,10 +345,10 @@ class McpServer:
                 break
         return tools
 
-    def _register(self, listed: list[mcp_types.Tool]) -> None:
+    def _register(self, listed: list[mcp_types.Tool], unreadable: list[str]) -> None:
         entries: list[RegisteredTool] = []
         infos: list[ToolInfo] = []
-        self._skipped = []
+        self._skipped = list(unreadable)
         taken: set[str] = set()
         for tool in listed:
             name = mcp_tools.tool_name(self.key, tool.name)
@@ -433,8 +436,8 @@ class McpServer:
 
 
 def _invalid_answer_in(exc: BaseException) -> ValidationError | None:
-    """The SDK's refusal of an answer that is not valid MCP (it validates whole results, so one
-    malformed tool makes the whole `tools/list` page fail), wherever the task groups put it."""
+    """The SDK's refusal of an answer that is not valid MCP (a malformed `initialize` answer,
+    a `tools/list` answer that is not a list of tools), wherever the task groups put it."""
     if isinstance(exc, ValidationError):
         return exc
     if isinstance(exc, BaseExceptionGroup):

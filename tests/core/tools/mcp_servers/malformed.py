@@ -1,11 +1,15 @@
-"""An MCP server over stdio, written by hand (JSON-RPC lines), whose `tools/list` holds one
-well-formed tool and one the SDK refuses (no `inputSchema`, a number for its description)."""
+"""An MCP server over stdio, written by hand (JSON-RPC lines), whose `tools/list` the SDK cannot
+read as it is. `one-bad-tool` (the default) lists a well-formed `good` tool between two the SDK
+refuses (`bad`: no `inputSchema` and a number for its description; an entry with no name at
+all), and answers calls of `good`; `not-a-list` answers `tools/list` with a string for `tools`."""
 
 from __future__ import annotations
 
 import json
 import sys
 from typing import Any
+
+MODE = sys.argv[1] if len(sys.argv) > 1 else "one-bad-tool"
 
 
 def answer(message: dict[str, Any]) -> dict[str, Any]:
@@ -17,12 +21,17 @@ def answer(message: dict[str, Any]) -> dict[str, Any]:
             "serverInfo": {"name": "malformed", "version": "1"},
         }
     if method == "tools/list":
+        if MODE == "not-a-list":
+            return {"tools": "good, bad"}
         return {
             "tools": [
-                {"name": "good", "inputSchema": {"type": "object"}},
                 {"name": "bad", "description": 5},
+                {"name": "good", "inputSchema": {"type": "object"}},
+                {"inputSchema": {"type": "object"}},
             ]
         }
+    if method == "tools/call" and message["params"]["name"] == "good":
+        return {"content": [{"type": "text", "text": "good ran"}]}
     return {}
 
 
