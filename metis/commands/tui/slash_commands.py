@@ -32,6 +32,7 @@ COMMANDS = {
     "/new": "/new  start a new session on this workspace",
     "/title": "/title TEXT  rename this session",
     "/export": "/export [md|json] [FILE]  write this session to a file",
+    "/mcp": "/mcp  the MCP servers: state, why one is not ready, the tools they offer",
     "/help": "/help  this list",
     "/quit": "/quit  leave (Ctrl-C twice when idle does too)",
 }
@@ -83,6 +84,7 @@ class SlashCommands:
             "/new": self._new,
             "/title": self._title,
             "/export": self._export,
+            "/mcp": self._mcp,
         }.get(name)
         if handler is None:
             await self.host.note(f"unknown command {name}; /help lists them", error=True)
@@ -212,3 +214,28 @@ class SlashCommands:
             await host.note(f"cannot write {path}: {exc}", error=True)
             return
         await host.note(f"exported to {path.resolve()} ({fmt})")
+
+    async def _mcp(self, arg: str) -> None:
+        body = await self.host.api.call("GET", "/mcp")
+        await self.host.note(mcp_summary(body["servers"]))
+
+
+def mcp_summary(servers: list[dict[str, Any]]) -> str:
+    """A few lines per server for the transcript: what the model can use and, when a server is
+    not ready or some of its tools are not offered, why (its `last_error`)."""
+    if not servers:
+        return "no MCP servers configured (config.yaml: mcp.servers)"
+    ready = sum(s["state"] == "ready" for s in servers)
+    lines = [f"MCP servers: {len(servers)}, {ready} ready"]
+    for s in servers:
+        count = len(s["tools"])
+        facts = [s["name"], s["state"], s["transport"], f"{count} tool{'s' * (count != 1)}"]
+        if s["restarts"]:
+            facts.append(f"restarted {s['restarts']}×")
+        lines.append(" · ".join(facts))
+        if s["tools"]:
+            lines.append("  " + ", ".join(f"{t['name']} ({t['policy']})" for t in s["tools"]))
+        if s["last_error"]:
+            # a ready server's is the list of its tools not offered, each saying why
+            lines.append(("  " if s["state"] == "ready" else "  last error: ") + s["last_error"])
+    return "\n".join(lines)

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,7 +19,7 @@ from textual.widgets._collapsible import CollapsibleTitle
 from metis.commands.daemon_client import resolve_daemon
 from metis.commands.tui.app import ChatApp
 from metis.commands.tui.screens import ConfirmScreen, Decision, SessionPicker
-from metis.commands.tui.slash_commands import COMMANDS
+from metis.commands.tui.slash_commands import COMMANDS, mcp_summary
 from metis.commands.tui.widgets import (
     PIECE_CHARS,
     AssistantMessage,
@@ -37,6 +39,7 @@ from tests.ws_client import SLOW_SCRIPTED
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 SIZE = (110, 40)
+MALFORMED_MCP = Path(__file__).resolve().parents[2] / "core/tools/mcp_servers/malformed.py"
 
 
 def screenshot(app: ChatApp, name: str) -> None:
@@ -469,6 +472,37 @@ async def test_slash_commands_model_cost_title_sessions_new_and_export(
         await pilot.pause()
         assert texts(app, UserMessage) == ["hello"]
     assert (tmp_path / f"{first}.md").read_text().startswith("# My demo session")
+
+
+async def test_mcp_shows_each_server_its_tools_and_why_one_is_not_ready_or_not_whole(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    python = json.dumps(sys.executable)
+    crash = json.dumps("import sys; sys.exit(7)")
+    config = (
+        "mcp:\n  restart_initial_seconds: 30\n  servers:\n"
+        f"    sloppy: {{command: {python}, args: [{json.dumps(str(MALFORMED_MCP))}]}}\n"
+        f"    crashes: {{command: {python}, args: ['-c', {crash}]}}\n"
+    )
+    d = await start_daemon(config=config)
+    servers = d.core.mcp.servers
+    await until(lambda: servers["sloppy"].state == "ready" and servers["crashes"].last_error)
+    app = make_app(d, workspace)
+    async with attached(app) as pilot:
+        await type_text(pilot, app, "/mcp")
+        await until(lambda: "MCP servers" in notes(app))
+        shown = notes(app)
+        assert "MCP servers: 2, 1 ready" in shown
+        assert "sloppy · ready · stdio · 1 tool" in shown
+        assert "mcp__sloppy__good (prompt)" in shown
+        assert "tool 'bad' (#1) skipped: not valid MCP" in shown
+        assert "crashes · restarting · stdio · 0 tools · restarted 1×" in shown
+        assert "last error: the server process exited with status 7" in shown
+        screenshot(app, "slash-mcp")
+
+
+def test_mcp_says_when_no_server_is_configured() -> None:
+    assert mcp_summary([]) == "no MCP servers configured (config.yaml: mcp.servers)"
 
 
 def test_a_reply_is_cut_into_pieces_only_between_top_level_blocks() -> None:
