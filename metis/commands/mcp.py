@@ -1,4 +1,5 @@
-"""`metis mcp list`: the daemon's MCP servers, their state and their tools (`GET /mcp`)."""
+"""`metis mcp list`: the daemon's MCP servers, their state and their tools (`GET /mcp`);
+`metis mcp restart NAME`: one of them connected again now, waited for."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from typing import Any
+from urllib.parse import quote
 
 from metis.commands import usage
 from metis.commands.client import DaemonApi, with_daemon
@@ -46,6 +49,34 @@ async def _list(args: argparse.Namespace) -> int:
     return await with_daemon(args, show)
 
 
+RESTART_POLL_S = 0.2
+
+
+async def _restart(args: argparse.Namespace) -> int:
+    """Ask for the restart, then follow `GET /mcp` until the server is ready or its new attempt
+    failed (or `--wait` runs out): exit 0 only when it is ready."""
+
+    async def restart(api: DaemonApi) -> int:
+        server = await api.call("POST", f"/mcp/{quote(args.name, safe='')}/restart")
+        deadline = time.monotonic() + args.wait
+        while server["state"] != "ready" and server["last_error"] is None:
+            if time.monotonic() > deadline:
+                break
+            await asyncio.sleep(RESTART_POLL_S)
+            servers = (await api.call("GET", "/mcp"))["servers"]
+            server = next(s for s in servers if s["name"] == args.name)
+        count = len(server["tools"])
+        line = f"{server['name']}: {server['state']}, {count} tool{'s' * (count != 1)}"
+        if server["last_error"]:
+            line += f"\n  last error: {server['last_error']}"
+        elif server["state"] != "ready":
+            line += f" (not ready after {args.wait:g} s; `metis mcp list` follows it)"
+        print(line)
+        return 0 if server["state"] == "ready" else 1
+
+    return await with_daemon(args, restart)
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("mcp", help="the daemon's MCP servers and their tools")
     sub = parser.add_subparsers(dest="mcp_command")
@@ -59,3 +90,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--json", action="store_true", help="the GET /mcp body as JSON")
     add_arguments(p)
     p.set_defaults(func=lambda a: asyncio.run(_list(a)))
+    p = sub.add_parser(
+        "restart",
+        help="connect to a server again now and wait until it is ready",
+        description="End the server's connection (its process, for a stdio server) and connect "
+        "again at once, without waiting out the restart backoff: for a server fixed since it "
+        "failed, or one stuck starting. A tool call running on it fails. Waits until the "
+        "server is ready (exit 0) or its new attempt fails (exit 1, with why). Changes to "
+        "config.yaml are not read: they need the daemon restarted.",
+    )
+    p.add_argument("name", help="the server's name in config.yaml (mcp.servers)")
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long to wait for it to be ready (default 30)",
+    )
+    add_arguments(p)
+    p.set_defaults(func=lambda a: asyncio.run(_restart(a)))

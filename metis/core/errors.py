@@ -99,6 +99,22 @@ class ModelNotConfigured(DomainError):
     """An explicit model reference that cannot be used (unknown, no key, offline forced)."""
 
 
+class McpServerNotFound(DomainError):
+    """A name that no server of `mcp.servers` has (404)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no MCP server named {name!r} is configured (mcp.servers)", name=name)
+
+
+class McpServerDisabled(DomainError):
+    """An action on a server configured `enabled: false`, which never runs (409)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"MCP server {name!r} is disabled (enabled: false in config.yaml)", name=name
+        )
+
+
 class SurfaceMismatch(DomainError):
     """A turn submitted to a session created by another surface; `surface` names the owner (409 on
     REST, 404 on AAP so AAP never reveals foreign sessions)."""

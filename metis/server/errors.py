@@ -28,6 +28,7 @@ ERROR_CODES: dict[str, int] = {
     "session_not_found": 404,
     "turn_not_found": 404,
     "confirmation_not_found": 404,
+    "mcp_server_not_found": 404,
     "method_not_allowed": 405,
     # a request body still incomplete `limits.body_read_timeout_s` after its read began
     "request_timeout": 408,
@@ -36,6 +37,7 @@ ERROR_CODES: dict[str, int] = {
     "turn_in_flight": 409,
     "turn_already_completed": 409,
     "confirmation_already_resolved": 409,
+    "mcp_server_disabled": 409,
     "payload_too_large": 413,
     "unsupported_media_type": 415,
     # an `Expect` other than 100-continue: answered before the middleware by the routes' expect
@@ -64,6 +66,8 @@ _DOMAIN_CODES: dict[type[core.DomainError], str] = {
     core.ConfirmationNotFound: "confirmation_not_found",
     core.ConfirmationAlreadyResolved: "confirmation_already_resolved",
     core.ConfirmationPolicyMismatch: "surface_mismatch",
+    core.McpServerNotFound: "mcp_server_not_found",
+    core.McpServerDisabled: "mcp_server_disabled",
 }
 
 

@@ -492,6 +492,7 @@ SECRET = "s3cret-demo-token-value"
                     "tools": {"add": {"policy": "auto"}},
                 },
                 "broken": {"command": "/no/such/mcp-server"},
+                "spare": {"command": "/bin/true", "enabled": False},
             },
         }
     }
@@ -512,7 +513,25 @@ def test_mcp_servers_show_their_state_tools_and_why_one_is_not_ready(
     assert broken.locator(".state").inner_text() in {"starting", "restarting", "stopped"}
     assert "No tools until it is ready" in broken.inner_text()
     assert page.locator("nav a[data-nav=mcp]").get_attribute("aria-current") == "page"
+    spare = page.locator(".mcp-server[data-name=spare]")
+    assert spare.locator(".state").inner_text() == "disabled"
+    assert spare.locator("button.restart").count() == 0  # a disabled server never runs
     shot(page, "mcp-servers")
+    # Restart: a new process now, the card follows it, the keyboard stays on the button
+    assert served.daemon is not None
+    server = served.daemon.core.mcp.servers["demo"]
+    pid = server.pid
+    demo.locator("button.restart").focus()
+    page.keyboard.press("Enter")
+    for _ in range(600):  # up to 30 s: started again by the daemon
+        if server.state == "ready" and server.pid not in (None, pid):
+            break
+        page.wait_for_timeout(50)
+    assert server.pid not in (None, pid) and server.restarts == 1
+    demo.locator("dd:text-is('1')").wait_for()  # Restarts: 1, seen by the page's poll
+    assert demo.locator(".state").inner_text() == "ready"
+    label = page.evaluate("document.activeElement.getAttribute('aria-label')")
+    assert label == "Restart MCP server demo"
 
 
 def test_narrow_and_dark(browser: Any, served: DaemonThread, workspace: Path) -> None:

@@ -438,6 +438,108 @@ async def test_server_killed_mid_call_fails_the_call_and_is_restarted(
     assert "tool.completed" in types_of(await api.turn_events(sid, accepted["turn_id"]))
 
 
+async def test_a_restart_on_request_replaces_the_process_and_fails_the_call_in_flight(
+    env: tuple[Daemon, Api, FakeProviderServer, Path], workspace: Path
+) -> None:
+    d, api, fake, log = env
+    server = d.core.mcp.servers["demo"]
+    pid = server.pid
+    assert pid is not None
+    sid = await session_on(api, workspace, "anthropic")
+    fake.enqueue(
+        "anthropic", FakeReply.call("mcp__demo__slow", {"seconds": 60}), FakeReply.say("cut")
+    )
+    _status, accepted = await api.submit(sid, "wait")
+    await allow_first_request(api, sid, accepted["turn_id"])
+    await until(lambda: "slow started" in log_lines(log))
+    code, body = await api.call("POST", "/mcp/demo/restart")
+    assert code == 202, body
+    assert body["name"] == "demo" and body["state"] == "restarting" and body["last_error"] is None
+    terminal = await api.wait_turn(sid, accepted["turn_id"], timeout=15)
+    assert terminal["type"] == "turn.completed"
+    failed = await tool_failed(api, sid, accepted["turn_id"])
+    assert failed["payload"]["message"] == (
+        'MCP server "demo" stopped during the call (restarted on request); '
+        "the call's outcome is unknown."
+    )
+    await until(lambda: server.state == "ready" and server.pid not in (None, pid))
+    assert await gone(pid)
+    demo = (await mcp_status(api))["demo"]
+    assert demo["restarts"] == 1 and demo["last_error"] is None
+    assert "mcp__demo__add" in {t["name"] for t in demo["tools"]}
+
+
+async def test_a_restart_on_request_skips_the_backoff_of_a_server_fixed_meanwhile(
+    fake: FakeProviderServer, start_daemon: Callable[..., Any], tmp_path: Path
+) -> None:
+    fixed = tmp_path / "fixed"
+    start = (
+        "import os, runpy, sys\n"
+        f"os.path.exists({str(fixed)!r}) or sys.exit('not fixed yet')\n"
+        f"sys.argv = [{str(DEMO)!r}]\n"
+        f"runpy.run_path({str(DEMO)!r}, run_name='__main__')\n"
+    )
+    config = (
+        "mcp:\n  restart_initial_seconds: 60\n  servers:\n"
+        f"    late: {{command: {json.dumps(sys.executable)}, args: ['-c', {json.dumps(start)}]}}\n"
+        "    spare: {command: /bin/true, enabled: false}\n"
+    )
+    d = await start_daemon(config=config, models=models_yaml(fake))
+    server = d.core.mcp.servers["late"]
+    await until(lambda: server.state == "restarting" and server.last_error is not None)
+    assert server.restarts == 1  # the next try is a minute away
+    # asked for while it is still broken: the new attempt fails, and the command says why
+    code, out, err = await metis("mcp", "restart", "late", "--url", d.base_url)
+    assert code == 1, (out, err)
+    assert out.startswith("late: restarting, 0 tools\n  last error: the server process exited")
+    assert server.restarts == 2  # the one it waited for, sooner, and the next
+    fixed.touch()
+    started = asyncio.get_running_loop().time()
+    code, out, err = await metis("mcp", "restart", "late", "--url", d.base_url)
+    assert code == 0, err
+    assert out.startswith("late: ready, ") and out.rstrip().endswith(" tools"), out
+    assert asyncio.get_running_loop().time() - started < 30  # well inside the minute
+    code, out, err = await metis("mcp", "restart", "spare", "--url", d.base_url)
+    assert code == 1 and out == "" and "'spare' is disabled" in err, err
+    async with api_session(d) as http:
+        api = Api(http)
+        late = (await mcp_status(api))["late"]
+        assert late["restarts"] == 2 and late["last_error"] is None and late["tools"]
+        # a name no server has, and a disabled server, are refused with their own codes
+        code, body = await api.call("POST", "/mcp/nowhere/restart")
+        assert code == 404 and body["error"]["code"] == "mcp_server_not_found", body
+        code, body = await api.call("POST", "/mcp/spare/restart")
+        assert code == 409 and body["error"]["code"] == "mcp_server_disabled", body
+        assert (await mcp_status(api))["spare"]["state"] == "disabled"
+    async with (
+        aiohttp.ClientSession() as anonymous,
+        anonymous.post(f"{d.base_url}/mcp/late/restart") as response,
+    ):
+        assert response.status == 401
+
+
+async def test_a_restart_on_request_ends_a_server_stuck_starting(
+    fake: FakeProviderServer, start_daemon: Callable[..., Any]
+) -> None:
+    silent = json.dumps("import time; time.sleep(120)")
+    config = (
+        "mcp:\n  servers:\n"
+        f"    silent: {{command: {json.dumps(sys.executable)}, args: ['-c', {silent}], "
+        "connect_timeout_seconds: 60}\n"
+    )
+    d = await start_daemon(config=config, models=models_yaml(fake))
+    server = d.core.mcp.servers["silent"]
+    await until(lambda: server.pid is not None)
+    pid = server.pid
+    async with api_session(d) as http:
+        code, body = await Api(http).call("POST", "/mcp/silent/restart")
+    assert code == 202, body
+    # its connect timeout is a minute: the stuck start is ended now, and a new one begun
+    await until(lambda: server.pid not in (None, pid))
+    assert pid is not None and await gone(pid)
+    assert server.state == "restarting" and server.restarts == 1
+
+
 async def test_a_down_server_fails_its_tools_at_once(
     env: tuple[Daemon, Api, FakeProviderServer, Path], workspace: Path
 ) -> None:

@@ -1,4 +1,5 @@
-"""`GET /mcp`: the configured MCP servers, their state and their tools.
+"""`GET /mcp`: the configured MCP servers, their state and their tools; `POST
+/mcp/{name}/restart`: one of them connected again now.
 
 Secrets stay out: environment variables and headers are listed by name only.
 """
@@ -44,3 +45,19 @@ class McpResponse(DataModel):
 async def list_mcp(request: web.Request) -> web.Response:
     """The MCP servers of `config.yaml` (`mcp.servers`), in configuration order."""
     return json_response(request.app[STATE_KEY].app.mcp.status())
+
+
+@routes.route(
+    "POST",
+    "/mcp/{name}/restart",
+    status=202,
+    response_model=McpServerItem,
+    errors=("mcp_server_not_found", "mcp_server_disabled"),
+)
+async def restart_mcp_server(request: web.Request) -> web.Response:
+    """End the server's connection (its process, for stdio) and connect again at once, the
+    restart backoff starting over: for a server fixed since it failed, or stuck starting. A
+    call in flight on it fails. Answered at once with the server as it is then (`restarting`);
+    `GET /mcp` follows it."""
+    name = request.match_info["name"]
+    return json_response(request.app[STATE_KEY].app.mcp.restart(name), status=202)

@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from metis.core.errors import McpServerNotFound
 from metis.core.tools.groups import ProcessGroupLedger
 from metis.core.tools.mcp.settings import McpSettings
 from metis.core.tools.registry import RegisteredTool, ToolRegistry
@@ -78,6 +79,14 @@ class McpManager:
         """Past the shutdown grace: kill every server's processes without awaiting."""
         for server in self.servers.values():
             server.kill()
+
+    def restart(self, name: str) -> dict[str, Any]:
+        """Restart one server now (see `McpServer.restart`); its status once asked."""
+        server = self.servers.get(name)
+        if server is None:
+            raise McpServerNotFound(name)
+        server.restart()
+        return server.status()
 
     def status(self) -> dict[str, Any]:
         """`GET /mcp`'s object: every configured server, enabled or not."""

@@ -7,6 +7,11 @@ restart after a backoff (1 s doubling to 60 s; reset once a connection became re
 calls run in the dispatcher's tasks and use the ready session; a server that is not ready
 fails them at once with a reason (`McpUnavailable`), and a call in flight when the connection
 ends fails with the reason it ended.
+
+A restart asked for by a person (`restart()`: the server was fixed, or is stuck starting) ends
+the connection in whatever phase it is — waiting for an answer to `initialize`, ready, or
+waiting out a backoff — through the same unwinding as a connection that ended by itself, and
+connects again at once with the backoff starting over.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from metis.core.canonical.redaction import redact, register_secret
+from metis.core.errors import McpServerDisabled
 from metis.core.tools.base import ToolError
 from metis.core.tools.groups import ProcessGroupLedger
 from metis.core.tools.mcp import tools as mcp_tools
@@ -109,6 +115,8 @@ class McpServer:
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._ready = asyncio.Event()
+        self._restart_now = asyncio.Event()
+        self._connecting: anyio.CancelScope | None = None
         self._processes: list[StdioProcess] = []
         self._skipped: list[str] = []
 
@@ -157,6 +165,24 @@ class McpServer:
         if self.settings.enabled:
             self.state = "stopped"
 
+    def restart(self) -> None:
+        """End the current connection and connect again now, the backoff starting over. The
+        state says `restarting` at once; the old `last_error` goes (the next attempt says its
+        own). A server not started yet is started."""
+        if not self.settings.enabled:
+            raise McpServerDisabled(self.name)
+        if self._stop.is_set():
+            return  # the daemon is stopping
+        if self._task is None:
+            self.start()
+            return
+        log.info("MCP server %s: restart requested", self.name)
+        self.state = "restarting"
+        self.last_error = None
+        self._restart_now.set()
+        if self._connecting is not None:
+            self._connecting.cancel()
+
     def kill(self) -> None:
         """Past the shutdown grace: kill the process groups without awaiting anything."""
         kill_now(self._processes)
@@ -174,13 +200,20 @@ class McpServer:
             try:
                 became_ready = await self._connect_and_serve()
             except Exception as exc:
-                self._fail(self._start_failure(exc))
+                if not self._restart_now.is_set():
+                    self._fail(self._start_failure(exc))
             finally:
                 self._session = None
                 self._ready.clear()
                 self.pid = None
             if self._stop.is_set():
                 break
+            if self._restart_now.is_set():  # asked for: again at once, as a fresh start
+                self._restart_now.clear()
+                failures = 0
+                self.state = "restarting"
+                self.restarts += 1
+                continue
             # a server that dies soon after each start backs off as one that never starts
             up_s = time.monotonic() - self.connected_at if self.connected_at is not None else 0.0
             stable = became_ready and up_s >= STABLE_AFTER_S
@@ -197,8 +230,10 @@ class McpServer:
                 self.last_error,
                 delay,
             )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), delay)
+            await _any_of(self._stop, self._restart_now, timeout=delay)
+            if self._restart_now.is_set():  # the restart counted above, only sooner
+                self._restart_now.clear()
+                failures = 0
         self.state = "stopped"
 
     def _fail(self, reason: str) -> None:
@@ -254,9 +289,18 @@ class McpServer:
             session = await stack.enter_async_context(
                 ClientSession(read, write, client_info=CLIENT_INFO)
             )
-            with anyio.fail_after(self.settings.connect_timeout_seconds):
-                await session.initialize()
-                listed = await self._list_tools(session)
+            with anyio.CancelScope() as connecting:  # `restart()` cancels it
+                self._connecting = connecting
+                if self._restart_now.is_set():
+                    connecting.cancel()
+                try:
+                    with anyio.fail_after(self.settings.connect_timeout_seconds):
+                        await session.initialize()
+                        listed = await self._list_tools(session)
+                finally:
+                    self._connecting = None
+            if connecting.cancelled_caught:
+                return False
             self._register(listed, unreadable)
             self._session, self._liveness = session, liveness
             self.state = "ready"
@@ -265,7 +309,7 @@ class McpServer:
             self._ready.set()
             log.info("MCP server %s ready with %d tool(s)", self.name, len(self.tools))
             reason = await self._until_down(session, liveness)
-            if not self._stop.is_set():
+            if not self._stop.is_set() and not self._restart_now.is_set():
                 self._fail(reason)
             liveness.end(reason)
             return True
@@ -275,21 +319,16 @@ class McpServer:
         server has no process to watch: it is pinged every `ping_interval_seconds`."""
         http = self.settings.transport == "http"
         while True:
-            waits = {
-                asyncio.ensure_future(liveness.dead.wait()),
-                asyncio.ensure_future(self._stop.wait()),
-            }
-            try:
-                await asyncio.wait(
-                    waits,
-                    timeout=self.section.ping_interval_seconds if http else None,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-            finally:
-                for waiting in waits:
-                    waiting.cancel()
+            await _any_of(
+                liveness.dead,
+                self._stop,
+                self._restart_now,
+                timeout=self.section.ping_interval_seconds if http else None,
+            )
             if self._stop.is_set():
                 return "stopped"
+            if self._restart_now.is_set():
+                return "restarted on request"
             if liveness.dead.is_set():
                 return liveness.reason
             try:
@@ -433,6 +472,16 @@ class McpServer:
             raise McpUnavailable(
                 f'MCP server "{self.name}" failed the call: {self._describe(exc)}'
             ) from None
+
+
+async def _any_of(*events: asyncio.Event | anyio.Event, timeout: float | None = None) -> None:
+    """Until one of `events` is set (or `timeout` passes)."""
+    waits = {asyncio.ensure_future(event.wait()) for event in events}
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in waits:
+            waiting.cancel()
 
 
 def _invalid_answer_in(exc: BaseException) -> ValidationError | None:

@@ -1,10 +1,11 @@
 // MCP servers (GET /mcp): each configured server's state, its tools as the model is offered
 // them with their confirmation policy, and why it is not ready when it is not. Polled while
 // open, since a server starts, crashes and restarts on its own; a poll that changes nothing
-// leaves the page as it is (no flicker, no lost selection).
+// leaves the page as it is (no flicker, no lost selection). "Restart" connects to a server
+// again now (POST /mcp/{name}/restart), without waiting out its restart backoff.
 
 import { api } from "../api.js";
-import { h, clear } from "../dom.js";
+import { h, clear, toast } from "../dom.js";
 import { whileVisible } from "../poll.js";
 
 const POLL_MS = 2000;
@@ -24,7 +25,7 @@ const POLICY_TEXT = {
   deny: "never runs",
 };
 
-function serverCard(s) {
+function serverCard(s, restart) {
   const where = s.transport === "http"
     ? h("code", { class: "mono" }, s.url)
     : h("code", { class: "mono" }, [s.command, ...s.args].join(" "));
@@ -44,9 +45,15 @@ function serverCard(s) {
         h("td", {}, h("span", { title: POLICY_TEXT[t.policy] || "" }, t.policy)))))))
     : h("p", { class: "muted" }, s.state === "ready" ? "This server offers no tools." : "No tools until it is ready.");
   return h("section", { class: "panel mcp-server", dataset: { name: s.name }, "aria-label": `MCP server ${s.name}` },
-    h("h2", {}, h("span", { class: "mono" }, s.name), " ",
-      h("span", { class: `badge ${STATE_BADGE[s.state] || ""} state` }, s.state), " ",
-      h("span", { class: "muted small" }, s.transport)),
+    h("div", { class: "mcp-head" },
+      h("h2", {}, h("span", { class: "mono" }, s.name), " ",
+        h("span", { class: `badge ${STATE_BADGE[s.state] || ""} state` }, s.state), " ",
+        h("span", { class: "muted small" }, s.transport)),
+      s.enabled ? h("button", {
+        type: "button", class: "restart", "aria-label": `Restart MCP server ${s.name}`,
+        title: "End its connection and connect again now (a tool call running on it fails)",
+        onclick: () => restart(s.name),
+      }, "Restart") : null),
     s.last_error ? h("p", { class: s.state === "ready" ? "warn last-error" : "error last-error" }, s.last_error) : null,
     h("dl", { class: "kv" }, facts),
     h("h3", {}, `Tools (${s.tools.length})`),
@@ -61,6 +68,19 @@ export function mcpView(root) {
   let shown = null;
   let stopped = false;
 
+  const restarting = new Set(); // asked, not answered yet: a second press does nothing
+  async function restart(name) {
+    if (restarting.has(name)) return; // (not `disabled`: that would take the keyboard away)
+    restarting.add(name);
+    try {
+      await api("POST", `/mcp/${encodeURIComponent(name)}/restart`);
+    } catch (err) {
+      toast(`${err.code}: ${err.message}`);
+    }
+    restarting.delete(name);
+    if (!stopped) refresh();
+  }
+
   async function refresh() {
     try {
       const data = await api("GET", "/mcp");
@@ -68,12 +88,17 @@ export function mcpView(root) {
       const text = JSON.stringify(data.servers);
       if (text !== shown) {
         shown = text;
+        // a rebuilt card keeps the keyboard on its Restart button
+        const focused = document.activeElement?.closest?.(".mcp-server")?.dataset.name;
         clear(body).append(...(data.servers.length
-          ? data.servers.map(serverCard)
+          ? data.servers.map((s) => serverCard(s, restart))
           : [h("section", { class: "panel empty" },
             h("p", {}, "No MCP servers are configured."),
             h("p", { class: "muted" }, "Add them under ", h("code", {}, "mcp.servers"), " in ", h("code", {}, "config.yaml"),
               " in the daemon's home; their tools are then offered to the model as ", h("code", {}, "mcp__<server>__<tool>"), "."))]));
+        if (focused !== undefined) {
+          [...body.querySelectorAll(".mcp-server")].find((c) => c.dataset.name === focused)?.querySelector("button.restart")?.focus();
+        }
       }
     } catch (err) {
       problem.textContent = `Could not load the MCP servers: ${err.code}: ${err.message}`;
