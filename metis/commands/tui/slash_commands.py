@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import quote
 
 import aiohttp
 from textual.screen import Screen
@@ -32,7 +33,7 @@ COMMANDS = {
     "/new": "/new  start a new session on this workspace",
     "/title": "/title TEXT  rename this session",
     "/export": "/export [md|json] [FILE]  write this session to a file",
-    "/mcp": "/mcp  the MCP servers: state, why one is not ready, the tools they offer",
+    "/mcp": "/mcp [restart NAME]  the MCP servers: state, why one is not ready, their tools",
     "/help": "/help  this list",
     "/quit": "/quit  leave (Ctrl-C twice when idle does too)",
 }
@@ -216,6 +217,16 @@ class SlashCommands:
         await host.note(f"exported to {path.resolve()} ({fmt})")
 
     async def _mcp(self, arg: str) -> None:
+        action, _, name = arg.partition(" ")
+        if action == "restart" and name.strip():
+            server = await self.host.api.call(
+                "POST", f"/mcp/{quote(name.strip(), safe='')}/restart"
+            )
+            await self.host.note(f"MCP server {server['name']}: restarting; /mcp shows its state")
+            return
+        if arg:
+            await self.host.note(f"unknown /mcp use {arg!r}: /mcp or /mcp restart NAME", error=True)
+            return
         body = await self.host.api.call("GET", "/mcp")
         await self.host.note(mcp_summary(body["servers"]))
 

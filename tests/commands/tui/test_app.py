@@ -499,6 +499,14 @@ async def test_mcp_shows_each_server_its_tools_and_why_one_is_not_ready_or_not_w
         assert "crashes · restarting · stdio · 0 tools · restarted 1×" in shown
         assert "last error: the server process exited with status 7" in shown
         screenshot(app, "slash-mcp")
+        # a restart is asked for at once, not after the 30 s backoff; a wrong name is said
+        await type_text(pilot, app, "/mcp restart crashes")
+        await until(lambda: "MCP server crashes: restarting" in notes(app))
+        await until(lambda: servers["crashes"].restarts == 2)
+        await type_text(pilot, app, "/mcp restart nowhere")
+        await until(lambda: "no MCP server named 'nowhere'" in notes(app))
+        await type_text(pilot, app, "/mcp stop crashes")
+        await until(lambda: "unknown /mcp use 'stop crashes'" in notes(app))
 
 
 def test_mcp_says_when_no_server_is_configured() -> None:
