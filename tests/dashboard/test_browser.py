@@ -162,8 +162,17 @@ def test_create_session_and_stream_deltas(
     page.click("form.new-session button[type=submit]")
     page.wait_for_selector("#new-error:has-text('workspace')")
     shot(page, "sessions-error")
+    (workspace / "AGENTS.md").write_text("Use tabs.\n")
     session_id = open_session(page, workspace)
+    # the project instructions the next turn will use, then the ones it used
+    assert page.inner_text("#session-meta").endswith(" · metis · instructions: AGENTS.md")
+    (workspace / "AGENTS.md").unlink()
+    (workspace / "CLAUDE.md").write_text("x" * 40_000)
     send(page, LONG)
+    page.wait_for_function(
+        "s => document.getElementById('session-meta').textContent.endsWith(s)",
+        arg=" · instructions: CLAUDE.md (too long: the model gets its beginning)",
+    )
     streaming = page.wait_for_selector(".msg.assistant.streaming .stream-text")
     first = streaming.inner_text()
     page.wait_for_function(

@@ -1,7 +1,7 @@
 """`metis chat` at a terminal: a full-screen Textual app over the daemon's public surfaces.
 
 REST creates or resumes the session, sends turns, answers confirmations and changes the model;
-the session's WebSocket (`preset:chat`) streams the turn into the transcript. A resumed session
+the session's WebSocket (`preset:full`) streams the turn into the transcript. A resumed session
 shows its earlier conversation (GET messages). docs/tui.md is the user guide.
 
 `ChatApp` holds the session shown and the screen's layout, and hands each job to a part it
@@ -36,7 +36,7 @@ from metis.commands.tui.history import InputHistory
 from metis.commands.tui.slash_commands import SlashCommands
 from metis.commands.tui.status import status_fields
 from metis.commands.tui.stream import SessionStream
-from metis.commands.tui.transcript import TranscriptRenderer
+from metis.commands.tui.transcript import TranscriptRenderer, instructions_label
 from metis.commands.tui.turn import RunningTurn
 from metis.commands.tui.widgets import (
     Note,
@@ -220,7 +220,13 @@ class ChatApp(App[int]):
                 Note(Text(f"── resumed: {earlier} earlier turn(s) ──"), classes="marker")
             )
         where = short_path(session["workspace_path"], 60)
-        await self.note(f"session {session_id} on {where}; /help for commands")
+        self.renderer.instructions = session.get("instructions")
+        uses = (
+            f"; instructions: {instructions_label(self.renderer.instructions)}"
+            if self.renderer.instructions
+            else ""
+        )
+        await self.note(f"session {session_id} on {where}{uses}; /help for commands")
         current = session.get("current_turn_id")
         if current:
             self.turn.mark_running(current, session.get("active_model"))

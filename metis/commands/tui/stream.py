@@ -63,7 +63,10 @@ class StreamHost(Protocol):
 
 
 class SessionStream:
-    """One subscription (`preset:chat`) at a time, to the session the app shows."""
+    """One subscription at a time, to the session the app shows. It takes every event
+    (`preset:full`), as the dashboard does: the transcript draws the chat events and says when
+    the project instructions change (`session.instructions_loaded`, which `preset:chat` leaves
+    out); the others pass by."""
 
     def __init__(self, host: StreamHost) -> None:
         self.host = host
@@ -92,7 +95,7 @@ class SessionStream:
                 },
             )
         ws = await self.host.api.ws_connect(session["ws_url"])
-        subscribe: dict[str, Any] = {"type": "subscribe", "filter": "preset:chat"}
+        subscribe: dict[str, Any] = {"type": "subscribe", "filter": "preset:full"}
         if since is None:
             subscribe["snapshot"] = True
         else:

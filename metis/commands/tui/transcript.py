@@ -67,6 +67,7 @@ class TranscriptRenderer:
         self.replies: dict[str, AssistantMessage] = {}
         self.thinking: dict[str, ThinkingBlock] = {}
         self.cards: dict[str, ToolCard] = {}
+        self.instructions: dict[str, Any] | None = None  # the project file last said in use
 
     def clear(self) -> None:
         """The transcript was emptied: no event finds these widgets any more."""
@@ -282,6 +283,23 @@ class TranscriptRenderer:
             card.set_state(_resolved_label(p))
         self.host.confirmations.resolved(request_id)
 
+    async def _on_session_instructions_loaded(
+        self, event: dict[str, Any], p: dict[str, Any]
+    ) -> None:
+        """Said when the file differs from the one the app said was in use (the first turn of a
+        session in a daemon's life announces the file again)."""
+        shown = self.instructions or {}
+        if (p.get("file"), p.get("sha256")) == (shown.get("file"), shown.get("sha256")):
+            return
+        self.instructions = p if p.get("file") else None
+        if p.get("file"):
+            await self.host.note(f"project instructions from now on: {instructions_label(p)}")
+        else:
+            await self.host.note(
+                "project instructions: none from now on (no AGENTS.md or CLAUDE.md at the "
+                "workspace root)"
+            )
+
     async def _on_session_model_changed(self, event: dict[str, Any], p: dict[str, Any]) -> None:
         await self.host.refresh_status()
 
@@ -329,3 +347,9 @@ def _resolved_label(p: dict[str, Any]) -> str:
     reason = f": {p['reason']}" if p.get("reason") else ""
     label = {"allow": "allowed", "deny": "denied"}.get(p["decision"], p["decision"])
     return f"{label}{scope}{reason}"
+
+
+def instructions_label(instructions: dict[str, Any]) -> str:
+    """`AGENTS.md`, saying so when the file is too long for the model to get whole."""
+    cut = " (too long: the model gets its beginning)" if instructions.get("truncated") else ""
+    return f"{instructions['file']}{cut}"

@@ -509,6 +509,31 @@ async def test_mcp_shows_each_server_its_tools_and_why_one_is_not_ready_or_not_w
         await until(lambda: "unknown /mcp use 'stop crashes'" in notes(app))
 
 
+async def test_the_project_instructions_in_use_are_named_and_a_change_is_said(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    (workspace / "AGENTS.md").write_text("Use tabs.\n")
+    d = await start_daemon()
+    app = make_app(d, workspace)
+    async with attached(app) as pilot:
+        assert "; instructions: AGENTS.md; /help for commands" in notes(app)
+        await type_text(pilot, app, "hello")
+        await until(lambda: "turn completed" in notes(app))
+        assert "from now on" not in notes(app)  # the file named at the start, unchanged
+        (workspace / "AGENTS.md").unlink()
+        (workspace / "CLAUDE.md").write_text("x" * 40_000)
+        await type_text(pilot, app, "again")
+        await until(lambda: notes(app).count("turn completed") == 2)
+        assert (
+            "project instructions from now on: CLAUDE.md (too long: the model gets its "
+            "beginning)" in notes(app)
+        )
+        (workspace / "CLAUDE.md").unlink()
+        await type_text(pilot, app, "and again")
+        await until(lambda: notes(app).count("turn completed") == 3)
+        assert "project instructions: none from now on" in notes(app)
+
+
 def test_mcp_says_when_no_server_is_configured() -> None:
     assert mcp_summary([]) == "no MCP servers configured (config.yaml: mcp.servers)"
 

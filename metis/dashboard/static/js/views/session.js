@@ -39,7 +39,7 @@ export function sessionView(root, sessionId) {
   const totals = { input: 0, output: 0, cost: 0 };
 
   const title = h("h1", { class: "session-title clamp" }, "Session");
-  const meta = h("p", { class: "muted small mono" });
+  const meta = h("p", { id: "session-meta", class: "muted small mono" });
   const conn = h("span", { class: "badge conn-state", role: "status" }, "connecting");
   const costEl = h("span", { id: "cost", class: "stat" });
   const tokensEl = h("span", { id: "tokens", class: "stat" });
@@ -339,6 +339,7 @@ export function sessionView(root, sessionId) {
         syncMessages();
         break;
       case "session.model_changed":
+      case "session.instructions_loaded":
         refreshSession();
         break;
       case "session.ended":
@@ -482,7 +483,11 @@ export function sessionView(root, sessionId) {
     title.textContent = s.title || s.id;
     title.title = s.title || "";
     title.classList.toggle("named", !!s.title);
-    meta.textContent = `${s.title ? `${s.id} · ` : ""}${s.workspace_path} · ${s.surface}`;
+    // the project instruction file the turns give the model (AGENTS.md, else CLAUDE.md)
+    const rules = s.instructions
+      ? ` · instructions: ${s.instructions.file}${s.instructions.truncated ? " (too long: the model gets its beginning)" : ""}`
+      : "";
+    meta.textContent = `${s.title ? `${s.id} · ` : ""}${s.workspace_path} · ${s.surface}${rules}`;
     showModel(s);
   }
 
