@@ -121,6 +121,19 @@ def test_the_config_never_imports_a_surface_or_the_http_stack() -> None:
     assert _offending("metis.config", (*SURFACES_AND_UI, *HTTP_STACK)) == []
 
 
+def test_the_wire_helpers_stand_apart_from_the_daemon_and_its_clients() -> None:
+    """metis/wire/ reads the REST API's JSON for the clients and the daemon's export alike: it
+    imports neither side, nor core, nor the HTTP stack."""
+    offenders = {
+        module: bad
+        for module in _modules()
+        if _under(module, ("metis.wire",))
+        and (bad := _offending(module, (*SURFACES_AND_UI, *HTTP_STACK, "metis.core")))
+    }
+    assert offenders == {}
+    assert "metis.wire.export" in _modules()
+
+
 def test_the_http_kernel_knows_no_surface() -> None:
     offenders = {
         module: bad

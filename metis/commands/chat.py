@@ -28,7 +28,6 @@ from typing import Any, TextIO
 
 import aiohttp
 
-from metis.commands import tooldisplay
 from metis.commands.client import (
     REATTACH_FIRST_S,
     REATTACH_MAX_S,
@@ -44,6 +43,7 @@ from metis.commands.client import (
 from metis.commands.daemon_client import add_arguments, session_id, target_from_args
 from metis.core.errors import ConfigError
 from metis.core.tools.textutil import visible_controls
+from metis.wire import tooldisplay
 
 TERMINAL_TYPES = ("turn.completed", "turn.cancelled", "turn.failed")
 # How long the line client keeps re-attaching (see REATTACH_FIRST_S): long enough for a daemon

@@ -88,6 +88,23 @@ class DaemonApi:
                 raise ApiFailure(r.status, data)
             return data
 
+    async def export(self, session_id: str, fmt: str) -> str:
+        """The session as a document the daemon renders (`GET /sessions/{id}/export`): what
+        `metis sessions export` and the app's `/export` write. No total timeout: a long session's
+        document takes as long as it takes, while the daemon keeps sending."""
+        assert self.http is not None
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=CALL_TIMEOUT_S)
+        async with self.http.get(
+            f"{self.url}/sessions/{session_id}/export", params={"format": fmt}, timeout=timeout
+        ) as r:
+            if r.status >= 300:
+                try:
+                    data = await r.json(content_type=None)
+                except ValueError:
+                    raise NotADaemon(self.url, r.status, r.content_type) from None
+                raise ApiFailure(r.status, data)
+            return await r.text(encoding="utf-8")
+
     async def ws_connect(self, ws_url: str) -> aiohttp.ClientWebSocketResponse:
         assert self.http is not None
         return await self.http.ws_connect(ws_url, max_msg_size=0)
@@ -226,20 +243,3 @@ def turn_outcome(event_type: str, payload: Mapping[str, Any]) -> str:
     if event_type == "turn.failed":
         return f"failed: {payload.get('reason')}: {payload.get('message')}"
     return "completed"
-
-
-def text_of(message: Mapping[str, Any]) -> str:
-    """The text blocks of a canonical message, joined."""
-    return "\n".join(
-        b.get("text", "") for b in message.get("content") or [] if b.get("type") == "text"
-    )
-
-
-def tool_result_text(block: Mapping[str, Any]) -> str:
-    """The text of a `tool_result` block (its content is a string or a block list)."""
-    content = block.get("content")
-    if isinstance(content, str):
-        return content
-    return "\n".join(
-        b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text"
-    )

@@ -21,10 +21,10 @@ from typing import Any
 
 import aiohttp
 
-from metis.commands import tooldisplay
 from metis.commands.client import ApiFailure, DaemonApi
 from metis.commands.daemon_client import add_arguments, target_from_args
 from metis.core.errors import ConfigError
+from metis.wire import tooldisplay
 
 TERMINAL_TYPES = ("turn.completed", "turn.cancelled", "turn.failed")
 

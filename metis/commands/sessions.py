@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from metis.commands import export as exporter
 from metis.commands import usage
 from metis.commands.client import DaemonApi, turn_outcome, with_daemon
 from metis.commands.daemon_client import add_arguments, session_id
@@ -25,6 +24,9 @@ from metis.commands.paths import short_path
 from metis.core.sessions.search import SEARCH_CHARS
 from metis.core.tools.textutil import visible_controls
 from metis.private_file import write_private
+
+ATTACH_FIELDS = ("attach_token", "attach_token_expires_at", "ws_url")
+"""What `GET /sessions/{id}` adds for a WebSocket client, left out of what is shown."""
 
 
 def _shown(value: Any) -> str:
@@ -107,7 +109,7 @@ async def _list(api: DaemonApi, args: argparse.Namespace) -> int:
 
 async def _show(api: DaemonApi, args: argparse.Namespace) -> int:
     session = await api.call("GET", f"/sessions/{args.id}")
-    for key in exporter.ATTACH_FIELDS:
+    for key in ATTACH_FIELDS:
         session.pop(key, None)
     if args.json:
         print(json.dumps(session, ensure_ascii=False, indent=2))
@@ -168,8 +170,7 @@ async def _title(api: DaemonApi, args: argparse.Namespace) -> int:
 
 
 async def _export(api: DaemonApi, args: argparse.Namespace) -> int:
-    data = await exporter.collect(api, args.id)
-    text = exporter.to_json(data) if args.format == "json" else exporter.to_markdown(data)
+    text = await api.export(args.id, args.format)
     if args.output:
         write_private(Path(args.output).expanduser(), text.encode())
         print(f"exported {args.id} to {args.output}", file=sys.stderr)

@@ -187,6 +187,8 @@ def success_response(
     if spec.response_model is not None:
         schema = schema_ref(spec.response_model, components, prefix)
         success["content"] = {"application/json": {"schema": schema}}
+    elif spec.documents:
+        success["content"] = {media: {"schema": {"type": "string"}} for media in spec.documents}
     return success
 
 

@@ -35,6 +35,8 @@ class RouteSpec:
     # served without the daemon's key (each surface's auth decides what that allows)
     public: bool = False
     streams: bool = False  # may answer with text/event-stream
+    # answers a text document in one of these media types instead of JSON (an export)
+    documents: tuple[str, ...] = ()
     # the surface's wire-error class: renders what is refused on this route before the surface's
     # middleware runs (an unmet `Expect`); None keeps aiohttp's own answer
     wire_error: type[WireError] | None = None

@@ -17,7 +17,7 @@ from metis.server import ws
 from metis.server.auth import SESSIONS_FILE, ServerAuth
 from metis.server.middleware import SELF_GUARDED_KEY, add_security_headers, metis_middleware
 from metis.server.openapi import build_openapi
-from metis.server.routes import login, mcp, routing, sessions, system, turns
+from metis.server.routes import export, login, mcp, routing, sessions, system, turns
 from metis.server.state import STATE_KEY, ServerState
 from metis.version import metis_version
 
@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 ROUTE_TABLES = (
     sessions.routes,
+    export.routes,
     turns.routes,
     routing.routes,
     system.routes,

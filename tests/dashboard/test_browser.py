@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import threading
@@ -186,6 +187,18 @@ def test_create_session_and_stream_deltas(
     assert final.startswith('You said: "please stream this slowly')
     assert page.locator(".msg.assistant").count() == 1
     assert page.locator(".msg.user").count() == 1
+    # the session as a file, named after it, as the daemon renders it
+    for fmt in ("md", "json"):
+        with page.expect_download() as downloading:
+            page.click(f"#export-{fmt}")
+        download = downloading.value
+        assert download.suggested_filename == f"{session_id}.{fmt}"
+        saved = Path(download.path()).read_text()
+        if fmt == "md":
+            assert saved.startswith("# please stream this slowly")
+            assert 'You said: "please stream this slowly' in saved
+        else:
+            assert [m["role"] for m in json.loads(saved)["messages"]] == ["user", "assistant"]
     page.goto(served.url + "/#/")
     row = page.wait_for_selector(f"tr[data-id='{session_id}']")
     assert "please stream this slowly" in row.inner_text()

@@ -14,10 +14,10 @@ from typing import Any, Protocol
 import aiohttp
 from textual.screen import Screen
 
-from metis.commands import tooldisplay
 from metis.commands.client import ApiFailure, DaemonApi
 from metis.commands.tui.failures import error_text, failure_text
 from metis.commands.tui.screens import ConfirmScreen, Decision
+from metis.wire import tooldisplay
 
 
 class ConfirmationHost(Protocol):

@@ -17,9 +17,9 @@ from textual.timer import Timer
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
-from metis.commands import tooldisplay
 from metis.commands.client import ApiFailure
 from metis.commands.tui.failures import error_text
+from metis.wire import tooldisplay
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ from urllib.parse import quote
 import aiohttp
 from textual.screen import Screen
 
-from metis.commands import export as exporter
 from metis.commands.client import ApiFailure, DaemonApi
 from metis.commands.tui.failures import error_text
 from metis.commands.tui.screens import SessionPicker
@@ -207,8 +206,7 @@ class SlashCommands:
             )
             return
         path = Path(parts[0]).expanduser() if parts else Path(f"{host.session_id}.{fmt}")
-        data = await exporter.collect(host.api, str(host.session_id))
-        text = exporter.to_json(data) if fmt == "json" else exporter.to_markdown(data)
+        text = await host.api.export(str(host.session_id), fmt)
         try:
             write_private(path, text.encode())
         except OSError as exc:

@@ -18,13 +18,7 @@ import aiohttp
 from rich.text import Text
 from textual.containers import VerticalScroll
 
-from metis.commands.client import (
-    ApiFailure,
-    DaemonApi,
-    text_of,
-    tool_result_text,
-    turn_outcome,
-)
+from metis.commands.client import ApiFailure, DaemonApi, turn_outcome
 from metis.commands.tui.confirmations import ConfirmationQueue
 from metis.commands.tui.turn import RunningTurn
 from metis.commands.tui.widgets import (
@@ -34,6 +28,7 @@ from metis.commands.tui.widgets import (
     ToolCard,
     UserMessage,
 )
+from metis.wire.messages import text_of, tool_result_text
 
 
 class TranscriptHost(Protocol):

@@ -22,8 +22,8 @@ from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Collapsible, Static, TextArea
 
-from metis.commands import tooldisplay
 from metis.commands.paths import short_path
+from metis.wire import tooldisplay
 
 PREVIEW_LINES = 8
 FRAME_S = 1 / 30  # streamed text is drawn at most this often

@@ -46,6 +46,33 @@ export async function api(method, path, body) {
   return data;
 }
 
+// A file the daemon makes (a session's export), saved by the browser under the name the daemon
+// gives it: fetched with the session's bearer header, which a plain link could not carry.
+export async function download(path) {
+  let response;
+  try {
+    response = await fetch(path, { credentials: "omit", headers: authHeaders() });
+  } catch {
+    reachable(false);
+    throw new ApiError(0, "network_error", "the daemon is not reachable", {});
+  }
+  reachable(true);
+  if (!response.ok) {
+    let e = {};
+    try { e = (await response.json()).error || {}; } catch { /* not the envelope */ }
+    throw new ApiError(response.status, e.code || "http_error", e.message || response.statusText, e.details);
+  }
+  const named = /filename="([^"]+)"/.exec(response.headers.get("Content-Disposition") || "");
+  const url = URL.createObjectURL(await response.blob());
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = named ? named[1] : "export";
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
+}
+
 function reachable(yes) {
   const conn = document.getElementById("conn");
   if (conn) conn.textContent = yes ? "" : "daemon not reachable";

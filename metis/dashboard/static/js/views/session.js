@@ -7,7 +7,7 @@
 // events of the shown turns only. Streaming deltas are buffered and written to the page once
 // per animation frame, so a burst of thousands of deltas never blocks the main thread.
 
-import { api, renderMarkdown, allEvents, prerender } from "../api.js";
+import { api, renderMarkdown, allEvents, prerender, download } from "../api.js";
 import { h, clear, setHtml, fmtCost, fmtInt, fmtMs, toast } from "../dom.js";
 import { SessionStream } from "../stream.js";
 import { toolCard } from "./toolcard.js";
@@ -55,8 +55,29 @@ export function sessionView(root, sessionId) {
   const composerError = h("p", { class: "error", role: "alert", id: "composer-error" });
   const composer = h("form", { class: "composer", "aria-label": "Send a message" }, input, h("div", { class: "composer-actions" }, send, cancel), composerError);
 
+  function exportButton(format, label, what) {
+    return h("button", {
+      type: "button", class: "small", id: `export-${format}`, title: what,
+      "aria-label": `Download this session as ${label}`,
+      onclick: async (e) => {
+        const button = e.currentTarget;
+        button.setAttribute("aria-busy", "true");
+        try {
+          await download(`/sessions/${sessionId}/export?format=${format}`);
+        } catch (err) {
+          toast(`${err.code}: ${err.message}`);
+        } finally {
+          button.removeAttribute("aria-busy");
+        }
+      },
+    }, label);
+  }
+
   const side = h("div", { class: "session-side" },
     h("div", { class: "row" }, conn, turnState, h("a", { href: `#/s/${sessionId}/trace`, id: "trace-link" }, "Trace")),
+    h("div", { class: "row small exports" }, "Download",
+      exportButton("md", "Markdown", "the conversation to read: turns, tool calls, costs"),
+      exportButton("json", "JSON", "the session, its messages and its events, as the API gives them")),
     h("div", { class: "row" }, h("label", { for: "model-select" }, "Model"), modelSelect, modelNote),
     h("div", { class: "row" }, costEl, tokensEl));
   root.append(h("section", { class: "view session" },

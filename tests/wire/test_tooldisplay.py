@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from metis.commands.tooldisplay import already_settled, summary
+from metis.wire.tooldisplay import already_settled, summary
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from metis.commands.export import to_markdown
+from metis.wire.export import to_markdown
 
 SESSION = {
     "id": "sess_01M8F0Y1GRTGTNQW1QF6KMN09B",

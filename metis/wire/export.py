@@ -1,29 +1,25 @@
 """A session as a file: Markdown to read (a heading per turn, tool calls as fenced blocks,
 costs) or JSON to process (the canonical messages and the persisted events, as the REST API
-returns them)."""
+returns them). `data` is `{"session", "messages", "events"}` in the REST API's shapes: the
+session as `GET /sessions/{id}` shows it (without its attach token), every message, every
+persisted event."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from metis.commands import tooldisplay
-from metis.commands.client import DaemonApi, text_of, tool_result_text
+from metis.wire import tooldisplay
+from metis.wire.messages import text_of, tool_result_text
 
-ATTACH_FIELDS = ("attach_token", "attach_token_expires_at", "ws_url")
 TURN_END = ("turn.completed", "turn.cancelled", "turn.failed")
+FORMATS = {"md": "text/markdown", "json": "application/json"}
+"""Export formats and their media types."""
 
 
-async def collect(api: DaemonApi, session_id: str) -> dict[str, Any]:
-    """The session (without its attach token), every message and every persisted event."""
-    session = await api.call("GET", f"/sessions/{session_id}")
-    for key in ATTACH_FIELDS:
-        session.pop(key, None)
-    return {
-        "session": session,
-        "messages": await api.all_messages(session_id),
-        "events": await api.all_events(session_id),
-    }
+def render(data: dict[str, Any], fmt: str) -> str:
+    """The document in `fmt` (a key of FORMATS)."""
+    return to_json(data) if fmt == "json" else to_markdown(data)
 
 
 def to_json(data: dict[str, Any]) -> str:
