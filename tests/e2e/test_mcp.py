@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from metis.core.tools.mcp.server import McpServer
 from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from metis.testing.serving import free_port, spawn_serve, wait_until_serving
@@ -283,9 +284,11 @@ async def test_a_server_that_cannot_start_says_why_and_keeps_the_last_runs_stder
     assert "boom at start" in (logs / "crashes.stderr.log.1").read_text()
 
 
-async def test_shutdown_does_not_wait_for_a_server_that_never_answers_initialize(
+async def with_a_silent_server(
     fake: FakeProviderServer, start_daemon: Callable[..., Any]
-) -> None:
+) -> tuple[Daemon, McpServer, int]:
+    """A daemon whose server `silent` never answers `initialize` (its connect timeout is a
+    minute), once its process runs: the daemon, the server and its process id."""
     silent = json.dumps("import time; time.sleep(120)")
     config = (
         "mcp:\n  servers:\n"
@@ -295,11 +298,18 @@ async def test_shutdown_does_not_wait_for_a_server_that_never_answers_initialize
     d = await start_daemon(config=config, models=models_yaml(fake))
     server = d.core.mcp.servers["silent"]
     await until(lambda: server.pid is not None)
-    pid = server.pid
+    assert server.pid is not None
+    return d, server, server.pid
+
+
+async def test_shutdown_does_not_wait_for_a_server_that_never_answers_initialize(
+    fake: FakeProviderServer, start_daemon: Callable[..., Any]
+) -> None:
+    d, _server, pid = await with_a_silent_server(fake, start_daemon)
     started = asyncio.get_running_loop().time()
     await d.stop()
     assert asyncio.get_running_loop().time() - started < 20  # its connect timeout is 60 s
-    assert pid is not None and await gone(pid)
+    assert await gone(pid)
 
 
 async def test_confirmation_required_then_allowed_or_denied(
@@ -406,26 +416,33 @@ async def test_cancel_during_a_slow_mcp_call_cancels_it_on_the_server(
     assert (await mcp_status(api))["demo"]["state"] == "ready"  # the server stays up
 
 
-async def test_server_killed_mid_call_fails_the_call_and_is_restarted(
+async def a_slow_call_running(
     env: tuple[Daemon, Api, FakeProviderServer, Path], workspace: Path
-) -> None:
+) -> tuple[McpServer, int, str, str]:
+    """A turn whose call of `demo`'s slow tool is running (the model then replies): the
+    server, its process id, the session and the turn."""
     d, api, fake, log = env
     server = d.core.mcp.servers["demo"]
-    pid = server.pid
-    assert pid is not None
+    assert server.pid is not None
     sid = await session_on(api, workspace, "anthropic")
     fake.enqueue(
-        "anthropic",
-        FakeReply.call("mcp__demo__slow", {"seconds": 60}),
-        FakeReply.say("the server died"),
+        "anthropic", FakeReply.call("mcp__demo__slow", {"seconds": 60}), FakeReply.say("cut")
     )
     _status, accepted = await api.submit(sid, "wait")
     await allow_first_request(api, sid, accepted["turn_id"])
     await until(lambda: "slow started" in log_lines(log))
+    return server, server.pid, sid, accepted["turn_id"]
+
+
+async def test_server_killed_mid_call_fails_the_call_and_is_restarted(
+    env: tuple[Daemon, Api, FakeProviderServer, Path], workspace: Path
+) -> None:
+    _d, api, fake, _log = env
+    server, pid, sid, turn_id = await a_slow_call_running(env, workspace)
     os.kill(pid, signal.SIGKILL)
-    terminal = await api.wait_turn(sid, accepted["turn_id"], timeout=15)
+    terminal = await api.wait_turn(sid, turn_id, timeout=15)
     assert terminal["type"] == "turn.completed"
-    failed = await tool_failed(api, sid, accepted["turn_id"])
+    failed = await tool_failed(api, sid, turn_id)
     assert failed["payload"]["error_class"] == "tool_error"
     assert 'MCP server "demo" stopped during the call' in failed["payload"]["message"]
     # restarted with a new process; its tools work again
@@ -441,23 +458,14 @@ async def test_server_killed_mid_call_fails_the_call_and_is_restarted(
 async def test_a_restart_on_request_replaces_the_process_and_fails_the_call_in_flight(
     env: tuple[Daemon, Api, FakeProviderServer, Path], workspace: Path
 ) -> None:
-    d, api, fake, log = env
-    server = d.core.mcp.servers["demo"]
-    pid = server.pid
-    assert pid is not None
-    sid = await session_on(api, workspace, "anthropic")
-    fake.enqueue(
-        "anthropic", FakeReply.call("mcp__demo__slow", {"seconds": 60}), FakeReply.say("cut")
-    )
-    _status, accepted = await api.submit(sid, "wait")
-    await allow_first_request(api, sid, accepted["turn_id"])
-    await until(lambda: "slow started" in log_lines(log))
+    _d, api, _fake, _log = env
+    server, pid, sid, turn_id = await a_slow_call_running(env, workspace)
     code, body = await api.call("POST", "/mcp/demo/restart")
     assert code == 202, body
     assert body["name"] == "demo" and body["state"] == "restarting" and body["last_error"] is None
-    terminal = await api.wait_turn(sid, accepted["turn_id"], timeout=15)
+    terminal = await api.wait_turn(sid, turn_id, timeout=15)
     assert terminal["type"] == "turn.completed"
-    failed = await tool_failed(api, sid, accepted["turn_id"])
+    failed = await tool_failed(api, sid, turn_id)
     assert failed["payload"]["message"] == (
         'MCP server "demo" stopped during the call (restarted on request); '
         "the call's outcome is unknown."
@@ -521,22 +529,13 @@ async def test_a_restart_on_request_skips_the_backoff_of_a_server_fixed_meanwhil
 async def test_a_restart_on_request_ends_a_server_stuck_starting(
     fake: FakeProviderServer, start_daemon: Callable[..., Any]
 ) -> None:
-    silent = json.dumps("import time; time.sleep(120)")
-    config = (
-        "mcp:\n  servers:\n"
-        f"    silent: {{command: {json.dumps(sys.executable)}, args: ['-c', {silent}], "
-        "connect_timeout_seconds: 60}\n"
-    )
-    d = await start_daemon(config=config, models=models_yaml(fake))
-    server = d.core.mcp.servers["silent"]
-    await until(lambda: server.pid is not None)
-    pid = server.pid
+    d, server, pid = await with_a_silent_server(fake, start_daemon)
     async with api_session(d) as http:
         code, body = await Api(http).call("POST", "/mcp/silent/restart")
     assert code == 202, body
     # its connect timeout is a minute: the stuck start is ended now, and a new one begun
     await until(lambda: server.pid not in (None, pid))
-    assert pid is not None and await gone(pid)
+    assert await gone(pid)
     assert server.state == "restarting" and server.restarts == 1
 
 
