@@ -84,8 +84,11 @@ async def tolerant_tool_listings(
 
     async def relay() -> None:
         async with relay_in:  # the transport's stream stays the transport's to close
-            async for item in read:
-                await relay_in.send(_filtered(item, skipped))
+            try:
+                async for item in read:
+                    await relay_in.send(_filtered(item, skipped))
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return  # the session stopped reading (it is closing): nothing is waited for
 
     async with anyio.create_task_group() as group:
         group.start_soon(relay)

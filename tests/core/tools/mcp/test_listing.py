@@ -1,8 +1,13 @@
-"""The tool-listing filter's pure part: which entries the SDK could not read, and why."""
+"""The tool-listing relay: which entries the SDK could not read and why, and the relay between
+a transport's stream and the SDK's session."""
 
 from __future__ import annotations
 
-from metis.core.tools.mcp.listing import readable_tools
+import anyio
+import mcp_types
+from mcp.shared.message import SessionMessage
+
+from metis.core.tools.mcp.listing import readable_tools, tolerant_tool_listings
 
 GOOD = {"name": "good", "inputSchema": {"type": "object"}}
 
@@ -43,3 +48,24 @@ def test_a_long_list_of_problems_is_cut_and_counted() -> None:
     readable_tools({"tools": [wrong]}, skipped)
     assert skipped[0].startswith("tool 'w' (#1) skipped: not valid MCP (")
     assert skipped[0].endswith(" (and 1 more))")
+
+
+async def test_the_relay_passes_messages_on_filters_listings_and_ends_with_the_transport() -> None:
+    send, read = anyio.create_memory_object_stream[SessionMessage | Exception](4)
+    ping = SessionMessage(mcp_types.JSONRPCRequest(jsonrpc="2.0", id=1, method="ping"))
+    broken = ValueError("a line that is not JSON")
+    listing = mcp_types.JSONRPCResponse(
+        jsonrpc="2.0", id=2, result={"tools": [{"name": "bad"}, GOOD]}
+    )
+    skipped: list[str] = []
+    async with tolerant_tool_listings(read, skipped) as relayed:
+        async with send:
+            for item in (ping, broken, SessionMessage(listing)):
+                await send.send(item)
+        received = [item async for item in relayed]  # ends when the transport's stream does
+    assert received[0] is ping and received[1] is broken
+    third = received[2]
+    assert isinstance(third, SessionMessage)
+    assert isinstance(third.message, mcp_types.JSONRPCResponse)
+    assert third.message.id == 2 and third.message.result == {"tools": [GOOD]}
+    assert skipped == ["tool 'bad' (#1) skipped: not valid MCP (inputSchema: Field required)"]
