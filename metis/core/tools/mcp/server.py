@@ -305,7 +305,8 @@ class McpServer:
             self._session, self._liveness = session, liveness
             self.state = "ready"
             self.connected_at = time.monotonic()
-            self.last_error = "; ".join(self._skipped) or None
+            # the tools not offered, each with why (cut and redacted as any error)
+            self.last_error = redact("; ".join(self._skipped), limit=1000) or None
             self._ready.set()
             log.info("MCP server %s ready with %d tool(s)", self.name, len(self.tools))
             reason = await self._until_down(session, liveness)
