@@ -1,15 +1,22 @@
 """`GET /sessions/{id}/export`: a session as a file to keep, Markdown to read or JSON to
 process — what `metis sessions export`, the terminal app's `/export` and the dashboard's
 Download write. The document is rendered here, once, from the same shapes the REST API returns
-(`metis.wire.export`), so every client's file is the same."""
+(`metis.wire.export`), so every client's file is the same.
 
+A long session's document is megabytes of text: it is put together in a worker thread, so the
+event loop keeps serving the live streams meanwhile instead of pausing for it."""
+
+import asyncio
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from aiohttp import web
 from pydantic import Field
 
 from metis.core.application import Application
+from metis.core.canonical.messages import Message
 from metis.core.datamodel import DataModel
+from metis.core.events.envelope import Event
 from metis.server.http import RouteTable, parse_query
 from metis.server.routes.sessions import render_session, session_annotations
 from metis.server.state import STATE_KEY
@@ -25,18 +32,30 @@ class ExportQuery(DataModel):
     )
 
 
-async def _all_events(app: Application, session_id: str) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = []
+async def _all_events(app: Application, session_id: str) -> list[Event]:
+    events: list[Event] = []
     after_seq, more = 0, True
     while more:
         page, more = await app.history.events_page(
             session_id, after_seq=after_seq, limit=EVENTS_PER_READ
         )
-        events.extend(e.wire() for e in page)
+        events.extend(page)
         if not page:
             break
         after_seq = page[-1].seq
     return events
+
+
+def _document(
+    session: dict[str, Any], messages: Sequence[Message], events: Sequence[Event], fmt: str
+) -> bytes:
+    """The file, UTF-8 (run in a worker thread: see the module's docstring)."""
+    data = {
+        "session": session,
+        "messages": [m.wire() for m in messages],
+        "events": [e.wire() for e in events],
+    }
+    return render(data, fmt).encode()
 
 
 @routes.route(
@@ -53,13 +72,12 @@ async def export_session(request: web.Request) -> web.Response:
     session_id = request.match_info["session_id"]
     view = await app.sessions.get(session_id)
     await app.flush()  # every event emitted so far is in the file
-    data = {
-        "session": {**render_session(view), **await session_annotations(app, view)},
-        "messages": [m.wire() for m in await app.history.all_messages(session_id)],
-        "events": await _all_events(app, session_id),
-    }
+    session = {**render_session(view), **await session_annotations(app, view)}
+    messages = await app.history.all_messages(session_id)
+    events = await _all_events(app, session_id)
+    document = await asyncio.to_thread(_document, session, messages, events, query.format)
     return web.Response(
-        text=render(data, query.format),
+        body=document,
         content_type=FORMATS[query.format],
         charset="utf-8",
         headers={"Content-Disposition": f'attachment; filename="{session_id}.{query.format}"'},
