@@ -35,15 +35,19 @@ export async function api(method, path, body) {
   } catch {
     data = null;
   }
-  if (!response.ok) {
-    const e = (data && data.error) || {};
-    if (response.status === 401 && e.code === "unauthorized" && credential()) {
-      forget(); // the session expired or was ended: the page now shows how to log in
-      location.reload();
-    }
-    throw new ApiError(response.status, e.code || "http_error", e.message || response.statusText, e.details);
-  }
+  if (!response.ok) throw refused(response, data);
   return data;
+}
+
+// The error of a refused call (`data`: its parsed body, if any). A refused browser session
+// (expired, or ended elsewhere) is forgotten and the page reloads to say how to log in again.
+function refused(response, data) {
+  const e = (data && data.error) || {};
+  if (response.status === 401 && e.code === "unauthorized" && credential()) {
+    forget();
+    location.reload();
+  }
+  return new ApiError(response.status, e.code || "http_error", e.message || response.statusText, e.details);
 }
 
 // A file the daemon makes (a session's export), saved by the browser under the name the daemon
@@ -58,9 +62,9 @@ export async function download(path) {
   }
   reachable(true);
   if (!response.ok) {
-    let e = {};
-    try { e = (await response.json()).error || {}; } catch { /* not the envelope */ }
-    throw new ApiError(response.status, e.code || "http_error", e.message || response.statusText, e.details);
+    let data = null;
+    try { data = await response.json(); } catch { /* not the envelope */ }
+    throw refused(response, data);
   }
   const named = /filename="([^"]+)"/.exec(response.headers.get("Content-Disposition") || "");
   const url = URL.createObjectURL(await response.blob());
