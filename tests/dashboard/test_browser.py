@@ -527,7 +527,7 @@ def test_mcp_servers_show_their_state_tools_and_why_one_is_not_ready(
     demo.locator(".state:text-is('ready')").wait_for(timeout=30_000)  # polled: starts on its own
     tools = demo.locator("table.mcp-tools").inner_text()
     assert "mcp__demo__add" in tools and "mcp__demo__slow" in tools
-    assert re.search(r"mcp__demo__add\s+add\s+auto", tools), tools
+    assert re.search(r"mcp__demo__add\s+add\s+auto\s+Add two integers\.", tools), tools
     assert re.search(r"mcp__demo__slow\s+slow\s+prompt", tools), tools
     assert "DEMO_TOKEN" in demo.inner_text() and SECRET not in page.content()
     broken = page.locator(".mcp-server[data-name=broken]")

@@ -166,7 +166,12 @@ async def test_get_mcp_lists_servers_tools_and_only_secret_names(
     assert demo["state"] == "ready" and demo["transport"] == "stdio"
     assert demo["env"] == ["DEMO_TOKEN", "MCP_DEMO_LOG"] and demo["last_error"] is None
     tools = {t["remote_name"]: t for t in demo["tools"]}
-    assert tools["add"] == {"name": "mcp__demo__add", "remote_name": "add", "policy": "auto"}
+    assert tools["add"] == {
+        "name": "mcp__demo__add",
+        "remote_name": "add",
+        "policy": "auto",
+        "description": "Add two integers.",
+    }
     assert tools["slow"]["policy"] == "prompt"
     # the same through the CLI
     d = env[0]

@@ -19,6 +19,7 @@ class McpToolItem(DataModel):
     name: str  # as offered to the model: mcp__<server>__<tool>
     remote_name: str  # the server's own name of the tool
     policy: Literal["auto", "prompt", "prompt_once", "deny"]
+    description: str  # the server's, as the model reads it ("" when it gave none)
 
 
 class McpServerItem(DataModel):

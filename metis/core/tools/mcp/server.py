@@ -138,7 +138,13 @@ class McpServer:
             "headers": sorted(s.headers),
             "policy": s.policy,
             "tools": [
-                {"name": t.name, "remote_name": t.remote_name, "policy": t.mode} for t in self.tools
+                {
+                    "name": t.name,
+                    "remote_name": t.remote_name,
+                    "policy": t.mode,
+                    "description": t.description,
+                }
+                for t in self.tools
             ],
             "restarts": self.restarts,
             "last_error": self.last_error,

@@ -38,11 +38,13 @@ function serverCard(s, restart) {
   if (s.restarts) facts.push(h("dt", {}, "Restarts"), h("dd", {}, String(s.restarts)));
   const tools = s.tools.length
     ? h("div", { class: "table-wrap" }, h("table", { class: "small mcp-tools" },
-      h("thead", {}, h("tr", {}, ["Tool (as the model sees it)", "Server's name", "Policy"].map((t) => h("th", { scope: "col" }, t)))),
+      h("thead", {}, h("tr", {}, ["Tool (as the model sees it)", "Server's name", "Policy", "What it does"].map((t) => h("th", { scope: "col" }, t)))),
       h("tbody", {}, s.tools.map((t) => h("tr", {},
         h("td", { class: "mono" }, t.name),
         h("td", { class: "mono" }, t.remote_name),
-        h("td", {}, h("span", { title: POLICY_TEXT[t.policy] || "" }, t.policy)))))))
+        h("td", {}, h("span", { title: POLICY_TEXT[t.policy] || "" }, t.policy)),
+        // the server's description (plain text, never markup): its first line, all of it on hover
+        h("td", { class: "description", title: t.description }, t.description.split("\n")[0]))))))
     : h("p", { class: "muted" }, s.state === "ready" ? "This server offers no tools." : "No tools until it is ready.");
   return h("section", { class: "panel mcp-server", dataset: { name: s.name }, "aria-label": `MCP server ${s.name}` },
     h("div", { class: "mcp-head" },
