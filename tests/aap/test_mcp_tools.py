@@ -3,8 +3,6 @@ enables and trusts one for its session, and a turn uses it."""
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,14 +12,12 @@ import pytest
 from metis.testing import FakeProviderServer
 from metis.testing.fake_provider import FakeReply
 from tests.aap.conftest import fake_models, roots
+from tests.core.tools.mcp_servers import DEMO, python_server
 
-DEMO = Path(__file__).resolve().parents[1] / "core" / "tools" / "mcp_servers" / "demo.py"
 CONFIG = f"""
 mcp:
   servers:
-    demo:
-      command: {json.dumps(sys.executable)}
-      args: [{json.dumps(str(DEMO))}]
+    demo: {python_server(DEMO)}
 """
 
 

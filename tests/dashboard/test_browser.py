@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.core.tools.mcp_servers import DEMO
 from tests.dashboard.conftest import ARTIFACTS, DaemonThread, events_of, rest
 from tests.helpers import insert_running_turn
 
@@ -497,7 +498,6 @@ def test_routing_and_costs_views(
     assert "No MCP servers are configured" in page.inner_text("#mcp")
 
 
-DEMO_MCP = Path(__file__).resolve().parents[1] / "core" / "tools" / "mcp_servers" / "demo.py"
 SECRET = "s3cret-demo-token-value"
 
 
@@ -508,7 +508,7 @@ SECRET = "s3cret-demo-token-value"
             "servers": {
                 "demo": {
                     "command": sys.executable,
-                    "args": [str(DEMO_MCP)],
+                    "args": [str(DEMO)],
                     "env": {"DEMO_TOKEN": SECRET},
                     "policy": "prompt",
                     "tools": {"add": {"policy": "auto"}},

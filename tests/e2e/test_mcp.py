@@ -23,11 +23,10 @@ from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from metis.testing.serving import free_port, spawn_serve, wait_until_serving
 from tests.api import Api, api_session, home_headers
 from tests.commands.test_run_and_sessions import metis
+from tests.core.tools.mcp_servers import DEMO, MALFORMED, python_server
 from tests.e2e.test_provider_turns import models_yaml, session_on, types_of
 from tests.processes import gone, live_group_members
 
-DEMO = Path(__file__).resolve().parents[1] / "core" / "tools" / "mcp_servers" / "demo.py"
-MALFORMED = DEMO.with_name("malformed.py")
 AUTO = "{none: auto, read: auto, write: auto, execute: auto, network: auto}"
 
 
@@ -206,11 +205,10 @@ async def test_a_tool_name_another_server_holds_is_skipped_and_the_rest_register
 ) -> None:
     """`demo`'s `x__add` and `demo__x`'s `add` are both offered as `mcp__demo__x__add`: one
     server gets it, the other says so in `last_error`, and both keep their other tools."""
-    server = f"command: {json.dumps(sys.executable)}, args: [{json.dumps(str(DEMO))}]"
     config = (
         "mcp:\n  servers:\n"
-        f"    demo: {{{server}, env: {{MCP_DEMO_ALIAS: x__add}}}}\n"
-        f"    demo__x: {{{server}}}\n"
+        f"    demo: {python_server(DEMO, env={'MCP_DEMO_ALIAS': 'x__add'})}\n"
+        f"    demo__x: {python_server(DEMO)}\n"
     )
     d = await start_daemon(config=config, models=models_yaml(fake))
     await d.core.mcp.wait_ready(30)
@@ -232,10 +230,9 @@ async def test_a_tool_name_another_server_holds_is_skipped_and_the_rest_register
 async def test_a_listing_with_unreadable_tools_offers_the_others_and_says_which_were_skipped(
     fake: FakeProviderServer, start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
-    python = json.dumps(sys.executable)
-    server = f"command: {python}, args: [{json.dumps(str(MALFORMED))}], policy: auto"
+    server = python_server(MALFORMED, policy="auto")
     config = (
-        f"tools:\n  confirmation: {{default: {AUTO}}}\nmcp:\n  servers:\n    sloppy: {{{server}}}\n"
+        f"tools:\n  confirmation: {{default: {AUTO}}}\nmcp:\n  servers:\n    sloppy: {server}\n"
     )
     d = await start_daemon(config=config, models=models_yaml(fake))
     await d.core.mcp.wait_ready(30)
@@ -261,13 +258,12 @@ async def test_a_listing_with_unreadable_tools_offers_the_others_and_says_which_
 async def test_a_server_that_cannot_start_says_why_and_keeps_the_last_runs_stderr(
     fake: FakeProviderServer, start_daemon: Callable[..., Any], metis_home: Path
 ) -> None:
-    python = json.dumps(sys.executable)
-    crash = json.dumps("import sys; sys.stderr.write('boom at start'); sys.exit(7)")
+    crash = "import sys; sys.stderr.write('boom at start'); sys.exit(7)"
     config = (
         "mcp:\n  restart_initial_seconds: 0.1\n  servers:\n"
-        f"    crashes: {{command: {python}, args: ['-c', {crash}]}}\n"
-        f"    nowhere: {{command: {python}, args: [{json.dumps(str(DEMO))}], cwd: /no/such/dir}}\n"
-        f"    malformed: {{command: {python}, args: [{json.dumps(str(MALFORMED))}, not-a-list]}}\n"
+        f"    crashes: {python_server('-c', crash)}\n"
+        f"    nowhere: {python_server(DEMO, cwd='/no/such/dir')}\n"
+        f"    malformed: {python_server(MALFORMED, 'not-a-list')}\n"
     )
     d = await start_daemon(config=config, models=models_yaml(fake))
     async with api_session(d) as http:
@@ -294,12 +290,8 @@ async def with_a_silent_server(
 ) -> tuple[Daemon, McpServer, int]:
     """A daemon whose server `silent` never answers `initialize` (its connect timeout is a
     minute), once its process runs: the daemon, the server and its process id."""
-    silent = json.dumps("import time; time.sleep(120)")
-    config = (
-        "mcp:\n  servers:\n"
-        f"    silent: {{command: {json.dumps(sys.executable)}, args: ['-c', {silent}], "
-        "connect_timeout_seconds: 60}\n"
-    )
+    silent = python_server("-c", "import time; time.sleep(120)", connect_timeout_seconds=60)
+    config = f"mcp:\n  servers:\n    silent: {silent}\n"
     d = await start_daemon(config=config, models=models_yaml(fake))
     server = d.core.mcp.servers["silent"]
     await until(lambda: server.pid is not None)
@@ -494,7 +486,7 @@ async def test_a_restart_on_request_skips_the_backoff_of_a_server_fixed_meanwhil
     )
     config = (
         "mcp:\n  restart_initial_seconds: 60\n  servers:\n"
-        f"    late: {{command: {json.dumps(sys.executable)}, args: ['-c', {json.dumps(start)}]}}\n"
+        f"    late: {python_server('-c', start)}\n"
         "    spare: {command: /bin/true, enabled: false}\n"
     )
     d = await start_daemon(config=config, models=models_yaml(fake))

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -34,12 +32,12 @@ from metis.server.runner import Daemon
 from metis.testing import FakeProviderServer, FakeReply
 from metis.testing.bench import bench_models_yaml
 from tests.api import Api
+from tests.core.tools.mcp_servers import MALFORMED, python_server
 from tests.helpers import insert_running_turn
 from tests.ws_client import SLOW_SCRIPTED
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 SIZE = (110, 40)
-MALFORMED_MCP = Path(__file__).resolve().parents[2] / "core/tools/mcp_servers/malformed.py"
 
 
 def screenshot(app: ChatApp, name: str) -> None:
@@ -477,12 +475,10 @@ async def test_slash_commands_model_cost_title_sessions_new_and_export(
 async def test_mcp_shows_each_server_its_tools_and_why_one_is_not_ready_or_not_whole(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
-    python = json.dumps(sys.executable)
-    crash = json.dumps("import sys; sys.exit(7)")
     config = (
         "mcp:\n  restart_initial_seconds: 30\n  servers:\n"
-        f"    sloppy: {{command: {python}, args: [{json.dumps(str(MALFORMED_MCP))}]}}\n"
-        f"    crashes: {{command: {python}, args: ['-c', {crash}]}}\n"
+        f"    sloppy: {python_server(MALFORMED)}\n"
+        f"    crashes: {python_server('-c', 'import sys; sys.exit(7)')}\n"
     )
     d = await start_daemon(config=config)
     servers = d.core.mcp.servers
