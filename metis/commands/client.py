@@ -11,6 +11,7 @@ import json
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 
@@ -104,6 +105,11 @@ class DaemonApi:
                     raise NotADaemon(self.url, r.status, r.content_type) from None
                 raise ApiFailure(r.status, data)
             return await r.text(encoding="utf-8")
+
+    async def restart_mcp_server(self, name: str) -> dict[str, Any]:
+        """Ask the daemon to connect to an MCP server again now; the server as it is then."""
+        result: dict[str, Any] = await self.call("POST", f"/mcp/{quote(name, safe='')}/restart")
+        return result
 
     async def ws_connect(self, ws_url: str) -> aiohttp.ClientWebSocketResponse:
         assert self.http is not None

@@ -9,7 +9,6 @@ import json
 import sys
 import time
 from typing import Any
-from urllib.parse import quote
 
 from metis.commands import usage
 from metis.commands.client import DaemonApi, with_daemon
@@ -57,7 +56,7 @@ async def _restart(args: argparse.Namespace) -> int:
     failed (or `--wait` runs out): exit 0 only when it is ready."""
 
     async def restart(api: DaemonApi) -> int:
-        server = await api.call("POST", f"/mcp/{quote(args.name, safe='')}/restart")
+        server = await api.restart_mcp_server(args.name)
         deadline = time.monotonic() + args.wait
         while server["state"] != "ready" and server["last_error"] is None:
             if time.monotonic() > deadline:

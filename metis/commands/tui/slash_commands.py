@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import quote
 
 import aiohttp
 from textual.screen import Screen
@@ -217,9 +216,7 @@ class SlashCommands:
     async def _mcp(self, arg: str) -> None:
         action, _, name = arg.partition(" ")
         if action == "restart" and name.strip():
-            server = await self.host.api.call(
-                "POST", f"/mcp/{quote(name.strip(), safe='')}/restart"
-            )
+            server = await self.host.api.restart_mcp_server(name.strip())
             await self.host.note(f"MCP server {server['name']}: restarting; /mcp shows its state")
             return
         if arg:
