@@ -112,6 +112,10 @@ __all__ = [
 R = TypeVar("R")
 
 
+EVENTS_PER_READ = 1000
+"""Events read a round trip when a session's whole trace is read."""
+
+
 class Confirmations:
     """Answering a `wait` turn's confirmation request (the first answer wins)."""
 
@@ -176,6 +180,19 @@ class History:
         return await self._store.events.page(
             session_id, after_seq=after_seq, until_seq=until_seq, types=types, limit=limit
         )
+
+    async def all_events(self, session_id: str) -> list[Event]:
+        """Every stored event of the session, oldest first, read a page at a time (a session's
+        export)."""
+        events: list[Event] = []
+        more = True
+        while more:
+            after_seq = events[-1].seq if events else 0
+            page, more = await self.events_page(
+                session_id, after_seq=after_seq, limit=EVENTS_PER_READ
+            )
+            events.extend(page)
+        return events
 
     async def seq_of(self, session_id: str, event_id: str) -> int:
         """The seq of a stored event of this session (`CursorNotFound` otherwise)."""

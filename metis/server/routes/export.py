@@ -23,27 +23,12 @@ from metis.server.state import STATE_KEY
 from metis.wire.export import FORMATS, render
 
 routes = RouteTable()
-EVENTS_PER_READ = 1000
 
 
 class ExportQuery(DataModel):
     format: Literal["md", "json"] = Field(
         default="md", description="md: Markdown to read; json: the session, messages and events"
     )
-
-
-async def _all_events(app: Application, session_id: str) -> list[Event]:
-    events: list[Event] = []
-    after_seq, more = 0, True
-    while more:
-        page, more = await app.history.events_page(
-            session_id, after_seq=after_seq, limit=EVENTS_PER_READ
-        )
-        events.extend(page)
-        if not page:
-            break
-        after_seq = page[-1].seq
-    return events
 
 
 def _document(
@@ -74,7 +59,7 @@ async def export_session(request: web.Request) -> web.Response:
     await app.flush()  # every event emitted so far is in the file
     session = {**render_session(view), **await session_annotations(app, view)}
     messages = await app.history.all_messages(session_id)
-    events = await _all_events(app, session_id)
+    events = await app.history.all_events(session_id)
     document = await asyncio.to_thread(_document, session, messages, events, query.format)
     return web.Response(
         body=document,
