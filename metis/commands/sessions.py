@@ -24,6 +24,7 @@ from metis.commands.paths import short_path
 from metis.core.sessions.search import SEARCH_CHARS
 from metis.core.tools.textutil import visible_controls
 from metis.private_file import write_private
+from metis.wire.export import FORMATS as EXPORT_FORMATS
 
 ATTACH_FIELDS = ("attach_token", "attach_token_expires_at", "ws_url")
 """What `GET /sessions/{id}` adds for a WebSocket client, left out of what is shown."""
@@ -226,5 +227,5 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--clear", action="store_true", help="back to the first prompt's first line")
     p = command("export", "write a session as Markdown or JSON", _export)
     p.add_argument("id", type=session_id)
-    p.add_argument("--format", choices=("md", "json"), default="md")
+    p.add_argument("--format", choices=tuple(EXPORT_FORMATS), default="md")
     p.add_argument("--output", metavar="FILE", help="write to FILE (default: stdout)")

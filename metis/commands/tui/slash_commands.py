@@ -19,6 +19,7 @@ from metis.commands.client import ApiFailure, DaemonApi
 from metis.commands.tui.failures import error_text
 from metis.commands.tui.screens import SessionPicker
 from metis.private_file import write_private
+from metis.wire.export import FORMATS as EXPORT_FORMATS
 
 PICKER_SESSIONS = 50
 """The sessions the picker lists at most, newest first (a search reaches older ones)."""
@@ -195,7 +196,7 @@ class SlashCommands:
         host = self.host
         parts = arg.split(maxsplit=1)
         fmt = "md"
-        if parts and parts[0] in ("md", "json"):
+        if parts and parts[0] in EXPORT_FORMATS:
             fmt = parts.pop(0)
         elif parts and "." not in parts[0] and "/" not in parts[0]:
             # a bare word is a format, not a file name: `/export txt` is refused, not a file
