@@ -210,7 +210,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--search",
         metavar="TEXT",
         type=_search_text,
-        help="only sessions whose title or first prompt holds every word (or whose id starts so)",
+        help=(
+            "only sessions whose conversation (title, prompts, replies) holds every word "
+            "(or whose id starts so)"
+        ),
     )
     p.add_argument("--json", action="store_true", help="the REST objects as JSON")
     p = command("show", "one session and its turns", _show)

@@ -1,10 +1,11 @@
 """`GET /sessions?q=`: finding a session by what one remembers of it.
 
-- Every word of the text, in any order and any case (Unicode case folding), in the set title or
-  the whole first prompt; or the text is the start of the session's id.
+- Every word of the text, in any order and any case (Unicode case folding), somewhere in the set
+  title or the text of the prompts and replies; or the text is the start of the session's id.
 - It narrows the other filters and pages like the plain listing: a cursor walk sees each match
   once. A blank text narrows nothing; a text longer than `SEARCH_CHARS` is a 400.
-- A stored first prompt that cannot be decoded is searched as absent, not a 500.
+- A stored prompt that cannot be decoded any more lists without a title, not a 500; a search
+  still finds it by the words it had when it was stored.
 - The store reads a search's candidates a batch a round trip (the reader is free between two).
 """
 
@@ -100,7 +101,27 @@ async def test_a_search_too_long_is_400(http: aiohttp.ClientSession) -> None:
     assert await _found(api, "x" * SEARCH_CHARS) == []
 
 
-async def test_a_first_prompt_that_cannot_be_decoded_is_searched_as_absent(
+async def test_words_of_later_prompts_and_of_replies_find_a_session(
+    http: aiohttp.ClientSession, workspace: Path
+) -> None:
+    api = Api(http)
+    canary = (await api.create_session(workspace))["id"]
+    await api.run_turn(canary, "first, look around")
+    await api.run_turn(canary, "then roll out the canary build")
+    quiet = (await api.create_session(workspace))["id"]
+    await api.run_turn(quiet, "first, look around")
+    unused = (await api.create_session(workspace))["id"]
+
+    assert await _found(api, "canary") == [canary]  # a later prompt
+    assert await _found(api, "around canary") == [canary]  # words of different prompts
+    # the scripted model answers `You said: "…"`: words of a reply
+    assert await _found(api, "you said") == [quiet, canary]
+    assert await _found(api, "said canary") == [canary]  # a reply's word and a prompt's
+    assert await _found(api, "first") == [quiet, canary]  # not the session with no turn
+    assert await _found(api, unused) == [unused]
+
+
+async def test_a_prompt_that_cannot_be_decoded_lists_untitled_and_is_found_by_its_words(
     daemon: Daemon, http: aiohttp.ClientSession, workspace: Path
 ) -> None:
     api = Api(http)
@@ -113,15 +134,40 @@ async def test_a_first_prompt_that_cannot_be_decoded_is_searched_as_absent(
             "UPDATE messages SET content_json = '[{not json' WHERE session_id = ? AND role = 'user'",
             (broken,),
         )
-    assert await _found(api, "needle") == [kept]
-    assert await _found(api, broken) == [broken]  # its id still finds it
+    status, body = await api.call("GET", "/sessions", params={"q": "needle"})
+    assert status == 200, body
+    assert [(s["id"], s["title"]) for s in body["sessions"]] == [
+        (kept, "needle in the sound one"),
+        (broken, None),
+    ]
+    assert await _found(api, broken) == [broken]  # its id finds it too
+
+
+async def test_a_purged_session_and_a_cleared_title_are_found_no_more(
+    daemon: Daemon, http: aiohttp.ClientSession, workspace: Path
+) -> None:
+    api = Api(http)
+    sid = (await api.create_session(workspace))["id"]
+    await api.run_turn(sid, "tidy the logs")
+    for title, found in (("Release notes", [sid]), ("Other name", []), (None, [])):
+        status, _ = await api.call("PATCH", f"/sessions/{sid}", {"title": title})
+        assert status == 200
+        assert await _found(api, "release") == found
+    assert await _found(api, "tidy") == [sid]
+    status, _ = await api.call("DELETE", f"/sessions/{sid}", params={"purge": "true"})
+    assert status == 200
+    assert await _found(api, "tidy") == []
+    with sqlite3.connect(daemon.settings.home / "metis.db") as db:
+        left = db.execute("SELECT COUNT(*) FROM session_search_text WHERE session_id = ?", (sid,))
+        assert left.fetchone() == (0,)
 
 
 async def test_a_search_reads_in_batches_and_still_finds_every_match_in_order(
     http: aiohttp.ClientSession, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The store scans a few rows a round trip to the reader (so a search through many sessions
-    never holds the reader long); matches straddling batches come out whole and newest first."""
+    """The store looks through a few sessions a round trip to the reader (so a search through
+    many never holds the reader long); matches straddling batches come out whole and newest
+    first."""
     monkeypatch.setattr(store_sessions, "SEARCH_BATCH", 2)
     api = Api(http)
     matching: list[str] = []

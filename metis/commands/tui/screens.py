@@ -131,7 +131,8 @@ class ConfirmScreen(ModalScreen[Decision | None]):
 
 class SessionPicker(ModalScreen[str | None]):
     """The active sessions of this workspace, newest first; typing searches them (the daemon's
-    search: words of a title or first prompt, or an id's start), Enter switches, Esc closes."""
+    search: words of a conversation or its title, or an id's start), Enter switches, Esc
+    closes."""
 
     DEFAULT_CSS = """
     SessionPicker { align: center middle; }

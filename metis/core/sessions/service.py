@@ -38,7 +38,7 @@ from metis.core.routing.engine import RoutingEngine
 from metis.core.routing.manager import PolicyManager
 from metis.core.sessions.cache import SessionCache
 from metis.core.sessions.history import Flush, HistoryWriter, SurfaceWrites
-from metis.core.sessions.search import session_matcher
+from metis.core.sessions.search import session_search
 from metis.core.sessions.titles import title_from_prompt
 from metis.core.store.sessions import SessionRow, SessionStore
 from metis.core.store.titles import TitleStore
@@ -389,7 +389,7 @@ class SessionService:
             workspace_path=workspace_path,
             surface=surface,
             status=status,
-            matching=None if text is None else session_matcher(text),
+            search=None if text is None else session_search(text),
         )
         return [(self.view(s.row), _title(s.set_title, s.prompt)) for s in listed], more
 

@@ -50,6 +50,7 @@ import aiosqlite
 
 from metis.core.errors import ConfigError
 from metis.core.store.migrations import LATEST_VERSION, MIGRATIONS
+from metis.core.store.search import register_functions
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +156,7 @@ class Database:
         async def record(cursor: aiosqlite.Connection, step: int) -> None:
             await cursor.execute(f"PRAGMA user_version = {step}")
 
+        await register_functions(conn)  # the rules v4 fills the search text with
         await self._apply(conn, version, tuple(MIGRATIONS), "schema", f"v{version}", record)
         self.schema_version = LATEST_VERSION
 

@@ -15,7 +15,8 @@ from metis.core.canonical.messages import (
     dump_metadata,
     validate_message,
 )
-from metis.core.store.db import Database
+from metis.core.store.db import Database, Statement, execute_all
+from metis.core.store.search import INSERT_SEARCH_TEXT_SQL, message_search_row
 from metis.core.store.tx import TxWrites
 
 
@@ -46,10 +47,9 @@ INSERT_TOOL_CALL_SQL = (
 )
 
 
-def message_row(message: Message, *, validate: bool = True) -> tuple[object, ...]:
+def message_row(message: Message) -> tuple[object, ...]:
     """The `INSERT_MESSAGE_SQL` parameters; every write is validated."""
-    if validate:
-        validate_message(message)
+    validate_message(message)
     return (
         message.id,
         message.session_id,
@@ -63,11 +63,20 @@ def message_row(message: Message, *, validate: bool = True) -> tuple[object, ...
     )
 
 
-async def insert_message(
-    conn: aiosqlite.Connection, message: Message, *, validate: bool = True
-) -> None:
+def message_statements(message: Message) -> list[Statement]:
+    """The writes that store a message: its row and, when a search can find words in it, its
+    search text's (`search.py`); validated here."""
+    statements: list[Statement] = [(INSERT_MESSAGE_SQL, message_row(message))]
+    searched = message_search_row(message)
+    if searched is not None:
+        statements.append((INSERT_SEARCH_TEXT_SQL, searched))
+    return statements
+
+
+async def insert_message(conn: aiosqlite.Connection, message: Message) -> None:
     """Insert inside the caller's transaction; every write is validated."""
-    await conn.execute(INSERT_MESSAGE_SQL, message_row(message, validate=validate))
+    for sql, params in message_statements(message):
+        await conn.execute(sql, params)
 
 
 @dataclass(frozen=True)
@@ -129,12 +138,9 @@ class MessageWrites(TxWrites):
 
     def insert(self, *messages: Message) -> None:
         """Store messages (each validated here, before the transaction begins)."""
-        rows = [message_row(message) for message in messages]
-        if len(rows) == 1:
-            row = rows[0]
-            self._add(lambda conn: conn.execute(INSERT_MESSAGE_SQL, row))
-        elif rows:
-            self._add(lambda conn: conn.executemany(INSERT_MESSAGE_SQL, rows))
+        statements = [s for message in messages for s in message_statements(message)]
+        if statements:
+            self._add(lambda conn: execute_all(conn, statements))
 
     def insert_tool_calls(self, calls: Sequence[NewToolCall]) -> None:
         if calls:

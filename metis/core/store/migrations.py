@@ -69,6 +69,22 @@ CREATE TABLE IF NOT EXISTS session_titles (session_id TEXT PRIMARY KEY
   REFERENCES sessions(id) ON DELETE CASCADE, title TEXT NOT NULL, updated_at_us INTEGER NOT NULL);
 """
 
+# v4: the sessions' search text (metis/core/store/search.py), filled from the messages and
+# titles already stored. The two functions are the daemon's own (`search.register_functions`,
+# registered on the connection that migrates); a message of a session that no longer exists
+# (stored before foreign keys were enforced) gets no row.
+SCHEMA_V4 = """
+CREATE TABLE session_search_text (session_id TEXT NOT NULL REFERENCES sessions(id)
+  ON DELETE CASCADE, source TEXT NOT NULL, text TEXT NOT NULL, PRIMARY KEY (session_id, source));
+INSERT INTO session_search_text (session_id, source, text)
+  SELECT session_id, id, text FROM (SELECT session_id, id, metis_search_text(content_json) AS text
+  FROM messages WHERE role IN ('user', 'assistant') AND session_id IN (SELECT id FROM sessions))
+  WHERE text IS NOT NULL;
+INSERT INTO session_search_text (session_id, source, text)
+  SELECT session_id, 'title', metis_caseless(title) FROM session_titles
+  WHERE session_id IN (SELECT id FROM sessions);
+"""
+
 # MIGRATIONS[i] upgrades a database at user_version i to i + 1.
-MIGRATIONS: list[str] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3]
+MIGRATIONS: list[str] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4]
 LATEST_VERSION = len(MIGRATIONS)

@@ -4,24 +4,22 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from contextlib import closing
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from metis.core.canonical.messages import Message
 from metis.core.canonical.money import decimal_str
+from metis.core.canonical.text import stored_text
 from metis.core.store.db import Database, Statement, execute_all
-from metis.core.store.messages import INSERT_MESSAGE_SQL, message_row
-from metis.core.store.titles import TITLE_COLUMNS, prompt_text
+from metis.core.store.messages import message_statements
+from metis.core.store.search import SessionSearch
+from metis.core.store.titles import TITLE_COLUMNS
 from metis.core.store.tx import TxWrites
 
-SessionMatcher = Callable[[str, str | None, str | None], bool]
-"""A search's verdict on a session, from its id, its set title and its first prompt's text (None
-for either it lacks); the rule is the core's (`metis.core.sessions.search`)."""
-
 SEARCH_BATCH = 500
-"""Rows a search reads in one round trip to the reader's thread (a few ms on a small machine)."""
+"""Sessions a search looks through in one round trip to the reader's thread (a few ms on a small
+machine)."""
 
 _QUARTET = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
 
@@ -147,7 +145,7 @@ def _listed(row: sqlite3.Row, prompt: str | None) -> ListedSession:
 def _prompt_of(row: sqlite3.Row) -> str | None:
     """The text of the first prompt the row's `TITLE_COLUMNS` hold."""
     content = row["prompt"]
-    return None if content is None else prompt_text(content)
+    return None if content is None else stored_text(content)
 
 
 def _newest_first(
@@ -159,25 +157,27 @@ def _newest_first(
     return f"{select} AND id<? ORDER BY id DESC LIMIT ?", (*params, before_id, limit)
 
 
-def _scan(
-    sql: str, params: tuple[object, ...], matching: SessionMatcher, wanted: int
+def _search_batch(
+    filters: str, params: list[object], before_id: str | None, search: SessionSearch, wanted: int
 ) -> Callable[[sqlite3.Connection], tuple[list[ListedSession], int, str | None]]:
-    """The reader's work for one batch of a search: the rows `matching` accepts, up to
-    `wanted` (the scan stops there, its cursor closed so the read transaction ends), how many
-    rows were read and the last one's id."""
+    """The reader's work for one batch of a search: of the next `SEARCH_BATCH` sessions the
+    filters keep (before `before_id`), the ones `search` matches, up to `wanted`; how many
+    sessions the batch held, and the last one's id (where the next batch starts)."""
+    batch_sql, batch_args = _newest_first(
+        f"SELECT id FROM sessions WHERE 1=1{filters}", params, before_id, SEARCH_BATCH
+    )
+    condition, condition_args = search.condition()
 
     def work(conn: sqlite3.Connection) -> tuple[list[ListedSession], int, str | None]:
-        found: list[ListedSession] = []
-        scanned, last = 0, None
-        with closing(conn.execute(sql, params)) as cursor:
-            for row in cursor:
-                scanned, last = scanned + 1, row["id"]
-                prompt = _prompt_of(row)
-                if matching(row["id"], row["title"], prompt):
-                    found.append(_listed(row, prompt))
-                    if len(found) >= wanted:
-                        break
-        return found, scanned, last
+        ids = [row[0] for row in conn.execute(batch_sql, batch_args)]
+        if not ids:
+            return [], 0, None
+        rows = conn.execute(
+            f"SELECT *, {TITLE_COLUMNS} FROM sessions WHERE id<=? AND id>=?{filters} "
+            f"AND {condition} ORDER BY id DESC LIMIT ?",
+            (ids[0], ids[-1], *params, *condition_args, wanted),
+        ).fetchall()
+        return [_listed(row, _prompt_of(row)) for row in rows], len(ids), ids[-1]
 
     return work
 
@@ -286,12 +286,12 @@ class SessionStore:
         workspace_path: str | None = None,
         surface: str | None = None,
         status: str | None = None,
-        matching: SessionMatcher | None = None,
+        search: SessionSearch | None = None,
     ) -> tuple[list[ListedSession], bool]:
         """Newest first (id descending); ids are creation-ordered so cursors never shift. Each
-        with what its title is made of, read in the same query. `matching` keeps only the
-        sessions it accepts (a text search)."""
-        select = f"SELECT *, {TITLE_COLUMNS} FROM sessions WHERE 1=1"
+        with what its title is made of, read in the same query. `search` keeps only the
+        sessions it matches."""
+        filters = ""
         params: list[object] = []
         for column, value in (
             ("workspace_path", workspace_path),
@@ -299,33 +299,38 @@ class SessionStore:
             ("status", status),
         ):
             if value is not None:
-                select += f" AND {column}=?"
+                filters += f" AND {column}=?"
                 params.append(value)
-        if matching is not None:
-            listed = await self._search(select, params, before_id, matching, limit + 1)
+        if search is not None:
+            listed = await self._search(filters, params, before_id, search, limit + 1)
         else:
-            sql, args = _newest_first(select, params, before_id, limit + 1)
+            sql, args = _newest_first(
+                f"SELECT *, {TITLE_COLUMNS} FROM sessions WHERE 1=1{filters}",
+                params,
+                before_id,
+                limit + 1,
+            )
             listed = [_listed(r, _prompt_of(r)) for r in await self.db.fetchall(sql, args)]
         return listed[:limit], len(listed) > limit
 
     async def _search(
         self,
-        select: str,
+        filters: str,
         params: list[object],
         before_id: str | None,
-        matching: SessionMatcher,
+        search: SessionSearch,
         wanted: int,
     ) -> list[ListedSession]:
-        """The sessions `matching` accepts, newest first, up to `wanted`: scanned `SEARCH_BATCH`
-        rows a round trip to the reader, which is free between two, so a search through many
-        sessions never holds up the other long reads (a transcript, an event page) for long."""
+        """The sessions `search` matches, newest first, up to `wanted`: `SEARCH_BATCH` sessions
+        looked through a round trip to the reader, which is free between two, so a search
+        through many sessions never holds up the other long reads (a transcript, an event
+        page) for long."""
         found: list[ListedSession] = []
         while True:
-            sql, args = _newest_first(select, params, before_id, SEARCH_BATCH)
-            scan = _scan(sql, args, matching, wanted - len(found))
-            matched, scanned, before_id = await self.db.read(scan)
+            batch = _search_batch(filters, params, before_id, search, wanted - len(found))
+            matched, looked_at, before_id = await self.db.read(batch)
             found += matched
-            if len(found) >= wanted or scanned < SEARCH_BATCH:
+            if len(found) >= wanted or looked_at < SEARCH_BATCH:
                 return found
 
     async def set_sticky_or_queue(
@@ -475,5 +480,5 @@ def turn_statements(turn: NewTurn, messages: list[Message]) -> list[Statement]:
             "UPDATE sessions SET turn_count=turn_count+1, updated_at_us=? WHERE id=?",
             (turn.started_at_us, turn.session_id),
         ),
-        *((INSERT_MESSAGE_SQL, message_row(message)) for message in messages),
+        *(s for message in messages for s in message_statements(message)),
     ]

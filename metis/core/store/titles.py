@@ -1,15 +1,17 @@
 """Session titles: the `session_titles` rows (a title set by a client) and the text of each
 session's first user message (what a title falls back to; the rule is SessionService's).
 
-A title row cascades with its session, so a purge removes it.
+A title row cascades with its session, so a purge removes it; setting a title keeps its search
+text (`search.py`) in the same transaction.
 """
 
 from __future__ import annotations
 
-import json
 import sqlite3
 
-from metis.core.store.db import Database
+from metis.core.canonical.text import stored_text
+from metis.core.store.db import Database, execute_all
+from metis.core.store.search import set_title_statements
 
 
 class TitleStore:
@@ -27,7 +29,7 @@ class TitleStore:
         row = await self.db.fetchone(_PARTS, (session_id,))
         if row is None:
             return None
-        return row["title"], None if row["prompt"] is None else prompt_text(row["prompt"])
+        return row["title"], None if row["prompt"] is None else stored_text(row["prompt"])
 
     async def set(self, session_id: str, title: str | None, stamp: int) -> bool:
         """Set the title (None clears it). False when the session row is gone: a purge
@@ -35,6 +37,7 @@ class TitleStore:
         otherwise fail inside the write)."""
 
         def work(conn: sqlite3.Connection) -> bool:
+            execute_all(conn, set_title_statements(session_id, title))
             if title is None:
                 conn.execute("DELETE FROM session_titles WHERE session_id = ?", (session_id,))
                 return True
@@ -58,15 +61,3 @@ TITLE_COLUMNS = (
 """A `sessions` row's set title and its first user message's stored content, as columns."""
 
 _PARTS = f"SELECT {TITLE_COLUMNS} FROM sessions WHERE id = ?"
-
-
-def prompt_text(content_json: str) -> str | None:
-    """The text blocks of a stored user message, joined by newlines; None when its content
-    cannot be decoded."""
-    try:
-        blocks = json.loads(content_json)
-    except ValueError:
-        return None
-    return "\n".join(
-        b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text"
-    )

@@ -154,7 +154,10 @@ class ListQuery(DataModel):
     q: str | None = Field(
         default=None,
         max_length=SEARCH_CHARS,
-        description="sessions whose title or first prompt holds every word, or whose id starts so",
+        description=(
+            "sessions whose conversation (title, prompts, replies) holds every word, or whose "
+            "id starts so"
+        ),
     )
 
 

@@ -30,8 +30,8 @@ export function sessionsView(root) {
     h("option", { value: "active" }, "active"),
     h("option", { value: "ended" }, "ended"));
   const wsFilter = h("input", { id: "f-workspace", type: "search", placeholder: "workspace path", "aria-label": "Workspace filter" });
-  // searched as you type, once typing pauses: a search reads every session's first prompt
-  const search = h("input", { id: "f-search", type: "search", maxlength: SEARCH_CHARS, placeholder: "title, prompt or id  ( / )", "aria-label": "Search sessions", "aria-keyshortcuts": "/", autocomplete: "off" });
+  // searched as you type, once typing pauses: a search reads every session's conversation
+  const search = h("input", { id: "f-search", type: "search", maxlength: SEARCH_CHARS, placeholder: "words said, or an id  ( / )", "aria-label": "Search sessions", "aria-keyshortcuts": "/", autocomplete: "off" });
   // "/" anywhere on the list but in a field goes to the search, as on most sites with one
   function slash(e) {
     if (e.key !== "/" || e.ctrlKey || e.metaKey || e.altKey) return;
