@@ -121,6 +121,43 @@ async def test_words_of_later_prompts_and_of_replies_find_a_session(
     assert await _found(api, unused) == [unused]
 
 
+async def test_each_result_says_where_the_words_are_said(
+    http: aiohttp.ClientSession, workspace: Path
+) -> None:
+    api = Api(http)
+    long_prompt = (
+        " ".join(f"filler{n}" for n in range(60))
+        + " mention the Zephyr build "
+        + ("and more " * 30)
+    )
+    prompt = (await api.create_session(workspace))["id"]
+    await api.run_turn(prompt, long_prompt)
+    titled = (await api.create_session(workspace))["id"]
+    await api.run_turn(titled, "zephyr notes")
+    status, _ = await api.call("PATCH", f"/sessions/{titled}", {"title": "Zephyr plan"})
+    assert status == 200
+
+    status, body = await api.call("GET", "/sessions", params={"q": "zephyr build"})
+    assert status == 200, body
+    [found] = body["sessions"]
+    # the prompt and the reply quoting it both hold the two words: the older one is shown
+    assert found["id"] == prompt and found["match"]["where"] == "user"
+    shown = found["match"]["excerpt"]
+    assert "mention the Zephyr build" in shown and shown.startswith("…") and shown.endswith("…")
+    assert len(shown) <= 162
+
+    status, body = await api.call("GET", "/sessions", params={"q": "ZEPHYR plan"})
+    assert [(s["id"], s["match"]) for s in body["sessions"]] == [
+        (titled, {"where": "title", "excerpt": "Zephyr plan"})
+    ]
+    status, body = await api.call("GET", "/sessions", params={"q": "you said notes"})
+    assert [(s["id"], s["match"]["where"]) for s in body["sessions"]] == [(titled, "assistant")]
+    status, body = await api.call("GET", "/sessions", params={"q": titled})
+    assert [(s["id"], s["match"]) for s in body["sessions"]] == [(titled, None)]  # by its id
+    status, body = await api.call("GET", "/sessions")
+    assert all("match" not in s for s in body["sessions"])  # no search, no match
+
+
 async def test_a_prompt_that_cannot_be_decoded_lists_untitled_and_is_found_by_its_words(
     daemon: Daemon, http: aiohttp.ClientSession, workspace: Path
 ) -> None:

@@ -13,11 +13,26 @@ order, and match inside longer words (`auth` finds `authentication`), as in a se
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from metis.core.canonical.text import caseless
-from metis.core.store.search import SessionSearch
+from metis.core.store.search import SearchHit, SessionSearch
 
 SEARCH_CHARS = 200
 """The longest search text: longer than any title, short enough to stay a search."""
+
+EXCERPT_CHARS = 160
+"""The most of a matched text a search result shows: a line or two, enough to recognise it."""
+
+
+@dataclass(frozen=True)
+class SearchMatch:
+    """Why a session is in a search's results: where it says the words searched (its title, a
+    prompt: `user`, a reply: `assistant`) and the words around them."""
+
+    where: str
+    excerpt: str
 
 
 def session_search(text: str) -> SessionSearch | None:
@@ -26,3 +41,36 @@ def session_search(text: str) -> SessionSearch | None:
     if not words:
         return None
     return SessionSearch(words=tuple(dict.fromkeys(words)), id_prefix=text.strip())
+
+
+def search_match(hit: SearchHit | None, words: Sequence[str]) -> SearchMatch | None:
+    """The match a listing shows for a store's hit (None: the session's id matched)."""
+    return None if hit is None else SearchMatch(hit.where, excerpt(hit.text, words))
+
+
+def excerpt(text: str, words: Sequence[str], width: int = EXCERPT_CHARS) -> str:
+    """The part of `text` around the first place it says one of `words` (caseless), on one line:
+    whitespace runs become one space, the cut falls between words where it can, and `…` marks
+    each end that was cut. From the start when no word is found as written (a word that only
+    matched across characters Unicode normalisation joins)."""
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    folded: list[str] = []
+    origin: list[int] = []  # the index in `flat` of each folded character
+    for index, char in enumerate(flat):
+        form = caseless(char)
+        folded.append(form)
+        origin.extend([index] * len(form))
+    haystack = "".join(folded)
+    found = [at for at in (haystack.find(word) for word in words) if at >= 0]
+    at = origin[min(found)] if found else 0
+    start = max(0, min(at - width // 3, len(flat) - width))
+    end = start + width
+    if start > 0:
+        space = flat.find(" ", start, at)
+        start = space + 1 if space >= 0 else start
+    if end < len(flat):
+        space = flat.rfind(" ", at + 1, end)
+        end = space if space > start else end
+    return ("…" if start > 0 else "") + flat[start:end] + ("…" if end < len(flat) else "")

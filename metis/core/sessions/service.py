@@ -38,7 +38,7 @@ from metis.core.routing.engine import RoutingEngine
 from metis.core.routing.manager import PolicyManager
 from metis.core.sessions.cache import SessionCache
 from metis.core.sessions.history import Flush, HistoryWriter, SurfaceWrites
-from metis.core.sessions.search import session_search
+from metis.core.sessions.search import SearchMatch, search_match, session_search
 from metis.core.sessions.titles import title_from_prompt
 from metis.core.store.sessions import SessionRow, SessionStore
 from metis.core.store.titles import TitleStore
@@ -48,6 +48,16 @@ from metis.core.turns.control import TurnControl
 from metis.core.turns.slots import TurnSlot
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ListedView:
+    """A session of a listing: its view, its title, and in a search's results why it is there
+    (None when its id matched, or without a search)."""
+
+    view: SessionView
+    title: str | None
+    match: SearchMatch | None
 
 
 @dataclass(frozen=True)
@@ -375,23 +385,29 @@ class SessionService:
         surface: str | None,
         status: str | None,
         text: str | None = None,
-    ) -> tuple[list[tuple[SessionView, str | None]], bool]:
+    ) -> tuple[list[ListedView], bool]:
         """A page of sessions, newest first, each with its title (`title`'s rule, read in the
         same query), and whether there are more; a workspace filter naming no usable directory
-        matches nothing; `text` searches them (`search.py` says how)."""
+        matches nothing; `text` searches them (`search.py` says how), each found with where
+        it says the words."""
         if workspace_path is not None:
             workspace_path = _workspace_filter(workspace_path)
             if workspace_path is None:
                 return [], False
+        search = None if text is None else session_search(text)
         listed, more = await self.store.page(
             limit=limit,
             before_id=before_id,
             workspace_path=workspace_path,
             surface=surface,
             status=status,
-            search=None if text is None else session_search(text),
+            search=search,
         )
-        return [(self.view(s.row), _title(s.set_title, s.prompt)) for s in listed], more
+        words = () if search is None else search.words
+        return [
+            ListedView(self.view(s.row), _title(s.set_title, s.prompt), search_match(s.hit, words))
+            for s in listed
+        ], more
 
     async def title(self, session_id: str) -> str | None:
         """A session's title: the one set, else the first line of its first user message

@@ -15,7 +15,9 @@ messages and titles already stored (`register_functions` gives that migration th
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
+from typing import Literal
 
 import aiosqlite
 
@@ -91,3 +93,31 @@ class SessionSearch:
             f"(substr(sessions.id, 1, ?) = ? OR ({every_word}))",
             (len(self.id_prefix), self.id_prefix, *self.words),
         )
+
+    def hit(self, conn: sqlite3.Connection, session_id: str, title: str | None) -> SearchHit | None:
+        """Where a matched session says the searched words, to show a person why it matched:
+        the title or message holding the most of them (the title first, then the oldest
+        message, among equals), as written; None when none holds one (the id matched) or
+        the message cannot be decoded any more."""
+        held = " + ".join(["(instr(t.text, ?) > 0)"] * len(self.words))
+        row = conn.execute(
+            f"SELECT t.source, m.role, m.content_json FROM session_search_text AS t "
+            f"LEFT JOIN messages AS m ON m.id = t.source WHERE t.session_id = ? "
+            f"AND ({held}) > 0 ORDER BY ({held}) DESC, t.source = ? DESC, t.source LIMIT 1",
+            (session_id, *self.words, *self.words, TITLE_SOURCE),
+        ).fetchone()
+        if row is None:
+            return None
+        if row["source"] == TITLE_SOURCE:
+            return None if title is None else SearchHit("title", title)
+        text = None if row["content_json"] is None else stored_text(row["content_json"])
+        return None if not text else SearchHit(row["role"], text)
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """The text of a matched session that holds the searched words: its title, or a prompt
+    (`user`) or reply (`assistant`) as stored."""
+
+    where: Literal["title", "user", "assistant"]
+    text: str

@@ -13,7 +13,7 @@ from metis.core.canonical.money import decimal_str
 from metis.core.canonical.text import stored_text
 from metis.core.store.db import Database, Statement, execute_all
 from metis.core.store.messages import message_statements
-from metis.core.store.search import SessionSearch
+from metis.core.store.search import SearchHit, SessionSearch
 from metis.core.store.titles import TITLE_COLUMNS
 from metis.core.store.tx import TxWrites
 
@@ -131,15 +131,17 @@ class Spend:
 @dataclass(frozen=True)
 class ListedSession:
     """A listed session's row, its set title and its first prompt's text (None for either it
-    lacks, or a prompt whose stored content cannot be decoded): what its title is made of."""
+    lacks, or a prompt whose stored content cannot be decoded): what its title is made of;
+    and in a search's results, where it holds the words searched (`SessionSearch.hit`)."""
 
     row: SessionRow
     set_title: str | None
     prompt: str | None
+    hit: SearchHit | None = None
 
 
-def _listed(row: sqlite3.Row, prompt: str | None) -> ListedSession:
-    return ListedSession(SessionRow.from_row(row), row["title"], prompt)
+def _listed(row: sqlite3.Row, prompt: str | None, hit: SearchHit | None = None) -> ListedSession:
+    return ListedSession(SessionRow.from_row(row), row["title"], prompt, hit)
 
 
 def _prompt_of(row: sqlite3.Row) -> str | None:
@@ -177,7 +179,10 @@ def _search_batch(
             f"AND {condition} ORDER BY id DESC LIMIT ?",
             (ids[0], ids[-1], *params, *condition_args, wanted),
         ).fetchall()
-        return [_listed(row, _prompt_of(row)) for row in rows], len(ids), ids[-1]
+        found = [
+            _listed(row, _prompt_of(row), search.hit(conn, row["id"], row["title"])) for row in rows
+        ]
+        return found, len(ids), ids[-1]
 
     return work
 

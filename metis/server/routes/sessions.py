@@ -117,9 +117,20 @@ class SessionWithAttach(Session):
     ws_url: str | None
 
 
+class SearchMatch(DataModel):
+    """Where a session found by `q` says the words: its title, a prompt or a reply."""
+
+    where: Literal["title", "user", "assistant"]
+    excerpt: str = Field(description="the words around the first place it says one, on one line")
+
+
 class SessionSummary(SessionListItem):
     status: Literal["active", "ended"]
     title: str | None  # set with PATCH, else the first prompt's first line; None before it
+    match: SearchMatch | None = Field(
+        default=None,
+        description="with `q` only: where the session says the words; null when its id matched",
+    )
 
 
 class SessionList(DataModel):
@@ -312,11 +323,20 @@ async def list_sessions(request: web.Request) -> web.Response:
         status=None if query.status == "all" else query.status,
         text=query.q,
     )
-    next_cursor = encode_cursor(listed[-1][0].id) if more and listed else None
-    items = [
-        {**list_item(v), "status": "ended" if v.ended else "active", "title": title}
-        for v, title in listed
-    ]
+    next_cursor = encode_cursor(listed[-1].view.id) if more and listed else None
+    items = []
+    for entry in listed:
+        item = {
+            **list_item(entry.view),
+            "status": "ended" if entry.view.ended else "active",
+            "title": entry.title,
+        }
+        if query.q is not None:
+            found = entry.match
+            item["match"] = (
+                None if found is None else {"where": found.where, "excerpt": found.excerpt}
+            )
+        items.append(item)
     return json_response({"sessions": items, "next_cursor": next_cursor})
 
 
