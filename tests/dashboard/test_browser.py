@@ -723,10 +723,26 @@ def test_the_search_box_narrows_the_sessions_as_you_type(
     page.fill("#f-search", ids["Refactor the parser"])  # a copied id
     page.wait_for_selector(f"tr[data-id='{ids['Refactor the parser']}']")
     page.wait_for_function(f"() => {rows} === 1")
+    # words said deep in a prompt: the row shows them in their context, marked
+    status, body = rest(served, "POST", "/sessions", {"workspace_path": str(workspace)})
+    assert status == 201, body
+    talked = body["id"]
+    prompt = "Start with the logs. " + "Then read each module. " * 8 + "The zephyr cache is stale."
+    turn = {"content": [{"type": "text", "text": prompt}]}
+    status, body = rest(served, "POST", f"/sessions/{talked}/turns", turn)
+    assert status == 202, body
+    page.fill("#f-search", "Zephyr STALE")
+    said = f"tr[data-id='{talked}'] .said"
+    page.wait_for_selector(said)
+    assert page.inner_text(f"{said} .muted").strip() == "in a prompt:"
+    marked = page.eval_on_selector_all(f"{said} mark", "ms => ms.map((m) => m.textContent)")
+    assert marked == ["zephyr", "stale"]
+    assert page.inner_text(said).endswith("The zephyr cache is stale.")
+    shot(page, "sessions-search-said")
     page.fill("#f-search", "no such words")
     page.wait_for_selector("p.muted:has-text('No sessions match these filters.')")
     page.fill("#f-search", "")
-    page.wait_for_function(f"() => {rows} === 3")
+    page.wait_for_function(f"() => {rows} === 4")
 
 
 def test_the_sessions_poll_keeps_keyboard_focus(

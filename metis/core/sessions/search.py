@@ -49,9 +49,9 @@ def search_match(hit: SearchHit | None, words: Sequence[str]) -> SearchMatch | N
 
 
 def excerpt(text: str, words: Sequence[str], width: int = EXCERPT_CHARS) -> str:
-    """The part of `text` around the first place it says one of `words` (caseless), on one line:
-    whitespace runs become one space, the cut falls between words where it can, and `…` marks
-    each end that was cut. From the start when no word is found as written (a word that only
+    """The part of `text` from a few words before the first place it says one of `words`
+    (caseless), on one line: whitespace runs become one space, the cut falls between words where
+    it can, and `…` marks each end that was cut. From the start when no word is found as written (a word that only
     matched across characters Unicode normalisation joins)."""
     flat = " ".join(text.split())
     if len(flat) <= width:
@@ -65,8 +65,8 @@ def excerpt(text: str, words: Sequence[str], width: int = EXCERPT_CHARS) -> str:
     haystack = "".join(folded)
     found = [at for at in (haystack.find(word) for word in words) if at >= 0]
     at = origin[min(found)] if found else 0
-    start = max(0, min(at - width // 3, len(flat) - width))
-    end = start + width
+    start = max(0, at - width // 5)  # a few words lead up to it: it shows in a line or two
+    end = min(len(flat), start + width)
     if start > 0:
         space = flat.find(" ", start, at)
         start = space + 1 if space >= 0 else start

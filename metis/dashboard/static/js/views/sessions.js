@@ -134,11 +134,23 @@ export function sessionsView(root) {
     } catch (err) { toast(`${err.code}: ${err.message}`); }
   }
 
+  // Where a searched session says the words, when not in its title (shown above it): the
+  // words around them, each searched word marked (as typed, any case).
+  const SAID_IN = { user: "in a prompt", assistant: "in a reply" };
+  function said(match) {
+    const words = filters.q.split(/\s+/).filter(Boolean)
+      .map((w) => w.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"));
+    if (!match || !SAID_IN[match.where] || !words.length) return null;
+    const parts = match.excerpt.split(new RegExp(`(${words.join("|")})`, "iu"));
+    return h("div", { class: "said small clamp" }, h("span", { class: "muted" }, `${SAID_IN[match.where]}: `),
+      ...parts.map((part, i) => (i % 2 ? h("mark", {}, part) : part)));
+  }
+
   function row(s) {
     const running = s.current_turn_id ? h("span", { class: "badge running" }, "running") : null;
     return h("tr", { dataset: { id: s.id }, class: s.status },
       // a long first prompt is clamped to two lines; the tooltip holds all of it
-      h("td", { class: "title" }, h("a", { href: `#/s/${s.id}`, class: "clamp", title: s.title || null }, s.title || h("span", { class: "muted" }, "(no prompt yet)")), h("div", { class: "muted small mono" }, s.id)),
+      h("td", { class: "title" }, h("a", { href: `#/s/${s.id}`, class: "clamp", title: s.title || null }, s.title || h("span", { class: "muted" }, "(no prompt yet)")), said(s.match), h("div", { class: "muted small mono" }, s.id)),
       h("td", { class: "mono small wrap" }, s.workspace_path),
       h("td", {}, h("span", { class: `badge surface-${s.surface}` }, s.surface)),
       h("td", {}, h("span", { class: `badge ${s.status}` }, s.status), " ", running),
