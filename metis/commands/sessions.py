@@ -25,6 +25,7 @@ from metis.core.sessions.search import SEARCH_CHARS
 from metis.core.tools.textutil import visible_controls
 from metis.private_file import write_private
 from metis.wire.export import FORMATS as EXPORT_FORMATS
+from metis.wire.search import where_said
 
 ATTACH_FIELDS = ("attach_token", "attach_token_expires_at", "ws_url")
 """What `GET /sessions/{id}` adds for a WebSocket client, left out of what is shown."""
@@ -51,7 +52,8 @@ def _for_a_person(s: dict[str, Any], width: int) -> list[str]:
     """A session as a terminal shows it, in two lines cut to `width` (the listing never wraps):
     its title (cut first) with its status, turns and cost; then its id, when it was created
     (unless the line is too narrow for it) and its workspace (directories elided from the
-    middle)."""
+    middle). A search result found by words said in a prompt or a reply has a third line with
+    them in context (found in the title, it needs none)."""
     turns = s.get("turn_count", 0)
     outcome = f" · {s['status']} · {turns} turn{'' if turns == 1 else 's'} · ${s.get('cost_so_far_usd', '0')}"
     title = _cut(_shown(s.get("title") or "(no prompt yet)"), max(width - len(outcome), 12))
@@ -62,7 +64,11 @@ def _for_a_person(s: dict[str, Any], width: int) -> list[str]:
     workspace = short_path(
         _shown(s.get("workspace_path", "")), max(width - len(where), _WORKSPACE_ROOM)
     )
-    return [_cut(title + outcome, width), _cut(where + workspace, width)]
+    lines = [_cut(title + outcome, width), _cut(where + workspace, width)]
+    said = where_said(s.get("match"))
+    if said is not None:
+        lines.append(_cut(f"  {said[0]}: {_shown(said[1])}", width))
+    return lines
 
 
 def _cut(line: str, width: int) -> str:

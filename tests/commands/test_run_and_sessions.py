@@ -251,10 +251,17 @@ async def test_sessions_list_at_a_terminal_shows_two_lines_a_session_cut_to_its_
         assert "/…/" in lines[1]  # directories elided from the middle, whole
         assert (" · 20" in lines[1]) == (width == 100), lines  # narrow: the date gives way
     assert lines[0].endswith("… · active · 1 turn · $0")  # 60 columns: the title is cut
+    # found by words of a later prompt: a third line shows them where they were said
+    await api.run_turn(sid, "now a word on the Fallback chain")
+    lines = await _listed_at_a_terminal(daemon, 60, "--search", "fallback")
+    assert len(lines) == 3 and lines[2] == "  in a prompt: now a word on the Fallback chain", lines
+    lines = await _listed_at_a_terminal(daemon, 60, "--search", "routing engine")
+    assert len(lines) == 3 and lines[2].startswith("  in a prompt: explain how the routing")
+    assert len(lines[2]) == 60 and lines[2].endswith("…")
 
 
-async def _listed_at_a_terminal(daemon: Daemon, width: int) -> list[str]:
-    """What `metis sessions list` shows on a terminal `width` columns wide."""
+async def _listed_at_a_terminal(daemon: Daemon, width: int, *options: str) -> list[str]:
+    """What `metis sessions list [options]` shows on a terminal `width` columns wide."""
     controller, terminal = pty.openpty()
     try:
         code, _, err = await metis(
@@ -262,6 +269,7 @@ async def _listed_at_a_terminal(daemon: Daemon, width: int) -> list[str]:
             "list",
             "--url",
             daemon.base_url,
+            *options,
             env={"COLUMNS": str(width)},
             stdout=terminal,
         )

@@ -20,6 +20,7 @@ from textual.widgets.option_list import Option
 from metis.commands.client import ApiFailure
 from metis.commands.tui.failures import error_text
 from metis.wire import tooldisplay
+from metis.wire.search import where_said
 
 
 @dataclass(frozen=True)
@@ -165,11 +166,12 @@ class SessionPicker(ModalScreen[str | None]):
         self.current = current
         self._search = search
         self._typing: Timer | None = None
+        self._query = ""  # the text the sessions shown were found by
 
     def compose(self) -> Any:
         with Vertical():
             yield Static(Text("Sessions on this workspace", style="bold"))
-            yield Input(placeholder="search: title, prompt or id", id="search")
+            yield Input(placeholder="search: words said, or an id", id="search")
             yield OptionList(*self._options(), id="sessions")
             yield Static(Text("type: search   ↑↓ Enter: switch   Esc: close"), classes="keys")
 
@@ -191,7 +193,15 @@ class SessionPicker(ModalScreen[str | None]):
                 no_wrap=True,
                 overflow="ellipsis",
             )
-            options.append(Option(Group(head, details), id=s["id"]))
+            lines = [head, details]
+            said = where_said(s.get("match"))
+            if said is not None:  # found by words of a prompt or reply: them, in context
+                where, excerpt = said
+                context = Text(f"  {where}: ", style="dim", no_wrap=True, overflow="ellipsis")
+                context.append(excerpt)
+                context.highlight_words(self._query.split(), "bold reverse", case_sensitive=False)
+                lines.append(context)
+            options.append(Option(Group(*lines), id=s["id"]))
         return options
 
     def action_move(self, step: int) -> None:
@@ -219,6 +229,7 @@ class SessionPicker(ModalScreen[str | None]):
             self.notify(error_text(exc), severity="error")
             return
         self.sessions = found
+        self._query = text
         rows = self.query_one(OptionList)
         rows.clear_options()
         rows.add_options(self._options())

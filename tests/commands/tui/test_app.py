@@ -456,8 +456,11 @@ async def test_slash_commands_model_cost_title_sessions_new_and_export(
         assert options.highlighted == [s["id"] for s in picker.sessions].index(first)
         await pilot.press("up")
         assert options.highlighted == 0
-        await pilot.press(*"HELLO")  # searched by the daemon: the first prompt's words
+        await pilot.press(*"HELLO")  # searched by the daemon: words of the conversation
         await until(lambda: [s["id"] for s in picker.sessions] == [first])
+        # titled otherwise: a third line shows where the words were said
+        said = options.get_option_at_index(0).prompt.renderables[2]
+        assert said.plain == "  in a prompt: hello"
         screenshot(app, "session-picker-search")
         await pilot.press(*" nowhere")
         await until(lambda: picker.sessions == [])
