@@ -142,13 +142,15 @@ async def test_each_result_says_where_the_words_are_said(
     [found] = body["sessions"]
     # the prompt and the reply quoting it both hold the two words: the older one is shown
     assert found["id"] == prompt and found["match"]["where"] == "user"
+    messages = (await api.messages(prompt))["messages"]
+    assert found["match"]["message_id"] == messages[0]["id"]  # the prompt
     shown = found["match"]["excerpt"]
     assert "mention the Zephyr build" in shown and shown.startswith("…") and shown.endswith("…")
     assert len(shown) <= 162
 
     status, body = await api.call("GET", "/sessions", params={"q": "ZEPHYR plan"})
     assert [(s["id"], s["match"]) for s in body["sessions"]] == [
-        (titled, {"where": "title", "excerpt": "Zephyr plan"})
+        (titled, {"where": "title", "excerpt": "Zephyr plan", "message_id": None})
     ]
     status, body = await api.call("GET", "/sessions", params={"q": "you said notes"})
     assert [(s["id"], s["match"]["where"]) for s in body["sessions"]] == [(titled, "assistant")]

@@ -29,10 +29,11 @@ EXCERPT_CHARS = 160
 @dataclass(frozen=True)
 class SearchMatch:
     """Why a session is in a search's results: where it says the words searched (its title, a
-    prompt: `user`, a reply: `assistant`) and the words around them."""
+    prompt: `user`, a reply: `assistant`, with the message's id) and the words around them."""
 
     where: str
     excerpt: str
+    message_id: str | None
 
 
 def session_search(text: str) -> SessionSearch | None:
@@ -45,7 +46,9 @@ def session_search(text: str) -> SessionSearch | None:
 
 def search_match(hit: SearchHit | None, words: Sequence[str]) -> SearchMatch | None:
     """The match a listing shows for a store's hit (None: the session's id matched)."""
-    return None if hit is None else SearchMatch(hit.where, excerpt(hit.text, words))
+    if hit is None:
+        return None
+    return SearchMatch(hit.where, excerpt(hit.text, words), hit.message_id)
 
 
 def excerpt(text: str, words: Sequence[str], width: int = EXCERPT_CHARS) -> str:

@@ -109,15 +109,16 @@ class SessionSearch:
         if row is None:
             return None
         if row["source"] == TITLE_SOURCE:
-            return None if title is None else SearchHit("title", title)
+            return None if title is None else SearchHit("title", title, None)
         text = None if row["content_json"] is None else stored_text(row["content_json"])
-        return None if not text else SearchHit(row["role"], text)
+        return None if not text else SearchHit(row["role"], text, row["source"])
 
 
 @dataclass(frozen=True)
 class SearchHit:
     """The text of a matched session that holds the searched words: its title, or a prompt
-    (`user`) or reply (`assistant`) as stored."""
+    (`user`) or reply (`assistant`) as stored, with the message's id."""
 
     where: Literal["title", "user", "assistant"]
     text: str
+    message_id: str | None

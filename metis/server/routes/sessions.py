@@ -122,6 +122,7 @@ class SearchMatch(DataModel):
 
     where: Literal["title", "user", "assistant"]
     excerpt: str = Field(description="the words around the first place it says one, on one line")
+    message_id: str | None = Field(description="the prompt's or reply's id; null for the title")
 
 
 class SessionSummary(SessionListItem):
@@ -334,7 +335,13 @@ async def list_sessions(request: web.Request) -> web.Response:
         if query.q is not None:
             found = entry.match
             item["match"] = (
-                None if found is None else {"where": found.where, "excerpt": found.excerpt}
+                None
+                if found is None
+                else {
+                    "where": found.where,
+                    "excerpt": found.excerpt,
+                    "message_id": found.message_id,
+                }
             )
         items.append(item)
     return json_response({"sessions": items, "next_cursor": next_cursor})
