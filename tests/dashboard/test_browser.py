@@ -422,6 +422,20 @@ def test_a_long_transcript_starts_with_the_newest_messages_and_loads_earlier_one
     ids = page.eval_on_selector_all(".msg", "els => els.map(e => e.dataset.id)")
     assert len(ids) == 6 and ids == sorted(ids), ids
     assert page.locator(".msg.user").first.inner_text().endswith("message 0")
+    # a search result opens at its message: the pages before the snapshot's are loaded for it
+    page.goto("about:blank")
+    page.goto(f"{served.url}/#/?q=message+0")
+    link = page.locator(f"tr[data-id='{session_id}'] td.title a")
+    link.wait_for()
+    assert link.get_attribute("href") == f"#/s/{session_id}?at={ids[0]}"
+    link.click()
+    page.wait_for_selector(f".msg.found[data-id='{ids[0]}']")
+    assert page.locator(".msg").count() == 6 and page.locator(".msg.found").count() == 1
+    found = page.locator(".msg.found").bounding_box()
+    shown = page.locator("#transcript").bounding_box()
+    assert found is not None and shown is not None
+    assert shown["y"] <= found["y"] and found["y"] + found["height"] <= shown["y"] + shown["height"]
+    shot(page, "opened-at-a-search-match")
 
 
 def test_xss_probe_stays_inert(page: Any, served: DaemonThread, workspace: Path) -> None:

@@ -22,7 +22,7 @@ function route() {
   let m;
   let nav = "sessions";
   if ((m = hash.match(/^\/s\/([\w-]+)\/trace$/))) current = traceView(app, m[1]);
-  else if ((m = hash.match(/^\/s\/([\w-]+)$/))) current = sessionView(app, m[1]);
+  else if ((m = hash.match(/^\/s\/([\w-]+)(?:\?at=([\w-]+))?$/))) current = sessionView(app, m[1], m[2] || null);
   else if (hash === "/routing") (current = routingView(app)), (nav = "routing");
   else if (hash === "/costs") (current = costsView(app)), (nav = "costs");
   else if (hash === "/mcp") (current = mcpView(app)), (nav = "mcp");

@@ -22,7 +22,8 @@ const CANCEL_REASONS = {
   server_shutdown: "metis was stopping",
 };
 
-export function sessionView(root, sessionId) {
+// `revealAt`: a message to open the transcript at (a search result's, `#/s/<id>?at=<message id>`).
+export function sessionView(root, sessionId, revealAt = null) {
   const msgs = new Map(); // message id → {el, role, live, rendered}
   const cards = new Map(); // tool_use_id → toolCard
   const confirms = new Map(); // confirmation_request_id → confirmationCard
@@ -421,6 +422,7 @@ export function sessionView(root, sessionId) {
     // after the transcript is on screen: the totals so far, and the shown tools' outcomes
     loadTotals(gen);
     loadOutcomes(gen, oldest, null);
+    await reveal();
   }
 
   async function loadTotals(gen) {
@@ -478,8 +480,11 @@ export function sessionView(root, sessionId) {
     } catch { /* as above */ }
   }
 
-  earlier.addEventListener("click", async () => {
-    if (!oldest) return;
+  earlier.addEventListener("click", () => loadEarlier());
+
+  // The page of messages before the oldest shown; false when it could not be read (said).
+  async function loadEarlier() {
+    if (!oldest) return false;
     earlier.disabled = true;
     try {
       const page = await api("GET", `/sessions/${sessionId}/messages?before=${oldest.id}&limit=50`);
@@ -492,12 +497,31 @@ export function sessionView(root, sessionId) {
       if (page.messages.length) oldest = page.messages[0];
       earlier.hidden = !page.has_more_before;
       loadOutcomes(snapshotGen, oldest, stop);
+      return true;
     } catch (err) {
       toast(`${err.code}: ${err.message}`);
+      return false;
     } finally {
       earlier.disabled = false;
     }
-  });
+  }
+
+  // Opened at a message (a search result): earlier pages are loaded until it is on the page,
+  // then it is scrolled to the middle and marked, and the transcript stops following the end.
+  // Once: a later snapshot (a reconnection) shows the newest messages as usual.
+  async function reveal() {
+    const target = revealAt;
+    revealAt = null;
+    if (!target) return;
+    while (!msgs.has(target) && !earlier.hidden) {
+      if (!(await loadEarlier())) return;
+    }
+    const m = msgs.get(target);
+    if (!m) return toast("that message is not in this session's transcript any more");
+    pinned = false;
+    m.el.classList.add("found");
+    m.el.scrollIntoView({ block: "center" });
+  }
 
   function showSession(s) {
     // the session's title (its first prompt unless set), clamped, in full as the tooltip
@@ -653,6 +677,7 @@ export function sessionView(root, sessionId) {
       totals.input = totals.output = totals.cost = 0;
       loadTotals(gen);
       loadOutcomes(gen, oldest, null);
+      await reveal();
     },
   });
   // follow the newest content unless the reader scrolled up (streamed text: `flush` sticks)

@@ -146,11 +146,14 @@ export function sessionsView(root) {
       ...parts.map((part, i) => (i % 2 ? h("mark", {}, part) : part)));
   }
 
+  // a session found by words of a message opens at that message
+  const atMatch = (match) => (match?.message_id ? `?at=${match.message_id}` : "");
+
   function row(s) {
     const running = s.current_turn_id ? h("span", { class: "badge running" }, "running") : null;
     return h("tr", { dataset: { id: s.id }, class: s.status },
       // a long first prompt is clamped to two lines; the tooltip holds all of it
-      h("td", { class: "title" }, h("a", { href: `#/s/${s.id}`, class: "clamp", title: s.title || null }, s.title || h("span", { class: "muted" }, "(no prompt yet)")), said(s.match), h("div", { class: "muted small mono" }, s.id)),
+      h("td", { class: "title" }, h("a", { href: `#/s/${s.id}${atMatch(s.match)}`, class: "clamp", title: s.title || null }, s.title || h("span", { class: "muted" }, "(no prompt yet)")), said(s.match), h("div", { class: "muted small mono" }, s.id)),
       h("td", { class: "mono small wrap" }, s.workspace_path),
       h("td", {}, h("span", { class: `badge surface-${s.surface}` }, s.surface)),
       h("td", {}, h("span", { class: `badge ${s.status}` }, s.status), " ", running),
