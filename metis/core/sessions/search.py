@@ -53,9 +53,9 @@ def search_match(hit: SearchHit | None, words: Sequence[str]) -> SearchMatch | N
 
 def excerpt(text: str, words: Sequence[str], width: int = EXCERPT_CHARS) -> str:
     """The part of `text` from a few words before the first place it says one of `words`
-    (caseless), on one line: whitespace runs become one space, the cut falls between words where
-    it can, and `…` marks each end that was cut. From the start when no word is found as written (a word that only
-    matched across characters Unicode normalisation joins)."""
+    (caseless), on one line: whitespace runs become one space, the cut falls between words
+    where it can, and `…` marks each end that was cut. From the start when no word is found
+    as written (a word that only matched across characters Unicode normalisation joins)."""
     flat = " ".join(text.split())
     if len(flat) <= width:
         return flat
