@@ -172,6 +172,9 @@ class Settings(DataModel):
     offline: bool
     api_key: str | None = Field(default=None, repr=False, exclude=True)
     file: FileSettings
+    # what `load_settings` merged into the file's settings (tests), kept so that a re-read of
+    # the file (`current_file_settings`) gives what start-up gave
+    overrides: dict[str, Any] = Field(default_factory=dict, repr=False, exclude=True)
 
     @property
     def db_path(self) -> Path:
@@ -329,15 +332,7 @@ def load_settings(
     `overrides` (tests) are merged into the file settings section by section.
     """
     home = ensure_home(home or default_home())
-    file_settings = load_file_settings(home / "config.yaml")
-    if overrides:
-        merged = file_settings.model_dump()
-        for key, value in overrides.items():
-            if isinstance(value, dict) and isinstance(merged.get(key), dict):
-                merged[key] = {**merged[key], **value}
-            else:
-                merged[key] = value
-        file_settings = FileSettings.model_validate(merged)
+    file_settings = _file_settings(home / "config.yaml", overrides)
     requested_host, effective_port = resolve_address(file_settings, host=host, port=port)
     bound_host = requested_host
     if requested_host not in LOOPBACK_HOSTS:
@@ -355,4 +350,26 @@ def load_settings(
         offline=os.environ.get("METIS_OFFLINE") == "1",
         api_key=os.environ.get("METIS_API_KEY") or None,
         file=file_settings,
+        overrides=overrides or {},
     )
+
+
+def _file_settings(path: Path, overrides: dict[str, Any] | None) -> FileSettings:
+    """config.yaml's settings with `overrides` merged in, section by section."""
+    file_settings = load_file_settings(path)
+    if not overrides:
+        return file_settings
+    merged = file_settings.model_dump()
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return FileSettings.model_validate(merged)
+
+
+def current_file_settings(settings: Settings) -> FileSettings:
+    """config.yaml as it is now, read as the daemon read it at start (its overrides merged in):
+    for a part that applies a changed file without a restart (an MCP server's restart). Raises
+    ConfigError, naming file, line and key, when the file has become invalid."""
+    return _file_settings(settings.config_path, settings.overrides)

@@ -115,6 +115,14 @@ class McpServerDisabled(DomainError):
         )
 
 
+class McpConfigInvalid(DomainError):
+    """config.yaml, read again to restart an MCP server, has become invalid (409): nothing is
+    changed until it is fixed. `problem` names file, line and key, never a value."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(f"config.yaml cannot be applied: {problem}", problem=problem)
+
+
 class SurfaceMismatch(DomainError):
     """A turn submitted to a session created by another surface; `surface` names the owner (409 on
     REST, 404 on AAP so AAP never reveals foreign sessions)."""

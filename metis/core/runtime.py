@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from metis.config import Settings
+from metis.config import Settings, current_file_settings
 from metis.core.canonical.times import now_us
 from metis.core.confirmations import ConfirmationBroker
 from metis.core.datamodel import build_deferred_models
@@ -130,6 +130,7 @@ class Core:
             self.tool_registry,
             ledger=self.shell_groups,
             log_dir=settings.home / "logs" / "mcp",
+            current=lambda: current_file_settings(settings).mcp,
         )
         # each service gets the collaborators it uses, nothing more (no service holds Core)
         control = TurnControl(self.slots, self.broker, self.dispatcher, self.store)

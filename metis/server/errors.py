@@ -38,6 +38,8 @@ ERROR_CODES: dict[str, int] = {
     "turn_already_completed": 409,
     "confirmation_already_resolved": 409,
     "mcp_server_disabled": 409,
+    # config.yaml, read again for an MCP server's restart, has become invalid
+    "config_invalid": 409,
     "payload_too_large": 413,
     "unsupported_media_type": 415,
     # an `Expect` other than 100-continue: answered before the middleware by the routes' expect
@@ -68,6 +70,7 @@ _DOMAIN_CODES: dict[type[core.DomainError], str] = {
     core.ConfirmationPolicyMismatch: "surface_mismatch",
     core.McpServerNotFound: "mcp_server_not_found",
     core.McpServerDisabled: "mcp_server_disabled",
+    core.McpConfigInvalid: "config_invalid",
 }
 
 

@@ -523,6 +523,66 @@ async def test_a_restart_on_request_skips_the_backoff_of_a_server_fixed_meanwhil
         assert response.status == 401
 
 
+async def test_a_restart_applies_the_entry_config_yaml_has_now(
+    fake: FakeProviderServer, start_daemon: Callable[..., Any], metis_home: Path
+) -> None:
+    """Fixed, added, broken, disabled, enabled again, removed: each edit of config.yaml is
+    applied by the restart of the server it names, with no daemon restart."""
+    head = "mcp:\n  restart_initial_seconds: 60\n  servers:\n"
+    d = await start_daemon(
+        config=head + "    demo: {command: /no/such/mcp-server}\n", models=models_yaml(fake)
+    )
+    config = metis_home / "config.yaml"
+    mcp = d.core.mcp
+
+    def write(**servers: str) -> None:
+        config.write_text(head + "".join(f"    {n}: {e}\n" for n, e in servers.items()))
+
+    def offered(server: str) -> list[str]:
+        return [t.name for t in d.core.tool_registry.all() if t.name.startswith(f"mcp__{server}__")]
+
+    async with api_session(d) as http:
+        api = Api(http)
+        await until(lambda: mcp.servers["demo"].last_error is not None)  # command not found
+        write(demo=python_server(DEMO))
+        code, body = await api.call("POST", "/mcp/demo/restart")
+        assert code == 202 and body["command"] == sys.executable, body
+        await until(lambda: mcp.servers["demo"].state == "ready")
+        assert "mcp__demo__add" in offered("demo")
+        # an error in the file: refused, saying where, and nothing changes
+        config.write_text(head + "    demo: {command: x, colour: blue}\n")
+        code, body = await api.call("POST", "/mcp/demo/restart")
+        assert code == 409 and body["error"]["code"] == "config_invalid", body
+        assert "config.yaml:4: mcp.servers.demo.colour: unknown key" in body["error"]["message"]
+        assert mcp.servers["demo"].state == "ready" and offered("demo")
+        # a server added to the file: its restart starts it
+        write(demo=python_server(DEMO), more=python_server(DEMO))
+        code, body = await api.call("POST", "/mcp/more/restart")
+        assert code == 202, body
+        await until(lambda: mcp.servers["more"].state == "ready")
+        assert "mcp__more__add" in offered("more")
+        # disabled in the file: stopped, its tools withdrawn, refused as disabled
+        write(demo=python_server(DEMO, enabled=False), more=python_server(DEMO))
+        pid = mcp.servers["demo"].pid
+        code, body = await api.call("POST", "/mcp/demo/restart")
+        assert code == 409 and body["error"]["code"] == "mcp_server_disabled", body
+        status = await mcp_status(api)
+        assert status["demo"]["state"] == "disabled" and status["demo"]["tools"] == []
+        assert offered("demo") == [] and pid is not None and await gone(pid)
+        # enabled again: started afresh
+        write(demo=python_server(DEMO), more=python_server(DEMO))
+        code, body = await api.call("POST", "/mcp/demo/restart")
+        assert code == 202, body
+        await until(lambda: mcp.servers["demo"].state == "ready")
+        assert "mcp__demo__add" in offered("demo")
+        # removed from the file: stopped, its tools withdrawn, and gone
+        write(demo=python_server(DEMO))
+        code, body = await api.call("POST", "/mcp/more/restart")
+        assert code == 404 and body["error"]["code"] == "mcp_server_not_found", body
+        assert "more" not in await mcp_status(api) and offered("more") == []
+        assert offered("demo")
+
+
 async def test_a_restart_on_request_ends_a_server_stuck_starting(
     fake: FakeProviderServer, start_daemon: Callable[..., Any]
 ) -> None:

@@ -53,12 +53,14 @@ async def list_mcp(request: web.Request) -> web.Response:
     "/mcp/{name}/restart",
     status=202,
     response_model=McpServerItem,
-    errors=("mcp_server_not_found", "mcp_server_disabled"),
+    errors=("mcp_server_not_found", "mcp_server_disabled", "config_invalid"),
 )
 async def restart_mcp_server(request: web.Request) -> web.Response:
-    """End the server's connection (its process, for stdio) and connect again at once, the
-    restart backoff starting over: for a server fixed since it failed, or stuck starting. A
-    call in flight on it fails. Answered at once with the server as it is then (`restarting`);
-    `GET /mcp` follows it."""
+    """End the server's connection (its process, for stdio) and connect again at once with its
+    entry as config.yaml has it now, the restart backoff starting over: for a server fixed
+    since it failed (the server or its entry), or stuck starting. A call in flight on it fails.
+    A server added to config.yaml since start-up is started; one it disables or no longer has
+    is stopped, its tools withdrawn, and refused (409, 404). Answered at once with the server
+    as it is then (`restarting`); `GET /mcp` follows it."""
     name = request.match_info["name"]
-    return json_response(request.app[STATE_KEY].app.mcp.restart(name), status=202)
+    return json_response(await request.app[STATE_KEY].app.mcp.restart(name), status=202)

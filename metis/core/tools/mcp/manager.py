@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from metis.core.errors import McpServerNotFound
+from metis.core.canonical.redaction import redact
+from metis.core.errors import ConfigError, McpConfigInvalid, McpServerDisabled, McpServerNotFound
 from metis.core.tools.groups import ProcessGroupLedger
-from metis.core.tools.mcp.settings import McpSettings
+from metis.core.tools.mcp.settings import McpServerSettings, McpSettings
 from metis.core.tools.registry import RegisteredTool, ToolRegistry
 
 if TYPE_CHECKING:
@@ -30,26 +32,32 @@ class McpManager:
         *,
         ledger: ProcessGroupLedger | None = None,
         log_dir: Path | None = None,
+        current: Callable[[], McpSettings] | None = None,
     ) -> None:
         self.settings = settings
         self.registry = registry
+        self._ledger = ledger
+        self._log_dir = log_dir
+        self._current = current
         self._started = False
         self.servers: dict[str, McpServer] = {}
-        if not settings.servers:
-            return  # the MCP SDK takes ~1 s and tens of MiB to import: only for a server
+        for name, server in settings.servers.items():
+            self._add(name, server, settings)
+
+    def _add(self, name: str, entry: McpServerSettings, section: McpSettings) -> McpServer:
+        # the MCP SDK takes ~1 s and tens of MiB to import: only once a server is configured
         from metis.core.tools.mcp.server import McpServer
 
-        self.servers = {
-            name: McpServer(
-                name,
-                server,
-                settings,
-                on_tools=self._tools_listed,
-                ledger=ledger,
-                log_dir=log_dir,
-            )
-            for name, server in settings.servers.items()
-        }
+        server = McpServer(
+            name,
+            entry,
+            section,
+            on_tools=self._tools_listed,
+            ledger=self._ledger,
+            log_dir=self._log_dir,
+        )
+        self.servers[name] = server
+        return server
 
     def _tools_listed(self, server: McpServer, entries: list[RegisteredTool]) -> list[str]:
         refused = self.registry.replace_source(f"mcp:{server.name}", entries)
@@ -80,13 +88,40 @@ class McpManager:
         for server in self.servers.values():
             server.kill()
 
-    def restart(self, name: str) -> dict[str, Any]:
-        """Restart one server now (see `McpServer.restart`); its status once asked."""
+    async def restart(self, name: str) -> dict[str, Any]:
+        """Restart one server now (see `McpServer.restart`) with its entry as config.yaml has
+        it now (`current`), so that a person who fixed the entry sees the fix applied; its
+        status once asked. A server added to the file since start-up is started; one the file
+        disables, or no longer has, is stopped and its tools withdrawn (then refused as
+        disabled, or not found). A file that has become invalid changes nothing (ConfigError).
+        """
+        section = self._current_section()
+        entry = section.servers.get(name)
         server = self.servers.get(name)
-        if server is None:
+        if entry is None:
+            if server is not None:
+                await server.withdraw()
+                del self.servers[name]
+                log.info("MCP server %s: no longer in config.yaml; stopped", name)
             raise McpServerNotFound(name)
+        if server is None:
+            server = self._add(name, entry, section)
+        server.reconfigure(entry, section)
+        if not entry.enabled:
+            if server.state != "disabled":
+                await server.withdraw()
+                log.info("MCP server %s: disabled in config.yaml; stopped", name)
+            raise McpServerDisabled(name)
         server.restart()
         return server.status()
+
+    def _current_section(self) -> McpSettings:
+        if self._current is None:
+            return self.settings
+        try:
+            return self._current()
+        except ConfigError as exc:
+            raise McpConfigInvalid(redact(exc.message, limit=1000)) from None
 
     def status(self) -> dict[str, Any]:
         """`GET /mcp`'s object: every configured server, enabled or not."""

@@ -189,6 +189,23 @@ class McpServer:
         if self._connecting is not None:
             self._connecting.cancel()
 
+    def reconfigure(self, settings: McpServerSettings, section: McpSettings) -> None:
+        """Take the server's entry and the `mcp` section as config.yaml has them now. The
+        next connection uses them (`restart` starts one); the current one goes on until then."""
+        self.settings, self.section = settings, section
+
+    async def withdraw(self) -> None:
+        """Stop the server for good and take its tools back from the registry: config.yaml no
+        longer runs it (disabled, or removed). Enabled again, `restart` starts it afresh."""
+        await self.stop()
+        self.on_tools(self, [])
+        self.tools, self._skipped = [], []
+        self.state = "disabled"
+        self.last_error = None
+        self._task = None
+        self._stop = asyncio.Event()
+        self._restart_now.clear()
+
     def kill(self) -> None:
         """Past the shutdown grace: kill the process groups without awaiting anything."""
         kill_now(self._processes)
