@@ -2,7 +2,8 @@
 // them with their confirmation policy, and why it is not ready when it is not. Polled while
 // open, since a server starts, crashes and restarts on its own; a poll that changes nothing
 // leaves the page as it is (no flicker, no lost selection). "Restart" connects to a server
-// again now (POST /mcp/{name}/restart), without waiting out its restart backoff.
+// again now (POST /mcp/{name}/restart) with its entry as config.yaml has it then, without
+// waiting out its restart backoff.
 
 import { api } from "../api.js";
 import { h, clear, toast } from "../dom.js";
