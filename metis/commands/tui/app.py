@@ -64,6 +64,7 @@ class ChatApp(App[int]):
         height: auto; padding: 0 2; color: $text-muted; background: $surface; display: none;
     }
     #hints.shown { display: block; }
+    #transcript .found { background: $warning 15%; }
     """
     BINDINGS = [
         Binding("ctrl+c", "interrupt", "cancel / quit", priority=True, show=False),
@@ -235,7 +236,9 @@ class ChatApp(App[int]):
         await self.refresh_status()
         self.stream.start_reading()
 
-    async def switch_to(self, session_id: str) -> None:
+    async def switch_to(self, session_id: str, *, at: str | None = None) -> None:
+        """Show another session (ending this one if it was never used), at message `at` when
+        given (a search result's)."""
         if self.turn.id is not None:
             await self.note("a turn is running: cancel it before switching", error=True)
             return
@@ -247,7 +250,25 @@ class ChatApp(App[int]):
             return
         self.created = False
         self.turns_sent = 0
+        if at is not None:
+            self.show_message(at)
         await self._end_session(unused)
+
+    def show_message(self, message_id: str) -> None:
+        """Scroll the transcript to a stored message and mark it; the transcript then stays
+        there until the end is scrolled to again (or something new arrives)."""
+        shown = [
+            w
+            for w in self.transcript.query("UserMessage, AssistantMessage")
+            if getattr(w, "message_id", None) == message_id
+        ]
+        if not shown:
+            return
+        for widget in self.transcript.query(".found"):
+            widget.remove_class("found")
+        shown[0].add_class("found")
+        self.transcript.release_anchor()
+        self.transcript.scroll_to_widget(shown[0], animate=False, top=True)
 
     async def new_session(self) -> None:
         if self.turn.id is not None:

@@ -24,6 +24,15 @@ from metis.wire.search import where_said
 
 
 @dataclass(frozen=True)
+class PickedSession:
+    """A session picked in `SessionPicker`, and the message its search result was found at
+    (None: not found by words of a message)."""
+
+    session_id: str
+    message_id: str | None
+
+
+@dataclass(frozen=True)
 class Decision:
     decision: str  # "allow" | "deny"
     scope: str = "once"  # "once" | "session"
@@ -130,10 +139,10 @@ class ConfirmScreen(ModalScreen[Decision | None]):
         self.dismiss(Decision("deny", "once", event.value.strip() or None))
 
 
-class SessionPicker(ModalScreen[str | None]):
+class SessionPicker(ModalScreen[PickedSession | None]):
     """The active sessions of this workspace, newest first; typing searches them (the daemon's
-    search: words of a conversation or its title, or an id's start), Enter switches, Esc
-    closes."""
+    search: words of a conversation or its title, or an id's start), Enter switches (to the
+    message a result was found at), Esc closes."""
 
     DEFAULT_CSS = """
     SessionPicker { align: center middle; }
@@ -239,10 +248,16 @@ class SessionPicker(ModalScreen[str | None]):
         event.stop()
         rows = self.query_one(OptionList)
         if rows.highlighted is not None and self.sessions:
-            self.dismiss(rows.get_option_at_index(rows.highlighted).id)
+            self._pick(rows.get_option_at_index(rows.highlighted).id)
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        self.dismiss(event.option.id)
+        self._pick(event.option.id)
+
+    def _pick(self, session_id: str | None) -> None:
+        if session_id is None:
+            return
+        match = next((s.get("match") for s in self.sessions if s["id"] == session_id), None)
+        self.dismiss(PickedSession(session_id, (match or {}).get("message_id")))
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -17,7 +17,7 @@ from textual.screen import Screen
 
 from metis.commands.client import ApiFailure, DaemonApi
 from metis.commands.tui.failures import error_text
-from metis.commands.tui.screens import SessionPicker
+from metis.commands.tui.screens import PickedSession, SessionPicker
 from metis.private_file import write_private
 from metis.wire.export import FORMATS as EXPORT_FORMATS
 
@@ -53,7 +53,9 @@ class CommandHost(Protocol):
 
     async def load_models(self) -> None: ...
 
-    async def switch_to(self, session_id: str) -> None: ...
+    async def switch_to(self, session_id: str, *, at: str | None = None) -> None: ...
+
+    def show_message(self, message_id: str) -> None: ...
 
     async def new_session(self) -> None: ...
 
@@ -174,9 +176,14 @@ class SlashCommands:
             await host.note("no other active session on this workspace; /new starts one")
             return
 
-        def picked(session_id: str | None) -> None:
-            if session_id and session_id != host.session_id:
-                host.run_worker(host.switch_to(session_id), group="switch")
+        def picked(choice: PickedSession | None) -> None:
+            if choice is None:
+                return
+            if choice.session_id != host.session_id:
+                switching = host.switch_to(choice.session_id, at=choice.message_id)
+                host.run_worker(switching, group="switch")
+            elif choice.message_id is not None:  # this session, found by words of a message
+                host.show_message(choice.message_id)
 
         host.push_screen(SessionPicker(sessions, host.session_id, search), picked)
 

@@ -102,7 +102,7 @@ class TranscriptRenderer:
                 await self._show_stored_end(cut_short.pop(shown_turn, None))
                 shown_turn = m.get("turn_id")
             if m["role"] == "user":
-                await host.add(UserMessage(text_of(m)))
+                await host.add(UserMessage(text_of(m), m["id"]))
             elif m["role"] == "assistant":
                 await self._show_stored_reply(m)
             elif m["role"] == "tool":

@@ -41,9 +41,10 @@ class UserMessage(Static):
     UserMessage { margin: 1 0 0 0; padding: 0 1; border-left: thick $accent; color: $text; }
     """
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, message_id: str | None = None) -> None:
         super().__init__(Text(text))
         self.text = text
+        self.message_id = message_id  # a stored prompt's (None: one typed here, not read back)
 
 
 class RenderedPieces:

@@ -727,6 +727,33 @@ async def test_an_ended_session_is_not_offered_and_opening_one_keeps_the_current
     assert not direct.continuable
 
 
+async def test_a_session_picked_from_a_search_opens_at_the_message_found(
+    start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    d = await start_daemon()
+    api = api_of(d)
+    long = await api.create_session(workspace)
+    for n in range(24):
+        await api.run_turn(long["id"], "the zephyr cache again" if n == 2 else f"step {n}")
+    app = make_app(d, workspace)
+    async with attached(app, size=(80, 24)) as pilot:
+        await type_text(pilot, app, "/sessions")
+        await until(lambda: isinstance(app.screen, SessionPicker))
+        await pilot.press(*"zephyr")
+        picker = app.screen
+        assert isinstance(picker, SessionPicker)
+        await until(lambda: [s["id"] for s in picker.sessions] == [long["id"]])
+        await pilot.press("enter")
+        await until(lambda: app.session_id == long["id"] and app.stream.reader is not None)
+        await pilot.pause()
+        [found] = [w for w in app.query(UserMessage) if w.has_class("found")]
+        assert found.text == "the zephyr cache again"
+        shown = app.transcript.scroll_y
+        assert shown <= found.virtual_region.y < shown + app.transcript.size.height
+        assert shown < app.transcript.max_scroll_y  # not at the end, where it opens otherwise
+        screenshot(app, "session-opened-at-a-match")
+
+
 async def test_thinking_comes_before_the_reply_it_leads_to(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
