@@ -436,6 +436,13 @@ def test_a_long_transcript_starts_with_the_newest_messages_and_loads_earlier_one
     assert found is not None and shown is not None
     assert shown["y"] <= found["y"] and found["y"] + found["height"] <= shown["y"] + shown["height"]
     shot(page, "opened-at-a-search-match")
+    # an ended session, read over REST instead of its stream, opens there too
+    status, _ = rest(served, "DELETE", f"/sessions/{session_id}")
+    assert status == 200
+    page.goto("about:blank")
+    page.goto(f"{served.url}/#/s/{session_id}?at={ids[0]}")
+    page.wait_for_selector(f".msg.found[data-id='{ids[0]}']")
+    assert page.locator(".msg").count() == 6 and page.locator("#composer-input").is_hidden()
 
 
 def test_xss_probe_stays_inert(page: Any, served: DaemonThread, workspace: Path) -> None:
