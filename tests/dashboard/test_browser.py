@@ -424,12 +424,12 @@ def test_a_long_transcript_starts_with_the_newest_messages_and_loads_earlier_one
     assert page.locator(".msg.user").first.inner_text().endswith("message 0")
     # a search result opens at its message: the pages before the snapshot's are loaded for it
     page.goto("about:blank")
-    page.goto(f"{served.url}/#/?q=message+0")
+    page.goto(f"{served.url}/#/?q=said+message+0")  # the first reply
     link = page.locator(f"tr[data-id='{session_id}'] td.title a")
     link.wait_for()
-    assert link.get_attribute("href") == f"#/s/{session_id}?at={ids[0]}"
+    assert link.get_attribute("href") == f"#/s/{session_id}?at={ids[1]}"
     link.click()
-    page.wait_for_selector(f".msg.found[data-id='{ids[0]}']")
+    page.wait_for_selector(f".msg.found[data-id='{ids[1]}']")
     assert page.locator(".msg").count() == 6 and page.locator(".msg.found").count() == 1
     found = page.locator(".msg.found").bounding_box()
     shown = page.locator("#transcript").bounding_box()
@@ -440,8 +440,8 @@ def test_a_long_transcript_starts_with_the_newest_messages_and_loads_earlier_one
     status, _ = rest(served, "DELETE", f"/sessions/{session_id}")
     assert status == 200
     page.goto("about:blank")
-    page.goto(f"{served.url}/#/s/{session_id}?at={ids[0]}")
-    page.wait_for_selector(f".msg.found[data-id='{ids[0]}']")
+    page.goto(f"{served.url}/#/s/{session_id}?at={ids[1]}")
+    page.wait_for_selector(f".msg.found[data-id='{ids[1]}']")
     assert page.locator(".msg").count() == 6 and page.locator("#composer-input").is_hidden()
 
 

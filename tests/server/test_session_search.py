@@ -118,6 +118,11 @@ async def test_words_of_later_prompts_and_of_replies_find_a_session(
     assert await _found(api, "you said") == [quiet, canary]
     assert await _found(api, "said canary") == [canary]  # a reply's word and a prompt's
     assert await _found(api, "first") == [quiet, canary]  # not the session with no turn
+    status, body = await api.call("GET", "/sessions", params={"q": "look around"})
+    assert status == 200, body
+    assert [s["match"] for s in body["sessions"]] == [  # the title shows it: a title match
+        {"where": "title", "excerpt": "first, look around", "message_id": None}
+    ] * 2
     assert await _found(api, unused) == [unused]
 
 

@@ -25,6 +25,10 @@ SEARCH_CHARS = 200
 EXCERPT_CHARS = 160
 """The most of a matched text a search result shows: a line or two, enough to recognise it."""
 
+TITLE_SHOWN_CHARS = 60
+"""The start of a title every listing shows whole (a terminal line, the dashboard's two lines):
+words in it need no excerpt; a longer title is cut or clamped where the words may be hidden."""
+
 
 @dataclass(frozen=True)
 class SearchMatch:
@@ -44,10 +48,20 @@ def session_search(text: str) -> SessionSearch | None:
     return SessionSearch(words=tuple(dict.fromkeys(words)), id_prefix=text.strip())
 
 
-def search_match(hit: SearchHit | None, words: Sequence[str]) -> SearchMatch | None:
-    """The match a listing shows for a store's hit (None: the session's id matched)."""
+def search_match(
+    hit: SearchHit | None, words: Sequence[str], title: str | None
+) -> SearchMatch | None:
+    """The match a listing shows for a store's hit (None: the session's id matched), beside
+    the session's `title` as listed. Words the start of the title shows already (a title made
+    of the first prompt's first line, most often) are a title match: the listing says nothing
+    twice."""
     if hit is None:
         return None
+    if hit.where != "title" and title is not None:
+        said, shown = caseless(hit.text), caseless(title[:TITLE_SHOWN_CHARS])
+        held = [word for word in words if word in said]
+        if held and all(word in shown for word in held):
+            return SearchMatch("title", title, None)
     return SearchMatch(hit.where, excerpt(hit.text, words), hit.message_id)
 
 

@@ -404,10 +404,11 @@ class SessionService:
             search=search,
         )
         words = () if search is None else search.words
-        return [
-            ListedView(self.view(s.row), _title(s.set_title, s.prompt), search_match(s.hit, words))
-            for s in listed
-        ], more
+        views = []
+        for s in listed:
+            title = _title(s.set_title, s.prompt)
+            views.append(ListedView(self.view(s.row), title, search_match(s.hit, words, title)))
+        return views, more
 
     async def title(self, session_id: str) -> str | None:
         """A session's title: the one set, else the first line of its first user message
