@@ -73,15 +73,7 @@ def excerpt(text: str, words: Sequence[str], width: int = EXCERPT_CHARS) -> str:
     flat = " ".join(text.split())
     if len(flat) <= width:
         return flat
-    folded: list[str] = []
-    origin: list[int] = []  # the index in `flat` of each folded character
-    for index, char in enumerate(flat):
-        form = caseless(char)
-        folded.append(form)
-        origin.extend([index] * len(form))
-    haystack = "".join(folded)
-    found = [at for at in (haystack.find(word) for word in words) if at >= 0]
-    at = origin[min(found)] if found else 0
+    at = _first_place(flat, words)
     start = max(0, at - width // 5)  # a few words lead up to it: it shows in a line or two
     end = min(len(flat), start + width)
     if start > 0:
@@ -91,3 +83,18 @@ def excerpt(text: str, words: Sequence[str], width: int = EXCERPT_CHARS) -> str:
         space = flat.rfind(" ", at + 1, end)
         end = space if space > start else end
     return ("…" if start > 0 else "") + flat[start:end] + ("…" if end < len(flat) else "")
+
+
+def _first_place(text: str, words: Sequence[str]) -> int:
+    """Where in `text` the first of `words` (caseless) begins; 0 when none is found."""
+    haystack = caseless(text)
+    if len(haystack) == len(text):  # nearly all text: folding kept every position
+        origin = None
+    else:  # a letter that folds to two (ß → ss), or a ligature: map back one by one
+        forms = [caseless(char) for char in text]
+        haystack = "".join(forms)
+        origin = [index for index, form in enumerate(forms) for _ in form]
+    found = [at for at in (haystack.find(word) for word in words) if at >= 0]
+    if not found:
+        return 0
+    return min(found) if origin is None else origin[min(found)]
