@@ -35,7 +35,7 @@ def stored_text(content_json: str) -> str | None:
     """
     try:
         blocks = json.loads(content_json)
-    except ValueError:
+    except (ValueError, TypeError, RecursionError):  # not JSON, not text, nested too deep
         return None
     if not isinstance(blocks, list):
         return None

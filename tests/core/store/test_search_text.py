@@ -21,6 +21,7 @@ from metis.core.canonical.content import (
 )
 from metis.core.canonical.ids import new_session_id, new_ulid
 from metis.core.canonical.messages import Message
+from metis.core.canonical.text import stored_text
 from metis.core.canonical.times import now_us
 from metis.core.runtime import Core
 from metis.core.sessions.search import session_search
@@ -135,3 +136,11 @@ async def test_schema_v4_fills_the_search_text_from_what_was_stored(tmp_path: Pa
     backup = sqlite3.connect(tmp_path / "metis.db.pre-v3.bak")
     assert backup.execute("PRAGMA user_version").fetchone() == (3,)
     backup.close()
+
+
+def test_text_that_cannot_be_read_is_no_text_and_never_an_error() -> None:
+    """The migration's SQL function runs on rows any release wrote: an exception in it would
+    stop the daemon from opening its store."""
+    assert stored_text('[{"type": "text", "text": "ok"}, {"type": "text", "text": 3}]') == "ok"
+    for unreadable in ("[{not json", "[" * 100_000 + "]" * 100_000, b"\xff\xfe", '{"a": 1}'):
+        assert stored_text(unreadable) is None  # type: ignore[arg-type]
