@@ -82,7 +82,7 @@ INSERT INTO session_search_text (session_id, source, text)
   WHERE text IS NOT NULL;
 INSERT INTO session_search_text (session_id, source, text)
   SELECT session_id, 'title', metis_caseless(title) FROM session_titles
-  WHERE session_id IN (SELECT id FROM sessions);
+  WHERE session_id IN (SELECT id FROM sessions) AND metis_caseless(title) IS NOT NULL;
 """
 
 # MIGRATIONS[i] upgrades a database at user_version i to i + 1.

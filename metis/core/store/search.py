@@ -65,12 +65,16 @@ def _stored_search_text(content_json: str) -> str | None:
     return caseless(text) if text else None
 
 
+def _stored_caseless(text: object) -> str | None:
+    return caseless(text) if isinstance(text, str) else None  # a row of any release: no error
+
+
 async def register_functions(conn: aiosqlite.Connection) -> None:
     """The SQL functions schema v4 fills the table with, from rows an earlier release stored:
     `metis_search_text(content_json)` (NULL for a message with no text or none readable) and
-    `metis_caseless(text)`."""
+    `metis_caseless(text)` (NULL for a value that is not text)."""
     await conn.create_function("metis_search_text", 1, _stored_search_text, deterministic=True)
-    await conn.create_function("metis_caseless", 1, caseless, deterministic=True)
+    await conn.create_function("metis_caseless", 1, _stored_caseless, deterministic=True)
 
 
 @dataclass(frozen=True)
