@@ -517,6 +517,7 @@ def test_routing_and_costs_views(
     page.click("nav a[data-nav=mcp]")
     page.wait_for_selector("#mcp .empty")
     assert "No MCP servers are configured" in page.inner_text("#mcp")
+    assert page.locator("#mcp-hint").is_hidden()  # the empty page says it already
 
 
 SECRET = "s3cret-demo-token-value"
@@ -556,6 +557,7 @@ def test_mcp_servers_show_their_state_tools_and_why_one_is_not_ready(
     assert broken.locator(".state").inner_text() in {"starting", "restarting", "stopped"}
     assert "No tools until it is ready" in broken.inner_text()
     assert page.locator("nav a[data-nav=mcp]").get_attribute("aria-current") == "page"
+    assert "Its Restart applies it" in page.inner_text("#mcp-hint")
     spare = page.locator(".mcp-server[data-name=spare]")
     assert spare.locator(".state").inner_text() == "disabled"
     assert spare.locator("button.restart").count() == 0  # a disabled server never runs

@@ -66,8 +66,11 @@ function serverCard(s, restart) {
 export function mcpView(root) {
   const body = h("div", { id: "mcp", "aria-live": "polite" });
   const problem = h("p", { class: "error", role: "alert" });
+  const hint = h("p", { class: "muted small", id: "mcp-hint", hidden: true },
+    "From ", h("code", {}, "mcp.servers"), " in ", h("code", {}, "config.yaml"),
+    ". Edited a server's entry? Its Restart applies it, no daemon restart needed.");
   root.append(h("section", { class: "view" },
-    h("div", { class: "view-head" }, h("h1", {}, "MCP servers")), problem, body));
+    h("div", { class: "view-head" }, h("h1", {}, "MCP servers")), hint, problem, body));
   let shown = null;
   let stopped = false;
 
@@ -93,6 +96,7 @@ export function mcpView(root) {
         shown = text;
         // a rebuilt card keeps the keyboard on its Restart button
         const focused = document.activeElement?.closest?.(".mcp-server")?.dataset.name;
+        hint.hidden = !data.servers.length; // the empty page says where servers come from
         clear(body).append(...(data.servers.length
           ? data.servers.map((s) => serverCard(s, restart))
           : [h("section", { class: "panel empty" },
