@@ -1,5 +1,6 @@
 """`metis mcp list`: the daemon's MCP servers, their state and their tools (`GET /mcp`);
-`metis mcp restart NAME`: one of them connected again now, waited for."""
+`metis mcp restart NAME`: one of them connected again now with its entry as config.yaml has
+it, waited for."""
 
 from __future__ import annotations
 
@@ -93,10 +94,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "restart",
         help="connect to a server again now and wait until it is ready",
         description="End the server's connection (its process, for a stdio server) and connect "
-        "again at once, without waiting out the restart backoff: for a server fixed since it "
-        "failed, or one stuck starting. A tool call running on it fails. Waits until the "
-        "server is ready (exit 0) or its new attempt fails (exit 1, with why). Changes to "
-        "config.yaml are not read: they need the daemon restarted.",
+        "again at once with its entry as config.yaml has it now, without waiting out the "
+        "restart backoff: for a server fixed since it failed (the server or its entry), or one "
+        "stuck starting. A name added to config.yaml is started; one it disables or no longer "
+        "has is stopped. A tool call running on it fails. Waits until the server is ready "
+        "(exit 0) or its new attempt fails (exit 1, with why).",
     )
     p.add_argument("name", help="the server's name in config.yaml (mcp.servers)")
     p.add_argument(

@@ -1,5 +1,5 @@
 """`GET /mcp`: the configured MCP servers, their state and their tools; `POST
-/mcp/{name}/restart`: one of them connected again now.
+/mcp/{name}/restart`: one of them connected again now, with its entry as config.yaml has it.
 
 Secrets stay out: environment variables and headers are listed by name only.
 """
