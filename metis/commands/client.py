@@ -111,6 +111,12 @@ class DaemonApi:
         result: dict[str, Any] = await self.call("POST", f"/mcp/{quote(name, safe='')}/restart")
         return result
 
+    async def reload_mcp_servers(self) -> list[dict[str, Any]]:
+        """Ask the daemon to apply config.yaml's `mcp` section as it is now; every server then."""
+        body: dict[str, Any] = await self.call("POST", "/mcp/reload")
+        servers: list[dict[str, Any]] = body["servers"]
+        return servers
+
     async def ws_connect(self, ws_url: str) -> aiohttp.ClientWebSocketResponse:
         assert self.http is not None
         return await self.http.ws_connect(ws_url, max_msg_size=0)

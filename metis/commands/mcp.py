@@ -1,6 +1,6 @@
 """`metis mcp list`: the daemon's MCP servers, their state and their tools (`GET /mcp`);
 `metis mcp restart NAME`: one of them connected again now with its entry as config.yaml has
-it, waited for."""
+it, waited for; `metis mcp reload`: every change of config.yaml's `mcp` section applied."""
 
 from __future__ import annotations
 
@@ -77,6 +77,14 @@ async def _restart(args: argparse.Namespace) -> int:
     return await with_daemon(args, restart)
 
 
+async def _reload(args: argparse.Namespace) -> int:
+    async def reload(api: DaemonApi) -> int:
+        sys.stdout.write(render(await api.reload_mcp_servers()))
+        return 0
+
+    return await with_daemon(args, reload)
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("mcp", help="the daemon's MCP servers and their tools")
     sub = parser.add_subparsers(dest="mcp_command")
@@ -110,3 +118,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add_arguments(p)
     p.set_defaults(func=lambda a: asyncio.run(_restart(a)))
+    p = sub.add_parser(
+        "reload",
+        help="apply config.yaml's mcp section as it is now",
+        description="Apply the mcp section of config.yaml as it is now: a server whose entry "
+        "changed is restarted with it, an added one started, a disabled or removed one stopped "
+        "and its tools withdrawn; the others go on untouched. Prints the servers then (a "
+        "restarted one is `restarting`: `metis mcp list` follows it). A config.yaml with an "
+        "error changes nothing (exit 1, naming file, line and key).",
+    )
+    add_arguments(p)
+    p.set_defaults(func=lambda a: asyncio.run(_reload(a)))

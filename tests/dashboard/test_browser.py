@@ -517,7 +517,7 @@ def test_routing_and_costs_views(
     page.click("nav a[data-nav=mcp]")
     page.wait_for_selector("#mcp .empty")
     assert "No MCP servers are configured" in page.inner_text("#mcp")
-    assert page.locator("#mcp-hint").is_hidden()  # the empty page says it already
+    assert "applies the changes without restarting the daemon" in page.inner_text("#mcp-hint")
 
 
 SECRET = "s3cret-demo-token-value"
@@ -557,7 +557,7 @@ def test_mcp_servers_show_their_state_tools_and_why_one_is_not_ready(
     assert broken.locator(".state").inner_text() in {"starting", "restarting", "stopped"}
     assert "No tools until it is ready" in broken.inner_text()
     assert page.locator("nav a[data-nav=mcp]").get_attribute("aria-current") == "page"
-    assert "Its Restart applies it" in page.inner_text("#mcp-hint")
+    assert "applies the changes without restarting the daemon" in page.inner_text("#mcp-hint")
     spare = page.locator(".mcp-server[data-name=spare]")
     assert spare.locator(".state").inner_text() == "disabled"
     assert spare.locator("button.restart").count() == 0  # a disabled server never runs
@@ -577,6 +577,12 @@ def test_mcp_servers_show_their_state_tools_and_why_one_is_not_ready(
     assert demo.locator(".state").inner_text() == "ready"
     label = page.evaluate("document.activeElement.getAttribute('aria-label')")
     assert label == "Restart MCP server demo"
+    # Reload with config.yaml as it was: nothing changed, so nothing is restarted
+    with page.expect_response(lambda r: r.url.endswith("/mcp/reload")) as reloaded:
+        page.click("#mcp-reload")
+    assert reloaded.value.status == 200
+    page.wait_for_timeout(300)
+    assert server.pid not in (None, pid) and server.restarts == 1 and server.state == "ready"
 
 
 def test_narrow_and_dark(browser: Any, served: DaemonThread, workspace: Path) -> None:

@@ -583,6 +583,56 @@ async def test_a_restart_applies_the_entry_config_yaml_has_now(
         assert offered("demo")
 
 
+async def test_a_reload_applies_what_changed_in_config_yaml_and_leaves_the_rest(
+    fake: FakeProviderServer, start_daemon: Callable[..., Any], metis_home: Path
+) -> None:
+    """Started with no server at all: servers added, changed, kept and removed by reloads,
+    from the command line and over REST, with no daemon restart."""
+    d = await start_daemon(models=models_yaml(fake))
+    config = metis_home / "config.yaml"
+    mcp = d.core.mcp
+
+    def write(**servers: str) -> None:
+        lines = "".join(f"    {n}: {e}\n" for n, e in servers.items())
+        config.write_text("mcp:\n  restart_initial_seconds: 60\n  servers:\n" + lines)
+
+    write(kept=python_server(DEMO), changed=python_server(DEMO))
+    code, out, err = await metis("mcp", "reload", "--url", d.base_url)
+    assert code == 0, err
+    assert out.startswith("kept\t") and "\nchanged\t" in out, out  # the file's order
+    await until(lambda: all(s.state == "ready" for s in mcp.servers.values()))
+    kept = mcp.servers["kept"]
+    pid = kept.pid
+    async with api_session(d) as http:
+        api = Api(http)
+        # one entry changed (a tool's policy), one server added, none removed: only those move
+        write(
+            kept=python_server(DEMO),
+            changed=python_server(DEMO, tools={"add": {"policy": "deny"}}),
+            added=python_server(DEMO),
+        )
+        code, body = await api.call("POST", "/mcp/reload")
+        assert code == 200, body
+        assert [s["name"] for s in body["servers"]] == ["kept", "changed", "added"]
+        await until(lambda: all(s.state == "ready" for s in mcp.servers.values()))
+        status = await mcp_status(api)
+        policies = {t["remote_name"]: t["policy"] for t in status["changed"]["tools"]}
+        assert policies["add"] == "deny" and status["changed"]["restarts"] == 1
+        assert kept.pid == pid and kept.restarts == 0  # untouched
+        # an error in the file: refused, nothing changes
+        config.write_text("mcp:\n  servers: [not, a, mapping]\n")
+        code, body = await api.call("POST", "/mcp/reload")
+        assert code == 409 and body["error"]["code"] == "config_invalid", body
+        assert set(mcp.servers) == {"kept", "changed", "added"}
+        # removed from the file: stopped, their tools withdrawn, gone
+        write(kept=python_server(DEMO))
+        code, body = await api.call("POST", "/mcp/reload")
+        assert code == 200 and [s["name"] for s in body["servers"]] == ["kept"], body
+        names = [t.name for t in d.core.tool_registry.all()]
+        assert not any(n.startswith(("mcp__changed__", "mcp__added__")) for n in names)
+        assert kept.pid == pid and kept.state == "ready"
+
+
 async def test_a_restart_on_request_ends_a_server_stuck_starting(
     fake: FakeProviderServer, start_daemon: Callable[..., Any]
 ) -> None:

@@ -32,7 +32,7 @@ COMMANDS = {
     "/new": "/new  start a new session on this workspace",
     "/title": "/title TEXT  rename this session",
     "/export": "/export [md|json] [FILE]  write this session to a file",
-    "/mcp": "/mcp [restart NAME]  the MCP servers: state, why one is not ready, their tools",
+    "/mcp": "/mcp [restart NAME | reload]  the MCP servers: state, why one is not ready, their tools",
     "/help": "/help  this list",
     "/quit": "/quit  leave (Ctrl-C twice when idle does too)",
 }
@@ -227,8 +227,14 @@ class SlashCommands:
             server = await self.host.api.restart_mcp_server(name.strip())
             await self.host.note(f"MCP server {server['name']}: restarting; /mcp shows its state")
             return
+        if arg.strip() == "reload":
+            servers = await self.host.api.reload_mcp_servers()
+            await self.host.note("config.yaml applied; " + mcp_summary(servers))
+            return
         if arg:
-            await self.host.note(f"unknown /mcp use {arg!r}: /mcp or /mcp restart NAME", error=True)
+            await self.host.note(
+                f"unknown /mcp use {arg!r}: /mcp, /mcp restart NAME or /mcp reload", error=True
+            )
             return
         body = await self.host.api.call("GET", "/mcp")
         await self.host.note(mcp_summary(body["servers"]))

@@ -1,5 +1,6 @@
 """`GET /mcp`: the configured MCP servers, their state and their tools; `POST
-/mcp/{name}/restart`: one of them connected again now, with its entry as config.yaml has it.
+/mcp/{name}/restart`: one of them connected again now, with its entry as config.yaml has it;
+`POST /mcp/reload`: every change of config.yaml's `mcp` section applied.
 
 Secrets stay out: environment variables and headers are listed by name only.
 """
@@ -64,3 +65,12 @@ async def restart_mcp_server(request: web.Request) -> web.Response:
     as it is then (`restarting`); `GET /mcp` follows it."""
     name = request.match_info["name"]
     return json_response(await request.app[STATE_KEY].app.mcp.restart(name), status=202)
+
+
+@routes.route("POST", "/mcp/reload", response_model=McpResponse, errors=("config_invalid",))
+async def reload_mcp_servers(request: web.Request) -> web.Response:
+    """Apply config.yaml's `mcp` section as it is now: a server whose entry changed is
+    restarted with it, an added one started, a disabled or removed one stopped and its tools
+    withdrawn; the others go on untouched. Answers with the servers as `GET /mcp` shows them
+    then (a restarted one `restarting`)."""
+    return json_response(await request.app[STATE_KEY].app.mcp.reload())

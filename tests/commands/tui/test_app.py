@@ -506,6 +506,13 @@ async def test_mcp_shows_each_server_its_tools_and_why_one_is_not_ready_or_not_w
         await until(lambda: "no MCP server named 'nowhere'" in notes(app))
         await type_text(pilot, app, "/mcp stop crashes")
         await until(lambda: "unknown /mcp use 'stop crashes'" in notes(app))
+        # config.yaml edited: the crashing server taken out, applied by a reload
+        (d.settings.home / "config.yaml").write_text(
+            f"mcp:\n  restart_initial_seconds: 30\n  servers:\n    sloppy: {python_server(MALFORMED)}\n"
+        )
+        await type_text(pilot, app, "/mcp reload")
+        await until(lambda: "config.yaml applied; MCP servers: 1, 1 ready" in notes(app))
+        assert "crashes" not in servers and servers["sloppy"].restarts == 0
 
 
 async def test_the_project_instructions_in_use_are_named_and_a_change_is_said(

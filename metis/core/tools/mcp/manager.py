@@ -96,6 +96,40 @@ class McpManager:
         disabled, or not found). A file that has become invalid changes nothing (ConfigError).
         """
         section = self._current_section()
+        server = await self._apply(name, section)
+        if server is None:
+            raise McpServerNotFound(name)
+        if not server.settings.enabled:
+            raise McpServerDisabled(name)
+        server.restart()
+        return server.status()
+
+    async def reload(self) -> dict[str, Any]:
+        """Apply config.yaml's `mcp` section as it is now to every server it changes: a server
+        whose entry (or the section's backoff settings) changed is restarted with it, an added
+        one started, a disabled or removed one stopped and its tools withdrawn; the others go
+        on as they are, their connections untouched. `GET /mcp`'s object afterwards. A file
+        that has become invalid changes nothing (ConfigError)."""
+        section = self._current_section()
+        shared = section.model_dump(exclude={"servers"})
+        for name in dict.fromkeys([*self.servers, *section.servers]):
+            known = self.servers.get(name)
+            if (
+                known is not None
+                and known.settings == section.servers.get(name)
+                and known.section.model_dump(exclude={"servers"}) == shared
+            ):
+                continue
+            server = await self._apply(name, section)
+            if server is not None and server.settings.enabled:
+                server.restart()
+        self.settings = section
+        return self.status()
+
+    async def _apply(self, name: str, section: McpSettings) -> McpServer | None:
+        """Give server `name` its entry as `section` (config.yaml now) has it: added if new,
+        stopped with its tools withdrawn if disabled; None when the section no longer has it
+        (stopped, withdrawn, forgotten). Servers stay in the file's order."""
         entry = section.servers.get(name)
         server = self.servers.get(name)
         if entry is None:
@@ -103,17 +137,16 @@ class McpManager:
                 await server.withdraw()
                 del self.servers[name]
                 log.info("MCP server %s: no longer in config.yaml; stopped", name)
-            raise McpServerNotFound(name)
+            return None
         if server is None:
             server = self._add(name, entry, section)
+            ordered = [n for n in section.servers if n in self.servers]
+            self.servers = {n: self.servers[n] for n in [*ordered, *self.servers]}
         server.reconfigure(entry, section)
-        if not entry.enabled:
-            if server.state != "disabled":
-                await server.withdraw()
-                log.info("MCP server %s: disabled in config.yaml; stopped", name)
-            raise McpServerDisabled(name)
-        server.restart()
-        return server.status()
+        if not entry.enabled and server.state != "disabled":
+            await server.withdraw()
+            log.info("MCP server %s: disabled in config.yaml; stopped", name)
+        return server
 
     def _current_section(self) -> McpSettings:
         if self._current is None:

@@ -3,7 +3,8 @@
 // open, since a server starts, crashes and restarts on its own; a poll that changes nothing
 // leaves the page as it is (no flicker, no lost selection). "Restart" connects to a server
 // again now (POST /mcp/{name}/restart) with its entry as config.yaml has it then, without
-// waiting out its restart backoff.
+// waiting out its restart backoff; "Reload config.yaml" applies every change of the file's mcp
+// section (POST /mcp/reload).
 
 import { api } from "../api.js";
 import { h, clear, toast } from "../dom.js";
@@ -66,11 +67,24 @@ function serverCard(s, restart) {
 export function mcpView(root) {
   const body = h("div", { id: "mcp", "aria-live": "polite" });
   const problem = h("p", { class: "error", role: "alert" });
-  const hint = h("p", { class: "muted small", id: "mcp-hint", hidden: true },
+  const hint = h("p", { class: "muted small", id: "mcp-hint" },
     "From ", h("code", {}, "mcp.servers"), " in ", h("code", {}, "config.yaml"),
-    ". Edited a server's entry? Its Restart applies it, no daemon restart needed.");
+    ". Edited it? Reload config.yaml applies the changes without restarting the daemon; a server's Restart applies its own entry.");
+  let reloading = false; // asked, not answered yet: a second press does nothing
+  const reloadButton = h("button", { type: "button", id: "mcp-reload", title: "Apply config.yaml's mcp section as it is now",
+    onclick: async () => {
+      if (reloading) return;
+      reloading = true;
+      try {
+        await api("POST", "/mcp/reload");
+      } catch (err) {
+        toast(`${err.code}: ${err.message}`);
+      }
+      reloading = false;
+      if (!stopped) refresh();
+    } }, "Reload config.yaml");
   root.append(h("section", { class: "view" },
-    h("div", { class: "view-head" }, h("h1", {}, "MCP servers")), hint, problem, body));
+    h("div", { class: "view-head" }, h("h1", {}, "MCP servers"), reloadButton), hint, problem, body));
   let shown = null;
   let stopped = false;
 
@@ -96,7 +110,6 @@ export function mcpView(root) {
         shown = text;
         // a rebuilt card keeps the keyboard on its Restart button
         const focused = document.activeElement?.closest?.(".mcp-server")?.dataset.name;
-        hint.hidden = !data.servers.length; // the empty page says where servers come from
         clear(body).append(...(data.servers.length
           ? data.servers.map((s) => serverCard(s, restart))
           : [h("section", { class: "panel empty" },
