@@ -39,6 +39,7 @@ class McpManager:
         self._ledger = ledger
         self._log_dir = log_dir
         self._current = current
+        self._applying = asyncio.Lock()  # one restart or reload at a time: each reads the file
         self._started = False
         self.servers: dict[str, McpServer] = {}
         for name, server in settings.servers.items():
@@ -95,14 +96,15 @@ class McpManager:
         disables, or no longer has, is stopped and its tools withdrawn (then refused as
         disabled, or not found). A file that has become invalid changes nothing (ConfigError).
         """
-        section = self._current_section()
-        server = await self._apply(name, section)
-        if server is None:
-            raise McpServerNotFound(name)
-        if not server.settings.enabled:
-            raise McpServerDisabled(name)
-        server.restart()
-        return server.status()
+        async with self._applying:
+            section = self._current_section()
+            server = await self._apply(name, section)
+            if server is None:
+                raise McpServerNotFound(name)
+            if not server.settings.enabled:
+                raise McpServerDisabled(name)
+            server.restart()
+            return server.status()
 
     async def reload(self) -> dict[str, Any]:
         """Apply config.yaml's `mcp` section as it is now to every server it changes: a server
@@ -110,21 +112,22 @@ class McpManager:
         one started, a disabled or removed one stopped and its tools withdrawn; the others go
         on as they are, their connections untouched. `GET /mcp`'s object afterwards. A file
         that has become invalid changes nothing (ConfigError)."""
-        section = self._current_section()
-        shared = section.model_dump(exclude={"servers"})
-        for name in dict.fromkeys([*self.servers, *section.servers]):
-            known = self.servers.get(name)
-            if (
-                known is not None
-                and known.settings == section.servers.get(name)
-                and known.section.model_dump(exclude={"servers"}) == shared
-            ):
-                continue
-            server = await self._apply(name, section)
-            if server is not None and server.settings.enabled:
-                server.restart()
-        self.settings = section
-        return self.status()
+        async with self._applying:
+            section = self._current_section()
+            shared = section.model_dump(exclude={"servers"})
+            for name in dict.fromkeys([*self.servers, *section.servers]):
+                known = self.servers.get(name)
+                if (
+                    known is not None
+                    and known.settings == section.servers.get(name)
+                    and known.section.model_dump(exclude={"servers"}) == shared
+                ):
+                    continue
+                server = await self._apply(name, section)
+                if server is not None and server.settings.enabled:
+                    server.restart()
+            self.settings = section
+            return self.status()
 
     async def _apply(self, name: str, section: McpSettings) -> McpServer | None:
         """Give server `name` its entry as `section` (config.yaml now) has it: added if new,
