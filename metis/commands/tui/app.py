@@ -268,7 +268,10 @@ class ChatApp(App[int]):
             widget.remove_class("found")
         shown[0].add_class("found")
         self.transcript.release_anchor()
-        self.transcript.scroll_to_widget(shown[0], animate=False, top=True)
+        # once the transcript just filled has been laid out: before, its place is not known
+        self.transcript.call_after_refresh(
+            self.transcript.scroll_to_widget, shown[0], animate=False, top=True
+        )
 
     async def new_session(self) -> None:
         if self.turn.id is not None:

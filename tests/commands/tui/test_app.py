@@ -751,13 +751,17 @@ async def test_a_session_picked_from_a_search_opens_at_the_message_found(
         assert isinstance(picker, SessionPicker)
         await until(lambda: [s["id"] for s in picker.sessions] == [long["id"]])
         await pilot.press("enter")
-        await until(lambda: app.session_id == long["id"] and app.stream.reader is not None)
-        await pilot.pause()
+        await until(lambda: [w for w in app.query(UserMessage) if w.has_class("found")])
         [found] = [w for w in app.query(UserMessage) if w.has_class("found")]
         assert found.text == "the zephyr cache again"
-        shown = app.transcript.scroll_y
-        assert shown <= found.virtual_region.y < shown + app.transcript.size.height
-        assert shown < app.transcript.max_scroll_y  # not at the end, where it opens otherwise
+
+        def in_view() -> bool:
+            top = app.transcript.scroll_y
+            return top <= found.virtual_region.y < top + app.transcript.size.height
+
+        await until(in_view)
+        await pilot.pause()
+        assert in_view() and app.transcript.scroll_y < app.transcript.max_scroll_y  # not the end
         screenshot(app, "session-opened-at-a-match")
 
 
