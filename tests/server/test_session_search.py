@@ -24,10 +24,16 @@ from metis.server.runner import Daemon
 from tests.api import Api
 
 
-async def _found(api: Api, q: str, **query: Any) -> list[str]:
-    status, body = await api.call("GET", "/sessions", params={"q": q, **query})
+async def _results(api: Api, **query: Any) -> list[dict[str, Any]]:
+    """The sessions `GET /sessions` lists for `query` (a search with `q`)."""
+    status, body = await api.call("GET", "/sessions", params=query)
     assert status == 200, body
-    return [s["id"] for s in body["sessions"]]
+    sessions: list[dict[str, Any]] = body["sessions"]
+    return sessions
+
+
+async def _found(api: Api, q: str, **query: Any) -> list[str]:
+    return [s["id"] for s in await _results(api, q=q, **query)]
 
 
 async def test_words_of_the_first_prompt_or_the_title_or_the_id_find_a_session(
@@ -118,9 +124,9 @@ async def test_words_of_later_prompts_and_of_replies_find_a_session(
     assert await _found(api, "you said") == [quiet, canary]
     assert await _found(api, "said canary") == [canary]  # a reply's word and a prompt's
     assert await _found(api, "first") == [quiet, canary]  # not the session with no turn
-    status, body = await api.call("GET", "/sessions", params={"q": "look around"})
-    assert status == 200, body
-    assert [s["match"] for s in body["sessions"]] == [  # the title shows it: a title match
+    assert [
+        s["match"] for s in await _results(api, q="look around")
+    ] == [  # the title shows it: a title match
         {"where": "title", "excerpt": "first, look around", "message_id": None}
     ] * 2
     assert await _found(api, unused) == [unused]
@@ -142,9 +148,7 @@ async def test_each_result_says_where_the_words_are_said(
     status, _ = await api.call("PATCH", f"/sessions/{titled}", {"title": "Zephyr plan"})
     assert status == 200
 
-    status, body = await api.call("GET", "/sessions", params={"q": "zephyr build"})
-    assert status == 200, body
-    [found] = body["sessions"]
+    [found] = await _results(api, q="zephyr build")
     # the prompt and the reply quoting it both hold the two words: the older one is shown
     assert found["id"] == prompt and found["match"]["where"] == "user"
     messages = (await api.messages(prompt))["messages"]
@@ -153,16 +157,14 @@ async def test_each_result_says_where_the_words_are_said(
     assert "mention the Zephyr build" in shown and shown.startswith("…") and shown.endswith("…")
     assert len(shown) <= 162
 
-    status, body = await api.call("GET", "/sessions", params={"q": "ZEPHYR plan"})
-    assert [(s["id"], s["match"]) for s in body["sessions"]] == [
+    assert [(s["id"], s["match"]) for s in await _results(api, q="ZEPHYR plan")] == [
         (titled, {"where": "title", "excerpt": "Zephyr plan", "message_id": None})
     ]
-    status, body = await api.call("GET", "/sessions", params={"q": "you said notes"})
-    assert [(s["id"], s["match"]["where"]) for s in body["sessions"]] == [(titled, "assistant")]
-    status, body = await api.call("GET", "/sessions", params={"q": titled})
-    assert [(s["id"], s["match"]) for s in body["sessions"]] == [(titled, None)]  # by its id
-    status, body = await api.call("GET", "/sessions")
-    assert all("match" not in s for s in body["sessions"])  # no search, no match
+    found_by = await _results(api, q="you said notes")
+    assert [(s["id"], s["match"]["where"]) for s in found_by] == [(titled, "assistant")]
+    found_by = await _results(api, q=titled)
+    assert [(s["id"], s["match"]) for s in found_by] == [(titled, None)]  # by its id
+    assert all("match" not in s for s in await _results(api))  # no search, no match
 
 
 async def test_a_prompt_that_cannot_be_decoded_lists_untitled_and_is_found_by_its_words(
@@ -178,9 +180,7 @@ async def test_a_prompt_that_cannot_be_decoded_lists_untitled_and_is_found_by_it
             "UPDATE messages SET content_json = '[{not json' WHERE session_id = ? AND role = 'user'",
             (broken,),
         )
-    status, body = await api.call("GET", "/sessions", params={"q": "needle"})
-    assert status == 200, body
-    assert [(s["id"], s["title"]) for s in body["sessions"]] == [
+    assert [(s["id"], s["title"]) for s in await _results(api, q="needle")] == [
         (kept, "needle in the sound one"),
         (broken, None),
     ]
