@@ -39,7 +39,7 @@ from metis.core.models.registry import ModelRegistry
 from metis.core.models.types import ModelEntry
 from metis.core.runtime import Core
 from metis.core.sessions.history import SurfaceWrites
-from metis.core.sessions.search import SEARCH_CHARS
+from metis.core.sessions.search import SEARCH_CHARS, SearchMatch
 from metis.core.sessions.service import (
     ModelChange,
     NewSession,
@@ -88,6 +88,7 @@ __all__ = [
     "PermissionAnswer",
     "PurgeResult",
     "Routing",
+    "SearchMatch",
     "SessionRow",
     "SessionService",
     "SessionView",

@@ -11,6 +11,7 @@ from metis.core.application import (
     SEARCH_CHARS,
     TITLE_CHARS,
     Application,
+    SearchMatch,
     SessionView,
     title_problem,
 )
@@ -117,7 +118,7 @@ class SessionWithAttach(Session):
     ws_url: str | None
 
 
-class SearchMatch(DataModel):
+class SearchMatchItem(DataModel):
     """Where a session found by `q` says the words: its title, a prompt or a reply."""
 
     where: Literal["title", "user", "assistant"]
@@ -128,7 +129,7 @@ class SearchMatch(DataModel):
 class SessionSummary(SessionListItem):
     status: Literal["active", "ended"]
     title: str | None  # set with PATCH, else the first prompt's first line; None before it
-    match: SearchMatch | None = Field(
+    match: SearchMatchItem | None = Field(
         default=None,
         description="with `q` only: where the session says the words; null when its id matched",
     )
@@ -300,6 +301,13 @@ async def create_session(request: web.Request) -> web.Response:
     )
 
 
+def _match_item(found: SearchMatch | None) -> dict[str, Any] | None:
+    """A search result's `match` as `GET /sessions` returns it."""
+    if found is None:
+        return None
+    return {"where": found.where, "excerpt": found.excerpt, "message_id": found.message_id}
+
+
 @routes.route(
     "GET",
     "/sessions",
@@ -333,16 +341,7 @@ async def list_sessions(request: web.Request) -> web.Response:
             "title": entry.title,
         }
         if query.q is not None:
-            found = entry.match
-            item["match"] = (
-                None
-                if found is None
-                else {
-                    "where": found.where,
-                    "excerpt": found.excerpt,
-                    "message_id": found.message_id,
-                }
-            )
+            item["match"] = _match_item(entry.match)
         items.append(item)
     return json_response({"sessions": items, "next_cursor": next_cursor})
 
