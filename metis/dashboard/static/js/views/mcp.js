@@ -70,36 +70,27 @@ export function mcpView(root) {
   const hint = h("p", { class: "muted small", id: "mcp-hint" },
     "From ", h("code", {}, "mcp.servers"), " in ", h("code", {}, "config.yaml"),
     ". Edited it? Reload config.yaml applies the changes without restarting the daemon; a server's Restart applies its own entry.");
-  let reloading = false; // asked, not answered yet: a second press does nothing
   const reloadButton = h("button", { type: "button", id: "mcp-reload", title: "Apply config.yaml's mcp section as it is now",
-    onclick: async () => {
-      if (reloading) return;
-      reloading = true;
-      try {
-        await api("POST", "/mcp/reload");
-      } catch (err) {
-        toast(`${err.code}: ${err.message}`);
-      }
-      reloading = false;
-      if (!stopped) refresh();
-    } }, "Reload config.yaml");
+    onclick: () => ask("/mcp/reload") }, "Reload config.yaml");
   root.append(h("section", { class: "view" },
     h("div", { class: "view-head" }, h("h1", {}, "MCP servers"), reloadButton), hint, problem, body));
   let shown = null;
   let stopped = false;
 
-  const restarting = new Set(); // asked, not answered yet: a second press does nothing
-  async function restart(name) {
-    if (restarting.has(name)) return; // (not `disabled`: that would take the keyboard away)
-    restarting.add(name);
+  const asked = new Set(); // asked, not answered yet: a second press does nothing
+  // A restart or a reload, then the page as it is (a refusal is said in a toast).
+  async function ask(path) {
+    if (asked.has(path)) return; // (not `disabled`: that would take the keyboard away)
+    asked.add(path);
     try {
-      await api("POST", `/mcp/${encodeURIComponent(name)}/restart`);
+      await api("POST", path);
     } catch (err) {
       toast(`${err.code}: ${err.message}`);
     }
-    restarting.delete(name);
+    asked.delete(path);
     if (!stopped) refresh();
   }
+  const restart = (name) => ask(`/mcp/${encodeURIComponent(name)}/restart`);
 
   async function refresh() {
     try {
