@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from metis.version import metis_version
 
 if TYPE_CHECKING:
+    from metis.server.ca_store import DeferredCaBundle
     from metis.server.runner import Daemon
 
 log = logging.getLogger("metis")
@@ -93,7 +94,7 @@ def print_banner(daemon: Daemon) -> None:
     print("\n".join(lines), flush=True)
 
 
-async def _serve(args: argparse.Namespace) -> int:
+async def _serve(args: argparse.Namespace, ca_bundle: DeferredCaBundle) -> int:
     from metis.config import load_settings
     from metis.server.lock import acquire
     from metis.server.runner import Daemon, freeze_startup_heap, protect_process_memory
@@ -118,9 +119,14 @@ async def _serve(args: argparse.Namespace) -> int:
         # The collection that precedes the freeze walks the whole start-up heap (~35 ms on the
         # 2-core machine): it waits for the deferred models' background build, so that the
         # first requests are not held behind it. The SDKs, imported when the first client
-        # comes, have their types frozen once they are in.
+        # comes, have their types frozen once they are in; aiohttp's CA bundle is read then.
         daemon.core.on_models_built = freeze_startup_heap
-        daemon.core.registry.on_warm = gc.freeze
+
+        def client_came() -> None:
+            gc.freeze()
+            ca_bundle.load_in_background()
+
+        daemon.core.registry.on_warm = client_came
         await stop.wait()
         log.info("signal received; shutting down")
         await daemon.stop()
@@ -130,13 +136,17 @@ async def _serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from metis.server.ca_store import deferred_ca_bundle
+
+    with deferred_ca_bundle() as ca_bundle:  # loaded once a client comes (see `_serve`)
+        import aiohttp  # noqa: F401  (its default TLS contexts are made at import)
     from metis.core.errors import ConfigError
     from metis.server.lock import DaemonAlreadyRunning
     from metis.server.runner import BindError
 
     setup_logging(args.log_level or "INFO")  # config.yaml's level, once read, unless the flag
     try:
-        return asyncio.run(_serve(args))
+        return asyncio.run(_serve(args, ca_bundle))
     except ConfigError as exc:
         print(f"metis: configuration error:\n{exc.message}", file=sys.stderr)
         return 2

@@ -212,3 +212,70 @@ async def test_serve_imports_and_starts_with_no_automatic_collection_then_turns_
     # the first collection of the process since `main` began is the one before the freeze (an
     # automatic one during the imports would be of generation 0); automatic ones may follow it
     assert seen["start_up_collections"][:1] == [2]
+
+
+SERVE_CA_SCRIPT = """
+import http.client, json, os, signal, socket, ssl, sys, threading, time
+from pathlib import Path
+
+from metis.cli import main
+
+with socket.socket() as probe:
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+seen = {}
+
+
+def status(path, headers=None):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    conn.request("GET", path, headers=headers or {})
+    return conn.getresponse().status
+
+
+def trusted():
+    import aiohttp.connector  # imported by then: the daemon is serving
+    return aiohttp.connector._SSL_CONTEXT_VERIFIED.cert_store_stats()["x509_ca"]
+
+
+def watch() -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if status("/health") == 200:
+                break
+        except OSError:
+            time.sleep(0.01)
+    time.sleep(0.3)  # start-up's background work is over
+    seen["idle"] = trusted()
+    seen["environment"] = {name: os.environ.get(name) for name in ("SSL_CERT_FILE", "SSL_CERT_DIR")}
+    key = Path(sys.argv[1], "api_key").read_text().strip()
+    seen["client"] = status("/models", {"Authorization": f"Bearer {key}"})
+    while trusted() == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    seen["after_client"] = trusted()
+    seen["system"] = ssl.create_default_context().cert_store_stats()["x509_ca"]
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+before = {name: os.environ.get(name) for name in ("SSL_CERT_FILE", "SSL_CERT_DIR")}
+threading.Thread(target=watch, daemon=True).start()
+code = main(["serve", "--home", sys.argv[1], "--port", str(port), "--log-level", "WARNING"])
+print(json.dumps({**seen, "before": before, "code": code}))
+"""
+
+
+async def test_serve_reads_the_ca_bundle_of_aiohttps_default_context_once_a_client_comes(
+    tmp_path: Path,
+) -> None:
+    """aiohttp reads the system's CA bundle into its default TLS contexts at import (~3 MiB,
+    ~50 ms of a start). An idle `metis serve` has not read it; once a client came, the verifying
+    context trusts what the system trusts, and the environment the daemon's tools inherit is
+    as it was."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env["METIS_OFFLINE"] = "1"
+    seen = await run_script(SERVE_CA_SCRIPT, tmp_path / "home", env)
+    assert seen["code"] == 0
+    assert seen["idle"] == 0
+    assert seen["client"] == 200
+    assert seen["after_client"] == seen["system"]
+    assert seen["environment"] == seen["before"]
