@@ -846,6 +846,42 @@ def test_long_words_wrap_inside_the_bubbles_on_a_phone(
     shot(phone, "phone-long-words")
 
 
+def test_a_reply_and_each_code_block_copy_to_the_clipboard(
+    page: Any, served: DaemonThread, workspace: Path, shot: Any
+) -> None:
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=served.url)
+    session_id = open_session(page, workspace)
+    send(page, "run this\n\n```python\nprint('hi')\nprint(2 < 3)\n```\n\nthen stop")
+    wait_idle(page)
+    reply = page.locator(".msg.assistant")
+    reply.locator(".md").wait_for()
+    _, listed = rest(served, "GET", f"/sessions/{session_id}/messages")
+    stored = next(m for m in listed["messages"] if m["role"] == "assistant")
+    reply.hover()
+    shot(page, "copy-buttons")
+    button = reply.locator(".who button.copy")
+    button.click()
+    assert page.evaluate("navigator.clipboard.readText()") == stored["content"][0]["text"]
+    assert button.inner_text() == "Copied"
+    page.wait_for_function(
+        "() => document.querySelector('.msg.assistant .who button.copy').textContent === 'Copy'"
+    )
+    # a code block: its code as written (the user's prompt has one, the echo another)
+    assert page.locator(".msg.user .who button.copy").count() == 0
+    page.locator(".msg.user .code-box").hover()
+    page.locator(".msg.user .code-box button.copy").click()
+    assert page.evaluate("navigator.clipboard.readText()") == "print('hi')\nprint(2 < 3)"
+    assert page.locator(".msg.user pre").inner_text() == "print('hi')\nprint(2 < 3)\n"
+    # a browser that refuses the clipboard: the page says so
+    page.evaluate(
+        "() => { navigator.clipboard.writeText = () =>"
+        " Promise.reject(new DOMException('denied', 'NotAllowedError')); }"
+    )
+    button.click()
+    page.wait_for_selector("#toast:has-text('Copy failed')")
+    assert button.inner_text() == "Copy"
+
+
 AT_BOTTOM = "() => scrollY + innerHeight >= document.documentElement.scrollHeight - 2"
 
 

@@ -39,6 +39,7 @@ from metis.commands.tui.stream import SessionStream
 from metis.commands.tui.transcript import TranscriptRenderer, instructions_label
 from metis.commands.tui.turn import RunningTurn
 from metis.commands.tui.widgets import (
+    AssistantMessage,
     Note,
     PromptInput,
     StatusBar,
@@ -272,6 +273,11 @@ class ChatApp(App[int]):
         self.transcript.call_after_refresh(
             self.transcript.scroll_to_widget, shown[0], animate=False, top=True
         )
+
+    def last_reply(self) -> str | None:
+        """The newest reply shown, as received so far if it is still streaming (`/copy`)."""
+        replies = [w.text for w in self.transcript.query(AssistantMessage) if w.text.strip()]
+        return replies[-1] if replies else None
 
     async def new_session(self) -> None:
         if self.turn.id is not None:

@@ -1,7 +1,8 @@
 """Tab completion of the prompt, and the hints listed under it while typing.
 
-Commands, `/model`'s aliases, `/export`'s formats and `@alias` overrides are all completed the
-same way: Tab fills in what every option shares, the hints show what is left to choose from.
+Commands, `/model`'s aliases, `/export`'s formats, `/copy code` and `@alias` overrides are all
+completed the same way: Tab fills in what every option shares, the hints show what is left to
+choose from.
 What can be completed depends only on the prompt's text and the configured aliases, so this is
 kept apart from sending and from the commands themselves.
 """
@@ -48,6 +49,9 @@ class PromptCompletion:
         if text.startswith("/export "):
             arg = text.removeprefix("/export ")
             return [f"/export {f}" for f in ("md", "json") if f.startswith(arg) and arg != f]
+        if text.startswith("/copy "):
+            arg = text.removeprefix("/copy ")
+            return ["/copy code"] if "code".startswith(arg) and arg != "code" else []
         head, _, word = text.rpartition(" ")
         if word.startswith("@"):
             prefix = f"{head} " if head else ""

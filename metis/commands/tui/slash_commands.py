@@ -16,6 +16,7 @@ import aiohttp
 from textual.screen import Screen
 
 from metis.commands.client import ApiFailure, DaemonApi
+from metis.commands.tui.code_blocks import code_blocks
 from metis.commands.tui.failures import error_text
 from metis.commands.tui.screens import PickedSession, SessionPicker
 from metis.private_file import write_private
@@ -32,6 +33,7 @@ COMMANDS = {
     "/new": "/new  start a new session on this workspace",
     "/title": "/title TEXT  rename this session",
     "/export": "/export [md|json] [FILE]  write this session to a file",
+    "/copy": "/copy [code]  put the last reply (or its code blocks) on the clipboard",
     "/mcp": "/mcp [restart NAME | reload]  the MCP servers: state, why one is not ready, their tools",
     "/help": "/help  this list",
     "/quit": "/quit  leave (Ctrl-C twice when idle does too)",
@@ -48,6 +50,10 @@ class CommandHost(Protocol):
     models: dict[str, dict[str, Any]]
 
     async def note(self, text: str, *, error: bool = False) -> None: ...
+
+    def last_reply(self) -> str | None: ...
+
+    def copy_to_clipboard(self, text: str) -> None: ...
 
     async def refresh_status(self, *, fetch: bool = True) -> None: ...
 
@@ -86,6 +92,7 @@ class SlashCommands:
             "/new": self._new,
             "/title": self._title,
             "/export": self._export,
+            "/copy": self._copy,
             "/mcp": self._mcp,
         }.get(name)
         if handler is None:
@@ -220,6 +227,29 @@ class SlashCommands:
             await host.note(f"cannot write {path}: {exc}", error=True)
             return
         await host.note(f"exported to {path.resolve()} ({fmt})")
+
+    async def _copy(self, arg: str) -> None:
+        host = self.host
+        if arg not in ("", "code"):
+            await host.note(f"unknown /copy use {arg!r}: /copy or /copy code", error=True)
+            return
+        reply = host.last_reply()
+        if reply is None:
+            await host.note("no reply to copy yet", error=True)
+            return
+        what = "the last reply"
+        if arg == "code":
+            blocks = code_blocks(reply)
+            if not blocks:
+                await host.note("the last reply has no code block; /copy copies all of it")
+                return
+            reply = "\n\n".join(blocks)
+            count = "the code block" if len(blocks) == 1 else f"the {len(blocks)} code blocks"
+            what = f"{count} of the last reply"
+        host.copy_to_clipboard(reply)
+        lines = reply.count("\n") + 1
+        # through the terminal (OSC 52): a terminal that does not take it says nothing
+        await host.note(f"copied {what} to the clipboard ({lines} line{'s' * (lines != 1)})")
 
     async def _mcp(self, arg: str) -> None:
         action, _, name = arg.partition(" ")

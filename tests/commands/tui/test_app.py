@@ -837,6 +837,36 @@ async def test_export_refuses_an_unknown_format_and_ctrl_p_opens_nothing(
         assert app.screen is app.screen_stack[0]
 
 
+async def test_copy_puts_the_last_reply_or_its_code_blocks_on_the_clipboard(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    d = await start_daemon()
+    app = make_app(d, workspace)
+    async with attached(app) as pilot:
+        await type_text(pilot, app, "/copy")
+        await until(lambda: "no reply to copy yet" in notes(app))
+        await type_text(pilot, app, "try\n\n```sh\nls -la\n```\n\nand\n\n```\necho done\n```\n\nok")
+        await until(lambda: "turn completed" in notes(app))
+        reply = texts(app, AssistantMessage)[-1]
+        app.prompt.set_text("/copy c")
+        await pilot.press("tab")
+        assert app.prompt.text == "/copy code "  # as a unique completion always ends
+        await pilot.press("enter")
+        await until(lambda: "copied the 2 code blocks of the last reply" in notes(app))
+        assert app.clipboard == "ls -la\n\necho done"
+        await type_text(pilot, app, "/copy")
+        await until(lambda: "copied the last reply to the clipboard (13 lines)" in notes(app))
+        assert app.clipboard == reply and reply.startswith('You said: "try')
+        screenshot(app, "copy")
+        await type_text(pilot, app, "/copy all")
+        await until(lambda: "unknown /copy use 'all'" in notes(app))
+        await type_text(pilot, app, "plain words")
+        await until(lambda: notes(app).count("turn completed") == 2)
+        await type_text(pilot, app, "/copy code")
+        await until(lambda: "the last reply has no code block" in notes(app))
+        assert app.clipboard == reply
+
+
 async def test_resuming_marks_the_earlier_turns(
     start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
 ) -> None:

@@ -43,6 +43,35 @@ export function setHtml(el, html) {
   }
 }
 
+// A "Copy" button that puts `text()` on the clipboard and says "Copied" for a moment. The
+// daemon's loopback origin is a secure context, so the browser's clipboard is there to ask; a
+// refusal is shown, never swallowed.
+export function copyButton(what, text) {
+  const button = h("button", { type: "button", class: "copy", title: `Copy ${what}`, "aria-label": `Copy ${what}` }, "Copy");
+  button.addEventListener("click", async () => {
+    try {
+      await navigator.clipboard.writeText(text());
+      button.textContent = "Copied";
+      clearTimeout(button.timer);
+      button.timer = setTimeout(() => (button.textContent = "Copy"), 1500);
+    } catch {
+      toast("Copy failed: the browser did not allow access to the clipboard");
+    }
+  });
+  return button;
+}
+
+// Each code block of rendered markdown gets its own Copy button (the code as written, without
+// the line end that closes the block), beside the block rather than in it: the block's text
+// stays what a selection copies.
+export function addCodeCopy(el) {
+  for (const pre of el.querySelectorAll("pre")) {
+    const box = h("div", { class: "code-box" });
+    pre.replaceWith(box);
+    box.append(pre, copyButton("code", () => pre.textContent.replace(/\n$/, "")));
+  }
+}
+
 export function clear(el) {
   el.replaceChildren();
   return el;

@@ -8,7 +8,7 @@
 // per animation frame, so a burst of thousands of deltas never blocks the main thread.
 
 import { api, renderMarkdown, allEvents, prerender, download } from "../api.js";
-import { h, clear, setHtml, fmtCost, fmtInt, fmtMs, toast } from "../dom.js";
+import { h, clear, setHtml, fmtCost, fmtInt, fmtMs, toast, copyButton, addCodeCopy } from "../dom.js";
 import { SessionStream } from "../stream.js";
 import { toolCard } from "./toolcard.js";
 import { confirmationCard } from "./confirm.js";
@@ -124,9 +124,9 @@ export function sessionView(root, sessionId, revealAt = null) {
 
   function bubble(id, role, extra = "") {
     const body = h("div", { class: "body" });
-    const el = h("article", { class: `msg ${role} ${extra}`, "aria-label": role === "user" ? "You" : "Assistant" },
-      h("div", { class: "who" }, role === "user" ? "you" : role), body);
-    const m = { el, body, role, blocks: [] };
+    const who = h("div", { class: "who" }, h("span", {}, role === "user" ? "you" : role));
+    const el = h("article", { class: `msg ${role} ${extra}`, "aria-label": role === "user" ? "You" : "Assistant" }, who, body);
+    const m = { el, body, who, role, blocks: [], source: "" };
     msgs.set(id, m);
     place(id, el);
     return m;
@@ -166,6 +166,7 @@ export function sessionView(root, sessionId, revealAt = null) {
       if (b.type === "text") {
         const div = h("div", { class: "md" });
         setHtml(div, html[i++]);
+        addCodeCopy(div);
         out.push(div);
       } else if (b.type === "thinking") {
         const div = h("div", { class: "md" });
@@ -181,6 +182,11 @@ export function sessionView(root, sessionId, revealAt = null) {
     }
     clear(m.body).append(...out);
     m.rendered = true;
+    // a reply can be copied whole, as the model wrote it (its markdown; not its thinking)
+    m.source = blocks.filter((b) => b.type === "text").map((b) => b.text).join("\n\n");
+    if (m.role === "assistant" && m.source && !m.who.querySelector("button.copy")) {
+      m.who.append(copyButton("reply", () => m.source));
+    }
   }
 
   // A bubble whose markdown could not be rendered (the daemon went away mid-request) keeps
