@@ -2,7 +2,9 @@
 
 It creates a session on the workspace, sends the prompt, streams the reply's text to stdout
 (tool calls and confirmations are reported on stderr), then ends the session (its data stays:
-`metis sessions export ID`). Confirmations are answered by flag: `--yes` allows, `--deny-all`
+`metis sessions export ID`) unless `--keep`. `--session ID` and `--continue` send the turn in a
+session that exists already (a script's conversation of several steps, or one begun in `metis
+chat`) and leave it active. Confirmations are answered by flag: `--yes` allows, `--deny-all`
 (the default) denies. `--json` prints one JSON object at the end instead of the text, also when
 the daemon went away mid-turn (`status: interrupted`, tokens and cost unknown). The exit status
 is 0 when the turn completed, 1 when it failed, was cancelled or was interrupted, 2 for a usage
@@ -23,21 +25,44 @@ import aiohttp
 
 from metis.commands.client import ApiFailure, DaemonApi
 from metis.commands.daemon_client import add_arguments, target_from_args
+from metis.commands.daemon_client import session_id as session_argument
 from metis.core.errors import ConfigError
 from metis.wire import tooldisplay
 
 TERMINAL_TYPES = ("turn.completed", "turn.cancelled", "turn.failed")
+REFUSED_STATUSES = (400, 404, 409)
 
 
 def _err(text: str) -> None:
     print(f"metis: {text}", file=sys.stderr, flush=True)
 
 
-async def run_turn(api: DaemonApi, args: argparse.Namespace) -> int:
+async def _session_for(api: DaemonApi, args: argparse.Namespace) -> tuple[str, bool]:
+    """The session the turn goes to, and whether this run made it: `--session ID`, the one
+    `--continue` finds, else a new one on the workspace."""
+    if args.session:
+        return str(args.session), False
     workspace = str(Path(args.workspace or ".").expanduser().resolve())
+    if args.continue_:
+        found = await api.last_used_session(workspace)
+        if found is not None:
+            return found, False
+        _err("no active session on this workspace to continue; starting a new one")
     session = await api.call("POST", "/sessions", {"workspace_path": workspace})
-    session_id = session["id"]
+    return str(session["id"]), True
+
+
+async def run_turn(api: DaemonApi, args: argparse.Namespace) -> int:
+    session_id, made_here = await _session_for(api, args)
+    # a session this run made is ended after its turn, unless asked to keep it for more
+    ending = made_here and not (args.keep or args.continue_)
     got = await api.call("GET", f"/sessions/{session_id}")
+    if got["ws_url"] is None:  # ended: it takes no more turns
+        _err(
+            f"session {session_id} has ended and takes no more turns "
+            f"(`metis sessions export {session_id}` has what it holds)"
+        )
+        return 2
     ws = await api.ws_connect(got["ws_url"])
     text_parts: list[str] = []
     answered_by: str | None = None  # the model of the turn's latest reply
@@ -119,8 +144,9 @@ async def run_turn(api: DaemonApi, args: argparse.Namespace) -> int:
                 outcome = {"status": kind.removeprefix("turn."), **p}
     finally:
         await ws.close()
-        with contextlib.suppress(ApiFailure, aiohttp.ClientError):
-            await api.call("DELETE", f"/sessions/{session_id}")
+        if ending:
+            with contextlib.suppress(ApiFailure, aiohttp.ClientError):
+                await api.call("DELETE", f"/sessions/{session_id}")
     if args.json:
         print(
             json.dumps(
@@ -153,7 +179,11 @@ async def run_turn(api: DaemonApi, args: argparse.Namespace) -> int:
         _err(outcome["message"])
     else:
         _end_line(text_parts)
-        line = f"turn {outcome['status']} · session {session_id} · ${outcome.get('total_cost_usd')}"
+        kept = "" if ending else " (kept)"
+        line = (
+            f"turn {outcome['status']} · session {session_id}{kept} · "
+            f"${outcome.get('total_cost_usd')}"
+        )
         if outcome["status"] != "completed":
             line += f" · {outcome.get('reason')}: {outcome.get('message') or ''}"
         _err(line)
@@ -185,7 +215,8 @@ async def _main(args: argparse.Namespace) -> int:
         return 1
     except ApiFailure as exc:
         _err(str(exc))
-        return 2 if exc.status == 400 else 1
+        # refused: a bad request, or a session that is not there or cannot take the turn
+        return 2 if exc.status in REFUSED_STATUSES else 1
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -196,13 +227,37 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "run",
         help="run one turn non-interactively and print the reply",
-        description="Send PROMPT as one turn in a new session, stream the reply's text to "
+        description="Send PROMPT as one turn in a new session (ended after it unless --keep), "
+        "or in an existing one (--session, --continue), stream the reply's text to "
         "stdout, and exit 0 if the turn completed; 1 if it failed or was cancelled or the daemon "
-        "cannot be reached; 2 if the daemon refused the request (say, an unknown --model or a "
-        "refused workspace) or for a usage or configuration error.",
+        "cannot be reached; 2 if the daemon refused the request (say, an unknown --model, a "
+        "refused workspace, an ended session or one with a turn running) or for a usage or "
+        "configuration error.",
     )
     parser.add_argument("prompt", help="the message to send")
-    parser.add_argument("--workspace", metavar="DIR", help="workspace directory (default: .)")
+    parser.add_argument(
+        "--workspace",
+        metavar="DIR",
+        help="workspace directory of a new session, or the one --continue looks in (default: .)",
+    )
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "--session",
+        type=session_argument,
+        help="send the turn in this active session (it stays active)",
+    )
+    which.add_argument(
+        "--continue",
+        dest="continue_",
+        action="store_true",
+        help="send the turn in the active session of the workspace used last (a new one, kept, "
+        "if there is none)",
+    )
+    which.add_argument(
+        "--keep",
+        action="store_true",
+        help="leave the new session active after the turn, for --session or --continue",
+    )
     parser.add_argument("--model", metavar="ALIAS", help="model for this turn (default: routing)")
     answers = parser.add_mutually_exclusive_group()
     answers.add_argument("--yes", action="store_true", help="allow every tool confirmation")

@@ -37,6 +37,38 @@ async def test_run_streams_the_reply_and_ends_its_session(
     assert session["title"] == "hello from a script"
 
 
+async def test_run_continues_a_kept_session_and_refuses_an_ended_one(
+    daemon: Daemon, workspace: Path, api_of: Callable[[Daemon], Api], tmp_path: Path
+) -> None:
+    api, url = api_of(daemon), ("--url", daemon.base_url)
+    code, out, err = await metis(
+        "run", "step one", "--keep", "--json", "--workspace", str(workspace), *url
+    )
+    assert code == 0, err
+    sid = json.loads(out)["session_id"]
+    code, out, err = await metis("run", "step two", "--session", sid, *url)
+    assert (code, out) == (0, 'You said: "step two"\n'), err
+    assert f"session {sid} (kept)" in err
+    code, out, err = await metis(
+        "run", "step three", "--continue", "--workspace", str(workspace), *url
+    )
+    assert (code, out) == (0, 'You said: "step three"\n'), err
+    _, session = await api.call("GET", f"/sessions/{sid}")
+    assert session["turn_count"] == 3 and session["ended_at"] is None
+    # nothing to continue on another workspace: a new session, kept for the next step
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    code, out, err = await metis("run", "fresh", "--continue", "--workspace", str(elsewhere), *url)
+    assert code == 0 and "no active session on this workspace to continue" in err
+    _, listing = await api.call("GET", "/sessions", params={"workspace_path": str(elsewhere)})
+    [kept] = listing["sessions"]
+    assert kept["ended_at"] is None and kept["id"] != sid
+    # an ended session takes no turn: refused, exit 2, the daemon's reason said
+    await api.call("DELETE", f"/sessions/{sid}")
+    code, out, err = await metis("run", "step four", "--session", sid, *url)
+    assert (code, out) == (2, "") and f"session {sid} has ended" in err, err
+
+
 async def test_run_json_with_yes_and_deny_all(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
