@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from metis.http.ca_bundle import deferring_ca_bundle
 from metis.version import metis_version
 
 if TYPE_CHECKING:
-    from metis.server.ca_store import DeferredCaBundle
     from metis.server.runner import Daemon
 
 log = logging.getLogger("metis")
@@ -94,8 +94,9 @@ def print_banner(daemon: Daemon) -> None:
     print("\n".join(lines), flush=True)
 
 
-async def _serve(args: argparse.Namespace, ca_bundle: DeferredCaBundle) -> int:
+async def _serve(args: argparse.Namespace) -> int:
     from metis.config import load_settings
+    from metis.http.ca_bundle import load_ca_bundle_in_background
     from metis.server.lock import acquire
     from metis.server.runner import Daemon, freeze_startup_heap, protect_process_memory
 
@@ -124,7 +125,7 @@ async def _serve(args: argparse.Namespace, ca_bundle: DeferredCaBundle) -> int:
 
         def client_came() -> None:
             gc.freeze()
-            ca_bundle.load_in_background()
+            load_ca_bundle_in_background()
 
         daemon.core.registry.on_warm = client_came
         await stop.wait()
@@ -136,17 +137,13 @@ async def _serve(args: argparse.Namespace, ca_bundle: DeferredCaBundle) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from metis.server.ca_store import deferred_ca_bundle
-
-    with deferred_ca_bundle() as ca_bundle:  # loaded once a client comes (see `_serve`)
-        import aiohttp  # noqa: F401  (its default TLS contexts are made at import)
     from metis.core.errors import ConfigError
     from metis.server.lock import DaemonAlreadyRunning
     from metis.server.runner import BindError
 
     setup_logging(args.log_level or "INFO")  # config.yaml's level, once read, unless the flag
     try:
-        return asyncio.run(_serve(args, ca_bundle))
+        return asyncio.run(_serve(args))
     except ConfigError as exc:
         print(f"metis: configuration error:\n{exc.message}", file=sys.stderr)
         return 2
@@ -218,7 +215,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = command_of(words)
     gc.disable()
     try:
-        args = build_parser(command).parse_args(words)
+        # the command's modules, aiohttp among them, imported with its CA bundle left unread
+        # until a connection may need it (metis.http.ca_bundle)
+        with deferring_ca_bundle():
+            parser = build_parser(command)
+            if command == "serve":
+                importlib.import_module("metis.server.runner")
+        args = parser.parse_args(words)
         if command != "serve":
             gc.enable()
         code = int(args.func(args))

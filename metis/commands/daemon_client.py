@@ -21,6 +21,7 @@ from pathlib import Path
 from metis.config import LOOPBACK_HOSTS, default_home, load_file_settings, resolve_address
 from metis.core.canonical.ids import is_session_id
 from metis.http.apikey import existing_api_key
+from metis.http.ca_bundle import load_ca_bundle
 from metis.server.lock import LOCK_FILE, running_url
 
 
@@ -53,6 +54,8 @@ def resolve_daemon(
     home_path = Path(home).expanduser() if home else default_home()
     key = existing_api_key(home_path, os.environ.get("METIS_API_KEY") or None)
     if url:
+        if url.lower().startswith(("https:", "wss:")):
+            load_ca_bundle()  # the daemon behind a TLS proxy: verified as the system trusts
         return DaemonTarget(url.rstrip("/"), home_path, key)
     file_settings = load_file_settings(home_path / "config.yaml")
     requested_host, effective_port = resolve_address(file_settings, host=host, port=port)
