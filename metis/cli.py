@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("metis")
 
 COMMANDS = {
+    "status": "metis.commands.status",
     "models": "metis.commands.models",
     "routing": "metis.commands.routing",
     "chat": "metis.commands.chat",

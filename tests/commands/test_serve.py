@@ -145,10 +145,16 @@ async def test_clients_find_the_daemon_of_their_home_on_the_port_it_was_started_
     assert resolve_daemon().url == f"http://127.0.0.1:{port}"
     code, _, err = await metis("sessions", "list", env={"METIS_HOME": str(metis_home)})
     assert code == 0 and "no active sessions" in err, err
+    code, out, err = await metis("status", env={"METIS_HOME": str(metis_home)})
+    assert code == 0, err
+    assert f"is running at http://127.0.0.1:{port} (pid {running.proc.pid}, up " in out
+    assert f"  home:       {metis_home}" in out.splitlines()
     assert resolve_daemon(port=8421).url == "http://127.0.0.1:8421"  # a named port is kept
     running.proc.send_signal(signal.SIGKILL)
     await running.finish()
     assert resolve_daemon().url == "http://127.0.0.1:8421"  # not the dead daemon's address
+    code, out, _ = await metis("status", "--port", str(port), env={"METIS_HOME": str(metis_home)})
+    assert code == 3 and out.startswith("metis is not running"), out
 
 
 async def test_run_cut_off_by_a_killed_daemon_ends_its_line_and_names_the_session(

@@ -1,0 +1,201 @@
+"""`metis status`: is the daemon running, where, and is it ready to work.
+
+One look at what a person checks before (or instead of) opening the dashboard: the daemon's
+address, process and uptime, its sessions and running turns, which models can answer, the
+routing policy in force, the MCP servers and whether the shell tool is sandboxed. Everything
+comes from the daemon's public API with its key (`/health`, `/server/version`, `/models`,
+`/routing/policy`, `/mcp`), asked at once; the pid and home from the lock file of the home
+whose daemon it is (none for a `--url` elsewhere). Exit status: 0 running, 3 not running (as service managers say it),
+1 running but refusing the key or not a metis daemon, 2 for a configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+import aiohttp
+
+from metis.commands.client import ApiFailure, DaemonApi, NotADaemon
+from metis.commands.daemon_client import DaemonTarget, add_arguments, target_from_args
+from metis.core.errors import ConfigError
+from metis.server.lock import LOCK_FILE, running_url
+from metis.server.lock import read_holder as lock_holder
+
+NOT_RUNNING = 3
+STATUS_TIMEOUT_S = 5.0
+PATHS = ("/health", "/server/version", "/models", "/routing/policy", "/mcp")
+
+
+def _pid(target: DaemonTarget) -> int | None:
+    """The daemon's pid, when the lock file of its home names the daemon at this URL."""
+    lock = target.home / LOCK_FILE
+    if running_url(lock) != target.url:
+        return None
+    pid, _ = lock_holder(lock)
+    return pid
+
+
+def _uptime(seconds: float) -> str:
+    minutes = int(seconds // 60)
+    if minutes < 1:
+        return f"{int(seconds)} s"
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min"
+    return f"{hours // 24} days"
+
+
+def _in_use(sessions: int, turns: int) -> str:
+    """Sessions in use right now: a turn running or a client attached (`/health`)."""
+    if not sessions:
+        return "none in use"
+    running = f"{turns} turn{'s' * (turns != 1)} running" if turns else "no turn running"
+    return f"{sessions} in use ({running})"
+
+
+def _models_line(models: dict[str, Any]) -> str:
+    usable = []
+    for m in models["models"]:
+        detail = m.get("availability_detail")
+        state = m["availability"] + (f": {detail}" if detail else "")
+        usable.append(f"{m['id']} ({state})")
+    line = ", ".join(usable) or "none"
+    if models["unconfigured"]:
+        why = "offline" if models.get("offline_mode") else "no credentials"
+        line += f"; {len(models['unconfigured'])} more declared ({why}: `metis models`)"
+    return line
+
+
+def _mcp_line(servers: list[dict[str, Any]]) -> str:
+    if not servers:
+        return "none configured"
+    ready = sum(s["state"] == "ready" for s in servers)
+    states = ", ".join(f"{s['name']} {s['state']}" for s in servers)
+    return f"{ready} of {len(servers)} ready: {states}"
+
+
+def _routing_line(policy: dict[str, Any]) -> str:
+    if not policy["errors"] and policy["in_force"] == "user_file":
+        return "routing.yaml (valid)"
+    if not policy["errors"] and policy["in_force"] == "shipped_default":
+        return "the shipped default (there is no routing.yaml)"
+    return f"{policy['reason']} (`metis routing check` says why)"
+
+
+def render(target: DaemonTarget, pid: int | None, body: dict[str, Any]) -> str:
+    """The status as a person reads it."""
+    health, version = body["/health"], body["/server/version"]
+    who = f"pid {pid}, " if pid is not None else ""
+    turns = health["active_turns"]
+    sandbox = health["shell_sandbox"]
+    lines = [
+        f"metis {version['version']} is running at {target.url} "
+        f"({who}up {_uptime(health['uptime_seconds'])})",
+        f"  sessions:   {_in_use(health['active_sessions'], turns)}",
+        f"  models:     {_models_line(body['/models'])}",
+        f"  routing:    {_routing_line(body['/routing/policy'])}",
+        f"  MCP:        {_mcp_line(body['/mcp']['servers'])}",
+        "  shell tool: "
+        + (
+            f"sandboxed ({sandbox})" if sandbox != "none" else "NOT sandboxed (see docs/sandbox.md)"
+        ),
+        "Dashboard: `metis open`; chat: `metis chat`.",
+    ]
+    if pid is not None:  # the lock of this home names the daemon: it is that home's daemon
+        lines.insert(1, f"  home:       {target.home}")
+    return "\n".join(lines)
+
+
+def as_json(target: DaemonTarget, pid: int | None, body: dict[str, Any]) -> dict[str, Any]:
+    """The status for scripts: the same facts, as the API gives them."""
+    health = body["/health"]
+    policy = body["/routing/policy"]
+    return {
+        "running": True,
+        "url": target.url,
+        "pid": pid,
+        "home": str(target.home) if pid is not None else None,
+        "version": body["/server/version"]["version"],
+        "started_at": health["started_at"],
+        "uptime_seconds": health["uptime_seconds"],
+        "active_sessions": health["active_sessions"],
+        "active_turns": health["active_turns"],
+        "shell_sandbox": health["shell_sandbox"],
+        "models": [
+            {"id": m["id"], "availability": m["availability"]} for m in body["/models"]["models"]
+        ],
+        "routing": {
+            "in_force": policy["in_force"],
+            "valid": policy["valid"],
+            "reason": policy["reason"],
+        },
+        "mcp": [{"name": s["name"], "state": s["state"]} for s in body["/mcp"]["servers"]],
+    }
+
+
+async def _ask(target: DaemonTarget) -> dict[str, Any]:
+    async with DaemonApi(target.url, target.headers()) as api:
+        answers = await asyncio.wait_for(
+            asyncio.gather(*(api.call("GET", path) for path in PATHS)), STATUS_TIMEOUT_S
+        )
+    return dict(zip(PATHS, answers, strict=True))
+
+
+def _not_running(target: DaemonTarget, args: argparse.Namespace) -> int:
+    if args.json:
+        print(json.dumps({"running": False, "url": target.url, "home": str(target.home)}))
+    else:
+        print(f"metis is not running: nothing answers at {target.url} (home {target.home})")
+        print("Start it with `metis serve`.")
+    return NOT_RUNNING
+
+
+def status_command(args: argparse.Namespace) -> int:
+    try:
+        target = target_from_args(args)
+    except ConfigError as exc:
+        print(f"metis: configuration error:\n{exc.message}", file=sys.stderr)
+        return 2
+    try:
+        body = asyncio.run(_ask(target))
+    except (aiohttp.ClientConnectionError, TimeoutError):
+        return _not_running(target, args)
+    except ApiFailure as exc:
+        if exc.status == 401:
+            print(
+                f"metis: the daemon at {target.url} refused the key "
+                "(METIS_API_KEY, else METIS_HOME/api_key)",
+                file=sys.stderr,
+            )
+        else:
+            print(f"metis: {exc}", file=sys.stderr)
+        return 1
+    except NotADaemon as exc:
+        print(f"metis: {exc}", file=sys.stderr)
+        return 1
+    pid = _pid(target)
+    if args.json:
+        print(json.dumps(as_json(target, pid, body), ensure_ascii=False))
+    else:
+        print(render(target, pid, body))
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "status",
+        help="is the daemon running, where, and with which models",
+        description="Say whether the daemon is running and how it is: address, pid and uptime, "
+        "sessions and running turns, the models that can answer, the routing policy in force, "
+        "the MCP servers and the shell tool's sandbox. Exit 0 when it runs, 3 when nothing "
+        "answers, 1 when it refuses the key.",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_arguments(parser)
+    parser.set_defaults(func=status_command)

@@ -1,0 +1,73 @@
+"""`metis status` as a real subprocess against a real daemon (offline scripted model)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from metis.commands.daemon_client import DaemonTarget
+from metis.commands.status import render
+from metis.server.runner import Daemon
+from metis.version import metis_version
+from tests.cli import metis
+
+
+async def test_status_says_where_the_daemon_runs_and_what_it_has(daemon: Daemon) -> None:
+    url = ("--url", daemon.base_url)
+    code, out, err = await metis("status", *url)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith(f"metis {metis_version()} is running at ")
+    assert lines[0].split(" at ")[1].startswith(f"{daemon.base_url} (up ")
+    assert "  sessions:   none in use" in lines
+    assert any(line.startswith("  models:     local:scripted (healthy)") for line in lines)
+    assert "  routing:    the shipped default (there is no routing.yaml)" in lines
+    assert "  MCP:        none configured" in lines
+    assert any(line.startswith("  shell tool: ") for line in lines)
+    code, out, err = await metis("status", "--json", *url)
+    assert code == 0, err
+    status = json.loads(out)
+    assert status["running"] and status["active_sessions"] == status["active_turns"] == 0
+    assert status["models"] == [{"id": "local:scripted", "availability": "healthy"}]
+    assert status["routing"]["in_force"] == "shipped_default" and status["mcp"] == []
+
+
+async def test_status_of_no_daemon_exits_3_and_of_a_wrong_key_1(daemon: Daemon) -> None:
+    code, out, _ = await metis("status", "--url", "http://127.0.0.1:9")
+    assert code == 3
+    assert out.startswith("metis is not running: nothing answers at http://127.0.0.1:9")
+    code, out, _ = await metis("status", "--json", "--url", "http://127.0.0.1:9")
+    assert code == 3 and json.loads(out)["running"] is False
+    code, out, err = await metis(
+        "status", "--url", daemon.base_url, env={"METIS_API_KEY": "not-the-key"}
+    )
+    assert (code, out) == (1, "") and "refused the key" in err
+
+
+def test_the_status_names_sessions_in_use_turns_unhealthy_models_and_servers() -> None:
+    body = {
+        "/health": {"uptime_seconds": 7300.0, "active_sessions": 2, "active_turns": 1,
+                    "shell_sandbox": "none"},
+        "/server/version": {"version": "1.2.3"},
+        "/models": {"offline_mode": False, "unconfigured": [{"id": "openai:gpt-5"}], "models": [
+            {"id": "anthropic:sonnet", "availability": "healthy", "availability_detail": None},
+            {"id": "openai:mini", "availability": "cooling_down",
+             "availability_detail": "rate limited until 12:00"},
+        ]},
+        "/routing/policy": {"errors": ["bad"], "in_force": "last_known_good",
+                            "reason": "routing.yaml has errors; its last version is in force"},
+        "/mcp": {"servers": [{"name": "git", "state": "ready"}, {"name": "fs", "state": "failed"}]},
+    }  # fmt: skip
+    target = DaemonTarget("http://127.0.0.1:8421", Path("/home/me/.metis"), None)
+    lines = render(target, 4321, body).splitlines()
+    assert lines[0] == "metis 1.2.3 is running at http://127.0.0.1:8421 (pid 4321, up 2 h 1 min)"
+    assert lines[2:] == [
+        "  sessions:   2 in use (1 turn running)",
+        "  models:     anthropic:sonnet (healthy), openai:mini (cooling_down: rate limited until"
+        " 12:00); 1 more declared (no credentials: `metis models`)",
+        "  routing:    routing.yaml has errors; its last version is in force (`metis routing"
+        " check` says why)",
+        "  MCP:        1 of 2 ready: git ready, fs failed",
+        "  shell tool: NOT sandboxed (see docs/sandbox.md)",
+        "Dashboard: `metis open`; chat: `metis chat`.",
+    ]
