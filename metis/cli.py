@@ -97,7 +97,7 @@ def print_banner(daemon: Daemon) -> None:
 
 async def _serve(args: argparse.Namespace) -> int:
     from metis.config import load_settings
-    from metis.http.ca_bundle import load_ca_bundle_in_background
+    from metis.http.ca_bundle import load_ca_bundle
     from metis.server.lock import acquire
     from metis.server.runner import Daemon, freeze_startup_heap, protect_process_memory
 
@@ -126,7 +126,7 @@ async def _serve(args: argparse.Namespace) -> int:
 
         def client_came() -> None:
             gc.freeze()
-            load_ca_bundle_in_background()
+            loop.run_in_executor(None, load_ca_bundle)  # joined before the process exits
 
         daemon.core.registry.on_warm = client_came
         await stop.wait()

@@ -6,8 +6,8 @@ an idle daemon's resident set, for contexts that metis uses only to reach a daem
 `https` URL (the daemon serves plain HTTP on loopback; the provider SDKs and the MCP client
 build TLS contexts of their own). `metis.cli.main` imports aiohttp inside
 `deferring_ca_bundle()`, where OpenSSL's default CA file and directory point at nothing; the
-bundle is read into the verifying context by `load_ca_bundle()`: by the daemon in a thread once
-a client has come, by a client command before it talks to an `https` URL. A verifying context
+bundle is read into the verifying context by `load_ca_bundle()`: by the daemon in its
+executor once a client has come, by a client command before it talks to an `https` URL. A verifying context
 used before that trusts no certificate: its TLS connections fail verification, never trusting
 blindly.
 """
@@ -70,18 +70,20 @@ def deferring_ca_bundle() -> Iterator[None]:
 
 def load_ca_bundle() -> None:
     """Load the default CA certificates into every context made while deferring, once (the
-    environment as it is now says where they are, as it would have at import)."""
+    environment as it is now says where they are, as it would have at import). Reading takes
+    tens of milliseconds: the daemon runs this in its loop's executor, whose threads are
+    joined before the process exits (a daemon thread still inside OpenSSL when the
+    interpreter finalized crashed the process)."""
     with _lock:
         pending = list(_pending)
         _pending.clear()
     for context, purpose in pending:
-        context.load_default_certs(purpose)
+        try:
+            context.load_default_certs(purpose)
+        except (ssl.SSLError, OSError) as exc:  # TLS through it fails verification, as before
+            log.warning("the system's CA bundle could not be read: %s", exc)
+            continue
         log.debug(
             "CA bundle loaded into a default TLS context (%d certificates)",
             context.cert_store_stats()["x509_ca"],
         )
-
-
-def load_ca_bundle_in_background() -> None:
-    """`load_ca_bundle` in a daemon thread: reading the bundle takes tens of milliseconds."""
-    threading.Thread(target=load_ca_bundle, name="metis-load-ca-bundle", daemon=True).start()

@@ -13,9 +13,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
+
+import aiohttp
+
+from metis.testing.serving import free_port, spawn_serve, wait_until_serving
 
 HEAVY = ("anthropic", "openai", "mcp", "markdown_it", "pygments", "nh3", "textual")
 # Smaller, but each is memory of an idle daemon that no request has needed yet: the client
@@ -279,3 +284,25 @@ async def test_serve_reads_the_ca_bundle_of_aiohttps_default_context_once_a_clie
     assert seen["client"] == 200
     assert seen["after_client"] == seen["system"]
     assert seen["environment"] == seen["before"]
+
+
+async def test_a_daemon_stopped_as_its_first_client_comes_exits_cleanly(tmp_path: Path) -> None:
+    """The first client's request starts reading the CA bundle (and the SDK imports) off the
+    loop; a SIGTERM right after it must still end the process with status 0 (a daemon thread
+    still inside OpenSSL when the interpreter finalized crashed it with SIGSEGV)."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env["METIS_OFFLINE"] = "1"
+    home = tmp_path / "home"
+    for _ in range(3):
+        port = free_port()
+        proc = await spawn_serve(home, port, environ=env)
+        try:
+            async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{port}") as http:
+                await wait_until_serving(http, "/health")
+                key = (home / "api_key").read_text().strip()
+                async with http.get("/models", headers={"Authorization": f"Bearer {key}"}) as r:
+                    assert r.status == 200
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            code = await asyncio.wait_for(proc.wait(), 60)
+        assert code == 0
