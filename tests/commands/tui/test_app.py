@@ -652,7 +652,10 @@ async def test_a_shell_cards_long_output_opens_with_show_all(
             more = card.query_one(Collapsible)
             assert more.collapsed and more.title == "show all (22 more line(s))"
             screenshot(app, "shell-card")
-            await pilot.click(more.query_one(CollapsibleTitle))
+            title = more.query_one(CollapsibleTitle)
+            title.scroll_visible(animate=False)  # under the pointer whatever the layout did last
+            await pilot.pause()
+            assert await pilot.click(title)  # the click landed on the title
             await until(lambda: not more.collapsed)  # a loaded machine may take more than a frame
             await pilot.pause()
             full = more.query_one(Collapsible.Contents).query_one(Static)
