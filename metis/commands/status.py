@@ -5,8 +5,9 @@ address, process and uptime, its sessions and running turns, which models can an
 routing policy in force, the MCP servers and whether the shell tool is sandboxed. Everything
 comes from the daemon's public API with its key (`/health`, `/server/version`, `/models`,
 `/routing/policy`, `/mcp`), asked at once; the pid and home from the lock file of the home
-whose daemon it is (none for a `--url` elsewhere). Exit status: 0 running, 3 not running (as service managers say it),
-1 running but refusing the key or not a metis daemon, 2 for a configuration error.
+whose daemon it is (none for a `--url` elsewhere). Exit status: 0 running, 3 not running (as
+service managers say it), 1 running but refusing the key or not a metis daemon, 2 for a
+configuration error.
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ import aiohttp
 from metis.commands.client import ApiFailure, DaemonApi, NotADaemon
 from metis.commands.daemon_client import DaemonTarget, add_arguments, target_from_args
 from metis.core.errors import ConfigError
-from metis.server.lock import LOCK_FILE, running_url
-from metis.server.lock import read_holder as lock_holder
+from metis.server.lock import LOCK_FILE, read_holder, running_url
 
 NOT_RUNNING = 3
 STATUS_TIMEOUT_S = 5.0
@@ -35,7 +35,7 @@ def _pid(target: DaemonTarget) -> int | None:
     lock = target.home / LOCK_FILE
     if running_url(lock) != target.url:
         return None
-    pid, _ = lock_holder(lock)
+    pid, _ = read_holder(lock)
     return pid
 
 

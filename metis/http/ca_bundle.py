@@ -4,12 +4,12 @@ Importing aiohttp makes its two default client contexts at once, and each reads 
 bundle into memory: on the 2-core machine ~50 ms of every `metis` command's start and ~3 MiB of
 an idle daemon's resident set, for contexts that metis uses only to reach a daemon at an
 `https` URL (the daemon serves plain HTTP on loopback; the provider SDKs and the MCP client
-build TLS contexts of their own). `metis.cli.main` imports aiohttp inside
+build TLS contexts of their own). `metis.cli.main` imports a command's modules inside
 `deferring_ca_bundle()`, where OpenSSL's default CA file and directory point at nothing; the
-bundle is read into the verifying context by `load_ca_bundle()`: by the daemon in its
-executor once a client has come, by a client command before it talks to an `https` URL. A verifying context
-used before that trusts no certificate: its TLS connections fail verification, never trusting
-blindly.
+bundle is read into the verifying context by `load_ca_bundle()`: by the daemon in its executor
+once a client has come, by a client command before it talks to an `https` URL. A verifying
+context used before that trusts no certificate: its TLS connections fail verification, never
+trusting blindly.
 """
 
 from __future__ import annotations
