@@ -52,7 +52,25 @@ async def _session_for(api: DaemonApi, args: argparse.Namespace) -> tuple[str, b
     return str(session["id"]), True
 
 
-async def run_turn(api: DaemonApi, args: argparse.Namespace) -> int:
+def read_prompt(args: argparse.Namespace) -> str | None:
+    """The prompt: the argument, or all of stdin for `-` (a long or generated prompt, no shell
+    quoting); None, said on stderr, when stdin holds no text."""
+    if args.prompt != "-":
+        return str(args.prompt)
+    if sys.stdin.isatty():
+        _err("reading the prompt from stdin (end it with Ctrl-D)")
+    try:
+        text = sys.stdin.buffer.read().decode("utf-8")
+    except UnicodeDecodeError:
+        _err("the prompt on stdin is not UTF-8 text")
+        return None
+    if not text.strip():
+        _err("the prompt on stdin is empty")
+        return None
+    return text
+
+
+async def run_turn(api: DaemonApi, args: argparse.Namespace, prompt: str) -> int:
     session_id, made_here = await _session_for(api, args)
     # a session this run made is ended after its turn, unless asked to keep it for more
     ending = made_here and not (args.keep or args.continue_)
@@ -75,7 +93,7 @@ async def run_turn(api: DaemonApi, args: argparse.Namespace) -> int:
             frame = await ws.receive_json(timeout=10)
             if frame.get("type") == "subscribe_error":
                 raise ApiFailure(409, {"error": frame})
-        body: dict[str, Any] = {"content": [{"type": "text", "text": args.prompt}]}
+        body: dict[str, Any] = {"content": [{"type": "text", "text": prompt}]}
         if args.model:
             body["per_message_override"] = args.model
         accepted = await api.call("POST", f"/sessions/{session_id}/turns", body)
@@ -207,9 +225,12 @@ async def _main(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         _err(f"configuration error:\n{exc.message}")
         return 2
+    prompt = read_prompt(args)
+    if prompt is None:
+        return 2
     try:
         async with DaemonApi(target.url, target.headers()) as api:
-            return await run_turn(api, args)
+            return await run_turn(api, args, prompt)
     except aiohttp.ClientConnectionError:
         _err(f"cannot reach the daemon at {target.url}; is `metis serve` running?")
         return 1
@@ -234,7 +255,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "refused workspace, an ended session or one with a turn running) or for a usage or "
         "configuration error.",
     )
-    parser.add_argument("prompt", help="the message to send")
+    parser.add_argument("prompt", help="the message to send; - reads it from stdin")
     parser.add_argument(
         "--workspace",
         metavar="DIR",

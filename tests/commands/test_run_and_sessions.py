@@ -69,6 +69,17 @@ async def test_run_continues_a_kept_session_and_refuses_an_ended_one(
     assert (code, out) == (2, "") and f"session {sid} has ended" in err, err
 
 
+async def test_run_reads_the_prompt_from_stdin_for_a_dash(daemon: Daemon, workspace: Path) -> None:
+    prompt = "review this diff:\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-old 'quoted' \"line\"\n+new\n"
+    run = ("run", "-", "--workspace", str(workspace), "--url", daemon.base_url)
+    proc = await start_metis(*run, stdin=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(prompt.encode()), 60)
+    assert proc.returncode == 0, err
+    assert out.decode() == f'You said: "{prompt}"\n'
+    code, out, err = await metis(*run)  # stdin is empty (/dev/null)
+    assert (code, out) == (2, "") and "the prompt on stdin is empty" in err, err
+
+
 async def test_run_json_with_yes_and_deny_all(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
