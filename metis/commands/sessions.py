@@ -14,6 +14,7 @@ import asyncio
 import json
 import shutil
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -149,20 +150,63 @@ async def _end(api: DaemonApi, args: argparse.Namespace) -> int:
 
 
 async def _purge(api: DaemonApi, args: argparse.Namespace) -> int:
-    if not args.yes:
+    if args.id is None and not args.ended:
+        print("metis: name a session, or --ended (with --days N) for ended ones", file=sys.stderr)
+        return 2
+    if args.id is not None and (args.ended or args.days is not None or args.workspace):
         print(
-            f"metis: purging deletes every message and event of {args.id} for good; "
-            "add --yes to purge it (`metis sessions end` keeps them)",
+            "metis: a session id, or --ended [--days N] [--workspace DIR], not both",
             file=sys.stderr,
         )
         return 2
-    purged = await api.call("DELETE", f"/sessions/{args.id}", params={"purge": "true"})
-    deleted = purged.get("deleted") or {}
-    print(
-        f"purged {purged['id']}: {deleted.get('messages', 0)} message(s), "
-        f"{deleted.get('events', 0)} event(s) deleted"
-    )
+    ids = [args.id] if args.id is not None else await _ended_ids(api, args)
+    if args.id is None and not ids:
+        print(f"no ended sessions to purge{_ended_scope(args)}", file=sys.stderr)
+        return 0
+    if not args.yes:
+        what = (
+            args.id if args.id is not None else f"{len(ids)} ended session(s){_ended_scope(args)}"
+        )
+        print(
+            f"metis: purging deletes every message and event of {what} for good; "
+            "add --yes to purge (`metis sessions end` keeps them)",
+            file=sys.stderr,
+        )
+        return 2
+    for sid in ids:
+        purged = await api.call("DELETE", f"/sessions/{sid}", params={"purge": "true"})
+        deleted = purged.get("deleted") or {}
+        print(
+            f"purged {purged['id']}: {deleted.get('messages', 0)} message(s), "
+            f"{deleted.get('events', 0)} event(s) deleted"
+        )
     return 0
+
+
+async def _ended_ids(api: DaemonApi, args: argparse.Namespace) -> list[str]:
+    """The ended sessions `--ended [--days N] [--workspace DIR]` names, oldest end first."""
+    workspace = str(Path(args.workspace).expanduser().resolve()) if args.workspace else None
+    sessions = await api.sessions(workspace_path=workspace, status="ended", limit=200)
+    cutoff = datetime.now(UTC) - timedelta(days=args.days or 0)
+    old = [s for s in sessions if datetime.fromisoformat(s["ended_at"]) <= cutoff]
+    return [s["id"] for s in sorted(old, key=lambda s: (s["ended_at"], s["id"]))]
+
+
+def _ended_scope(args: argparse.Namespace) -> str:
+    days = f" {args.days} or more days ago" if args.days else ""
+    where = f" in {_shown(args.workspace)}" if args.workspace else ""
+    return f" (ended{days}{where})" if days or where else ""
+
+
+def _days(value: str) -> int:
+    """`--days`: a whole number of days, 0 or more."""
+    try:
+        days = int(value)
+    except ValueError:
+        days = -1
+    if days < 0:
+        raise argparse.ArgumentTypeError(f"not a number of days: {value!r}")
+    return days
 
 
 async def _title(api: DaemonApi, args: argparse.Namespace) -> int:
@@ -227,9 +271,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--json", action="store_true", help="the REST object as JSON")
     p = command("end", "end a session (its data is kept)", _end)
     p.add_argument("id", type=session_id)
-    p = command("purge", "delete a session and all it holds, for good", _purge)
-    p.add_argument("id", type=session_id)
-    p.add_argument("--yes", action="store_true", help="really delete it")
+    p = command(
+        "purge",
+        "delete a session and all it holds, for good; or --ended ones (--days N: ended N or "
+        "more days ago)",
+        _purge,
+    )
+    p.add_argument("id", type=session_id, nargs="?")
+    p.add_argument("--ended", action="store_true", help="every ended session (never an active one)")
+    p.add_argument("--days", type=_days, metavar="N", help="with --ended: ended N or more days ago")
+    p.add_argument("--workspace", metavar="DIR", help="with --ended: only this workspace's")
+    p.add_argument("--yes", action="store_true", help="really delete them")
     p = command("title", "set a session's title (or --clear it)", _title)
     p.add_argument("id", type=session_id)
     p.add_argument("title", nargs="?", help="one line of text")

@@ -261,6 +261,32 @@ async def test_client_commands_fail_with_a_message_not_a_traceback(
     assert code == 141 and err == "", err
 
 
+async def test_sessions_purge_ended_removes_only_ended_sessions_and_asks_first(
+    daemon: Daemon, workspace: Path, api_of: Callable[[Daemon], Api], tmp_path: Path
+) -> None:
+    api, url = api_of(daemon), ("--url", daemon.base_url)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    active = (await api.create_session(workspace))["id"]
+    ended = [(await api.create_session(w))["id"] for w in (workspace, workspace, elsewhere)]
+    for sid in ended:
+        await api.call("DELETE", f"/sessions/{sid}")
+    code, _, err = await metis("sessions", "purge", "--ended", "--workspace", str(workspace), *url)
+    assert code == 2 and f"2 ended session(s) (ended in {workspace})" in err, err
+    code, _, err = await metis("sessions", "purge", "--ended", "--days", "1", "--yes", *url)
+    assert code == 0 and "no ended sessions to purge (ended 1 or more days ago)" in err, err
+    purge = ("sessions", "purge", "--ended", "--workspace", str(workspace), "--yes", *url)
+    code, out, err = await metis(*purge)
+    assert code == 0, err
+    assert [line.split(":")[0] for line in out.splitlines()] == [f"purged {s}" for s in ended[:2]]
+    for sid in ended[:2]:
+        assert (await api.call("GET", f"/sessions/{sid}"))[0] == 404
+    for sid in (active, ended[2]):  # an active session, and one of another workspace, stay
+        assert (await api.call("GET", f"/sessions/{sid}"))[0] == 200
+    code, _, err = await metis("sessions", "purge", active, "--ended", "--yes", *url)
+    assert code == 2 and "not both" in err, err
+
+
 async def test_sessions_list_and_show_print_control_characters_escaped(
     daemon: Daemon, api_of: Callable[[Daemon], Api], tmp_path: Path
 ) -> None:
