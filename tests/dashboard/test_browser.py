@@ -246,6 +246,17 @@ def test_confirmations_allow_writes_file_and_deny_with_reason(
     card = page.locator(".tool-card", has_text="shell")
     card.locator(".exit").wait_for()
     assert re.match(r"exit \d+", card.locator(".exit").inner_text())
+    # the command and its output each copy as they are (no "$ " prompt)
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=served.url)
+    command = card.locator(".tool-input pre.command").inner_text().removeprefix("$ ")
+    card.locator(".tool-input .code-box").hover()
+    card.locator(".tool-input button.copy").click()
+    assert page.evaluate("navigator.clipboard.readText()") == command
+    card.locator(".tool-result .code-box").hover()
+    card.locator(".tool-result button.copy").click()
+    assert (
+        page.evaluate("navigator.clipboard.readText()") == card.locator("pre.output").inner_text()
+    )
     assert page.locator(".tool-card .tool-status", has_text="denied").count() >= 1
     shot(page, "session-tools")
 

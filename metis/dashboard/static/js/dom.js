@@ -61,14 +61,18 @@ export function copyButton(what, text) {
   return button;
 }
 
+// A block with a Copy button at its top right: beside the block rather than in it, so the
+// block's text stays what a selection copies.
+export function withCopy(pre, what, text) {
+  return h("div", { class: "code-box" }, pre, copyButton(what, text));
+}
+
 // Each code block of rendered markdown gets its own Copy button (the code as written, without
-// the line end that closes the block), beside the block rather than in it: the block's text
-// stays what a selection copies.
+// the line end that closes the block).
 export function addCodeCopy(el) {
   for (const pre of el.querySelectorAll("pre")) {
-    const box = h("div", { class: "code-box" });
-    pre.replaceWith(box);
-    box.append(pre, copyButton("code", () => pre.textContent.replace(/\n$/, "")));
+    const [parent, next] = [pre.parentNode, pre.nextSibling];
+    parent.insertBefore(withCopy(pre, "code", () => pre.textContent.replace(/\n$/, "")), next);
   }
 }
 

@@ -1,7 +1,7 @@
 // A tool call as a card: input (a diff for write_file/patch_file, the command for shell),
 // status, result, duration and exit code.
 
-import { h, clear, fmtMs } from "../dom.js";
+import { h, clear, fmtMs, withCopy } from "../dom.js";
 
 export function diffView(name, input) {
   if (!input || typeof input !== "object") return null;
@@ -24,7 +24,8 @@ function inputView(name, input) {
   const diff = diffView(name, input);
   if (diff) return diff;
   if (name === "shell" && input && typeof input.command === "string") {
-    return h("pre", { class: "command" }, h("span", { class: "prompt", "aria-hidden": "true" }, "$ "), input.command);
+    const command = h("pre", { class: "command" }, h("span", { class: "prompt", "aria-hidden": "true" }, "$ "), input.command);
+    return withCopy(command, "command", () => input.command);
   }
   return h("pre", { class: "json" }, JSON.stringify(input, null, 2));
 }
@@ -75,7 +76,8 @@ export function toolCard(toolUseId, name) {
       const text = (block.content || []).map((b) => (b.type === "text" ? b.text : "[image]")).join("\n");
       resultBox.hidden = false;
       el.classList.toggle("is-error", !!block.is_error);
-      clear(resultBox).append(h("div", { class: "small muted" }, block.is_error ? "Error" : "Result"), h("pre", { class: "output" }, text));
+      const output = withCopy(h("pre", { class: "output" }, text), "output", () => text);
+      clear(resultBox).append(h("div", { class: "small muted" }, block.is_error ? "Error" : "Result"), output);
     },
   };
   return c;
