@@ -67,7 +67,7 @@ def read_prompt(args: argparse.Namespace) -> str | None:
     if not text.strip():
         _err("the prompt on stdin is empty")
         return None
-    return text
+    return text.rstrip("\n")  # the line end `echo` or a file's last line leaves
 
 
 async def run_turn(api: DaemonApi, args: argparse.Namespace, prompt: str) -> int:
