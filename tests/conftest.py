@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
-import stat
 import sys
-import tempfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -158,32 +156,18 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Python processes the tests start (`metis serve`, the command line, fake providers)
-    reuse compiled bytecode, kept outside the work tree.
+    """Python processes the tests start (`metis serve`, the command line, MCP servers, fake
+    providers) reuse compiled bytecode.
 
     Where the environment turns writing bytecode off (`PYTHONDONTWRITEBYTECODE`), each of the
     suite's ~150 Python subprocesses compiled every metis module it imported again: ~0.2 s of
-    CPU a start on the 2-core machine. An installed metis has its bytecode; the tests' daemons
-    now do too, in a per-user folder of the system's temporary directory (set before the xdist
-    workers start, so they and everything they start inherit it).
+    CPU a start. Writing it is turned back on for this run (set before the xdist workers start,
+    so they and everything they start inherit it): metis's own modules get theirs beside their
+    sources (`__pycache__/`, ignored by git), the installed packages keep the bytecode pip wrote.
+    A folder of its own for all of it (`PYTHONPYCACHEPREFIX`) was tried: Python then ignores
+    the installed packages' bytecode, and in a fresh environment the workers and the first
+    subprocesses each compiled aiohttp, pydantic, both SDKs, the MCP SDK and the rest at once,
+    ~4.5 s of CPU each (CI's run 15-20 s longer than a local one).
     """
-    if not os.environ.get("PYTHONPYCACHEPREFIX"):
-        prefix = _private_pycache()
-        os.environ["PYTHONPYCACHEPREFIX"] = str(prefix)
-        sys.pycache_prefix = str(prefix)
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.dont_write_bytecode = False
-
-
-def _private_pycache() -> Path:
-    """The per-user bytecode folder, if it is this user's alone (bytecode found there runs);
-    else a fresh one for this run."""
-    prefix = Path(tempfile.gettempdir()) / f"metis-tests-pycache-{os.getuid()}"
-    try:
-        prefix.mkdir(mode=0o700, exist_ok=True)
-        info = prefix.lstat()
-        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077:
-            return prefix
-    except OSError:
-        pass
-    return Path(tempfile.mkdtemp(prefix="metis-tests-pycache-"))
