@@ -20,9 +20,8 @@ from typing import Any
 
 import aiohttp
 
-from metis.commands.client import ApiFailure, DaemonApi, NotADaemon
+from metis.commands.client import ApiFailure, DaemonApi, with_daemon
 from metis.commands.daemon_client import DaemonTarget, add_arguments, target_from_args
-from metis.core.errors import ConfigError
 from metis.server.lock import LOCK_FILE, read_holder, running_url
 
 NOT_RUNNING = 3
@@ -139,11 +138,10 @@ def as_json(target: DaemonTarget, pid: int | None, body: dict[str, Any]) -> dict
     }
 
 
-async def _ask(target: DaemonTarget) -> dict[str, Any]:
-    async with DaemonApi(target.url, target.headers()) as api:
-        answers = await asyncio.wait_for(
-            asyncio.gather(*(api.call("GET", path) for path in PATHS)), STATUS_TIMEOUT_S
-        )
+async def _ask(api: DaemonApi) -> dict[str, Any]:
+    answers = await asyncio.wait_for(
+        asyncio.gather(*(api.call("GET", path) for path in PATHS)), STATUS_TIMEOUT_S
+    )
     return dict(zip(PATHS, answers, strict=True))
 
 
@@ -156,35 +154,38 @@ def _not_running(target: DaemonTarget, args: argparse.Namespace) -> int:
     return NOT_RUNNING
 
 
-def status_command(args: argparse.Namespace) -> int:
-    try:
+async def _status(args: argparse.Namespace) -> int:
+    async def report(api: DaemonApi) -> int:
+        # the target `with_daemon` resolved (it raises no error a second time): its home
+        # names the lock file that may hold the daemon's pid
         target = target_from_args(args)
-    except ConfigError as exc:
-        print(f"metis: configuration error:\n{exc.message}", file=sys.stderr)
-        return 2
-    try:
-        body = asyncio.run(_ask(target))
-    except (aiohttp.ClientConnectionError, TimeoutError):
-        return _not_running(target, args)
-    except ApiFailure as exc:
-        if exc.status == 401:
+        try:
+            body = await _ask(api)
+        except (aiohttp.ClientConnectionError, TimeoutError):
+            return _not_running(target, args)
+        except ApiFailure as exc:
+            if exc.status != 401:
+                raise
             print(
                 f"metis: the daemon at {target.url} refused the key "
                 "(METIS_API_KEY, else METIS_HOME/api_key)",
                 file=sys.stderr,
             )
+            return 1
+        pid = _pid(target)
+        if args.json:
+            print(json.dumps(as_json(target, pid, body), ensure_ascii=False))
         else:
-            print(f"metis: {exc}", file=sys.stderr)
-        return 1
-    except NotADaemon as exc:
-        print(f"metis: {exc}", file=sys.stderr)
-        return 1
-    pid = _pid(target)
-    if args.json:
-        print(json.dumps(as_json(target, pid, body), ensure_ascii=False))
-    else:
-        print(render(target, pid, body))
-    return 0
+            print(render(target, pid, body))
+        return 0
+
+    # a bad config.yaml or URL, a refusal or an answer that is not a daemon's: said as every
+    # one-shot command says them
+    return await with_daemon(args, report)
+
+
+def status_command(args: argparse.Namespace) -> int:
+    return asyncio.run(_status(args))
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -42,6 +42,8 @@ async def test_status_of_no_daemon_exits_3_and_of_a_wrong_key_1(daemon: Daemon) 
         "status", "--url", daemon.base_url, env={"METIS_API_KEY": "not-the-key"}
     )
     assert (code, out) == (1, "") and "refused the key" in err
+    code, _, err = await metis("status", "--url", "127.0.0.1:9")  # no scheme: not a URL
+    assert code == 2 and "is not a daemon URL" in err and "Traceback" not in err
 
 
 def test_the_status_names_sessions_in_use_turns_unhealthy_models_and_servers() -> None:
