@@ -174,6 +174,14 @@ class DaemonApi:
         return str(latest["id"]) if latest else None
 
 
+NOT_A_URL = (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError)
+"""What aiohttp raises for a daemon URL it cannot use (`--url 127.0.0.1:8421`, no scheme)."""
+
+
+def not_a_url(url: str) -> str:
+    return f"{url!r} is not a daemon URL (http://HOST:PORT)"
+
+
 async def with_daemon(
     args: argparse.Namespace, action: Callable[[DaemonApi], Awaitable[int]]
 ) -> int:
@@ -189,8 +197,8 @@ async def with_daemon(
     try:
         async with DaemonApi(target.url, target.headers()) as api:
             return await action(api)
-    except (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError):
-        print(f"metis: {target.url!r} is not a daemon URL (http://HOST:PORT)", file=sys.stderr)
+    except NOT_A_URL:
+        print(f"metis: {not_a_url(target.url)}", file=sys.stderr)
         return 2
     except aiohttp.ClientConnectionError:
         print(f"metis: cannot reach the daemon at {target.url}", file=sys.stderr)

@@ -23,7 +23,7 @@ from typing import Any
 
 import aiohttp
 
-from metis.commands.client import ApiFailure, DaemonApi
+from metis.commands.client import NOT_A_URL, ApiFailure, DaemonApi, not_a_url
 from metis.commands.daemon_client import add_arguments, target_from_args
 from metis.commands.daemon_client import session_id as session_argument
 from metis.core.errors import ConfigError
@@ -231,6 +231,9 @@ async def _main(args: argparse.Namespace) -> int:
     try:
         async with DaemonApi(target.url, target.headers()) as api:
             return await run_turn(api, args, prompt)
+    except NOT_A_URL:
+        _err(not_a_url(target.url))
+        return 2
     except aiohttp.ClientConnectionError:
         _err(f"cannot reach the daemon at {target.url}; is `metis serve` running?")
         return 1

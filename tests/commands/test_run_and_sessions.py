@@ -109,6 +109,8 @@ async def test_run_exits_non_zero_when_the_turn_fails(
     assert code != 0 and "model_not_configured" in err
     code, _, err = await metis("run", "hi", "--url", "http://127.0.0.1:9")
     assert code == 1 and "cannot reach the daemon" in err
+    code, _, err = await metis("run", "hi", "--url", "127.0.0.1:9")  # no scheme
+    assert code == 2 and "is not a daemon URL" in err and "Traceback" not in err
 
 
 async def test_run_ends_the_reply_line_when_the_daemon_stops_mid_turn(
