@@ -90,8 +90,13 @@ def _line(s: dict[str, Any]) -> str:
     )
 
 
+def _workspace(args: argparse.Namespace) -> str | None:
+    """`--workspace DIR` as the daemon stores workspaces: absolute, symlinks resolved."""
+    return str(Path(args.workspace).expanduser().resolve()) if args.workspace else None
+
+
 async def _list(api: DaemonApi, args: argparse.Namespace) -> int:
-    workspace = str(Path(args.workspace).expanduser().resolve()) if args.workspace else None
+    workspace = _workspace(args)
     status = "all" if args.all else "ended" if args.ended else "active"
     sessions = await api.sessions(workspace_path=workspace, status=status, q=args.search, limit=200)
     if args.json:
@@ -185,7 +190,7 @@ async def _purge(api: DaemonApi, args: argparse.Namespace) -> int:
 
 async def _ended_ids(api: DaemonApi, args: argparse.Namespace) -> list[str]:
     """The ended sessions `--ended [--days N] [--workspace DIR]` names, oldest end first."""
-    workspace = str(Path(args.workspace).expanduser().resolve()) if args.workspace else None
+    workspace = _workspace(args)
     sessions = await api.sessions(workspace_path=workspace, status="ended", limit=200)
     cutoff = datetime.now(UTC) - timedelta(days=args.days or 0)
     old = [s for s in sessions if datetime.fromisoformat(s["ended_at"]) <= cutoff]
