@@ -7,7 +7,7 @@ comes from the daemon's public API with its key (`/health`, `/server/version`, `
 `/routing/policy`, `/mcp`), asked at once; the pid and home from the lock file of the home
 whose daemon it is (none for a `--url` elsewhere). Exit status: 0 running, 3 not running (as
 service managers say it), 1 running but refusing the key or not a metis daemon, 2 for a
-configuration error.
+configuration error or a daemon URL it cannot use (as every one-shot command, `with_daemon`).
 """
 
 from __future__ import annotations
