@@ -568,9 +568,11 @@ export function sessionView(root, sessionId, revealAt = null) {
     }
   }
 
+  // An ended session takes no more turns: no model to pick, nothing to send.
   function setEnded() {
     ended = true;
     modelSelect.disabled = true;
+    composer.hidden = true;
     withdrawOpen();
   }
 
@@ -650,7 +652,6 @@ export function sessionView(root, sessionId, revealAt = null) {
     },
     onGone: async (why, s) => {
       setEnded();
-      composer.hidden = true;
       conn.textContent = why;
       conn.className = "badge conn-state";
       setTurn(null, why);
