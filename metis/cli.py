@@ -24,6 +24,7 @@ log = logging.getLogger("metis")
 
 COMMANDS = {
     "status": "metis.commands.status",
+    "stop": "metis.commands.stop",
     "models": "metis.commands.models",
     "routing": "metis.commands.routing",
     "chat": "metis.commands.chat",
@@ -82,16 +83,20 @@ def _available_models(daemon: Daemon) -> str:
     return ", ".join(f"{m} (default)" if m == default else m for m in ready)
 
 
-def print_banner(daemon: Daemon) -> None:
-    """What a user needs once the daemon is healthy: plain stdout lines, not log records."""
+def print_banner(daemon: Daemon, *, detached: bool = False) -> None:
+    """What a user needs once the daemon is healthy: plain stdout lines, not log records.
+    `detached`: they go to the daemon's log file, where a login link does not belong."""
     lines = [
         f"metis is serving at {daemon.base_url}",
         f"  home:    {daemon.settings.home}",
         f"  models:  {_available_models(daemon)}",
     ]
-    ttl_min = round(daemon.settings.file.auth.login_token_ttl_s / 60)
-    lines.append(f"Dashboard: {daemon.login_url()}  (one-time login link, valid {ttl_min} min)")
-    lines.append("Next: run `metis chat` in another terminal (Ctrl-C here stops the daemon).")
+    if detached:
+        lines.append("Dashboard: `metis open` logs a browser in. `metis stop` stops the daemon.")
+    else:
+        ttl_min = round(daemon.settings.file.auth.login_token_ttl_s / 60)
+        lines.append(f"Dashboard: {daemon.login_url()}  (one-time login link, valid {ttl_min} min)")
+        lines.append("Next: run `metis chat` in another terminal (Ctrl-C here stops the daemon).")
     print("\n".join(lines), flush=True)
 
 
@@ -117,7 +122,7 @@ async def _serve(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         lock.record(daemon.base_url)
-        print_banner(daemon)
+        print_banner(daemon, detached=args.detached_child)
         # The collection that precedes the freeze walks the whole start-up heap (~35 ms on the
         # 2-core machine): it waits for the deferred models' background build, so that the
         # first requests are not held behind it. The SDKs, imported when the first client
@@ -144,6 +149,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     setup_logging(args.log_level or "INFO")  # config.yaml's level, once read, unless the flag
     try:
+        if args.detach:
+            from metis.commands.detach import serve_detached
+
+            return serve_detached(args)
         return asyncio.run(_serve(args))
     except ConfigError as exc:
         print(f"metis: configuration error:\n{exc.message}", file=sys.stderr)
@@ -165,9 +174,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser(
         "serve",
-        help="run the daemon in the foreground",
-        description="Run the daemon in the foreground until Ctrl-C (or SIGTERM). One daemon "
-        "per METIS_HOME: a second `metis serve` on the same home exits naming the first.",
+        help="run the daemon (in the foreground, or in the background with --detach)",
+        description="Run the daemon in the foreground until Ctrl-C (or SIGTERM), or in the "
+        "background with --detach until `metis stop`. One daemon per METIS_HOME: a second "
+        "`metis serve` on the same home exits naming the first.",
         epilog=SERVE_ENVIRONMENT,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -189,6 +199,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="log level on stderr (overrides config.yaml's log_level; default INFO)",
     )
+    serve.add_argument(
+        "--detach",
+        action="store_true",
+        help="run in the background: return once it listens, its output appended to "
+        "METIS_HOME/logs/daemon.log (`metis stop` stops it)",
+    )
+    serve.add_argument("--detached-child", action="store_true", help=argparse.SUPPRESS)
     serve.set_defaults(func=_cmd_serve)
     for name, module in COMMANDS.items():
         if command is None or command == name:

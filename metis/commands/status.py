@@ -150,7 +150,7 @@ def _not_running(target: DaemonTarget, args: argparse.Namespace) -> int:
         print(json.dumps({"running": False, "url": target.url, "home": str(target.home)}))
     else:
         print(f"metis is not running: nothing answers at {target.url} (home {target.home})")
-        print("Start it with `metis serve`.")
+        print("Start it with `metis serve` (or `metis serve --detach` for the background).")
     return NOT_RUNNING
 
 

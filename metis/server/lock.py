@@ -80,6 +80,25 @@ def running_url(path: Path) -> str | None:
     return url
 
 
+def is_held(path: Path) -> bool:
+    """Whether a live process holds this lock file's lock, asked of the kernel rather than of
+    the file's contents (a pid a killed daemon left may since name another process).
+
+    The probe takes a shared lock for an instant; a daemon starting in that instant would find
+    its home locked and say so, as it does when started twice at once."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also releases the probe's lock
+    return False
+
+
 def acquire(home: Path) -> DaemonLock:
     """Take the home's lock or raise DaemonAlreadyRunning naming its holder."""
     path = home / LOCK_FILE

@@ -1,0 +1,111 @@
+"""`metis serve --detach`: the daemon started in the background, its output in a log file.
+
+The configuration is read here first, so an error in it is shown on the terminal rather than
+left in a log. Then `metis serve` runs again as a child in a session of its own (no controlling
+terminal: closing the terminal does not stop it), stdin from /dev/null, stdout and stderr
+appended to `METIS_HOME/logs/daemon.log`. This process waits until the child holds the home's
+lock with its URL recorded, which `metis serve` does once it listens, and reports where it is.
+A child that exits first failed to start: the lines it logged say why, and are shown.
+
+The child's banner leaves out the one-time dashboard login link: a log file is no place for a
+credential, and `metis open` makes a fresh link whenever one is wanted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from metis.server.lock import LOCK_FILE, DaemonAlreadyRunning, is_held, read_holder
+
+DAEMON_LOG = Path("logs") / "daemon.log"
+LOG_ROTATE_BYTES = 10 * 1024 * 1024
+START_DEADLINE_S = 60.0
+LOG_LINES_SHOWN = 15
+
+
+def open_daemon_log(home: Path) -> tuple[Path, int]:
+    """The log file opened for appending (mode 0600) and its size before this start. A log past
+    `LOG_ROTATE_BYTES` is kept as `daemon.log.1` (one generation) and a new one begun."""
+    path = home / DAEMON_LOG
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.exists() and path.stat().st_size > LOG_ROTATE_BYTES:
+        path.replace(path.with_name(path.name + ".1"))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    os.fchmod(fd, 0o600)  # a log made by hand with a wider mode
+    return path, fd
+
+
+def _child_argv(args: argparse.Namespace, home: Path) -> list[str]:
+    argv = [sys.executable, "-m", "metis.cli", "serve", "--detached-child", "--home", str(home)]
+    if args.host is not None:
+        argv += ["--host", args.host]
+    if args.port is not None:
+        argv += ["--port", str(args.port)]
+    if args.log_level is not None:
+        argv += ["--log-level", args.log_level]
+    return argv
+
+
+def _logged_since(path: Path, offset: int) -> list[str]:
+    with path.open("rb") as log:
+        log.seek(offset)
+        return log.read().decode(errors="replace").splitlines()[-LOG_LINES_SHOWN:]
+
+
+def serve_detached(args: argparse.Namespace) -> int:
+    """Start the daemon in the background; 0 once it listens, 1 when it could not start (a
+    configuration error raises ConfigError, which `metis serve` reports with exit 2)."""
+    from metis.config import load_settings
+
+    home = Path(args.home).expanduser() if args.home else None
+    settings = load_settings(home=home, host=args.host, port=args.port)
+    home = settings.home
+    lock = home / LOCK_FILE
+    if is_held(lock):
+        raise DaemonAlreadyRunning(home, *read_holder(lock))
+    log_path, log_fd = open_daemon_log(home)
+    start_offset = os.fstat(log_fd).st_size
+    try:
+        child = subprocess.Popen(
+            _child_argv(args, home),
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=log_fd,
+            start_new_session=True,
+        )
+    finally:
+        os.close(log_fd)
+    deadline = time.monotonic() + START_DEADLINE_S
+    while True:
+        status = child.poll()
+        if status is not None:
+            print(f"metis: the daemon did not start (exit status {status}).", file=sys.stderr)
+            print(f"The end of its log, {log_path}:", file=sys.stderr)
+            for line in _logged_since(log_path, start_offset):
+                print(f"  {line}", file=sys.stderr)
+            return 1
+        pid, url = read_holder(lock)
+        if pid == child.pid and url is not None:
+            break
+        if time.monotonic() > deadline:
+            child.terminate()
+            print(
+                f"metis: the daemon was still starting after {START_DEADLINE_S:.0f} s and was "
+                f"stopped; its log: {log_path}",
+                file=sys.stderr,
+            )
+            return 1
+        time.sleep(0.05)
+    print(
+        f"metis is serving at {url} in the background (pid {child.pid})\n"
+        f"  home:    {home}\n"
+        f"  log:     {log_path}\n"
+        "Next: `metis chat`, `metis open` (the dashboard), `metis status`; `metis stop` stops it.",
+        flush=True,
+    )
+    return 0

@@ -1,0 +1,92 @@
+"""`metis stop`: stop the daemon running on a METIS_HOME, as Ctrl-C stops one in the foreground.
+
+The daemon is the process holding the home's lock (`metis.server.lock`): that it holds it is
+asked of the kernel, and only then does the pid the lock file names receive SIGTERM, so a pid
+left by a daemon killed long ago, since reused by another process, is never signalled. The
+daemon then shuts down as on Ctrl-C (running turns end cancelled for the shutdown, the trace is
+flushed, MCP servers and shell commands are stopped, within `limits.shutdown_grace_s`); the
+command waits until the lock is free, which the kernel makes it once the process is gone. Exit status: 0 stopped, 3 nothing was running (as
+`metis status`), 1 it could not be stopped (another user's process, or still stopping when the
+wait ran out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from metis.config import default_home
+from metis.server.lock import LOCK_FILE, is_held, read_holder
+
+NOT_RUNNING = 3
+STOP_TIMEOUT_S = 60.0  # twice the default shutdown grace
+
+
+def stop_command(args: argparse.Namespace) -> int:
+    home = Path(args.home).expanduser() if args.home else default_home()
+    lock = home / LOCK_FILE
+    if not is_held(lock):
+        print(f"metis: no daemon is running on {home}", file=sys.stderr)
+        return NOT_RUNNING
+    pid, url = read_holder(lock)
+    if pid is None:
+        print(f"metis: the daemon on {home} does not name its pid in {lock}", file=sys.stderr)
+        return 1
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass  # it ended meanwhile: the wait below sees the lock free
+    except PermissionError:
+        print(
+            f"metis: the daemon on {home} (pid {pid}) belongs to another user; "
+            "stop it as that user",
+            file=sys.stderr,
+        )
+        return 1
+    deadline = time.monotonic() + args.timeout
+    while is_held(lock):
+        if time.monotonic() > deadline:
+            print(
+                f"metis: the daemon (pid {pid}) is still stopping after {args.timeout:g} s; "
+                f"`kill -9 {pid}` ends it at once (its running turns are then marked "
+                "interrupted at the next start)",
+                file=sys.stderr,
+            )
+            return 1
+        time.sleep(0.05)
+    where = f" at {url}" if url else ""
+    print(f"metis stopped the daemon{where} (pid {pid})")
+    return 0
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError("give a number of seconds above 0, at most 3600")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "stop",
+        help="stop the daemon running on METIS_HOME",
+        description="Stop the daemon running on METIS_HOME (SIGTERM, as Ctrl-C in the "
+        "foreground) and wait until it has. Exit 0 stopped, 3 none was running, 1 it could "
+        "not be stopped.",
+    )
+    parser.add_argument("--home", metavar="DIR", help="METIS_HOME of the daemon (overrides env)")
+    parser.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=STOP_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"how long to wait for it to stop (default {STOP_TIMEOUT_S:g})",
+    )
+    parser.set_defaults(func=stop_command)

@@ -1,0 +1,191 @@
+"""`metis serve --detach` and `metis stop` as a person runs them: real subprocesses on a home of
+their own (offline scripted model), the daemon left running in the background between them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import socket
+import stat
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from metis.commands.detach import LOG_ROTATE_BYTES, open_daemon_log
+from metis.server.lock import LOCK_FILE, is_held, read_holder
+from tests.cli import metis
+
+BANNER = re.compile(
+    r"metis is serving at (http://127\.0\.0\.1:\d+) in the background \(pid (\d+)\)"
+)
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name in (
+        "METIS_API_KEY",
+        "METIS_HOST",
+        "METIS_PORT",
+        "ANTHROPIC_API_KEY",
+        "OPENAI_API_KEY",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("METIS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("METIS_OFFLINE", "1")
+    return tmp_path / "home"
+
+
+@pytest.fixture
+async def detached(home: Path) -> AsyncIterator[tuple[str, int]]:
+    """A daemon started with `metis serve --detach`: its URL and pid; killed if a test left it."""
+    code, out, err = await metis("serve", "--detach", "--port", "0")
+    assert code == 0, err
+    found = BANNER.search(out)
+    assert found, out
+    try:
+        yield found.group(1), int(found.group(2))
+    finally:
+        if is_held(home / LOCK_FILE):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(found.group(2)), signal.SIGKILL)
+
+
+async def health(url: str) -> int:
+    async with aiohttp.ClientSession() as http, http.get(f"{url}/health") as response:
+        return response.status
+
+
+async def test_a_detached_daemon_serves_until_metis_stop_stops_it(
+    home: Path, detached: tuple[str, int]
+) -> None:
+    url, pid = detached
+    assert await health(url) == 200  # listening before the command returned
+    assert read_holder(home / LOCK_FILE) == (pid, url)
+    code, out, err = await metis("status")
+    assert code == 0, err
+    assert f"is running at {url} (pid {pid}," in out
+    log = home / "logs" / "daemon.log"
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600
+    logged = log.read_text()
+    assert f"metis listening on {url}" in logged and f"metis is serving at {url}" in logged
+    assert "token=" not in logged and "`metis open` logs a browser in" in logged
+
+    code, out, err = await metis("stop")
+    assert code == 0, err
+    assert out.strip() == f"metis stopped the daemon at {url} (pid {pid})"
+    assert not is_held(home / LOCK_FILE)
+    with pytest.raises(aiohttp.ClientConnectionError):
+        await health(url)
+    assert "signal received; shutting down" in log.read_text()
+    code, out, err = await metis("stop")
+    assert (code, out) == (3, "") and err.strip() == f"metis: no daemon is running on {home}"
+    code, _, _ = await metis("status")
+    assert code == 3
+
+
+async def test_a_second_detach_on_the_same_home_names_the_daemon_running(
+    home: Path, detached: tuple[str, int]
+) -> None:
+    url, pid = detached
+    code, out, err = await metis("serve", "--detach", "--port", "0")
+    assert (code, out) == (1, "")
+    assert f"already running on {home}: pid {pid} at {url}" in err
+    assert await health(url) == 200
+
+
+async def test_a_daemon_that_cannot_start_shows_why_from_its_log(home: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code, out, err = await metis("serve", "--detach", "--port", str(port))
+    assert (code, out) == (1, "")
+    assert err.startswith("metis: the daemon did not start (exit status 1).\n")
+    assert f"The end of its log, {home / 'logs' / 'daemon.log'}:" in err
+    assert f"127.0.0.1:{port}" in err and "Traceback" not in err
+    assert not is_held(home / LOCK_FILE)
+
+
+async def test_a_bad_config_yaml_is_reported_on_the_terminal_and_nothing_starts(
+    home: Path,
+) -> None:
+    home.mkdir(mode=0o700)
+    (home / "config.yaml").write_text("limits:\n  max_concurrent_turns: many\n")
+    code, out, err = await metis("serve", "--detach", "--port", "0")
+    assert (code, out) == (2, "")
+    assert "configuration error" in err and "max_concurrent_turns" in err
+    assert not (home / "logs" / "daemon.log").exists()
+
+
+async def test_stop_never_signals_a_pid_a_lock_file_names_without_holding_the_lock(
+    home: Path,
+) -> None:
+    bystander = await asyncio.create_subprocess_exec("sleep", "30")
+    try:
+        home.mkdir(mode=0o700)
+        (home / LOCK_FILE).write_text(f'{{"pid": {bystander.pid}, "url": "http://127.0.0.1:9"}}\n')
+        code, out, err = await metis("stop")
+        assert (code, out) == (3, "") and "no daemon is running" in err
+        assert bystander.returncode is None
+        await asyncio.sleep(0.1)
+        assert bystander.returncode is None  # still sleeping: no signal reached it
+    finally:
+        bystander.kill()
+        await bystander.wait()
+    code, _, err = await metis("stop", "--timeout", "soon")
+    assert code == 2 and "not a number of seconds: 'soon'" in err
+
+
+HOLDER = """
+import fcntl, json, os, signal, sys
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.write(fd, json.dumps({"pid": os.getpid(), "url": None}).encode())
+print("READY", flush=True)
+signal.pause()
+"""
+
+
+async def test_stop_gives_up_on_a_daemon_still_running_when_the_wait_ends(home: Path) -> None:
+    home.mkdir(mode=0o700)
+    holder = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", HOLDER, str(home / LOCK_FILE), stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert holder.stdout is not None
+        assert (await holder.stdout.readline()).strip() == b"READY"
+        code, out, err = await metis("stop", "--timeout", "0.5")
+        assert (code, out) == (1, "")
+        assert f"(pid {holder.pid}) is still stopping after 0.5 s; `kill -9 {holder.pid}`" in err
+        assert holder.returncode is None
+    finally:
+        holder.kill()
+        await holder.wait()
+
+
+def test_a_log_past_its_limit_is_kept_as_one_generation_and_a_new_one_begun(
+    tmp_path: Path,
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "daemon.log").write_text("older\n")
+    os.truncate(logs / "daemon.log", LOG_ROTATE_BYTES + 1)
+    (logs / "daemon.log.1").write_text("oldest\n")
+    path, fd = open_daemon_log(tmp_path)
+    os.close(fd)
+    assert path == logs / "daemon.log" and path.stat().st_size == 0
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    kept = logs / "daemon.log.1"
+    assert kept.stat().st_size == LOG_ROTATE_BYTES + 1 and kept.read_bytes().startswith(b"older")
+    path.write_text("a line\n")
+    path.chmod(0o644)
+    path, fd = open_daemon_log(tmp_path)  # under the limit: appended to, mode made 0600
+    os.close(fd)
+    assert path.read_text() == "a line\n" and stat.S_IMODE(path.stat().st_mode) == 0o600
