@@ -40,7 +40,12 @@ from metis.commands.client import (
     subscribe_answer,
     turn_outcome,
 )
-from metis.commands.daemon_client import add_arguments, session_id, target_from_args
+from metis.commands.daemon_client import (
+    add_arguments,
+    session_id,
+    target_from_args,
+    unreachable,
+)
 from metis.core.errors import ConfigError
 from metis.core.tools.textutil import visible_controls
 from metis.wire import tooldisplay
@@ -646,9 +651,7 @@ class ChatSession:
                     self._created = True
                 snapshot = await self.attach()
             except aiohttp.ClientConnectionError:
-                self.render.line(
-                    "error", f"cannot reach the daemon at {self.url}; is `metis serve` running?"
-                )
+                self.render.line("error", unreachable(self.url))
                 return 1
             except ApiFailure as exc:
                 self.render.line("error", str(exc))

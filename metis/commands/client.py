@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import aiohttp
 
-from metis.commands.daemon_client import target_from_args
+from metis.commands.daemon_client import target_from_args, unreachable
 from metis.core.errors import ConfigError
 
 
@@ -201,7 +201,7 @@ async def with_daemon(
         print(f"metis: {not_a_url(target.url)}", file=sys.stderr)
         return 2
     except aiohttp.ClientConnectionError:
-        print(f"metis: cannot reach the daemon at {target.url}", file=sys.stderr)
+        print(f"metis: {unreachable(target.url)}", file=sys.stderr)
         return 1
     except aiohttp.ClientError as exc:
         print(f"metis: the call to the daemon at {target.url} failed: {exc}", file=sys.stderr)

@@ -24,6 +24,13 @@ from metis.http.apikey import existing_api_key
 from metis.http.ca_bundle import load_ca_bundle
 from metis.server.lock import LOCK_FILE, running_url
 
+START_HINT = "start it with `metis serve --detach` (or `metis serve` in another terminal)"
+
+
+def unreachable(url: str) -> str:
+    """What a client says when nothing answers at the daemon's URL, and how to start one."""
+    return f"cannot reach the daemon at {url}; {START_HINT}"
+
 
 @dataclass(frozen=True)
 class DaemonTarget:

@@ -21,7 +21,12 @@ import webbrowser
 from pathlib import Path
 from typing import Any
 
-from metis.commands.daemon_client import DaemonTarget, add_arguments, target_from_args
+from metis.commands.daemon_client import (
+    START_HINT,
+    DaemonTarget,
+    add_arguments,
+    target_from_args,
+)
 from metis.core.errors import ConfigError
 from metis.private_file import write_private
 
@@ -49,8 +54,7 @@ def request_login_url(target: DaemonTarget) -> dict[str, Any]:
         raise OpenFailed(f"the daemon at {target.url} answered {exc.code}") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise OpenFailed(
-            f"no daemon answers at {target.url} ({type(exc).__name__}); start one with "
-            "`metis serve`"
+            f"no daemon answers at {target.url} ({type(exc).__name__}); {START_HINT}"
         ) from None
     if not isinstance(body, dict) or not isinstance(body.get("url"), str):
         raise OpenFailed(f"the daemon at {target.url} gave no login URL")

@@ -24,7 +24,7 @@ from typing import Any
 import aiohttp
 
 from metis.commands.client import NOT_A_URL, ApiFailure, DaemonApi, not_a_url
-from metis.commands.daemon_client import add_arguments, target_from_args
+from metis.commands.daemon_client import add_arguments, target_from_args, unreachable
 from metis.commands.daemon_client import session_id as session_argument
 from metis.core.errors import ConfigError
 from metis.wire import tooldisplay
@@ -235,7 +235,7 @@ async def _main(args: argparse.Namespace) -> int:
         _err(not_a_url(target.url))
         return 2
     except aiohttp.ClientConnectionError:
-        _err(f"cannot reach the daemon at {target.url}; is `metis serve` running?")
+        _err(unreachable(target.url))
         return 1
     except ApiFailure as exc:
         _err(str(exc))

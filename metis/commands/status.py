@@ -21,7 +21,12 @@ from typing import Any
 import aiohttp
 
 from metis.commands.client import ApiFailure, DaemonApi, with_daemon
-from metis.commands.daemon_client import DaemonTarget, add_arguments, target_from_args
+from metis.commands.daemon_client import (
+    START_HINT,
+    DaemonTarget,
+    add_arguments,
+    target_from_args,
+)
 from metis.server.lock import LOCK_FILE, read_holder, running_url
 
 NOT_RUNNING = 3
@@ -150,7 +155,7 @@ def _not_running(target: DaemonTarget, args: argparse.Namespace) -> int:
         print(json.dumps({"running": False, "url": target.url, "home": str(target.home)}))
     else:
         print(f"metis is not running: nothing answers at {target.url} (home {target.home})")
-        print("Start it with `metis serve` (or `metis serve --detach` for the background).")
+        print(f"{START_HINT[:1].upper()}{START_HINT[1:]}.")
     return NOT_RUNNING
 
 

@@ -362,6 +362,7 @@ async def test_an_unreachable_daemon_is_reported(workspace: Path) -> None:
     chat = ChatSession("http://127.0.0.1:9", str(workspace), term.lines, term.out)
     assert await chat.run() == 1
     assert term.labelled("error")[0].startswith("error> cannot reach the daemon")
+    assert "start it with `metis serve --detach`" in term.labelled("error")[0]
 
 
 def test_unknown_event_and_frame_types_are_skipped() -> None:

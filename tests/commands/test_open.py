@@ -98,7 +98,7 @@ async def test_no_daemon_or_a_wrong_key_exits_1_saying_why(
     nobody = f"http://127.0.0.1:{free_port()}"
     code, out, err = await metis("open", "--print", "--url", nobody)
     assert code == 1 and out == ""
-    assert f"no daemon answers at {nobody}" in err and "metis serve" in err
+    assert f"no daemon answers at {nobody}" in err and "`metis serve --detach`" in err
     code, out, err = await metis(
         "open", "--print", "--url", daemon.base_url, env={"METIS_API_KEY": "x" * 40}
     )

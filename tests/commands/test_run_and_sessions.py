@@ -108,7 +108,10 @@ async def test_run_exits_non_zero_when_the_turn_fails(
     )
     assert code != 0 and "model_not_configured" in err
     code, _, err = await metis("run", "hi", "--url", "http://127.0.0.1:9")
-    assert code == 1 and "cannot reach the daemon" in err
+    assert code == 1 and err.strip() == (
+        "metis: cannot reach the daemon at http://127.0.0.1:9; start it with "
+        "`metis serve --detach` (or `metis serve` in another terminal)"
+    )
     code, _, err = await metis("run", "hi", "--url", "127.0.0.1:9")  # no scheme
     assert code == 2 and "is not a daemon URL" in err and "Traceback" not in err
 

@@ -36,6 +36,9 @@ async def test_status_of_no_daemon_exits_3_and_of_a_wrong_key_1(daemon: Daemon) 
     code, out, _ = await metis("status", "--url", "http://127.0.0.1:9")
     assert code == 3
     assert out.startswith("metis is not running: nothing answers at http://127.0.0.1:9")
+    assert out.splitlines()[1] == (
+        "Start it with `metis serve --detach` (or `metis serve` in another terminal)."
+    )
     code, out, _ = await metis("status", "--json", "--url", "http://127.0.0.1:9")
     assert code == 3 and json.loads(out)["running"] is False
     code, out, err = await metis(

@@ -27,7 +27,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from metis.commands.client import ApiFailure, DaemonApi
-from metis.commands.daemon_client import target_from_args
+from metis.commands.daemon_client import target_from_args, unreachable
 from metis.commands.paths import short_path
 from metis.commands.tui.completion import PromptCompletion
 from metis.commands.tui.confirmations import ConfirmationQueue
@@ -162,9 +162,7 @@ class ChatApp(App[int]):
                 self.created = True  # set first: a session that fails to open is ended too
             await self.open_session(self.session_id)
         except aiohttp.ClientConnectionError:
-            await self._fatal(
-                f"cannot reach the daemon at {self.api.url}; is `metis serve` running?"
-            )
+            await self._fatal(unreachable(self.api.url))
         except ApiFailure as exc:
             await self._fatal(failure_text(exc))
         warm_up_markdown(self.console)

@@ -155,6 +155,7 @@ async def test_without_a_daemon_the_app_says_so_and_the_prompt_sends_nothing(
     )
     async with app.run_test(size=SIZE) as pilot:
         await until(lambda: "cannot reach the daemon" in notes(app))
+        assert "start it with `metis serve --detach`" in notes(app)
         assert app.prompt.disabled and app.session_id is None
         assert "no session" in str(app.status.render())
         await pilot.press("h", "i", "enter")
