@@ -15,19 +15,14 @@ from typing import Any
 
 import pytest
 
-from metis.core.tools import (
-    Sandbox,
-    SurfaceToolPolicy,
-    ToolExecutor,
-    ToolLimits,
-    ToolOutcome,
-    ToolRegistry,
-    ToolsSettings,
-    limits_from_settings,
-    precheck,
-)
-from metis.core.tools.results import failed, input_invalid_text, not_found_text
-from metis.core.tools.sandbox import MetisHome
+from metis.core.tools.base import ToolLimits
+from metis.core.tools.executor import ToolExecutor
+from metis.core.tools.policy import SurfaceToolPolicy
+from metis.core.tools.precheck import precheck
+from metis.core.tools.registry import ToolRegistry
+from metis.core.tools.results import ToolOutcome, failed, input_invalid_text, not_found_text
+from metis.core.tools.sandbox import MetisHome, Sandbox
+from metis.core.tools.settings import ToolsSettings, limits_from_settings
 
 # Provider-key variables as models.yaml would name them.
 API_KEY_ENVS = frozenset({"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "CUSTOM_PROVIDER_KEY"})

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from metis.core.tools import ToolsSettings
 from metis.core.tools.bwrap import (
     CREDENTIAL_PATHS,
     NAMESPACE_FLAGS,
@@ -19,7 +18,7 @@ from metis.core.tools.bwrap import (
     find_bwrap,
     hidden_candidates,
 )
-from metis.core.tools.settings import ShellSettings
+from metis.core.tools.settings import ShellSettings, ToolsSettings
 from tests.shell_sandbox import require_bwrap
 
 

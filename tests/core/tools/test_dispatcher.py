@@ -20,14 +20,12 @@ from metis.core.sessions.cache import SessionCache
 from metis.core.sessions.history import HistoryWriter
 from metis.core.store.db import Database
 from metis.core.store.store import Store
-from metis.core.tools import (
-    Sandbox,
-    SurfaceToolPolicy,
-    ToolNameConflict,
-    ToolRegistry,
-    ToolsSettings,
-)
+from metis.core.tools.base import ToolNameConflict
 from metis.core.tools.dispatcher import Dispatcher, TurnTools
+from metis.core.tools.policy import SurfaceToolPolicy
+from metis.core.tools.registry import ToolRegistry
+from metis.core.tools.sandbox import Sandbox
+from metis.core.tools.settings import ToolsSettings
 
 ASK_USER = ToolDefinition(
     name="ask_user",

@@ -13,17 +13,11 @@ import pytest
 
 from metis.core.canonical.content import TextBlock
 from metis.core.canonical.tools import SideEffects, ToolDefinition
-from metis.core.tools import (
-    ToolCancelled,
-    ToolContext,
-    ToolError,
-    ToolOutput,
-    ToolRegistry,
-    ToolsSettings,
-    effective_timeout,
-    hard_limit,
-)
 from metis.core.tools import results as texts
+from metis.core.tools.base import ToolCancelled, ToolContext, ToolError, ToolOutput
+from metis.core.tools.registry import ToolRegistry
+from metis.core.tools.settings import ToolsSettings
+from metis.core.tools.timeouts import effective_timeout, hard_limit
 
 EMPTY = {"type": "object", "properties": {}, "additionalProperties": False}
 SECONDS = {

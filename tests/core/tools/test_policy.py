@@ -6,9 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from metis.core.canonical.tools import SideEffects
-from metis.core.tools import SurfaceToolPolicy, ToolsSettings, resolve_mode
-from metis.core.tools.policy import ModeResolution
-from metis.core.tools.settings import ConfirmationSettings
+from metis.core.tools.policy import ModeResolution, SurfaceToolPolicy, resolve_mode
+from metis.core.tools.settings import ConfirmationSettings, ToolsSettings
 
 
 def mode(

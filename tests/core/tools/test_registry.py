@@ -8,13 +8,10 @@ from typing import Any
 import pytest
 
 from metis.core.errors import ConfigError
-from metis.core.tools import (
-    BUILTIN_TOOL_NAMES,
-    SurfaceToolPolicy,
-    ToolNameConflict,
-    ToolRegistry,
-    ToolsSettings,
-)
+from metis.core.tools.base import ToolNameConflict
+from metis.core.tools.policy import SurfaceToolPolicy
+from metis.core.tools.registry import ToolRegistry
+from metis.core.tools.settings import BUILTIN_TOOL_NAMES, ToolsSettings
 
 ALL = "read_file, write_file, patch_file, list_dir, grep_files, shell"
 

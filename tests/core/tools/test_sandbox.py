@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from metis.core.tools import PathOutsideWorkspace, ProtectedPath, Sandbox
-from metis.core.tools.sandbox import MetisHome
+from metis.core.tools.base import PathOutsideWorkspace, ProtectedPath
+from metis.core.tools.sandbox import MetisHome, Sandbox
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:

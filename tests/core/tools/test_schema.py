@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from metis.core.canonical.tools import ToolDefinition
-from metis.core.tools import SchemaError, ToolRegistrationError, ToolRegistry
-from metis.core.tools.schema import check_schema, validate, validate_input
+from metis.core.tools.base import ToolRegistrationError
+from metis.core.tools.registry import ToolRegistry
+from metis.core.tools.schema import SchemaError, check_schema, validate, validate_input
 
 
 def root(**properties: Any) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from metis.core.tools import BUILTIN_TOOL_NAMES, ToolsSettings, limits_from_settings
+from metis.core.tools.settings import BUILTIN_TOOL_NAMES, ToolsSettings, limits_from_settings
 
 
 def test_defaults() -> None:

@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from metis.core.canonical.tools import ToolDefinition
-from metis.core.tools import Sandbox, ToolRegistry, ToolsSettings, summarize
+from metis.core.tools.registry import ToolRegistry
+from metis.core.tools.sandbox import Sandbox
+from metis.core.tools.settings import ToolsSettings
+from metis.core.tools.summary import summarize
 
 REGISTRY = ToolRegistry.with_builtins(ToolsSettings())
 

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from metis.core.tools import Sandbox, ToolCancelled, ToolContext, ToolLimits
+from metis.core.tools.base import ToolCancelled, ToolContext, ToolLimits
 from metis.core.tools.builtins.write_file import WriteFileTool
 from metis.core.tools.files import atomic_write
+from metis.core.tools.sandbox import Sandbox
 
 MIB = 1024 * 1024
 

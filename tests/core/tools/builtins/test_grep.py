@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from metis.core.tools import ToolsSettings
+from metis.core.tools.settings import ToolsSettings
 
 
 async def grep(harness: Any, **input: Any) -> tuple[str | None, str]:

@@ -15,9 +15,9 @@ import pytest
 from metis.config import Settings
 from metis.core.errors import ConfigError
 from metis.core.runtime import Core
-from metis.core.tools import ToolLimits, ToolsSettings, check_env_passthrough
+from metis.core.tools.base import ToolLimits
 from metis.core.tools.builtins.shell import OutputCapture, scrubbed_env
-from metis.core.tools.settings import limits_from_settings
+from metis.core.tools.settings import ToolsSettings, check_env_passthrough, limits_from_settings
 from tests.processes import live_group_members
 
 KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "METIS_API_KEY", "CUSTOM_PROVIDER_KEY")
