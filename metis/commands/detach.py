@@ -57,6 +57,18 @@ def _logged_since(path: Path, offset: int) -> list[str]:
         return log.read().decode(errors="replace").splitlines()[-LOG_LINES_SHOWN:]
 
 
+def _listening_url(child: subprocess.Popen[bytes], lock: Path) -> str | None:
+    """The child's URL once it has recorded it in the home's lock (it listens then); None when
+    it exits first or `START_DEADLINE_S` passes."""
+    deadline = time.monotonic() + START_DEADLINE_S
+    while child.poll() is None and time.monotonic() < deadline:
+        pid, url = read_holder(lock)
+        if pid == child.pid and url is not None:
+            return url
+        time.sleep(0.05)
+    return None
+
+
 def serve_detached(args: argparse.Namespace) -> int:
     """Start the daemon in the background; 0 once it listens, 1 when it could not start (a
     configuration error raises ConfigError, which `metis serve` reports with exit 2)."""
@@ -80,19 +92,17 @@ def serve_detached(args: argparse.Namespace) -> int:
         )
     finally:
         os.close(log_fd)
-    deadline = time.monotonic() + START_DEADLINE_S
-    while True:
-        status = child.poll()
-        if status is not None:
-            print(f"metis: the daemon did not start (exit status {status}).", file=sys.stderr)
-            print(f"The end of its log, {log_path}:", file=sys.stderr)
-            for line in _logged_since(log_path, start_offset):
-                print(f"  {line}", file=sys.stderr)
-            return 1
-        pid, url = read_holder(lock)
-        if pid == child.pid and url is not None:
-            break
-        if time.monotonic() > deadline:
+    try:
+        url = _listening_url(child, lock)
+    except KeyboardInterrupt:
+        print(
+            f"\nmetis: stopped waiting; the daemon (pid {child.pid}) goes on starting in the "
+            "background (`metis status` says when it is up, `metis stop` stops it)",
+            file=sys.stderr,
+        )
+        return 130
+    if url is None:
+        if child.poll() is None:
             child.terminate()
             print(
                 f"metis: the daemon was still starting after {START_DEADLINE_S:.0f} s and was "
@@ -100,7 +110,11 @@ def serve_detached(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
-        time.sleep(0.05)
+        print(f"metis: the daemon did not start (exit status {child.returncode}).", file=sys.stderr)
+        print(f"The end of its log, {log_path}:", file=sys.stderr)
+        for line in _logged_since(log_path, start_offset):
+            print(f"  {line}", file=sys.stderr)
+        return 1
     print(
         f"metis is serving at {url} in the background (pid {child.pid})\n"
         f"  home:    {home}\n"

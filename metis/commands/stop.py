@@ -47,9 +47,8 @@ def stop_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    deadline = time.monotonic() + args.timeout
-    while is_held(lock):
-        if time.monotonic() > deadline:
+    try:
+        if not _gone_within(lock, args.timeout):
             print(
                 f"metis: the daemon (pid {pid}) is still stopping after {args.timeout:g} s; "
                 f"`kill -9 {pid}` ends it at once (its running turns are then marked "
@@ -57,10 +56,26 @@ def stop_command(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
-        time.sleep(0.05)
+    except KeyboardInterrupt:
+        print(
+            f"\nmetis: stopped waiting; the daemon (pid {pid}) was asked to stop and goes on "
+            "stopping (`metis status` says when it is gone)",
+            file=sys.stderr,
+        )
+        return 130
     where = f" at {url}" if url else ""
     print(f"metis stopped the daemon{where} (pid {pid})")
     return 0
+
+
+def _gone_within(lock: Path, seconds: float) -> bool:
+    """Whether the lock is free, its holder gone, within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while is_held(lock):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _seconds(text: str) -> float:

@@ -19,7 +19,7 @@ import pytest
 
 from metis.commands.detach import LOG_ROTATE_BYTES, open_daemon_log
 from metis.server.lock import LOCK_FILE, is_held, read_holder
-from tests.cli import metis
+from tests.cli import metis, start_metis
 
 BANNER = re.compile(
     r"metis is serving at (http://127\.0\.0\.1:\d+) in the background \(pid (\d+)\)"
@@ -142,32 +142,60 @@ async def test_stop_never_signals_a_pid_a_lock_file_names_without_holding_the_lo
     assert code == 2 and "not a number of seconds: 'soon'" in err
 
 
+# A process that holds a home's lock as a daemon does, and says so of each SIGTERM, which it
+# survives: a daemon slow to stop.
 HOLDER = """
 import fcntl, json, os, signal, sys
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, lambda *_: print("TERM", flush=True))
 fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
 fcntl.flock(fd, fcntl.LOCK_EX)
 os.write(fd, json.dumps({"pid": os.getpid(), "url": None}).encode())
 print("READY", flush=True)
-signal.pause()
+while True:
+    signal.pause()
 """
 
 
-async def test_stop_gives_up_on_a_daemon_still_running_when_the_wait_ends(home: Path) -> None:
+@pytest.fixture
+async def slow_to_stop(home: Path) -> AsyncIterator[asyncio.subprocess.Process]:
     home.mkdir(mode=0o700)
     holder = await asyncio.create_subprocess_exec(
         sys.executable, "-c", HOLDER, str(home / LOCK_FILE), stdout=asyncio.subprocess.PIPE
     )
+    assert holder.stdout is not None
     try:
-        assert holder.stdout is not None
         assert (await holder.stdout.readline()).strip() == b"READY"
-        code, out, err = await metis("stop", "--timeout", "0.5")
-        assert (code, out) == (1, "")
-        assert f"(pid {holder.pid}) is still stopping after 0.5 s; `kill -9 {holder.pid}`" in err
-        assert holder.returncode is None
+        yield holder
     finally:
         holder.kill()
         await holder.wait()
+
+
+async def test_stop_gives_up_on_a_daemon_still_running_when_the_wait_ends(
+    slow_to_stop: asyncio.subprocess.Process,
+) -> None:
+    pid = slow_to_stop.pid
+    code, out, err = await metis("stop", "--timeout", "0.5")
+    assert (code, out) == (1, "")
+    assert f"(pid {pid}) is still stopping after 0.5 s; `kill -9 {pid}` ends it at once" in err
+    assert slow_to_stop.stdout is not None
+    assert (await slow_to_stop.stdout.readline()).strip() == b"TERM"
+    assert slow_to_stop.returncode is None
+
+
+async def test_ctrl_c_while_stop_waits_leaves_without_a_traceback(
+    slow_to_stop: asyncio.subprocess.Process,
+) -> None:
+    stop = await start_metis("stop")
+    assert slow_to_stop.stdout is not None
+    assert (await slow_to_stop.stdout.readline()).strip() == b"TERM"  # stop is waiting now
+    stop.send_signal(signal.SIGINT)
+    out, err = await asyncio.wait_for(stop.communicate(), 30)
+    assert (stop.returncode, out) == (130, b"")
+    assert err.decode().strip() == (
+        f"metis: stopped waiting; the daemon (pid {slow_to_stop.pid}) was asked to stop and "
+        "goes on stopping (`metis status` says when it is gone)"
+    )
 
 
 def test_a_log_past_its_limit_is_kept_as_one_generation_and_a_new_one_begun(
