@@ -36,18 +36,18 @@ def stop_command(args: argparse.Namespace) -> int:
     if pid is None:
         print(f"metis: the daemon on {home} does not name its pid in {lock}", file=sys.stderr)
         return 1
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass  # it ended meanwhile: the wait below sees the lock free
-    except PermissionError:
-        print(
-            f"metis: the daemon on {home} (pid {pid}) belongs to another user; "
-            "stop it as that user",
-            file=sys.stderr,
-        )
-        return 1
-    try:
+    try:  # the kill inside: a Ctrl-C just after it is sent gets the sentence too
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass  # it ended meanwhile: the wait below sees the lock free
+        except PermissionError:
+            print(
+                f"metis: the daemon on {home} (pid {pid}) belongs to another user; "
+                "stop it as that user",
+                file=sys.stderr,
+            )
+            return 1
         if not _gone_within(lock, args.timeout):
             print(
                 f"metis: the daemon (pid {pid}) is still stopping after {args.timeout:g} s; "
