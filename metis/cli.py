@@ -63,8 +63,9 @@ class _KeyValueFormatter(logging.Formatter):
         return line
 
 
-def setup_logging(level: str = "INFO") -> None:
-    handler = logging.StreamHandler(sys.stderr)
+def setup_logging(level: str = "INFO", handler: logging.Handler | None = None) -> None:
+    """Log records, one line each, to stderr or to `handler` (a detached daemon's log file)."""
+    handler = handler or logging.StreamHandler(sys.stderr)
     handler.setFormatter(_KeyValueFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
@@ -147,7 +148,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from metis.server.lock import DaemonAlreadyRunning
     from metis.server.runner import BindError
 
-    setup_logging(args.log_level or "INFO")  # config.yaml's level, once read, unless the flag
+    if args.detached_child:  # its stdout and stderr are the log file `metis serve --detach` opened
+        from metis.commands.detach import DaemonLogHandler
+
+        setup_logging(args.log_level or "INFO", DaemonLogHandler(Path(args.home)))
+    else:
+        setup_logging(args.log_level or "INFO")  # config.yaml's level once read, unless the flag
     try:
         if args.detach:
             from metis.commands.detach import serve_detached

@@ -14,6 +14,8 @@ credential, and `metis open` makes a fresh link whenever one is wanted.
 from __future__ import annotations
 
 import argparse
+import io
+import logging.handlers
 import os
 import subprocess
 import sys
@@ -38,6 +40,32 @@ def open_daemon_log(home: Path) -> tuple[Path, int]:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     os.fchmod(fd, 0o600)  # a log made by hand with a wider mode
     return path, fd
+
+
+class DaemonLogHandler(logging.handlers.RotatingFileHandler):
+    """The detached daemon's log records, in `METIS_HOME/logs/daemon.log`, rotated while it runs.
+
+    A daemon left running for weeks logs every request: past `LOG_ROTATE_BYTES` the file is
+    kept as `daemon.log.1` (one generation) and a new one begun, mode 0600. The process's own
+    stdout and stderr (the banner, a fatal traceback) are pointed at each new file too, so they
+    stay beside the records around them instead of filling the generation set aside.
+    """
+
+    def __init__(self, home: Path, follow_fds: tuple[int, ...] = (1, 2)) -> None:
+        self._follow_fds = follow_fds
+        super().__init__(home / DAEMON_LOG, maxBytes=LOG_ROTATE_BYTES, backupCount=1)
+
+    def _open(self) -> io.TextIOWrapper:
+        fd = os.open(
+            self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
+        )
+        return open(fd, "a", encoding="utf-8", errors="backslashreplace")
+
+    def doRollover(self) -> None:
+        super().doRollover()
+        if self.stream is not None:
+            for fd in self._follow_fds:
+                os.dup2(self.stream.fileno(), fd)
 
 
 def _child_argv(args: argparse.Namespace, home: Path) -> list[str]:

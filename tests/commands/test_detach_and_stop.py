@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
 import signal
@@ -17,7 +18,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from metis.commands.detach import LOG_ROTATE_BYTES, open_daemon_log
+from metis.commands.detach import LOG_ROTATE_BYTES, DaemonLogHandler, open_daemon_log
 from metis.server.lock import LOCK_FILE, is_held, read_holder
 from tests.cli import metis, start_metis
 
@@ -217,3 +218,31 @@ def test_a_log_past_its_limit_is_kept_as_one_generation_and_a_new_one_begun(
     path, fd = open_daemon_log(tmp_path)  # under the limit: appended to, mode made 0600
     os.close(fd)
     assert path.read_text() == "a line\n" and stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_the_running_daemons_log_rotates_and_its_stdout_and_stderr_follow(tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    log = tmp_path / "logs" / "daemon.log"
+    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # as the parent opens it
+    handler = DaemonLogHandler(tmp_path, follow_fds=(out,))
+    handler.maxBytes = 200  # the rotation's size, small enough for a test
+    logger = logging.getLogger("metis.test.daemon_log")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        os.write(out, b"banner\n")
+        for n in range(5):  # ~50 bytes each: the 4th goes past 200, and to a new file
+            logger.warning("record %d %s", n, "x" * 40)
+        os.write(out, b"after the rotation\n")
+        assert "banner" in (tmp_path / "logs" / "daemon.log.1").read_text()
+        for n in range(5, 8):  # a second rotation: the first generation is dropped
+            logger.warning("record %d %s", n, "x" * 40)
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+        os.close(out)
+    kept = (tmp_path / "logs" / "daemon.log.1").read_text()
+    current = log.read_text()
+    assert kept.startswith("record 3 ") and "after the rotation\nrecord 5 " in kept
+    assert current.startswith("record 6 ") and "record 7 " in current
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600
