@@ -150,8 +150,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     if args.detached_child:  # its stdout and stderr are the log file `metis serve --detach` opened
         from metis.commands.detach import DaemonLogHandler
+        from metis.config import default_home
 
-        setup_logging(args.log_level or "INFO", DaemonLogHandler(Path(args.home)))
+        home = Path(args.home).expanduser() if args.home else default_home()
+        setup_logging(args.log_level or "INFO", DaemonLogHandler(home))
     else:
         setup_logging(args.log_level or "INFO")  # config.yaml's level once read, unless the flag
     try:
