@@ -53,6 +53,7 @@ class DaemonLogHandler(logging.handlers.RotatingFileHandler):
 
     def __init__(self, home: Path, follow_fds: tuple[int, ...] = (1, 2)) -> None:
         self._follow_fds = follow_fds
+        (home / DAEMON_LOG).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         super().__init__(home / DAEMON_LOG, maxBytes=LOG_ROTATE_BYTES, backupCount=1)
 
     def _open(self) -> io.TextIOWrapper:
