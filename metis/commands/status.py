@@ -16,6 +16,8 @@ import argparse
 import asyncio
 import json
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -27,6 +29,7 @@ from metis.commands.daemon_client import (
     add_arguments,
     target_from_args,
 )
+from metis.commands.detach import DAEMON_LOG
 from metis.server.lock import LOCK_FILE, read_holder, running_url
 
 NOT_RUNNING = 3
@@ -92,7 +95,22 @@ def _routing_line(policy: dict[str, Any]) -> str:
     return f"{policy['reason']} (`metis routing check` says why)"
 
 
-def render(target: DaemonTarget, pid: int | None, body: dict[str, Any]) -> str:
+def _log_of(target: DaemonTarget, pid: int | None, health: dict[str, Any]) -> Path | None:
+    """The log file of this home's daemon when it was started with `--detach`: the file has
+    been written since the daemon started (a foreground daemon logs to its terminal)."""
+    if pid is None:
+        return None
+    log = target.home / DAEMON_LOG
+    try:
+        written = log.stat().st_mtime
+    except OSError:
+        return None
+    return log if written >= time.time() - health["uptime_seconds"] - 1 else None
+
+
+def render(
+    target: DaemonTarget, pid: int | None, body: dict[str, Any], log: Path | None = None
+) -> str:
     """The status as a person reads it."""
     health, version = body["/health"], body["/server/version"]
     who = f"pid {pid}, " if pid is not None else ""
@@ -113,10 +131,14 @@ def render(target: DaemonTarget, pid: int | None, body: dict[str, Any]) -> str:
     ]
     if pid is not None:  # the lock of this home names the daemon: it is that home's daemon
         lines.insert(1, f"  home:       {target.home}")
+    if log is not None:
+        lines.insert(2, f"  log:        {log}")
     return "\n".join(lines)
 
 
-def as_json(target: DaemonTarget, pid: int | None, body: dict[str, Any]) -> dict[str, Any]:
+def as_json(
+    target: DaemonTarget, pid: int | None, body: dict[str, Any], log: Path | None = None
+) -> dict[str, Any]:
     """The status for scripts: the same facts, as the API gives them."""
     health = body["/health"]
     policy = body["/routing/policy"]
@@ -125,6 +147,7 @@ def as_json(target: DaemonTarget, pid: int | None, body: dict[str, Any]) -> dict
         "url": target.url,
         "pid": pid,
         "home": str(target.home) if pid is not None else None,
+        "log": str(log) if log is not None else None,
         "version": body["/server/version"]["version"],
         "started_at": health["started_at"],
         "uptime_seconds": health["uptime_seconds"],
@@ -178,10 +201,11 @@ async def _status(args: argparse.Namespace) -> int:
             )
             return 1
         pid = _pid(target)
+        log = _log_of(target, pid, body["/health"])
         if args.json:
-            print(json.dumps(as_json(target, pid, body), ensure_ascii=False))
+            print(json.dumps(as_json(target, pid, body, log), ensure_ascii=False))
         else:
-            print(render(target, pid, body))
+            print(render(target, pid, body, log))
         return 0
 
     # a bad config.yaml or URL, a refusal or an answer that is not a daemon's: said as every

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import re
@@ -72,6 +73,9 @@ async def test_a_detached_daemon_serves_until_metis_stop_stops_it(
     assert code == 0, err
     assert f"is running at {url} (pid {pid}," in out
     log = home / "logs" / "daemon.log"
+    assert out.splitlines()[1:3] == [f"  home:       {home}", f"  log:        {log}"]
+    code, out, err = await metis("status", "--json")
+    assert code == 0 and json.loads(out)["log"] == str(log), err
     assert stat.S_IMODE(log.stat().st_mode) == 0o600
     logged = log.read_text()
     assert f"metis listening on {url}" in logged and f"metis is serving at {url}" in logged

@@ -13,6 +13,7 @@ import signal
 import socket
 import stat
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -140,6 +141,10 @@ async def test_clients_find_the_daemon_of_their_home_on_the_port_it_was_started_
     monkeypatch.delenv("METIS_PORT", raising=False)
     monkeypatch.delenv("METIS_HOST", raising=False)
     port = free_port()
+    old_log = metis_home / "logs" / "daemon.log"  # left by a detached daemon an hour ago
+    old_log.parent.mkdir(parents=True)
+    old_log.write_text("earlier\n")
+    os.utime(old_log, (time.time() - 3600,) * 2)
     running = await serve("--port", str(port))
     await running.banner()
     assert resolve_daemon().url == f"http://127.0.0.1:{port}"
@@ -149,6 +154,7 @@ async def test_clients_find_the_daemon_of_their_home_on_the_port_it_was_started_
     assert code == 0, err
     assert f"is running at http://127.0.0.1:{port} (pid {running.proc.pid}, up " in out
     assert f"  home:       {metis_home}" in out.splitlines()
+    assert "  log:" not in out  # in the foreground it logs to its terminal
     assert resolve_daemon(port=8421).url == "http://127.0.0.1:8421"  # a named port is kept
     running.proc.send_signal(signal.SIGKILL)
     await running.finish()
