@@ -28,6 +28,8 @@ DAEMON_LOG = Path("logs") / "daemon.log"
 LOG_ROTATE_BYTES = 10 * 1024 * 1024
 START_DEADLINE_S = 60.0
 LOG_LINES_SHOWN = 15
+BANNER_WAIT_S = 2.0
+MODELS = "  models:  "  # the banner's line (metis.cli.print_banner)
 
 
 def open_daemon_log(home: Path) -> tuple[Path, int]:
@@ -83,7 +85,7 @@ def _child_argv(args: argparse.Namespace, home: Path) -> list[str]:
 def _logged_since(path: Path, offset: int) -> list[str]:
     with path.open("rb") as log:
         log.seek(offset)
-        return log.read().decode(errors="replace").splitlines()[-LOG_LINES_SHOWN:]
+        return log.read().decode(errors="replace").splitlines()
 
 
 def _listening_url(child: subprocess.Popen[bytes], lock: Path) -> str | None:
@@ -96,6 +98,19 @@ def _listening_url(child: subprocess.Popen[bytes], lock: Path) -> str | None:
             return url
         time.sleep(0.05)
     return None
+
+
+def _banner_models_line(log_path: Path, offset: int) -> str | None:
+    """The models line of the banner the child writes just after recording its URL (which
+    models answer, or that it is offline), given a moment to arrive."""
+    deadline = time.monotonic() + BANNER_WAIT_S
+    while True:
+        for line in _logged_since(log_path, offset):
+            if line.startswith(MODELS):
+                return line
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.02)
 
 
 def serve_detached(args: argparse.Namespace) -> int:
@@ -141,14 +156,16 @@ def serve_detached(args: argparse.Namespace) -> int:
             return 1
         print(f"metis: the daemon did not start (exit status {child.returncode}).", file=sys.stderr)
         print(f"The end of its log, {log_path}:", file=sys.stderr)
-        for line in _logged_since(log_path, start_offset):
+        for line in _logged_since(log_path, start_offset)[-LOG_LINES_SHOWN:]:
             print(f"  {line}", file=sys.stderr)
         return 1
-    print(
-        f"metis is serving at {url} in the background (pid {child.pid})\n"
-        f"  home:    {home}\n"
-        f"  log:     {log_path}\n"
+    lines = [f"metis is serving at {url} in the background (pid {child.pid})", f"  home:    {home}"]
+    models = _banner_models_line(log_path, start_offset)
+    if models is not None:
+        lines.append(models)
+    lines += [
+        f"  log:     {log_path}",
         "Next: `metis chat`, `metis open` (the dashboard), `metis status`; `metis stop` stops it.",
-        flush=True,
-    )
+    ]
+    print("\n".join(lines), flush=True)
     return 0

@@ -50,6 +50,11 @@ async def detached(home: Path) -> AsyncIterator[tuple[str, int]]:
     assert code == 0, err
     found = BANNER.search(out)
     assert found, out
+    assert out.splitlines()[1:4] == [
+        f"  home:    {home}",
+        "  models:  local:scripted (offline: METIS_OFFLINE=1)",
+        f"  log:     {home / 'logs' / 'daemon.log'}",
+    ]
     try:
         yield found.group(1), int(found.group(2))
     finally:
