@@ -39,9 +39,14 @@ def open_daemon_log(home: Path) -> tuple[Path, int]:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     if path.exists() and path.stat().st_size > LOG_ROTATE_BYTES:
         path.replace(path.with_name(path.name + ".1"))
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    fd = _append_to(path)
     os.fchmod(fd, 0o600)  # a log made by hand with a wider mode
     return path, fd
+
+
+def _append_to(path: Path | str) -> int:
+    """`path` opened for appending, created mode 0600: only its owner reads what the daemon logs."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
 
 
 class DaemonLogHandler(logging.handlers.RotatingFileHandler):
@@ -59,10 +64,7 @@ class DaemonLogHandler(logging.handlers.RotatingFileHandler):
         super().__init__(home / DAEMON_LOG, maxBytes=LOG_ROTATE_BYTES, backupCount=1)
 
     def _open(self) -> io.TextIOWrapper:
-        fd = os.open(
-            self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
-        )
-        return open(fd, "a", encoding="utf-8", errors="backslashreplace")
+        return open(_append_to(self.baseFilename), "a", encoding="utf-8", errors="backslashreplace")
 
     def doRollover(self) -> None:
         super().doRollover()
