@@ -174,10 +174,19 @@ async def _ask(api: DaemonApi) -> dict[str, Any]:
 
 
 def _not_running(target: DaemonTarget, args: argparse.Namespace) -> int:
+    """Nothing answers; the log of the home's last detached daemon, if any, may say why."""
+    log = target.home / DAEMON_LOG
+    last_log = str(log) if log.is_file() else None
     if args.json:
-        print(json.dumps({"running": False, "url": target.url, "home": str(target.home)}))
+        print(
+            json.dumps(
+                {"running": False, "url": target.url, "home": str(target.home), "log": last_log}
+            )
+        )
     else:
         print(f"metis is not running: nothing answers at {target.url} (home {target.home})")
+        if last_log is not None:
+            print(f"The log of the daemon last started with --detach: {last_log}")
         print(f"{START_HINT[:1].upper()}{START_HINT[1:]}.")
     return NOT_RUNNING
 

@@ -95,8 +95,10 @@ async def test_a_detached_daemon_serves_until_metis_stop_stops_it(
     assert "signal received; shutting down" in log.read_text()
     code, out, err = await metis("stop")
     assert (code, out) == (3, "") and err.strip() == f"metis: no daemon is running on {home}"
-    code, _, _ = await metis("status")
-    assert code == 3
+    code, out, _ = await metis("status")
+    assert code == 3 and f"The log of the daemon last started with --detach: {log}" in out
+    code, out, _ = await metis("status", "--json")
+    assert code == 3 and json.loads(out)["log"] == str(log)
 
 
 async def test_a_second_detach_on_the_same_home_names_the_daemon_running(
