@@ -11,7 +11,6 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from metis.http.ca_bundle import deferring_ca_bundle
@@ -102,15 +101,14 @@ def print_banner(daemon: Daemon, *, detached: bool = False) -> None:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from metis.config import load_settings
+    from metis.config import home_from, load_settings
     from metis.http.ca_bundle import load_ca_bundle
     from metis.server.lock import acquire
     from metis.server.runner import Daemon, freeze_startup_heap, protect_process_memory
 
     if not protect_process_memory():
         log.info("process memory protection unavailable on this platform")
-    home = Path(args.home).expanduser() if args.home else None
-    settings = load_settings(home=home, host=args.host, port=args.port)
+    settings = load_settings(home=home_from(args.home), host=args.host, port=args.port)
     if args.log_level is None:
         logging.getLogger().setLevel(settings.file.log_level)
     lock = acquire(settings.home)  # before the store opens: one daemon per METIS_HOME
@@ -150,10 +148,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     if args.detached_child:  # its stdout and stderr are the log file `metis serve --detach` opened
         from metis.commands.detach import DaemonLogHandler
-        from metis.config import default_home
+        from metis.config import home_from
 
-        home = Path(args.home).expanduser() if args.home else default_home()
-        setup_logging(args.log_level or "INFO", DaemonLogHandler(home))
+        setup_logging(args.log_level or "INFO", DaemonLogHandler(home_from(args.home)))
     else:
         setup_logging(args.log_level or "INFO")  # config.yaml's level once read, unless the flag
     try:

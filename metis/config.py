@@ -236,6 +236,12 @@ def default_home() -> Path:
     return Path(os.environ.get("METIS_HOME") or Path.home() / ".metis").expanduser()
 
 
+def home_from(flag: str | Path | None) -> Path:
+    """METIS_HOME as every command resolves it: `--home DIR`, else the environment, else
+    ~/.metis."""
+    return Path(flag).expanduser() if flag else default_home()
+
+
 def ensure_home(home: Path) -> Path:
     """Create METIS_HOME with mode 0700 (it holds the API key and the trace store)."""
     home.mkdir(parents=True, exist_ok=True, mode=0o700)

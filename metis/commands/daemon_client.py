@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from metis.config import LOOPBACK_HOSTS, default_home, load_file_settings, resolve_address
+from metis.config import LOOPBACK_HOSTS, home_from, load_file_settings, resolve_address
 from metis.core.canonical.ids import is_session_id
 from metis.http.apikey import existing_api_key
 from metis.http.ca_bundle import load_ca_bundle
@@ -58,7 +58,7 @@ def resolve_daemon(
 ) -> DaemonTarget:
     """Where the daemon of `home` listens and its key. Raises ConfigError for a bad
     config.yaml (the message names file, line and key)."""
-    home_path = Path(home).expanduser() if home else default_home()
+    home_path = home_from(home)
     key = existing_api_key(home_path, os.environ.get("METIS_API_KEY") or None)
     if url:
         if url.lower().startswith(("https:", "wss:")):

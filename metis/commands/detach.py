@@ -118,10 +118,9 @@ def _banner_models_line(log_path: Path, offset: int) -> str | None:
 def serve_detached(args: argparse.Namespace) -> int:
     """Start the daemon in the background; 0 once it listens, 1 when it could not start (a
     configuration error raises ConfigError, which `metis serve` reports with exit 2)."""
-    from metis.config import load_settings
+    from metis.config import home_from, load_settings
 
-    home = Path(args.home).expanduser() if args.home else None
-    settings = load_settings(home=home, host=args.host, port=args.port)
+    settings = load_settings(home=home_from(args.home), host=args.host, port=args.port)
     home = settings.home
     lock = home / LOCK_FILE
     if is_held(lock):

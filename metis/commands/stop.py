@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from metis.config import default_home
+from metis.config import home_from
 from metis.server.lock import LOCK_FILE, is_held, read_holder
 
 NOT_RUNNING = 3
@@ -27,7 +27,7 @@ STOP_TIMEOUT_S = 60.0  # twice the default shutdown grace
 
 
 def stop_command(args: argparse.Namespace) -> int:
-    home = Path(args.home).expanduser() if args.home else default_home()
+    home = home_from(args.home)
     lock = home / LOCK_FILE
     if not is_held(lock):
         print(f"metis: no daemon is running on {home}", file=sys.stderr)
