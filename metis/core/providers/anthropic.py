@@ -61,7 +61,7 @@ from metis.core.providers.streaming import (
     drive_stream,
     parse_tool_input,
 )
-from metis.core.providers.transport import post_event_stream, post_json, sdk_http_client
+from metis.core.providers.transport import post_event_stream, post_json, sdk_client_options
 from metis.core.providers.wire_body import HistoryEncoder, encode, json_body
 
 log = logging.getLogger(__name__)
@@ -580,18 +580,7 @@ class AnthropicAdapter:
         self.policy = policy
         self._secret = provider.api_key
         self._history = HistoryEncoder()
-        self._client = anthropic.AsyncAnthropic(
-            api_key=provider.sdk_key,
-            base_url=provider.base_url,
-            max_retries=0,
-            http_client=sdk_http_client(anthropic),
-            timeout=anthropic.Timeout(
-                connect=provider.connect_timeout_s,
-                read=provider.read_timeout_s,
-                write=30.0,
-                pool=provider.connect_timeout_s,
-            ),
-        )
+        self._client = anthropic.AsyncAnthropic(**sdk_client_options(anthropic, provider))
 
     # CallSpec -------------------------------------------------------------------------------
 

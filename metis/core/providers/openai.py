@@ -63,7 +63,7 @@ from metis.core.providers.streaming import (
     estimate_output_tokens,
     parse_tool_input,
 )
-from metis.core.providers.transport import post_event_stream, post_json, sdk_http_client
+from metis.core.providers.transport import post_event_stream, post_json, sdk_client_options
 from metis.core.providers.wire_body import HistoryEncoder, encode, json_body
 
 log = logging.getLogger(__name__)
@@ -610,18 +610,7 @@ class OpenAIAdapter:
         self.options = dict(provider.options)
         self._history = HistoryEncoder()
         self._secret = provider.api_key
-        self._client = openai.AsyncOpenAI(
-            api_key=provider.sdk_key,
-            base_url=provider.base_url,
-            max_retries=0,
-            http_client=sdk_http_client(openai),
-            timeout=openai.Timeout(
-                connect=provider.connect_timeout_s,
-                read=provider.read_timeout_s,
-                write=30.0,
-                pool=provider.connect_timeout_s,
-            ),
-        )
+        self._client = openai.AsyncOpenAI(**sdk_client_options(openai, provider))
 
     # CallSpec -------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx2
 
+from metis.core.models.types import ProviderConfig
 from metis.core.providers.sse import SseBody
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,23 @@ def sdk_http_client(sdk: ModuleType) -> Any:
     if proxy_configured():
         return None
     return sdk.DefaultAioHttpClient()
+
+
+def sdk_client_options(sdk: ModuleType, provider: ProviderConfig) -> dict[str, Any]:
+    """The keyword arguments of `sdk`'s async client for `provider`: its key and base URL, the
+    transport above, its timeouts, and no SDK retries (`retry.py` owns retrying, per call)."""
+    return {
+        "api_key": provider.sdk_key,
+        "base_url": provider.base_url,
+        "max_retries": 0,
+        "http_client": sdk_http_client(sdk),
+        "timeout": sdk.Timeout(
+            connect=provider.connect_timeout_s,
+            read=provider.read_timeout_s,
+            write=30.0,
+            pool=provider.connect_timeout_s,
+        ),
+    }
 
 
 async def post_json(
