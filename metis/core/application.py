@@ -182,6 +182,12 @@ class History:
             session_id, after_seq=after_seq, until_seq=until_seq, types=types, limit=limit
         )
 
+    async def newest_events_of_type(self, event_type: str, limit: int) -> list[Event]:
+        """The newest stored events of one type across every session, newest first (the last
+        route decisions, wherever they were taken), after a flush."""
+        await self._core.flush()
+        return await self._store.events.newest_of_type(event_type, limit)
+
     async def all_events(self, session_id: str) -> list[Event]:
         """Every stored event of the session, oldest first, read a page at a time (a session's
         export)."""

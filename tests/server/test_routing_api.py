@@ -92,6 +92,25 @@ async def test_turn_start_picks_up_an_edit_without_the_watcher(
     assert winner["policy"] == "rule" and winner["rule_name"] == "everything"
 
 
+async def test_decisions_are_the_newest_of_every_session_first(api: Api, workspace: Path) -> None:
+    turns = []
+    for _ in range(3):
+        sid = (await api.create_session(workspace))["id"]
+        accepted, _ = await api.run_turn(sid, "hello")
+        turns.append(accepted["turn_id"])
+    status, body = await api.call("GET", "/routing/decisions?limit=2")
+    assert status == 200
+    decided = body["decisions"]
+    assert [e["type"] for e in decided] == ["route.decided"] * 2
+    assert [e["turn_id"] for e in decided] == [turns[2], turns[1]]
+    assert decided[0]["payload"]["chosen_model"] == "local:scripted"
+    status, body = await api.call("GET", "/routing/decisions")
+    assert [e["turn_id"] for e in body["decisions"]] == turns[::-1]
+    for bad in ("0", "201", "x"):
+        status, body = await api.call("GET", f"/routing/decisions?limit={bad}")
+        assert status == 400 and body["error"]["code"] == "validation_error"
+
+
 async def test_models_lists_the_scripted_model_offline(api: Api) -> None:
     status, body = await api.call("GET", "/models")
     assert status == 200 and body["offline_mode"] is True

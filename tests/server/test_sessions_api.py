@@ -200,6 +200,24 @@ async def test_submit_while_in_flight_is_409_with_current_turn(
     assert got["pending_confirmations"][0]["turn_id"] == turn_id
 
 
+async def test_the_list_counts_each_sessions_tool_calls_waiting_for_an_answer(
+    held: tuple[Daemon, Api], workspace: Path
+) -> None:
+    _, api = held
+    waiting = (await api.create_session(workspace))["id"]
+    idle = (await api.create_session(workspace))["id"]
+    await hold_turn(api, waiting)
+    _, listed = await api.call("GET", "/sessions")
+    counts = {s["id"]: s["pending_confirmation_count"] for s in listed["sessions"]}
+    assert counts == {waiting: 1, idle: 0}
+    _, got = await api.call("GET", f"/sessions/{waiting}")
+    request = got["pending_confirmations"][0]
+    status, _ = await api.answer(waiting, request["turn_id"], request["confirmation_request_id"])
+    assert status == 200
+    _, listed = await api.call("GET", "/sessions")
+    assert {s["pending_confirmation_count"] for s in listed["sessions"]} == {0}
+
+
 async def test_concurrent_submits_accept_exactly_one(
     held: tuple[Daemon, Api], workspace: Path
 ) -> None:

@@ -254,6 +254,18 @@ class EventStore:
         rows = await self.db.fetchall(sql, tuple(params))
         return [row_to_event(r) for r in rows[:limit]], len(rows) > limit
 
+    async def newest_of_type(self, event_type: str, limit: int) -> list[Event]:
+        """The newest stored events of one type across all sessions, newest first.
+
+        Read backwards in the order the rows were written (rowid), no index: the types asked
+        for (a turn's route decision) come every few rows, so `limit` of them are found near
+        the end of the table, and no index on `type` slows every append for this one read."""
+        rows = await self.db.fetchall(
+            "SELECT * FROM events NOT INDEXED WHERE type=? ORDER BY rowid DESC LIMIT ?",
+            (event_type, limit),
+        )
+        return [row_to_event(r) for r in rows]
+
     async def latest(self, session_id: str) -> Event | None:
         """The session's newest stored event, if any."""
         row = await self.db.fetchone(

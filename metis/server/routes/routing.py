@@ -1,5 +1,5 @@
-"""GET /routing/policy, POST /routing/check, POST /routing/reload, GET /models, and the
-availability resets POST /models/reset and POST /models/{model}/reset."""
+"""GET /routing/policy, POST /routing/check, POST /routing/reload, GET /routing/decisions,
+GET /models, and the availability resets POST /models/reset and POST /models/{model}/reset."""
 
 from typing import Any
 
@@ -84,6 +84,17 @@ class ResetResponse(DataModel):
     recovered: list[str]
 
 
+class DecisionsQuery(DataModel):
+    limit: int = Field(default=20, ge=1, le=200)
+
+
+class DecisionsResponse(DataModel):
+    decisions: list[dict[str, Any]] = Field(
+        description="`route.decided` events of every session, newest first, as the events "
+        "pages give them"
+    )
+
+
 class ModelsResponse(DataModel):
     offline_mode: bool
     pricing_version: str
@@ -117,6 +128,18 @@ async def routing_reload(request: web.Request) -> web.Response:
     query = parse_query(request, ReloadQuery)
     routing = request.app[STATE_KEY].app.routing
     return json_response(await routing.reload(reset_availability=query.reset_availability))
+
+
+@routes.route(
+    "GET", "/routing/decisions", query_model=DecisionsQuery, response_model=DecisionsResponse
+)
+async def routing_decisions(request: web.Request) -> web.Response:
+    """The newest route decisions across sessions (the sessions' own event pages have each
+    one's); `limit` of them, 20 unless asked."""
+    query = parse_query(request, DecisionsQuery)
+    history = request.app[STATE_KEY].app.history
+    decided = await history.newest_events_of_type("route.decided", query.limit)
+    return json_response({"decisions": [e.wire() for e in decided]})
 
 
 @routes.route("GET", "/models", response_model=ModelsResponse)

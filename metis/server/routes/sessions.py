@@ -128,6 +128,9 @@ class SearchMatchItem(DataModel):
 
 class SessionSummary(SessionListItem):
     status: Literal["active", "ended"]
+    pending_confirmation_count: int = Field(
+        description="the tool calls of the session waiting for someone to allow or deny them"
+    )
     title: str | None  # set with PATCH, else the first prompt's first line; None before it
     match: SearchMatchItem | None = Field(
         default=None,
@@ -338,6 +341,7 @@ async def list_sessions(request: web.Request) -> web.Response:
         item = {
             **list_item(entry.view),
             "status": "ended" if entry.view.ended else "active",
+            "pending_confirmation_count": len(entry.view.pending_confirmations),
             "title": entry.title,
         }
         if query.q is not None:
