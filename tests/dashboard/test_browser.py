@@ -284,6 +284,15 @@ def test_cancel_mid_stream(page: Any, served: DaemonThread, workspace: Path) -> 
     session_id = open_session(page, workspace)
     send(page, LONG)
     page.wait_for_selector(".msg.assistant.streaming .stream-text")
+    # Ctrl+Enter sends no more than the disabled Send button does while the turn runs
+    posted: list[str] = []
+    page.on("request", lambda r: posted.append(r.url) if r.method == "POST" else None)
+    page.fill("#composer-input", "and another thing")
+    page.press("#composer-input", "Control+Enter")
+    page.wait_for_timeout(300)
+    assert posted == []
+    assert page.inner_text("#composer-error") == ""
+    assert page.input_value("#composer-input") == "and another thing"  # kept for later
     page.click("#cancel")
     page.wait_for_selector("#turn-state:text-is('cancelled')")
     assert page.locator("#cancel").is_hidden()
@@ -365,6 +374,82 @@ def test_aap_session_appears_and_streams(
     assert done and done[0][0] == 200
     assert page.inner_text(".msg.assistant .md").startswith("You said:")
     shot(page, "session-aap")
+
+
+def test_an_aap_sessions_tool_requests_wait_for_its_client_and_the_list_shows_them(
+    page: Any, served: DaemonThread, shot: Any
+) -> None:
+    """An AAP client answers its session's requests (the daemon refuses an answer from the
+    dashboard): the page offers no buttons and no composer, and the card stays open past the
+    suspended turn until the client answers."""
+    agent = {"name": "metis", "options": {"workspace": "demo"}, "tools": [{"name": "list_dir"}]}
+    status, created = rest(served, "POST", "/aap/sessions", {"agent": agent})
+    assert status == 201, created
+    sid = created["sessionId"]
+    asked = {"messages": [{"role": "user", "content": "please use server tool"}]}
+    status, body = rest(served, "POST", f"/aap/sessions/{sid}/turns", asked)
+    assert status == 200 and body["stopReason"] == "tool_use", body
+    page.wait_for_selector(f"tr[data-id='{sid}'] .badge:text-is('1 to confirm')")
+    shot(page, "sessions-waiting")
+    page.click(f"tr[data-id='{sid}'] td.title a")
+    card = page.locator(".confirm-card", has_text="list_dir")
+    card.wait_for()
+    page.wait_for_selector("#turn-state:text-is('idle')")
+    assert card.locator("button").count() == 0
+    assert "Waiting for the AAP client" in card.inner_text()
+    assert "null" not in card.inner_text()
+    assert not card.evaluate("el => el.classList.contains('resolved')")
+    assert page.locator("#composer-input").is_hidden()
+    assert page.locator("#aap-note").is_visible()
+    shot(page, "session-aap-pending")
+    _, session = rest(served, "GET", f"/sessions/{sid}")
+    call = session["pending_confirmations"][0]["tool_use_id"]
+    answer = {"messages": [{"role": "tool_permission", "toolCallId": call, "granted": True}]}
+    status, body = rest(served, "POST", f"/aap/sessions/{sid}/turns", answer)
+    assert status == 200, body
+    page.wait_for_selector(".confirm-card.resolved:has-text('Allowed')")
+    page.click("a:has-text('← Sessions')")
+    page.wait_for_selector(f"tr[data-id='{sid}']")
+    assert page.locator(f"tr[data-id='{sid}'] .badge:has-text('to confirm')").count() == 0
+
+
+def test_the_workspace_filter_follows_the_field_and_a_refused_one_lists_nothing(
+    page: Any, served: DaemonThread, workspace: Path, tmp_path: Path
+) -> None:
+    other = tmp_path / "other-project"
+    other.mkdir()
+    ids = {}
+    for where in (workspace, other):
+        status, body = rest(served, "POST", "/sessions", {"workspace_path": str(where)})
+        assert status == 201, body
+        ids[where] = body["id"]
+    rows = "document.querySelectorAll('table.sessions tbody tr').length"
+    page.reload()
+    page.wait_for_function(f"() => {rows} === 2")
+    assert page.inner_text("#sessions-count") == "2 sessions."
+    page.fill("#f-workspace", str(other))  # applied as typed, no Enter needed
+    page.wait_for_function(f"() => {rows} === 1")
+    assert page.locator(f"tr[data-id='{ids[other]}']").is_visible()
+    assert page.inner_text("#sessions-count") == "1 session shown."
+    page.fill("#f-workspace", "")  # as the field's × does
+    page.wait_for_function(f"() => {rows} === 2")
+    assert page.evaluate("location.hash") == "#/"
+    page.fill("#f-workspace", "relative/path")
+    page.wait_for_selector("p.error:has-text('No sessions listed')")
+    assert page.evaluate(f"{rows}") == 0
+    assert page.get_attribute("#f-workspace", "aria-invalid") == "true"
+    page.fill("#f-workspace", "")
+    page.wait_for_function(f"() => {rows} === 2")
+    # End asks first, as Purge does: Escape keeps the session
+    page.click(f"tr[data-id='{ids[other]}'] [data-control=end]")
+    page.wait_for_selector("dialog.confirm[open]:has-text('End session?')")
+    page.keyboard.press("Escape")
+    page.wait_for_selector("dialog.confirm", state="detached")
+    _, kept = rest(served, "GET", f"/sessions/{ids[other]}")
+    assert kept["ended_at"] is None
+    page.click(f"tr[data-id='{ids[other]}'] [data-control=end]")
+    page.click("dialog.confirm button.danger")
+    page.wait_for_selector(f"tr[data-id='{ids[other]}'] .badge.ended")
 
 
 def test_reconnects_after_daemon_restart(page: Any, served: DaemonThread, workspace: Path) -> None:

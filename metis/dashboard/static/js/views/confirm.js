@@ -2,6 +2,9 @@
 // session / Deny (with a reason). An answer given elsewhere (another client, AAP) updates it;
 // so does the end of its turn: the daemon then withdraws the request without a
 // tool.confirmation_resolved event, and an answer to it would only get a 409.
+// An AAP session's requests are its AAP client's to answer (the daemon refuses an answer from
+// here): their cards say so, offer no buttons, and stay open past the end of the turn, which
+// AAP suspends until the client answers in its next turn.
 
 import { api } from "../api.js";
 import { h, clear } from "../dom.js";
@@ -10,7 +13,7 @@ import { diffView } from "./toolcard.js";
 // How long a settled card stays before it leaves the confirmation area.
 const SETTLED_MS = 4000;
 
-export function confirmationCard(sessionId, turnId, p, toolInput) {
+export function confirmationCard(sessionId, turnId, p, toolInput, { answeredByAap = false } = {}) {
   const reason = h("input", { type: "text", class: "reason", placeholder: "reason (optional)", "aria-label": `Reason to deny ${p.tool_name}` });
   const outcome = h("p", { class: "outcome", role: "status" });
   const buttons = h("div", { class: "row confirm-actions" });
@@ -61,17 +64,22 @@ export function confirmationCard(sessionId, turnId, p, toolInput) {
     }
   }
 
-  buttons.append(
-    h("button", { type: "button", class: "primary allow-once", onclick: () => answer("allow", "once") }, "Allow once"),
-    p.allowed_scopes?.includes("session")
-      ? h("button", { type: "button", class: "allow-session", onclick: () => answer("allow", "session") }, "Allow for this session")
-      : null,
-    reason,
-    h("button", { type: "button", class: "danger deny", onclick: () => answer("deny", "once") }, "Deny"));
+  if (answeredByAap) {
+    buttons.append(h("p", { class: "muted small aap-answers" }, "Waiting for the AAP client that runs this session to allow or deny it."));
+  } else {
+    buttons.append(
+      h("button", { type: "button", class: "primary allow-once", onclick: () => answer("allow", "once") }, "Allow once"),
+      ...(p.allowed_scopes?.includes("session")
+        ? [h("button", { type: "button", class: "allow-session", onclick: () => answer("allow", "session") }, "Allow for this session")]
+        : []),
+      reason,
+      h("button", { type: "button", class: "danger deny", onclick: () => answer("deny", "once") }, "Deny"));
+  }
 
   return {
     el,
     turnId,
+    answeredByAap,
     resolved,
     // the turn ended (cancelled, failed, the session ended, the daemon restarted): a request
     // still open was withdrawn with it

@@ -1,4 +1,5 @@
-// Routing & models: the policy in force, the last route decisions, models with availability.
+// Routing & models: the policy in force, the newest route decisions of all sessions, models
+// with availability.
 
 import { api } from "../api.js";
 import { h, append, clear, fmtTime, toast } from "../dom.js";
@@ -58,19 +59,13 @@ export function routingView(root) {
   }
 
   async function loadDecisions() {
-    const { sessions } = await api("GET", "/sessions?limit=10");
-    const rows = [];
-    for (const s of sessions) {
-      const page = await api("GET", `/sessions/${s.id}/events?event_types=route.decided&limit=200`);
-      for (const ev of page.events) rows.push(ev);
-    }
-    rows.sort((a, b) => (a.timestamp < b.timestamp ? 1 : -1));
-    clear(decisions).append(...rows.slice(0, 20).map((ev) => {
+    const rows = (await api("GET", "/routing/decisions?limit=20")).decisions;
+    clear(decisions).append(...rows.map((ev) => {
       const p = ev.payload;
       const by = p.chain.find((c) => c.verdict === "chose");
       return h("tr", {},
         h("td", {}, fmtTime(ev.timestamp)),
-        h("td", {}, h("a", { href: `#/s/${ev.session_id}/trace`, class: "mono small" }, ev.session_id.slice(-8))),
+        h("td", {}, h("a", { href: `#/s/${ev.session_id}/trace`, class: "mono small", title: ev.session_id }, `…${ev.session_id.slice(-8)}`)),
         h("td", { class: "mono" }, p.chosen_model || p.outcome),
         h("td", {}, by ? `${by.policy}${by.rule_name ? ` (${by.rule_name})` : ""}` : p.outcome),
         h("td", { class: "mono small" }, p.fallbacks.join(", ")),

@@ -55,6 +55,12 @@ export function sessionView(root, sessionId, revealAt = null) {
   const cancel = h("button", { type: "button", id: "cancel", class: "danger", hidden: true }, "Cancel");
   const composerError = h("p", { class: "error", role: "alert", id: "composer-error" });
   const composer = h("form", { class: "composer", "aria-label": "Send a message" }, input, h("div", { class: "composer-actions" }, send, cancel), composerError);
+  // Where the composer was, when this page cannot send: the session ended, or an AAP client
+  // runs it (its messages and answers come from that client; Cancel still works from here).
+  const endedNote = h("p", { class: "muted composer-note", id: "ended-note", hidden: true },
+    "This session has ended: it takes no more messages. Its transcript, trace and downloads stay.");
+  const aapNote = h("p", { class: "muted composer-note", id: "aap-note", hidden: true },
+    "An AAP client runs this session: messages and answers to its tool requests come from that client. Here you can follow it, cancel a running turn, pick its model or end it.");
 
   function exportButton(format, label, what) {
     return h("button", {
@@ -85,7 +91,7 @@ export function sessionView(root, sessionId, revealAt = null) {
     h("div", { class: "view-head" },
       h("div", {}, h("a", { href: "#/", class: "small" }, "← Sessions"), title, meta),
       side),
-    earlier, transcript, confirmArea, composer));
+    earlier, transcript, confirmArea, composer, endedNote, aapNote));
 
   // On a narrow screen the transcript has no height limit (app.css) and the page scrolls
   // instead: following the newest content then means keeping the page at its bottom.
@@ -108,6 +114,13 @@ export function sessionView(root, sessionId, revealAt = null) {
     turnState.className = `badge ${id ? "running" : ""}`;
     cancel.hidden = !id;
     send.disabled = !!id || ended;
+    if (!id && composerError.dataset.code === "turn_in_flight") setComposerError(null);
+  }
+
+  // What the composer's last send met; a turn_in_flight refusal goes when that turn ends.
+  function setComposerError(err) {
+    composerError.textContent = err ? `${err.code}: ${err.message}` : "";
+    composerError.dataset.code = err?.code || "";
   }
 
   // ---- transcript ------------------------------------------------------------------------
@@ -315,15 +328,16 @@ export function sessionView(root, sessionId, revealAt = null) {
 
   function showConfirmation(p, turn) {
     if (confirms.has(p.confirmation_request_id)) return;
-    const c = confirmationCard(sessionId, turn, p, card(p.tool_use_id).input);
+    const c = confirmationCard(sessionId, turn, p, card(p.tool_use_id).input, { answeredByAap: session?.surface === "aap" });
     confirms.set(p.confirmation_request_id, c);
     confirmArea.append(c.el);
     card(p.tool_use_id).setStatus("awaiting confirmation");
   }
 
-  // the end of a turn (or of the session) withdraws its open requests, with no event of their own
-  function withdrawOpen() {
-    for (const c of confirms.values()) c.turnEnded();
+  // the end of a turn (or of the session) withdraws its open requests, with no event of their
+  // own; an AAP turn's requests outlive it (the client answers them in its next turn)
+  function withdrawOpen({ sessionEnded = false } = {}) {
+    for (const c of confirms.values()) if (sessionEnded || !c.answeredByAap) c.turnEnded();
   }
 
   function resolveConfirmation(p) {
@@ -539,6 +553,9 @@ export function sessionView(root, sessionId, revealAt = null) {
       ? ` · instructions: ${s.instructions.file}${s.instructions.truncated ? " (too long: the model gets its beginning)" : ""}`
       : "";
     meta.textContent = `${s.title ? `${s.id} · ` : ""}${s.workspace_path} · ${s.surface}${rules}`;
+    const byAap = s.surface === "aap";
+    input.hidden = send.hidden = byAap; // Cancel stays: it works on any session
+    aapNote.hidden = !byAap || ended;
     showModel(s);
   }
 
@@ -572,8 +589,9 @@ export function sessionView(root, sessionId, revealAt = null) {
   function setEnded() {
     ended = true;
     modelSelect.disabled = true;
-    composer.hidden = true;
-    withdrawOpen();
+    composer.hidden = aapNote.hidden = true;
+    endedNote.hidden = false;
+    withdrawOpen({ sessionEnded: true });
   }
 
   async function loadModels() {
@@ -608,7 +626,7 @@ export function sessionView(root, sessionId, revealAt = null) {
     e.preventDefault();
     const text = input.value;
     if (!text.trim()) return;
-    composerError.textContent = "";
+    setComposerError(null);
     sentOffline = false;
     send.disabled = true;
     try {
@@ -620,13 +638,14 @@ export function sessionView(root, sessionId, revealAt = null) {
       }
       if (!finished.has(r.turn_id)) setTurn(r.turn_id);
     } catch (err) {
-      composerError.textContent = `${err.code}: ${err.message}`;
+      setComposerError(err);
       sentOffline = err.code === "network_error";
       send.disabled = !!turnId;
     }
   });
   input.addEventListener("keydown", (e) => {
-    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) composer.requestSubmit();
+    // as Send does: not while a turn runs (requestSubmit ignores the button's state)
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey) && !send.disabled) composer.requestSubmit();
   });
   cancel.addEventListener("click", async () => {
     const cancelling = turnId;

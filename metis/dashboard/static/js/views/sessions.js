@@ -41,7 +41,7 @@ export function sessionsView(root) {
     search.select();
   }
   document.addEventListener("keydown", slash);
-  let typing = null;
+  const typing = {}; // a pending filter per field, applied once typing pauses
   status.value = filters.status;
   wsFilter.value = filters.workspace;
   search.value = filters.q;
@@ -58,15 +58,21 @@ export function sessionsView(root) {
     refresh();
   }
   status.addEventListener("change", () => { filters.status = status.value; filtered(); });
-  wsFilter.addEventListener("change", () => { filters.workspace = wsFilter.value.trim(); filtered(); });
-  search.addEventListener("input", () => {
-    clearTimeout(typing);
-    typing = setTimeout(() => {
-      if (search.value.trim() === filters.q) return;
-      filters.q = search.value.trim();
+  // both text filters apply once typing pauses, and at once on Enter or the field's ×
+  function typed(field, name, now) {
+    clearTimeout(typing[name]);
+    const apply = () => {
+      if (field.value.trim() === filters[name]) return;
+      filters[name] = field.value.trim();
       filtered();
-    }, SEARCH_PAUSE_MS);
-  });
+    };
+    if (now) apply();
+    else typing[name] = setTimeout(apply, SEARCH_PAUSE_MS);
+  }
+  for (const [field, name] of [[search, "q"], [wsFilter, "workspace"]]) {
+    field.addEventListener("input", () => typed(field, name, !field.value));
+    field.addEventListener("change", () => typed(field, name, true));
+  }
 
   const pathInput = h("input", { id: "new-workspace", type: "text", required: true, placeholder: "/path/to/workspace", "aria-describedby": "new-error", autocomplete: "off" });
   const newError = h("p", { id: "new-error", class: "error", role: "alert" });
@@ -91,7 +97,7 @@ export function sessionsView(root) {
   const empty = h("p", { class: "muted", hidden: true }, "No sessions yet.");
   // the list shows `pages` pages, newest first; "Show more" adds one (the poll keeps them all)
   let pages = 1;
-  const more = h("button", { type: "button", id: "more-sessions", hidden: true, onclick: () => { pages += 1; refresh(); } }, `Show ${PAGE} more`);
+  const more = h("button", { type: "button", id: "more-sessions", hidden: true, onclick: () => { pages += 1; refresh(); } }, "Show older sessions");
   const count = h("p", { class: "muted small", id: "sessions-count", "aria-live": "polite" });
   const table = h("table", { class: "sessions" },
     h("caption", { class: "sr-only" }, "Sessions"),
@@ -113,6 +119,14 @@ export function sessionsView(root) {
       h("div", { class: "row list-more" }, count, more)));
 
   async function end(s) {
+    const ok = await confirmDialog(
+      "End session?",
+      `${s.title || s.id} takes no more turns${s.current_turn_id ? "; its running turn is cancelled" : ""}. Its transcript and trace stay (Purge deletes them).`,
+      "End");
+    if (!ok) {
+      control(s.id, "end")?.focus();
+      return;
+    }
     try {
       await api("DELETE", `/sessions/${s.id}`);
       refresh();
@@ -151,13 +165,18 @@ export function sessionsView(root) {
 
   function row(s) {
     const running = s.current_turn_id ? h("span", { class: "badge running" }, "running") : null;
+    // the sessions waiting for their user stand out: a tool call to allow or deny
+    const asks = s.pending_confirmation_count;
+    const waiting = asks
+      ? h("span", { class: "badge s-awaiting-confirmation", title: "Open the session to allow or deny" }, `${asks} to confirm`)
+      : null;
     return h("tr", { dataset: { id: s.id }, class: s.status },
       // a long first prompt is clamped to two lines; the tooltip holds all of it
       h("td", { class: "title" }, h("a", { href: `#/s/${s.id}${atMatch(s.match)}`, class: "clamp", title: s.title || null }, s.title || h("span", { class: "muted" }, "(no prompt yet)")), said(s.match), h("div", { class: "muted small mono" }, s.id)),
       h("td", { class: "mono small wrap" }, s.workspace_path),
       h("td", {}, h("span", { class: `badge surface-${s.surface}` }, s.surface)),
-      h("td", {}, h("span", { class: `badge ${s.status}` }, s.status), " ", running),
-      h("td", { class: "mono small" }, s.active_model || "", s.sticky_model ? h("span", { class: "muted", title: "pinned" }, " 📌") : null),
+      h("td", { class: "status" }, h("span", { class: `badge ${s.status}` }, s.status), " ", running, " ", waiting),
+      h("td", { class: "mono small" }, s.active_model || "", s.sticky_model ? h("span", { class: "muted", title: "pinned" }, " 📌", h("span", { class: "sr-only" }, "(pinned)")) : null),
       h("td", { class: "num" }, String(s.turn_count)),
       h("td", { class: "num" }, fmtCost(s.cost_so_far_usd)),
       h("td", { class: "when", title: fmtTime(s.updated_at) }, ago(s.updated_at)),
@@ -230,19 +249,35 @@ export function sessionsView(root) {
         if (!cursor) break;
       }
       update(sessions);
+      wsFilter.removeAttribute("aria-invalid");
+      empty.classList.remove("error");
       empty.textContent = narrowed ? "No sessions match these filters." : "No sessions yet.";
       empty.hidden = sessions.length > 0;
       more.hidden = !cursor;
-      count.textContent = cursor ? `The newest ${sessions.length} ${filters.q ? "matching " : ""}sessions.` : "";
+      const kind = filters.q ? "matching sessions" : narrowed ? "sessions shown" : "sessions";
+      count.textContent = !sessions.length ? ""
+        : cursor ? `The newest ${sessions.length} ${kind}.`
+        : `${sessions.length} ${sessions.length === 1 ? kind.replace("sessions", "session") : kind}.`;
     } catch (err) {
       if (stopped || mine !== latest) return;
-      // an unreachable daemon is shown in the header (api.js), not toasted at every poll
-      if (err.code !== "network_error") toast(`${err.code}: ${err.message}`);
+      if (err.code === "invalid_workspace" || err.code === "validation_error") {
+        // a filter the daemon refuses lists nothing: say why where the rows were
+        update([]);
+        if (err.code === "invalid_workspace") wsFilter.setAttribute("aria-invalid", "true");
+        empty.classList.add("error");
+        empty.textContent = `No sessions listed: ${err.message}`;
+        empty.hidden = false;
+        more.hidden = true;
+        count.textContent = "";
+      } else if (err.code !== "network_error") {
+        // an unreachable daemon is shown in the header (api.js), not toasted at every poll
+        toast(`${err.code}: ${err.message}`);
+      }
     }
     poll.next();
   }
 
   const poll = whileVisible(refresh, POLL_MS);
   refresh();
-  return { stop() { stopped = true; poll.stop(); clearTimeout(typing); document.removeEventListener("keydown", slash); } };
+  return { stop() { stopped = true; poll.stop(); Object.values(typing).forEach(clearTimeout); document.removeEventListener("keydown", slash); } };
 }
