@@ -1018,6 +1018,7 @@ def test_unknown_and_purged_sessions_say_so_without_a_composer(
     page.wait_for_selector("h1:text-is('Session not found')")
     assert page.locator("form.composer").is_hidden()
     assert page.locator("#transcript").is_hidden() and page.locator("#model-select").is_hidden()
+    assert page.locator("#ended-note").is_hidden()  # it never existed: nothing ended
     shot(page, "session-not-found")
     page.goto(f"{served.url}/#/s/{NEVER}/trace")
     page.wait_for_selector("#trace-error:has-text('Session not found')")
@@ -1028,6 +1029,7 @@ def test_unknown_and_purged_sessions_say_so_without_a_composer(
     page.wait_for_selector(".conn-state:text-is('purged')")
     assert page.locator("form.composer").is_hidden()
     assert page.is_disabled("#model-select")
+    assert "was purged" in page.inner_text("#ended-note")
 
 
 def test_the_model_selector_reverts_on_error_and_is_disabled_once_ended(
@@ -1048,6 +1050,7 @@ def test_the_model_selector_reverts_on_error_and_is_disabled_once_ended(
     assert status == 200
     page.wait_for_selector("#model-select:disabled")
     assert page.locator("form.composer").is_hidden()
+    assert "This session has ended" in page.inner_text("#ended-note")
 
 
 def test_an_ended_session_whose_transcript_cannot_be_read_says_so(

@@ -679,10 +679,13 @@ export function sessionView(root, sessionId, revealAt = null) {
         title.textContent = "Session not found";
         title.classList.add("named");
         meta.textContent = `No session ${sessionId}: it never existed here, or it was purged before.`;
-        side.hidden = transcript.hidden = true; // nothing to show, nothing to change
+        side.hidden = transcript.hidden = endedNote.hidden = true; // nothing to show, nothing to change
         return;
       }
-      if (why === "purged") return toast("this session was purged");
+      if (why === "purged") {
+        endedNote.textContent = "This session was purged: its messages and events are gone from the daemon.";
+        return toast("this session was purged");
+      }
       if (!s) return;
       session = s;
       showSession(s);
