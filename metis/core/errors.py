@@ -49,12 +49,29 @@ class SessionAlreadyEnded(DomainError):
         super().__init__(f"session {session_id} has ended", **details)
 
 
+# What each workspace refusal's `reason` means, in the message a person reads (the reason
+# itself stays in the details for programs).
+_WORKSPACE_REASONS = {
+    "not_found": "no such directory",
+    "not_absolute": "a relative path (give an absolute one, or one starting with ~)",
+    "not_a_directory": "not a directory",
+    "not_accessible": "the daemon may not read it (permission denied)",
+    "home_directory_unknown": "no user of this machine has that home directory",
+}
+
+
+def _workspace_reason(reason: str) -> str:
+    return _WORKSPACE_REASONS.get(reason, reason)
+
+
 class WorkspaceNotFound(DomainError):
     """A workspace path that is not an accessible directory; `reason` says which check failed
     (not_found, not_absolute, not_a_directory, not_accessible)."""
 
     def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"workspace {path!r} is not usable: {reason}", reason=reason)
+        super().__init__(
+            f"workspace {path!r} is not usable: {_workspace_reason(reason)}", reason=reason
+        )
 
 
 class WorkspaceInvalid(DomainError):
@@ -62,7 +79,9 @@ class WorkspaceInvalid(DomainError):
     (or a `~` whose home directory cannot be determined)."""
 
     def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"workspace {path!r} is not a valid path: {reason}", reason=reason)
+        super().__init__(
+            f"workspace {path!r} is not a valid path: {_workspace_reason(reason)}", reason=reason
+        )
 
 
 class WorkspaceRefused(DomainError):
