@@ -7,7 +7,7 @@ import { traceView } from "./views/trace.js";
 import { routingView } from "./views/routing.js";
 import { costsView } from "./views/costs.js";
 import { mcpView } from "./views/mcp.js";
-import { clear } from "./dom.js";
+import { clear, h } from "./dom.js";
 import { api } from "./api.js";
 import { adoptLoginFragment, credential, followOtherTabs, forget, signedIn } from "./auth.js";
 
@@ -26,12 +26,22 @@ function route() {
   else if (hash === "/routing") (current = routingView(app)), (nav = "routing");
   else if (hash === "/costs") (current = costsView(app)), (nav = "costs");
   else if (hash === "/mcp") (current = mcpView(app)), (nav = "mcp");
-  else current = sessionsView(app);
+  else if (hash === "/" || hash.startsWith("/?")) current = sessionsView(app);
+  else notFound(hash);
   for (const a of document.querySelectorAll("[data-nav]")) {
     if (a.dataset.nav === nav) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
   }
   app.dataset.ready = "1";
+}
+
+// An address no view answers (a mistyped or outdated link) says so rather than showing another
+// page as if it were the one asked for.
+function notFound(hash) {
+  app.append(h("section", { class: "view" },
+    h("h1", {}, "Page not found"),
+    h("p", {}, "Nothing here answers ", h("code", {}, `#${hash}`), "."),
+    h("p", {}, h("a", { href: "#/" }, "Go to the sessions"))));
 }
 
 // Without a valid browser session the page only says how to log in (#login).
