@@ -32,7 +32,9 @@ function inputView(name, input) {
 
 export function toolCard(toolUseId, name) {
   const nameEl = h("span", { class: "tool-name" }, name || "tool");
-  const status = h("span", { class: "badge tool-status" }, "requested");
+  // asked for by the model, not yet running: the calls of a reply run one after another, so a
+  // call waits while one before it waits for an answer
+  const status = h("span", { class: "badge tool-status", title: "Runs after the tool calls before it" }, "queued");
   const duration = h("span", { class: "muted small tool-duration" });
   const exit = h("span", { class: "badge exit", hidden: true });
   const inputBox = h("div", { class: "tool-input" });
@@ -55,6 +57,7 @@ export function toolCard(toolUseId, name) {
     },
     setStatus(s) {
       status.textContent = s;
+      status.removeAttribute("title");
       status.className = `badge tool-status s-${s.replace(/\s+/g, "-")}`;
     },
     setOutcome(type, p) {
