@@ -367,7 +367,7 @@ class ToolCard(Vertical):
         self.name_ = name
         self.workspace = workspace
         self.tool_input: dict[str, Any] | None = None
-        self.state = "requested"
+        self.state = "queued"  # asked for by the model, not yet running
         self.duration_ms: int | None = None
         self.exit_code: int | None = None
         self.result: str | None = None
@@ -438,7 +438,7 @@ class ToolCard(Vertical):
         self.exit_code = exit_code if exit_code is not None else code
         self.result = body
         self.add_class("error" if is_error else "ok")
-        if self.state in ("requested", "running", "allowed"):
+        if self.state in ("queued", "running", "allowed"):
             self.state = "error" if is_error else "done"
         self._refresh_state()
         preview, hidden = tooldisplay.truncate_lines(body, PREVIEW_LINES)
