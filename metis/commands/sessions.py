@@ -51,12 +51,17 @@ _WORKSPACE_ROOM = 20
 
 def _for_a_person(s: dict[str, Any], width: int) -> list[str]:
     """A session as a terminal shows it, in two lines cut to `width` (the listing never wraps):
-    its title (cut first) with its status, turns and cost; then its id, when it was created
+    its title (cut first) with its status (and the tool calls waiting for an answer), turns and
+    cost; then its id, when it was created
     (unless the line is too narrow for it) and its workspace (directories elided from the
     middle). A search result found by words said in a prompt or a reply has a third line with
     them in context (found in the title, it needs none)."""
     turns = s.get("turn_count", 0)
-    outcome = f" · {s['status']} · {turns} turn{'' if turns == 1 else 's'} · ${s.get('cost_so_far_usd', '0')}"
+    asks = s.get("pending_confirmation_count", 0)
+    status = f"{s['status']}, {asks} to confirm" if asks else s["status"]  # waiting for its user
+    outcome = (
+        f" · {status} · {turns} turn{'' if turns == 1 else 's'} · ${s.get('cost_so_far_usd', '0')}"
+    )
     title = _cut(_shown(s.get("title") or "(no prompt yet)"), max(width - len(outcome), 12))
     created = str(s.get("created_at", ""))[:16].replace("T", " ")
     where = f"  {s['id']} · {created} · "

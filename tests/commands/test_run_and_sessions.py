@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import pty
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -336,6 +337,12 @@ async def test_sessions_list_at_a_terminal_shows_two_lines_a_session_cut_to_its_
     # words its title shows already: nothing said twice
     lines = await _listed_at_a_terminal(daemon, 60, "--search", "routing engine")
     assert len(lines) == 2, lines
+    # a session whose tool call waits for its user says so
+    status, accepted = await api.submit(sid, "use all tools")
+    assert status == 202, accepted
+    await api.wait_for_event(sid, lambda e: e["type"] == "tool.confirmation_requested")
+    lines = await _listed_at_a_terminal(daemon, 100)
+    assert re.search(r" · active, [1-9] to confirm · 4 turns · ", lines[0]), lines
 
 
 async def _listed_at_a_terminal(daemon: Daemon, width: int, *options: str) -> list[str]:
