@@ -195,6 +195,9 @@ class SessionPicker(ModalScreen[PickedSession | None]):
             # two lines, each cut (not wrapped) at the list's width: title, then the details
             head = Text(no_wrap=True, overflow="ellipsis")
             head.append(mark, "bold green")
+            asks = s.get("pending_confirmation_count", 0)
+            if asks:  # a session waiting for its user stands out, before a title cut short
+                head.append(f"{asks} to confirm · ", "bold yellow")
             head.append((title.splitlines() or [title])[0], "bold")
             details = Text(
                 f"  {when} · {s.get('turn_count', 0)} turn(s) · {s['id']}",
