@@ -21,6 +21,7 @@ from typing import Any
 from metis.commands import usage
 from metis.commands.client import DaemonApi, turn_outcome, with_daemon
 from metis.commands.daemon_client import add_arguments, session_id
+from metis.commands.export_file import export_path
 from metis.commands.paths import short_path
 from metis.core.sessions.search import SEARCH_CHARS
 from metis.core.tools.textutil import visible_controls
@@ -233,8 +234,9 @@ async def _title(api: DaemonApi, args: argparse.Namespace) -> int:
 async def _export(api: DaemonApi, args: argparse.Namespace) -> int:
     text = await api.export(args.id, args.format)
     if args.output:
-        write_private(Path(args.output).expanduser(), text.encode())
-        print(f"exported {args.id} to {args.output}", file=sys.stderr)
+        path = export_path(args.output, args.id, args.format)
+        write_private(path, text.encode())
+        print(f"exported {args.id} to {path}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0
@@ -299,4 +301,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = command("export", "write a session as Markdown or JSON", _export)
     p.add_argument("id", type=session_id)
     p.add_argument("--format", choices=tuple(EXPORT_FORMATS), default="md")
-    p.add_argument("--output", metavar="FILE", help="write to FILE (default: stdout)")
+    p.add_argument(
+        "--output",
+        metavar="FILE",
+        help="write to FILE, or to ID.md/ID.json in a directory (default: stdout)",
+    )

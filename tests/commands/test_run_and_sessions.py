@@ -174,6 +174,8 @@ async def test_sessions_list_show_export_and_end(
     assert "Tool call `read_file` metis-demo.txt" in md and "```json" in md
     assert "File not found: metis-demo.txt" in md  # the tool's result, fenced
     assert "_Turn completed" in md and "$0" in md
+    code, _, err = await metis("sessions", "export", sid, "--output", str(tmp_path), *url)
+    assert code == 0 and (tmp_path / f"{sid}.md").read_text() == md, err  # into a directory
 
     code, out, err = await metis("sessions", "title", sid, "Flaky test hunt", *url)
     assert code == 0 and out == f"{sid}: Flaky test hunt\n", err

@@ -9,13 +9,13 @@ actions; the commands only call them.
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
 from textual.screen import Screen
 
 from metis.commands.client import ApiFailure, DaemonApi
+from metis.commands.export_file import export_path
 from metis.commands.tui.code_blocks import code_blocks
 from metis.commands.tui.failures import error_text
 from metis.commands.tui.screens import PickedSession, SessionPicker
@@ -219,7 +219,7 @@ class SlashCommands:
                 error=True,
             )
             return
-        path = Path(parts[0]).expanduser() if parts else Path(f"{host.session_id}.{fmt}")
+        path = export_path(parts[0] if parts else None, str(host.session_id), fmt)
         text = await host.api.export(str(host.session_id), fmt)
         try:
             write_private(path, text.encode())
