@@ -151,7 +151,24 @@ async def _show(api: DaemonApi, args: argparse.Namespace) -> int:
             f"  turn {n}: {turn_outcome(e['type'], p)} · {p.get('llm_call_count', 0)} call(s) · "
             f"{p.get('tool_call_count', 0)} tool(s) · ${p.get('total_cost_usd', '0')}"
         )
+    if session.get("current_turn_id"):
+        print(f"  turn {len(ends) + 1}: {_running(session)}")
     return 0
+
+
+def _running(session: dict[str, Any]) -> str:
+    """The turn in flight, and what it waits for: a session stuck on a question says so, and
+    how to answer it or give up on it."""
+    state = "cancelling" if session.get("current_turn_status") == "cancelling" else "running"
+    asks = len(session.get("pending_confirmations") or [])
+    if not asks:
+        return state
+    calls = ", ".join(str(p.get("tool_name")) for p in session["pending_confirmations"])
+    return (
+        f"{state}, waiting for an answer to {asks} tool call{'' if asks == 1 else 's'} "
+        f"({calls}): answer in `metis chat --session {session['id']}` or the dashboard, "
+        f"or `metis sessions end {session['id']}`"
+    )
 
 
 async def _end(api: DaemonApi, args: argparse.Namespace) -> int:

@@ -345,6 +345,11 @@ async def test_sessions_list_at_a_terminal_shows_two_lines_a_session_cut_to_its_
     await api.wait_for_event(sid, lambda e: e["type"] == "tool.confirmation_requested")
     lines = await _listed_at_a_terminal(daemon, 100)
     assert re.search(r" · active, [1-9] to confirm · 4 turns · ", lines[0]), lines
+    code, out, err = await metis("sessions", "show", sid, "--url", daemon.base_url)
+    assert code == 0, err
+    waits = out.splitlines()[-1]
+    assert waits.startswith("  turn 4: running, waiting for an answer to "), out
+    assert "write_file" in waits and f"metis sessions end {sid}" in waits
 
 
 async def _listed_at_a_terminal(daemon: Daemon, width: int, *options: str) -> list[str]:
