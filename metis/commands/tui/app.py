@@ -24,6 +24,7 @@ from rich.text import Text
 from textual.app import App
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.widget import Widget
 from textual.widgets import Static
 
 from metis.commands.client import ApiFailure, DaemonApi
@@ -141,8 +142,11 @@ class ChatApp(App[int]):
         self.transcript.scroll_end(animate=False)
         return widget
 
-    async def note(self, text: str, *, error: bool = False) -> None:
-        await self.add(Note(Text(text), classes="error" if error else ""))
+    async def note(self, text: str, *, error: bool = False) -> Widget:
+        """A line from metis in the transcript; the widget, for a note that goes once moot."""
+        note = Note(Text(text), classes="error" if error else "")
+        await self.add(note)
+        return note
 
     # start and stop ---------------------------------------------------------------------------
 

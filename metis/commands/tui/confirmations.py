@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import aiohttp
 from textual.screen import Screen
+from textual.widget import Widget
 
 from metis.commands.client import ApiFailure, DaemonApi
 from metis.commands.tui.failures import error_text, failure_text
@@ -27,7 +28,7 @@ class ConfirmationHost(Protocol):
     session_id: str | None
     workspace: str
 
-    async def note(self, text: str, *, error: bool = False) -> None: ...
+    async def note(self, text: str, *, error: bool = False) -> Widget: ...
 
     def push_screen(self, screen: Screen[Any], callback: Callable[[Any], None]) -> object: ...
 
@@ -45,6 +46,8 @@ class ConfirmationQueue:
         self.screen: ConfirmScreen | None = None
         # every tool call's final input, by tool_use_id: the dialog shows the diff it would make
         self.tool_inputs: dict[str, dict[str, Any]] = {}
+        # "… is waiting for your answer" notes, by request: removed once the question is gone
+        self._hints: dict[str, Widget] = {}
 
     def add(self, request: dict[str, Any]) -> None:
         request_id = str(request["confirmation_request_id"])
@@ -74,7 +77,7 @@ class ConfirmationQueue:
 
     def resolved(self, request_id: str) -> None:
         """Answered, here or elsewhere: the question is gone; the next one is asked."""
-        self.pending.pop(request_id, None)
+        self._settled(request_id)
         self._close_dialog(request_id)
         self.show_next()
 
@@ -82,8 +85,15 @@ class ConfirmationQueue:
         """The turn ended: what it asked needs no answer any more."""
         for request_id, request in list(self.pending.items()):
             if request.get("turn_id") == turn_id:
-                self.pending.pop(request_id)
+                self._settled(request_id)
                 self._close_dialog(request_id)
+
+    def _settled(self, request_id: str) -> None:
+        """The question no longer stands: nor does a note saying it waits for an answer."""
+        self.pending.pop(request_id, None)
+        hint = self._hints.pop(request_id, None)
+        if hint is not None:
+            hint.remove()
 
     def _close_dialog(self, request_id: str) -> None:
         screen = self.screen
@@ -92,8 +102,11 @@ class ConfirmationQueue:
             screen.dismiss(None)
 
     async def _later_hint(self, request: dict[str, Any]) -> None:
-        if str(request["confirmation_request_id"]) in self.pending:
-            await self.host.note(f"{request.get('tool_name')} is waiting for your answer: Ctrl-O")
+        request_id = str(request["confirmation_request_id"])
+        if request_id in self.pending and request_id not in self._hints:
+            self._hints[request_id] = await self.host.note(
+                f"{request.get('tool_name')} is waiting for your answer: Ctrl-O"
+            )
 
     async def answer(self, request: dict[str, Any], decision: Decision) -> None:
         body: dict[str, Any] = {"decision": decision.decision, "scope": decision.scope}
@@ -118,5 +131,5 @@ class ConfirmationQueue:
                 f"the answer was not sent: {error_text(exc)}; Ctrl-O answers again", error=True
             )
             return
-        self.pending.pop(str(request["confirmation_request_id"]), None)
+        self._settled(str(request["confirmation_request_id"]))
         self.show_next()

@@ -350,6 +350,24 @@ async def test_a_cancel_the_daemon_no_longer_knows_clears_the_turn(
         await until(lambda: app.session_id != first and app.stream.reader is not None)
 
 
+async def test_a_question_put_off_with_esc_is_noted_until_it_is_answered(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    d = await start_daemon(config=CONFIRM_ALL)
+    app = make_app(d, workspace)
+    async with attached(app) as pilot:
+        send(app, "please use server tool")
+        await wait_modal(app)
+        await pilot.press("escape")  # later: the question stays, said in a note
+        await until(lambda: "read_file is waiting for your answer: Ctrl-O" in notes(app))
+        await pilot.press("ctrl+o")
+        await wait_modal(app)
+        await pilot.press("y")
+        await until(lambda: app.turn.id is None and "turn completed" in notes(app))
+        await pilot.pause(0.1)
+        assert "waiting for your answer" not in notes(app)  # answered: the note is gone
+
+
 async def test_escape_cancels_the_running_turn(
     start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
 ) -> None:
