@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,7 @@ class ChatApp(App[int]):
         self.ended = False
         self._last_ctrl_c = 0.0
         self.exit_code = 0
+        self.start_failure: str | None = None  # why no session could be opened, said on exit too
         self.stream = SessionStream(self)
         self.turn = RunningTurn(self)
         self.confirmations = ConfirmationQueue(self)
@@ -179,6 +181,7 @@ class ChatApp(App[int]):
     async def _fatal(self, text: str) -> None:
         """Start-up failed: no session is open, so the prompt has nothing to send to."""
         self.exit_code = 1
+        self.start_failure = text
         await self.note(text, error=True)
         await self.note("press Ctrl-C or Ctrl-Q to leave")
         self.prompt.placeholder = "no session is open: Ctrl-Q leaves"
@@ -357,7 +360,11 @@ class ChatApp(App[int]):
     # keys -------------------------------------------------------------------------------------
 
     async def action_interrupt(self) -> None:
-        """Ctrl-C: cancel the running turn; when idle, twice within 2 s quits."""
+        """Ctrl-C: cancel the running turn; when idle, twice within 2 s quits; with no session
+        open (start-up failed), at once: there is nothing to lose."""
+        if self.start_failure is not None:
+            await self.action_quit_chat()
+            return
         if await self.turn.cancel():
             return
         now = time.monotonic()
@@ -398,6 +405,8 @@ def run_app(args: argparse.Namespace) -> int:
         freeze_heap=True,
     )
     code = app.run()
+    if app.start_failure is not None:  # the screen that said it is gone: say it where it stays
+        print(f"metis: {app.start_failure}", file=sys.stderr)
     if app.continuable:
         print(f"metis: `metis chat --session {app.session_id}` continues this session")
     return int(code or 0)

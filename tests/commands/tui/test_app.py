@@ -161,8 +161,9 @@ async def test_without_a_daemon_the_app_says_so_and_the_prompt_sends_nothing(
         await pilot.press("h", "i", "enter")
         assert not app.query(UserMessage)
         screenshot(app, "no-daemon")
-        await pilot.press("ctrl+q")
+        await pilot.press("ctrl+c")  # once: with no session open there is nothing to lose
     assert app.return_value == 1
+    assert app.start_failure is not None and "cannot reach the daemon" in app.start_failure
     assert not app.continuable
 
 
