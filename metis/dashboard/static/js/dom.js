@@ -92,6 +92,17 @@ export function fmtInt(n) {
   return Number(n || 0).toLocaleString("en-US");
 }
 
+// "1 turn", "3 turns", "1,024 events": the count with its noun, singular for one.
+export function plural(n, one, many = `${one}s`) {
+  return `${fmtInt(n)} ${Number(n) === 1 ? one : many}`;
+}
+
+// Text whose long names may break after their underscores and dots (mcp__server__tool_name,
+// session.instructions_loaded) rather than anywhere, when a line is too short for them.
+export function breakable(text) {
+  return text.split(/(?<=[_.])(?![_.])/).flatMap((part, i) => (i ? [h("wbr"), part] : [part]));
+}
+
 export function fmtMs(ms) {
   if (ms === null || ms === undefined) return "";
   if (ms < 1000) return `${Math.round(ms)} ms`;

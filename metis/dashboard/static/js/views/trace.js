@@ -2,7 +2,7 @@
 // with durations, tokens, cost, retries and failovers; click a row for its JSON; filter; paging.
 
 import { api } from "../api.js";
-import { h, clear, fmtCost, fmtInt, fmtMs, fmtTime } from "../dom.js";
+import { h, clear, breakable, fmtCost, fmtInt, fmtMs, fmtTime, plural } from "../dom.js";
 
 const PAGE = 200;
 const KINDS = { all: null, turn: "turn.", route: "route.", llm: "llm.", tool: "tool.", session: "session." };
@@ -11,11 +11,13 @@ export function traceView(root, sessionId) {
   const events = [];
   let cursor = null;
   let kind = "all";
+  let selected = null; // the id of the event whose JSON is shown
   const filter = h("select", { id: "trace-filter", "aria-label": "Event type" },
     Object.keys(KINDS).map((k) => h("option", { value: k }, k)));
   const more = h("button", { type: "button", id: "trace-more", hidden: true }, "Load more");
   const tree = h("div", { id: "trace", class: "trace" });
-  const json = h("pre", { id: "event-json", class: "json", tabindex: "0", "aria-label": "Selected event" }, "Select an event to see its JSON.");
+  const PLACEHOLDER = "Select an event to see its JSON.";
+  const json = h("pre", { id: "event-json", class: "json", tabindex: "0", "aria-label": "Selected event" }, PLACEHOLDER);
   const summary = h("p", { class: "muted", id: "trace-summary" });
   const error = h("p", { class: "error", id: "trace-error", role: "alert" });
   root.append(h("section", { class: "view" },
@@ -31,12 +33,24 @@ export function traceView(root, sessionId) {
   function select(ev, row) {
     for (const r of tree.querySelectorAll(".selected")) r.classList.remove("selected");
     row.classList.add("selected");
+    selected = ev.id;
     json.textContent = JSON.stringify(ev, null, 2);
+  }
+
+  // After a redraw the selected event's row is marked again; a filter that hides it empties
+  // the panel, which would otherwise show an event no longer on the page.
+  function reselect() {
+    const row = [...tree.querySelectorAll(".ev")].find((r) => r.dataset.id === selected);
+    if (row) row.classList.add("selected");
+    else {
+      selected = null;
+      json.textContent = PLACEHOLDER;
+    }
   }
 
   function eventRow(ev, label, extra, cls, bar) {
     const row = h("button", { type: "button", class: `ev ${cls}`, dataset: { type: ev.type, id: ev.id } },
-      h("span", { class: "ev-label" }, label),
+      h("span", { class: "ev-label" }, breakable(label)),
       bar || null,
       h("span", { class: "ev-extra muted small" }, extra || ""));
     row.addEventListener("click", () => select(ev, row));
@@ -61,10 +75,21 @@ export function traceView(root, sessionId) {
     // in time order: a turn takes the place of its first event, an event outside turns its own
     const turns = new Map();
     const order = [];
-    let llm = 0, tools = 0; // of the whole session, whatever the filter shows
+    // of the whole session, whatever the filter shows. Tool calls are counted as each turn's
+    // tool_call_count counts them, those that ran (tool.called); a call denied, timed out or
+    // cancelled before it ran has only its tool.failed and is counted as not run.
+    let llm = 0, ran = 0, notRun = 0;
+    const called = new Set();
+    const notRunIn = new Map(); // turn id → calls not run
     for (const ev of events) {
       if (ev.type === "llm.call_completed" || ev.type === "llm.call_failed") llm += 1;
-      if (ev.type === "tool.completed" || ev.type === "tool.failed") tools += 1;
+      if (ev.type === "tool.called") {
+        ran += 1;
+        called.add(ev.payload.tool_use_id);
+      } else if (ev.type === "tool.failed" && !called.has(ev.payload.tool_use_id)) {
+        notRun += 1;
+        notRunIn.set(ev.turn_id, (notRunIn.get(ev.turn_id) || 0) + 1);
+      }
       if (!ev.turn_id) {
         order.push(ev);
       } else if (turns.has(ev.turn_id)) {
@@ -120,17 +145,24 @@ export function traceView(root, sessionId) {
           children.append(eventRow(ev, ev.type, "", "span-other"));
         }
       }
-      const failover = models.size > 1 ? ` · failover: ${[...models].join(" → ")}` : "";
       const head = start || evs[0];
       const outcome = end ? end.type.split(".")[1] : "running";
       const p = end?.payload || {};
-      const turnRow = eventRow(end || head, `Turn ${n} · ${outcome}`,
-        end ? `${fmtMs(total)} · ${p.llm_call_count} LLM · ${p.tool_call_count} tools · ${fmtInt(p.input_tokens)} in / ${fmtInt(p.output_tokens)} out · ${fmtCost(p.total_cost_usd)}${failover}` : "",
+      const figures = [fmtMs(total), plural(p.llm_call_count, "LLM call"), `${plural(p.tool_call_count, "tool call")} run`,
+        ...(notRunIn.has(turnId) ? [`${fmtInt(notRunIn.get(turnId))} not run`] : []),
+        `${fmtInt(p.input_tokens)} in / ${fmtInt(p.output_tokens)} out`, fmtCost(p.total_cost_usd)];
+      // the totals wrap between figures, never inside one (no-break spaces)
+      const totals = figures.map((f) => f.replaceAll(" ", "\u00a0")).join(" · ")
+        + (models.size > 1 ? ` · failover: ${[...models].join(" → ")}` : "");
+      const turnRow = eventRow(end || head, `Turn ${n} · ${outcome}`, end ? totals : "",
         `span-turn ${outcome}`, spanBar(t0, total, t0, total));
       const group = h("div", { class: "turn", dataset: { turnId } }, turnRow, children);
       if (!prefix || prefix === "turn." || children.childElementCount) tree.append(group);
     }
-    summary.textContent = `${events.length} events · ${turns.size} turns · ${llm} LLM calls · ${tools} tool calls${cursor ? " (more to load)" : ""}`;
+    summary.textContent = [plural(events.length, "event"), plural(turns.size, "turn"), plural(llm, "LLM call"),
+      `${plural(ran, "tool call")} run`, ...(notRun ? [`${fmtInt(notRun)} not run`] : [])].join(" · ")
+      + (cursor ? " (more to load)" : "");
+    reselect();
   }
 
   async function load() {

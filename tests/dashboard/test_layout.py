@@ -1,0 +1,88 @@
+"""The dashboard's wording: the trace's counts agree with its turns' in the right plurals."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.dashboard.conftest import DaemonThread, events_of, rest
+
+PLACEHOLDER = "Select an event to see its JSON."
+
+
+def start_session(served: DaemonThread, workspace: Path) -> str:
+    status, body = rest(served, "POST", "/sessions", {"workspace_path": str(workspace)})
+    assert status == 201, body
+    return str(body["id"])
+
+
+def send_turn(served: DaemonThread, session_id: str, text: str) -> None:
+    turn = {"content": [{"type": "text", "text": text}]}
+    status, body = rest(served, "POST", f"/sessions/{session_id}/turns", turn)
+    assert status == 202, body
+
+
+def session_once(served: DaemonThread, session_id: str, done: Any) -> dict[str, Any]:
+    """The session as soon as `done(session)` holds (30 s at most)."""
+    for _ in range(300):
+        status, session = rest(served, "GET", f"/sessions/{session_id}")
+        assert status == 200, session
+        if done(session):
+            return dict(session)
+        time.sleep(0.1)
+    raise AssertionError(f"session {session_id} never got there: {session}")
+
+
+def test_trace_counts_tool_calls_as_its_turns_do_in_plain_plurals(
+    page: Any, served: DaemonThread, workspace: Path
+) -> None:
+    session_id = start_session(served, workspace)
+    send_turn(served, session_id, "hello")
+    session_once(served, session_id, lambda s: s["current_turn_id"] is None)
+    send_turn(served, session_id, "use all tools")
+    denied: set[str] = set()
+
+    def deny_all(session: dict[str, Any]) -> bool:
+        for p in session["pending_confirmations"]:
+            if p["confirmation_request_id"] not in denied:
+                denied.add(p["confirmation_request_id"])
+                path = (
+                    f"/sessions/{session_id}/turns/{p['turn_id']}/confirmations/"
+                    f"{p['confirmation_request_id']}"
+                )
+                rest(served, "POST", path, {"decision": "deny", "scope": "once"})
+        return session["current_turn_id"] is None
+
+    session_once(served, session_id, deny_all)
+    assert denied
+    called = events_of(served, session_id, "tool.called")
+    ran = {e["payload"]["tool_use_id"] for e in called}
+    failed = events_of(served, session_id, "tool.failed")
+    not_run = [e for e in failed if e["payload"]["tool_use_id"] not in ran]
+    assert len(not_run) == len(denied)
+    page.goto(f"{served.url}/#/s/{session_id}/trace")
+    page.wait_for_selector("#trace .turn")
+    summary = page.inner_text("#trace-summary")
+    assert re.fullmatch(
+        rf"\d+ events · 2 turns · 3 LLM calls · {len(ran)} tool calls run · {len(denied)} not run",
+        summary,
+    ), summary
+    # each turn's own count is the same thing, said the same way (figures never split)
+    first, second = (
+        t.replace("\u00a0", " ")
+        for t in page.locator("#trace .ev.span-turn .ev-extra").all_inner_texts()
+    )
+    assert " · 1 LLM call · 0 tool calls run · " in first and "not run" not in first
+    assert f" · 2 LLM calls · {len(ran)} tool calls run · {len(denied)} not run · " in second
+    # a filter that hides the selected event empties the panel; one that keeps it, keeps it
+    page.locator("#trace .ev.span-tool").first.click()
+    assert '"type": "tool.' in page.inner_text("#event-json")
+    page.select_option("#trace-filter", "llm")
+    assert page.inner_text("#event-json") == PLACEHOLDER
+    assert page.locator("#trace .ev.selected").count() == 0
+    page.locator("#trace .ev.span-llm").first.click()
+    page.select_option("#trace-filter", "all")
+    assert page.locator("#trace .ev.span-llm.selected").count() == 1
+    assert '"type": "llm.' in page.inner_text("#event-json")
