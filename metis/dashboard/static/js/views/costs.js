@@ -1,50 +1,67 @@
-// Costs: spend per day, per model and per session as inline SVG charts (GET /costs).
+// Costs: spend per day as an SVG chart, per model and per session as bars, each with a table
+// (GET /costs).
 
 import { api } from "../api.js";
-import { h, svg, fmtCost, fmtInt, toast } from "../dom.js";
+import { h, svg, fmtCost, fmtInt, plural, shortId, toast } from "../dom.js";
 
-function dayChart(rows) {
-  const W = 720, H = 200, pad = 28;
-  // with no spend at all (local models), the bars show turns per day instead
+const H = 200, PAD = 28;
+const LABEL_PX = 48; // room for one day's label ("11-27" at the chart's 11 px) and a gap
+
+// with no spend at all (local models), the bars show turns instead
+function measure(rows) {
   const spend = rows.some((r) => Number(r.cost_usd) > 0);
-  const value = (r) => (spend ? Number(r.cost_usd) : r.turns);
-  const fmt = (v) => (spend ? fmtCost(v) : `${v} turn${v === 1 ? "" : "s"}`);
+  return {
+    spend,
+    value: (r) => (spend ? Number(r.cost_usd) : r.turns),
+    shown: (r) => (spend ? fmtCost(r.cost_usd) : plural(r.turns, "turn")),
+  };
+}
+
+// Drawn `width` pixels wide, the width of its box: its labels keep their size on a phone and its
+// bars fill a wide panel.
+function dayChart(rows, width) {
+  const { spend, value } = measure(rows);
   const max = Math.max(...rows.map(value), 0);
-  const bw = (W - pad * 2) / Math.max(rows.length, 1);
-  const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "aria-labelledby": "cost-day-title" },
+  const bw = (width - PAD * 2) / Math.max(rows.length, 1);
+  const every = Math.ceil(rows.length / Math.max(1, Math.floor((width - PAD * 2) / LABEL_PX)));
+  const chart = svg("svg", { viewBox: `0 0 ${width} ${H}`, class: "chart", role: "img", "aria-labelledby": "cost-day-title" },
     svg("title", { id: "cost-day-title", text: "Cost per day" }),
-    svg("line", { x1: pad, y1: H - pad, x2: W - pad, y2: H - pad, class: "axis" }));
+    svg("line", { x1: PAD, y1: H - PAD, x2: width - PAD, y2: H - PAD, class: "axis" }));
   rows.forEach((r, i) => {
     const v = value(r);
-    const bh = max ? ((H - pad * 2) * v) / max : 0;
-    const rect = svg("rect", { x: pad + i * bw + 1, y: H - pad - bh, width: Math.max(1, bw - 2), height: Math.max(bh, v ? 1 : 0), class: "bar" },
-      svg("title", { text: `${r.key}: ${fmtCost(r.cost_usd)} · ${r.turns} turns` }));
+    const bh = max ? ((H - PAD * 2) * v) / max : 0;
+    const rect = svg("rect", { x: PAD + i * bw + 1, y: H - PAD - bh, width: Math.max(1, bw - 2), height: Math.max(bh, v ? 1 : 0), class: "bar" },
+      svg("title", { text: `${r.key}: ${fmtCost(r.cost_usd)} · ${plural(r.turns, "turn")}` }));
     chart.append(rect);
-    if (i % Math.ceil(rows.length / 8) === 0) chart.append(svg("text", { x: pad + i * bw, y: H - 8, class: "tick", text: r.key.slice(5) }));
+    if (i % every === 0) chart.append(svg("text", { x: PAD + i * bw, y: H - 8, class: "tick", text: r.key.slice(5) }));
   });
-  chart.append(svg("text", { x: pad, y: 16, class: "tick", text: `${spend ? "cost" : "no spend yet: turns"} per day, max ${fmt(max)}` }));
+  const most = spend ? fmtCost(max) : plural(max, "turn");
+  chart.append(svg("text", { x: PAD, y: 16, class: "tick", text: `${spend ? "cost" : "no spend yet: turns"} per day, max ${most}` }));
   return chart;
 }
 
-function barList(rows, label, link) {
+// One row a bar: its name (`name(row)`, an element), the bar, the amount; then the figures in
+// a table.
+function barList(rows, label, name) {
   if (!rows.length) return h("p", { class: "muted" }, "Nothing yet.");
-  // like the day chart: with no spend at all the bars show turns
-  const spend = rows.some((r) => Number(r.cost_usd) > 0);
-  const value = (r) => (spend ? Number(r.cost_usd) : r.turns);
+  const { value, shown } = measure(rows);
   const max = Math.max(...rows.map(value), 0);
-  const W = 480, row = 26, x0 = 200;
-  const chart = svg("svg", { viewBox: `0 0 ${W} ${rows.length * row}`, class: "chart hbars", role: "img", "aria-label": label });
-  rows.forEach((r, i) => {
-    const bw = max ? ((W - x0 - 70) * value(r)) / max : 0;
-    const shown = spend ? fmtCost(r.cost_usd) : `${r.turns} turn${r.turns === 1 ? "" : "s"}`;
-    chart.append(
-      svg("text", { x: 0, y: i * row + 17, class: "tick", text: r.key.length > 24 ? `…${r.key.slice(-21)}` : r.key }),
-      svg("rect", { x: x0, y: i * row + 5, width: Math.max(bw, 1), height: row - 10, class: "bar" }, svg("title", { text: `${r.key}: ${fmtCost(r.cost_usd)} · ${r.turns} turns` })),
-      svg("text", { x: x0 + 6 + bw, y: i * row + 17, class: "tick", text: shown }));
-  });
+  const bars = h("ul", { class: "hbars", "aria-label": label }, rows.map((r) => {
+    const fill = h("span", { class: "fill" });
+    fill.style.width = `${max ? (100 * value(r)) / max : 0}%`;
+    return h("li", {}, name(r), h("span", { class: "bar", "aria-hidden": "true" }, fill), h("span", { class: "num" }, shown(r)));
+  }));
   const table = h("table", { class: "small" }, h("thead", {}, h("tr", {}, [label, "Cost", "Turns", "Tokens in", "Tokens out"].map((t) => h("th", { scope: "col" }, t)))),
-    h("tbody", {}, rows.map((r) => h("tr", {}, h("td", { class: "mono" }, link ? h("a", { href: link(r.key) }, r.key) : r.key), h("td", { class: "num" }, fmtCost(r.cost_usd)), h("td", { class: "num" }, String(r.turns)), h("td", { class: "num" }, fmtInt(r.input_tokens)), h("td", { class: "num" }, fmtInt(r.output_tokens))))));
-  return h("div", {}, chart, h("details", {}, h("summary", {}, "Table"), h("div", { class: "table-wrap" }, table)));
+    h("tbody", {}, rows.map((r) => h("tr", {}, h("td", {}, name(r)), h("td", { class: "num" }, fmtCost(r.cost_usd)), h("td", { class: "num" }, String(r.turns)), h("td", { class: "num" }, fmtInt(r.input_tokens)), h("td", { class: "num" }, fmtInt(r.output_tokens))))));
+  return h("div", {}, bars, h("details", {}, h("summary", {}, "Table"), h("div", { class: "table-wrap" }, table)));
+}
+
+// Each session's title by its id (GET /costs names sessions by id only; a search by a whole
+// id finds that session, however old). Untitled, purged or unread: shown by its short id.
+async function sessionTitles(ids) {
+  const titles = await Promise.all(ids.map((id) => api("GET", `/sessions?q=${encodeURIComponent(id)}&limit=5`)
+    .then(({ sessions }) => sessions.find((s) => s.id === id)?.title, () => null)));
+  return new Map(ids.map((id, i) => [id, titles[i]]));
 }
 
 export function costsView(root) {
@@ -52,18 +69,33 @@ export function costsView(root) {
   const body = h("div", { id: "costs" });
   root.append(h("section", { class: "view" },
     h("div", { class: "view-head" }, h("h1", {}, "Costs"), h("div", { class: "filters" }, days)), body));
+  let byDay = [];
+  const dayBox = h("div", { class: "day-chart" });
+  function drawDays() {
+    const width = Math.floor(dayBox.clientWidth);
+    if (width && byDay.length) dayBox.replaceChildren(dayChart(byDay, width));
+  }
+  const fit = new ResizeObserver(drawDays);
+  fit.observe(dayBox);
   async function load() {
     try {
       const c = await api("GET", `/costs?days=${days.value}`);
+      const titles = await sessionTitles(c.by_session.map((r) => r.key));
+      const session = (r) => {
+        const title = titles.get(r.key);
+        return h("a", { href: `#/s/${r.key}`, class: title ? "name" : "name mono", title: title ? `${title} (${r.key})` : r.key }, title || shortId(r.key));
+      };
+      byDay = c.by_day;
       body.replaceChildren(
         h("p", { class: "stat big" }, `Total ${fmtCost(c.total_usd)} since ${c.since}`),
-        h("section", { class: "panel" }, h("h2", {}, "Per day"), dayChart(c.by_day)),
+        h("section", { class: "panel" }, h("h2", {}, "Per day"), dayBox),
         h("div", { class: "grid2" },
-          h("section", { class: "panel" }, h("h2", {}, "Per model"), barList(c.by_model, "Model")),
-          h("section", { class: "panel" }, h("h2", {}, "Per session (top 20)"), barList(c.by_session, "Session", (k) => `#/s/${k}`))));
+          h("section", { class: "panel" }, h("h2", {}, "Per model"), barList(c.by_model, "Model", (r) => h("span", { class: "name mono", title: r.key }, r.key))),
+          h("section", { class: "panel" }, h("h2", {}, "Per session (top 20)"), barList(c.by_session, "Session", session))));
+      drawDays();
     } catch (err) { toast(`${err.code}: ${err.message}`); }
   }
   days.addEventListener("change", load);
   load();
-  return {};
+  return { stop() { fit.disconnect(); } };
 }
