@@ -1,4 +1,5 @@
-"""The dashboard's wording: the trace's counts agree with its turns' in the right plurals."""
+"""The dashboard's wording: the trace's counts agree with its turns' in the right plurals,
+and an MCP reload says what it did."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import re
 import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.dashboard.conftest import DaemonThread, events_of, rest
 
@@ -86,3 +89,39 @@ def test_trace_counts_tool_calls_as_its_turns_do_in_plain_plurals(
     page.select_option("#trace-filter", "all")
     assert page.locator("#trace .ev.span-llm.selected").count() == 1
     assert '"type": "llm.' in page.inner_text("#event-json")
+
+
+SPARE = "    spare: {command: /bin/true, enabled: false}\n"
+ADDED = "    added: {command: /no/such/mcp-server}\n"
+
+
+@pytest.fixture
+def mcp_yaml(dash_home: Path) -> Path:
+    """config.yaml with a disabled MCP server, written before the daemon starts (a test lists
+    it before `page`): a reload reads this file."""
+    path = dash_home / "config.yaml"
+    path.write_text("mcp:\n  servers:\n" + SPARE)
+    return path
+
+
+def test_an_mcp_reload_says_what_it_did_over_an_older_refusal(
+    mcp_yaml: Path, page: Any, served: DaemonThread
+) -> None:
+    page.goto(f"{served.url}/#/mcp")
+    spare = page.locator(".mcp-server[data-name=spare]")
+    assert "it is disabled in config.yaml" in spare.inner_text()
+    mcp_yaml.write_text("mcp:\n  servers:\n" + SPARE + ADDED)
+    page.click("#mcp-reload")
+    page.wait_for_selector(
+        "#toast.ok:has-text('Reloaded config.yaml: 1 added, 0 changed, 0 removed')"
+    )
+    page.wait_for_selector(".mcp-server[data-name=added]")
+    mcp_yaml.write_text("mcp: [unclosed\n")
+    page.click("#mcp-reload")
+    page.wait_for_selector("#toast:not(.ok):has-text('config_invalid')")
+    mcp_yaml.write_text("mcp:\n  servers:\n" + SPARE)
+    page.click("#mcp-reload")
+    # the success replaces the refusal at once, rather than waiting for it to go
+    page.wait_for_selector(
+        "#toast.ok:has-text('Reloaded config.yaml: 0 added, 0 changed, 1 removed')"
+    )

@@ -124,9 +124,12 @@ export function ago(iso) {
   return `${Math.floor(s / 86400)} d ago`;
 }
 
-export function toast(message) {
+// A message at the bottom right for 6 s: a failure unless `ok`. A new one replaces the one
+// shown, so a success never sits under an older failure's message.
+export function toast(message, { ok = false } = {}) {
   const el = document.getElementById("toast");
   el.textContent = message;
+  el.classList.toggle("ok", ok);
   el.hidden = false;
   clearTimeout(toast.timer);
   toast.timer = setTimeout(() => (el.hidden = true), 6000);

@@ -7,7 +7,7 @@
 // section (POST /mcp/reload).
 
 import { api } from "../api.js";
-import { h, clear, toast } from "../dom.js";
+import { h, clear, toast, breakable } from "../dom.js";
 import { whileVisible } from "../poll.js";
 
 const POLL_MS = 2000;
@@ -27,6 +27,25 @@ const POLICY_TEXT = {
   deny: "never runs",
 };
 
+// What a reload did, from the servers before and after it (POST /mcp/reload answers with the
+// servers only): those added, removed, and changed — an entry that reads differently, or a
+// server the reload restarted (an entry's hidden parts, such as env values, changed).
+const ENTRY = ["transport", "enabled", "command", "args", "url", "env", "headers", "policy"];
+function reloadSummary(before, after) {
+  const old = new Map(before.map((s) => [s.name, s]));
+  const now = new Set(after.map((s) => s.name));
+  let added = 0, changed = 0;
+  for (const s of after) {
+    const was = old.get(s.name);
+    if (!was) added += 1;
+    else if (ENTRY.some((k) => JSON.stringify(s[k]) !== JSON.stringify(was[k]))
+      || (s.state === "restarting" && was.state !== "restarting")) changed += 1;
+  }
+  const removed = before.filter((s) => !now.has(s.name)).length;
+  if (!added && !changed && !removed) return "Reloaded config.yaml: no changes";
+  return `Reloaded config.yaml: ${added} added, ${changed} changed, ${removed} removed`;
+}
+
 function serverCard(s, restart) {
   const where = s.transport === "http"
     ? h("code", { class: "mono" }, s.url)
@@ -42,12 +61,16 @@ function serverCard(s, restart) {
     ? h("div", { class: "table-wrap" }, h("table", { class: "small mcp-tools" },
       h("thead", {}, h("tr", {}, ["Tool (as the model sees it)", "Server's name", "Policy", "What it does"].map((t) => h("th", { scope: "col" }, t)))),
       h("tbody", {}, s.tools.map((t) => h("tr", {},
-        h("td", { class: "mono" }, t.name),
-        h("td", { class: "mono" }, t.remote_name),
-        h("td", {}, h("span", { title: POLICY_TEXT[t.policy] || "" }, t.policy)),
+        h("td", { class: "mono" }, breakable(t.name)),
+        // labelled for a phone, where the table's rows are stacked without its head
+        h("td", { class: "mono", dataset: { label: "Server's name" } }, breakable(t.remote_name)),
+        h("td", { dataset: { label: "Policy" } }, h("span", { title: POLICY_TEXT[t.policy] || "" }, t.policy)),
         // the server's description (plain text, never markup): its first line, all of it on hover
         h("td", { class: "description", title: t.description }, t.description.split("\n")[0]))))))
-    : h("p", { class: "muted" }, s.state === "ready" ? "This server offers no tools." : "No tools until it is ready.");
+    : h("p", { class: "muted" }, {
+      ready: "This server offers no tools.",
+      disabled: "None: it is disabled in config.yaml (enabled: false).",
+    }[s.state] || "No tools until it is ready.");
   return h("section", { class: "panel mcp-server", dataset: { name: s.name }, "aria-label": `MCP server ${s.name}` },
     h("div", { class: "mcp-head" },
       h("h2", {}, h("span", { class: "mono" }, s.name), " ",
@@ -71,19 +94,22 @@ export function mcpView(root) {
     "From ", h("code", {}, "mcp.servers"), " in ", h("code", {}, "config.yaml"),
     ". Edited it? Reload config.yaml applies the changes without restarting the daemon; a server's Restart applies its own entry.");
   const reloadButton = h("button", { type: "button", id: "mcp-reload", title: "Apply config.yaml's mcp section as it is now",
-    onclick: () => ask("/mcp/reload") }, "Reload config.yaml");
+    onclick: () => reload() }, "Reload config.yaml");
   root.append(h("section", { class: "view" },
     h("div", { class: "view-head" }, h("h1", {}, "MCP servers"), reloadButton), hint, problem, body));
   let shown = null;
+  let servers = []; // as last shown: what a reload's outcome is told against
   let stopped = false;
 
   const asked = new Set(); // asked, not answered yet: a second press does nothing
-  // A restart or a reload, then the page as it is (a refusal is said in a toast).
-  async function ask(path) {
+  // A restart or a reload, then the page as it is (a refusal is said in a toast, so is a
+  // reload's outcome: the page alone would not tell an unchanged file from a refused one).
+  async function ask(path, answered) {
     if (asked.has(path)) return; // (not `disabled`: that would take the keyboard away)
     asked.add(path);
     try {
-      await api("POST", path);
+      const answer = await api("POST", path);
+      answered?.(answer); // (not `answered?.(await api(…))`, which asks nothing without one)
     } catch (err) {
       toast(`${err.code}: ${err.message}`);
     }
@@ -91,11 +117,16 @@ export function mcpView(root) {
     if (!stopped) refresh();
   }
   const restart = (name) => ask(`/mcp/${encodeURIComponent(name)}/restart`);
+  function reload() {
+    const before = servers;
+    ask("/mcp/reload", (answer) => toast(reloadSummary(before, answer.servers), { ok: true }));
+  }
 
   async function refresh() {
     try {
       const data = await api("GET", "/mcp");
       problem.textContent = "";
+      servers = data.servers;
       const text = JSON.stringify(data.servers);
       if (text !== shown) {
         shown = text;
