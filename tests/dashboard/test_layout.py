@@ -1,17 +1,22 @@
-"""The dashboard's wording: the trace's counts agree with its turns' in the right plurals,
-and an MCP reload says what it did."""
+"""The dashboard's layout and wording: every page fits a phone, the trace's counts agree with
+its turns' in the right plurals, and an MCP reload says what it did."""
 
 from __future__ import annotations
 
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.dashboard.conftest import DaemonThread, events_of, rest
+from tests.core.tools.mcp_servers import DEMO
+from tests.dashboard.conftest import DaemonThread, events_of, logged_in_page, rest
 
+PHONE = (390, 844)
+# an MCP tool whose name is longer than a phone is wide, as the model is offered it
+LONG_TOOL = "add_two_integers_and_tell_the_sum_in_words_to_whoever_asked_for_it"
 PLACEHOLDER = "Select an event to see its JSON."
 
 
@@ -36,6 +41,61 @@ def session_once(served: DaemonThread, session_id: str, done: Any) -> dict[str, 
             return dict(session)
         time.sleep(0.1)
     raise AssertionError(f"session {session_id} never got there: {session}")
+
+
+@pytest.mark.daemon_config(
+    {
+        "mcp": {
+            "servers": {
+                "demo": {
+                    "command": sys.executable,
+                    "args": [str(DEMO)],
+                    "env": {"MCP_DEMO_ALIAS": LONG_TOOL},
+                    "policy": "prompt",
+                }
+            }
+        }
+    }
+)
+def test_no_page_is_wider_than_a_phone(browser: Any, served: DaemonThread, workspace: Path) -> None:
+    assert served.daemon is not None
+    demo = served.daemon.core.mcp.servers["demo"]
+    for _ in range(300):  # its tools are offered once it is ready
+        if demo.state == "ready":
+            break
+        time.sleep(0.1)
+    session_id = start_session(served, workspace)
+    send_turn(served, session_id, "hello")
+    session_once(served, session_id, lambda s: s["current_turn_id"] is None)
+    send_turn(served, session_id, "use all tools")
+    # a confirmation card naming the long tool waits above the composer
+    session_once(
+        served,
+        session_id,
+        lambda s: any("mcp__demo__add_two" in p["tool_name"] for p in s["pending_confirmations"]),
+    )
+    pages = {
+        "#/": "table.sessions tbody tr",
+        f"#/s/{session_id}": ".confirm-card:has-text('mcp__demo__add_two')",
+        f"#/s/{session_id}/trace": "#trace .turn",
+        "#/routing": "#models tbody tr",
+        "#/mcp": ".mcp-server[data-name=demo] table.mcp-tools",
+        "#/costs": "#costs svg.chart .tick",
+    }
+    with logged_in_page(browser, served, *PHONE) as pg:
+        for fragment, shown in pages.items():
+            pg.goto(f"{served.url}/{fragment}")
+            pg.wait_for_selector(shown)
+            width = pg.evaluate("document.documentElement.scrollWidth")
+            assert width <= PHONE[0], f"{fragment} is {width} px wide"
+        # the day chart is drawn at the phone's scale: its labels are as tall as on a desktop
+        ticks = pg.eval_on_selector_all(
+            "#costs svg.chart .tick", "ts => ts.map(t => t.getBoundingClientRect().height)"
+        )
+        assert min(ticks) >= 10, ticks
+        # a session's bar is named by its title and leads to it
+        bar = pg.locator("ul.hbars a", has_text="hello")
+        assert bar.get_attribute("href") == f"#/s/{session_id}"
 
 
 def test_trace_counts_tool_calls_as_its_turns_do_in_plain_plurals(
