@@ -84,6 +84,7 @@ class Renderer:
         self.out = out
         self._open: str | None = None  # the label of the line being streamed, if any
         self.own_model_changes = 0  # PATCHes of this client whose event is still to come
+        self._running: dict[str, str] = {}  # tool_use_id → tool name: `tool.completed` has none
 
     def _write(self, text: str) -> None:
         self.out.write(visible_controls(text))  # model text must not drive the terminal
@@ -155,13 +156,21 @@ class Renderer:
             self.line("llm", f"call failed: {p.get('error_class')}: {p.get('message')}")
 
     def _on_tool_called(self, p: dict[str, Any]) -> None:
+        self._running[str(p.get("tool_use_id"))] = str(p.get("tool_name"))
         self.line("tool", f"running {p.get('tool_name')}")
 
     def _on_tool_completed(self, p: dict[str, Any]) -> None:
+        # a call whose start this client missed (a re-attach) is still said, unnamed
+        name = self._running.pop(str(p.get("tool_use_id")), None)
         outcome = "returned an error" if p.get("is_error") else "done"
-        self.line("tool", f"{outcome} ({p.get('duration_ms')} ms, {p.get('output_bytes')} bytes)")
+        self.line(
+            "tool",
+            f"{name + ' ' if name else ''}{outcome} "
+            f"({p.get('duration_ms')} ms, {p.get('output_bytes')} bytes)",
+        )
 
     def _on_tool_failed(self, p: dict[str, Any]) -> None:
+        self._running.pop(str(p.get("tool_use_id")), None)
         self.line(
             "tool", f"{p.get('tool_name')} failed: {p.get('error_class')}: {p.get('message')}"
         )
@@ -247,6 +256,8 @@ class ChatSession:
         # socket reads it (a re-attach replays bus events, not the reply's text).
         self._attached = asyncio.Event()
         self._created = False  # this chat created the session (not `--session`)
+        # the project instruction file the session's turns use (`GET /sessions/{id}`)
+        self.instructions: dict[str, Any] | None = None
         self._turns_started = 0
 
     # REST ------------------------------------------------------------------------------------
@@ -271,6 +282,7 @@ class ChatSession:
                 f"(`metis sessions export {self.session_id}` shows it)"
             )
             raise ApiFailure(409, {"error": {"code": "session_already_ended", "message": ended}})
+        self.instructions = session.get("instructions")
         ws = self.ws = await self.api.ws_connect(session["ws_url"])
         subscribe: dict[str, Any] = {"type": "subscribe", "filter": "preset:chat"}
         if self._last_event_id is None or snapshot:
@@ -518,7 +530,41 @@ class ChatSession:
 
         Several requests can be pending at once (one per tool call of a message); each prompt
         names the call it is about, and they are asked one after another in arrival order.
+        When the input ends first (a pipe, Ctrl-D), no one is left to answer: the call is
+        denied, so that the turn can end and the chat with it.
         """
+        body = await self._decision(turn_id, request)
+        if body is None:
+            if self._turn_over(turn_id):  # answered elsewhere, cancelled or withdrawn
+                return
+            print(
+                f"metis: the input ended before `allow {request.get('tool_name')}?` was "
+                "answered: denied",
+                file=sys.stderr,
+                flush=True,
+            )
+            body = {"decision": "deny", "scope": "once", "reason": "input ended"}
+        else:
+            self.render.line(
+                "you",
+                body["decision"]
+                + (" for this session" if body["scope"] == "session" else "")
+                + (f": {body['reason']}" if body.get("reason") else ""),
+            )
+        try:
+            assert self.api is not None and self.session_id is not None
+            await self.api.answer_confirmation(
+                self.session_id, turn_id, request["confirmation_request_id"], body
+            )
+        except ApiFailure as exc:
+            if exc.code == "confirmation_already_resolved":  # elsewhere, or the turn ended
+                self.render.line("confirm", tooldisplay.already_settled(request, exc.details))
+            else:
+                self.render.line("error", str(exc))
+
+    async def _decision(self, turn_id: str, request: dict[str, Any]) -> dict[str, Any] | None:
+        """The answer typed to one confirmation request, as the REST body; None when the turn
+        ended or the input did before it was whole."""
         summary = request.get("command_summary") or request.get("input_summary") or ""
         session_scope = "session" in (request.get("allowed_scopes") or ["once"])
         keys = "y/a/n" if session_scope else "y/n"
@@ -526,7 +572,7 @@ class ChatSession:
         while True:
             line = await self._answer_line(turn_id)
             if line is None:
-                return
+                return None
             answer = _ANSWERS.get(line.strip().lower())
             if answer is not None and (answer[1] == "once" or session_scope):
                 break
@@ -541,25 +587,10 @@ class ChatSession:
             self.render.line("confirm", "reason for denying (optional, Enter skips)?")
             reason = await self._answer_line(turn_id)
             if reason is None:
-                return
+                return None
             if reason.strip():
                 body["reason"] = reason.strip()
-        self.render.line(
-            "you",
-            decision
-            + (" for this session" if scope == "session" else "")
-            + (f": {body['reason']}" if body.get("reason") else ""),
-        )
-        try:
-            assert self.api is not None and self.session_id is not None
-            await self.api.answer_confirmation(
-                self.session_id, turn_id, request["confirmation_request_id"], body
-            )
-        except ApiFailure as exc:
-            if exc.code == "confirmation_already_resolved":  # elsewhere, or the turn ended
-                self.render.line("confirm", tooldisplay.already_settled(request, exc.details))
-            else:
-                self.render.line("error", str(exc))
+        return body
 
     async def _answer_line(self, turn_id: str) -> str | None:
         """The next typed line; None when the turn ended first or the input did."""
@@ -661,7 +692,8 @@ class ChatSession:
             self.render.line(
                 "metis",
                 f"session {self.session_id} on {session['workspace_path']} "
-                f"(model: {session.get('active_model') or 'routing decides'}); /help for commands",
+                f"(model: {session.get('active_model') or 'routing decides'})"
+                f"{_instructions_note(self.instructions)}; /help for commands",
             )
             self._attached.set()
             consumer = asyncio.ensure_future(self.consume())
@@ -714,6 +746,15 @@ class ChatSession:
                     return
                 continue
             await self.run_turn(line)
+
+
+def _instructions_note(instructions: dict[str, Any] | None) -> str:
+    """`; instructions: AGENTS.md`, as the app says it (saying so when the model gets only the
+    file's beginning); nothing when the workspace has no instruction file."""
+    if not instructions:
+        return ""
+    cut = " (too long: the model gets its beginning)" if instructions.get("truncated") else ""
+    return f"; instructions: {instructions['file']}{cut}"
 
 
 # -- the command ---------------------------------------------------------------------------------

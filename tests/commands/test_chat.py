@@ -489,3 +489,49 @@ async def test_an_ended_session_says_it_cannot_be_continued_and_how_to_read_it(
         f"error> session_already_ended: session {ended} has ended; it cannot be continued "
         f"(`metis sessions export {ended}` shows it)"
     ]
+
+
+async def test_the_end_of_input_denies_the_pending_confirmations_and_the_chat_ends(
+    chat_with: Callable[..., Any], api_of: Callable[[Daemon], Api], capsys: Any
+) -> None:
+    """Piped input that ends while the turn asks for confirmations: no one is left to answer,
+    so each call is denied ("input ended"), said on stderr, the turn ends and so does the chat
+    (instead of waiting for answers for ever)."""
+    d, term, chat = await chat_with()
+    term.type("please use all tools")
+    term.lines.put_nowait(None)  # the end of input
+    assert await asyncio.wait_for(chat.run(), 15) == 0
+    assert await api_of(d).decisions(chat.session_id) == [("deny", "once", "input ended")] * 3
+    said = capsys.readouterr().err
+    for tool in ("write_file", "patch_file", "shell"):
+        assert f"metis: the input ended before `allow {tool}?` was answered: denied" in said
+    assert "turn> completed in " in term.text
+    _, session = await api_of(d).call("GET", f"/sessions/{chat.session_id}")
+    assert session["current_turn_id"] is None and session["pending_confirmations"] == []
+
+
+async def test_piped_input_ending_at_a_confirmation_lets_the_real_command_exit(
+    daemon: Daemon, workspace: Path
+) -> None:
+    proc = await start_metis(
+        "chat", "--plain", str(workspace), "--url", daemon.base_url, stdin=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(b"use all tools\n"), 20)
+    assert proc.returncode == 0, err.decode()
+    assert out.decode().count("confirm> deny: input ended") == 3
+    assert "metis> bye;" in out.decode()
+
+
+async def test_tool_outcomes_name_their_tool_and_the_instruction_file_is_named(
+    chat_with: Callable[..., Any], workspace: Path
+) -> None:
+    (workspace / "AGENTS.md").write_text("Answer briefly.\n")
+    (workspace / "metis-demo.txt").write_text("the scripted model's read_file reads it\n")
+    _, term, chat = await chat_with()
+    term.type("please use server tool", "/quit")
+    assert await asyncio.wait_for(chat.run(), 15) == 0
+    assert term.labelled("metis")[0].endswith(
+        "(model: local:scripted); instructions: AGENTS.md; /help for commands"
+    )
+    [done] = [line for line in term.labelled("tool") if " done (" in line]
+    assert done.startswith("tool> read_file done (") and done.endswith(" bytes)")
