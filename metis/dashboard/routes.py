@@ -168,12 +168,16 @@ class CostRow(DataModel):
     output_tokens: int
 
 
+class SessionCostRow(CostRow):
+    title: str | None = Field(description="the session's title (set, else its first prompt's)")
+
+
 class CostsResponse(DataModel):
     since: str
     total_usd: str
     by_day: list[CostRow]
     by_model: list[CostRow]
-    by_session: list[CostRow]
+    by_session: list[SessionCostRow]
 
 
 _DAY_US = 86_400_000_000
@@ -223,13 +227,16 @@ async def costs(request: web.Request) -> web.Response:
             return sorted(items, key=lambda i: i["key"])
         return sorted(items, key=lambda i: (-Decimal(i["cost_usd"]), -i["turns"], i["key"]))
 
+    by_session = listed("session", "cost")[:20]
+    for row in by_session:  # a person knows a session by its title, not its id
+        row["title"] = await request.app[STATE_KEY].app.sessions.title(row["key"])
     return json_response(
         {
             "since": _day(since_us),
             "total_usd": decimal_str(total),
             "by_day": listed("day", "key"),
             "by_model": listed("model", "cost"),
-            "by_session": listed("session", "cost")[:20],
+            "by_session": by_session,
         }
     )
 

@@ -86,4 +86,6 @@ async def test_session_list_titles_status_and_costs(
     assert len(costs["by_day"]) == 7
     assert costs["by_model"][0]["key"] == "local:scripted"
     assert costs["by_session"][0]["turns"] == 1
+    assert costs["by_session"][0]["title"] == "hello **there**"  # known by its title
+    assert "title" not in costs["by_model"][0]
     assert costs["total_usd"] == "0"

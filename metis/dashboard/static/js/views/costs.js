@@ -56,14 +56,6 @@ function barList(rows, label, name) {
   return h("div", {}, bars, h("details", {}, h("summary", {}, "Table"), h("div", { class: "table-wrap" }, table)));
 }
 
-// Each session's title by its id (GET /costs names sessions by id only; a search by a whole
-// id finds that session, however old). Untitled, purged or unread: shown by its short id.
-async function sessionTitles(ids) {
-  const titles = await Promise.all(ids.map((id) => api("GET", `/sessions?q=${encodeURIComponent(id)}&limit=5`)
-    .then(({ sessions }) => sessions.find((s) => s.id === id)?.title, () => null)));
-  return new Map(ids.map((id, i) => [id, titles[i]]));
-}
-
 export function costsView(root) {
   const days = h("select", { id: "cost-days", "aria-label": "Period" }, [7, 30, 90].map((d) => h("option", { value: d, selected: d === 30 }, `last ${d} days`)));
   const body = h("div", { id: "costs" });
@@ -80,9 +72,9 @@ export function costsView(root) {
   async function load() {
     try {
       const c = await api("GET", `/costs?days=${days.value}`);
-      const titles = await sessionTitles(c.by_session.map((r) => r.key));
+      // a session by its title; untitled (no prompt yet) or purged, by its short id
       const session = (r) => {
-        const title = titles.get(r.key);
+        const title = r.title;
         return h("a", { href: `#/s/${r.key}`, class: title ? "name" : "name mono", title: title ? `${title} (${r.key})` : r.key }, title || shortId(r.key));
       };
       byDay = c.by_day;
