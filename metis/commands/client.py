@@ -111,11 +111,11 @@ class DaemonApi:
         result: dict[str, Any] = await self.call("POST", f"/mcp/{quote(name, safe='')}/restart")
         return result
 
-    async def reload_mcp_servers(self) -> list[dict[str, Any]]:
-        """Ask the daemon to apply config.yaml's `mcp` section as it is now; every server then."""
+    async def reload_mcp_servers(self) -> dict[str, Any]:
+        """Ask the daemon to apply config.yaml's `mcp` section as it is now: every server then
+        (`servers`) and what changed (`applied`)."""
         body: dict[str, Any] = await self.call("POST", "/mcp/reload")
-        servers: list[dict[str, Any]] = body["servers"]
-        return servers
+        return body
 
     async def ws_connect(self, ws_url: str) -> aiohttp.ClientWebSocketResponse:
         assert self.http is not None

@@ -14,6 +14,7 @@ from typing import Any
 from metis.commands import usage
 from metis.commands.client import DaemonApi, with_daemon
 from metis.commands.daemon_client import add_arguments
+from metis.wire.mcp import reload_outcome
 
 
 def render(servers: list[dict[str, Any]]) -> str:
@@ -79,7 +80,9 @@ async def _restart(args: argparse.Namespace) -> int:
 
 async def _reload(args: argparse.Namespace) -> int:
     async def reload(api: DaemonApi) -> int:
-        sys.stdout.write(render(await api.reload_mcp_servers()))
+        reloaded = await api.reload_mcp_servers()
+        print(reload_outcome(reloaded["applied"]))
+        sys.stdout.write(render(reloaded["servers"]))
         return 0
 
     return await with_daemon(args, reload)

@@ -152,7 +152,7 @@ def test_trace_counts_tool_calls_as_its_turns_do_in_plain_plurals(
 
 
 SPARE = "    spare: {command: /bin/true, enabled: false}\n"
-ADDED = "    added: {command: /no/such/mcp-server}\n"
+ADDED = "    notes: {command: /no/such/mcp-server}\n"
 
 
 @pytest.fixture
@@ -172,16 +172,12 @@ def test_an_mcp_reload_says_what_it_did_over_an_older_refusal(
     assert "it is disabled in config.yaml" in spare.inner_text()
     mcp_yaml.write_text("mcp:\n  servers:\n" + SPARE + ADDED)
     page.click("#mcp-reload")
-    page.wait_for_selector(
-        "#toast.ok:has-text('Reloaded config.yaml: 1 added, 0 changed, 0 removed')"
-    )
-    page.wait_for_selector(".mcp-server[data-name=added]")
+    page.wait_for_selector("#toast.ok:has-text('Reloaded config.yaml: added notes')")
+    page.wait_for_selector(".mcp-server[data-name=notes]")
     mcp_yaml.write_text("mcp: [unclosed\n")
     page.click("#mcp-reload")
     page.wait_for_selector("#toast:not(.ok):has-text('config_invalid')")
     mcp_yaml.write_text("mcp:\n  servers:\n" + SPARE)
     page.click("#mcp-reload")
     # the success replaces the refusal at once, rather than waiting for it to go
-    page.wait_for_selector(
-        "#toast.ok:has-text('Reloaded config.yaml: 0 added, 0 changed, 1 removed')"
-    )
+    page.wait_for_selector("#toast.ok:has-text('Reloaded config.yaml: removed notes')")

@@ -599,7 +599,9 @@ async def test_a_reload_applies_what_changed_in_config_yaml_and_leaves_the_rest(
     write(kept=python_server(DEMO), changed=python_server(DEMO))
     code, out, err = await metis("mcp", "reload", "--url", d.base_url)
     assert code == 0, err
-    assert out.startswith("kept\t") and "\nchanged\t" in out, out  # the file's order
+    said, _, listed = out.partition("\n")
+    assert said == "config.yaml applied: added kept, changed", out
+    assert listed.startswith("kept\t") and "\nchanged\t" in listed, out  # the file's order
     await until(lambda: all(s.state == "ready" for s in mcp.servers.values()))
     kept = mcp.servers["kept"]
     pid = kept.pid
@@ -614,6 +616,7 @@ async def test_a_reload_applies_what_changed_in_config_yaml_and_leaves_the_rest(
         code, body = await api.call("POST", "/mcp/reload")
         assert code == 200, body
         assert [s["name"] for s in body["servers"]] == ["kept", "changed", "added"]
+        assert body["applied"] == {"added": ["added"], "changed": ["changed"], "removed": []}
         await until(lambda: all(s.state == "ready" for s in mcp.servers.values()))
         status = await mcp_status(api)
         policies = {t["remote_name"]: t["policy"] for t in status["changed"]["tools"]}
@@ -628,6 +631,9 @@ async def test_a_reload_applies_what_changed_in_config_yaml_and_leaves_the_rest(
         write(kept=python_server(DEMO))
         code, body = await api.call("POST", "/mcp/reload")
         assert code == 200 and [s["name"] for s in body["servers"]] == ["kept"], body
+        assert body["applied"] == {"added": [], "changed": [], "removed": ["changed", "added"]}
+        code, body = await api.call("POST", "/mcp/reload")  # the file as it was: nothing to do
+        assert body["applied"] == {"added": [], "changed": [], "removed": []}
         names = [t.name for t in d.core.tool_registry.all()]
         assert not any(n.startswith(("mcp__changed__", "mcp__added__")) for n in names)
         assert kept.pid == pid and kept.state == "ready"

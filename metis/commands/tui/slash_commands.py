@@ -21,6 +21,7 @@ from metis.commands.tui.failures import error_text
 from metis.commands.tui.screens import PickedSession, SessionPicker
 from metis.private_file import write_private
 from metis.wire.export import FORMATS as EXPORT_FORMATS
+from metis.wire.mcp import reload_outcome
 
 PICKER_SESSIONS = 50
 """The sessions the picker lists at most, newest first (a search reaches older ones)."""
@@ -258,8 +259,9 @@ class SlashCommands:
             await self.host.note(f"MCP server {server['name']}: restarting; /mcp shows its state")
             return
         if arg.strip() == "reload":
-            servers = await self.host.api.reload_mcp_servers()
-            await self.host.note("config.yaml applied; " + mcp_summary(servers))
+            reloaded = await self.host.api.reload_mcp_servers()
+            outcome = reload_outcome(reloaded["applied"])
+            await self.host.note(f"{outcome}\n{mcp_summary(reloaded['servers'])}")
             return
         if arg:
             await self.host.note(

@@ -43,6 +43,18 @@ class McpResponse(DataModel):
     servers: list[McpServerItem]
 
 
+class McpChanges(DataModel):
+    """The servers a reload found added to, changed in or removed from config.yaml, by name."""
+
+    added: list[str]
+    changed: list[str]
+    removed: list[str]
+
+
+class McpReloadResponse(McpResponse):
+    applied: McpChanges
+
+
 @routes.route("GET", "/mcp", response_model=McpResponse)
 async def list_mcp(request: web.Request) -> web.Response:
     """The MCP servers of `config.yaml` (`mcp.servers`), in configuration order."""
@@ -67,10 +79,11 @@ async def restart_mcp_server(request: web.Request) -> web.Response:
     return json_response(await request.app[STATE_KEY].app.mcp.restart(name), status=202)
 
 
-@routes.route("POST", "/mcp/reload", response_model=McpResponse, errors=("config_invalid",))
+@routes.route("POST", "/mcp/reload", response_model=McpReloadResponse, errors=("config_invalid",))
 async def reload_mcp_servers(request: web.Request) -> web.Response:
     """Apply config.yaml's `mcp` section as it is now: a server whose entry changed is
     restarted with it, an added one started, a disabled or removed one stopped and its tools
     withdrawn; the others go on untouched. Answers with the servers as `GET /mcp` shows them
-    then (a restarted one `restarting`)."""
+    then (a restarted one `restarting`) and what it `applied`: the servers added, changed and
+    removed."""
     return json_response(await request.app[STATE_KEY].app.mcp.reload())

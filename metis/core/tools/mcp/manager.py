@@ -110,8 +110,11 @@ class McpManager:
         """Apply config.yaml's `mcp` section as it is now to every server it changes: a server
         whose entry (or the section's backoff settings) changed is restarted with it, an added
         one started, a disabled or removed one stopped and its tools withdrawn; the others go
-        on as they are, their connections untouched. `GET /mcp`'s object afterwards. A file
-        that has become invalid changes nothing (ConfigError)."""
+        on as they are, their connections untouched. `GET /mcp`'s object afterwards, with
+        `applied`: the names of the servers added, changed and removed (what a person asked
+        for the reload to do, which the servers' states alone do not tell). A file that has
+        become invalid changes nothing (ConfigError)."""
+        applied: dict[str, list[str]] = {"added": [], "changed": [], "removed": []}
         async with self._applying:
             section = self._current_section()
             shared = section.model_dump(exclude={"servers"})
@@ -123,11 +126,19 @@ class McpManager:
                     and known.section.model_dump(exclude={"servers"}) == shared
                 ):
                     continue
+                kind = (
+                    "added"
+                    if known is None
+                    else "removed"
+                    if name not in section.servers
+                    else "changed"
+                )
+                applied[kind].append(name)
                 server = await self._apply(name, section)
                 if server is not None and server.settings.enabled:
                     server.restart()
             self.settings = section
-            return self.status()
+            return {**self.status(), "applied": applied}
 
     async def _apply(self, name: str, section: McpSettings) -> McpServer | None:
         """Give server `name` its entry as `section` (config.yaml now) has it: added if new,

@@ -27,23 +27,13 @@ const POLICY_TEXT = {
   deny: "never runs",
 };
 
-// What a reload did, from the servers before and after it (POST /mcp/reload answers with the
-// servers only): those added, removed, and changed — an entry that reads differently, or a
-// server the reload restarted (an entry's hidden parts, such as env values, changed).
-const ENTRY = ["transport", "enabled", "command", "args", "url", "env", "headers", "policy"];
-function reloadSummary(before, after) {
-  const old = new Map(before.map((s) => [s.name, s]));
-  const now = new Set(after.map((s) => s.name));
-  let added = 0, changed = 0;
-  for (const s of after) {
-    const was = old.get(s.name);
-    if (!was) added += 1;
-    else if (ENTRY.some((k) => JSON.stringify(s[k]) !== JSON.stringify(was[k]))
-      || (s.state === "restarting" && was.state !== "restarting")) changed += 1;
-  }
-  const removed = before.filter((s) => !now.has(s.name)).length;
-  if (!added && !changed && !removed) return "Reloaded config.yaml: no changes";
-  return `Reloaded config.yaml: ${added} added, ${changed} changed, ${removed} removed`;
+// What a reload did (POST /mcp/reload's `applied`: the servers added, changed, removed).
+function reloadSummary({ added, changed, removed }) {
+  if (!added.length && !changed.length && !removed.length) return "Reloaded config.yaml: no changes";
+  const said = [["added", added], ["changed", changed], ["removed", removed]]
+    .filter(([, names]) => names.length)
+    .map(([what, names]) => `${what} ${names.join(", ")}`);
+  return `Reloaded config.yaml: ${said.join("; ")}`;
 }
 
 function serverCard(s, restart) {
@@ -98,7 +88,6 @@ export function mcpView(root) {
   root.append(h("section", { class: "view" },
     h("div", { class: "view-head" }, h("h1", {}, "MCP servers"), reloadButton), hint, problem, body));
   let shown = null;
-  let servers = []; // as last shown: what a reload's outcome is told against
   let stopped = false;
 
   const asked = new Set(); // asked, not answered yet: a second press does nothing
@@ -118,15 +107,13 @@ export function mcpView(root) {
   }
   const restart = (name) => ask(`/mcp/${encodeURIComponent(name)}/restart`);
   function reload() {
-    const before = servers;
-    ask("/mcp/reload", (answer) => toast(reloadSummary(before, answer.servers), { ok: true }));
+    ask("/mcp/reload", (answer) => toast(reloadSummary(answer.applied), { ok: true }));
   }
 
   async function refresh() {
     try {
       const data = await api("GET", "/mcp");
       problem.textContent = "";
-      servers = data.servers;
       const text = JSON.stringify(data.servers);
       if (text !== shown) {
         shown = text;
