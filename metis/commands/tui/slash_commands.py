@@ -22,6 +22,7 @@ from metis.commands.tui.screens import PickedSession, SessionPicker
 from metis.private_file import write_private
 from metis.wire.export import FORMATS as EXPORT_FORMATS
 from metis.wire.mcp import reload_outcome
+from metis.wire.models import unconfigured_reason
 
 PICKER_SESSIONS = 50
 """The sessions the picker lists at most, newest first (a search reaches older ones)."""
@@ -134,9 +135,11 @@ class SlashCommands:
         await host.refresh_status()
 
     async def _models(self, arg: str) -> None:
-        await self.host.load_models()
+        """Every model of the registry: those that answer with their availability, then the
+        declared ones that cannot, with why (a key to set, say)."""
+        listing = await self.host.api.call("GET", "/models")
         rows = [("model", "aliases", "context", "availability")]
-        for m in self.host.models.values():
+        for m in listing.get("models", []):
             window = (m.get("capabilities") or {}).get("max_context_tokens")
             rows.append(
                 (
@@ -146,6 +149,8 @@ class SlashCommands:
                     str(m.get("availability")),
                 )
             )
+        for m in listing.get("unconfigured", []):
+            rows.append((m["id"], ", ".join(m.get("aliases") or []), "-", unconfigured_reason(m)))
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         lines = [
             "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()

@@ -448,6 +448,8 @@ async def test_slash_commands_model_cost_title_sessions_new_and_export(
         await until(lambda: "session cost $0" in notes(app))
         await type_text(pilot, app, "/models")
         await until(lambda: "local:scripted" in notes(app))
+        # the declared models that cannot answer too, each with why
+        assert "unset)" in notes(app) or "off (METIS_OFFLINE=1)" in notes(app), notes(app)
         assert not any("local:scripted" in t for t in texts(app, AssistantMessage))
         await type_text(pilot, app, "/title My demo session")
         await until(lambda: "title: My demo session" in notes(app))
