@@ -2,13 +2,15 @@
 
 It creates a session on the workspace, sends the prompt, streams the reply's text to stdout
 (tool calls and confirmations are reported on stderr), then ends the session (its data stays:
-`metis sessions export ID`) unless `--keep`. `--session ID` and `--continue` send the turn in a
-session that exists already (a script's conversation of several steps, or one begun in `metis
-chat`) and leave it active. Confirmations are answered by flag: `--yes` allows, `--deny-all`
-(the default) denies. `--json` prints one JSON object at the end instead of the text, also when
-the daemon went away mid-turn (`status: interrupted`, tokens and cost unknown). The exit status
-is 0 when the turn completed, 1 when it failed, was cancelled or was interrupted, 2 for a usage
-or configuration error.
+`metis sessions export ID`) unless `--keep`; a session it made for a turn the daemon refused
+is purged, as it holds nothing. `--session ID` and `--continue` send the turn in a session that
+exists already (a script's conversation of several steps, or one begun in `metis chat`) and
+leave it active. Confirmations are answered by flag: `--yes` allows, `--deny-all` (the default)
+denies. `--json` prints one JSON object at the end instead of the text, also when the daemon
+went away mid-turn (`status: interrupted`, tokens and cost unknown) or the run could not be
+made (`status: refused` or `error`, with `reason` and `message`). The exit status is 0 when the
+turn completed, 1 when it failed, was cancelled or was interrupted, 2 for a refused request, a
+usage or configuration error, 130 for Ctrl-C while the prompt is read.
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ from typing import Any
 
 import aiohttp
 
-from metis.commands.client import NOT_A_URL, ApiFailure, DaemonApi, not_a_url
+from metis.commands.client import (
+    NOT_A_URL,
+    ApiFailure,
+    DaemonApi,
+    NotADaemon,
+    failure_text,
+    not_a_url,
+)
 from metis.commands.daemon_client import add_arguments, target_from_args, unreachable
 from metis.commands.daemon_client import session_id as session_argument
 from metis.core.errors import ConfigError
@@ -35,6 +44,72 @@ REFUSED_STATUSES = (400, 404, 409)
 
 def _err(text: str) -> None:
     print(f"metis: {text}", file=sys.stderr, flush=True)
+
+
+class RunError(Exception):
+    """A run that ends before a turn of it does: the reason's code, what it says, the exit
+    status (2: refused, by the daemon or before asking it; 1: the daemon failed to answer)."""
+
+    def __init__(self, reason: str, message: str, exit_code: int, *, said: str = "") -> None:
+        super().__init__(said or message)  # what stderr says, when not `message`
+        self.reason = reason
+        self.message = message
+        self.exit_code = exit_code
+
+    @classmethod
+    def of(cls, exc: ApiFailure) -> RunError:
+        """What the daemon said, refused (a bad request, a session that is not there or cannot
+        take the turn) or failed."""
+        exit_code = 2 if exc.status in REFUSED_STATUSES else 1
+        return cls(exc.code, str(exc).removeprefix(f"{exc.code}: "), exit_code, said=str(exc))
+
+
+class _Reply:
+    """The turn's reply text as it streams, and what stdout shows of it: at a terminal showing
+    both, a note on stderr (a tool call, a confirmation) starts a line of its own instead of
+    continuing the reply's."""
+
+    def __init__(self, show: bool) -> None:
+        self.show = show  # printed as it comes (not `--json`)
+        self.terminal = show and sys.stdout.isatty() and sys.stderr.isatty()
+        self.parts: list[str] = []
+        self._new_message = False  # a later assistant message began: its text is set apart
+        self._line_ended = True  # stdout's last output ended its line (or there was none)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def next_message(self) -> None:
+        self._new_message = bool(self.parts)
+
+    def add(self, text: str) -> None:
+        if not text:
+            return
+        shown = text
+        if self._new_message:  # the turn's next reply starts a paragraph of its own
+            self._new_message = False
+            self.parts.append("\n" if self.parts[-1].endswith("\n") else "\n\n")
+            shown = ("\n" if self._line_ended else "\n\n") + text
+        self.parts.append(text)
+        if self.show:
+            self._write(shown)
+
+    def note(self, text: str) -> None:
+        if self.terminal:
+            self.end_line()
+        _err(text)
+
+    def end_line(self) -> None:
+        """End the reply's last line on stdout, so that what is said next on stderr starts a
+        line of its own in a terminal showing both."""
+        if self.show and not self._line_ended:
+            self._write("\n")
+
+    def _write(self, text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        self._line_ended = text.endswith("\n")
 
 
 async def _session_for(api: DaemonApi, args: argparse.Namespace) -> tuple[str, bool]:
@@ -52,21 +127,23 @@ async def _session_for(api: DaemonApi, args: argparse.Namespace) -> tuple[str, b
     return str(session["id"]), True
 
 
-def read_prompt(args: argparse.Namespace) -> str | None:
+def read_prompt(args: argparse.Namespace) -> str:
     """The prompt: the argument, or all of stdin for `-` (a long or generated prompt, no shell
-    quoting); None, said on stderr, when stdin holds no text."""
+    quoting). One with no text is refused here: the daemon would refuse the turn."""
     if args.prompt != "-":
+        if not args.prompt.strip():
+            raise RunError("empty_prompt", "the prompt is empty", 2)
         return str(args.prompt)
-    if sys.stdin.isatty():
-        _err("reading the prompt from stdin (end it with Ctrl-D)")
     try:
+        if sys.stdin.isatty():
+            _err("reading the prompt from stdin (end it with Ctrl-D)")
         text = sys.stdin.buffer.read().decode("utf-8")
     except UnicodeDecodeError:
-        _err("the prompt on stdin is not UTF-8 text")
-        return None
+        raise RunError("prompt_not_utf8", "the prompt on stdin is not UTF-8 text", 2) from None
+    except KeyboardInterrupt:  # Ctrl-C while it is typed: nothing is sent
+        raise RunError("interrupted", "interrupted: no prompt was sent", 130) from None
     if not text.strip():
-        _err("the prompt on stdin is empty")
-        return None
+        raise RunError("empty_prompt", "the prompt on stdin is empty", 2)
     return text.rstrip("\n")  # the line end `echo` or a file's last line leaves
 
 
@@ -74,20 +151,12 @@ async def run_turn(api: DaemonApi, args: argparse.Namespace, prompt: str) -> int
     session_id, made_here = await _session_for(api, args)
     # a session this run made is ended after its turn, unless asked to keep it for more
     ending = made_here and not (args.keep or args.continue_)
-    got = await api.call("GET", f"/sessions/{session_id}")
-    if got["ws_url"] is None:  # ended: it takes no more turns
-        _err(
-            f"session {session_id} has ended and takes no more turns "
-            f"(`metis sessions export {session_id}` has what it holds)"
-        )
-        return 2
-    ws = await api.ws_connect(got["ws_url"])
-    text_parts: list[str] = []
-    answered_by: str | None = None  # the model of the turn's latest reply
-    new_message = False  # a later assistant message began: its text is set apart
-    tools: list[dict[str, Any]] = []
-    outcome: dict[str, Any] = {}
+    ws: aiohttp.ClientWebSocketResponse | None = None
+    accepted: dict[str, Any] = {}
     try:
+        got = await api.call("GET", f"/sessions/{session_id}")
+        _check_session(args, got)
+        ws = await api.ws_connect(got["ws_url"])
         await ws.send_json({"type": "subscribe", "filter": "preset:chat", "snapshot": True})
         for _ in range(2):  # the ack, then the snapshot
             frame = await ws.receive_json(timeout=10)
@@ -97,85 +166,28 @@ async def run_turn(api: DaemonApi, args: argparse.Namespace, prompt: str) -> int
         if args.model:
             body["per_message_override"] = args.model
         accepted = await api.call("POST", f"/sessions/{session_id}/turns", body)
-        turn_id = accepted["turn_id"]
-        decision = "allow" if args.yes else "deny"
-        while not outcome:
-            msg = await ws.receive()
-            if msg.type != aiohttp.WSMsgType.TEXT:
-                # the daemon went away mid-turn: how the turn ended is for its next start to say
-                outcome = {
-                    "status": "interrupted",
-                    "reason": "stream_closed",
-                    "message": f"the daemon's stream closed before the turn ended (session "
-                    f"{session_id}; `metis sessions show {session_id}` tells how it ended)",
-                    "input_tokens": None,
-                    "output_tokens": None,
-                    "total_cost_usd": None,
-                }
-                break
-            frame = json.loads(msg.data)
-            if frame.get("type") == "ping":
-                await ws.send_json({"type": "pong", "nonce": frame.get("nonce")})
-                continue
-            if frame.get("type") != "event":
-                continue
-            event = frame["event"]
-            kind, p = event["type"], event.get("payload") or {}
-            if event.get("turn_id") not in (None, turn_id):
-                continue
-            if kind == "message.start":
-                new_message = bool(text_parts)
-                answered_by = p.get("model") or answered_by
-            elif kind == "text.delta":
-                text = p.get("text", "")
-                if new_message and text:  # the turn's next reply starts a paragraph of its own
-                    text = ("\n" if text_parts[-1].endswith("\n") else "\n\n") + text
-                    new_message = False
-                text_parts.append(text)
-                if not args.json:
-                    sys.stdout.write(text)
-                    sys.stdout.flush()
-            elif kind == "tool.use_start":
-                tools.append({"id": p["tool_use_id"], "name": p.get("tool_name")})
-            elif kind == "tool.use_end":
-                for call in tools:
-                    if call["id"] == p["tool_use_id"]:
-                        call["input"] = p.get("final_input")
-                        summary = tooldisplay.summary(_name(call), call["input"])
-                        if not args.json:
-                            _err(f"tool {_name(call)} {summary}")
-            elif kind == "tool.confirmation_requested":
-                asked = p.get("command_summary") or p.get("input_summary")
-                _err(f"{decision} {p.get('tool_name')}: {asked}")
-                answer: dict[str, Any] = {"decision": decision}
-                if decision == "deny":
-                    answer["reason"] = "metis run without --yes"
-                await api.answer_confirmation(
-                    session_id, turn_id, p["confirmation_request_id"], answer
-                )
-            elif kind in ("tool.completed", "tool.failed"):
-                for call in tools:
-                    if call["id"] == p["tool_use_id"]:
-                        call["is_error"] = kind == "tool.failed" or p.get("is_error")
-                        call["duration_ms"] = p.get("duration_ms")
-            elif kind in TERMINAL_TYPES:
-                outcome = {"status": kind.removeprefix("turn."), **p}
+        reply = _Reply(show=not args.json)
+        tools: list[dict[str, Any]] = []
+        outcome, answered_by = await _follow(api, ws, args, session_id, accepted, reply, tools)
     finally:
-        await ws.close()
-        if ending:
-            with contextlib.suppress(ApiFailure, aiohttp.ClientError):
+        if ws is not None:
+            await ws.close()
+        with contextlib.suppress(ApiFailure, aiohttp.ClientError):
+            if made_here and not accepted:  # refused: an empty session is not worth keeping
+                await api.call("DELETE", f"/sessions/{session_id}", params={"purge": "true"})
+            elif ending:
                 await api.call("DELETE", f"/sessions/{session_id}")
     if args.json:
         print(
             json.dumps(
                 {
                     "session_id": session_id,
-                    "turn_id": turn_id,
+                    "turn_id": accepted["turn_id"],
                     "status": outcome["status"],
                     "reason": outcome.get("reason"),
                     "message": outcome.get("message"),
                     "model": answered_by or accepted.get("model"),
-                    "text": "".join(text_parts),
+                    "text": reply.text,
                     "tool_calls": [
                         {
                             "name": _name(tool),
@@ -193,10 +205,10 @@ async def run_turn(api: DaemonApi, args: argparse.Namespace, prompt: str) -> int
             )
         )
     elif outcome["status"] == "interrupted":
-        _end_line(text_parts)
+        reply.end_line()
         _err(outcome["message"])
     else:
-        _end_line(text_parts)
+        reply.end_line()
         kept = "" if ending else " (kept)"
         line = (
             f"turn {outcome['status']} · session {session_id}{kept} · "
@@ -208,43 +220,142 @@ async def run_turn(api: DaemonApi, args: argparse.Namespace, prompt: str) -> int
     return 0 if outcome["status"] == "completed" else 1
 
 
-def _end_line(text_parts: list[str]) -> None:
-    """End the reply's last line on stdout, so that what is said next on stderr starts a line
-    of its own in a terminal showing both."""
-    if text_parts and not "".join(text_parts).endswith("\n"):
-        print(flush=True)
+def _check_session(args: argparse.Namespace, session: dict[str, Any]) -> None:
+    """Refuse a session that takes no turn, or that works in another directory than the
+    `--workspace` given with it: its tools would read and write where the script does not
+    expect them to."""
+    session_id = session["id"]
+    if session["ws_url"] is None:  # ended: it takes no more turns
+        raise RunError(
+            "session_already_ended",
+            f"session {session_id} has ended and takes no more turns "
+            f"(`metis sessions export {session_id}` has what it holds)",
+            2,
+        )
+    if args.workspace is None:
+        return
+    asked = Path(args.workspace).expanduser().resolve()
+    if asked != Path(session["workspace_path"]).resolve():
+        raise RunError(
+            "workspace_mismatch",
+            f"session {session_id} works in {session['workspace_path']}, not in {asked} "
+            "(--workspace); leave out one or the other",
+            2,
+        )
+
+
+async def _follow(
+    api: DaemonApi,
+    ws: aiohttp.ClientWebSocketResponse,
+    args: argparse.Namespace,
+    session_id: str,
+    accepted: dict[str, Any],
+    reply: _Reply,
+    tools: list[dict[str, Any]],
+) -> tuple[dict[str, Any], str | None]:
+    """Follow the accepted turn to its end: the reply into `reply`, the tool calls into
+    `tools`, confirmations answered by flag. Returns how it ended and the model of its latest
+    reply."""
+    turn_id = accepted["turn_id"]
+    answered_by: str | None = None
+    decision = "allow" if args.yes else "deny"
+    denial = "metis run --deny-all" if args.deny_all else "metis run without --yes"
+    while True:
+        msg = await ws.receive()
+        if msg.type != aiohttp.WSMsgType.TEXT:
+            # the daemon went away mid-turn: how the turn ended is for its next start to say
+            interrupted = {
+                "status": "interrupted",
+                "reason": "stream_closed",
+                "message": f"the daemon's stream closed before the turn ended (session "
+                f"{session_id}; `metis sessions show {session_id}` tells how it ended)",
+                "input_tokens": None,
+                "output_tokens": None,
+                "total_cost_usd": None,
+            }
+            return interrupted, answered_by
+        frame = json.loads(msg.data)
+        if frame.get("type") == "ping":
+            await ws.send_json({"type": "pong", "nonce": frame.get("nonce")})
+            continue
+        if frame.get("type") != "event":
+            continue
+        event = frame["event"]
+        kind, p = event["type"], event.get("payload") or {}
+        if event.get("turn_id") not in (None, turn_id):
+            continue
+        if kind == "message.start":
+            reply.next_message()
+            answered_by = p.get("model") or answered_by
+        elif kind == "text.delta":
+            reply.add(p.get("text", ""))
+        elif kind == "tool.use_start":
+            tools.append({"id": p["tool_use_id"], "name": p.get("tool_name")})
+        elif kind == "tool.use_end":
+            for call in tools:
+                if call["id"] == p["tool_use_id"]:
+                    call["input"] = p.get("final_input")
+                    summary = tooldisplay.summary(_name(call), call["input"])
+                    if not args.json:
+                        reply.note(f"tool {_name(call)} {summary}".rstrip())
+        elif kind == "tool.confirmation_requested":
+            asked = p.get("command_summary") or p.get("input_summary")
+            reply.note(f"{decision} {p.get('tool_name')}: {asked}")
+            answer: dict[str, Any] = {"decision": decision}
+            if decision == "deny":
+                answer["reason"] = denial
+            await api.answer_confirmation(session_id, turn_id, p["confirmation_request_id"], answer)
+        elif kind in ("tool.completed", "tool.failed"):
+            for call in tools:
+                if call["id"] == p["tool_use_id"]:
+                    call["is_error"] = kind == "tool.failed" or p.get("is_error")
+                    call["duration_ms"] = p.get("duration_ms")
+        elif kind in TERMINAL_TYPES:
+            return {"status": kind.removeprefix("turn."), **p}, answered_by
 
 
 def _name(tool: dict[str, Any]) -> str:
     return str(tool.get("name") or "")
 
 
-async def _main(args: argparse.Namespace) -> int:
+def _say_failure(args: argparse.Namespace, error: RunError) -> int:
+    """Say why the run ended before its turn did: on stderr, and with `--json` as the one JSON
+    object on stdout (`status`, `reason`, `message`, as a failed turn's), for a script to
+    read; returns the exit status."""
+    _err(str(error))
+    if args.json:
+        status = "refused" if error.exit_code == 2 else "error"
+        failure = {"status": status, "reason": error.reason, "message": error.message}
+        print(json.dumps(failure, ensure_ascii=False))
+    return error.exit_code
+
+
+async def _main(args: argparse.Namespace, prompt: str) -> int:
     try:
         target = target_from_args(args)
     except ConfigError as exc:
-        _err(f"configuration error:\n{exc.message}")
-        return 2
-    prompt = read_prompt(args)
-    if prompt is None:
-        return 2
+        raise RunError("config_error", f"configuration error:\n{exc.message}", 2) from None
     try:
         async with DaemonApi(target.url, target.headers()) as api:
             return await run_turn(api, args, prompt)
     except NOT_A_URL:
-        _err(not_a_url(target.url))
-        return 2
+        raise RunError("not_a_url", not_a_url(target.url), 2) from None
     except aiohttp.ClientConnectionError:
-        _err(unreachable(target.url))
-        return 1
+        raise RunError("daemon_unreachable", unreachable(target.url), 1) from None
+    except (aiohttp.ClientError, NotADaemon, TimeoutError) as exc:
+        raise RunError("daemon_failed", failure_text(exc, target.url), 1) from None
     except ApiFailure as exc:
-        _err(str(exc))
-        # refused: a bad request, or a session that is not there or cannot take the turn
-        return 2 if exc.status in REFUSED_STATUSES else 1
+        raise RunError.of(exc) from None
 
 
 def run_command(args: argparse.Namespace) -> int:
-    return asyncio.run(_main(args))
+    try:
+        # read before the event loop starts: its Ctrl-C handler would only cancel a task, and a
+        # blocking read of a terminal leaves it no moment to
+        prompt = read_prompt(args)
+        return asyncio.run(_main(args, prompt))
+    except RunError as exc:
+        return _say_failure(args, exc)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -255,14 +366,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "or in an existing one (--session, --continue), stream the reply's text to "
         "stdout, and exit 0 if the turn completed; 1 if it failed or was cancelled or the daemon "
         "cannot be reached; 2 if the daemon refused the request (say, an unknown --model, a "
-        "refused workspace, an ended session or one with a turn running) or for a usage or "
-        "configuration error.",
+        "refused workspace, an ended session, one with a turn running or one working in another "
+        "directory than --workspace; a session made for the refused turn is purged) or for a "
+        "usage or configuration error. With --json, stdout holds one JSON object either way.",
     )
     parser.add_argument("prompt", help="the message to send; - reads it from stdin")
     parser.add_argument(
         "--workspace",
         metavar="DIR",
-        help="workspace directory of a new session, or the one --continue looks in (default: .)",
+        help="workspace directory of a new session, or the one --continue looks in (default: "
+        ".); with --session, if given, the session's own",
     )
     which = parser.add_mutually_exclusive_group()
     which.add_argument(

@@ -1,0 +1,132 @@
+"""`metis run` as a real subprocess against a real daemon (offline scripted model): what it
+does when the run cannot be made, at a terminal, and with the confirmation flags."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import pty
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+from metis.server.runner import Daemon
+from tests.api import Api
+from tests.cli import metis, start_metis
+
+
+async def test_ctrl_c_while_the_prompt_is_typed_at_a_terminal_stops_the_run(
+    daemon: Daemon,
+) -> None:
+    controller, terminal = pty.openpty()
+    try:
+        proc = await start_metis("run", "-", "--url", daemon.base_url, stdin=terminal)
+        assert proc.stderr is not None
+        said = await asyncio.wait_for(proc.stderr.readline(), 20)
+        assert b"reading the prompt from stdin" in said
+        proc.send_signal(signal.SIGINT)  # what the terminal sends for Ctrl-C
+        _, err = await asyncio.wait_for(proc.communicate(), 10)
+    finally:
+        os.close(terminal)
+        os.close(controller)
+    assert proc.returncode == 130
+    assert err.decode() == "metis: interrupted: no prompt was sent\n"
+
+
+async def test_at_a_terminal_a_note_starts_a_line_of_its_own_not_the_end_of_the_reply(
+    daemon: Daemon, workspace: Path
+) -> None:
+    controller, terminal = pty.openpty()
+    try:
+        proc = await start_metis(
+            "run",
+            "use all tools",
+            "--workspace",
+            str(workspace),
+            "--url",
+            daemon.base_url,
+            stdout=terminal,
+            stderr=terminal,
+        )
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+        os.close(terminal)
+        shown = b""
+        with contextlib.suppress(OSError):  # the terminal's far end is closed: all is read
+            while chunk := os.read(controller, 4096):
+                shown += chunk
+    finally:
+        os.close(controller)
+    lines = shown.decode().replace("\r\n", "\n").splitlines()
+    first = lines.index("Calling read_file, write_file, patch_file, list_dir, grep_files, shell.")
+    assert lines[first + 1] == "metis: tool read_file metis-demo.txt"
+    assert "metis: tool list_dir" in lines  # an empty summary leaves no trailing space
+    # the next reply is set apart from the notes by one blank line, as from a reply
+    last_note = lines.index("metis: deny shell: conformance")
+    assert lines[last_note + 1 : last_note + 3] == ["", "Tool results received:"]
+
+
+async def test_a_refused_run_leaves_no_session_behind(
+    daemon: Daemon, workspace: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    """An unknown model is refused by the daemon once the session exists: that empty session is
+    purged. An empty prompt is refused before anything is asked of the daemon."""
+    run = ("run", "--workspace", str(workspace), "--url", daemon.base_url)
+    code, out, err = await metis(*run, "hi", "--model", "nosuch")
+    assert (code, out) == (2, "") and "model_not_configured" in err, err
+    for prompt in ("", "  \n"):
+        code, out, err = await metis(*run, prompt)
+        assert (code, out, err) == (2, "", "metis: the prompt is empty\n")
+    _, listing = await api_of(daemon).call("GET", "/sessions")
+    assert listing["sessions"] == []
+
+
+async def test_run_json_describes_a_refused_request(
+    daemon: Daemon, workspace: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    api, url = api_of(daemon), ("--url", daemon.base_url)
+    code, out, _ = await metis("run", "hi", "--model", "nosuch", "--json", *url)
+    assert code == 2
+    assert json.loads(out) == {
+        "status": "refused",
+        "reason": "model_not_configured",
+        "message": "unknown model 'nosuch'",
+    }
+    ended = (await api.create_session(workspace))["id"]
+    await api.call("DELETE", f"/sessions/{ended}")
+    code, out, _ = await metis("run", "hi", "--session", ended, "--json", *url)
+    assert code == 2 and json.loads(out)["reason"] == "session_already_ended"
+    code, out, _ = await metis("run", "hi", "--workspace", "/", "--json", *url)
+    assert code == 2 and json.loads(out)["reason"] == "invalid_workspace"
+    code, out, _ = await metis("run", "hi", "--json", "--url", "http://127.0.0.1:9")
+    assert code == 1 and json.loads(out)["status"] == "error"
+
+
+async def test_deny_all_is_named_as_the_reason_of_its_denials(
+    daemon: Daemon, workspace: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    run = ("run", "use all tools", "--workspace", str(workspace), "--url", daemon.base_url)
+    code, out, err = await metis(*run, "--deny-all", "--keep", "--json")
+    assert code == 0, err
+    sid = json.loads(out)["session_id"]
+    assert await api_of(daemon).decisions(sid) == [("deny", "once", "metis run --deny-all")] * 3
+    code, out, err = await metis(*run, "--keep", "--json")
+    assert code == 0, err
+    sid = json.loads(out)["session_id"]
+    assert await api_of(daemon).decisions(sid) == [("deny", "once", "metis run without --yes")] * 3
+
+
+async def test_a_session_in_another_workspace_than_the_one_given_is_refused(
+    daemon: Daemon, workspace: Path, api_of: Callable[[Daemon], Api], tmp_path: Path
+) -> None:
+    api = api_of(daemon)
+    sid = (await api.create_session(workspace))["id"]
+    run = ("run", "hi", "--session", sid, "--url", daemon.base_url)
+    code, out, err = await metis(*run, "--workspace", str(tmp_path))
+    assert (code, out) == (2, "")
+    assert f"session {sid} works in {workspace}, not in {tmp_path} (--workspace)" in err, err
+    _, session = await api.call("GET", f"/sessions/{sid}")
+    assert session["turn_count"] == 0
+    code, out, err = await metis(*run, "--workspace", str(workspace))  # the same: no objection
+    assert (code, out) == (0, 'You said: "hi"\n'), err
