@@ -127,7 +127,8 @@ def _tool_block(
 ) -> str:
     name = block.get("name", "")
     tool_input = block.get("input") or {}
-    parts = [f"Tool call `{name}` {tooldisplay.summary(name, tool_input)}\n"]
+    said = tooldisplay.summary(name, tool_input)
+    parts = [f"Tool call `{name}`{f' {said}' if said else ''}\n"]
     diff = tooldisplay.file_diff(name, tool_input, None) if name == "patch_file" else None
     if diff is not None:
         parts.append(_fence(diff, "diff"))

@@ -62,3 +62,13 @@ def test_a_long_first_line_is_cut_at_a_word_in_the_heading() -> None:
     [heading] = [line for line in md.splitlines() if line.startswith("## Turn 1")]
     title = heading.removeprefix("## Turn 1: ")
     assert title.endswith("sea tell me…") and len(title) <= 80  # no word cut, no trailing space
+
+
+def test_a_tool_call_without_arguments_is_named_without_trailing_space() -> None:
+    call = {"type": "tool_use", "id": "tu_1", "name": "list_dir", "input": {}}
+    messages = [
+        user("t1", {"type": "text", "text": "look around"}),
+        {"role": "assistant", "turn_id": "t1", "content": [call]},
+    ]
+    md = to_markdown({"session": SESSION, "messages": messages, "events": []})
+    assert "Tool call `list_dir`\n" in md
