@@ -10,7 +10,8 @@ denies. `--json` prints one JSON object at the end instead of the text, also whe
 went away mid-turn (`status: interrupted`, tokens and cost unknown) or the run could not be
 made (`status: refused` or `error`, with `reason` and `message`). The exit status is 0 when the
 turn completed, 1 when it failed, was cancelled or was interrupted, 2 for a refused request, a
-usage or configuration error, 130 for Ctrl-C while the prompt is read.
+usage or configuration error, 130 for Ctrl-C while the prompt is read (during the turn, Ctrl-C
+cancels it; twice, it leaves at once: 130).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import argparse
 import asyncio
 import contextlib
 import json
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -168,7 +171,8 @@ async def run_turn(api: DaemonApi, args: argparse.Namespace, prompt: str) -> int
         accepted = await api.call("POST", f"/sessions/{session_id}/turns", body)
         reply = _Reply(show=not args.json)
         tools: list[dict[str, Any]] = []
-        outcome, answered_by = await _follow(api, ws, args, session_id, accepted, reply, tools)
+        with _ctrl_c_cancels(ws, accepted["turn_id"], reply):
+            outcome, answered_by = await _follow(api, ws, args, session_id, accepted, reply, tools)
     finally:
         if ws is not None:
             await ws.close()
@@ -215,9 +219,36 @@ async def run_turn(api: DaemonApi, args: argparse.Namespace, prompt: str) -> int
             f"${outcome.get('total_cost_usd')}"
         )
         if outcome["status"] != "completed":
-            line += f" · {outcome.get('reason')}: {outcome.get('message') or ''}"
+            said = f": {outcome['message']}" if outcome.get("message") else ""
+            line += f" · {outcome.get('reason')}{said}"
         _err(line)
     return 0 if outcome["status"] == "completed" else 1
+
+
+@contextlib.contextmanager
+def _ctrl_c_cancels(
+    ws: aiohttp.ClientWebSocketResponse, turn_id: str, reply: _Reply
+) -> Iterator[None]:
+    """While the turn runs, Ctrl-C asks the daemon to cancel it, which then ends `cancelled`
+    and is reported as any turn (a kept session is left with no turn running); a second
+    Ctrl-C leaves at once."""
+    loop = asyncio.get_running_loop()
+    following = asyncio.current_task()
+    sent: list[asyncio.Task[None]] = []  # the cancel frame's send, kept referenced
+
+    def interrupt() -> None:
+        if sent and following is not None:
+            following.cancel()
+            return
+        reply.note("cancelling the turn (Ctrl-C again leaves at once)")
+        cancel = {"type": "cancel", "turn_id": turn_id, "reason": "user_cancel"}
+        sent.append(asyncio.ensure_future(ws.send_json(cancel)))
+
+    loop.add_signal_handler(signal.SIGINT, interrupt)
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
 
 
 def _check_session(args: argparse.Namespace, session: dict[str, Any]) -> None:
@@ -356,6 +387,8 @@ def run_command(args: argparse.Namespace) -> int:
         return asyncio.run(_main(args, prompt))
     except RunError as exc:
         return _say_failure(args, exc)
+    except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C: before the turn, or twice
+        return _say_failure(args, RunError("interrupted", "interrupted", 130))
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -11,10 +11,12 @@ import pty
 import signal
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from metis.server.runner import Daemon
 from tests.api import Api
 from tests.cli import metis, start_metis
+from tests.ws_client import SLOW_SCRIPTED
 
 
 async def test_ctrl_c_while_the_prompt_is_typed_at_a_terminal_stops_the_run(
@@ -130,3 +132,25 @@ async def test_a_session_in_another_workspace_than_the_one_given_is_refused(
     assert session["turn_count"] == 0
     code, out, err = await metis(*run, "--workspace", str(workspace))  # the same: no objection
     assert (code, out) == (0, 'You said: "hi"\n'), err
+
+
+async def test_ctrl_c_during_the_turn_cancels_it_and_reports_it_as_cancelled(
+    start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    d = await start_daemon(models=SLOW_SCRIPTED)
+    prompt = "a reply long enough to be cut off " * 4
+    run = ("run", prompt, "--keep", "--workspace", str(workspace), "--url", d.base_url)
+    proc = await start_metis(*run)
+    assert proc.stdout is not None
+    started = await asyncio.wait_for(proc.stdout.read(1), 30)  # the reply is streaming
+    proc.send_signal(signal.SIGINT)
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    said = err.decode()
+    assert proc.returncode == 1, said
+    assert (started + out).decode().endswith("\n")
+    assert "metis: cancelling the turn (Ctrl-C again leaves at once)\n" in said
+    assert "metis: turn cancelled · session sess_" in said and "(kept)" in said
+    assert "Traceback" not in said
+    [session] = (await api_of(d).call("GET", "/sessions"))[1]["sessions"]
+    _, session = await api_of(d).call("GET", f"/sessions/{session['id']}")
+    assert session["current_turn_id"] is None and session["ended_at"] is None
