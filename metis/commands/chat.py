@@ -49,6 +49,7 @@ from metis.commands.daemon_client import (
 from metis.core.errors import ConfigError
 from metis.core.tools.textutil import visible_controls
 from metis.wire import tooldisplay
+from metis.wire.instructions import instructions_label
 
 TERMINAL_TYPES = ("turn.completed", "turn.cancelled", "turn.failed")
 # How long the line client keeps re-attaching (see REATTACH_FIRST_S): long enough for a daemon
@@ -751,10 +752,7 @@ class ChatSession:
 def _instructions_note(instructions: dict[str, Any] | None) -> str:
     """`; instructions: AGENTS.md`, as the app says it (saying so when the model gets only the
     file's beginning); nothing when the workspace has no instruction file."""
-    if not instructions:
-        return ""
-    cut = " (too long: the model gets its beginning)" if instructions.get("truncated") else ""
-    return f"; instructions: {instructions['file']}{cut}"
+    return f"; instructions: {instructions_label(instructions)}" if instructions else ""
 
 
 # -- the command ---------------------------------------------------------------------------------

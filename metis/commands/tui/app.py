@@ -38,7 +38,7 @@ from metis.commands.tui.history import InputHistory
 from metis.commands.tui.slash_commands import SlashCommands
 from metis.commands.tui.status import status_fields
 from metis.commands.tui.stream import SessionStream
-from metis.commands.tui.transcript import TranscriptRenderer, instructions_label
+from metis.commands.tui.transcript import TranscriptRenderer
 from metis.commands.tui.turn import RunningTurn
 from metis.commands.tui.widgets import (
     AssistantMessage,
@@ -48,6 +48,7 @@ from metis.commands.tui.widgets import (
     warm_up_markdown,
 )
 from metis.core.errors import ConfigError
+from metis.wire.instructions import instructions_label
 
 QUIT_WINDOW_S = 2.0
 

@@ -28,6 +28,7 @@ from metis.commands.tui.widgets import (
     ToolCard,
     UserMessage,
 )
+from metis.wire.instructions import instructions_label
 from metis.wire.messages import text_of, tool_result_text
 
 
@@ -342,9 +343,3 @@ def _resolved_label(p: dict[str, Any]) -> str:
     reason = f": {p['reason']}" if p.get("reason") else ""
     label = {"allow": "allowed", "deny": "denied"}.get(p["decision"], p["decision"])
     return f"{label}{scope}{reason}"
-
-
-def instructions_label(instructions: dict[str, Any]) -> str:
-    """`AGENTS.md`, saying so when the file is too long for the model to get whole."""
-    cut = " (too long: the model gets its beginning)" if instructions.get("truncated") else ""
-    return f"{instructions['file']}{cut}"
