@@ -170,13 +170,32 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 1
 
 
+class _Parser(argparse.ArgumentParser):
+    """A parser that refuses the arguments it does not know itself. A subcommand's parser is
+    given the rest of the command line; argparse's own would hand what it does not know back
+    up, for the top level to refuse with its usage instead of the subcommand's."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser with every command, or with `serve` and `command` only: a command's module
     is imported only to run it, so `metis serve` does not carry the client commands (their
     imports are memory an idle daemon keeps for as long as it runs)."""
-    parser = argparse.ArgumentParser(prog="metis", description="local-first coding-agent daemon")
+    from metis.config import port_argument
+
+    parser = _Parser(prog="metis", description="local-first coding-agent daemon")
     parser.add_argument("--version", action="version", version=f"metis {metis_version()}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    # every command in the usage line, also when only one of them is registered
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="{" + ",".join(["serve", *COMMANDS]) + "}"
+    )
     serve = sub.add_parser(
         "serve",
         help="run the daemon (in the foreground, or in the background with --detach)",
@@ -196,7 +215,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--port",
-        type=int,
+        type=port_argument,
         help="port (overrides METIS_PORT; default 8421; 0 picks a free one)",
     )
     serve.add_argument(
@@ -237,6 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     command = command_of(words)
     gc.disable()
+    from metis.config import AddressError  # as the command's modules: with the collector off
+
     try:
         # the command's modules, aiohttp among them, imported with its CA bundle left unread
         # until a connection may need it (metis.http.ca_bundle)
@@ -250,6 +271,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = int(args.func(args))
         sys.stdout.flush()  # a closed pipe fails here, not in the interpreter's exit
         return code
+    except AddressError as exc:  # METIS_PORT, met by whichever command needed the address
+        print(f"metis: {exc}", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         # the reader of stdout left (`metis sessions list | head -1`): the usual quiet exit of a
         # filter, with stdout pointed away so the interpreter's own final flush cannot fail too

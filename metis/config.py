@@ -5,6 +5,7 @@ contracts call "a setting" lives here so tests can lower it instead of sleeping.
 `config.yaml` stops start-up with a message naming the file, line and key.
 """
 
+import argparse
 import logging
 import os
 import typing
@@ -25,6 +26,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8421
+NOT_A_PORT = "is not a port number (0–65535)"
+DB_FILE = "metis.db"
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
 # The shipped `models.yaml` and `routing.yaml`, used when METIS_HOME has none. They live inside the
 # package (package data in pyproject.toml) so a wheel or a plain `pip install .` carries them too.
@@ -178,7 +181,7 @@ class Settings(DataModel):
 
     @property
     def db_path(self) -> Path:
-        return self.home / "metis.db"
+        return self.home / DB_FILE
 
     @property
     def scratch_workspaces_path(self) -> Path:
@@ -315,15 +318,46 @@ def load_file_settings(path: Path) -> FileSettings:
         raise ConfigError("\n".join(messages)) from None
 
 
+class AddressError(ValueError):
+    """METIS_PORT that is not a port number. Not a ConfigError (a file's): `metis.cli.main` says
+    it in one line, exit 2, whichever command met it."""
+
+
+def _port(text: str) -> int | None:
+    """`text` as a port number (0: any free one), None when it is not one."""
+    port = int(text) if text.isascii() and text.isdigit() else -1
+    return port if 0 <= port <= 65535 else None
+
+
+def port_argument(text: str) -> int:
+    """The type of every `--port` flag, so `--port 70000` is a usage error naming the flag."""
+    port = _port(text)
+    if port is None:
+        raise argparse.ArgumentTypeError(f"{text!r} {NOT_A_PORT}")
+    return port
+
+
+def env_port() -> int | None:
+    """METIS_PORT, None when unset or empty; AddressError when it is not a port number."""
+    raw = os.environ.get("METIS_PORT")
+    if not raw:
+        return None
+    port = _port(raw)
+    if port is None:
+        raise AddressError(f"METIS_PORT={raw!r} {NOT_A_PORT}")
+    return port
+
+
 def resolve_address(
     file_settings: FileSettings, *, host: str | None = None, port: int | None = None
 ) -> tuple[str, int]:
     """The requested host and port: argument > METIS_HOST / METIS_PORT > config.yaml > default.
-    The daemon binds with it and every client (`metis.commands.daemon_client`) connects with it."""
-    env_port = os.environ.get("METIS_PORT")
+    The daemon binds with it and every client (`metis.commands.daemon_client`) connects with it.
+    Raises AddressError for a METIS_PORT it would use that is not a port number."""
     requested_host = host or os.environ.get("METIS_HOST") or file_settings.host
-    effective_port = port if port is not None else int(env_port) if env_port else file_settings.port
-    return requested_host, effective_port
+    if port is None:
+        port = env_port()
+    return requested_host, file_settings.port if port is None else port
 
 
 def load_settings(

@@ -4,7 +4,8 @@ The address: flag (`--url`, else `--host`/`--port`) > METIS_HOST / METIS_PORT > 
 running on METIS_HOME (its `daemon.lock` names its URL: one started with `--port`, or on port 0,
 is found) > `METIS_HOME/config.yaml` > 127.0.0.1:8421, the precedence `metis serve` binds with
 (`metis.config.resolve_address`) but for the running daemon; METIS_HOME itself is `--home` >
-METIS_HOME > ~/.metis.
+METIS_HOME > ~/.metis. The running daemon is found without config.yaml: a file broken since
+it started is a warning, not a reason to refuse its clients.
 
 The key is the daemon's own: METIS_API_KEY, else `METIS_HOME/api_key` (read, never created),
 sent as `Authorization: Bearer <key>` on every HTTP request and WebSocket upgrade. The key is
@@ -15,15 +16,26 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from metis.config import LOOPBACK_HOSTS, home_from, load_file_settings, resolve_address
+from metis.config import (
+    LOOPBACK_HOSTS,
+    env_port,
+    home_from,
+    load_file_settings,
+    port_argument,
+    resolve_address,
+)
 from metis.core.canonical.ids import is_session_id
+from metis.core.errors import ConfigError
 from metis.http.apikey import existing_api_key
 from metis.http.ca_bundle import load_ca_bundle
 from metis.server.lock import LOCK_FILE, running_url
 
+CONFIG_FILE = "config.yaml"
+RESTART_REFUSED = "the running daemon goes on; the next `metis serve` on this home refuses it"
 START_HINT = "start it with `metis serve --detach` (or `metis serve` in another terminal)"
 
 
@@ -37,6 +49,9 @@ class DaemonTarget:
     url: str
     home: Path
     api_key: str | None = field(default=None, repr=False)
+    # what is wrong with the home's config.yaml, when the daemon was found without it (its
+    # lock): the running daemon answers, the next `metis serve` on the home will refuse it
+    config_error: str | None = None
 
     def headers(self) -> dict[str, str]:
         """Headers for every request to the daemon (empty when no key is known)."""
@@ -49,6 +64,17 @@ def _url_host(host: str) -> str:
     return "[::1]" if host == "::1" else "127.0.0.1" if host == "localhost" else host
 
 
+def _config_error(home: Path) -> str | None:
+    """The first problem of the home's config.yaml (file:line: key: problem), if it has one."""
+    try:
+        load_file_settings(home / CONFIG_FILE)
+    except ConfigError as exc:
+        problems = exc.message.splitlines()
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        return problems[0] + more
+    return None
+
+
 def resolve_daemon(
     *,
     url: str | None = None,
@@ -56,19 +82,27 @@ def resolve_daemon(
     port: int | None = None,
     home: Path | str | None = None,
 ) -> DaemonTarget:
-    """Where the daemon of `home` listens and its key. Raises ConfigError for a bad
-    config.yaml (the message names file, line and key)."""
+    """Where the daemon of `home` listens and its key. The daemon running on the home is found
+    through its lock without config.yaml, so a file broken since it started does not cut its
+    clients off (`config_error` says what is wrong). Raises ConfigError for a bad config.yaml
+    that is needed (the message names file, line and key), AddressError for a bad METIS_PORT."""
     home_path = home_from(home)
     key = existing_api_key(home_path, os.environ.get("METIS_API_KEY") or None)
     if url:
         if url.lower().startswith(("https:", "wss:")):
             load_ca_bundle()  # the daemon behind a TLS proxy: verified as the system trusts
         return DaemonTarget(url.rstrip("/"), home_path, key)
-    file_settings = load_file_settings(home_path / "config.yaml")
-    requested_host, effective_port = resolve_address(file_settings, host=host, port=port)
-    named = host or port is not None or os.environ.get("METIS_HOST") or os.environ.get("METIS_PORT")
-    if not named or effective_port == 0:
-        running = running_url(home_path / LOCK_FILE)
+    lock = home_path / LOCK_FILE
+    named_port = port if port is not None else env_port()
+    # no address named, or port 0 ("any"): the home's running daemon, on whatever port it has
+    if not (host or os.environ.get("METIS_HOST") or named_port):
+        running = running_url(lock)
+        if running:
+            return DaemonTarget(running, home_path, key, _config_error(home_path))
+    file_settings = load_file_settings(home_path / CONFIG_FILE)
+    requested_host, effective_port = resolve_address(file_settings, host=host, port=named_port)
+    if effective_port == 0:  # port 0 with a host, or in config.yaml: the running one's URL
+        running = running_url(lock)
         if running:
             return DaemonTarget(running, home_path, key)
     return DaemonTarget(f"http://{_url_host(requested_host)}:{effective_port}", home_path, key)
@@ -84,8 +118,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--url", help="daemon URL (overrides --host/--port)")
     group.add_argument("--host", help="daemon host (overrides METIS_HOST)")
-    group.add_argument("--port", type=int, help="daemon port (overrides METIS_PORT)")
-    group.add_argument("--home", metavar="DIR", help="METIS_HOME of the daemon (overrides env)")
+    group.add_argument("--port", type=port_argument, help="daemon port (overrides METIS_PORT)")
+    add_home_argument(group, "METIS_HOME of the daemon (overrides env)")
+
+
+def add_home_argument(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    help_text: str = "METIS_HOME to work on (overrides env; default ~/.metis)",
+    default: object = None,
+) -> None:
+    """`--home DIR`, read with `metis.config.home_from`; `default=argparse.SUPPRESS` for a
+    subcommand's, so it does not undo the flag given to its command."""
+    parser.add_argument("--home", metavar="DIR", help=help_text, default=default)
 
 
 def session_id(value: str) -> str:
@@ -100,4 +144,10 @@ def session_id(value: str) -> str:
 
 
 def target_from_args(args: argparse.Namespace) -> DaemonTarget:
-    return resolve_daemon(url=args.url, host=args.host, port=args.port, home=args.home)
+    """The daemon `args` name (`add_arguments`). A config.yaml broken while its daemon runs is
+    said in one line on stderr as the command goes on with that daemon, unless the command
+    names it itself (`config_warning=False` in its parser's defaults: `metis status`)."""
+    target = resolve_daemon(url=args.url, host=args.host, port=args.port, home=args.home)
+    if target.config_error is not None and getattr(args, "config_warning", True):
+        print(f"metis: warning: {target.config_error} ({RESTART_REFUSED})", file=sys.stderr)
+    return target

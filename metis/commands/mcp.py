@@ -17,14 +17,38 @@ from metis.commands.daemon_client import add_arguments
 from metis.wire.mcp import reload_outcome
 
 
-def render(servers: list[dict[str, Any]]) -> str:
-    """One block per server: name, transport, state, then its tools (names as offered)."""
+def _row(cells: list[str], widths: list[int] | None) -> str:
+    """Cells tab-separated (for a script), or each but the last padded to its column's width
+    (`widths`, at a terminal)."""
+    if widths is None:
+        return "\t".join(cells)
+    return "  ".join([*(c.ljust(w) for c, w in zip(cells, widths, strict=False)), cells[-1]])
+
+
+def _widths(rows: list[list[str]], aligned: bool) -> list[int] | None:
+    """The width of every column but the last, over all rows; None when not aligned."""
+    if not aligned or not rows:
+        return None
+    return [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+
+
+def _where(server: dict[str, Any]) -> str:
+    if server["transport"] == "http":
+        return str(server["url"])
+    return " ".join([server["command"], *server["args"]])
+
+
+def render(servers: list[dict[str, Any]], *, aligned: bool = False) -> str:
+    """One block per server: name, state, transport and command or url, then its tools (names
+    as offered) with their modes; `aligned`: in columns for a person, else tab-separated."""
     if not servers:
         return "no MCP servers configured (config.yaml: mcp.servers)\n"
+    heads = [[s["name"], s["state"], s["transport"], _where(s)] for s in servers]
+    tools = [[f"  {t['name']}", t["policy"]] for s in servers for t in s["tools"]]
+    head_widths, tool_widths = _widths(heads, aligned), _widths(tools, aligned)
     lines: list[str] = []
-    for s in servers:
-        where = s["url"] if s["transport"] == "http" else " ".join([s["command"], *s["args"]])
-        lines.append(f"{s['name']}\t{s['state']}\t{s['transport']}\t{where}")
+    for s, head in zip(servers, heads, strict=True):
+        lines.append(_row(head, head_widths))
         if s["restarts"]:
             lines.append(f"  restarts: {s['restarts']}")
         if s["last_error"]:
@@ -34,7 +58,7 @@ def render(servers: list[dict[str, Any]]) -> str:
             label = "env" if s["transport"] == "stdio" else "headers"
             lines.append(f"  {label}: {', '.join(names)}")
         for tool in s["tools"]:
-            lines.append(f"  {tool['name']}\t{tool['policy']}")
+            lines.append(_row([f"  {tool['name']}", tool["policy"]], tool_widths))
     return "\n".join(lines) + "\n"
 
 
@@ -44,7 +68,7 @@ async def _list(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(body, ensure_ascii=False, indent=2))
         else:
-            sys.stdout.write(render(body["servers"]))
+            sys.stdout.write(render(body["servers"], aligned=sys.stdout.isatty()))
         return 0
 
     return await with_daemon(args, show)
@@ -82,7 +106,7 @@ async def _reload(args: argparse.Namespace) -> int:
     async def reload(api: DaemonApi) -> int:
         reloaded = await api.reload_mcp_servers()
         print(reload_outcome(reloaded["applied"]))
-        sys.stdout.write(render(reloaded["servers"]))
+        sys.stdout.write(render(reloaded["servers"], aligned=sys.stdout.isatty()))
         return 0
 
     return await with_daemon(args, reload)

@@ -19,8 +19,14 @@ from urllib.parse import quote
 
 import aiohttp
 
-from metis.commands.daemon_client import DaemonTarget, add_arguments, target_from_args
-from metis.config import SHIPPED_CONFIG_DIR, default_home
+from metis.commands.client import NOT_A_URL, not_a_url
+from metis.commands.daemon_client import (
+    DaemonTarget,
+    add_arguments,
+    add_home_argument,
+    target_from_args,
+)
+from metis.config import SHIPPED_CONFIG_DIR, home_from
 from metis.core.config.checks import format_diagnostic
 from metis.core.errors import ConfigError
 from metis.core.models.registry import ModelRegistry, load_models_file
@@ -41,8 +47,14 @@ async def _daemon_call(target: DaemonTarget, method: str, path: str) -> tuple[in
             http.request(method, target.url + path) as response,
         ):
             body = await response.json(content_type=None)
-    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-        raise NoDaemon(f"no daemon answers at {target.url} ({type(exc).__name__})") from exc
+    except NOT_A_URL as exc:
+        raise NoDaemon(not_a_url(target.url)) from exc
+    except TimeoutError as exc:
+        raise NoDaemon(f"no daemon answers at {target.url} within {DAEMON_TIMEOUT_S:g} s") from exc
+    except aiohttp.ClientConnectionError as exc:
+        raise NoDaemon(f"no daemon answers at {target.url}") from exc
+    except (aiohttp.ClientError, ValueError) as exc:  # an answer, not JSON: not a daemon's
+        raise NoDaemon(f"{target.url} does not answer as a metis daemon") from exc
     if response.status == 401:
         raise NoDaemon(
             f"the daemon at {target.url} refused the key (METIS_API_KEY, else METIS_HOME/api_key)"
@@ -55,9 +67,9 @@ def daemon_call(target: DaemonTarget, method: str, path: str) -> tuple[int, Any]
     return asyncio.run(_daemon_call(target, method, path))
 
 
-def default_models_path() -> Path:
-    """`$METIS_HOME/models.yaml` if it exists, else the shipped default."""
-    user = default_home() / MODELS_FILE
+def default_models_path(home: Path) -> Path:
+    """`home`'s models.yaml if it exists, else the shipped default."""
+    user = home / MODELS_FILE
     return user if user.exists() else SHIPPED_CONFIG_DIR / MODELS_FILE
 
 
@@ -86,6 +98,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     commands = parser.add_subparsers(dest="models_command", metavar="{check,reset}")
     check = commands.add_parser("check", help="validate a models.yaml without starting anything")
     check.add_argument("path", nargs="?", type=Path, default=None, help="file to validate")
+    # SUPPRESS: a `--home` given before `check` is kept
+    add_home_argument(check, default=argparse.SUPPRESS)
     check.set_defaults(func=check_models)
     # SUPPRESS: daemon flags given before `reset` are not overwritten by the sub-parser's defaults
     reset = commands.add_parser(
@@ -101,7 +115,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def check_models(args: argparse.Namespace) -> int:
-    path: Path = args.path or args.models or default_models_path()
+    path: Path = args.path or args.models or default_models_path(home_from(args.home))
     registry = load_for_cli(path)
     if registry is None:
         return 1
@@ -220,7 +234,7 @@ def list_models(args: argparse.Namespace) -> int:
                 show_live(target, body)
                 return 0
             note = f"the daemon at {target.url} answered {status}: showing models.yaml only"
-    path: Path = args.models or default_models_path()
+    path: Path = args.models or default_models_path(home_from(args.home))
     registry = load_for_cli(path)
     if registry is None:
         return 2

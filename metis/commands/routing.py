@@ -10,17 +10,18 @@ import argparse
 from pathlib import Path
 
 from metis.commands import usage
+from metis.commands.daemon_client import add_home_argument
 from metis.commands.models import default_models_path, load_for_cli
-from metis.config import SHIPPED_CONFIG_DIR, default_home
+from metis.config import SHIPPED_CONFIG_DIR, home_from
 from metis.core.config.checks import format_diagnostic
 from metis.core.routing.loader import read_policy_file
 
 ROUTING_FILE = "routing.yaml"
 
 
-def default_routing_path() -> Path:
-    """`$METIS_HOME/routing.yaml` if it exists, else the shipped default (as the daemon does)."""
-    user = default_home() / ROUTING_FILE
+def default_routing_path(home: Path) -> Path:
+    """`home`'s routing.yaml if it exists, else the shipped default (as the daemon does)."""
+    user = home / ROUTING_FILE
     return user if user.exists() else SHIPPED_CONFIG_DIR / ROUTING_FILE
 
 
@@ -43,14 +44,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=None,
         help="models.yaml to validate against (default: $METIS_HOME/models.yaml, else shipped)",
     )
+    add_home_argument(check)
     check.set_defaults(func=check_routing)
 
 
 def check_routing(args: argparse.Namespace) -> int:
-    registry = load_for_cli(args.models or default_models_path())
+    home = home_from(args.home)
+    registry = load_for_cli(args.models or default_models_path(home))
     if registry is None:
         return 2
-    path: Path = args.file or default_routing_path()
+    path: Path = args.file or default_routing_path(home)
     result = read_policy_file(path, registry)
     for diagnostic in result.diagnostics:
         print(format_diagnostic(path, diagnostic))

@@ -2,7 +2,8 @@
 
 One look at what a person checks before (or instead of) opening the dashboard: the daemon's
 address, process and uptime, its sessions and running turns, which models can answer, the
-routing policy in force, the MCP servers and whether the shell tool is sandboxed. Everything
+routing policy in force, the MCP servers and whether the shell tool is sandboxed (and a
+config.yaml broken since the daemon started, which the next start would refuse). Everything
 comes from the daemon's public API with its key (`/health`, `/server/version`, `/models`,
 `/routing/policy`, `/mcp`), asked at once; the pid and home from the lock file of the home
 whose daemon it is (none for a `--url` elsewhere). Exit status: 0 running, 3 not running (as
@@ -133,6 +134,8 @@ def render(
         lines.insert(1, f"  home:       {target.home}")
     if log is not None:
         lines.insert(2, f"  log:        {log}")
+    if target.config_error is not None:
+        lines.insert(-1, f"  config:     {target.config_error} (the next start refuses it)")
     return "\n".join(lines)
 
 
@@ -148,6 +151,7 @@ def as_json(
         "pid": pid,
         "home": str(target.home) if pid is not None else None,
         "log": str(log) if log is not None else None,
+        "config_error": target.config_error,
         "version": body["/server/version"]["version"],
         "started_at": health["started_at"],
         "uptime_seconds": health["uptime_seconds"],
@@ -174,15 +178,26 @@ async def _ask(api: DaemonApi) -> dict[str, Any]:
 
 
 def _not_running(target: DaemonTarget, args: argparse.Namespace) -> int:
-    """Nothing answers; the log of the home's last detached daemon, if any, may say why."""
+    """Nothing answers. The home's daemon may run at another URL (`--url`, `--port`); if none
+    does, the log of the home's last detached daemon, if any, may say why."""
+    running = running_url(target.home / LOCK_FILE)
+    elsewhere = running if running != target.url else None
     log = target.home / DAEMON_LOG
-    last_log = str(log) if log.is_file() else None
+    last_log = str(log) if log.is_file() and elsewhere is None else None
     if args.json:
         print(
             json.dumps(
-                {"running": False, "url": target.url, "home": str(target.home), "log": last_log}
+                {
+                    "running": False,
+                    "url": target.url,
+                    "home": str(target.home),
+                    "log": last_log,
+                    "home_daemon_url": elsewhere,
+                }
             )
         )
+    elif elsewhere is not None:
+        print(f"nothing answers at {target.url}; the daemon of {target.home} runs at {elsewhere}")
     else:
         print(f"metis is not running: nothing answers at {target.url} (home {target.home})")
         if last_log is not None:
@@ -237,4 +252,5 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_arguments(parser)
-    parser.set_defaults(func=status_command)
+    # a config.yaml broken while the daemon runs is a line of the status, not a warning
+    parser.set_defaults(func=status_command, config_warning=False)

@@ -18,7 +18,8 @@ from functools import partial
 from pathlib import Path
 
 from metis.commands import usage
-from metis.config import load_settings
+from metis.commands.daemon_client import add_home_argument
+from metis.config import DB_FILE, home_from
 from metis.core.canonical.times import format_datetime, now_us, us_to_datetime
 from metis.core.errors import ConfigError
 from metis.core.store.db import Database
@@ -61,6 +62,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="delete without asking (the question is asked only when stdin is a terminal)",
     )
+    add_home_argument(prune)
     prune.set_defaults(func=prune_command)
 
 
@@ -75,11 +77,8 @@ def _days(text: str) -> int:
 
 
 def prune_command(args: argparse.Namespace) -> int:
-    try:
-        path = load_settings().db_path
-    except ConfigError as exc:
-        print(f"metis: configuration error:\n{exc.message}", file=sys.stderr)
-        return 2
+    # the store alone, not config.yaml, and nothing created: a mistyped home stays absent
+    path = home_from(args.home) / DB_FILE
     if not path.is_file():
         print(
             f"metis trace prune: no trace store at {path} (is METIS_HOME right?)", file=sys.stderr

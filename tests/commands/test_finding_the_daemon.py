@@ -1,0 +1,93 @@
+"""How commands find their daemon when the settings around it are wrong: a METIS_PORT that is
+not a port, a config.yaml broken while the daemon runs, a `--url` other than the home's
+daemon's. The real `metis` in a subprocess; the daemon is real, in the test's process, holding
+its home's lock as `metis serve` does."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from metis.cli import main
+from metis.server.lock import acquire
+from metis.server.runner import Daemon
+from tests.cli import metis
+
+BROKEN_CONFIG = "port: [oops\n"
+
+
+@pytest.fixture
+async def home_daemon(daemon: Daemon, metis_home: Path) -> AsyncIterator[Daemon]:
+    """The daemon, named by its home's lock as the daemon running on it."""
+    lock = acquire(metis_home)
+    lock.record(daemon.base_url)
+    try:
+        yield daemon
+    finally:
+        lock.release()
+
+
+@pytest.mark.parametrize("command", [["status"], ["sessions", "list"], ["serve"]])
+async def test_a_metis_port_that_is_not_a_port_number_is_one_line_naming_it(
+    metis_home: Path, command: list[str]
+) -> None:
+    code, out, err = await metis(*command, env={"METIS_PORT": "abc"})
+    assert (code, out) == (2, "")
+    assert err == "metis: METIS_PORT='abc' is not a port number (0–65535)\n"
+
+
+async def test_a_metis_port_out_of_range_is_named_as_the_cause(metis_home: Path) -> None:
+    code, _, err = await metis("status", env={"METIS_PORT": "70000"})
+    assert code == 2 and err == "metis: METIS_PORT='70000' is not a port number (0–65535)\n"
+
+
+@pytest.mark.parametrize("command", ["serve", "status"])
+def test_a_port_flag_out_of_range_is_a_usage_error_of_the_command(
+    metis_home: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--port", "70000"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"metis {command}: error: argument --port: '70000' is not a port number" in err
+
+
+async def test_a_config_yaml_broken_while_the_daemon_runs_leaves_its_clients_connected(
+    home_daemon: Daemon, metis_home: Path
+) -> None:
+    (metis_home / "config.yaml").write_text(BROKEN_CONFIG)
+    problem = f"{metis_home / 'config.yaml'}:2: YAML syntax"
+    code, out, err = await metis("sessions", "list")
+    assert code == 0, err
+    warning = err.splitlines()[0]
+    assert warning.startswith(f"metis: warning: {problem}") and err.count("warning") == 1
+    assert warning.endswith("the next `metis serve` on this home refuses it)")
+    code, out, err = await metis("status")
+    assert (code, err) == (0, "")
+    assert f"is running at {home_daemon.base_url}" in out
+    assert f"  config:     {problem}" in out
+    code, _, err = await metis("serve", "--port", "0")
+    assert code == 2 and err.startswith("metis: configuration error:")
+
+
+async def test_status_of_another_url_says_where_the_homes_daemon_runs(
+    home_daemon: Daemon,
+) -> None:
+    code, out, _ = await metis("status", "--url", "http://127.0.0.1:1")
+    assert code == 3
+    assert out.startswith("nothing answers at http://127.0.0.1:1; the daemon of ")
+    assert out.endswith(f" runs at {home_daemon.base_url}\n") and "log" not in out
+    code, out, _ = await metis("status", "--json", "--url", "http://127.0.0.1:1")
+    assert code == 3 and json.loads(out)["home_daemon_url"] == home_daemon.base_url
+
+
+def test_models_with_no_daemon_says_so_in_words(
+    metis_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["models", "--url", "http://127.0.0.1:1"]) == 0
+    out = capsys.readouterr().out
+    assert "no daemon answers at http://127.0.0.1:1: availability shown from models.yaml" in out
+    assert "Error" not in out

@@ -1,0 +1,97 @@
+"""The command line's own errors: an argument a subcommand does not know is refused with that
+subcommand's usage, the usage names every command, and `--home` is taken by every command that
+works on a home (through the CLI entry point, in this process)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from metis.cli import COMMANDS, build_parser, main
+from metis.commands.mcp import render
+
+
+def usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "command", "refused"),
+    [
+        (["run", "hi", "--bogus"], "run", "--bogus"),
+        (["sessions", "list", "--bogus"], "sessions list", "--bogus"),
+        (["status", "--bogus"], "status", "--bogus"),
+        (["sessions", "title", "sess_01JB8Z0000000000000000000A", "a", "b", "c"],
+         "sessions title", "b c"),
+        (["trace", "prune", "--days", "1", "--bogus"], "trace prune", "--bogus"),
+    ],
+)  # fmt: skip
+def test_an_unknown_argument_is_refused_with_the_usage_of_its_subcommand(
+    metis_home: Path,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    command: str,
+    refused: str,
+) -> None:
+    err = usage_error(argv, capsys)
+    assert err.startswith(f"usage: metis {command} ")
+    assert err.endswith(f"metis {command}: error: unrecognized arguments: {refused}\n")
+
+
+def test_the_usage_line_names_every_command_also_when_one_is_loaded() -> None:
+    usage = " ".join(build_parser("run").format_usage().split())
+    assert "{" + ",".join(["serve", *COMMANDS]) + "}" in usage
+
+
+def test_trace_prune_takes_home_and_creates_no_missing_home(
+    tmp_path: Path, metis_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mistyped = tmp_path / "no" / "such-home"
+    assert main(["trace", "prune", "--days", "1", "--home", str(mistyped)]) == 1
+    assert f"no trace store at {mistyped / 'metis.db'}" in capsys.readouterr().err
+    assert not (tmp_path / "no").exists()
+
+
+def test_routing_and_models_check_take_home(
+    tmp_path: Path, metis_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "other-home"
+    home.mkdir()
+    (home / "routing.yaml").write_text("schema_version: 1\n")
+    assert main(["routing", "check", "--home", str(home)]) == 0
+    assert capsys.readouterr().out.startswith(f"{home / 'routing.yaml'}: valid")
+    (home / "models.yaml").write_text("not: [valid\n")
+    assert main(["models", "check", "--home", str(home)]) == 1
+    assert str(home / "models.yaml") in capsys.readouterr().err
+
+
+SERVERS = [
+    {"name": "git", "state": "ready", "transport": "stdio", "command": "uvx", "args": ["git-mcp"],
+     "restarts": 0, "last_error": None, "env": [],
+     "tools": [{"name": "mcp__git__log", "policy": "auto"},
+               {"name": "mcp__git__commit_all", "policy": "prompt"}]},
+    {"name": "search-web", "state": "restarting", "transport": "http",
+     "url": "https://mcp.example.com/mcp", "restarts": 2, "last_error": None, "headers": [],
+     "tools": []},
+]  # fmt: skip
+
+
+def test_mcp_servers_are_in_columns_for_a_person_and_tab_separated_for_a_script() -> None:
+    assert render(SERVERS).splitlines() == [
+        "git\tready\tstdio\tuvx git-mcp",
+        "  mcp__git__log\tauto",
+        "  mcp__git__commit_all\tprompt",
+        "search-web\trestarting\thttp\thttps://mcp.example.com/mcp",
+        "  restarts: 2",
+    ]
+    assert render(SERVERS, aligned=True).splitlines() == [
+        "git         ready       stdio  uvx git-mcp",
+        "  mcp__git__log         auto",
+        "  mcp__git__commit_all  prompt",
+        "search-web  restarting  http   https://mcp.example.com/mcp",
+        "  restarts: 2",
+    ]
