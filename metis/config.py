@@ -371,6 +371,8 @@ def load_settings(
 
     `overrides` (tests) are merged into the file settings section by section.
     """
+    if port is None:
+        port = env_port()  # before the home is made: a bad METIS_PORT leaves nothing behind
     home = ensure_home(home or default_home())
     file_settings = _file_settings(home / "config.yaml", overrides)
     requested_host, effective_port = resolve_address(file_settings, host=host, port=port)

@@ -37,6 +37,7 @@ async def test_a_metis_port_that_is_not_a_port_number_is_one_line_naming_it(
     code, out, err = await metis(*command, env={"METIS_PORT": "abc"})
     assert (code, out) == (2, "")
     assert err == "metis: METIS_PORT='abc' is not a port number (0–65535)\n"
+    assert not metis_home.exists()  # nothing made on the way
 
 
 async def test_a_metis_port_out_of_range_is_named_as_the_cause(metis_home: Path) -> None:
