@@ -30,6 +30,7 @@ from metis.config import SHIPPED_CONFIG_DIR, home_from
 from metis.core.config.checks import format_diagnostic
 from metis.core.errors import ConfigError
 from metis.core.models.registry import ModelRegistry, load_models_file
+from metis.wire.models import unconfigured_reason
 
 MODELS_FILE = "models.yaml"
 DAEMON_TIMEOUT_S = 3.0
@@ -130,11 +131,7 @@ def _status(registry: ModelRegistry, model_id: str) -> str:
         return "configured"
     entry = registry.get(model_id)
     env_var = registry.credential(entry.provider).env_var if entry else None
-    if reason == "no_credentials" and env_var:
-        return f"no key ({env_var} unset)"
-    if reason == "offline_forced":
-        return "off (METIS_OFFLINE=1)"
-    return reason
+    return unconfigured_reason({"reason": reason, "env_var": env_var})
 
 
 def _target(args: argparse.Namespace) -> DaemonTarget | None:
@@ -194,13 +191,12 @@ def show_live(target: DaemonTarget, body: dict[str, Any]) -> None:
             (model["id"], *_tier_and_aliases(model.get("tier"), model.get("aliases")), status)
         )
     for model in body["unconfigured"]:
-        reason = model["reason"]
-        if reason == "no_credentials" and model.get("env_var"):
-            reason = f"no key ({model['env_var']} unset)"
-        elif reason == "offline_forced":
-            reason = "off (METIS_OFFLINE=1)"
         rows.append(
-            (model["id"], *_tier_and_aliases(model.get("tier"), model.get("aliases")), reason)
+            (
+                model["id"],
+                *_tier_and_aliases(model.get("tier"), model.get("aliases")),
+                unconfigured_reason(model),
+            )
         )
     _print_table(rows)
     down = [m for m in body["models"] if m["availability"] != "healthy"]

@@ -52,10 +52,8 @@ def request_login_url(target: DaemonTarget) -> dict[str, Any]:
                 "(METIS_API_KEY, else METIS_HOME/api_key)"
             ) from None
         raise OpenFailed(f"the daemon at {target.url} answered {exc.code}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise OpenFailed(
-            f"no daemon answers at {target.url} ({type(exc).__name__}); {START_HINT}"
-        ) from None
+    except (urllib.error.URLError, OSError, ValueError):
+        raise OpenFailed(f"no daemon answers at {target.url}; {START_HINT}") from None
     if not isinstance(body, dict) or not isinstance(body.get("url"), str):
         raise OpenFailed(f"the daemon at {target.url} gave no login URL")
     return body
