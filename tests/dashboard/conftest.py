@@ -36,7 +36,7 @@ CHROMIUM_ARGS = [
 SLOW_MODELS = """
 pricing_version: "test"
 providers:
-  local: {adapter: scripted, options: {chunk_chars: 3, delta_delay_ms: 20}}
+  local: {adapter: scripted, options: {chunk_chars: 6, delta_delay_ms: 20}}
   anthropic: {adapter: anthropic, api_key_env: METIS_TEST_KEY_NOBODY_SETS}
 models:
   - id: local:scripted
