@@ -4,6 +4,7 @@ environment plus `env`, its exit status and what it printed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 
@@ -41,3 +42,14 @@ async def metis(
     out, err = await asyncio.wait_for(proc.communicate(), timeout)
     assert proc.returncode is not None
     return proc.returncode, (out or b"").decode(), err.decode()
+
+
+def terminal_lines(controller: int, terminal: int) -> list[str]:
+    """Everything a program wrote to a pty, as lines, once it has exited: the terminal's end is
+    closed here, so reading the controller ends (with an OSError) when all of it is read."""
+    os.close(terminal)
+    shown = b""
+    with contextlib.suppress(OSError):
+        while chunk := os.read(controller, 4096):
+            shown += chunk
+    return shown.decode().replace("\r\n", "\n").splitlines()

@@ -4,7 +4,6 @@ does when the run cannot be made, at a terminal, and with the confirmation flags
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import pty
@@ -15,7 +14,7 @@ from typing import Any
 
 from metis.server.runner import Daemon
 from tests.api import Api
-from tests.cli import metis, start_metis
+from tests.cli import metis, start_metis, terminal_lines
 from tests.ws_client import SLOW_SCRIPTED
 
 
@@ -53,14 +52,9 @@ async def test_at_a_terminal_a_note_starts_a_line_of_its_own_not_the_end_of_the_
             stderr=terminal,
         )
         assert await asyncio.wait_for(proc.wait(), 30) == 0
-        os.close(terminal)
-        shown = b""
-        with contextlib.suppress(OSError):  # the terminal's far end is closed: all is read
-            while chunk := os.read(controller, 4096):
-                shown += chunk
+        lines = terminal_lines(controller, terminal)
     finally:
         os.close(controller)
-    lines = shown.decode().replace("\r\n", "\n").splitlines()
     first = lines.index("Calling read_file, write_file, patch_file, list_dir, grep_files, shell.")
     assert lines[first + 1] == "metis: tool read_file metis-demo.txt"
     assert "metis: tool list_dir" in lines  # an empty summary leaves no trailing space

@@ -4,7 +4,6 @@ scripted model); exports compared with what the store serves over REST."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import pty
@@ -18,7 +17,7 @@ from aiohttp import web
 
 from metis.server.runner import Daemon
 from tests.api import Api
-from tests.cli import metis, start_metis
+from tests.cli import metis, start_metis, terminal_lines
 from tests.helpers import HOLD
 from tests.ws_client import SLOW_SCRIPTED
 
@@ -365,12 +364,8 @@ async def _listed_at_a_terminal(daemon: Daemon, width: int, *options: str) -> li
             env={"COLUMNS": str(width)},
             stdout=terminal,
         )
-        os.close(terminal)
-        shown = b""
-        with contextlib.suppress(OSError):  # the terminal's far end is closed: all is read
-            while chunk := os.read(controller, 4096):
-                shown += chunk
+        lines = terminal_lines(controller, terminal)
     finally:
         os.close(controller)
     assert code == 0, err
-    return shown.decode().replace("\r\n", "\n").splitlines()
+    return lines
