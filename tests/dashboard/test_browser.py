@@ -18,7 +18,8 @@ from tests.core.tools.mcp_servers import DEMO
 from tests.dashboard.conftest import ARTIFACTS, DaemonThread, events_of, rest
 from tests.helpers import insert_running_turn
 
-LONG = "please stream this slowly " + "word " * 60
+# a reply streamed for ~2 s (6 characters a delta, 20 ms apart): long enough to watch and cancel
+LONG = "please stream this slowly " + "word " * 120
 
 
 def open_session(page: Any, workspace: Path) -> str:
@@ -670,7 +671,7 @@ def test_mcp_servers_show_their_state_tools_and_why_one_is_not_ready(
         page.wait_for_timeout(50)
     assert server.pid not in (None, pid) and server.restarts == 1
     demo.locator("dd:text-is('1')").wait_for()  # Restarts: 1, seen by the page's poll
-    assert demo.locator(".state").inner_text() == "ready"
+    demo.locator(".state:text-is('ready')").wait_for()  # a poll may see it still restarting
     label = page.evaluate("document.activeElement.getAttribute('aria-label')")
     assert label == "Restart MCP server demo"
     # Reload with config.yaml as it was: nothing changed, so nothing is restarted
@@ -893,7 +894,9 @@ def test_the_sessions_poll_keeps_keyboard_focus(
     page.keyboard.press("Escape")
     page.wait_for_selector("dialog.confirm", state="detached")
     assert page.evaluate(focused) == f"Purge session {sid}"
-    page.wait_for_timeout(2500)  # a poll that changes nothing leaves focus alone too
+    with page.expect_response(lambda r: "/sessions?" in r.url):  # the next poll, unchanged
+        pass
+    page.wait_for_timeout(100)  # its answer applied
     assert page.evaluate(focused) == f"Purge session {sid}"
 
 
