@@ -16,6 +16,7 @@ from metis.config import Settings, load_settings
 from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer
 from tests.api import Api, api_session
+from tests.bytecode_warmup import warm_up
 
 STRICT = {"events": {"strict": True}}
 
@@ -171,3 +172,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.dont_write_bytecode = False
+    distributed = bool(config.getoption("numprocesses", None))
+    is_worker = hasattr(config, "workerinput")
+    if distributed and not is_worker and config.getoption("assertmode") == "rewrite":
+        warm_up(config, Path(__file__).parents[1])
