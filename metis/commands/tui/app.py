@@ -237,7 +237,8 @@ class ChatApp(App[int]):
         await self.note(f"session {session_id} on {where}{uses}; /help for commands")
         current = session.get("current_turn_id")
         if current:
-            self.turn.mark_running(current, session.get("active_model"))
+            started = self.renderer.started_at.get(current)
+            self.turn.mark_running(current, session.get("active_model"), started)
         for request in session.get("pending_confirmations") or []:
             self.confirmations.add(request)
         await self.refresh_status()

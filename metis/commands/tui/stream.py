@@ -245,7 +245,8 @@ class SessionStream:
         await host.note("missed more of the stream than the daemon replays: reloaded the session")
         current = host.session.get("current_turn_id")
         if current and current != host.turn.id:
-            host.turn.mark_running(current, host.session.get("active_model"))
+            started = host.renderer.started_at.get(current)
+            host.turn.mark_running(current, host.session.get("active_model"), started)
         elif not current and host.turn.id:
             host.turn.mark_over()
         for request in host.session.get("pending_confirmations") or []:

@@ -64,6 +64,7 @@ class TranscriptRenderer:
         self.thinking: dict[str, ThinkingBlock] = {}
         self.cards: dict[str, ToolCard] = {}
         self.instructions: dict[str, Any] | None = None  # the project file last said in use
+        self.started_at: dict[str, str] = {}  # stored turns' start (`turn.started` timestamps)
 
     def clear(self) -> None:
         """The transcript was emptied: no event finds these widgets any more."""
@@ -82,8 +83,11 @@ class TranscriptRenderer:
         events = await host.api.all_events(
             host.session_id,
             "tool.completed,tool.failed,llm.call_completed,tool.confirmation_resolved,"
-            "turn.failed,turn.cancelled",
+            "turn.started,turn.failed,turn.cancelled",
         )
+        self.started_at = {
+            e["turn_id"]: e["timestamp"] for e in events if e["type"] == "turn.started"
+        }
         done = {
             e["payload"]["tool_use_id"]: e["payload"]
             for e in events
@@ -163,7 +167,7 @@ class TranscriptRenderer:
 
     async def _on_turn_started(self, event: dict[str, Any], p: dict[str, Any]) -> None:
         if self.host.turn.is_new(event["turn_id"]):
-            self.host.turn.mark_running(event["turn_id"], p.get("model"))
+            self.host.turn.mark_running(event["turn_id"], p.get("model"), event.get("timestamp"))
 
     async def _on_route_decided(self, event: dict[str, Any], p: dict[str, Any]) -> None:
         if p.get("chosen_model"):

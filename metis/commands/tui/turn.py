@@ -10,6 +10,7 @@ spinner that shows it are kept here, with the two REST calls that start and stop
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
@@ -58,9 +59,11 @@ class RunningTurn:
         """Neither the turn shown running nor one that was shown to end."""
         return self.id != turn_id and turn_id not in self.finished
 
-    def mark_running(self, turn_id: str, model: str | None) -> None:
+    def mark_running(self, turn_id: str, model: str | None, started_at: str | None = None) -> None:
+        """Show the turn running; `started_at` (its `turn.started` timestamp) when it began
+        before the app saw it, so a resumed turn's time counts from its start, not the attach."""
         self.id = turn_id
-        self.started = time.monotonic()
+        self.started = time.monotonic() - _age_s(started_at)
         self.model = model
         self.spinner.add_class("running")
 
@@ -135,3 +138,17 @@ class RunningTurn:
             note.update(Text(f"could not cancel the turn: {error_text(exc)}"))
             note.add_class("error")
         return True
+
+
+def _age_s(timestamp: str | None) -> float:
+    """Seconds since an ISO 8601 timestamp of the daemon's (0 when unknown or in the future:
+    the two clocks are the same machine's, but a bad value must not show a negative time)."""
+    if not timestamp:
+        return 0.0
+    try:
+        then = datetime.fromisoformat(timestamp)
+    except ValueError:
+        return 0.0
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=UTC)
+    return max(0.0, (datetime.now(UTC) - then).total_seconds())

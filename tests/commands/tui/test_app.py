@@ -915,6 +915,24 @@ async def test_resuming_marks_the_earlier_turns(
         assert not fresh.query(".marker")
 
 
+async def test_a_resumed_running_turn_counts_its_time_from_its_start_not_the_attach(
+    start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    d = await start_daemon(models=SLOW_SCRIPTED)
+    api = api_of(d)
+    sid = (await api.create_session(workspace))["id"]
+    status, accepted = await api.submit(sid, "a reply long enough to still run " * 8)
+    assert status == 202
+    await asyncio.sleep(1.2)
+    app = make_app(d, workspace, session_id=sid)
+    async with attached(app) as pilot:
+        assert app.turn.id == accepted["turn_id"]
+        await pilot.pause(0.2)
+        spinner = str(app.query_one("#spinner").render())
+        elapsed = float(spinner.split("working ", 1)[1].split(" s", 1)[0])
+        assert elapsed >= 1.2, spinner
+
+
 async def test_resuming_shows_how_each_turn_that_did_not_complete_ended(
     start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
 ) -> None:
