@@ -49,6 +49,7 @@ from metis.commands.daemon_client import (
 from metis.core.errors import ConfigError
 from metis.core.tools.textutil import visible_controls
 from metis.wire import tooldisplay
+from metis.wire.counts import counted, turn_totals
 from metis.wire.instructions import instructions_label
 
 TERMINAL_TYPES = ("turn.completed", "turn.cancelled", "turn.failed")
@@ -202,11 +203,7 @@ class Renderer:
 
     def _on_turn_completed(self, p: dict[str, Any]) -> None:
         seconds = (p.get("wall_time_ms") or 0) / 1000
-        self.line(
-            "turn",
-            f"completed in {seconds:.1f} s · {p.get('llm_call_count')} call(s) · "
-            f"{p.get('tool_call_count')} tool(s) · ${p.get('total_cost_usd')}",
-        )
+        self.line("turn", f"completed in {seconds:.1f} s · {turn_totals(p)}")
 
     def _on_turn_cancelled(self, p: dict[str, Any]) -> None:
         self.line("turn", turn_outcome("turn.cancelled", p))
@@ -297,7 +294,7 @@ class ChatSession:
                 raise ApiFailure(409, {"error": ack})
             if not ack["snapshot"]:
                 count = ack["replay_event_count"]
-                self.render.line("metis", f"re-attached; {count} missed event(s) follow")
+                self.render.line("metis", f"re-attached; {counted(count, 'missed event')} follow")
                 return None
             frame = await subscribe_answer(ws)
         except BaseException:

@@ -15,6 +15,7 @@ from metis.commands.models import default_models_path, load_for_cli
 from metis.config import SHIPPED_CONFIG_DIR, home_from
 from metis.core.config.checks import format_diagnostic
 from metis.core.routing.loader import read_policy_file
+from metis.wire.counts import counted
 
 ROUTING_FILE = "routing.yaml"
 
@@ -59,5 +60,6 @@ def check_routing(args: argparse.Namespace) -> int:
         print(format_diagnostic(path, diagnostic))
     errors, warnings = len(result.errors), len(result.warnings)
     verdict = "valid" if result.valid else "INVALID"
-    print(f"{path}: {verdict} ({errors} error(s), {warnings} warning(s)); version {result.version}")
+    found = f"{counted(errors, 'error')}, {counted(warnings, 'warning')}"
+    print(f"{path}: {verdict} ({found}); version {result.version}")
     return 0 if result.valid else 1

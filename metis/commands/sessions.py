@@ -26,6 +26,7 @@ from metis.commands.paths import short_path
 from metis.core.sessions.search import SEARCH_CHARS
 from metis.core.tools.textutil import visible_controls
 from metis.private_file import write_private
+from metis.wire.counts import counted, turn_totals
 from metis.wire.export import FORMATS as EXPORT_FORMATS
 from metis.wire.search import where_said
 
@@ -147,10 +148,7 @@ async def _show(api: DaemonApi, args: argparse.Namespace) -> int:
     ends = await api.all_events(args.id, "turn.completed,turn.cancelled,turn.failed")
     for n, e in enumerate(ends, 1):
         p = e["payload"]
-        print(
-            f"  turn {n}: {turn_outcome(e['type'], p)} · {p.get('llm_call_count', 0)} call(s) · "
-            f"{p.get('tool_call_count', 0)} tool(s) · ${p.get('total_cost_usd', '0')}"
-        )
+        print(f"  turn {n}: {turn_outcome(e['type'], p)} · {turn_totals(p)}")
     if session.get("current_turn_id"):
         print(f"  turn {len(ends) + 1}: {_running(session)}")
     return 0
@@ -193,7 +191,9 @@ async def _purge(api: DaemonApi, args: argparse.Namespace) -> int:
         return 0
     if not args.yes:
         what = (
-            args.id if args.id is not None else f"{len(ids)} ended session(s){_ended_scope(args)}"
+            args.id
+            if args.id is not None
+            else f"{counted(len(ids), 'ended session')}{_ended_scope(args)}"
         )
         print(
             f"metis: purging deletes every message and event of {what} for good; "
@@ -205,8 +205,8 @@ async def _purge(api: DaemonApi, args: argparse.Namespace) -> int:
         purged = await api.call("DELETE", f"/sessions/{sid}", params={"purge": "true"})
         deleted = purged.get("deleted") or {}
         print(
-            f"purged {purged['id']}: {deleted.get('messages', 0)} message(s), "
-            f"{deleted.get('events', 0)} event(s) deleted"
+            f"purged {purged['id']}: {counted(deleted.get('messages', 0), 'message')}, "
+            f"{counted(deleted.get('events', 0), 'event')} deleted"
         )
     return 0
 

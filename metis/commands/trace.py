@@ -24,6 +24,7 @@ from metis.core.canonical.times import format_datetime, now_us, us_to_datetime
 from metis.core.errors import ConfigError
 from metis.core.store.db import Database
 from metis.core.store.prune import PrunedStream, count_prunable, prune_events
+from metis.wire.counts import counted
 
 DAY_US = 86_400 * 1_000_000
 
@@ -101,7 +102,8 @@ def prune_command(args: argparse.Namespace) -> int:
         print("nothing deleted")
         return 1
     if not pruned:
-        print(f"nothing to prune: no session has events older than {args.days} day(s) ({before})")
+        older = f"older than {counted(args.days, 'day')} ({before})"
+        print(f"nothing to prune: no session has events {older}")
         return 0
     done = "would prune" if args.dry_run else "pruned"
     print(f"{done} {_describe(pruned, args.days, before)}")
@@ -112,7 +114,10 @@ def prune_command(args: argparse.Namespace) -> int:
 
 def _describe(streams: list[PrunedStream], days: int, before: str) -> str:
     total = sum(stream.deleted for stream in streams)
-    return f"{total} event(s) older than {days} day(s) ({before}) from {len(streams)} session(s)"
+    return (
+        f"{counted(total, 'event')} older than {counted(days, 'day')} ({before}) "
+        f"from {counted(len(streams), 'session')}"
+    )
 
 
 def _confirm(would: list[PrunedStream], days: int, before: str) -> bool:

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from metis.wire import tooldisplay
+from metis.wire.counts import counted
 from metis.wire.messages import text_of, tool_result_text
 
 TURN_END = ("turn.completed", "turn.cancelled", "turn.failed")
@@ -73,7 +74,7 @@ def to_markdown(data: dict[str, Any]) -> str:
         why = ": ".join(str(part) for part in (p.get("reason"), p.get("message")) if part)
         extra = f" ({why})" if outcome != "completed" and why else ""
         out.append(
-            f"_Turn {outcome}{extra} · {p.get('llm_call_count', 0)} call(s) · "
+            f"_Turn {outcome}{extra} · {counted(p.get('llm_call_count') or 0, 'model call')} · "
             f"{p.get('input_tokens', 0)} in / {p.get('output_tokens', 0)} out tokens · "
             f"${p.get('total_cost_usd', '0')} · {(p.get('wall_time_ms') or 0) / 1000:.1f} s_\n"
         )

@@ -85,6 +85,7 @@ async def test_a_turn_streams_labelled_and_quit_leaves_the_session_open(
     assert term.labelled("route") == ["route> local:scripted"]
     [done] = term.labelled("turn")
     assert done.startswith("turn> completed in ")
+    assert done.endswith(" s · 1 model call · 0 tools run · $0"), done
     assert term.labelled("metis")[-1].startswith("metis> bye;")
     _, session = await api_of(d).call("GET", f"/sessions/{chat.session_id}")
     assert session["ended_at"] is None and session["turn_count"] == 1
@@ -196,7 +197,7 @@ async def test_a_dropped_stream_is_reattached_with_since(
     await term.wait_for("/help for commands")
     await d.core.hub.close_session(chat.session_id, code="client_too_slow", ws_code=1008)
     await api_of(d).run_turn(chat.session_id, "while the chat was away")
-    await term.wait_for("missed event(s) follow")
+    await term.wait_for("missed events follow")
     await term.wait_for("turn> completed")  # the missed turn, replayed
     term.type("after the drop", "/quit")
     assert await asyncio.wait_for(running, 10) == 0

@@ -151,7 +151,9 @@ async def test_sessions_list_show_export_and_end(
     assert fields[0] == sid and fields[1] == "active" and fields[2] == "2"
     assert fields[-1] == "first line of the prompt"
     code, out, _ = await metis("sessions", "show", sid, *url)
-    assert code == 0 and f"session   {sid}" in out and "turn 2: completed" in out
+    assert code == 0 and f"session   {sid}" in out
+    assert "  turn 1: completed · 1 model call · 0 tools run · $0" in out
+    assert "  turn 2: completed · 2 model calls · 1 tool run · $0" in out
 
     code, out, _ = await metis("sessions", "export", sid, "--format", "json", *url)
     assert code == 0
@@ -172,7 +174,8 @@ async def test_sessions_list_show_export_and_end(
     assert "## Turn 1: first line of the prompt" in md and "## Turn 2: please use server tool" in md
     assert "Tool call `read_file` metis-demo.txt" in md and "```json" in md
     assert "File not found: metis-demo.txt" in md  # the tool's result, fenced
-    assert "_Turn completed" in md and "$0" in md
+    assert "_Turn completed · 1 model call · " in md and "_Turn completed · 2 model calls · " in md
+    assert "$0" in md
     code, _, err = await metis("sessions", "export", sid, "--output", str(tmp_path), *url)
     assert code == 0 and (tmp_path / f"{sid}.md").read_text() == md, err  # into a directory
 
@@ -201,7 +204,8 @@ async def test_sessions_list_show_export_and_end(
     code, _, err = await metis("sessions", "purge", sid, *url)
     assert code == 2 and "add --yes" in err
     code, out, err = await metis("sessions", "purge", sid, "--yes", *url)
-    assert code == 0 and out.startswith(f"purged {sid}: ") and "message(s)" in out, err
+    assert code == 0 and out.startswith(f"purged {sid}: ") and " messages, " in out, err
+    assert out.rstrip().endswith(" events deleted"), out
     status, _ = await api.call("GET", f"/sessions/{sid}")
     assert status == 404
     code, _, err = await metis("sessions", "show", "sess_01M7YA76RDGJRJS6TX6XK99B3P", *url)
@@ -279,7 +283,7 @@ async def test_sessions_purge_ended_removes_only_ended_sessions_and_asks_first(
     for sid in ended:
         await api.call("DELETE", f"/sessions/{sid}")
     code, _, err = await metis("sessions", "purge", "--ended", "--workspace", str(workspace), *url)
-    assert code == 2 and f"2 ended session(s) (ended in {workspace})" in err, err
+    assert code == 2 and f"2 ended sessions (ended in {workspace})" in err, err
     code, _, err = await metis("sessions", "purge", "--ended", "--days", "1", "--yes", *url)
     assert code == 0 and "no ended sessions to purge (ended 1 or more days ago)" in err, err
     purge = ("sessions", "purge", "--ended", "--workspace", str(workspace), "--yes", *url)

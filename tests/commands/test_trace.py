@@ -89,8 +89,8 @@ async def test_a_prune_while_the_daemon_serves_expires_cursors_at_or_below_the_f
     code, out, err = await prune("--days", "30")
 
     assert code == 0, err
-    assert out.startswith(f"pruned {floor} event(s) older than 30 day(s) (") and out.endswith(
-        " from 1 session(s)\n"
+    assert out.startswith(f"pruned {floor} events older than 30 days (") and out.endswith(
+        " from 1 session\n"
     )
     after = census(db_path)
     assert after["counts"] == before["counts"]
@@ -122,7 +122,7 @@ async def test_a_daemon_started_after_a_prune_refuses_old_cursors_and_continues_
     code, out, err = await prune("--days", "2")
 
     assert code == 0, err
-    assert f"pruned {len(events) - 1} event(s)" in out  # the newest event stays
+    assert f"pruned {len(events) - 1} events" in out  # the newest event stays
     d = await start_daemon()
     api = api_of(d)
     for since in (events[0]["id"], events[-2]["id"]):
@@ -147,7 +147,7 @@ async def test_nothing_older_than_the_cutoff_deletes_nothing(
     before = census(daemon.settings.db_path)
     code, out, _ = await prune("--days", "1")
     assert code == 0
-    assert out.startswith("nothing to prune: no session has events older than 1 day(s)")
+    assert out.startswith("nothing to prune: no session has events older than 1 day (")
     assert census(daemon.settings.db_path) == before
 
 
@@ -194,11 +194,11 @@ async def test_a_dry_run_counts_what_a_prune_deletes_and_deletes_nothing(
     before = census(daemon.settings.db_path)
     code, out, err = await prune("--days", "30", "--dry-run")
     assert code == 0, err
-    assert out.startswith(f"would prune {old} event(s) older than 30 day(s) (")
-    assert out.endswith(" from 1 session(s)\ndry run: nothing was deleted\n")
+    assert out.startswith(f"would prune {old} events older than 30 days (")
+    assert out.endswith(" from 1 session\ndry run: nothing was deleted\n")
     assert census(daemon.settings.db_path) == before
     code, out, err = await prune("--days", "30")  # the same count, deleted this time
-    assert code == 0 and out.startswith(f"pruned {old} event(s) older than 30 day(s) ("), err
+    assert code == 0 and out.startswith(f"pruned {old} events older than 30 days ("), err
 
 
 async def test_at_a_terminal_a_prune_asks_first_and_no_deletes_nothing(
@@ -207,11 +207,11 @@ async def test_at_a_terminal_a_prune_asks_first_and_no_deletes_nothing(
     old = await aged_session(daemon, api_of, workspace)
     before = census(daemon.settings.db_path)
     code, out = await prune_at_a_terminal("--days", "30", answer=b"n\n")
-    assert f"delete {old} event(s) older than 30 day(s) (" in out and "? [y/N] " in out
+    assert f"delete {old} events older than 30 days (" in out and "? [y/N] " in out
     assert code == 1 and "nothing deleted" in out
     assert census(daemon.settings.db_path) == before
     code, out = await prune_at_a_terminal("--days", "30", answer=b"y\n")
-    assert code == 0 and f"pruned {old} event(s)" in out
+    assert code == 0 and f"pruned {old} events" in out
     assert census(daemon.settings.db_path) != before
 
 
@@ -220,7 +220,7 @@ async def test_at_a_terminal_yes_prunes_without_asking(
 ) -> None:
     old = await aged_session(daemon, api_of, workspace)
     code, out = await prune_at_a_terminal("--days", "30", "--yes", answer=None)
-    assert code == 0 and "[y/N]" not in out and f"pruned {old} event(s)" in out
+    assert code == 0 and "[y/N]" not in out and f"pruned {old} events" in out
 
 
 @pytest.mark.parametrize(

@@ -48,6 +48,7 @@ from metis.commands.tui.widgets import (
     warm_up_markdown,
 )
 from metis.core.errors import ConfigError
+from metis.wire.counts import counted
 from metis.wire.instructions import instructions_label
 
 QUIT_WINDOW_S = 2.0
@@ -225,7 +226,7 @@ class ChatApp(App[int]):
         earlier = int(session.get("turn_count") or 0)
         if earlier:
             await self.add(
-                Note(Text(f"── resumed: {earlier} earlier turn(s) ──"), classes="marker")
+                Note(Text(f"── resumed: {counted(earlier, 'earlier turn')} ──"), classes="marker")
             )
         where = short_path(session["workspace_path"], 60)
         self.renderer.instructions = session.get("instructions")

@@ -20,6 +20,7 @@ from textual.widgets.option_list import Option
 from metis.commands.client import ApiFailure
 from metis.commands.tui.failures import error_text
 from metis.wire import tooldisplay
+from metis.wire.counts import counted
 from metis.wire.search import where_said
 
 
@@ -200,7 +201,7 @@ class SessionPicker(ModalScreen[PickedSession | None]):
                 head.append(f"{asks} to confirm · ", "bold yellow")
             head.append((title.splitlines() or [title])[0], "bold")
             details = Text(
-                f"  {when} · {s.get('turn_count', 0)} turn(s) · {s['id']}",
+                f"  {when} · {counted(s.get('turn_count') or 0, 'turn')} · {s['id']}",
                 style="dim",
                 no_wrap=True,
                 overflow="ellipsis",

@@ -20,6 +20,7 @@ from metis.commands.tui.code_blocks import code_blocks
 from metis.commands.tui.failures import error_text
 from metis.commands.tui.screens import PickedSession, SessionPicker
 from metis.private_file import write_private
+from metis.wire.counts import counted
 from metis.wire.export import FORMATS as EXPORT_FORMATS
 from metis.wire.mcp import reload_outcome
 from metis.wire.models import unconfigured_reason
@@ -166,7 +167,8 @@ class SlashCommands:
         tokens_out = sum(e["payload"].get("output_tokens", 0) for e in events)
         await host.note(
             f"session cost ${host.session.get('cost_so_far_usd')} · "
-            f"{host.session.get('turn_count')} turn(s) · {len(events)} call(s) · "
+            f"{counted(int(host.session.get('turn_count') or 0), 'turn')} · "
+            f"{counted(len(events), 'model call')} · "
             f"{tokens_in} in / {tokens_out} out tokens"
         )
 

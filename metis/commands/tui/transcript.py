@@ -28,6 +28,7 @@ from metis.commands.tui.widgets import (
     ToolCard,
     UserMessage,
 )
+from metis.wire.counts import turn_totals
 from metis.wire.instructions import instructions_label
 from metis.wire.messages import text_of, tool_result_text
 
@@ -335,10 +336,7 @@ _CUT_SHORT = ("turn.failed", "turn.cancelled")
 def _turn_line(p: dict[str, Any], outcome: str) -> str:
     """The line a turn's end shows: its outcome, wall time, calls, tools and cost."""
     seconds = (p.get("wall_time_ms") or 0) / 1000
-    return (
-        f"turn {outcome} · {seconds:.1f} s · {p.get('llm_call_count', 0)} call(s) · "
-        f"{p.get('tool_call_count', 0)} tool(s) · ${p.get('total_cost_usd', '0')}"
-    )
+    return f"turn {outcome} · {seconds:.1f} s · {turn_totals(p)}"
 
 
 def _resolved_label(p: dict[str, Any]) -> str:

@@ -367,6 +367,8 @@ async def test_a_question_put_off_with_esc_is_noted_until_it_is_answered(
         await until(lambda: app.turn.id is None and "turn completed" in notes(app))
         await pilot.pause(0.1)
         assert "waiting for your answer" not in notes(app)  # answered: the note is gone
+        [end] = [n for n in notes(app).splitlines() if n.startswith("turn completed")]
+        assert end.endswith(" s · 2 model calls · 1 tool run · $0"), end
 
 
 async def test_escape_cancels_the_running_turn(
@@ -446,6 +448,9 @@ async def test_slash_commands_model_cost_title_sessions_new_and_export(
         await until(lambda: "turn completed" in notes(app))
         await type_text(pilot, app, "/cost")
         await until(lambda: "session cost $0" in notes(app))
+        [end] = [n for n in notes(app).splitlines() if n.startswith("turn completed")]
+        assert end.endswith(" s · 1 model call · 0 tools run · $0"), end
+        assert " · 1 turn · 1 model call · " in notes(app)
         await type_text(pilot, app, "/models")
         await until(lambda: "local:scripted" in notes(app))
         # the declared models that cannot answer too, each with why
@@ -904,7 +909,7 @@ async def test_resuming_marks_the_earlier_turns(
     app = make_app(d, workspace, session_id=session["id"])
     async with attached(app):
         markers = [str(n.render()) for n in app.query(".marker")]
-        assert markers == ["── resumed: 2 earlier turn(s) ──"]
+        assert markers == ["── resumed: 2 earlier turns ──"]
         # the marker sits below the earlier conversation
         children = list(app.transcript.children)
         assert children.index(app.query_one(".marker")) > children.index(

@@ -84,7 +84,7 @@ def test_routing_check_prints_positions_and_exits_non_zero_on_errors(
     assert lines[0] == (
         f"{policy}:2:1: error: global_default references unknown model: nonexistent:model [unknown_model]"
     )
-    assert "INVALID (1 error(s)" in lines[-1]
+    assert "INVALID (1 error, " in lines[-1]
 
 
 def test_routing_check_passes_a_valid_file_with_warnings(
@@ -98,7 +98,7 @@ def test_routing_check_passes_a_valid_file_with_warnings(
     assert run("routing", "check", str(policy), "--models", str(models)) == 0
     out = capsys.readouterr().out
     assert "warning: rules[0].use references ollama:small:3b, which does not support tools" in out
-    assert "valid (0 error(s), 1 warning(s))" in out
+    assert "valid (0 errors, 1 warning)" in out
 
 
 def test_routing_check_defaults_to_the_policy_the_daemon_would_load(

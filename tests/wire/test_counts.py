@@ -1,0 +1,51 @@
+"""Counts read as English: the singular for one, the plural otherwise (pure functions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from metis.wire.counts import counted, turn_totals
+
+
+@pytest.mark.parametrize(
+    ("n", "said"),
+    [(0, "0 turns"), (1, "1 turn"), (2, "2 turns"), (11, "11 turns"), (-1, "-1 turns")],
+)
+def test_a_count_takes_the_singular_for_one_and_the_plural_otherwise(n: int, said: str) -> None:
+    assert counted(n, "turn") == said
+
+
+def test_an_irregular_plural_is_given() -> None:
+    assert counted(1, "tool run", "tools run") == "1 tool run"
+    assert counted(3, "tool run", "tools run") == "3 tools run"
+    assert counted(2, "entry", "entries") == "2 entries"
+
+
+@pytest.mark.parametrize(
+    ("payload", "said"),
+    [
+        (
+            {"llm_call_count": 1, "tool_call_count": 3, "total_cost_usd": "0.0012"},
+            "1 model call · 3 tools run · $0.0012",
+        ),
+        (
+            {"llm_call_count": 2, "tool_call_count": 1, "total_cost_usd": "0"},
+            "2 model calls · 1 tool run · $0",
+        ),
+        (
+            {"llm_call_count": 0, "tool_call_count": 0, "total_cost_usd": "0"},
+            "0 model calls · 0 tools run · $0",
+        ),
+        ({}, "0 model calls · 0 tools run · $0"),  # a failed turn's payload may lack counts
+        (
+            {"llm_call_count": None, "tool_call_count": None, "total_cost_usd": None},
+            "0 model calls · 0 tools run · $0",
+        ),
+    ],
+)
+def test_a_turns_totals_count_its_model_calls_the_tools_run_and_its_cost(
+    payload: dict[str, Any], said: str
+) -> None:
+    assert turn_totals(payload) == said
