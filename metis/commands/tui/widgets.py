@@ -24,6 +24,7 @@ from textual.widgets import Collapsible, Static, TextArea
 
 from metis.commands.paths import short_path
 from metis.wire import tooldisplay
+from metis.wire.counts import counted
 
 PREVIEW_LINES = 8
 FRAME_S = 1 / 30  # streamed text is drawn at most this often
@@ -417,7 +418,7 @@ class ToolCard(Vertical):
             widgets.append(
                 Collapsible(
                     Static(Syntax(self.detail, lexer, theme="ansi_dark")),
-                    title=f"whole {kind} ({hidden} more line(s))",
+                    title=f"whole {kind} ({counted(hidden, 'more line', 'more lines')})",
                     collapsed=True,
                 )
             )
@@ -447,7 +448,7 @@ class ToolCard(Vertical):
             widgets.append(
                 Collapsible(
                     Static(Text(body.rstrip("\n"))),
-                    title=f"show all ({hidden} more line(s))",
+                    title=f"show all ({counted(hidden, 'more line', 'more lines')})",
                     collapsed=True,
                 )
             )

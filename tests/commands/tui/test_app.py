@@ -678,7 +678,7 @@ async def test_a_shell_cards_long_output_opens_with_show_all(
             preview = str(card.query(Static).filter(".output Static").first().render())
             assert preview.split() == [str(n) for n in range(1, 9)]
             more = card.query_one(Collapsible)
-            assert more.collapsed and more.title == "show all (22 more line(s))"
+            assert more.collapsed and more.title == "show all (22 more lines)"
             screenshot(app, "shell-card")
             title = more.query_one(CollapsibleTitle)
             title.scroll_visible(animate=False)  # under the pointer whatever the layout did last
