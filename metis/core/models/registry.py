@@ -431,7 +431,8 @@ def load_registry(path: Path, *, env: Mapping[str, str] | None = None) -> ModelR
     if result.registry is None:
         rendered = [d.render() for d in result.errors]
         lines = "\n".join(f"  {format_diagnostic(path, d)}" for d in result.errors)
-        text = f"{path}: invalid models.yaml ({len(rendered)} error(s)):\n{lines}"
+        count = f"{len(rendered)} error{'' if len(rendered) == 1 else 's'}"
+        text = f"{path}: invalid models.yaml ({count}):\n{lines}"
         raise ConfigError(text, path=str(path), errors=rendered)
     return result.registry
 

@@ -387,7 +387,7 @@ class _Walk:
                 ChainEntry(
                     RULE,
                     "rejected",
-                    f"{len(attempts)} matching rule(s), all rejected",
+                    f"{len(attempts)} matching rule{'' if len(attempts) == 1 else 's'}, all rejected",
                     first.candidate_model,
                     first.rule_name,
                     first.validation_failure,

@@ -263,7 +263,12 @@ def test_load_registry_raises_one_config_error_listing_everything(tmp_path: Path
         load_registry(path, env={})
     assert str(path) in info.value.message
     assert len(info.value.details["errors"]) == 4
+    assert "invalid models.yaml (4 errors)" in info.value.message
     assert "unknown key 'extra'" in info.value.message
+    path.write_text("pricing_version: v\nproviders: {}\nmodels: []\nextra: 1\n")
+    with pytest.raises(ConfigError) as info:
+        load_registry(path, env={})
+    assert "invalid models.yaml (1 error)" in info.value.message
 
 
 # ---- prices ----------------------------------------------------------------------------------

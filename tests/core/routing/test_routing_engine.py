@@ -265,7 +265,7 @@ rules:
         "openai:mini",
         "no_vision_support",
     )
-    assert rule.reason == "2 matching rule(s), all rejected"
+    assert rule.reason == "2 matching rules, all rejected"
     assert decision.chosen_model == "anthropic:haiku"
     assert slots(decision)[3:] == [
         ("workspace_default", "not_applicable"),
