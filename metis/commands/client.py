@@ -255,11 +255,23 @@ async def subscribe_answer(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any
     raise ApiFailure(409, {"error": {"code": code, "message": "closed while attaching"}})
 
 
+# Why a turn was cancelled, in words (a cancel the user asked for, here or in another client,
+# needs none)
+_CANCELLED_BECAUSE = {
+    "user_cancel": "cancelled",
+    "client_disconnect": "cancelled: its client went away",
+    "timeout": "cancelled: it ran past its time limit",
+    "server_shutdown": "cancelled: the daemon stopped",
+}
+
+
 def turn_outcome(event_type: str, payload: Mapping[str, Any]) -> str:
-    """How a turn ended, from its terminal event: `completed`, `cancelled (reason)` or
-    `failed: reason: message` (what every client prints, live or from the stored events)."""
+    """How a turn ended, from its terminal event: `completed`, `cancelled` (with why, when
+    the user did not ask for it) or `failed: reason: message` (what every client prints, live
+    or from the stored events)."""
     if event_type == "turn.cancelled":
-        return f"cancelled ({payload.get('reason')})"
+        reason = str(payload.get("reason"))
+        return _CANCELLED_BECAUSE.get(reason, f"cancelled ({reason})")
     if event_type == "turn.failed":
         return f"failed: {payload.get('reason')}: {payload.get('message')}"
     return "completed"

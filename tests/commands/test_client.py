@@ -45,3 +45,20 @@ async def test_a_daemon_that_never_answers_is_said_to_be_late_not_left_blank(
         await runner.cleanup()
     assert code == 1
     assert capsys.readouterr().err == f"metis: the daemon at {url} did not answer within 0.3 s\n"
+
+
+def test_a_turns_outcome_says_why_it_was_cancelled_in_words_unless_the_user_asked() -> None:
+    def cancelled(reason: str) -> str:
+        return client.turn_outcome("turn.cancelled", {"reason": reason})
+
+    assert cancelled("user_cancel") == "cancelled"
+    assert cancelled("server_shutdown") == "cancelled: the daemon stopped"
+    assert cancelled("client_disconnect") == "cancelled: its client went away"
+    assert cancelled("timeout") == "cancelled: it ran past its time limit"
+    assert cancelled("something_new") == "cancelled (something_new)"
+    assert client.turn_outcome("turn.completed", {}) == "completed"
+    failed = {"reason": "provider_error", "message": "503 from the provider"}
+    assert (
+        client.turn_outcome("turn.failed", failed)
+        == "failed: provider_error: 503 from the provider"
+    )

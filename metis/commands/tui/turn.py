@@ -76,12 +76,11 @@ class RunningTurn:
             return
         self._tick += 1
         elapsed = time.monotonic() - self.started
-        waiting = " · waiting for your answer (Ctrl-O)" if self.host.confirmations.pending else ""
+        status = f"working {elapsed:.1f} s · {self.model or 'routing…'}"
+        waiting = bool(self.host.confirmations.pending)
         self.spinner.update(
-            Text.assemble(
-                (SPINNER[self._tick % len(SPINNER)] + " ", "bold"),
-                f"working {elapsed:.1f} s · {self.model or 'routing…'}{waiting}",
-                ("   Esc / Ctrl-C cancels", "dim"),
+            spinner_line(
+                SPINNER[self._tick % len(SPINNER)], status, waiting, self.spinner.content_size.width
             )
         )
 
@@ -138,6 +137,20 @@ class RunningTurn:
             note.update(Text(f"could not cancel the turn: {error_text(exc)}"))
             note.add_class("error")
         return True
+
+
+def spinner_line(frame: str, status: str, waiting: bool, width: int) -> Text:
+    """The running turn's line, cut to the terminal's width by dropping what matters least:
+    the cancel hint first, then the long form of "waiting for your answer" (at 80 columns the
+    whole line did not fit and ended mid-hint). A width of 0 (not laid out yet) keeps it all."""
+    hint = "   Esc / Ctrl-C cancels"
+    asks = (" · waiting for your answer (Ctrl-O)", " · answer with Ctrl-O") if waiting else ("",)
+    head = f"{frame} "
+    for ask in asks:
+        for tail in (hint, ""):
+            if not width or len(head) + len(status) + len(ask) + len(tail) <= width:
+                return Text.assemble((head, "bold"), status + ask, (tail, "dim"))
+    return Text.assemble((head, "bold"), status + asks[-1])
 
 
 def _age_s(timestamp: str | None) -> float:

@@ -380,14 +380,14 @@ async def test_escape_cancels_the_running_turn(
         send(app, "a sentence that takes a while to stream back to the terminal")
         await until(lambda: any(texts(app, AssistantMessage)))
         await pilot.press("escape")
-        await until(lambda: "turn cancelled (user_cancel)" in notes(app))
+        await until(lambda: "turn cancelled · " in notes(app))
         assert app.turn.id is None
         shown = notes(app)
         # in the order it happened: asked to cancel, the reply cut short, the turn's end
         assert (
             shown.index("cancelling the turn…")
             < shown.index("cut short (cancelled)")
-            < shown.index("turn cancelled (user_cancel)")
+            < shown.index("turn cancelled · ")
         )
     cancelled = await api_of(d).events(app.session_id, event_types="turn.cancelled")
     assert [e["payload"]["reason"] for e in cancelled] == ["user_cancel"]
@@ -963,7 +963,7 @@ async def test_resuming_shows_how_each_turn_that_did_not_complete_ended(
                 if isinstance(w, (UserMessage, Note)) and "marker" not in w.classes
             ]
             lines = [str(w.render()) if isinstance(w, Note) else "you" for w in shown]
-            assert lines[0] == "you" and lines[1].startswith("turn cancelled (user_cancel) · ")
+            assert lines[0] == "you" and lines[1].startswith("turn cancelled · ")
             assert lines[2] == "you" and "completed" not in "".join(lines)
             assert lines[3].startswith(
                 "turn failed: daemon_restart: metis stopped while this turn was running · "
