@@ -146,7 +146,7 @@ class SlashCommands:
                 (
                     m["id"],
                     ", ".join(m.get("aliases", [])),
-                    str(window or "?"),
+                    f"{window:,}" if window else "?",
                     str(m.get("availability")),
                 )
             )

@@ -455,6 +455,8 @@ async def test_slash_commands_model_cost_title_sessions_new_and_export(
         await until(lambda: "local:scripted" in notes(app))
         # the declared models that cannot answer too, each with why
         assert "unset)" in notes(app) or "off (METIS_OFFLINE=1)" in notes(app), notes(app)
+        [scripted] = [n for n in notes(app).splitlines() if n.startswith("local:scripted")]
+        assert " 200,000 " in scripted, scripted  # the context window, thousands grouped
         assert not any("local:scripted" in t for t in texts(app, AssistantMessage))
         await type_text(pilot, app, "/title My demo session")
         await until(lambda: "title: My demo session" in notes(app))
