@@ -223,11 +223,14 @@ class ChatApp(App[int]):
         self.session = session
         self.workspace = session["workspace_path"]
         await self.renderer.show_history()
-        earlier = int(session.get("turn_count") or 0)
+        earlier = int(session.get("turn_count") or 0)  # a turn still running counts
         if earlier:
-            await self.add(
-                Note(Text(f"── resumed: {counted(earlier, 'earlier turn')} ──"), classes="marker")
+            said = (
+                f"{counted(earlier, 'turn')}, the last still running"
+                if session.get("current_turn_id")
+                else counted(earlier, "earlier turn")
             )
+            await self.add(Note(Text(f"── resumed: {said} ──"), classes="marker"))
         where = short_path(session["workspace_path"], 60)
         self.renderer.instructions = session.get("instructions")
         uses = (

@@ -934,6 +934,8 @@ async def test_a_resumed_running_turn_counts_its_time_from_its_start_not_the_att
     app = make_app(d, workspace, session_id=sid)
     async with attached(app) as pilot:
         assert app.turn.id == accepted["turn_id"]
+        markers = [str(n.render()) for n in app.query(".marker")]
+        assert markers == ["── resumed: 1 turn, the last still running ──"]
         await pilot.pause(0.2)
         spinner = str(app.query_one("#spinner").render())
         elapsed = float(spinner.split("working ", 1)[1].split(" s", 1)[0])
