@@ -928,7 +928,7 @@ async def test_a_resumed_running_turn_counts_its_time_from_its_start_not_the_att
     d = await start_daemon(models=SLOW_SCRIPTED)
     api = api_of(d)
     sid = (await api.create_session(workspace))["id"]
-    status, accepted = await api.submit(sid, "a reply long enough to still run " * 8)
+    status, accepted = await api.submit(sid, "a reply long enough to still run " * 24)
     assert status == 202
     await asyncio.sleep(1.2)
     app = make_app(d, workspace, session_id=sid)
