@@ -50,7 +50,7 @@ from metis.core.errors import ConfigError
 from metis.core.tools.textutil import visible_controls
 from metis.wire import tooldisplay
 from metis.wire.counts import counted, turn_totals
-from metis.wire.instructions import instructions_label
+from metis.wire.instructions import instructions_note
 
 TERMINAL_TYPES = ("turn.completed", "turn.cancelled", "turn.failed")
 # How long the line client keeps re-attaching (see REATTACH_FIRST_S): long enough for a daemon
@@ -691,7 +691,7 @@ class ChatSession:
                 "metis",
                 f"session {self.session_id} on {session['workspace_path']} "
                 f"(model: {session.get('active_model') or 'routing decides'})"
-                f"{_instructions_note(self.instructions)}; /help for commands",
+                f"{instructions_note(self.instructions)}; /help for commands",
             )
             self._attached.set()
             consumer = asyncio.ensure_future(self.consume())
@@ -744,12 +744,6 @@ class ChatSession:
                     return
                 continue
             await self.run_turn(line)
-
-
-def _instructions_note(instructions: dict[str, Any] | None) -> str:
-    """`; instructions: AGENTS.md`, as the app says it (saying so when the model gets only the
-    file's beginning); nothing when the workspace has no instruction file."""
-    return f"; instructions: {instructions_label(instructions)}" if instructions else ""
 
 
 # -- the command ---------------------------------------------------------------------------------

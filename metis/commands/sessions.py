@@ -61,9 +61,7 @@ def _for_a_person(s: dict[str, Any], width: int) -> list[str]:
     turns = s.get("turn_count", 0)
     asks = s.get("pending_confirmation_count", 0)
     status = f"{s['status']}, {asks} to confirm" if asks else s["status"]  # waiting for its user
-    outcome = (
-        f" · {status} · {turns} turn{'' if turns == 1 else 's'} · ${s.get('cost_so_far_usd', '0')}"
-    )
+    outcome = f" · {status} · {counted(turns, 'turn')} · ${s.get('cost_so_far_usd', '0')}"
     title = _cut(_shown(s.get("title") or "(no prompt yet)"), max(width - len(outcome), 12))
     created = str(s.get("created_at", ""))[:16].replace("T", " ")
     where = f"  {s['id']} · {created} · "
@@ -163,7 +161,7 @@ def _running(session: dict[str, Any]) -> str:
         return state
     calls = ", ".join(str(p.get("tool_name")) for p in session["pending_confirmations"])
     return (
-        f"{state}, waiting for an answer to {asks} tool call{'' if asks == 1 else 's'} "
+        f"{state}, waiting for an answer to {counted(asks, 'tool call')} "
         f"({calls}): answer in `metis chat --session {session['id']}` or the dashboard, "
         f"or `metis sessions end {session['id']}`"
     )

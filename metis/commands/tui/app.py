@@ -49,7 +49,7 @@ from metis.commands.tui.widgets import (
 )
 from metis.core.errors import ConfigError
 from metis.wire.counts import counted
-from metis.wire.instructions import instructions_label
+from metis.wire.instructions import instructions_note
 
 QUIT_WINDOW_S = 2.0
 
@@ -233,11 +233,7 @@ class ChatApp(App[int]):
             await self.add(Note(Text(f"── resumed: {said} ──"), classes="marker"))
         where = short_path(session["workspace_path"], 60)
         self.renderer.instructions = session.get("instructions")
-        uses = (
-            f"; instructions: {instructions_label(self.renderer.instructions)}"
-            if self.renderer.instructions
-            else ""
-        )
+        uses = instructions_note(self.renderer.instructions)
         await self.note(f"session {session_id} on {where}{uses}; /help for commands")
         current = session.get("current_turn_id")
         if current:
