@@ -35,6 +35,7 @@ from metis.commands.client import (
     NotADaemon,
     failure_text,
     not_a_url,
+    turn_outcome,
 )
 from metis.commands.daemon_client import add_arguments, target_from_args, unreachable
 from metis.commands.daemon_client import session_id as session_argument
@@ -214,14 +215,9 @@ async def run_turn(api: DaemonApi, args: argparse.Namespace, prompt: str) -> int
     else:
         reply.end_line()
         kept = "" if ending else " (kept)"
-        line = (
-            f"turn {outcome['status']} · session {session_id}{kept} · "
-            f"${outcome.get('total_cost_usd')}"
-        )
-        if outcome["status"] != "completed":
-            said = f": {outcome['message']}" if outcome.get("message") else ""
-            line += f" · {outcome.get('reason')}{said}"
-        _err(line)
+        # worded as the chat clients word it (`--json` keeps the codes for scripts)
+        ended = turn_outcome(f"turn.{outcome['status']}", outcome)
+        _err(f"turn {ended} · session {session_id}{kept} · ${outcome.get('total_cost_usd')}")
     return 0 if outcome["status"] == "completed" else 1
 
 

@@ -148,3 +148,30 @@ async def test_ctrl_c_during_the_turn_cancels_it_and_reports_it_as_cancelled(
     [session] = (await api_of(d).call("GET", "/sessions"))[1]["sessions"]
     _, session = await api_of(d).call("GET", f"/sessions/{session['id']}")
     assert session["current_turn_id"] is None and session["ended_at"] is None
+
+
+UNREACHABLE_PROVIDER = """
+pricing_version: "test"
+providers:
+  anthropic: {adapter: anthropic, base_url: "http://127.0.0.1:9", api_key: "ak-test"}
+models:
+  - id: anthropic:claude-haiku-4-5
+    capabilities: {max_context_tokens: 200000, max_output_tokens: 8192}
+    pricing: {input_per_mtok: "1", output_per_mtok: "5"}
+"""
+
+
+async def test_a_failed_turn_is_said_in_words_on_stderr_and_by_its_code_in_json(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    d = await start_daemon(models=UNREACHABLE_PROVIDER)
+    run = ("run", "hi", "--workspace", str(workspace), "--url", d.base_url)
+    code, out, err = await metis(*run)
+    assert (code, out) == (1, ""), err
+    [line] = [said for said in err.splitlines() if said.startswith("metis: turn ")]
+    assert line.startswith("metis: turn failed: "), line
+    assert " · session sess_" in line and line.endswith(" · $0"), line
+    code, out, err = await metis(*run, "--json")
+    ended = json.loads(out)
+    assert (code, ended["status"]) == (1, "failed"), err
+    assert ended["reason"] in line and ended["message"] in line
