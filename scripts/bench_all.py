@@ -15,7 +15,9 @@ Groups:
   from compiled bytecode, as an installed metis starts (a first, uncounted start writes it);
 - rest: `POST /sessions` and `POST /sessions/{id}/turns` → 202, round trips over loopback
   timed by a client in its own process (one turn per session, each run to its end before the
-  next request, so a turn's work is not counted as another's latency);
+  next request, so a turn's work is not counted as another's latency); then, for reference,
+  the same requests and pauses answered by a bare asyncio responder: the part of the 202 this
+  machine takes to wake an idle process, which no server's code can shed;
 - turns (`bench_turns.py`): daemon CPU per 200-delta turn, and turns 91–100 of a long session
   against a fresh session's turns 1–10 measured in the same seconds (growth); the growth again
   with a 20,000-token model window, which the long session fills after ~30 turns, so that its
@@ -272,7 +274,7 @@ async def running_daemon(fake_url: str, context_tokens: int = 200_000) -> AsyncI
             await daemon.stop()
 
 
-def rest_client(port: int, key: str, workspace: str, n: int) -> None:
+def rest_client(port: int, key: str, workspace: str, n: int, floor_port: int) -> None:
     """The client process of `rest_latency`: times each request to its whole response."""
     conn = http.client.HTTPConnection("127.0.0.1", port)
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
@@ -286,7 +288,7 @@ def rest_client(port: int, key: str, workspace: str, n: int) -> None:
         assert response.status == status, (response.status, data)
         return elapsed, json.loads(data)
 
-    sessions, creates, submits = [], [], []
+    sessions, creates, submits, floor = [], [], [], []
     for _ in range(n):
         elapsed, body = post("/sessions", {"workspace_path": workspace}, 201)
         creates.append(elapsed)
@@ -295,32 +297,97 @@ def rest_client(port: int, key: str, workspace: str, n: int) -> None:
     for sid in sessions:  # one turn per session: none waits for another to end
         elapsed, _ = post(f"/sessions/{sid}/turns", turn, 202)
         submits.append(elapsed)
-        time.sleep(0.02)  # the turn runs to its end before the next request
-    print(json.dumps({"creates": creates, "submits": submits}))
+        time.sleep(TURN_GAP_S)  # the turn runs to its end before the next request
+    conn = http.client.HTTPConnection("127.0.0.1", floor_port)
+    for sid in sessions:  # the same requests and gaps, answered by the bare responder
+        elapsed, _ = post(f"/sessions/{sid}/turns", turn, 202)
+        floor.append(elapsed)
+        time.sleep(TURN_GAP_S)
+    print(json.dumps({"creates": creates, "submits": submits, "floor": floor}))
 
 
-async def rest_latency(daemon: Daemon, fake_url: str, n: int = 300) -> tuple[float, float]:
-    """(POST /sessions p50, POST …/turns → 202 p50), in ms, timed by a client in its own
-    process (as a real client is): its CPU and the turns it starts do not count as latency."""
+TURN_GAP_S = 0.02
+"""The client's pause after each 202, for the turn to end before the next request comes."""
+
+
+class _BareResponder(asyncio.Protocol):
+    """The least an asyncio server can do per request: answer a fixed 202 once the request's
+    body is in (http.client sends the head and the body in two writes)."""
+
+    ANSWER = (
+        b"HTTP/1.1 202 Accepted\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+    )
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.buffer = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        head, found, body = self.buffer.partition(b"\r\n\r\n")
+        if not found:
+            return
+        length = re.search(rb"(?i)content-length:\s*(\d+)", head)
+        if len(body) >= (int(length.group(1)) if length else 0):
+            self.buffer = b""
+            self.transport.write(self.ANSWER)
+
+
+async def _serve_bare_responder() -> None:
+    """`--bare-responder`: print its port, answer until stdin closes."""
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(_BareResponder, "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await loop.run_in_executor(None, sys.stdin.read)
+    server.close()
+
+
+async def rest_latency(daemon: Daemon, fake_url: str, n: int = 300) -> tuple[float, float, float]:
+    """(POST /sessions p50, POST …/turns → 202 p50, the same requests answered by a bare asyncio
+    responder p50), in ms, timed by a client in its own process (as a real client is): its CPU
+    and the turns it starts do not count as latency.
+
+    The last is the machine's floor for the 202 as timed: between two submissions the daemon is
+    idle for `TURN_GAP_S`, and on these virtual machines a process woken from idle answers
+    slower than one kept busy (measured: `GET /health` 0.3 ms back to back, 1.1 ms after 20 ms
+    idle; a bare responder 0.2 and 0.6 ms)."""
     async with aiohttp.ClientSession() as http:
         replies = [bench_reply(5, repeat=n)]
         await http.post(f"{fake_url}/_fake/enqueue", json={"api": "anthropic", "replies": replies})
     key = daemon_headers(daemon)["Authorization"].removeprefix("Bearer ")
-    proc = await asyncio.create_subprocess_exec(
+    bare = await asyncio.create_subprocess_exec(
         sys.executable,
         __file__,
-        "--rest-client",
-        str(daemon.port),
-        key,
-        bench_workspace(),
-        str(n),
+        "--bare-responder",
+        stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
     )
-    out, _ = await proc.communicate()
+    assert bare.stdout is not None and bare.stdin is not None
+    bare_port = (await bare.stdout.readline()).decode().strip()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            __file__,
+            "--rest-client",
+            str(daemon.port),
+            key,
+            bench_workspace(),
+            str(n),
+            bare_port,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        out, _ = await proc.communicate()
+    finally:
+        bare.stdin.close()
+        await bare.wait()
     assert proc.returncode == 0, "the REST client failed"
     result = json.loads(out.decode().strip().splitlines()[-1])
     await daemon.core.turns.wait_all()
-    return statistics.median(result["creates"]) * 1000, statistics.median(result["submits"]) * 1000
+    create, submit, floor = (
+        statistics.median(result[key]) * 1000 for key in ("creates", "submits", "floor")
+    )
+    return create, submit, floor
 
 
 async def burst(daemon: Daemon, fake_url: str, deltas: int, readers: int) -> tuple[bool, str]:
@@ -378,9 +445,12 @@ async def in_process(table: Table, groups: set[str]) -> None:
     try:
         if "rest" in groups:
             async with running_daemon(fake_url) as daemon:
-                create, submit = await rest_latency(daemon, fake_url)
+                create, submit, floor = await rest_latency(daemon, fake_url)
             table.figure("sessions", "POST /sessions p50", "ms", 0.5).samples.append(create)
             table.figure("submit", "POST turns → 202 p50", "ms", 1.0).samples.append(submit)
+            table.figure(
+                "floor", "  the same, a bare asyncio responder (floor)", "ms", None
+            ).samples.append(floor)
         if "turns" in groups:
             async with running_daemon(fake_url) as daemon:
                 with tempfile.TemporaryDirectory() as workspace:
@@ -474,8 +544,11 @@ def run_loop(loop: str, coro: Any) -> Any:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--rest-client":
-        port, key, workspace, n = sys.argv[2:]
-        rest_client(int(port), key, workspace, int(n))
+        port, key, workspace, n, floor_port = sys.argv[2:]
+        rest_client(int(port), key, workspace, int(n), int(floor_port))
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--bare-responder":
+        asyncio.run(_serve_bare_responder())
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
