@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from metis.server.runner import Daemon
+from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from tests.api import Api
 from tests.cli import metis, start_metis, terminal_lines
-from tests.ws_client import SLOW_SCRIPTED
+from tests.ws_client import SLOW_SCRIPTED, fake_models
 
 
 async def test_ctrl_c_while_the_prompt_is_typed_at_a_terminal_stops_the_run(
@@ -150,21 +151,13 @@ async def test_ctrl_c_during_the_turn_cancels_it_and_reports_it_as_cancelled(
     assert session["current_turn_id"] is None and session["ended_at"] is None
 
 
-UNREACHABLE_PROVIDER = """
-pricing_version: "test"
-providers:
-  anthropic: {adapter: anthropic, base_url: "http://127.0.0.1:9", api_key: "ak-test"}
-models:
-  - id: anthropic:claude-haiku-4-5
-    capabilities: {max_context_tokens: 200000, max_output_tokens: 8192}
-    pricing: {input_per_mtok: "1", output_per_mtok: "5"}
-"""
-
-
 async def test_a_failed_turn_is_said_in_words_on_stderr_and_by_its_code_in_json(
-    start_daemon: Callable[..., Any], workspace: Path
+    start_daemon: Callable[..., Any], workspace: Path, fake: FakeProviderServer
 ) -> None:
-    d = await start_daemon(models=UNREACHABLE_PROVIDER)
+    # a request the provider refuses as invalid: the turn fails at once, never retried
+    refused = FakeReply(status=400, error_type="invalid_request_error", error_message="too long")
+    fake.enqueue("anthropic", refused, refused)
+    d = await start_daemon(models=fake_models(fake))
     run = ("run", "hi", "--workspace", str(workspace), "--url", d.base_url)
     code, out, err = await metis(*run)
     assert (code, out) == (1, ""), err
@@ -174,4 +167,4 @@ async def test_a_failed_turn_is_said_in_words_on_stderr_and_by_its_code_in_json(
     code, out, err = await metis(*run, "--json")
     ended = json.loads(out)
     assert (code, ended["status"]) == (1, "failed"), err
-    assert ended["reason"] in line and ended["message"] in line
+    assert f"failed: {ended['reason']}: {ended['message']} · " in line
