@@ -552,9 +552,10 @@ class StatusBar(Widget):
         present = [name for name in self.ORDER if self.fields.get(name)]
         labels = True
         text = self._line(present, labels=labels)
-        for dropped, labels in (*self.NARROWER, self.NARROWEST):
+        for dropped, narrower_labels in (*self.NARROWER, self.NARROWEST):
             if text.cell_len <= width:
                 break
+            labels = narrower_labels  # the separator before the workspace matches the line's
             text = self._line([n for n in present if n not in dropped], labels=labels)
         workspace = self.fields.get("workspace")
         separator = self._separator(labels)

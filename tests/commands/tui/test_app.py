@@ -991,3 +991,19 @@ async def test_the_status_bar_fits_the_workspace_in_a_narrow_terminal(
         assert line.rstrip().endswith("/billing/api") and "…" in line
         assert len(line) <= app.status.content_region.width
         screenshot(app, "status-narrow")
+
+
+async def test_at_80_columns_the_workspace_is_set_off_like_the_other_fields(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """The tokens make the line too long for 80 columns: they go, the labels stay, and the
+    workspace's separator is the labelled line's (it was the narrow one, ` │ `)."""
+    d = await start_daemon(models=SLOW_SCRIPTED)
+    app = make_app(d, workspace)
+    async with attached(app, size=(80, 24)) as pilot:
+        await type_text(pilot, app, "hello")
+        await until(lambda: app.status.fields.get("context"))
+        await pilot.pause()
+        line = str(app.status.render())
+        assert "context " in line and " in / " not in line
+        assert line.count("│") == line.count("  │  ") == 3, line
