@@ -356,6 +356,13 @@ class ChatApp(App[int]):
     def on_prompt_input_completion_requested(self, _: PromptInput.CompletionRequested) -> None:
         self.completion.complete()
 
+    def on_prompt_input_scroll_requested(self, message: PromptInput.ScrollRequested) -> None:
+        # back at the end, the transcript follows what arrives again (its anchor)
+        if message.pages < 0:
+            self.transcript.scroll_page_up(animate=False)
+        else:
+            self.transcript.scroll_page_down(animate=False)
+
     def on_text_area_changed(self, _: Any) -> None:
         self.completion.text_changed()
 

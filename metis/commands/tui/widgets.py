@@ -468,7 +468,7 @@ class Note(Static):
 
 class PromptInput(TextArea):
     """The prompt: Enter sends, Shift+Enter / Ctrl+J add a line, ↑/↓ walk the history at the
-    first/last line, Tab completes."""
+    first/last line, Tab completes, PageUp / PageDown scroll the transcript."""
 
     DEFAULT_CSS = """
     PromptInput { height: auto; max-height: 10; min-height: 3; border: round $accent 60%; }
@@ -488,6 +488,13 @@ class PromptInput(TextArea):
     class CompletionRequested(Message):
         pass
 
+    class ScrollRequested(Message):
+        """PageUp / PageDown: the transcript is scrolled, not the prompt's few lines."""
+
+        def __init__(self, pages: int) -> None:
+            super().__init__()
+            self.pages = pages
+
     async def _on_key(self, event: events.Key) -> None:
         key = event.key
         if key == "enter":
@@ -504,6 +511,11 @@ class PromptInput(TextArea):
             event.prevent_default()
             event.stop()
             self.post_message(self.CompletionRequested())
+            return
+        if key in ("pageup", "pagedown"):
+            event.prevent_default()
+            event.stop()
+            self.post_message(self.ScrollRequested(-1 if key == "pageup" else 1))
             return
         row = self.cursor_location[0]
         if key == "up" and row == 0:

@@ -1007,3 +1007,27 @@ async def test_at_80_columns_the_workspace_is_set_off_like_the_other_fields(
         line = str(app.status.render())
         assert "context " in line and " in / " not in line
         assert line.count("│") == line.count("  │  ") == 3, line
+
+
+async def test_page_up_and_down_scroll_the_transcript_from_the_prompt(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """The prompt keeps the focus, so PageUp / PageDown would move in its few lines: they
+    scroll the transcript, and back at its end it follows the next reply again."""
+    d = await start_daemon()
+    app = make_app(d, workspace)
+    async with attached(app, size=(80, 24)) as pilot:
+        for i in range(1, 7):
+            await type_text(pilot, app, f"message {i}")
+            await until(lambda done=i: notes(app).count("turn completed") == done)
+        await until(lambda: app.transcript.max_scroll_y > 0)
+        bottom = app.transcript.max_scroll_y
+        await until(lambda: app.transcript.scroll_y == bottom)
+        await pilot.press("pageup")
+        await until(lambda: app.transcript.scroll_y < bottom)
+        assert app.focused is app.prompt and app.prompt.text == ""
+        await pilot.press("pagedown")
+        await until(lambda: app.transcript.scroll_y == bottom)
+        await type_text(pilot, app, "one more")
+        await until(lambda: notes(app).count("turn completed") == 7)
+        await until(lambda: app.transcript.scroll_y == app.transcript.max_scroll_y > bottom)
