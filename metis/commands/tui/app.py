@@ -66,7 +66,8 @@ class ChatApp(App[int]):
     #spinner { height: 1; padding: 0 1; color: $accent; display: none; }
     #spinner.running { display: block; }
     #hints {
-        height: auto; padding: 0 2; color: $text-muted; background: $surface; display: none;
+        height: auto; max-height: 60%; padding: 0 2; color: $text-muted; background: $surface;
+        text-wrap: nowrap; text-overflow: ellipsis; display: none;
     }
     #hints.shown { display: block; }
     #transcript .found { background: $warning 15%; }

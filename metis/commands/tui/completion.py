@@ -87,7 +87,9 @@ class PromptCompletion:
         if not options:
             hints.remove_class("shown")
             return
-        # one per line, every command (9); a long list of aliases ends with how many more
+        # one per line, every command (11); a long list of aliases ends with how many more.
+        # Each line is cut, not wrapped, at the terminal's width (#hints' CSS): wrapped, the
+        # list of commands pushed the prompt off a short terminal
         text = Text()
         for option in options[:MAX_HINTS]:
             usage, _, what = COMMANDS.get(option, option).partition("  ")

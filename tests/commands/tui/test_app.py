@@ -837,6 +837,37 @@ async def test_typing_a_slash_lists_every_command_on_its_own_line(
         screenshot(app, "hints-narrow")
 
 
+async def test_a_short_narrow_terminal_lists_the_commands_one_a_line_and_keeps_the_prompt(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """At 50 columns most commands' descriptions do not fit: each is cut, not wrapped (the
+    wrapped list pushed the prompt off the screen); shorter still, the list is cut first."""
+    d = await start_daemon()
+    app = make_app(d, workspace)
+    async with attached(app, size=(50, 20)) as pilot:
+        app.prompt.focus()
+        await pilot.press("/")
+        await pilot.pause()
+        hints = app.query_one("#hints", Static)
+        assert hints.region.height == len(COMMANDS)  # one line each
+        lines = [strip.text for strip in hints.render_lines(hints.region.reset_offset)]
+        assert [line.split()[0] for line in lines] == list(COMMANDS)
+        assert lines[0].rstrip().endswith("…")
+
+        def prompt_shown() -> bool:
+            prompt, status = app.prompt.region, app.status.region
+            return (
+                prompt.height >= 3
+                and hints.region.bottom <= prompt.y < prompt.bottom <= (status.y) < app.size.height
+            )
+
+        assert prompt_shown()
+        screenshot(app, "hints-short")
+        await pilot.resize_terminal(50, 12)
+        await pilot.pause()
+        assert 0 < hints.region.height < len(COMMANDS) and prompt_shown()
+
+
 async def test_a_narrow_status_bar_keeps_model_cost_and_context(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
