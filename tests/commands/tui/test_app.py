@@ -297,6 +297,8 @@ async def test_after_a_daemon_restart_the_app_reattaches_and_the_stuck_turn_clea
         await d.stop()
         await until(lambda: not app.stream.connected)
         assert "disconnected" in str(app.status.render())
+        # said in words, not the close frame's code (server_shutdown)
+        await until(lambda: "the daemon stopped: re-attaching…" in notes(app))
         screenshot(app, "disconnected")
         await asyncio.sleep(1.5)  # longer than the old three tries took to give up
         again = await restarted(d)
