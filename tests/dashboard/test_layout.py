@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.core.tools.mcp_servers import DEMO
-from tests.dashboard.conftest import DaemonThread, events_of, logged_in_page, rest
+from tests.dashboard.conftest import SLOW_MODELS, DaemonThread, events_of, logged_in_page, rest
 
 PHONE = (390, 844)
 # an MCP tool whose name is longer than a phone is wide, as the model is offered it
@@ -189,3 +189,73 @@ def test_an_mcp_reload_says_what_it_did_over_an_older_refusal(
     page.click("#mcp-reload")
     # the success replaces the refusal at once, rather than waiting for it to go
     page.wait_for_selector("#toast.ok:has-text('Reloaded config.yaml: removed notes')")
+
+
+# a provider with a key of its own (never used: the test says it refused it)
+KEYED_MODELS = SLOW_MODELS.replace(
+    "models:\n",
+    '  keyed: {adapter: anthropic, base_url: "http://127.0.0.1:9", api_key: "k"}\n'
+    "models:\n"
+    "  - id: keyed:claude-haiku-4-5\n"
+    "    capabilities: {max_context_tokens: 200000, max_output_tokens: 8192}\n"
+    '    pricing: {input_per_mtok: "1", output_per_mtok: "5"}\n',
+    1,
+)
+
+
+@pytest.fixture
+def keyed_models(dash_home: Path) -> Path:
+    """models.yaml with a keyed provider, written before the daemon starts (a test lists it
+    before `served`)."""
+    path = dash_home / "models.yaml"
+    path.write_text(KEYED_MODELS)
+    return path
+
+
+def test_the_routing_page_says_in_words_why_a_model_is_out_and_its_reset_is_in_reach(
+    keyed_models: Path, browser: Any, served: DaemonThread, workspace: Path
+) -> None:
+    assert served.daemon is not None
+    core = served.daemon.core
+
+    async def refuse_the_key() -> None:
+        core.availability.record_failure("keyed:claude-haiku-4-5", "auth")
+
+    served.run(refuse_the_key())
+    session_id = start_session(served, workspace)
+    turn = {"content": [{"type": "text", "text": "@keyed:claude-haiku-4-5 hello"}]}
+    status, body = rest(served, "POST", f"/sessions/{session_id}/turns", turn)
+    assert (status, body["error"]["code"]) == (503, "routing_failed"), body
+    for width, height in ((1280, 800), PHONE):
+        with logged_in_page(browser, served, width, height) as pg:
+            pg.goto(f"{served.url}/#/routing")
+            row = pg.locator("#models tr[data-model='keyed:claude-haiku-4-5']")
+            row.locator("button:text-is('Reset')").wait_for()
+            text = row.inner_text()
+            # words, not the detail's JSON nor the availability's code
+            assert "unavailable" in text and "provider_unavailable" not in text, text
+            assert "{" not in text and "keyed refused the key from" in text, text
+            assert "all of keyed's models are out; routing tries again at" in text, text
+            # the whole row is on the screen: nothing to scroll sideways to reach its Reset
+            for cell in row.locator("td").all():
+                box = cell.bounding_box()
+                assert box is None or box["x"] + box["width"] <= width, (width, cell.inner_text())
+            # a turn no model could take says so, and which was refused, in the decisions
+            refused = pg.locator("#decisions tr", has_text="could not take it").first
+            assert "none" in refused.inner_text() and "keyed" in refused.inner_text()
+            status_line = pg.inner_text("#policy-state")
+            assert "routing.yaml" in status_line and "is in force" in status_line
+            if width == PHONE[0]:
+                continue
+            row.locator("button:text-is('Reset')").click()
+            pg.wait_for_selector("#toast.ok:has-text('Available again: keyed:claude-haiku-4-5')")
+            pg.wait_for_selector("#models tr[data-model='keyed:claude-haiku-4-5'] .badge.ok")
+            assert row.locator("button").count() == 0
+            served.run(refuse_the_key())
+    # a routing.yaml with an error: the page says which file is in force instead, in red
+    (served.home / "routing.yaml").write_text("rules:\n  - when: {nope: 1}\n    use: x\n")
+    assert rest(served, "POST", "/routing/reload")[0] == 200
+    with logged_in_page(browser, served, 1280, 800) as pg:
+        pg.goto(f"{served.url}/#/routing")
+        state = pg.wait_for_selector("#policy-state.error")
+        assert "routing.yaml has errors; the shipped default" in state.inner_text()

@@ -2,7 +2,15 @@
 // with availability.
 
 import { api } from "../api.js";
-import { h, append, clear, fmtTime, toast } from "../dom.js";
+import { h, append, clear, fmtTime, shortId, toast } from "../dom.js";
+
+// a policy's version as the daemon's log names it
+const VERSION_CHARS = 12;
+// a decision that chose no model (route.decided's outcome)
+const OUTCOMES = {
+  no_candidate: "no model could take the turn",
+  explicit_choice_rejected: "the model asked for could not take it",
+};
 
 export function routingView(root) {
   const policyBox = h("div", { id: "policy" });
@@ -18,9 +26,11 @@ export function routingView(root) {
     h("section", { class: "panel" }, h("h2", {}, "Last route decisions"),
       h("div", { class: "table-wrap" }, h("table", { id: "decisions" }, h("thead", {}, h("tr", {}, ["When", "Session", "Chosen", "By", "Fallbacks", "Policy"].map((t) => h("th", { scope: "col" }, t)))), decisions)))));
 
+  // Back into routing now; the toast says which models that brought back (none were out, maybe).
   async function reset(model) {
     try {
-      await api("POST", model ? `/models/${encodeURIComponent(model)}/reset` : "/models/reset");
+      const r = await api("POST", model ? `/models/${encodeURIComponent(model)}/reset` : "/models/reset");
+      toast(r.recovered.length ? `Available again: ${r.recovered.join(", ")}` : `${model || "Every model"} was already available`, { ok: true });
       loadModels();
     } catch (err) { toast(`${err.code}: ${err.message}`); }
   }
@@ -29,9 +39,9 @@ export function routingView(root) {
     const p = await api("GET", "/routing/policy");
     append(clear(policyBox), [
       h("dl", { class: "kv" },
-        h("dt", {}, "Version"), h("dd", { class: "mono" }, p.version.slice(0, 16)),
-        h("dt", {}, "Source"), h("dd", {}, p.source, p.path ? h("span", { class: "mono small" }, ` (${p.path})`) : ""),
-        h("dt", {}, "Valid"), h("dd", {}, p.valid ? "yes" : "no", p.using_last_known_good ? " — using last known good" : ""),
+        // the daemon's own sentence: which file is in force and why (a file with errors is not)
+        h("dt", {}, "Status"), h("dd", { id: "policy-state", class: p.valid ? null : "error" }, p.reason || p.source),
+        h("dt", {}, "Version"), h("dd", { class: "mono" }, p.version.slice(0, VERSION_CHARS)),
         h("dt", {}, "Loaded"), h("dd", {}, fmtTime(p.loaded_at)),
         h("dt", {}, "Global default"), h("dd", { class: "mono" }, p.global_default || "—")),
       p.errors.length ? h("ul", { class: "error" }, p.errors.map((e) => h("li", {}, e))) : null,
@@ -43,12 +53,24 @@ export function routingView(root) {
 
   async function loadModels() {
     const data = await api("GET", "/models");
-    clear(models).append(...data.models.map((m) => h("tr", {},
+    // labelled cells: on a phone the rows are stacked without the table's head (app.css)
+    clear(models).append(...data.models.map((m) => h("tr", { dataset: { model: m.id } },
       h("td", { class: "mono" }, m.id, m.label ? h("div", { class: "muted small" }, m.label) : null),
-      h("td", {}, (m.aliases || []).join(", ")),
-      h("td", {}, h("span", { class: `badge av-${m.availability}` }, m.availability), m.availability_detail ? h("div", { class: "small muted" }, typeof m.availability_detail === "string" ? m.availability_detail : JSON.stringify(m.availability_detail)) : null),
-      h("td", {}, m.availability !== "healthy" ? h("button", { type: "button", onclick: () => reset(m.id) }, "Reset") : null))),
-      ...(data.unconfigured || []).map((m) => h("tr", { class: "muted" }, h("td", { class: "mono" }, m.id || String(m)), h("td", {}, (m.aliases || []).join(", ")), h("td", {}, notConfigured(m)), h("td", {}))));
+      h("td", { dataset: { label: "Aliases" } }, (m.aliases || []).join(", ") || null),
+      h("td", { class: "availability" }, ...availability(m)),
+      h("td", {}, m.availability !== "healthy" ? h("button", { type: "button", "aria-label": `Reset ${m.id}`, onclick: () => reset(m.id) }, "Reset") : null))),
+      ...(data.unconfigured || []).map((m) => h("tr", { class: "muted", dataset: { model: m.id } }, h("td", { class: "mono" }, m.id || String(m)), h("td", { dataset: { label: "Aliases" } }, (m.aliases || []).join(", ") || null), h("td", { class: "availability" }, notConfigured(m)), h("td", {}))));
+  }
+
+  // Whether routing may pick the model; if not, why, since when it is out and when routing
+  // tries it again (GET /models' availability_detail), in words.
+  function availability(m) {
+    if (m.availability === "healthy") return [h("span", { class: "badge ok" }, "available")];
+    const d = m.availability_detail || {};
+    const whole = d.scope === "provider" ? `all of ${m.provider}'s models are out` : "this model is out";
+    return [h("span", { class: "badge bad" }, "unavailable"),
+      d.message ? h("div", { class: "small" }, d.message) : null,
+      h("div", { class: "small muted" }, `${whole}${d.recovers_at ? `; routing tries again at ${fmtTime(d.recovers_at)}` : ""}`)];
   }
 
   // Why a declared model is not routable, and what would make it so.
@@ -63,13 +85,17 @@ export function routingView(root) {
     clear(decisions).append(...rows.map((ev) => {
       const p = ev.payload;
       const by = p.chain.find((c) => c.verdict === "chose");
+      // a turn no model could take: what was refused, and why
+      const refused = [...p.chain].reverse().find((c) => c.verdict === "rejected");
       return h("tr", {},
         h("td", {}, fmtTime(ev.timestamp)),
-        h("td", {}, h("a", { href: `#/s/${ev.session_id}/trace`, class: "mono small", title: ev.session_id }, `…${ev.session_id.slice(-8)}`)),
-        h("td", { class: "mono" }, p.chosen_model || p.outcome),
-        h("td", {}, by ? `${by.policy}${by.rule_name ? ` (${by.rule_name})` : ""}` : p.outcome),
+        h("td", {}, h("a", { href: `#/s/${ev.session_id}/trace`, class: "mono small", title: ev.session_id }, shortId(ev.session_id))),
+        h("td", { class: p.chosen_model ? "mono" : "muted" }, p.chosen_model || "none"),
+        h("td", {}, by ? `${by.policy}${by.rule_name ? ` (${by.rule_name})` : ""}` : [
+          h("span", { class: "error" }, OUTCOMES[p.outcome] || p.outcome),
+          refused ? h("div", { class: "small muted" }, refused.reason) : null]),
         h("td", { class: "mono small" }, p.fallbacks.join(", ")),
-        h("td", { class: "mono small" }, p.policy_version.slice(0, 8)));
+        h("td", { class: "mono small" }, p.policy_version.slice(0, VERSION_CHARS)));
     }));
     if (!rows.length) decisions.append(h("tr", {}, h("td", { colspan: 6, class: "muted" }, "No decisions yet.")));
   }
