@@ -121,6 +121,8 @@ class TranscriptRenderer:
                     info = done.get(block["tool_use_id"], {})
                     if block["tool_use_id"] in denied:  # as it read live: denied, not failed
                         card.set_state(_resolved_label(denied[block["tool_use_id"]]))
+                    elif info.get("error_class"):  # as it read live: cancelled, timed out…
+                        card.set_state(_failed_label(info["error_class"]), info.get("duration_ms"))
                     else:
                         card.set_state(card.state, info.get("duration_ms"))
                     await card.set_result(
@@ -242,7 +244,7 @@ class TranscriptRenderer:
                 if not card.state.startswith("denied"):
                     card.set_state("denied")
             else:
-                card.set_state(f"failed: {p.get('error_class')}", p.get("duration_ms"))
+                card.set_state(_failed_label(str(p.get("error_class"))), p.get("duration_ms"))
             self.host.run_worker(self._fill_result(card, p), group="results")
 
     async def _on_tool_input_invalid(self, event: dict[str, Any], p: dict[str, Any]) -> None:
@@ -337,6 +339,25 @@ def _turn_line(p: dict[str, Any], outcome: str) -> str:
     """The line a turn's end shows: its outcome, wall time, calls, tools and cost."""
     seconds = (p.get("wall_time_ms") or 0) / 1000
     return f"turn {outcome} · {seconds:.1f} s · {turn_totals(p)}"
+
+
+# A failed tool call's state on its card, in words (the keys are `tool.failed`'s error_class)
+_FAILED_BECAUSE = {
+    "cancelled": "cancelled",
+    "timeout": "timed out",
+    "confirmation_timeout": "not answered in time",
+    "not_found": "failed: not found",
+    "permission_denied": "failed: permission denied",
+    "policy_denied": "refused by the tool policy",
+    "user_denied": "denied",
+    "tool_error": "failed",
+    "internal_error": "failed: an error in metis",
+}
+
+
+def _failed_label(error_class: str) -> str:
+    """A failed call's card state (`cancelled`, `timed out`), live or resumed alike."""
+    return _FAILED_BECAUSE.get(error_class, f"failed: {error_class}")
 
 
 def _resolved_label(p: dict[str, Any]) -> str:

@@ -1064,3 +1064,28 @@ async def test_page_up_and_down_scroll_the_transcript_from_the_prompt(
         await type_text(pilot, app, "one more")
         await until(lambda: notes(app).count("turn completed") == 7)
         await until(lambda: app.transcript.scroll_y == app.transcript.max_scroll_y > bottom)
+
+
+async def test_a_call_cancelled_with_its_turn_says_cancelled_live_and_resumed(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """The turn is cancelled while write_file waits for an answer: its card says `cancelled`
+    (it said `failed: cancelled`, the event's code), and the same when read back (it said
+    `error`)."""
+    d = await start_daemon()
+    app = make_app(d, workspace)
+    async with attached(app) as pilot:
+        send(app, "please use all tools")
+        await wait_modal(app)
+        await pilot.press("escape")  # decide later: the question stays
+        await until(lambda: "write_file is waiting for your answer" in notes(app))
+        await pilot.press("escape")  # the dialog is closed: Esc cancels the turn
+        await until(lambda: "turn cancelled · " in notes(app))
+        card = next(c for c in app.query(ToolCard) if c.name_ == "write_file")
+        await until(lambda: card.result is not None)
+        assert str(card._state.render()).split(" · ")[0] == "cancelled"
+    resumed = make_app(d, workspace, session_id=app.session_id)
+    async with attached(resumed) as pilot:
+        await pilot.pause()
+        card = next(c for c in resumed.query(ToolCard) if c.name_ == "write_file")
+        assert str(card._state.render()).split(" · ")[0] == "cancelled"
