@@ -142,6 +142,11 @@ class ChatApp(App[int]):
     def status(self) -> StatusBar:
         return self.query_one(StatusBar)
 
+    @property
+    def note_width(self) -> int:
+        """The columns a note's text has (the transcript's less a note's padding)."""
+        return max(20, self.transcript.scrollable_content_region.width - 2)
+
     async def add(self, widget: Any) -> Any:
         await self.transcript.mount(widget)
         self.transcript.scroll_end(animate=False)

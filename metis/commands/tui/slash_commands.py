@@ -8,6 +8,7 @@ actions; the commands only call them.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
@@ -51,6 +52,9 @@ class CommandHost(Protocol):
     session: dict[str, Any]
     workspace: str
     models: dict[str, dict[str, Any]]
+
+    @property
+    def note_width(self) -> int: ...
 
     async def note(self, text: str, *, error: bool = False) -> object: ...
 
@@ -152,12 +156,8 @@ class SlashCommands:
             )
         for m in listing.get("unconfigured", []):
             rows.append((m["id"], ", ".join(m.get("aliases") or []), "-", unconfigured_reason(m)))
-        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-        lines = [
-            "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-            for row in rows
-        ]
-        await self.host.note("\n".join(lines))  # metis's own output: a note, not a reply
+        # metis's own output: a note, not a reply
+        await self.host.note("\n".join(table_lines(rows, self.host.note_width)))
 
     async def _cost(self, arg: str) -> None:
         host = self.host
@@ -277,6 +277,28 @@ class SlashCommands:
             return
         body = await self.host.api.call("GET", "/mcp")
         await self.host.note(mcp_summary(body["servers"]))
+
+
+def table_lines(rows: list[tuple[str, ...]], width: int) -> list[str]:
+    """Rows in aligned columns, two spaces apart, for a note `width` columns wide. A row too
+    wide has its last cell wrapped within its column or, with little room there, on lines of
+    its own below, indented (left to the note, it wrapped back to the left edge, where it read
+    as a row of its own)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    start = sum(w + 2 for w in widths[:-1])  # where the last column starts
+    lines = []
+    for row in rows:
+        head = "  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=False))
+        if start + len(row[-1]) <= width:
+            lines.append(f"{head}  {row[-1]}".rstrip())
+        elif width - start >= 24:
+            first, *rest = textwrap.wrap(row[-1], width - start) or [""]
+            lines.append(f"{head}  {first}")
+            lines.extend(" " * start + part for part in rest)
+        else:
+            lines.append(head.rstrip())
+            lines.extend("    " + part for part in textwrap.wrap(row[-1], max(16, width - 4)))
+    return lines
 
 
 def mcp_summary(servers: list[dict[str, Any]]) -> str:

@@ -1089,3 +1089,24 @@ async def test_a_call_cancelled_with_its_turn_says_cancelled_live_and_resumed(
         await pilot.pause()
         card = next(c for c in resumed.query(ToolCard) if c.name_ == "write_file")
         assert str(card._state.render()).split(" · ")[0] == "cancelled"
+
+
+async def test_models_at_80_columns_keeps_each_row_in_its_columns(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """A model that cannot answer has a long why (`no key (ANTHROPIC_API_KEY unset)`): at 80
+    columns it goes under its row, indented, instead of wrapping to the note's left edge."""
+    d = await start_daemon()
+    app = make_app(d, workspace)
+    async with attached(app, size=(80, 24)) as pilot:
+        await type_text(pilot, app, "/models")
+        await until(lambda: "availability" in notes(app))
+        [note] = [n for n in app.query(Note) if "availability" in str(n.render())]
+        lines = str(note.render()).splitlines()
+        assert all(len(line) <= app.note_width for line in lines), lines
+        # the note is laid out as written: no line of it wraps
+        assert note.region.height == len(lines)
+        row = next(i for i, line in enumerate(lines) if line.startswith("anthropic:"))
+        assert lines[row].rstrip().endswith("-")  # its context: the why follows, indented
+        assert lines[row + 1].startswith("    ") and lines[row + 1].strip().endswith(")")
+        screenshot(app, "models-80")
