@@ -9,7 +9,7 @@ actions; the commands only call them.
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
 import aiohttp
@@ -279,7 +279,7 @@ class SlashCommands:
         await self.host.note(mcp_summary(body["servers"]))
 
 
-def table_lines(rows: list[tuple[str, ...]], width: int) -> list[str]:
+def table_lines(rows: Sequence[tuple[str, ...]], width: int) -> list[str]:
     """Rows in aligned columns, two spaces apart, for a note `width` columns wide. A row too
     wide has its last cell wrapped within its column or, with little room there, on lines of
     its own below, indented (left to the note, it wrapped back to the left edge, where it read
