@@ -1110,3 +1110,34 @@ def test_the_page_metis_open_writes_logs_the_browser_in(
     pg.wait_for_selector("#app[data-ready]")
     assert pg.url == served.url + "/" and pg.locator("#logout").is_visible()
     context.close()
+
+
+def test_answering_confirmations_from_the_keyboard_keeps_the_focus_on_them(
+    page: Any, served: DaemonThread, workspace: Path
+) -> None:
+    """Enter on Allow once leaves the focus on the card (which says how it was settled, and is
+    no button a second Enter would press); once it goes, on the next card; Tab reaches that
+    card's buttons."""
+    open_session(page, workspace)
+    send(page, "use all tools")
+    page.wait_for_function("() => document.querySelectorAll('.confirm-card').length >= 2")
+    first = page.locator(".confirm-card").first
+    request_id = first.get_attribute("data-request-id")
+    first.locator("button.allow-once").focus()
+    page.keyboard.press("Enter")
+    page.wait_for_selector(f".confirm-card.resolved[data-request-id='{request_id}']")
+
+    def focused() -> Any:
+        return page.evaluate(
+            "() => { const e = document.activeElement;"
+            " return [e.className, e.dataset.requestId || null]; }"
+        )
+
+    assert focused() == ["confirm-card resolved d-allow", request_id]
+    page.keyboard.press("Enter")  # nothing to press: no other request is answered
+    page.wait_for_selector(f".confirm-card[data-request-id='{request_id}']", state="detached")
+    then_on = focused()
+    assert then_on[0] == "confirm-card" and then_on[1] != request_id, then_on
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.className") == "primary allow-once"
+    assert page.locator(".confirm-card.resolved").count() == 0

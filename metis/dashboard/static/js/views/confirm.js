@@ -13,7 +13,10 @@ import { diffView } from "./toolcard.js";
 // How long a settled card stays before it leaves the confirmation area.
 const SETTLED_MS = 4000;
 
-export function confirmationCard(sessionId, turnId, p, toolInput, { answeredByAap = false } = {}) {
+// The keyboard never falls off the page with a card: an answered card keeps the focus that was
+// in it (the card itself, saying how it was settled, not a button a second Enter would press),
+// and when it leaves, the focus goes to the next card, else to `focusAfter()` (the composer).
+export function confirmationCard(sessionId, turnId, p, toolInput, { answeredByAap = false, focusAfter = null } = {}) {
   const reason = h("input", { type: "text", class: "reason", placeholder: "reason (optional)", "aria-label": `Reason to deny ${p.tool_name}` });
   const outcome = h("p", { class: "outcome", role: "status" });
   const buttons = h("div", { class: "row confirm-actions" });
@@ -24,17 +27,30 @@ export function confirmationCard(sessionId, turnId, p, toolInput, { answeredByAa
   if (p.projected_modifications?.length) {
     details.push(h("p", { class: "small" }, "Would modify: ", p.projected_modifications.join(", ")));
   }
-  const el = h("article", { class: "confirm-card", dataset: { requestId: p.confirmation_request_id }, "aria-label": `Confirm ${p.tool_name}` },
+  const el = h("article", { class: "confirm-card", tabindex: "-1", dataset: { requestId: p.confirmation_request_id }, "aria-label": `Confirm ${p.tool_name}` },
     h("h3", {}, "Allow ", h("code", {}, p.tool_name), "? ", h("span", { class: `badge se-${p.side_effects}` }, p.side_effects)),
     h("p", { class: "summary" }, p.input_summary),
     details, buttons, outcome);
 
+  // an answer from here took the focus with its disabled buttons: it goes back to the card
+  let answering = false;
+
   function settle(decision, text) {
     if (el.classList.contains("resolved")) return;
+    const lost = !document.activeElement || document.activeElement === document.body;
+    const focused = el.contains(document.activeElement) || (answering && lost);
     clear(buttons);
     outcome.textContent = text;
     el.classList.add("resolved", `d-${decision}`);
-    setTimeout(() => el.remove(), SETTLED_MS);
+    if (focused) el.focus();
+    setTimeout(leave, SETTLED_MS);
+  }
+
+  function leave() {
+    const focused = el.contains(document.activeElement);
+    const next = el.nextElementSibling || el.previousElementSibling;
+    el.remove();
+    if (focused) (next || focusAfter?.())?.focus();
   }
 
   function resolved(r) {
@@ -48,6 +64,7 @@ export function confirmationCard(sessionId, turnId, p, toolInput, { answeredByAa
   }
 
   async function answer(decision, scope) {
+    answering = el.contains(document.activeElement);
     for (const b of buttons.querySelectorAll("button")) b.disabled = true;
     const body = { decision, scope };
     if (decision === "deny" && reason.value.trim()) body.reason = reason.value.trim();
@@ -61,6 +78,8 @@ export function confirmationCard(sessionId, turnId, p, toolInput, { answeredByAa
       }
       outcome.textContent = `${err.code}: ${err.message}`;
       for (const b of buttons.querySelectorAll("button")) b.disabled = false;
+      if (answering) el.focus();
+      answering = false;
     }
   }
 

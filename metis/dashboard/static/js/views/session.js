@@ -328,7 +328,10 @@ export function sessionView(root, sessionId, revealAt = null) {
 
   function showConfirmation(p, turn) {
     if (confirms.has(p.confirmation_request_id)) return;
-    const c = confirmationCard(sessionId, turn, p, card(p.tool_use_id).input, { answeredByAap: session?.surface === "aap" });
+    const c = confirmationCard(sessionId, turn, p, card(p.tool_use_id).input, {
+      answeredByAap: session?.surface === "aap",
+      focusAfter: () => (composer.hidden || input.hidden ? null : input),
+    });
     confirms.set(p.confirmation_request_id, c);
     confirmArea.append(c.el);
     card(p.tool_use_id).setStatus("awaiting confirmation");
