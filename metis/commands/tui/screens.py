@@ -96,10 +96,12 @@ class ConfirmScreen(ModalScreen[Decision | None]):
                 with VerticalScroll():
                     yield Static(body, id="confirm-body")
             scopes = self.request.get("allowed_scopes") or ["once"]
-            keys = "[y] allow once   "
+            # allowing, then the rest, a line each: one line wrapped inside a key's words at
+            # 80 columns ("[n] deny (with a" / "reason)")
+            keys = "[y] allow once"
             if "session" in scopes:
-                keys += "[a] allow for this session   "
-            keys += "[n] deny (with a reason)   [Esc] decide later"
+                keys += "   [a] allow for this session"
+            keys += "\n[n] deny (with a reason)   [Esc] decide later"
             yield Static(Text(keys), classes="keys")
             yield Input(placeholder="reason for denying (optional), Enter to send", id="reason")
 

@@ -1110,3 +1110,24 @@ async def test_models_at_80_columns_keeps_each_row_in_its_columns(
         assert lines[row].rstrip().endswith("-")  # its context: the why follows, indented
         assert lines[row + 1].startswith("    ") and lines[row + 1].strip().endswith(")")
         screenshot(app, "models-80")
+
+
+async def test_the_confirmation_keys_read_whole_at_80_columns(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """The dialog's keys wrapped inside one of them ("[n] deny (with a" / "reason)"): they are
+    laid out a line for allowing, a line for the rest."""
+    d = await start_daemon()
+    app = make_app(d, workspace)
+    async with attached(app, size=(80, 24)) as pilot:
+        send(app, "please use all tools")
+        modal = await wait_modal(app)
+        await pilot.pause()
+        keys = modal.query_one(".keys", Static)
+        assert keys.region.height == 2
+        assert str(keys.render()).splitlines() == [
+            "[y] allow once   [a] allow for this session",
+            "[n] deny (with a reason)   [Esc] decide later",
+        ]
+        screenshot(app, "confirm-80")
+        await pilot.press("n", "enter")
