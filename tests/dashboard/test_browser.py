@@ -561,6 +561,16 @@ def test_xss_probe_stays_inert(page: Any, served: DaemonThread, workspace: Path)
     assert page.evaluate("window.__pwned") is None
 
 
+def test_a_tables_column_alignment_shows(page: Any, served: DaemonThread, workspace: Path) -> None:
+    open_session(page, workspace)
+    send(page, "a table\n\n| name | count | mark |\n|---|--:|:-:|\n| alpha | 1 | x |\n")
+    wait_idle(page)
+    cells = page.locator(".msg.assistant .md table tbody tr").first.locator("td")
+    cells.first.wait_for()
+    aligned = cells.evaluate_all("tds => tds.map(td => getComputedStyle(td).textAlign)")
+    assert aligned == ["left", "right", "center"], aligned
+
+
 def test_trace_shows_nested_spans(
     page: Any, served: DaemonThread, workspace: Path, shot: Any
 ) -> None:

@@ -24,6 +24,13 @@ def test_render_escapes_raw_html_and_strips_dangerous_links() -> None:
     assert '<span class="hl-k">def</span>' in html
 
 
+def test_render_keeps_a_tables_column_alignment_as_align() -> None:
+    html = render_markdown("| a | b | c | d |\n|:--|--:|:-:|---|\n| 1 | 2 | 3 | 4 |\n")
+    assert '<th align="right">b</th>' in html and '<td align="center">3</td>' in html
+    assert '<td align="left">1</td>' in html and "<td>4</td>" in html
+    assert "style" not in html
+
+
 async def test_pages_and_static_files(daemon: Daemon) -> None:
     async with aiohttp.ClientSession(base_url=daemon.base_url) as anon:
         async with anon.get("/") as r:
