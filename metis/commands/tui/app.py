@@ -144,8 +144,11 @@ class ChatApp(App[int]):
 
     @property
     def note_width(self) -> int:
-        """The columns a note's text has (the transcript's less a note's padding)."""
-        return max(20, self.transcript.scrollable_content_region.width - 2)
+        """The columns a note's text has: the transcript's, less its scrollbar (shown or not
+        yet: the note may be what brings it) and a note's padding."""
+        transcript = self.transcript
+        scrollbar = 0 if transcript.show_vertical_scrollbar else 1
+        return max(20, transcript.scrollable_content_region.width - scrollbar - 2)
 
     async def add(self, widget: Any) -> Any:
         await self.transcript.mount(widget)

@@ -31,17 +31,31 @@ PICKER_SESSIONS = 50
 
 COMMANDS = {
     "/model": "/model [alias|-]  pin a model (- : routing decides); no argument shows it",
-    "/models": "/models  the configured models and their context windows",
+    "/models": "/models  the models, their context windows, and why any cannot answer",
     "/cost": "/cost  this session's cost and tokens",
     "/sessions": "/sessions  pick an active session of this workspace to switch to",
     "/new": "/new  start a new session on this workspace",
     "/title": "/title TEXT  rename this session",
     "/export": "/export [md|json] [FILE]  write this session to a file",
     "/copy": "/copy [code]  put the last reply (or its code blocks) on the clipboard",
-    "/mcp": "/mcp [restart NAME | reload]  the MCP servers: state, why one is not ready, their tools",
+    "/mcp": "/mcp [restart NAME | reload]  the MCP servers and their tools, or restart / reload them",
     "/help": "/help  this list",
     "/quit": "/quit  leave (Ctrl-C twice when idle does too)",
 }
+
+
+KEYS = (
+    ("Enter", "send"),
+    ("Shift+Enter, Ctrl+J", "new line"),
+    ("↑ / ↓", "prompt history (on the first / last line)"),
+    ("Tab", "complete a /command, /model's alias or @alias"),
+    ("PageUp / PageDown", "scroll the transcript"),
+    ("Esc, Ctrl-C", "cancel the running turn"),
+    ("Ctrl-C twice, Ctrl-Q", "quit"),
+    ("Ctrl-O", "answer a pending confirmation"),
+    ("@alias message", "that model answers this message (@haiku summarise README.md)"),
+)
+"""The keys `/help` lists after the commands (docs/tui.md has them too)."""
 
 
 class CommandHost(Protocol):
@@ -114,12 +128,11 @@ class SlashCommands:
         await self.host.action_quit_chat()
 
     async def _help(self, arg: str) -> None:
-        keys = (
-            "Enter sends · Shift+Enter or Ctrl+J: new line · ↑/↓ history · Tab completes · "
-            "Esc or Ctrl-C cancels a turn · Ctrl-C twice quits · Ctrl-O answers a pending "
-            "confirmation"
-        )
-        await self.host.note("\n".join([*COMMANDS.values(), keys]))
+        """The commands, then the keys, in the same two columns: a description too long for
+        the terminal wraps within its column."""
+        commands = [tuple(line.split("  ", 1)) for line in COMMANDS.values()]
+        rows = [*commands, ("", ""), *KEYS]
+        await self.host.note("\n".join(table_lines(rows, self.host.note_width)))
 
     async def _model(self, arg: str) -> None:
         host = self.host

@@ -1131,3 +1131,28 @@ async def test_the_confirmation_keys_read_whole_at_80_columns(
         ]
         screenshot(app, "confirm-80")
         await pilot.press("n", "enter")
+
+
+async def test_help_at_80_columns_lists_commands_and_keys_in_columns(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """/help's lines wrapped to the note's left edge at 80 columns, and it left out Ctrl-Q,
+    PageUp / PageDown and @alias: two lists in two columns, a long description wrapped within
+    its column."""
+    d = await start_daemon()
+    app = make_app(d, workspace)
+    async with attached(app, size=(80, 30)) as pilot:
+        await type_text(pilot, app, "/help")
+        await until(lambda: "Ctrl-Q" in notes(app))
+        [note] = [n for n in app.query(Note) if "Ctrl-Q" in str(n.render())]
+        lines = str(note.render()).splitlines()
+        assert all(len(line) <= app.note_width for line in lines), lines
+        assert note.region.height == len(lines)  # nothing wrapped by the terminal
+        starts = [line.split()[0] for line in lines if line.startswith("/")]
+        assert starts == list(COMMANDS)
+        column = lines[0].index("pin a model")
+        # a continuation line is indented to its description's column
+        assert all(line[:column].isspace() for line in lines if line.startswith(" ")), lines
+        for key in ("PageUp / PageDown", "Ctrl-C twice, Ctrl-Q", "@alias message", "Ctrl-O"):
+            assert any(line.startswith(key) for line in lines), key
+        screenshot(app, "help-80")
