@@ -1156,3 +1156,20 @@ async def test_help_at_80_columns_lists_commands_and_keys_in_columns(
         for key in ("PageUp / PageDown", "Ctrl-C twice, Ctrl-Q", "@alias message", "Ctrl-O"):
             assert any(line.startswith(key) for line in lines), key
         screenshot(app, "help-80")
+
+
+async def test_a_refused_message_says_why_in_the_daemons_words_without_its_code(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    d = await start_daemon()
+    app = make_app(d, workspace)
+    async with attached(app) as pilot:
+        await type_text(pilot, app, "@sonnet hello")
+        await until(lambda: "not sent: " in notes(app))
+        [said] = [line for line in notes(app).splitlines() if line.startswith("not sent: ")]
+        assert said.startswith("not sent: model 'sonnet' is not "), said
+        assert "model_not_configured" not in notes(app)
+        assert app.prompt.text == "@sonnet hello"
+        await type_text(pilot, app, "/mcp restart nope")
+        await until(lambda: "no MCP server named 'nope'" in notes(app))
+        assert "mcp_server_not_found" not in notes(app)
