@@ -1151,3 +1151,35 @@ def test_answering_confirmations_from_the_keyboard_keeps_the_focus_on_them(
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.className") == "primary allow-once"
     assert page.locator(".confirm-card.resolved").count() == 0
+
+
+def test_each_page_names_itself_in_the_tab_and_an_unknown_one_marks_no_nav_link(
+    page: Any, served: DaemonThread, workspace: Path
+) -> None:
+    session_id = open_session(page, workspace)
+    send(page, "hello tab")
+    wait_idle(page)
+    # the first prompt is the session's title: its header and its tab say it at once
+    page.wait_for_function("() => document.title === 'hello tab · metis'")
+    assert page.inner_text("h1.session-title") == "hello tab"
+    short = f"{session_id[:9]}…{session_id[-4:]}"
+    pages = {
+        "#/": "Sessions · metis",
+        "#/routing": "Routing & models · metis",
+        "#/costs": "Costs · metis",
+        "#/mcp": "MCP servers · metis",
+        f"#/s/{session_id}/trace": f"Trace · {short} · metis",
+        "#/s/sess_nope": "Session not found · metis",
+        "#/no/such/page": "Page not found · metis",
+    }
+    for fragment, title in pages.items():
+        page.goto(f"{served.url}/{fragment}")
+        page.wait_for_function(f"() => document.title === {title!r}")
+    # a page that is none of the nav's marks none of its links as the current one
+    assert page.locator("nav [aria-current]").count() == 0
+    heading = page.locator("#app h1")
+    assert heading.inner_text() == "Page not found"
+    size = heading.evaluate("h => getComputedStyle(h).fontSize")
+    page.goto(f"{served.url}/#/costs")
+    page.wait_for_function("() => document.title === 'Costs · metis'")
+    assert heading.evaluate("h => getComputedStyle(h).fontSize") == size  # as every page's

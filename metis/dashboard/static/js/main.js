@@ -14,20 +14,24 @@ import { adoptLoginFragment, credential, followOtherTabs, forget, signedIn } fro
 const app = document.getElementById("app");
 let current = null;
 
+// What the browser's tab and history say of each page (a session's view names its session).
+const TITLES = { sessions: "Sessions", routing: "Routing & models", costs: "Costs", mcp: "MCP servers" };
+
 function route() {
   if (current?.stop) current.stop();
   current = null;
   clear(app);
   const hash = location.hash.replace(/^#/, "") || "/";
   let m;
-  let nav = "sessions";
+  let nav = "sessions"; // a session and its trace belong to Sessions; null: to no nav link
   if ((m = hash.match(/^\/s\/([\w-]+)\/trace$/))) current = traceView(app, m[1]);
   else if ((m = hash.match(/^\/s\/([\w-]+)(?:\?at=([\w-]+))?$/))) current = sessionView(app, m[1], m[2] || null);
   else if (hash === "/routing") (current = routingView(app)), (nav = "routing");
   else if (hash === "/costs") (current = costsView(app)), (nav = "costs");
   else if (hash === "/mcp") (current = mcpView(app)), (nav = "mcp");
   else if (hash === "/" || hash.startsWith("/?")) current = sessionsView(app);
-  else notFound(hash);
+  else (nav = null), notFound(hash);
+  if (!m) document.title = `${nav ? TITLES[nav] : "Page not found"} · metis`;
   for (const a of document.querySelectorAll("[data-nav]")) {
     if (a.dataset.nav === nav) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
@@ -39,7 +43,7 @@ function route() {
 // page as if it were the one asked for.
 function notFound(hash) {
   app.append(h("section", { class: "view" },
-    h("h1", {}, "Page not found"),
+    h("div", { class: "view-head" }, h("h1", {}, "Page not found")),
     h("p", {}, "Nothing here answers ", h("code", {}, `#${hash}`), "."),
     h("p", {}, h("a", { href: "#/" }, "Go to the sessions"))));
 }

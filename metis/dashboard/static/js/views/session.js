@@ -8,7 +8,7 @@
 // per animation frame, so a burst of thousands of deltas never blocks the main thread.
 
 import { api, renderMarkdown, allEvents, prerender, download } from "../api.js";
-import { h, clear, setHtml, fmtCost, fmtInt, fmtMs, toast, copyButton, addCodeCopy } from "../dom.js";
+import { h, clear, setHtml, fmtCost, fmtInt, fmtMs, shortId, toast, copyButton, addCodeCopy } from "../dom.js";
 import { SessionStream } from "../stream.js";
 import { toolCard } from "./toolcard.js";
 import { confirmationCard } from "./confirm.js";
@@ -37,9 +37,11 @@ export function sessionView(root, sessionId, revealAt = null) {
   let turnId = null;
   const finished = new Set(); // turns whose terminal event was handled (it can beat the POST's answer)
   let ended = false;
+  let left = false; // the view was left: a late answer no longer names the browser's tab
   const totals = { input: 0, output: 0, cost: 0 };
 
   const title = h("h1", { class: "session-title clamp" }, "Session");
+  document.title = `${shortId(sessionId)} · metis`; // until the session says its title
   const meta = h("p", { id: "session-meta", class: "muted small mono" });
   const conn = h("span", { class: "badge conn-state", role: "status" }, "connecting");
   const costEl = h("span", { id: "cost", class: "stat" });
@@ -359,6 +361,7 @@ export function sessionView(root, sessionId, revealAt = null) {
       case "turn.started":
         setTurn(ev.turn_id);
         if (p.user_message_id && !msgs.has(p.user_message_id)) syncMessages();
+        if (session && !session.title) refreshSession(); // its first prompt is its title now
         break;
       case "llm.call_completed":
         totals.input += p.input_tokens + p.cache_read_tokens + p.cache_write_tokens;
@@ -549,6 +552,7 @@ export function sessionView(root, sessionId, revealAt = null) {
   function showSession(s) {
     // the session's title (its first prompt unless set), clamped, in full as the tooltip
     title.textContent = s.title || s.id;
+    if (!left) document.title = `${s.title || shortId(s.id)} · metis`;
     title.title = s.title || "";
     title.classList.toggle("named", !!s.title);
     // the project instruction file the turns give the model (AGENTS.md, else CLAUDE.md)
@@ -680,6 +684,7 @@ export function sessionView(root, sessionId, revealAt = null) {
       turnState.hidden = true; // no turn can run any more: the badge beside it says why
       if (why === "not found") {
         title.textContent = "Session not found";
+        if (!left) document.title = "Session not found · metis";
         title.classList.add("named");
         meta.textContent = `No session ${sessionId}: it never existed here, or it was purged before.`;
         side.hidden = transcript.hidden = endedNote.hidden = true; // nothing to show, nothing to change
@@ -727,6 +732,7 @@ export function sessionView(root, sessionId, revealAt = null) {
   stream.start();
   return {
     stop() {
+      left = true;
       stream.stop();
       follow.disconnect();
       window.removeEventListener("scroll", onPageScroll);

@@ -2,12 +2,13 @@
 // with durations, tokens, cost, retries and failovers; click a row for its JSON; filter; paging.
 
 import { api } from "../api.js";
-import { h, clear, breakable, fmtCost, fmtInt, fmtMs, fmtTime, plural } from "../dom.js";
+import { h, clear, breakable, fmtCost, fmtInt, fmtMs, fmtTime, plural, shortId } from "../dom.js";
 
 const PAGE = 200;
 const KINDS = { all: null, turn: "turn.", route: "route.", llm: "llm.", tool: "tool.", session: "session." };
 
 export function traceView(root, sessionId) {
+  document.title = `Trace · ${shortId(sessionId)} · metis`;
   const events = [];
   let cursor = null;
   let kind = "all";
