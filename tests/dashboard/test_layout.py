@@ -259,3 +259,18 @@ def test_the_routing_page_says_in_words_why_a_model_is_out_and_its_reset_is_in_r
         pg.goto(f"{served.url}/#/routing")
         state = pg.wait_for_selector("#policy-state.error")
         assert "routing.yaml has errors; the shipped default" in state.inner_text()
+
+
+def test_a_sessions_turn_count_says_what_it_counts_on_a_phone(
+    browser: Any, served: DaemonThread, workspace: Path
+) -> None:
+    """The table's head names the column on a desktop; a phone hides the head, and the count
+    names itself ("1 turn" rather than a bare 1 beside the cost)."""
+    session_id = start_session(served, workspace)
+    send_turn(served, session_id, "hello")
+    session_once(served, session_id, lambda s: s["current_turn_id"] is None)
+    for (width, height), shown in (((1280, 800), "1"), (PHONE, "1 turn")):
+        with logged_in_page(browser, served, width, height) as pg:
+            cell = pg.locator(f"table.sessions tr[data-id='{session_id}'] td.turns")
+            cell.wait_for()
+            assert cell.inner_text() == shown

@@ -177,7 +177,8 @@ export function sessionsView(root) {
       h("td", {}, h("span", { class: `badge surface-${s.surface}` }, s.surface)),
       h("td", { class: "status" }, h("span", { class: `badge ${s.status}` }, s.status), " ", running, " ", waiting),
       h("td", { class: "mono small" }, s.active_model || "", s.sticky_model ? h("span", { class: "muted", title: "pinned" }, " 📌", h("span", { class: "sr-only" }, "(pinned)")) : null),
-      h("td", { class: "num" }, String(s.turn_count)),
+      // on a phone the table's head is hidden: the count says what it counts
+      h("td", { class: "num turns" }, String(s.turn_count), h("span", { class: "unit" }, s.turn_count === 1 ? " turn" : " turns")),
       h("td", { class: "num" }, fmtCost(s.cost_so_far_usd)),
       h("td", { class: "when", title: fmtTime(s.updated_at) }, ago(s.updated_at)),
       h("td", { class: "actions" },
