@@ -240,7 +240,9 @@ class ChatApp(App[int]):
                 else counted(earlier, "earlier turn")
             )
             await self.add(Note(Text(f"── resumed: {said} ──"), classes="marker"))
-        where = short_path(session["workspace_path"], 60)
+        # the path ends the note's first line: one too long for it wrapped in a directory's name
+        room = self.note_width - len(f"session {session_id} on ")
+        where = short_path(session["workspace_path"], max(24, min(60, room)))
         self.renderer.instructions = session.get("instructions")
         uses = instructions_note(self.renderer.instructions)
         await self.note(f"session {session_id} on {where}{uses}; /help for commands")

@@ -1173,3 +1173,18 @@ async def test_a_refused_message_says_why_in_the_daemons_words_without_its_code(
         await type_text(pilot, app, "/mcp restart nope")
         await until(lambda: "no MCP server named 'nope'" in notes(app))
         assert "mcp_server_not_found" not in notes(app)
+
+
+async def test_at_80_columns_the_opening_note_fits_the_workspace_on_its_first_line(
+    start_daemon: Callable[..., Any], tmp_path: Path
+) -> None:
+    deep = tmp_path / "clients" / "acme" / "platform" / "services" / "billing" / "api"
+    deep.mkdir(parents=True)
+    d = await start_daemon()
+    app = make_app(d, deep)
+    async with attached(app, size=(80, 24)) as pilot:
+        await pilot.pause()
+        [opening] = [n for n in app.query(Note) if "/help for commands" in str(n.render())]
+        first = opening.render_lines(opening.region.reset_offset)[0].text.strip()
+        assert first.startswith(f"session {app.session_id} on ")
+        assert first.endswith("/billing/api;") and "…" in first, first
