@@ -339,6 +339,12 @@ def test_a_failed_or_cancelled_turn_says_so_where_it_ended(
     assert shown() == live
     page.wait_for_function(f"document.querySelector('#tokens').textContent === {tokens!r}")
     assert tokens != "Tokens 0 in · 0 out"
+    # the trace says why under the failed turn's bar (a cancel the user asked for needs no words)
+    page.goto(f"{served.url}/#/s/{session_id}/trace")
+    page.wait_for_selector("#trace .turn")
+    whys = page.locator("#trace .turn-why").all_inner_texts()
+    assert whys == ["metis stopped while this turn was running"], whys
+    assert page.locator("#trace .turn-why.failed").count() == 1
 
 
 def test_aap_session_appears_and_streams(

@@ -22,6 +22,12 @@ const CANCEL_REASONS = {
   server_shutdown: "metis was stopping",
 };
 
+// Why a turn failed or was cancelled, in words ("" for a cancel the user asked for).
+export function turnEndReason(ev) {
+  const p = ev.payload || {};
+  return ev.type === "turn.failed" ? p.message || p.reason : CANCEL_REASONS[p.reason] ?? p.reason;
+}
+
 // `revealAt`: a message to open the transcript at (a search result's, `#/s/<id>?at=<message id>`).
 export function sessionView(root, sessionId, revealAt = null) {
   const msgs = new Map(); // message id → {el, role, live, rendered}
@@ -152,8 +158,7 @@ export function sessionView(root, sessionId, revealAt = null) {
   function showTurnEnd(ev) {
     if (ev.type === "turn.completed" || turnEnds.has(ev.id)) return;
     turnEnds.add(ev.id);
-    const p = ev.payload || {};
-    const why = ev.type === "turn.failed" ? p.message || p.reason : CANCEL_REASONS[p.reason] ?? p.reason;
+    const why = turnEndReason(ev);
     const what = ev.type === "turn.failed" ? "Turn failed" : "Turn cancelled";
     place(ev.id, h("p", { class: `turn-end ${ev.type.split(".")[1]}`, role: "note" }, why ? `${what}: ${why}` : what));
   }

@@ -2,6 +2,7 @@
 // with durations, tokens, cost, retries and failovers; click a row for its JSON; filter; paging.
 
 import { api } from "../api.js";
+import { turnEndReason } from "./session.js";
 import { h, clear, breakable, fmtCost, fmtInt, fmtMs, fmtTime, plural, shortId } from "../dom.js";
 
 const PAGE = 200;
@@ -157,7 +158,10 @@ export function traceView(root, sessionId) {
         + (models.size > 1 ? ` · failover: ${[...models].join(" → ")}` : "");
       const turnRow = eventRow(end || head, `Turn ${n} · ${outcome}`, end ? totals : "",
         `span-turn ${outcome}`, spanBar(t0, total, t0, total));
-      const group = h("div", { class: "turn", dataset: { turnId } }, turnRow, children);
+      // a turn that failed or was cancelled says why under its bar, as the transcript does
+      const why = end && end.type !== "turn.completed" ? turnEndReason(end) : "";
+      const group = h("div", { class: "turn", dataset: { turnId } }, turnRow,
+        why ? h("p", { class: `turn-why small ${outcome}` }, why) : null, children);
       if (!prefix || prefix === "turn." || children.childElementCount) tree.append(group);
     }
     summary.textContent = [plural(events.length, "event"), plural(turns.size, "turn"), plural(llm, "LLM call"),
