@@ -146,7 +146,7 @@ class TranscriptRenderer:
         for block in m.get("content") or []:
             kind = block.get("type")
             if kind == "thinking":
-                await host.add(ThinkingBlock(block.get("thinking", "")))
+                await host.add(ThinkingBlock(block.get("thinking", ""), live=False))
             elif kind == "text":
                 text += block.get("text", "")
             elif kind == "tool_use":
@@ -181,6 +181,9 @@ class TranscriptRenderer:
         self.host.turn.model = p.get("model") or self.host.turn.model
 
     async def _on_text_delta(self, event: dict[str, Any], p: dict[str, Any]) -> None:
+        thinking = self.thinking.get(p["message_id"])
+        if thinking is not None:  # the reply has begun: the thinking that led to it is over
+            thinking.finish()
         reply = self.replies.get(p["message_id"])
         if reply is None or reply is not self.host.transcript.children[-1]:
             # the first text, or text after a tool card: a block at the end, so the
@@ -214,6 +217,9 @@ class TranscriptRenderer:
             note = f"the reply was cut short ({p['stop_reason']})"
         if reply is not None:
             reply.finish()
+        thinking = self.thinking.get(p["message_id"])
+        if thinking is not None:
+            thinking.finish()
         if note:  # at the end, in the order things happened (after "cancelling the turn…")
             await self.host.add(Note(Text(note), classes="warning"))
 
@@ -321,6 +327,8 @@ class TranscriptRenderer:
     async def _turn_ended(self, event: dict[str, Any]) -> None:
         for reply in list(self.replies.values()):
             reply.finish()
+        for thinking in list(self.thinking.values()):
+            thinking.finish()
         outcome = turn_outcome(event["type"], event.get("payload") or {})
         line = _turn_line(event.get("payload") or {}, outcome)
         await self.host.note(line, error=outcome.startswith("failed"))

@@ -323,18 +323,23 @@ def split_pieces(text: str) -> list[str]:
 
 
 class ThinkingBlock(Collapsible):
-    """The model's thinking, collapsed."""
+    """The model's thinking, collapsed: titled `thinking…` while it streams, `thinking` once
+    the model has moved on (its reply, the end of its message or turn), so a finished block
+    does not read as still under way."""
 
     DEFAULT_CSS = """
     ThinkingBlock { margin: 1 0 0 0; border: none; padding: 0; background: $surface; }
     ThinkingBlock Static { color: $text-muted; text-style: italic; }
     """
 
-    def __init__(self, text: str = "") -> None:
+    def __init__(self, text: str = "", *, live: bool = True) -> None:
         self.text = text
         self.body = Static(Text(text))
         self._timer: Timer | None = None
-        super().__init__(self.body, title="thinking…", collapsed=True)
+        super().__init__(self.body, title="thinking…" if live else "thinking", collapsed=True)
+
+    def finish(self) -> None:
+        self.title = "thinking"
 
     def append(self, fragment: str) -> None:
         """Add streamed thinking; it is drawn on the next frame."""

@@ -23,6 +23,7 @@ from metis.commands.tui.widgets import (
     AssistantMessage,
     Note,
     PromptInput,
+    ThinkingBlock,
     ToolCard,
     UserMessage,
     block_starts,
@@ -808,17 +809,23 @@ async def test_thinking_comes_before_the_reply_it_leads_to(
     app = make_app(d, workspace)
     async with attached(app) as pilot:
         await type_text(pilot, app, "think about this")
+        await until(lambda: bool(app.query(ThinkingBlock)))
+        if not app.query(AssistantMessage):  # still thinking
+            assert app.query_one(ThinkingBlock).title == "thinking…"
         await until(lambda: "turn completed" in notes(app), timeout=20)
         await pilot.pause()
         live = [type(w).__name__ for w in app.transcript.children]
         assert live[-3:] == ["ThinkingBlock", "AssistantMessage", "Note"]
         [reply] = texts(app, AssistantMessage)
         assert reply == 'You said: "think about this"'
+        # over: its title no longer reads as under way (it kept "thinking…")
+        assert app.query_one(ThinkingBlock).title == "thinking"
     resumed = make_app(d, workspace, session_id=app.session_id)
     async with attached(resumed):
         kinds = [type(w).__name__ for w in resumed.transcript.children]
         assert kinds[: len(live) - 2] == [k for k in live if k != "Note"][: len(live) - 2]
         assert kinds.index("ThinkingBlock") < kinds.index("AssistantMessage")
+        assert resumed.query_one(ThinkingBlock).title == "thinking"
 
 
 async def test_typing_a_slash_lists_every_command_on_its_own_line(
