@@ -182,7 +182,7 @@ class SlashCommands:
             f"session cost ${host.session.get('cost_so_far_usd')} · "
             f"{counted(int(host.session.get('turn_count') or 0), 'turn')} · "
             f"{counted(len(events), 'model call')} · "
-            f"{tokens_in} in / {tokens_out} out tokens"
+            f"{tokens_in:,} in / {tokens_out:,} out tokens"
         )
 
     async def _sessions(self, arg: str) -> None:

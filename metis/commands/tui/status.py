@@ -28,7 +28,7 @@ def status_fields(
             + last_call.get("cache_read_tokens", 0)
             + last_call.get("cache_write_tokens", 0)
         )
-        fields["tokens"] = f"{used} in / {last_call.get('output_tokens', 0)} out"
+        fields["tokens"] = f"{used:,} in / {last_call.get('output_tokens', 0):,} out"
         window = (
             (models.get(last_call.get("model", "")) or {})
             .get("capabilities", {})

@@ -123,7 +123,7 @@ async def test_a_turn_streams_into_the_transcript_and_the_status_bar_matches_res
         fields = app.status.fields
         assert fields["model"] == f"{session['active_model']} (routing)"
         p = call["payload"]
-        assert fields["tokens"] == f"{p['input_tokens']} in / {p['output_tokens']} out"
+        assert fields["tokens"] == f"{p['input_tokens']:,} in / {p['output_tokens']:,} out"
         window = 200000
         assert (
             fields["context"] == f"{100 * (p['input_tokens'] + p['output_tokens']) / window:.1f}%"
@@ -1195,3 +1195,19 @@ async def test_at_80_columns_the_opening_note_fits_the_workspace_on_its_first_li
         first = opening.render_lines(opening.region.reset_offset)[0].text.strip()
         assert first.startswith(f"session {app.session_id} on ")
         assert first.endswith("/billing/api;") and "…" in first, first
+
+
+async def test_token_counts_group_their_thousands(
+    start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    d = await start_daemon()
+    app = make_app(d, workspace)
+    async with attached(app) as pilot:
+        await type_text(pilot, app, "word " * 1500)
+        await until(lambda: "turn completed" in notes(app))
+        [call] = await api_of(d).events(app.session_id, event_types="llm.call_completed")
+        tokens = call["payload"]["input_tokens"]
+        assert tokens >= 1500
+        await until(lambda: app.status.fields.get("tokens", "").startswith(f"{tokens:,} in / "))
+        await type_text(pilot, app, "/cost")
+        await until(lambda: f" · {tokens:,} in / " in notes(app))
