@@ -161,12 +161,17 @@ def test_the_session_stays_with_the_daemons_origin_and_logs_out(
 def test_create_session_and_stream_deltas(
     page: Any, served: DaemonThread, workspace: Path, shot: Any
 ) -> None:
+    # an empty list says how to make the first session
+    empty = page.wait_for_selector("#sessions-empty")
+    assert "create one above" in empty.inner_text() and "metis chat" in empty.inner_text()
     page.fill("#new-workspace", "/no/such/dir")
     page.click("form.new-session button[type=submit]")
     page.wait_for_selector("#new-error:has-text('workspace')")
     shot(page, "sessions-error")
     (workspace / "AGENTS.md").write_text("Use tabs.\n")
     session_id = open_session(page, workspace)
+    # a new session's message box has the keys: typing goes straight into it
+    page.wait_for_function("() => document.activeElement.id === 'composer-input'")
     # the project instructions the next turn will use, then the ones it used
     assert page.inner_text("#session-meta").endswith(" · metis · instructions: AGENTS.md")
     (workspace / "AGENTS.md").unlink()

@@ -449,6 +449,9 @@ export function sessionView(root, sessionId, revealAt = null) {
     for (const pc of session.pending_confirmations) showConfirmation(pc, pc.turn_id);
     pinned = true;
     stick();
+    // a new session (nothing said yet) is there to be written to: its message box has the keys
+    const idle = [root, document.body, null].includes(document.activeElement); // nothing else has the keys
+    if (gen === 1 && !frame.messages.length && !input.hidden && !ended && idle) input.focus();
     performance.mark("metis:transcript-rendered");
     // after the transcript is on screen: the totals so far, and the shown tools' outcomes
     loadTotals(gen);

@@ -94,7 +94,9 @@ export function sessionsView(root) {
   });
 
   const tbody = h("tbody");
-  const empty = h("p", { class: "muted", hidden: true }, "No sessions yet.");
+  // what an empty list says: how to make the first session (no filter), or that none match
+  const NONE_YET = "No sessions yet: create one above on a project directory, or run metis chat in a terminal there.";
+  const empty = h("p", { class: "muted", id: "sessions-empty", hidden: true }, NONE_YET);
   // the list shows `pages` pages, newest first; "Show more" adds one (the poll keeps them all)
   let pages = 1;
   const more = h("button", { type: "button", id: "more-sessions", hidden: true, onclick: () => { pages += 1; refresh(); } }, "Show older sessions");
@@ -252,7 +254,7 @@ export function sessionsView(root) {
       update(sessions);
       wsFilter.removeAttribute("aria-invalid");
       empty.classList.remove("error");
-      empty.textContent = narrowed ? "No sessions match these filters." : "No sessions yet.";
+      empty.textContent = narrowed ? "No sessions match these filters." : NONE_YET;
       empty.hidden = sessions.length > 0;
       more.hidden = !cursor;
       const kind = filters.q ? "matching sessions" : narrowed ? "sessions shown" : "sessions";
