@@ -395,7 +395,9 @@ class ChatApp(App[int]):
         self.notify("press Ctrl-C again to quit", timeout=QUIT_WINDOW_S)
 
     async def action_cancel_turn(self) -> None:
-        await self.turn.cancel()
+        """Esc: cancel the running turn; with none, put away the completions listed."""
+        if not await self.turn.cancel():
+            self.completion.show_hints([])
 
     async def action_quit_chat(self) -> None:
         await self.stream.close()

@@ -1211,3 +1211,19 @@ async def test_token_counts_group_their_thousands(
         await until(lambda: app.status.fields.get("tokens", "").startswith(f"{tokens:,} in / "))
         await type_text(pilot, app, "/cost")
         await until(lambda: f" · {tokens:,} in / " in notes(app))
+
+
+async def test_esc_puts_away_the_completions_when_no_turn_runs(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    d = await start_daemon()
+    app = make_app(d, workspace)
+    async with attached(app) as pilot:
+        app.prompt.focus()
+        await pilot.press("/", "c", "o")
+        hints = app.query_one("#hints", Static)
+        assert hints.has_class("shown")
+        await pilot.press("escape")
+        assert not hints.has_class("shown") and app.prompt.text == "/co"  # the text stays
+        await pilot.press("s")  # typing on lists them again
+        assert hints.has_class("shown")
