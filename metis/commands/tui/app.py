@@ -304,11 +304,14 @@ class ChatApp(App[int]):
             )
             return
         unused = self._unused_session()
+        before = self.session_id if self.continuable else None
         new = await self._create_session()
         await self.open_session(new)
         self.created = True
         self.turns_sent = 0
         await self._end_session(unused)
+        if before is not None and unused is None:  # kept: say where it went
+            await self.note(f"session {before} stays active: /sessions goes back to it")
 
     def _unused_session(self) -> str | None:
         """The session shown, if this app created it and sent it no turn: it is ended on

@@ -1227,3 +1227,26 @@ async def test_esc_puts_away_the_completions_when_no_turn_runs(
         assert not hints.has_class("shown") and app.prompt.text == "/co"  # the text stays
         await pilot.press("s")  # typing on lists them again
         assert hints.has_class("shown")
+
+
+async def test_new_says_the_session_left_stays_active_unless_it_was_never_used(
+    start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    d = await start_daemon()
+    app = make_app(d, workspace)
+    async with attached(app) as pilot:
+        first = app.session_id
+        await type_text(pilot, app, "hello")
+        await until(lambda: "turn completed" in notes(app))
+        await type_text(pilot, app, "/new")
+        await until(lambda: app.session_id != first and app.stream.reader is not None)
+        await until(
+            lambda: f"session {first} stays active: /sessions goes back to it" in notes(app)
+        )
+        second = app.session_id
+        await type_text(pilot, app, "/new")  # the second was never used: it is ended, not kept
+        await until(lambda: app.session_id != second and app.stream.reader is not None)
+        await pilot.pause()
+        assert "stays active" not in notes(app)
+    _, ended = await api_of(d).call("GET", f"/sessions/{second}")
+    assert ended["ended_at"] is not None
