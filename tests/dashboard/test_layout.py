@@ -274,3 +274,21 @@ def test_a_sessions_turn_count_says_what_it_counts_on_a_phone(
             cell = pg.locator(f"table.sessions tr[data-id='{session_id}'] td.turns")
             cell.wait_for()
             assert cell.inner_text() == shown
+
+
+def test_the_purge_dialog_names_the_session_and_keeps_clear_of_a_phones_edges(
+    browser: Any, served: DaemonThread, workspace: Path
+) -> None:
+    session_id = start_session(served, workspace)
+    send_turn(served, session_id, "hello")
+    session_once(served, session_id, lambda s: s["current_turn_id"] is None)
+    with logged_in_page(browser, served, *PHONE) as pg:
+        pg.locator(f"table.sessions tr[data-id='{session_id}'] button.danger").click()
+        dialog = pg.wait_for_selector("dialog[open]")
+        text = dialog.inner_text()
+        assert f"every message and event of hello ({session_id})." in text, text
+        box = dialog.bounding_box()
+        assert box is not None
+        assert box["x"] >= 8 and box["x"] + box["width"] <= PHONE[0] - 8, box
+        pg.keyboard.press("Escape")
+        pg.wait_for_selector("dialog", state="detached")

@@ -138,7 +138,8 @@ export function sessionsView(root) {
   async function purge(s) {
     const ok = await confirmDialog(
       "Purge session?",
-      `This deletes every message and event of ${s.id} (${s.title || s.workspace_path}). It cannot be undone.`,
+      // the session as End's dialog names it: by its title (else its id), then its id
+      `This deletes every message and event of ${s.title ? `${s.title} (${s.id})` : `${s.id} (${s.workspace_path})`}. It cannot be undone.`,
       "Purge");
     if (!ok) {
       control(s.id, "purge")?.focus(); // the dialog's opener may have been rebuilt meanwhile
