@@ -150,6 +150,16 @@ def test_trace_counts_tool_calls_as_its_turns_do_in_plain_plurals(
     # a filter that hides the selected event empties the panel; one that keeps it, keeps it
     page.locator("#trace .ev.span-tool").first.click()
     assert '"type": "tool.' in page.inner_text("#event-json")
+    # the filter's choices are said in words
+    choices = page.locator("#trace-filter option").all_inner_texts()
+    assert choices == [
+        "All events",
+        "Turns",
+        "Route decisions",
+        "LLM calls",
+        "Tool calls",
+        "Session events",
+    ]
     page.select_option("#trace-filter", "llm")
     assert page.inner_text("#event-json") == PLACEHOLDER
     assert page.locator("#trace .ev.selected").count() == 0

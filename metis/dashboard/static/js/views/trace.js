@@ -7,6 +7,8 @@ import { h, clear, breakable, fmtCost, fmtInt, fmtMs, fmtTime, plural, shortId }
 
 const PAGE = 200;
 const KINDS = { all: null, turn: "turn.", route: "route.", llm: "llm.", tool: "tool.", session: "session." };
+// what the filter's choices say (their values stay the kinds' names)
+const KIND_NAMES = { all: "All events", turn: "Turns", route: "Route decisions", llm: "LLM calls", tool: "Tool calls", session: "Session events" };
 
 export function traceView(root, sessionId) {
   document.title = `Trace · ${shortId(sessionId)} · metis`;
@@ -15,7 +17,7 @@ export function traceView(root, sessionId) {
   let kind = "all";
   let selected = null; // the id of the event whose JSON is shown
   const filter = h("select", { id: "trace-filter", "aria-label": "Event type" },
-    Object.keys(KINDS).map((k) => h("option", { value: k }, k)));
+    Object.keys(KINDS).map((k) => h("option", { value: k }, KIND_NAMES[k])));
   const more = h("button", { type: "button", id: "trace-more", hidden: true }, "Load more");
   const tree = h("div", { id: "trace", class: "trace" });
   const PLACEHOLDER = "Select an event to see its JSON.";
