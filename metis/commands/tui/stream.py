@@ -208,6 +208,7 @@ class SessionStream:
                 await host.note("the turn is no longer running")
             for request in host.session.get("pending_confirmations") or []:
                 host.confirmations.add(request)
+            await host.renderer.fill_missing_results()  # those the stop kept from being read
             await host.refresh_status(fetch=False)
 
     async def _handle(self, frame: dict[str, Any]) -> None:

@@ -259,6 +259,26 @@ class TranscriptRenderer:
             errors = "; ".join(e.get("message", "") for e in p.get("errors", [])[:3])
             card.set_state(f"input invalid: {errors}")
 
+    async def fill_missing_results(self) -> None:
+        """Fill the cards of calls that ended without their result shown: its fetch failed (the
+        daemon stopped just then). Called once the stream is back."""
+        waiting = {i: c for i, c in self.cards.items() if c.result is None}
+        if not waiting:
+            return
+        with contextlib.suppress(ApiFailure, aiohttp.ClientError):
+            page = await self.host.api.call(
+                "GET", f"/sessions/{self.host.session_id}/messages", params={"limit": 50}
+            )
+            for m in page["messages"]:
+                for block in m.get("content") or []:
+                    card = waiting.get(block.get("tool_use_id", ""))
+                    if block.get("type") == "tool_result" and card is not None:
+                        await card.set_result(
+                            tool_result_text(block),
+                            is_error=bool(block.get("is_error")),
+                            exit_code=card.exit_code,
+                        )
+
     async def _fill_result(self, card: ToolCard, p: dict[str, Any]) -> None:
         with contextlib.suppress(ApiFailure, aiohttp.ClientError):
             page = await self.host.api.call(

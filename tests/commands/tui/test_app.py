@@ -1250,3 +1250,34 @@ async def test_new_says_the_session_left_stays_active_unless_it_was_never_used(
         assert "stays active" not in notes(app)
     _, ended = await api_of(d).call("GET", f"/sessions/{second}")
     assert ended["ended_at"] is not None
+
+
+async def test_a_result_that_could_not_be_read_is_shown_once_the_daemon_is_back(
+    start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    """A call ends while REST does not answer (the daemon stopping just then): its card said
+    how it ended over nothing, even after the app re-attached; it is filled once the stream is back."""
+    d = await start_daemon(config=CONFIRM_ALL)
+    app = make_app(d, workspace)
+    async with attached(app):
+        send(app, "please use server tool")
+        modal = await wait_modal(app)
+        request = modal.request
+        app.api.url = "http://127.0.0.1:9"  # nothing listens there: the result is not read
+        await api_of(d).answer(
+            app.session_id, request["turn_id"], request["confirmation_request_id"]
+        )
+        await until(lambda: "turn completed" in notes(app))
+        [card] = app.query(ToolCard)
+        await until(lambda: card.state == "failed")  # ended: the file is not there
+        assert card.result is None
+        app.api.url = d.base_url
+        await d.stop()
+        await until(lambda: not app.stream.connected)
+        again = await restarted(d)
+        try:
+            await until(lambda: app.stream.connected, timeout=15)
+            await until(lambda: card.result is not None)
+            assert "metis-demo.txt" in card.result
+        finally:
+            await again.stop()
