@@ -1089,7 +1089,8 @@ def test_an_ended_session_whose_transcript_cannot_be_read_says_so(
     assert rest(served, "DELETE", f"/sessions/{sid}")[0] == 200
     page.route(re.compile(r"/messages\?"), lambda route: route.abort())
     page.goto(f"{served.url}/#/s/{sid}")
-    page.wait_for_selector("#toast:has-text('the transcript could not be read')")
+    toast = page.wait_for_selector("#toast:has-text('the transcript could not be read')")
+    assert toast.inner_text().startswith("The transcript could not be read (")  # a sentence
     assert page.inner_text(".conn-state") == "ended"  # and no unhandled rejection (fixture)
 
 

@@ -551,7 +551,7 @@ export function sessionView(root, sessionId, revealAt = null) {
       if (!(await loadEarlier())) return;
     }
     const m = msgs.get(target);
-    if (!m) return toast("that message is not in this session's transcript any more");
+    if (!m) return toast("That message is not in this session's transcript any more");
     pinned = false;
     m.el.classList.add("found");
     m.el.scrollIntoView({ block: "center" });
@@ -700,7 +700,7 @@ export function sessionView(root, sessionId, revealAt = null) {
       }
       if (why === "purged") {
         endedNote.textContent = "This session was purged: its messages and events are gone from the daemon.";
-        return toast("this session was purged");
+        return toast("This session was purged");
       }
       if (!s) return;
       session = s;
@@ -712,7 +712,7 @@ export function sessionView(root, sessionId, revealAt = null) {
         oldest = page.messages[0] || null;
         earlier.hidden = !page.has_more_before;
       } catch (err) {
-        toast(`the transcript could not be read (${err.code}: ${err.message}); reload to try again`);
+        toast(`The transcript could not be read (${err.code}: ${err.message}); reload to try again`);
         return;
       }
       // what the stored events say of the shown turns, read in full now that nothing is live:
