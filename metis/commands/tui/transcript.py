@@ -229,7 +229,8 @@ class TranscriptRenderer:
 
     async def _on_llm_call_failed(self, event: dict[str, Any], p: dict[str, Any]) -> None:
         if p.get("will_retry"):
-            await self.host.note(f"{p.get('error_class')} from {p.get('model')}; retrying")
+            trouble = _LLM_TROUBLE.get(str(p.get("error_class")), "failed")
+            await self.host.note(f"{p.get('model')}: {trouble}, retrying")
 
     async def _on_tool_called(self, event: dict[str, Any], p: dict[str, Any]) -> None:
         card = self.cards.get(p["tool_use_id"])
@@ -368,6 +369,17 @@ def _turn_line(p: dict[str, Any], outcome: str) -> str:
     seconds = (p.get("wall_time_ms") or 0) / 1000
     return f"turn {outcome} · {seconds:.1f} s · {turn_totals(p)}"
 
+
+# What went wrong with a model call that is retried, in words (`llm.call_failed`'s error_class)
+_LLM_TROUBLE = {
+    "rate_limit": "rate limited",
+    "server_error": "server error",
+    "network": "connection failed",
+    "auth": "key refused",
+    "context_overflow": "conversation too long",
+    "invalid_request": "request refused",
+    "content_filter": "content filtered",
+}
 
 # A failed tool call's state on its card, in words (the keys are `tool.failed`'s error_class)
 _FAILED_BECAUSE = {

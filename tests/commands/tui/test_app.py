@@ -1281,3 +1281,19 @@ async def test_a_result_that_could_not_be_read_is_shown_once_the_daemon_is_back(
             assert "metis-demo.txt" in card.result
         finally:
             await again.stop()
+
+
+async def test_a_retried_model_call_says_what_went_wrong_in_words(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    async with FakeProviderServer() as fake:
+        fake.enqueue("anthropic", FakeReply.fail(429, retry_after=0.2))
+        fake.enqueue("anthropic", FakeReply.say("answered after the retry"))
+        d = await start_daemon(models=bench_models_yaml(fake.anthropic_base_url))
+        app = make_app(d, workspace)
+        async with attached(app) as pilot:
+            await type_text(pilot, app, "hello")
+            await until(lambda: "turn completed" in notes(app), timeout=20)
+            [said] = [line for line in notes(app).splitlines() if "retrying" in line]
+            assert said.endswith(": rate limited, retrying"), said  # was "rate_limit from …"
+            assert texts(app, AssistantMessage) == ["answered after the retry"]
