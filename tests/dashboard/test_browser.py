@@ -1174,13 +1174,16 @@ def test_each_page_names_itself_in_the_tab_and_an_unknown_one_marks_no_nav_link(
     # the first prompt is the session's title: its header and its tab say it at once
     page.wait_for_function("() => document.title === 'hello tab · metis'")
     assert page.inner_text("h1.session-title") == "hello tab"
-    short = f"{session_id[:9]}…{session_id[-4:]}"
+    # a trace names its session by its title (an unknown one by its id)
+    page.goto(f"{served.url}/#/s/{session_id}/trace")
+    assert page.wait_for_selector("#trace-session").inner_text() == "hello tab"
     pages = {
         "#/": "Sessions · metis",
         "#/routing": "Routing & models · metis",
         "#/costs": "Costs · metis",
         "#/mcp": "MCP servers · metis",
-        f"#/s/{session_id}/trace": f"Trace · {short} · metis",
+        f"#/s/{session_id}/trace": "Trace · hello tab · metis",
+        "#/s/sess_nope/trace": "Trace · sess_nope…nope · metis",
         "#/s/sess_nope": "Session not found · metis",
         "#/no/such/page": "Page not found · metis",
     }

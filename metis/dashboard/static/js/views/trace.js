@@ -23,10 +23,12 @@ export function traceView(root, sessionId) {
   const PLACEHOLDER = "Select an event to see its JSON.";
   const json = h("pre", { id: "event-json", class: "json", tabindex: "0", "aria-label": "Selected event" }, PLACEHOLDER);
   const summary = h("p", { class: "muted", id: "trace-summary" });
+  // the session's title (its first prompt unless set), read once: a person knows it by that
+  const named = h("p", { id: "trace-session", class: "clamp", hidden: true });
   const error = h("p", { class: "error", id: "trace-error", role: "alert" });
   root.append(h("section", { class: "view" },
     h("div", { class: "view-head" },
-      h("div", {}, h("a", { href: `#/s/${sessionId}`, class: "small" }, "← Session"), h("h1", {}, "Trace"), h("p", { class: "muted small mono" }, sessionId)),
+      h("div", {}, h("a", { href: `#/s/${sessionId}`, class: "small" }, "← Session"), h("h1", {}, "Trace"), named, h("p", { class: "muted small mono" }, sessionId)),
       h("div", { class: "filters" }, h("label", { for: "trace-filter" }, "Show"), filter)),
     summary, error,
     h("div", { class: "trace-layout" }, h("div", {}, tree, more), h("aside", { class: "event-panel" }, h("h2", { class: "small" }, "Event"), json))));
@@ -190,6 +192,22 @@ export function traceView(root, sessionId) {
     more.hidden = !cursor;
     draw();
   }
+  async function nameSession() {
+    let session;
+    try {
+      session = await api("GET", `/sessions/${sessionId}`);
+    } catch {
+      return; // unknown or unreachable: the events' answer says so
+    }
+    if (left || !session.title) return;
+    named.textContent = session.title;
+    named.title = session.title;
+    named.hidden = false;
+    document.title = `Trace · ${session.title} · metis`;
+  }
+
+  let left = false;
   load();
-  return {};
+  nameSession();
+  return { stop() { left = true; } };
 }
