@@ -1076,6 +1076,7 @@ def test_the_model_selector_reverts_on_error_and_is_disabled_once_ended(
     status, _ = rest(served, "DELETE", f"/sessions/{session_id}")
     assert status == 200
     page.wait_for_selector("#model-select:disabled")
+    assert page.inner_text("#model-note") == ""  # routing decides nothing for it any more
     assert page.locator("form.composer").is_hidden()
     assert "This session has ended" in page.inner_text("#ended-note")
 

@@ -580,7 +580,8 @@ export function sessionView(root, sessionId, revealAt = null) {
     const swap = s.pending_swap;
     const model = swap ? swap.sticky_model : s.sticky_model;
     modelSelect.value = model || "";
-    modelNote.textContent = swap ? "applies after this turn" : model ? "pinned" : "routing decides";
+    // an ended session's model decides nothing any more: no note beside its disabled selector
+    modelNote.textContent = ended ? "" : swap ? "applies after this turn" : model ? "pinned" : "routing decides";
   }
 
   async function refreshSession() {
@@ -604,6 +605,7 @@ export function sessionView(root, sessionId, revealAt = null) {
   function setEnded() {
     ended = true;
     modelSelect.disabled = true;
+    if (session) showModel(session);
     composer.hidden = aapNote.hidden = true;
     endedNote.hidden = false;
     withdrawOpen({ sessionEnded: true });
