@@ -302,3 +302,17 @@ def test_the_purge_dialog_names_the_session_and_keeps_clear_of_a_phones_edges(
         assert box["x"] >= 8 and box["x"] + box["width"] <= PHONE[0] - 8, box
         pg.keyboard.press("Escape")
         pg.wait_for_selector("dialog", state="detached")
+
+
+def test_the_login_pages_keep_clear_of_a_phones_edges(browser: Any, served: DaemonThread) -> None:
+    """The page that says how to log in, and the one of a spent link: a card whose frame is
+    whole on a phone, not cut by the screen's edges."""
+    context = browser.new_context(viewport={"width": PHONE[0], "height": PHONE[1]})
+    pg = context.new_page()
+    for link in (served.url + "/", served.url + "/login?token=spent"):
+        pg.goto(link)
+        card = pg.wait_for_selector("#login:visible")
+        box = card.bounding_box()
+        assert box is not None
+        assert box["x"] >= 8 and box["x"] + box["width"] <= PHONE[0] - 8, (link, box)
+    context.close()
