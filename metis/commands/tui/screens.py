@@ -53,6 +53,7 @@ class ConfirmScreen(ModalScreen[Decision | None]):
     ConfirmScreen .title { text-style: bold; }
     ConfirmScreen VerticalScroll { height: auto; max-height: 24; margin: 1 0; }
     ConfirmScreen .keys { color: $text-muted; }
+    ConfirmScreen #answer { dock: bottom; height: auto; }
     ConfirmScreen Input { display: none; }
     ConfirmScreen Input.asking { display: block; }
     """
@@ -102,8 +103,10 @@ class ConfirmScreen(ModalScreen[Decision | None]):
             if "session" in scopes:
                 keys += "   [a] allow for this session"
             keys += "\n[n] deny (with a reason)   [Esc] decide later"
-            yield Static(Text(keys), classes="keys")
-            yield Input(placeholder="reason for denying (optional), Enter to send", id="reason")
+            # docked at the dialog's foot: a long diff scrolls above them, never hides them
+            with Vertical(id="answer"):
+                yield Static(Text(keys), classes="keys")
+                yield Input(placeholder="reason for denying (optional), Enter to send", id="reason")
 
     def _body(self, name: str) -> Any:
         diff = tooldisplay.file_diff(name, self.tool_input, self.workspace)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.containers import Vertical, VerticalScroll
 from textual.pilot import Pilot
 from textual.widgets import Collapsible, OptionList, Static
 from textual.widgets._collapsible import CollapsibleTitle
@@ -1297,3 +1298,35 @@ async def test_a_retried_model_call_says_what_went_wrong_in_words(
             [said] = [line for line in notes(app).splitlines() if "retrying" in line]
             assert said.endswith(": rate limited, retrying"), said  # was "rate_limit from …"
             assert texts(app, AssistantMessage) == ["answered after the retry"]
+
+
+async def test_a_long_diff_scrolls_above_the_keys_at_80x24(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """A 60-line write pushed the dialog's keys below its edge at 80x24: nothing said how to
+    answer. The keys (and the reason asked after `n`) stay at the dialog's foot; the diff
+    scrolls above them."""
+    async with FakeProviderServer() as fake:
+        content = "".join(f"line {i}\n" for i in range(60))
+        fake.enqueue(
+            "anthropic", FakeReply.call("write_file", {"path": "big.txt", "content": content})
+        )
+        fake.enqueue("anthropic", FakeReply.say("written"))
+        d = await start_daemon(models=bench_models_yaml(fake.anthropic_base_url))
+        app = make_app(d, workspace)
+        async with attached(app, size=(80, 24)) as pilot:
+            send(app, "write it")
+            modal = await wait_modal(app)
+            await pilot.pause()
+            dialog = modal.query_one(Vertical).region
+            keys = modal.query_one(".keys", Static).region
+            assert dialog.contains_region(keys) and keys.height == 2
+            diff = modal.query_one("#confirm-body", Static).parent
+            assert isinstance(diff, VerticalScroll) and diff.max_scroll_y > 0
+            screenshot(app, "confirm-long-diff")
+            await pilot.press("n")
+            await pilot.pause()
+            reason = modal.query_one("#reason").region
+            assert reason.height == 3 and dialog.contains_region(reason)
+            await pilot.press(*"too big", "enter")
+            await until(lambda: "turn completed" in notes(app), timeout=20)
