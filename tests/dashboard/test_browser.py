@@ -8,6 +8,7 @@ import sys
 import threading
 import urllib.error
 import urllib.request
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -631,6 +632,13 @@ def test_routing_and_costs_views(
     page.goto(served.url + "/#/costs")
     page.wait_for_selector("#costs svg.chart")
     assert page.locator("#costs svg.chart rect.bar").count() >= 30
+    # today, the last bar, is always labelled (the labels are counted from it)
+    page.wait_for_selector("#costs svg.chart text.tick")
+    ticks = page.eval_on_selector_all(
+        "#costs svg.chart text.tick", "ts => ts.map(t => t.textContent)"
+    )
+    days = [t for t in ticks if re.fullmatch(r"\d\d-\d\d", t)]
+    assert days[-1] == datetime.now(UTC).strftime("%m-%d"), days
     shot(page, "costs")
     page.click("nav a[data-nav=mcp]")
     page.wait_for_selector("#mcp .empty")

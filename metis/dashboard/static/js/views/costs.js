@@ -33,7 +33,8 @@ function dayChart(rows, width) {
     const rect = svg("rect", { x: PAD + i * bw + 1, y: H - PAD - bh, width: Math.max(1, bw - 2), height: Math.max(bh, v ? 1 : 0), class: "bar" },
       svg("title", { text: `${r.key}: ${fmtCost(r.cost_usd)} · ${plural(r.turns, "turn")}` }));
     chart.append(rect);
-    if (i % every === 0) chart.append(svg("text", { x: PAD + i * bw, y: H - 8, class: "tick", text: r.key.slice(5) }));
+    // counted from the newest day, so that today (the last bar) is always labelled
+    if ((rows.length - 1 - i) % every === 0) chart.append(svg("text", { x: PAD + i * bw, y: H - 8, class: "tick", text: r.key.slice(5) }));
   });
   const most = spend ? fmtCost(max) : plural(max, "turn");
   chart.append(svg("text", { x: PAD, y: 16, class: "tick", text: `${spend ? "cost" : "no spend yet: turns"} per day, max ${most}` }));
