@@ -316,3 +316,35 @@ def test_the_login_pages_keep_clear_of_a_phones_edges(browser: Any, served: Daem
         assert box is not None
         assert box["x"] >= 8 and box["x"] + box["width"] <= PHONE[0] - 8, (link, box)
     context.close()
+
+
+def test_on_a_phone_an_events_json_opens_under_its_row(
+    browser: Any, served: DaemonThread, workspace: Path
+) -> None:
+    """The panel is under the whole timeline there: it moves under the row clicked, stays
+    there through a filter's redraw, and goes back beside the timeline on a wide screen."""
+    session_id = start_session(served, workspace)
+    for text in ("hello", "again", "and again"):
+        send_turn(served, session_id, text)
+        session_once(served, session_id, lambda s: s["current_turn_id"] is None)
+    under_row = (
+        "() => { const p = document.querySelector('.event-panel');"
+        " const r = p.previousElementSibling;"
+        " return !!r && r.classList.contains('selected'); }"
+    )
+    with logged_in_page(browser, served, *PHONE) as pg:
+        pg.goto(f"{served.url}/#/s/{session_id}/trace")
+        pg.wait_for_selector("#trace .turn")
+        pg.locator("#trace .ev.span-llm").first.click()
+        assert pg.evaluate(under_row)
+        box = pg.locator(".event-panel").bounding_box()
+        assert box is not None and box["y"] < PHONE[1], box  # on the screen, not below it all
+        assert '"type": "llm.call_completed"' in pg.inner_text("#event-json")
+        pg.select_option("#trace-filter", "llm")
+        assert pg.evaluate(under_row)
+        pg.set_viewport_size({"width": 1280, "height": 800})
+        pg.wait_for_function(
+            "() => document.querySelector('.event-panel').parentElement"
+            ".classList.contains('trace-layout')"
+        )
+        assert '"type": "llm.call_completed"' in pg.inner_text("#event-json")

@@ -26,12 +26,23 @@ export function traceView(root, sessionId) {
   // the session's title (its first prompt unless set), read once: a person knows it by that
   const named = h("p", { id: "trace-session", class: "clamp", hidden: true });
   const error = h("p", { class: "error", id: "trace-error", role: "alert" });
+  // The selected event's JSON: beside the timeline on a wide screen; on a narrow one, where
+  // the panel would be under the whole timeline, out of sight, right under the row clicked.
+  const panel = h("aside", { class: "event-panel" }, h("h2", { class: "small" }, "Event"), json);
+  const layout = h("div", { class: "trace-layout" }, h("div", {}, tree, more), panel);
+  const narrow = matchMedia("(max-width: 800px)");
+  function placePanel() {
+    const row = selected && tree.querySelector(".ev.selected");
+    if (narrow.matches && row) row.after(panel);
+    else if (panel.parentNode !== layout) layout.append(panel);
+  }
+  narrow.addEventListener("change", placePanel);
   root.append(h("section", { class: "view" },
     h("div", { class: "view-head" },
       h("div", {}, h("a", { href: `#/s/${sessionId}`, class: "small" }, "← Session"), h("h1", {}, "Trace"), named, h("p", { class: "muted small mono" }, sessionId)),
       h("div", { class: "filters" }, h("label", { for: "trace-filter" }, "Show"), filter)),
     summary, error,
-    h("div", { class: "trace-layout" }, h("div", {}, tree, more), h("aside", { class: "event-panel" }, h("h2", { class: "small" }, "Event"), json))));
+    layout));
 
   filter.addEventListener("change", () => { kind = filter.value; draw(); });
   more.addEventListener("click", () => load());
@@ -41,6 +52,7 @@ export function traceView(root, sessionId) {
     row.classList.add("selected");
     selected = ev.id;
     json.textContent = JSON.stringify(ev, null, 2);
+    placePanel();
   }
 
   // After a redraw the selected event's row is marked again; a filter that hides it empties
@@ -52,6 +64,7 @@ export function traceView(root, sessionId) {
       selected = null;
       json.textContent = PLACEHOLDER;
     }
+    placePanel();
   }
 
   function eventRow(ev, label, extra, cls, bar) {
@@ -76,6 +89,7 @@ export function traceView(root, sessionId) {
   }
 
   function draw() {
+    layout.append(panel); // out of the timeline before it is redrawn (placed again after)
     clear(tree);
     const prefix = KINDS[kind];
     // in time order: a turn takes the place of its first event, an event outside turns its own
@@ -209,5 +223,5 @@ export function traceView(root, sessionId) {
   let left = false;
   load();
   nameSession();
-  return { stop() { left = true; } };
+  return { stop() { left = true; narrow.removeEventListener("change", placePanel); } };
 }
