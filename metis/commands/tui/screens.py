@@ -12,8 +12,10 @@ from rich.syntax import Syntax
 from rich.text import Text
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
+from textual.css.scalar import Scalar
 from textual.screen import ModalScreen
 from textual.timer import Timer
+from textual.widget import Widget
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
@@ -22,6 +24,19 @@ from metis.commands.tui.failures import error_text
 from metis.wire import tooldisplay
 from metis.wire.counts import counted
 from metis.wire.search import where_said
+
+
+def fit_scroll(dialog: Widget, scroll: Widget, *, share: float, cap: int) -> None:
+    """Give `scroll` (a diff, a list) at most the rows `dialog` has left, at most `share` of
+    the screen's height, once its other parts are laid out. A height fixed in CSS overflowed a
+    short terminal: the dialog clipped the scroll's end, and what came after it (the keys)."""
+    used = dialog.styles.gutter.height + scroll.styles.margin.height
+    for child in dialog.children:
+        if child is not scroll and child.display:
+            used += child.outer_size.height + child.styles.margin.height
+    room = max(3, min(cap, int(dialog.screen.size.height * share) - used))
+    if scroll.styles.max_height != Scalar.from_number(room):
+        scroll.styles.max_height = room
 
 
 @dataclass(frozen=True)
@@ -119,6 +134,17 @@ class ConfirmScreen(ModalScreen[Decision | None]):
             return Syntax(str(command), "bash", theme="ansi_dark")
         return None
 
+    def on_mount(self) -> None:
+        self.call_after_refresh(self._fit)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._fit)
+
+    def _fit(self) -> None:
+        scrolls = self.query(VerticalScroll)
+        if scrolls:  # the dialog takes at most 90% of the screen (its CSS)
+            fit_scroll(self.query_one(Vertical), scrolls.first(), share=0.9, cap=24)
+
     def _asking_reason(self) -> bool:
         return self.query_one("#reason", Input).has_class("asking")
 
@@ -136,6 +162,7 @@ class ConfirmScreen(ModalScreen[Decision | None]):
         if not reason.has_class("asking"):
             reason.add_class("asking")
             reason.focus()
+            self.call_after_refresh(self._fit)  # the reason's field takes rows from the diff
 
     def action_later(self) -> None:
         self.dismiss(None)
@@ -158,7 +185,7 @@ class SessionPicker(ModalScreen[PickedSession | None]):
     }
     SessionPicker OptionList { height: auto; max-height: 30; }
     SessionPicker #search { margin-bottom: 1; }
-    SessionPicker .keys { color: $text-muted; }
+    SessionPicker .keys { color: $text-muted; dock: bottom; }
     """
 
     BINDINGS = [
@@ -188,7 +215,17 @@ class SessionPicker(ModalScreen[PickedSession | None]):
             yield Static(Text("Sessions on this workspace", style="bold"))
             yield Input(placeholder="search: words said, or an id", id="search")
             yield OptionList(*self._options(), id="sessions")
+            # docked at the foot: a long list scrolls above it, never hides it
             yield Static(Text("type: search   ↑↓ Enter: switch   Esc: close"), classes="keys")
+
+    def on_mount(self) -> None:
+        self.call_after_refresh(self._fit)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._fit)
+
+    def _fit(self) -> None:  # the picker takes at most 80% of the screen (its CSS)
+        fit_scroll(self.query_one(Vertical), self.query_one(OptionList), share=0.8, cap=30)
 
     def _options(self) -> list[Option]:
         if not self.sessions:

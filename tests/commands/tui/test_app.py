@@ -1300,7 +1300,7 @@ async def test_a_retried_model_call_says_what_went_wrong_in_words(
             assert texts(app, AssistantMessage) == ["answered after the retry"]
 
 
-async def test_a_long_diff_scrolls_above_the_keys_at_80x24(
+async def test_a_long_diff_scrolls_within_the_dialog_above_its_keys_at_80x24(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
     """A 60-line write pushed the dialog's keys below its edge at 80x24: nothing said how to
@@ -1323,10 +1323,37 @@ async def test_a_long_diff_scrolls_above_the_keys_at_80x24(
             assert dialog.contains_region(keys) and keys.height == 2
             diff = modal.query_one("#confirm-body", Static).parent
             assert isinstance(diff, VerticalScroll) and diff.max_scroll_y > 0
+            # the whole diff within the dialog: scrolled to its end, its last line shows
+            assert dialog.contains_region(diff.region) and diff.region.bottom <= keys.y
             screenshot(app, "confirm-long-diff")
             await pilot.press("n")
             await pilot.pause()
             reason = modal.query_one("#reason").region
             assert reason.height == 3 and dialog.contains_region(reason)
+            assert diff.region.bottom <= modal.query_one(".keys", Static).region.y
             await pilot.press(*"too big", "enter")
             await until(lambda: "turn completed" in notes(app), timeout=20)
+
+
+async def test_a_long_session_list_scrolls_above_the_pickers_keys_at_80x24(
+    start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    d = await start_daemon()
+    api = api_of(d)
+    for i in range(12):
+        session = await api.create_session(workspace)
+        await api.run_turn(session["id"], f"question number {i}")
+    app = make_app(d, workspace)
+    async with attached(app, size=(80, 24)) as pilot:
+        await type_text(pilot, app, "/sessions")
+        await until(lambda: isinstance(app.screen, SessionPicker))
+        await pilot.pause()
+        picker = app.screen
+        dialog = picker.query_one(Vertical).region
+        keys = picker.query_one(".keys", Static).region
+        assert dialog.contains_region(keys), (keys, dialog)  # it was 20 rows below the edge
+        # the list scrolls within the dialog: its last sessions can be reached, not clipped
+        options = picker.query_one(OptionList)
+        assert dialog.contains_region(options.region) and options.region.bottom <= keys.y
+        assert options.max_scroll_y > 0
+        screenshot(app, "session-picker-80")
