@@ -348,3 +348,27 @@ def test_on_a_phone_an_events_json_opens_under_its_row(
             ".classList.contains('trace-layout')"
         )
         assert '"type": "llm.call_completed"' in pg.inner_text("#event-json")
+
+
+def test_the_routing_page_follows_the_models_and_the_decisions(
+    keyed_models: Path, page: Any, served: DaemonThread, workspace: Path
+) -> None:
+    assert served.daemon is not None
+    core = served.daemon.core
+    page.goto(f"{served.url}/#/routing")
+    row = page.locator("#models tr[data-model='keyed:claude-haiku-4-5']")
+    row.locator(".badge.ok").wait_for()
+    page.locator("#reset-all").focus()
+
+    async def refuse_the_key() -> None:
+        core.availability.record_failure("keyed:claude-haiku-4-5", "auth")
+
+    served.run(refuse_the_key())
+    row.locator(".badge.bad:text-is('unavailable')").wait_for()  # no reload
+    session_id = start_session(served, workspace)
+    # no model can take it now (keyed is the default and out): a decision all the same
+    turn = {"content": [{"type": "text", "text": "hello"}]}
+    assert rest(served, "POST", f"/sessions/{session_id}/turns", turn)[0] == 503
+    page.locator(f"#decisions a[title='{session_id}']").first.wait_for()
+    # the refreshes that changed nothing near it left the keyboard where it was
+    assert page.evaluate("document.activeElement.id") == "reset-all"

@@ -3,6 +3,9 @@
 
 import { api } from "../api.js";
 import { h, append, clear, fmtTime, shortId, toast } from "../dom.js";
+import { whileVisible } from "../poll.js";
+
+const POLL_MS = 2000;
 
 // a policy's version as the daemon's log names it
 const VERSION_CHARS = 12;
@@ -35,8 +38,19 @@ export function routingView(root) {
     } catch (err) { toast(`${err.code}: ${err.message}`); }
   }
 
+  // What each part last showed: a refresh that reads the same leaves it as it is (no
+  // flicker, and the keyboard stays on a Reset button).
+  const shown = {};
+  function changed(part, data) {
+    const text = JSON.stringify(data);
+    if (shown[part] === text) return false;
+    shown[part] = text;
+    return true;
+  }
+
   async function loadPolicy() {
     const p = await api("GET", "/routing/policy");
+    if (!changed("policy", p)) return;
     append(clear(policyBox), [
       h("dl", { class: "kv" },
         // the daemon's own sentence: which file is in force and why (a file with errors is not)
@@ -53,6 +67,7 @@ export function routingView(root) {
 
   async function loadModels() {
     const data = await api("GET", "/models");
+    if (!changed("models", data)) return;
     // labelled cells: on a phone the rows are stacked without the table's head (app.css)
     clear(models).append(...data.models.map((m) => h("tr", { dataset: { model: m.id } },
       h("td", { class: "mono" }, m.id, m.label ? h("div", { class: "muted small" }, m.label) : null),
@@ -82,6 +97,7 @@ export function routingView(root) {
 
   async function loadDecisions() {
     const rows = (await api("GET", "/routing/decisions?limit=20")).decisions;
+    if (!changed("decisions", rows)) return;
     clear(decisions).append(...rows.map((ev) => {
       const p = ev.payload;
       const by = p.chain.find((c) => c.verdict === "chose");
@@ -100,6 +116,19 @@ export function routingView(root) {
     if (!rows.length) decisions.append(h("tr", {}, h("td", { colspan: 6, class: "muted" }, "No decisions yet.")));
   }
 
-  Promise.all([loadPolicy(), loadModels(), loadDecisions()]).catch((err) => toast(`${err.code}: ${err.message}`));
-  return {};
+  // Followed while shown: a model goes out or comes back, a turn is routed, routing.yaml is
+  // edited (the daemon reloads it by itself).
+  let stopped = false;
+  async function refresh() {
+    try {
+      await Promise.all([loadPolicy(), loadModels(), loadDecisions()]);
+    } catch (err) {
+      // an unreachable daemon is said in the header (api.js), not toasted at every refresh
+      if (!stopped && err.code !== "network_error") toast(`${err.code}: ${err.message}`);
+    }
+    if (!stopped) poll.next();
+  }
+  const poll = whileVisible(refresh, POLL_MS);
+  refresh();
+  return { stop() { stopped = true; poll.stop(); } };
 }
