@@ -334,6 +334,17 @@ class ChatApp(App[int]):
         """A session was opened and is still active on leaving: `--session` continues it."""
         return bool(self.session) and not self.ended
 
+    def farewell(self) -> str | None:
+        """The line printed once the app is gone: how to continue the session, and that its
+        turn goes on when one was running (leaving does not cancel it; a question it asks then
+        waits for an answer from elsewhere)."""
+        if not self.continuable:
+            return None
+        line = f"`metis chat --session {self.session_id}` continues this session"
+        if self.turn.id is not None:
+            line += " (its turn is still running)"
+        return line
+
     async def refresh_status(self, *, fetch: bool = True) -> None:
         if fetch and self.session_id is not None:
             with contextlib.suppress(ApiFailure, aiohttp.ClientError):
@@ -432,6 +443,7 @@ def run_app(args: argparse.Namespace) -> int:
     code = app.run()
     if app.start_failure is not None:  # the screen that said it is gone: say it where it stays
         print(f"metis: {app.start_failure}", file=sys.stderr)
-    if app.continuable:
-        print(f"metis: `metis chat --session {app.session_id}` continues this session")
+    farewell = app.farewell()
+    if farewell is not None:
+        print(f"metis: {farewell}")
     return int(code or 0)

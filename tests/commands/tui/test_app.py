@@ -1357,3 +1357,26 @@ async def test_a_long_session_list_scrolls_above_the_pickers_keys_at_80x24(
         assert dialog.contains_region(options.region) and options.region.bottom <= keys.y
         assert options.max_scroll_y > 0
         screenshot(app, "session-picker-80")
+
+
+async def test_leaving_while_a_turn_runs_says_it_goes_on(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    d = await start_daemon(config=CONFIRM_ALL)
+    app = make_app(d, workspace)
+    async with attached(app) as pilot:
+        send(app, "please use server tool")
+        await wait_modal(app)  # the turn waits for an answer
+        await pilot.press("ctrl+q")
+        await until(lambda: app.return_value is not None)
+    assert app.farewell() == (
+        f"`metis chat --session {app.session_id}` continues this session "
+        "(its turn is still running)"
+    )
+    idle = make_app(d, workspace)
+    async with attached(idle) as pilot:
+        await type_text(pilot, idle, "hello")
+        await until(lambda: "turn completed" in notes(idle))
+        await pilot.press("ctrl+q")
+        await until(lambda: idle.return_value is not None)
+    assert idle.farewell() == f"`metis chat --session {idle.session_id}` continues this session"
