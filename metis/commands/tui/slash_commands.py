@@ -50,6 +50,7 @@ KEYS = (
     ("↑ / ↓", "prompt history (on the first / last line)"),
     ("Tab", "complete a /command, /model's alias or @alias"),
     ("PageUp / PageDown", "scroll the transcript"),
+    ("Shift+Tab", "to the collapsed parts (thinking, show all…), Enter opens; back to the prompt"),
     ("Esc, Ctrl-C", "cancel the running turn"),
     ("Ctrl-C twice, Ctrl-Q", "quit"),
     ("Ctrl-O", "answer a pending confirmation"),

@@ -1380,3 +1380,27 @@ async def test_leaving_while_a_turn_runs_says_it_goes_on(
         await pilot.press("ctrl+q")
         await until(lambda: idle.return_value is not None)
     assert idle.farewell() == f"`metis chat --session {idle.session_id}` continues this session"
+
+
+async def test_shift_tab_reaches_the_collapsed_thinking_and_enter_opens_it(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """Without a mouse, a collapsed part of the transcript is reached with Shift+Tab (as /help
+    says), opened with Enter, and Shift+Tab comes round to the prompt again."""
+    d = await start_daemon()
+    app = make_app(d, workspace)
+    async with attached(app) as pilot:
+        await type_text(pilot, app, "think please")
+        await until(lambda: "turn completed" in notes(app))
+        thinking = app.query_one(ThinkingBlock)
+        await pilot.press("shift+tab")
+        assert isinstance(app.focused, CollapsibleTitle) and app.focused.parent is thinking
+        await pilot.press("enter")
+        assert not thinking.collapsed
+        for _ in range(3):
+            if app.focused is app.prompt:
+                break
+            await pilot.press("shift+tab")
+        assert app.focused is app.prompt
+        assert app.prompt.text == ""  # the Enter opened the thinking, it sent nothing
+        assert texts(app, UserMessage) == ["think please"]
