@@ -22,6 +22,7 @@ from typing import Any
 
 import aiohttp
 from rich.text import Text
+from textual import events
 from textual.app import App
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -392,6 +393,16 @@ class ChatApp(App[int]):
         self.completion.text_changed()
 
     # keys -------------------------------------------------------------------------------------
+
+    def on_key(self, event: events.Key) -> None:
+        """A character typed while the focus is in the transcript (Shift+Tab took it there)
+        goes to the prompt, and the focus with it: typing is never lost."""
+        if self.screen is not self.screen_stack[0] or self.prompt.disabled:
+            return
+        if self.focused is not self.prompt and event.is_printable and event.character:
+            event.stop()
+            self.prompt.focus()
+            self.prompt.insert(event.character)
 
     async def action_interrupt(self) -> None:
         """Ctrl-C: cancel the running turn; when idle, twice within 2 s quits; with no session

@@ -1404,3 +1404,7 @@ async def test_shift_tab_reaches_the_collapsed_thinking_and_enter_opens_it(
         assert app.focused is app.prompt
         assert app.prompt.text == ""  # the Enter opened the thinking, it sent nothing
         assert texts(app, UserMessage) == ["think please"]
+        await pilot.press("shift+tab")
+        assert app.focused is not app.prompt
+        await pilot.press(*"hi")  # typed away from the prompt: it goes there, not nowhere
+        assert app.focused is app.prompt and app.prompt.text == "hi"
