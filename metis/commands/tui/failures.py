@@ -32,6 +32,15 @@ def failure_text(exc: ApiFailure) -> str:
 
 
 def error_text(exc: ApiFailure | aiohttp.ClientError) -> str:
+    """A failed call in words: the daemon's refusal, or why it could not be asked (aiohttp's
+    own text, `Cannot connect to host 127.0.0.1:8421 ssl:default [Connect call failed …]`,
+    only when it is none of the usual)."""
     if isinstance(exc, ApiFailure):
         return failure_text(exc)
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return "cannot reach the daemon: is it running?"
+    if isinstance(exc, aiohttp.ServerTimeoutError):
+        return "the daemon did not answer in time"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the daemon closed the connection before it answered"
     return f"the daemon did not answer ({exc})"
