@@ -1207,3 +1207,37 @@ def test_each_page_names_itself_in_the_tab_and_an_unknown_one_marks_no_nav_link(
     page.goto(f"{served.url}/#/costs")
     page.wait_for_function("() => document.title === 'Costs · metis'")
     assert heading.evaluate("h => getComputedStyle(h).fontSize") == size  # as every page's
+
+
+def test_ending_and_purging_from_the_keyboard_keep_its_place_in_the_list(
+    page: Any, served: DaemonThread, workspace: Path
+) -> None:
+    """End takes its button away (the session ended): the keyboard goes to its Purge; Purge
+    takes its row away: the keyboard goes to the row now in its place."""
+    ids = []
+    for _ in range(2):
+        status, created = rest(served, "POST", "/sessions", {"workspace_path": str(workspace)})
+        assert status == 201, created
+        ids.append(created["id"])
+    newest, older = ids[1], ids[0]
+    page.locator(f"tr[data-id='{older}']").wait_for()
+    focused = "document.activeElement.getAttribute('aria-label')"
+
+    def confirm(button: str) -> None:
+        page.keyboard.press("Enter")
+        page.wait_for_selector("dialog.confirm[open]")
+        page.keyboard.press("Tab")  # from Cancel to the dialog's action
+        assert page.evaluate("document.activeElement.textContent") == button
+        page.keyboard.press("Enter")
+
+    page.locator(f"tr[data-id='{newest}'] [data-control=end]").focus()
+    confirm("End")
+    page.wait_for_selector(f"tr[data-id='{newest}'].ended")
+    page.wait_for_function(f"() => {focused} === 'Purge session {newest}'")
+    confirm("Purge")
+    page.wait_for_selector(f"tr[data-id='{newest}']", state="detached")
+    page.wait_for_function(
+        "id => document.activeElement.closest('tr')?.dataset.id === id"
+        " && document.activeElement.matches('td.title a')",
+        arg=older,
+    )

@@ -201,7 +201,7 @@ export function sessionsView(root) {
     const focused = document.activeElement;
     const inRow = focused?.closest?.("tbody tr");
     const lost = inRow && tbody.contains(inRow)
-      ? { id: inRow.dataset.id, name: focused.matches("td.title a") ? "link" : focused.dataset.control }
+      ? { id: inRow.dataset.id, name: focused.matches("td.title a") ? "link" : focused.dataset.control, at: inRow.sectionRowIndex }
       : null;
     const keep = new Set(sessions.map((s) => s.id));
     for (const [id, item] of shown) {
@@ -227,7 +227,17 @@ export function sessionsView(root) {
       const there = tbody.children[i] || null;
       if (item.tr !== there) tbody.insertBefore(item.tr, there);
     });
-    if (lost && document.activeElement !== focused) control(lost.id, lost.name)?.focus();
+    if (lost && document.activeElement !== focused) refocus(lost);
+  }
+
+  // The keyboard's place once its control is gone: the same control of the rebuilt row; else
+  // (an ended session has no End) its Purge, then its link; else (purged, or filtered out) the
+  // row now in its place, else the search field.
+  function refocus({ id, name, at }) {
+    const again = control(id, name) || control(id, "purge") || control(id, "link");
+    if (again) return again.focus();
+    const near = tbody.rows[Math.min(at, tbody.rows.length - 1)];
+    (near?.querySelector("td.title a") || search).focus();
   }
 
   // A refresh started later (a filter changed meanwhile) supersedes one still waiting for the
