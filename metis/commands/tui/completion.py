@@ -9,7 +9,7 @@ kept apart from sending and from the commands themselves.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from rich.text import Text
 from textual.widgets import Static
@@ -24,6 +24,7 @@ class CompletionHost(Protocol):
     """What of the app completing uses: the prompt, the hints line and the model aliases."""
 
     aliases: list[str]
+    models: dict[str, dict[str, Any]]
 
     @property
     def prompt(self) -> PromptInput: ...
@@ -81,6 +82,21 @@ class PromptCompletion:
             self.completions(text) if text.startswith(("/", "@")) or " @" in text else []
         )
 
+    def _meaning(self, option: str) -> str:
+        """What a completion of an argument stands for: the model an alias names, what `-`
+        does (`/model scripted  local:scripted`, `/model -  routing decides`)."""
+        last = option.rstrip().rpartition(" ")[2]
+        if option.startswith("/model "):
+            alias = last
+        elif last.startswith("@"):
+            alias = last[1:]
+        else:
+            return ""
+        if alias == "-":
+            return "routing decides"
+        named = (m for m, d in self.host.models.items() if alias in d.get("aliases", []))
+        return next(named, "")
+
     def show_hints(self, options: list[str]) -> None:
         """List `options` under the prompt; none hides the list."""
         hints = self.host.hints
@@ -93,7 +109,8 @@ class PromptCompletion:
         text = Text()
         for option in options[:MAX_HINTS]:
             usage, _, what = COMMANDS.get(option, option).partition("  ")
-            text.append(f"{usage}  ", style="bold")
+            what = what or self._meaning(option)
+            text.append(f"{usage.rstrip()}  ", style="bold")
             text.append(f"{what}\n")
         if len(options) > MAX_HINTS:
             text.append(f"… {len(options) - MAX_HINTS} more\n")

@@ -1410,3 +1410,19 @@ async def test_shift_tab_reaches_the_collapsed_thinking_and_enter_opens_it(
         assert app.focused is not app.prompt
         await pilot.press(*"hi")  # typed away from the prompt: it goes there, not nowhere
         assert app.focused is app.prompt and app.prompt.text == "hi"
+
+
+async def test_model_completions_say_which_model_each_alias_names(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    d = await start_daemon()
+    app = make_app(d, workspace)
+    async with attached(app) as pilot:
+        app.prompt.focus()
+        await pilot.press(*"/model ")
+        hints = str(app.query_one("#hints", Static).render()).splitlines()
+        assert hints == ["/model scripted  local:scripted", "/model -  routing decides"]
+        app.prompt.set_text("")
+        await pilot.press("@")
+        hints = str(app.query_one("#hints", Static).render()).splitlines()
+        assert hints == ["@scripted  local:scripted"]
