@@ -1241,3 +1241,21 @@ def test_ending_and_purging_from_the_keyboard_keep_its_place_in_the_list(
         " && document.activeElement.matches('td.title a')",
         arg=older,
     )
+
+
+def test_send_and_cancel_leave_the_keyboard_in_the_message_box(
+    page: Any, served: DaemonThread, workspace: Path
+) -> None:
+    """Send is disabled while the turn runs, Cancel goes with the turn: the keyboard that was on
+    either is in the message box then, not on the page's body."""
+    open_session(page, workspace)
+    page.fill("#composer-input", LONG)
+    page.focus("#send")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#cancel:visible")
+    assert page.evaluate("document.activeElement.id") == "composer-input"
+    page.wait_for_selector(".msg.assistant.streaming .stream-text")
+    page.focus("#cancel")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#turn-state:text-is('cancelled')")
+    assert page.evaluate("document.activeElement.id") == "composer-input"

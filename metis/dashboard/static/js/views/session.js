@@ -120,9 +120,17 @@ export function sessionView(root, sessionId, revealAt = null) {
     turnId = id;
     turnState.textContent = label || (id ? "running" : "idle");
     turnState.className = `badge ${id ? "running" : ""}`;
+    const hadKeys = document.activeElement === cancel;
     cancel.hidden = !id;
     send.disabled = !!id || ended;
+    if (hadKeys && !id) keysToComposer(); // Cancel went with the turn
     if (!id && composerError.dataset.code === "turn_in_flight") setComposerError(null);
+  }
+
+  // Where the keyboard goes when the button it was on goes away or is disabled (Send while
+  // the turn runs, Cancel once it ended): to the message box, ready for the next message.
+  function keysToComposer() {
+    if (!composer.hidden && !input.hidden) input.focus();
   }
 
   // What the composer's last send met; a turn_in_flight refusal goes when that turn ends.
@@ -645,7 +653,9 @@ export function sessionView(root, sessionId, revealAt = null) {
     if (!text.trim()) return;
     setComposerError(null);
     sentOffline = false;
+    const fromSend = document.activeElement === send;
     send.disabled = true;
+    if (fromSend) keysToComposer();
     try {
       const r = await api("POST", `/sessions/${sessionId}/turns`, { content: [{ type: "text", text }] });
       input.value = "";
