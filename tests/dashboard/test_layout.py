@@ -257,10 +257,13 @@ def test_the_routing_page_says_in_words_why_a_model_is_out_and_its_reset_is_in_r
             assert "routing.yaml" in status_line and "is in force" in status_line
             if width == PHONE[0]:
                 continue
-            row.locator("button:text-is('Reset')").click()
+            row.locator("button:text-is('Reset')").focus()
+            pg.keyboard.press("Enter")
             pg.wait_for_selector("#toast.ok:has-text('Available again: keyed:claude-haiku-4-5')")
             pg.wait_for_selector("#models tr[data-model='keyed:claude-haiku-4-5'] .badge.ok")
             assert row.locator("button").count() == 0
+            # its Reset went with it: the keyboard is on Reset all, not on the page's body
+            assert pg.evaluate("document.activeElement.id") == "reset-all"
             served.run(refuse_the_key())
     # a routing.yaml with an error: the page says which file is in force instead, in red
     (served.home / "routing.yaml").write_text("rules:\n  - when: {nope: 1}\n    use: x\n")

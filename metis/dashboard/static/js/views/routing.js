@@ -19,13 +19,14 @@ export function routingView(root) {
   const policyBox = h("div", { id: "policy" });
   const decisions = h("tbody");
   const models = h("tbody");
+  const resetAll = h("button", { type: "button", id: "reset-all", onclick: () => reset(null) }, "Reset all availability");
   root.append(h("section", { class: "view" },
     h("div", { class: "view-head" }, h("h1", {}, "Routing & models")),
     h("div", { class: "grid2" },
       h("section", { class: "panel" }, h("h2", {}, "Policy"), policyBox),
       h("section", { class: "panel" }, h("h2", {}, "Models"),
         h("div", { class: "table-wrap" }, h("table", { id: "models" }, h("thead", {}, h("tr", {}, ["Model", "Aliases", "Availability", ""].map((t) => h("th", { scope: "col" }, t)))), models)),
-        h("button", { type: "button", id: "reset-all", onclick: () => reset(null) }, "Reset all availability"))),
+        resetAll)),
     h("section", { class: "panel" }, h("h2", {}, "Last route decisions"),
       h("div", { class: "table-wrap" }, h("table", { id: "decisions" }, h("thead", {}, h("tr", {}, ["When", "Session", "Chosen", "By", "Fallbacks", "Policy"].map((t) => h("th", { scope: "col" }, t)))), decisions)))));
 
@@ -68,6 +69,9 @@ export function routingView(root) {
   async function loadModels() {
     const data = await api("GET", "/models");
     if (!changed("models", data)) return;
+    // a rebuilt row keeps the keyboard on its Reset; a model back in routing has none: then
+    // on Reset all
+    const had = document.activeElement?.closest?.("#models tr")?.dataset.model;
     // labelled cells: on a phone the rows are stacked without the table's head (app.css)
     clear(models).append(...data.models.map((m) => h("tr", { dataset: { model: m.id } },
       h("td", { class: "mono" }, m.id, m.label ? h("div", { class: "muted small" }, m.label) : null),
@@ -75,6 +79,10 @@ export function routingView(root) {
       h("td", { class: "availability" }, ...availability(m)),
       h("td", {}, m.availability !== "healthy" ? h("button", { type: "button", "aria-label": `Reset ${m.id}`, onclick: () => reset(m.id) }, "Reset") : null))),
       ...(data.unconfigured || []).map((m) => h("tr", { class: "muted", dataset: { model: m.id } }, h("td", { class: "mono" }, m.id || String(m)), h("td", { dataset: { label: "Aliases" } }, (m.aliases || []).join(", ") || null), h("td", { class: "availability" }, notConfigured(m)), h("td", {}))));
+    if (had !== undefined) {
+      const row = [...models.rows].find((r) => r.dataset.model === had);
+      (row?.querySelector("button") || resetAll).focus();
+    }
   }
 
   // Whether routing may pick the model; if not, why, since when it is out and when routing
