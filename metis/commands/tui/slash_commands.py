@@ -282,7 +282,8 @@ class SlashCommands:
         if arg.strip() == "reload":
             reloaded = await self.host.api.reload_mcp_servers()
             outcome = reload_outcome(reloaded["applied"])
-            await self.host.note(f"{outcome}\n{mcp_summary(reloaded['servers'])}")
+            summary = mcp_summary(reloaded["servers"], self.host.note_width)
+            await self.host.note(f"{outcome}\n{summary}")
             return
         if arg:
             await self.host.note(
@@ -290,7 +291,7 @@ class SlashCommands:
             )
             return
         body = await self.host.api.call("GET", "/mcp")
-        await self.host.note(mcp_summary(body["servers"]))
+        await self.host.note(mcp_summary(body["servers"], self.host.note_width))
 
 
 def table_lines(rows: Sequence[tuple[str, ...]], width: int) -> list[str]:
@@ -315,9 +316,19 @@ def table_lines(rows: Sequence[tuple[str, ...]], width: int) -> list[str]:
     return lines
 
 
-def mcp_summary(servers: list[dict[str, Any]]) -> str:
+def mcp_summary(servers: list[dict[str, Any]], width: int | None = None) -> str:
     """A few lines per server for the transcript: what the model can use and, when a server is
-    not ready or some of its tools are not offered, why (its `last_error`)."""
+    not ready or some of its tools are not offered, why (its `last_error`). A detail line too
+    long for `width` wraps under its own indent, not back at the note's left edge where it read
+    as the next server."""
+
+    def detail(text: str) -> list[str]:
+        if width is None:
+            return ["  " + text]
+        return textwrap.wrap(
+            text, width, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False
+        )
+
     if not servers:
         return "no MCP servers configured (config.yaml: mcp.servers)"
     ready = sum(s["state"] == "ready" for s in servers)
@@ -329,8 +340,9 @@ def mcp_summary(servers: list[dict[str, Any]]) -> str:
             facts.append(f"restarted {s['restarts']}×")
         lines.append(" · ".join(facts))
         if s["tools"]:
-            lines.append("  " + ", ".join(f"{t['name']} ({t['policy']})" for t in s["tools"]))
+            lines.extend(detail(", ".join(f"{t['name']} ({t['policy']})" for t in s["tools"])))
         if s["last_error"]:
             # a ready server's is the list of its tools not offered, each saying why
-            lines.append(("  " if s["state"] == "ready" else "  last error: ") + s["last_error"])
+            said = "" if s["state"] == "ready" else "last error: "
+            lines.extend(detail(said + s["last_error"]))
     return "\n".join(lines)

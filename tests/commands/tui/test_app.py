@@ -532,6 +532,12 @@ async def test_mcp_shows_each_server_its_tools_and_why_one_is_not_ready_or_not_w
         assert "tool 'bad' (#1) skipped: not valid MCP" in shown
         assert "crashes · restarting · stdio · 0 tools · restarted 1×" in shown
         assert "last error: the server process exited with status 7" in shown
+        # a long detail wraps under its indent (it wrapped to the left edge, as a server would)
+        [note] = [n for n in app.query(Note) if "MCP servers" in str(n.render())]
+        lines = str(note.render()).splitlines()
+        assert len(lines) > 6 and note.region.height == len(lines)
+        servers_said = [line for line in lines[1:] if not line.startswith("  ")]
+        assert [line.split(" · ")[0] for line in servers_said] == ["sloppy", "crashes"]
         screenshot(app, "slash-mcp")
         # a restart is asked for at once, not after the 30 s backoff; a wrong name is said
         await type_text(pilot, app, "/mcp restart crashes")
