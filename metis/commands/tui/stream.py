@@ -273,6 +273,8 @@ class SessionStream:
 
     async def _session_over(self) -> None:
         self.host.ended = True
-        self.host.status.show(connection="")  # not re-attaching: there is nothing to attach to
+        # not re-attaching: there is nothing to attach to, and the bar says so until another
+        # session is shown (it read on as if this one were live)
+        self.host.status.show(connection="session ended")
         self.host.turn.mark_over()
         await self.host.note("the session ended; /new starts another, /sessions picks one")

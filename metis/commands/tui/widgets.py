@@ -542,10 +542,11 @@ class PromptInput(TextArea):
 
 
 class StatusBar(Widget):
-    """The connection's state when it is lost, then model · tokens of the last call · context
-    used · session cost · workspace (its path shortened to what the line has room for: ~ for
-    the home directory, the middle elided). A narrow line drops the tokens first, then the
-    labels, then the context, then the cost; the model and a lost connection always show."""
+    """The connection's state when it is lost (or the session has ended), then model · tokens
+    of the last call · context used · session cost · workspace (its path shortened to what the
+    line has room for: ~ for the home directory, the middle elided). A narrow line drops the
+    tokens first, then the labels, then the context, then the cost; the model and a lost
+    connection always show."""
 
     DEFAULT_CSS = """
     StatusBar { dock: bottom; height: 1; padding: 0 1; background: $panel; color: $text; }

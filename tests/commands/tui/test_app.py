@@ -1432,3 +1432,20 @@ async def test_model_completions_say_which_model_each_alias_names(
         await pilot.press("@")
         hints = str(app.query_one("#hints", Static).render()).splitlines()
         assert hints == ["@scripted  local:scripted"]
+
+
+async def test_a_session_ended_elsewhere_says_so_in_the_status_bar_until_another_is_shown(
+    start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    d = await start_daemon()
+    app = make_app(d, workspace)
+    async with attached(app) as pilot:
+        await type_text(pilot, app, "hello")
+        await until(lambda: "turn completed" in notes(app))
+        await api_of(d).call("DELETE", f"/sessions/{app.session_id}")  # `metis sessions end`
+        await until(lambda: "the session ended" in notes(app))
+        assert app.status.fields["connection"] == "session ended"
+        assert str(app.status.render()).startswith("session ended")
+        await type_text(pilot, app, "/new")
+        await until(lambda: not app.ended and app.stream.reader is not None)
+        assert not app.status.fields["connection"]
