@@ -77,7 +77,11 @@ class RunningTurn:
         self._tick += 1
         elapsed = time.monotonic() - self.started
         status = f"working {elapsed:.1f} s · {self.model or 'routing…'}"
-        waiting = bool(self.host.confirmations.pending)
+        queue = self.host.confirmations
+        # Ctrl-O is named only while no dialog asks: with one open, it would do nothing
+        waiting = bool(queue.pending) and queue.screen is None
+        if queue.pending and queue.screen is not None:
+            status += " · waiting for your answer"
         self.spinner.update(
             spinner_line(
                 SPINNER[self._tick % len(SPINNER)], status, waiting, self.spinner.content_size.width

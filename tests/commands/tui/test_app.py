@@ -365,8 +365,13 @@ async def test_a_question_put_off_with_esc_is_noted_until_it_is_answered(
     async with attached(app) as pilot:
         send(app, "please use server tool")
         await wait_modal(app)
+        await pilot.pause(0.2)
+        spinner = str(app.query_one("#spinner").render())
+        assert "waiting for your answer" in spinner and "Ctrl-O" not in spinner  # asked now
         await pilot.press("escape")  # later: the question stays, said in a note
         await until(lambda: "read_file is waiting for your answer: Ctrl-O" in notes(app))
+        await pilot.pause(0.2)
+        assert "waiting for your answer (Ctrl-O)" in str(app.query_one("#spinner").render())
         await pilot.press("ctrl+o")
         await wait_modal(app)
         await pilot.press("y")
