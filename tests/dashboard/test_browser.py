@@ -525,9 +525,12 @@ def test_a_long_transcript_starts_with_the_newest_messages_and_loads_earlier_one
     assert page.evaluate("performance.getEntriesByName('metis:transcript-rendered').length") == 1
     earlier = page.locator("#load-earlier")
     assert earlier.is_visible()
-    earlier.click()
+    earlier.focus()
+    page.keyboard.press("Enter")
     page.wait_for_selector(".msg.user:has-text('message 0')")
     assert page.locator("#load-earlier").is_hidden()
+    # the button went with the last page: the keyboard is on the transcript, not on the body
+    page.wait_for_function("() => document.activeElement.id === 'transcript'")
     ids = page.eval_on_selector_all(".msg", "els => els.map(e => e.dataset.id)")
     assert len(ids) == 6 and ids == sorted(ids), ids
     assert page.locator(".msg.user").first.inner_text().endswith("message 0")
@@ -818,11 +821,16 @@ def test_more_than_a_page_of_sessions_are_all_reachable(
         "() => document.querySelectorAll('table.sessions tbody tr').length === 100"
     )
     assert page.inner_text("#sessions-count") == "The newest 100 sessions."
-    page.click("#more-sessions")
+    page.focus("#more-sessions")
+    page.keyboard.press("Enter")
     page.wait_for_function(
         "() => document.querySelectorAll('table.sessions tbody tr').length === 103"
     )
     assert page.locator("#more-sessions").is_hidden()
+    # the button went with the last page: the keyboard is on the first row it added
+    page.wait_for_function(
+        "id => document.activeElement.closest('tr')?.dataset.id === id", arg=created[2]
+    )
     assert page.locator(f"tr[data-id='{created[0]}']").is_visible()  # the oldest one too
     status, newest = rest(served, "POST", "/sessions", {"workspace_path": str(workspace)})
     assert status == 201

@@ -375,3 +375,26 @@ def test_the_routing_page_follows_the_models_and_the_decisions(
     page.locator(f"#decisions a[title='{session_id}']").first.wait_for()
     # the refreshes that changed nothing near it left the keyboard where it was
     assert page.evaluate("document.activeElement.id") == "reset-all"
+
+
+def test_the_last_page_of_a_trace_leaves_the_keyboard_on_what_it_added(
+    page: Any, served: DaemonThread, workspace: Path
+) -> None:
+    session_id = start_session(served, workspace)
+    for i in range(205):  # each change of the model is an event: more than a page of 200
+        body = {"active_model": None if i % 2 else "local:scripted"}
+        assert rest(served, "PATCH", f"/sessions/{session_id}", body)[0] == 200
+    status, first = rest(served, "GET", f"/sessions/{session_id}/events?limit=200")
+    assert status == 200 and first["next_cursor"]
+    status, second = rest(
+        served, "GET", f"/sessions/{session_id}/events?limit=200&cursor={first['next_cursor']}"
+    )
+    assert status == 200
+    page.goto(f"{served.url}/#/s/{session_id}/trace")
+    page.wait_for_selector("#trace-more:visible")
+    page.locator("#trace-more").focus()
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#trace-more", state="hidden")
+    page.wait_for_function(
+        "id => document.activeElement.dataset.id === id", arg=second["events"][0]["id"]
+    )

@@ -55,7 +55,8 @@ export function sessionView(root, sessionId, revealAt = null) {
   const turnState = h("span", { id: "turn-state", class: "badge", "aria-live": "polite" }, "idle");
   const modelSelect = h("select", { id: "model-select", "aria-label": "Model" });
   const modelNote = h("span", { class: "muted small", id: "model-note" });
-  const transcript = h("div", { id: "transcript", class: "transcript", role: "log", "aria-live": "off", "aria-label": "Transcript" });
+  // focusable: the keyboard scrolls it
+  const transcript = h("div", { id: "transcript", class: "transcript", role: "log", "aria-live": "off", "aria-label": "Transcript", tabindex: "0" });
   const earlier = h("button", { type: "button", id: "load-earlier", class: "load-earlier", hidden: true }, "Load earlier messages");
   const confirmArea = h("section", { id: "confirmations", class: "confirmations", "aria-label": "Pending confirmations" });
   const input = h("textarea", { id: "composer-input", rows: 3, placeholder: "Message (Ctrl+Enter to send; start with @alias to pick a model)", "aria-label": "Message" });
@@ -527,6 +528,9 @@ export function sessionView(root, sessionId, revealAt = null) {
   // The page of messages before the oldest shown; false when it could not be read (said).
   async function loadEarlier() {
     if (!oldest) return false;
+    // disabled while it reads, the button drops the keyboard: it gets it back after, or (the
+    // first message is in, the button gone) the transcript does
+    const hadKeys = document.activeElement === earlier;
     earlier.disabled = true;
     try {
       const page = await api("GET", `/sessions/${sessionId}/messages?before=${oldest.id}&limit=50`);
@@ -545,6 +549,7 @@ export function sessionView(root, sessionId, revealAt = null) {
       return false;
     } finally {
       earlier.disabled = false;
+      if (hadKeys) (earlier.hidden ? transcript : earlier).focus({ preventScroll: true });
     }
   }
 

@@ -99,7 +99,8 @@ export function sessionsView(root) {
   const empty = h("p", { class: "muted", id: "sessions-empty", hidden: true }, NONE_YET);
   // the list shows `pages` pages, newest first; "Show more" adds one (the poll keeps them all)
   let pages = 1;
-  const more = h("button", { type: "button", id: "more-sessions", hidden: true, onclick: () => { pages += 1; refresh(); } }, "Show older sessions");
+  const more = h("button", { type: "button", id: "more-sessions", hidden: true, onclick: () => { shownBefore = tbody.rows.length; pages += 1; refresh(); } }, "Show older sessions");
+  let shownBefore = 0; // the rows shown before the last "Show older sessions"
   const count = h("p", { class: "muted small", id: "sessions-count", "aria-live": "polite" });
   const table = h("table", { class: "sessions" },
     h("caption", { class: "sr-only" }, "Sessions"),
@@ -267,7 +268,10 @@ export function sessionsView(root) {
       empty.classList.remove("error");
       empty.textContent = narrowed ? "No sessions match these filters." : NONE_YET;
       empty.hidden = sessions.length > 0;
+      const hadKeys = document.activeElement === more;
       more.hidden = !cursor;
+      // the last page is in: the keyboard goes from the button that went to the rows it added
+      if (hadKeys && more.hidden) (tbody.rows[shownBefore]?.querySelector("td.title a") || search).focus();
       const kind = filters.q ? "matching sessions" : narrowed ? "sessions shown" : "sessions";
       count.textContent = !sessions.length ? ""
         : cursor ? `The newest ${sessions.length} ${kind}.`

@@ -201,10 +201,18 @@ export function traceView(root, sessionId) {
         : `The events could not be read (${err.code}: ${err.message}).`;
       return;
     }
+    const first = page.events[0]?.id;
     events.push(...page.events);
     cursor = page.next_cursor;
+    const hadKeys = document.activeElement === more;
     more.hidden = !cursor;
     draw();
+    // the last page is in: the keyboard goes from the button that went to the first event it
+    // added (its row, or its turn's when the filter or the turn's nesting shows no row of it)
+    if (hadKeys && more.hidden) {
+      const rows = [...tree.querySelectorAll(".ev")];
+      (rows.find((r) => r.dataset.id === first) || rows[rows.length - 1] || filter).focus();
+    }
   }
   async function nameSession() {
     let session;
