@@ -697,6 +697,7 @@ def test_mcp_servers_show_their_state_tools_and_why_one_is_not_ready(
     pid = server.pid
     demo.locator("button.restart").focus()
     page.keyboard.press("Enter")
+    page.wait_for_selector("#toast.ok:has-text('Restarting demo: connecting to it again')")
     for _ in range(600):  # up to 30 s: started again by the daemon
         if server.state == "ready" and server.pid not in (None, pid):
             break

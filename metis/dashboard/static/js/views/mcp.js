@@ -105,7 +105,9 @@ export function mcpView(root) {
     asked.delete(path);
     if (!stopped) refresh();
   }
-  const restart = (name) => ask(`/mcp/${encodeURIComponent(name)}/restart`);
+  // said, since a quick server is ready again before the next refresh shows it restarting
+  const restart = (name) => ask(`/mcp/${encodeURIComponent(name)}/restart`,
+    () => toast(`Restarting ${name}: connecting to it again`, { ok: true }));
   function reload() {
     ask("/mcp/reload", (answer) => toast(reloadSummary(answer.applied), { ok: true }));
   }
