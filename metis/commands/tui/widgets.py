@@ -421,7 +421,7 @@ class ToolCard(Vertical):
         widgets: list[Widget] = [Static(Syntax(preview, lexer, theme="ansi_dark"))]
         if hidden:
             widgets.append(
-                Collapsible(
+                _Whole(
                     Static(Syntax(self.detail, lexer, theme="ansi_dark")),
                     title=f"whole {kind} ({counted(hidden, 'more line', 'more lines')})",
                     collapsed=True,
@@ -451,13 +451,24 @@ class ToolCard(Vertical):
         widgets: list[Any] = [Static(Text(preview or "(no output)"))]
         if hidden:
             widgets.append(
-                Collapsible(
+                _Whole(
                     Static(Text(body.rstrip("\n"))),
                     title=f"show all ({counted(hidden, 'more line', 'more lines')})",
                     collapsed=True,
                 )
             )
         await self._output.mount_all(widgets)
+
+
+class _Whole(Collapsible):
+    """A card's whole diff, command or output, collapsed under the first lines shown above it:
+    opened, it stands in for them (they are hidden, not shown twice), closed, they come back."""
+
+    def watch_collapsed(self, collapsed: bool) -> None:
+        if self.parent is not None:
+            for preview in self.parent.children:
+                if preview is not self:
+                    preview.display = collapsed
 
 
 class Note(Static):

@@ -674,7 +674,7 @@ async def test_a_shell_cards_long_output_opens_with_show_all(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
     """The card shows the command and the first lines of its output; the rest is under a
-    collapsed "show all", which a click opens."""
+    collapsed "show all", which a click opens (in place of the first lines) and closes."""
     async with FakeProviderServer() as fake:
         fake.enqueue(
             "anthropic",
@@ -708,7 +708,12 @@ async def test_a_shell_cards_long_output_opens_with_show_all(
             full = more.query_one(Collapsible.Contents).query_one(Static)
             assert str(full.render()).split() == [str(n) for n in range(1, 31)]
             assert full.region.height == 30  # laid out, not clipped
+            # the first lines are not shown twice: the whole output stands in for them
+            first = card.query(Static).filter(".output Static").first()
+            assert not first.display and first.region.height == 0
             screenshot(app, "shell-card-expanded")
+            assert await pilot.click(title)
+            await until(lambda: more.collapsed and first.display)
 
 
 async def test_a_stream_that_cannot_be_replayed_reloads_the_transcript(
