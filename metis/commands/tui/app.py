@@ -363,7 +363,7 @@ class ChatApp(App[int]):
         if text not in ("/quit", "/exit"):  # leaving is not worth recalling
             self.history.add(message.text.rstrip())
         self.completion.show_hints([])
-        if text.startswith("/"):
+        if text.startswith("/") and "/" not in text.split()[0][1:]:  # `/etc/hosts …`: a message
             self.prompt.set_text("")
             await self.slash_commands.run(text)
         elif self.ended:

@@ -1459,3 +1459,17 @@ async def test_a_session_ended_elsewhere_says_so_in_the_status_bar_until_another
         await type_text(pilot, app, "/new")
         await until(lambda: not app.ended and app.stream.reader is not None)
         assert not app.status.fields["connection"]
+
+
+async def test_a_message_that_starts_with_a_path_is_sent_not_taken_for_a_command(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    d = await start_daemon()
+    app = make_app(d, workspace)
+    async with attached(app) as pilot:
+        await type_text(pilot, app, "/etc/hosts looks odd, why?")
+        await until(lambda: "turn completed" in notes(app))
+        assert texts(app, UserMessage) == ["/etc/hosts looks odd, why?"]
+        assert "unknown command" not in notes(app)
+        await type_text(pilot, app, "/bogus")
+        await until(lambda: "unknown command /bogus; /help lists them" in notes(app))
