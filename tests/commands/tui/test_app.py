@@ -1349,6 +1349,10 @@ async def test_a_long_diff_scrolls_within_the_dialog_above_its_keys_at_80x24(
             reason = modal.query_one("#reason").region
             assert reason.height == 3 and dialog.contains_region(reason)
             assert diff.region.bottom <= modal.query_one(".keys", Static).region.y
+            short = diff.region.height
+            await pilot.resize_terminal(80, 40)  # a taller terminal gives the diff more room
+            await until(lambda: diff.region.height > short)
+            assert modal.query_one(Vertical).region.contains_region(diff.region)
             await pilot.press(*"too big", "enter")
             await until(lambda: "turn completed" in notes(app), timeout=20)
 
