@@ -51,6 +51,7 @@ class RunningTurn:
         self.started = 0.0
         self.model: str | None = None
         self.finished: set[str] = set()  # turns whose end was shown
+        self._cancel_asked: str | None = None  # the turn whose cancel the daemon took
         # held, not queried: the spinner's timer may fire once more while the app shuts down
         self.spinner = Static("", id="spinner")
         self._tick = 0
@@ -124,11 +125,14 @@ class RunningTurn:
         turn_id = self.id
         if turn_id is None:
             return False
+        if self._cancel_asked == turn_id:  # asked already: its end is on the way
+            return True
         note = await self.host.add(Note(Text("cancelling the turn…")))
         try:
             await self.host.api.call(
                 "POST", f"/sessions/{self.host.session_id}/turns/{turn_id}/cancel"
             )
+            self._cancel_asked = turn_id
         except ApiFailure as exc:
             if exc.code not in TURN_GONE_CODES:
                 note.update(Text(f"could not cancel the turn: {error_text(exc)}"))

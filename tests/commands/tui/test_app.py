@@ -1477,3 +1477,22 @@ async def test_a_message_that_starts_with_a_path_is_sent_not_taken_for_a_command
         assert "unknown command" not in notes(app)
         await type_text(pilot, app, "/bogus")
         await until(lambda: "unknown command /bogus; /help lists them" in notes(app))
+
+
+async def test_cancelling_again_before_the_turns_end_arrives_asks_once(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """Esc, then Ctrl-C while the cancelled turn's end is still on its way (a slow provider):
+    one cancel, one note; the second did not ask again nor say "no longer running"."""
+    d = await start_daemon(models=SLOW_SCRIPTED)
+    app = make_app(d, workspace)
+    async with attached(app) as pilot:
+        send(app, "a sentence that takes a while to stream back to the terminal")
+        await until(lambda: any(texts(app, AssistantMessage)))
+        await app.stream.close()  # the turn's end is not read: it stays "on its way"
+        await pilot.press("escape")
+        await until(lambda: "cancelling the turn…" in notes(app))
+        await pilot.press("ctrl+c")
+        await pilot.pause(0.3)
+        assert notes(app).count("cancelling the turn…") == 1
+        assert "no longer running" not in notes(app)
