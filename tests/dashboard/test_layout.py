@@ -375,6 +375,22 @@ def test_the_routing_page_follows_the_models_and_the_decisions(
     page.locator(f"#decisions a[title='{session_id}']").first.wait_for()
     # the refreshes that changed nothing near it left the keyboard where it was
     assert page.evaluate("document.activeElement.id") == "reset-all"
+    # a rule as its file says it (name, model, line, what it is for, when), not as JSON
+    (served.home / "routing.yaml").write_text(
+        "rules:\n  - name: quick\n    description: Greetings are cheap\n"
+        "    when: {message_length_lt: 20}\n    use: local:scripted\n"
+        "  - name: always\n    when: {}\n    use: local:scripted\n"
+    )
+    assert rest(served, "POST", "/routing/reload")[0] == 200
+    quick = page.locator("ol.rules li[data-rule=quick]")
+    quick.wait_for()  # no reload: the page follows the policy too
+    assert quick.inner_text().splitlines() == [
+        "quick → local:scripted · line 2",
+        "Greetings are cheap",
+        'when {"message_length_lt":20}',
+    ]
+    always = page.locator("ol.rules li[data-rule=always]").inner_text()
+    assert always.splitlines()[-1] == "when every turn"
 
 
 def test_the_last_page_of_a_trace_leaves_the_keyboard_on_what_it_added(

@@ -62,7 +62,7 @@ export function routingView(root) {
       p.errors.length ? h("ul", { class: "error" }, p.errors.map((e) => h("li", {}, e))) : null,
       p.warnings.length ? h("ul", { class: "warn" }, p.warnings.map((e) => h("li", {}, e))) : null,
       h("h3", {}, `Rules (${p.rules.length})`),
-      p.rules.length ? h("ol", { class: "rules" }, p.rules.map((r) => h("li", {}, h("code", {}, r.name || ""), " ", h("span", { class: "mono small" }, JSON.stringify(r))))) : h("p", { class: "muted" }, "No rules."),
+      p.rules.length ? h("ol", { class: "rules" }, p.rules.map(rule)) : h("p", { class: "muted" }, "No rules."),
       h("details", {}, h("summary", {}, "Tiers, workspaces, pattern"), h("pre", { class: "json" }, JSON.stringify({ tiers: p.tiers, workspaces: p.workspaces, pattern: p.pattern }, null, 2)))]);
   }
 
@@ -83,6 +83,17 @@ export function routingView(root) {
       const row = [...models.rows].find((r) => r.dataset.model === had);
       (row?.querySelector("button") || resetAll).focus();
     }
+  }
+
+  // A rule as its file says it: its name, the model it picks and its line, what it is for,
+  // and when it applies (its `when`, as written; `{}` is every turn).
+  function rule(r) {
+    const when = Object.keys(r.when || {}).length ? h("code", { class: "when" }, JSON.stringify(r.when)) : "every turn";
+    return h("li", { dataset: { rule: r.name || "" } },
+      h("code", {}, r.name || "(unnamed)"), " → ", h("span", { class: "mono" }, r.use),
+      r.line ? h("span", { class: "muted small" }, ` · line ${r.line}`) : null,
+      r.description ? h("div", { class: "muted small" }, r.description) : null,
+      h("div", { class: "small" }, "when ", when));
   }
 
   // Whether routing may pick the model; if not, why, since when it is out and when routing
