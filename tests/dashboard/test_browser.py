@@ -608,6 +608,10 @@ def test_trace_shows_nested_spans(
     assert page.locator("#trace .ev.span-tool").count() == len(tools) == 6
     assert page.locator("#trace .turn").nth(1).locator(".span-tool").count() == 6
     assert page.locator("#trace .ev.span-route").count() == 2
+    extras = page.locator("#trace .ev.span-route .ev-extra").all_inner_texts()
+    assert all(re.fullmatch(r"(offline fallback|global default) · \d+ ms", e) for e in extras), (
+        extras
+    )
     page.locator("#trace .ev.span-tool").first.click()
     assert '"type": "tool.' in page.inner_text("#event-json")
     shot(page, "trace")
@@ -631,6 +635,9 @@ def test_routing_and_costs_views(
     assert "Global default" in policy and "null" not in policy
     page.wait_for_selector("#decisions tbody tr td.mono")
     assert "local:scripted" in page.inner_text("#decisions")
+    # what picked the model, in words (not the chain's policy codes)
+    by = page.locator("#decisions tbody tr td:nth-child(4)").all_inner_texts()
+    assert by and all(b in {"offline fallback", "global default"} for b in by), by
     shot(page, "routing")
     page.goto(served.url + "/#/costs")
     page.wait_for_selector("#costs svg.chart")

@@ -9,8 +9,22 @@ const POLL_MS = 2000;
 
 // a policy's version as the daemon's log names it
 const VERSION_CHARS = 12;
+// What picked a turn's model (a route.decided chain entry's policy), in words.
+const POLICIES = {
+  per_message_override: "@alias in the message",
+  manual_sticky: "pinned model",
+  pattern: "pattern",
+  workspace_default: "workspace default",
+  global_default: "global default",
+  offline_fallback: "offline fallback",
+};
+export function pickedBy(entry) {
+  if (entry.policy === "rule") return entry.rule_name ? `rule ${entry.rule_name}` : "a rule";
+  return POLICIES[entry.policy] || entry.policy;
+}
+
 // a decision that chose no model (route.decided's outcome)
-const OUTCOMES = {
+export const OUTCOMES = {
   no_candidate: "no model could take the turn",
   explicit_choice_rejected: "the model asked for could not take it",
 };
@@ -126,7 +140,7 @@ export function routingView(root) {
         h("td", {}, fmtTime(ev.timestamp)),
         h("td", {}, h("a", { href: `#/s/${ev.session_id}/trace`, class: "mono small", title: ev.session_id }, shortId(ev.session_id))),
         h("td", { class: p.chosen_model ? "mono" : "muted" }, p.chosen_model || "none"),
-        h("td", {}, by ? `${by.policy}${by.rule_name ? ` (${by.rule_name})` : ""}` : [
+        h("td", {}, by ? pickedBy(by) : [
           h("span", { class: "error" }, OUTCOMES[p.outcome] || p.outcome),
           refused ? h("div", { class: "small muted" }, refused.reason) : null]),
         h("td", { class: "mono small" }, p.fallbacks.join(", ")),

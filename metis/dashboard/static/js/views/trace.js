@@ -3,6 +3,7 @@
 
 import { api } from "../api.js";
 import { turnEndReason } from "./session.js";
+import { OUTCOMES, pickedBy } from "./routing.js";
 import { h, clear, breakable, fmtCost, fmtInt, fmtMs, fmtTime, plural, shortId } from "../dom.js";
 
 const PAGE = 200;
@@ -141,7 +142,8 @@ export function traceView(root, sessionId) {
         const at = Date.parse(ev.timestamp);
         if (prefix && !ev.type.startsWith(prefix)) continue;
         if (ev.type === "route.decided") {
-          children.append(eventRow(ev, `route → ${p.chosen_model || p.outcome}`, `${p.chain.find((c) => c.verdict === "chose")?.policy || p.outcome} · ${fmtMs(p.elapsed_ms)}`, "span-route"));
+          const by = p.chain.find((c) => c.verdict === "chose");
+          children.append(eventRow(ev, `route → ${p.chosen_model || "none"}`, `${by ? pickedBy(by) : OUTCOMES[p.outcome] || p.outcome} · ${fmtMs(p.elapsed_ms)}`, "span-route"));
         } else if (ev.type === "llm.call_started") {
           llmOpen.set(`${p.request_id}:${p.attempt}`, ev);
         } else if (ev.type === "llm.call_completed" || ev.type === "llm.call_failed") {
