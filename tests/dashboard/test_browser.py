@@ -914,6 +914,18 @@ def test_the_search_box_narrows_the_sessions_as_you_type(
     page.wait_for_selector("p.muted:has-text('No sessions match these filters.')")
     page.fill("#f-search", "")
     page.wait_for_function(f"() => {rows} === 4")
+    # nothing found: no table head over no rows, and a way back to all the sessions
+    page.select_option("#f-status", "ended")
+    page.fill("#f-search", "no such words")
+    page.wait_for_selector("#clear-filters:visible")
+    assert page.locator("table.sessions").is_hidden()
+    page.click("#clear-filters")
+    page.wait_for_function(f"() => {rows} === 4")
+    assert page.locator("table.sessions").is_visible()
+    assert page.locator("#clear-filters").is_hidden()
+    assert (page.input_value("#f-search"), page.input_value("#f-status")) == ("", "all")
+    assert page.url.endswith("/#/")
+    assert page.evaluate("document.activeElement.id") == "f-search"
 
 
 def test_the_sessions_poll_keeps_keyboard_focus(

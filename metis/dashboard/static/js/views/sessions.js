@@ -97,6 +97,15 @@ export function sessionsView(root) {
   // what an empty list says: how to make the first session (no filter), or that none match
   const NONE_YET = "No sessions yet: create one above on a project directory, or run metis chat in a terminal there.";
   const empty = h("p", { class: "muted", id: "sessions-empty", hidden: true }, NONE_YET);
+  // a filtered list that shows nothing offers the way back to all of them
+  const clearFilters = h("button", { type: "button", id: "clear-filters", hidden: true, onclick: () => {
+    Object.values(typing).forEach(clearTimeout);
+    Object.assign(filters, { status: "all", workspace: "", q: "" });
+    status.value = "all";
+    wsFilter.value = search.value = "";
+    filtered();
+    search.focus();
+  } }, "Clear the filters");
   // the list shows `pages` pages, newest first; "Show more" adds one (the poll keeps them all)
   let pages = 1;
   const more = h("button", { type: "button", id: "more-sessions", hidden: true, onclick: () => { shownBefore = tbody.rows.length; pages += 1; refresh(); } }, "Show older sessions");
@@ -118,7 +127,7 @@ export function sessionsView(root) {
           h("span", { class: "filter" }, h("label", { for: "f-workspace" }, "Workspace"), wsFilter))),
       form,
       h("div", { class: "table-wrap" }, table),
-      empty,
+      empty, clearFilters,
       h("div", { class: "row list-more" }, count, more)));
 
   async function end(s) {
@@ -241,6 +250,15 @@ export function sessionsView(root) {
     (near?.querySelector("td.title a") || search).focus();
   }
 
+  // An empty list is said in words, without the head of a table that has no rows; a filtered
+  // one has "Clear the filters" below (the keyboard on it moves to the search field when it goes).
+  function showTable(rows) {
+    table.hidden = !rows;
+    const narrowed = filters.status !== "all" || filters.workspace || filters.q;
+    if (document.activeElement === clearFilters && (rows || !narrowed)) search.focus();
+    clearFilters.hidden = rows || !narrowed;
+  }
+
   // A refresh started later (a filter changed meanwhile) supersedes one still waiting for the
   // daemon: only the latest one's answer is shown, and only it schedules the next poll.
   let latest = 0;
@@ -268,6 +286,7 @@ export function sessionsView(root) {
       empty.classList.remove("error");
       empty.textContent = narrowed ? "No sessions match these filters." : NONE_YET;
       empty.hidden = sessions.length > 0;
+      showTable(sessions.length > 0);
       const hadKeys = document.activeElement === more;
       more.hidden = !cursor;
       // the last page is in: the keyboard goes from the button that went to the rows it added
@@ -285,6 +304,7 @@ export function sessionsView(root) {
         empty.classList.add("error");
         empty.textContent = `No sessions listed: ${err.message}`;
         empty.hidden = false;
+        showTable(false);
         more.hidden = true;
         count.textContent = "";
       } else if (err.code !== "network_error") {
