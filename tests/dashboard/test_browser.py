@@ -731,6 +731,11 @@ def test_narrow_and_dark(browser: Any, served: DaemonThread, workspace: Path) ->
     assert pg.evaluate("document.activeElement.className") == "skip"
     outline = pg.evaluate("getComputedStyle(document.activeElement).outlineStyle")
     assert outline == "solid"  # a visible focus ring
+    # it skips to the view, which stays the view it was (its #app is no address of the router)
+    url = pg.url
+    pg.keyboard.press("Enter")
+    pg.wait_for_function("() => document.activeElement.id === 'app'")
+    assert pg.url == url and pg.locator("#app h1").inner_text() == "Sessions"
     open_session(pg, workspace)
     send(pg, "think about it")
     pg.wait_for_selector("#turn-state:text-is('idle')")

@@ -78,6 +78,12 @@ async function boot() {
   logout.hidden = !credential(); // with `auth.required: false` there is no session to end
   logout.addEventListener("click", logOut);
   followOtherTabs(() => location.reload());
+  // "Skip to content" moves the keyboard to the view; followed as a link, its #app would be
+  // read as an address by the router above, and replace the view with "Page not found"
+  document.querySelector(".skip").addEventListener("click", (e) => {
+    e.preventDefault();
+    app.focus();
+  });
   window.addEventListener("hashchange", () => {
     route();
     app.focus({ preventScroll: true });
