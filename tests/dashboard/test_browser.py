@@ -1198,6 +1198,8 @@ def test_answering_confirmations_from_the_keyboard_keeps_the_focus_on_them(
         )
 
     assert focused() == ["confirm-card resolved d-allow", request_id]
+    settled = page.locator(f".confirm-card[data-request-id='{request_id}']")
+    assert settled.locator(".confirm-actions").is_hidden()  # no gap where its buttons were
     page.keyboard.press("Enter")  # nothing to press: no other request is answered
     page.wait_for_selector(f".confirm-card[data-request-id='{request_id}']", state="detached")
     then_on = focused()
