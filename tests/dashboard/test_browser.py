@@ -924,7 +924,12 @@ def test_the_search_box_narrows_the_sessions_as_you_type(
     page.fill("#f-search", "no such words")
     page.wait_for_selector("#clear-filters:visible")
     assert page.locator("table.sessions").is_hidden()
-    page.click("#clear-filters")
+    for _ in range(8):  # from the search field, by the keyboard
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.id") == "clear-filters":
+            break
+    assert page.evaluate("document.activeElement.id") == "clear-filters"
+    page.keyboard.press("Enter")
     page.wait_for_function(f"() => {rows} === 4")
     assert page.locator("table.sessions").is_visible()
     assert page.locator("#clear-filters").is_hidden()
@@ -1285,12 +1290,20 @@ def test_send_and_cancel_leave_the_keyboard_in_the_message_box(
     either is in the message box then, not on the page's body."""
     open_session(page, workspace)
     page.fill("#composer-input", LONG)
-    page.focus("#send")
+    page.keyboard.press("Tab")  # from the message box to Send
+    assert page.evaluate("document.activeElement.id") == "send"
     page.keyboard.press("Enter")
     page.wait_for_selector("#cancel:visible")
     assert page.evaluate("document.activeElement.id") == "composer-input"
     page.wait_for_selector(".msg.assistant.streaming .stream-text")
-    page.focus("#cancel")
+    page.keyboard.press("Tab")  # past the disabled Send, to Cancel
+    assert page.evaluate("document.activeElement.id") == "cancel"
     page.keyboard.press("Enter")
     page.wait_for_selector("#turn-state:text-is('cancelled')")
     assert page.evaluate("document.activeElement.id") == "composer-input"
+    # a click (a tap, on a phone) leaves the focus to the browser: no on-screen keyboard over
+    # the reply
+    page.fill("#composer-input", "hello")
+    page.click("#send")
+    page.wait_for_selector("#cancel:visible")
+    assert page.evaluate("document.activeElement.id") != "composer-input"

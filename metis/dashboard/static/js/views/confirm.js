@@ -64,7 +64,8 @@ export function confirmationCard(sessionId, turnId, p, toolInput, { answeredByAa
   }
 
   async function answer(decision, scope) {
-    answering = el.contains(document.activeElement);
+    // the keyboard's focus only (a click or a tap leaves the focus to the browser)
+    answering = el.contains(document.activeElement) && document.activeElement.matches(":focus-visible");
     for (const b of buttons.querySelectorAll("button")) b.disabled = true;
     const body = { decision, scope };
     if (decision === "deny" && reason.value.trim()) body.reason = reason.value.trim();

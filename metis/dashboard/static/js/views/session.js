@@ -121,7 +121,7 @@ export function sessionView(root, sessionId, revealAt = null) {
     turnId = id;
     turnState.textContent = label || (id ? "running" : "idle");
     turnState.className = `badge ${id ? "running" : ""}`;
-    const hadKeys = document.activeElement === cancel;
+    const hadKeys = cancel.matches(":focus-visible");
     cancel.hidden = !id;
     send.disabled = !!id || ended;
     if (hadKeys && !id) keysToComposer(); // Cancel went with the turn
@@ -130,6 +130,8 @@ export function sessionView(root, sessionId, revealAt = null) {
 
   // Where the keyboard goes when the button it was on goes away or is disabled (Send while
   // the turn runs, Cancel once it ended): to the message box, ready for the next message.
+  // Only the keyboard's (:focus-visible): a tap on a phone would open its on-screen keyboard
+  // over the reply.
   function keysToComposer() {
     if (!composer.hidden && !input.hidden) input.focus();
   }
@@ -658,7 +660,7 @@ export function sessionView(root, sessionId, revealAt = null) {
     if (!text.trim()) return;
     setComposerError(null);
     sentOffline = false;
-    const fromSend = document.activeElement === send;
+    const fromSend = send.matches(":focus-visible");
     send.disabled = true;
     if (fromSend) keysToComposer();
     try {

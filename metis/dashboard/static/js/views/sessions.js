@@ -99,12 +99,13 @@ export function sessionsView(root) {
   const empty = h("p", { class: "muted", id: "sessions-empty", hidden: true }, NONE_YET);
   // a filtered list that shows nothing offers the way back to all of them
   const clearFilters = h("button", { type: "button", id: "clear-filters", hidden: true, onclick: () => {
+    const keys = clearFilters.matches(":focus-visible"); // not a tap: no on-screen keyboard
     Object.values(typing).forEach(clearTimeout);
     Object.assign(filters, { status: "all", workspace: "", q: "" });
     status.value = "all";
     wsFilter.value = search.value = "";
     filtered();
-    search.focus();
+    if (keys) search.focus();
   } }, "Clear the filters");
   // the list shows `pages` pages, newest first; "Show more" adds one (the poll keeps them all)
   let pages = 1;
@@ -255,7 +256,7 @@ export function sessionsView(root) {
   function showTable(rows) {
     table.hidden = !rows;
     const narrowed = filters.status !== "all" || filters.workspace || filters.q;
-    if (document.activeElement === clearFilters && (rows || !narrowed)) search.focus();
+    if (clearFilters.matches(":focus-visible") && (rows || !narrowed)) search.focus();
     clearFilters.hidden = rows || !narrowed;
   }
 
