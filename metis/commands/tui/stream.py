@@ -205,6 +205,7 @@ class SessionStream:
             if host.turn.id is not None and not host.session.get("current_turn_id"):
                 # e.g. the daemon restarted: the turn is over, whether or not its end was stored
                 host.turn.mark_over()
+                host.renderer.interrupt_open_calls()  # a replayed end of a call says otherwise
                 await host.note("the turn is no longer running")
             for request in host.session.get("pending_confirmations") or []:
                 host.confirmations.add(request)

@@ -22,6 +22,7 @@ from metis.commands.client import ApiFailure, DaemonApi, turn_outcome
 from metis.commands.tui.confirmations import ConfirmationQueue
 from metis.commands.tui.turn import RunningTurn
 from metis.commands.tui.widgets import (
+    OPEN_STATES,
     AssistantMessage,
     Note,
     ThinkingBlock,
@@ -123,6 +124,8 @@ class TranscriptRenderer:
                         card.set_state(_resolved_label(denied[block["tool_use_id"]]))
                     elif info.get("error_class"):  # as it read live: cancelled, timed out…
                         card.set_state(_failed_label(info["error_class"]), info.get("duration_ms"))
+                    elif not info and m.get("turn_id") in cut_short:
+                        card.set_state(INTERRUPTED)  # its result is the restart's, as live
                     else:
                         card.set_state(card.state, info.get("duration_ms"))
                     await card.set_result(
@@ -260,6 +263,13 @@ class TranscriptRenderer:
             errors = "; ".join(e.get("message", "") for e in p.get("errors", [])[:3])
             card.set_state(f"input invalid: {errors}")
 
+    def interrupt_open_calls(self) -> None:
+        """The turn ended under calls that had not: they read `interrupted` (their result, if
+        the daemon stored one when it started again, is filled in after)."""
+        for card in self.cards.values():
+            if card.result is None and card.state in OPEN_STATES:
+                card.set_state(INTERRUPTED)
+
     async def fill_missing_results(self) -> None:
         """Fill the cards of calls that ended without their result shown: its fetch failed (the
         daemon stopped just then). Called once the stream is back."""
@@ -351,6 +361,8 @@ class TranscriptRenderer:
         for thinking in list(self.thinking.values()):
             thinking.finish()
         outcome = turn_outcome(event["type"], event.get("payload") or {})
+        if event["type"] != "turn.completed":
+            self.interrupt_open_calls()
         line = _turn_line(event.get("payload") or {}, outcome)
         await self.host.note(line, error=outcome.startswith("failed"))
         turn_id = event.get("turn_id")
@@ -362,6 +374,8 @@ class TranscriptRenderer:
 
 
 _CUT_SHORT = ("turn.failed", "turn.cancelled")
+INTERRUPTED = "interrupted"
+"""A call whose turn ended before it did (the daemon stopped under it): no end of its own came."""
 
 
 def _turn_line(p: dict[str, Any], outcome: str) -> str:

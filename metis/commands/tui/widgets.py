@@ -352,6 +352,10 @@ class ThinkingBlock(Collapsible):
         self.body.update(Text(self.text))
 
 
+OPEN_STATES = frozenset({"queued", "running", "allowed", "awaiting your answer"})
+"""A tool card's states before its call has ended."""
+
+
 class ToolCard(Vertical):
     """One tool call: name, summary, state and duration, then its diff (or its command when
     the title cannot hold it whole) and its result: of each, the first lines, the rest in a
@@ -444,7 +448,7 @@ class ToolCard(Vertical):
         self.exit_code = exit_code if exit_code is not None else code
         self.result = body
         self.add_class("error" if is_error else "ok")
-        if self.state in ("queued", "running", "allowed"):
+        if self.state in OPEN_STATES:
             self.state = "error" if is_error else "done"
         self._refresh_state()
         preview, hidden = tooldisplay.truncate_lines(body, PREVIEW_LINES)

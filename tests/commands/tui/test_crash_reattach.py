@@ -1,0 +1,86 @@
+"""`metis chat` when the daemon under it is killed (SIGKILL) while a tool runs: a real
+`metis serve` subprocess, then a daemon started again on the same home and port, whose recovery
+ends the turn and stores the tool's interrupted result. The app, re-attached by itself, must not
+leave the card saying the call still runs."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import aiohttp
+
+from metis.commands.tui.app import ChatApp
+from metis.commands.tui.widgets import ToolCard
+from metis.config import load_settings
+from metis.server.runner import Daemon
+from metis.testing.fake_provider import FakeProviderServer, FakeReply
+from metis.testing.serving import free_port, spawn_serve, wait_until_serving
+from tests.api import home_headers
+from tests.commands.tui.test_app import attached, notes, send, until
+from tests.e2e.test_provider_turns import AUTO_TOOLS, MODEL_OF, models_yaml
+
+
+async def test_a_tool_running_when_the_daemon_is_killed_reads_interrupted_after_reattaching(
+    fake: FakeProviderServer,
+    metis_home: Path,
+    workspace: Path,
+    tmp_path: Path,
+) -> None:
+    metis_home.mkdir(parents=True, exist_ok=True)
+    (metis_home / "models.yaml").write_text(models_yaml(fake))
+    (metis_home / "config.yaml").write_text(AUTO_TOOLS)
+    port = free_port()
+    with (tmp_path / "serve.log").open("wb") as log:
+        proc = await spawn_serve(metis_home, port, output=log)
+    url = f"http://127.0.0.1:{port}"
+    fake.enqueue(
+        "anthropic", FakeReply.call("shell", {"command": "sleep 30", "timeout_seconds": 60})
+    )
+    restarted: list[Daemon] = []
+    try:
+        async with aiohttp.ClientSession(base_url=url) as http:
+            await wait_until_serving(http, "/health")
+        app = ChatApp(
+            url,
+            home_headers(metis_home),
+            workspace=str(workspace),
+            home=metis_home,
+            model=MODEL_OF["anthropic"],
+        )
+        async with attached(app):
+            send(app, "run the slow command")
+            await until(lambda: [c.state for c in app.query(ToolCard)] == ["running"], timeout=30)
+            proc.send_signal(signal.SIGKILL)
+            await proc.wait()
+            await until(lambda: not app.stream.connected)
+            # its recovery fails the turn and stores the tool's interrupted result
+            again = Daemon(load_settings(home=metis_home, port=port))
+            await again.start()
+            restarted.append(again)
+            await until(lambda: app.stream.connected and app.turn.id is None, timeout=20)
+            [card] = app.query(ToolCard)
+            await until(lambda: card.result is not None)
+            assert card.state == "interrupted", card.state
+            assert "metis stopped before the tool finished" in (card.result or "")
+            await until(lambda: "turn failed: daemon_restart" in notes(app))  # replayed
+            session_id = app.session_id
+        # opened again later, the session reads the same
+        resumed = ChatApp(
+            url,
+            home_headers(metis_home),
+            workspace=str(workspace),
+            home=metis_home,
+            session_id=session_id,
+        )
+        async with attached(resumed):
+            await until(lambda: len(resumed.query(ToolCard)) == 1)
+            [card] = resumed.query(ToolCard)
+            await until(lambda: card.result is not None)
+            assert card.state == "interrupted", card.state
+    finally:
+        for d in restarted:
+            await d.stop()
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
