@@ -31,6 +31,7 @@ from metis.core.config.checks import format_diagnostic
 from metis.core.errors import ConfigError
 from metis.core.models.registry import ModelRegistry, load_models_file
 from metis.wire.models import unconfigured_reason
+from metis.wire.when import local_time
 
 MODELS_FILE = "models.yaml"
 DAEMON_TIMEOUT_S = 3.0
@@ -174,7 +175,8 @@ def _live_status(model: dict[str, Any]) -> str:
     if model["availability"] == "healthy":
         return "healthy"
     detail = model.get("availability_detail") or {}
-    return f"unavailable ({detail.get('trigger_reason')}) until {detail.get('recovers_at')}"
+    until = local_time(detail.get("recovers_at"), seconds=True)
+    return f"unavailable ({detail.get('trigger_reason')}) until {until}"
 
 
 def _tier_and_aliases(tier: str | None, aliases: Sequence[str] | None) -> tuple[str, str]:
@@ -206,8 +208,9 @@ def show_live(target: DaemonTarget, body: dict[str, Any]) -> None:
             detail = model.get("availability_detail") or {}
             print(f"{model['id']}: {detail.get('message') or detail.get('trigger_reason')}")
             print(
-                f"  unavailable since {detail.get('since')}, routing tries it again after "
-                f"{detail.get('recovers_at')}; `metis models reset {model['id']}` does it now"
+                f"  unavailable since {local_time(detail.get('since'), seconds=True)}, routing "
+                f"tries it again after {local_time(detail.get('recovers_at'), seconds=True)}; "
+                f"`metis models reset {model['id']}` does it now"
             )
     print()
     print(f"source: the daemon at {target.url} (live availability)")

@@ -29,6 +29,7 @@ from metis.private_file import write_private
 from metis.wire.counts import counted, turn_totals
 from metis.wire.export import FORMATS as EXPORT_FORMATS
 from metis.wire.search import where_said
+from metis.wire.when import local_time
 
 ATTACH_FIELDS = ("attach_token", "attach_token_expires_at", "ws_url")
 """What `GET /sessions/{id}` adds for a WebSocket client, left out of what is shown."""
@@ -63,7 +64,7 @@ def _for_a_person(s: dict[str, Any], width: int) -> list[str]:
     status = f"{s['status']}, {asks} to confirm" if asks else s["status"]  # waiting for its user
     outcome = f" · {status} · {counted(turns, 'turn')} · ${s.get('cost_so_far_usd', '0')}"
     title = _cut(_shown(s.get("title") or "(no prompt yet)"), max(width - len(outcome), 12))
-    created = str(s.get("created_at", ""))[:16].replace("T", " ")
+    created = local_time(s.get("created_at"))
     where = f"  {s['id']} · {created} · "
     if width - len(where) < _WORKSPACE_ROOM:  # narrow: the workspace says more than the date
         where = f"  {s['id']} · "
@@ -139,8 +140,9 @@ async def _show(api: DaemonApi, args: argparse.Namespace) -> int:
         f"model     {session.get('active_model')}"
         + ("" if session.get("sticky_model") else " (routing)")
     )
-    print(f"created   {session['created_at']}")
-    print(f"status    {'ended ' + session['ended_at'] if session.get('ended_at') else 'active'}")
+    print(f"created   {local_time(session['created_at'], seconds=True)}")
+    ended = session.get("ended_at")
+    print(f"status    {'ended ' + local_time(ended, seconds=True) if ended else 'active'}")
     print(f"turns     {session['turn_count']}")
     print(f"cost      ${session['cost_so_far_usd']}")
     ends = await api.all_events(args.id, "turn.completed,turn.cancelled,turn.failed")
@@ -169,7 +171,7 @@ def _running(session: dict[str, Any]) -> str:
 
 async def _end(api: DaemonApi, args: argparse.Namespace) -> int:
     ended = await api.call("DELETE", f"/sessions/{args.id}")
-    print(f"ended {ended['id']} at {ended['ended_at']}")
+    print(f"ended {ended['id']} at {local_time(ended['ended_at'], seconds=True)}")
     return 0
 
 

@@ -24,6 +24,7 @@ from metis.commands.tui.failures import error_text
 from metis.wire import tooldisplay
 from metis.wire.counts import counted
 from metis.wire.search import where_said
+from metis.wire.when import local_time
 
 
 def fit_scroll(dialog: Widget, scroll: Widget, *, share: float, cap: int) -> None:
@@ -234,7 +235,7 @@ class SessionPicker(ModalScreen[PickedSession | None]):
         for s in self.sessions:
             title = s.get("title") or "(no prompt yet)"
             mark = "● " if s["id"] == self.current else "  "
-            when = str(s.get("created_at", ""))[:16].replace("T", " ")
+            when = local_time(s.get("created_at"))
             # two lines, each cut (not wrapped) at the list's width: title, then the details
             head = Text(no_wrap=True, overflow="ellipsis")
             head.append(mark, "bold green")
