@@ -1307,3 +1307,26 @@ def test_send_and_cancel_leave_the_keyboard_in_the_message_box(
     page.click("#send")
     page.wait_for_selector("#cancel:visible")
     assert page.evaluate("document.activeElement.id") != "composer-input"
+
+
+def test_a_session_ends_from_its_own_page(page: Any, served: DaemonThread, workspace: Path) -> None:
+    session_id = open_session(page, workspace)
+    send(page, "hello end")
+    wait_idle(page)
+    page.locator("#end-session").focus()
+    page.keyboard.press("Enter")
+    dialog = page.wait_for_selector("dialog.confirm[open]")
+    assert "hello end takes no more turns. Its transcript and trace stay" in dialog.inner_text()
+    page.keyboard.press("Escape")  # not ended: back on the button
+    page.wait_for_selector("dialog.confirm", state="detached")
+    assert page.evaluate("document.activeElement.id") == "end-session"
+    page.keyboard.press("Enter")
+    page.wait_for_selector("dialog.confirm[open]")
+    page.keyboard.press("Tab")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#ended-note:visible")
+    assert page.locator("#end-session").is_hidden() and page.locator("form.composer").is_hidden()
+    # the button went: the keyboard is on what says the session ended
+    page.wait_for_function("() => document.activeElement.id === 'ended-note'")
+    status, session = rest(served, "GET", f"/sessions/{session_id}")
+    assert status == 200 and session["ended_at"] is not None

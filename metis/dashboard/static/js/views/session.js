@@ -12,6 +12,7 @@ import { h, clear, setHtml, fmtCost, fmtInt, fmtMs, shortId, toast, copyButton, 
 import { SessionStream } from "../stream.js";
 import { toolCard } from "./toolcard.js";
 import { confirmationCard } from "./confirm.js";
+import { confirmDialog } from "./dialog.js";
 
 const TERMINAL = new Set(["turn.completed", "turn.cancelled", "turn.failed"]);
 // What a turn.cancelled reason means to the reader (a cancel the user asked for needs no words).
@@ -66,7 +67,7 @@ export function sessionView(root, sessionId, revealAt = null) {
   const composer = h("form", { class: "composer", "aria-label": "Send a message" }, input, h("div", { class: "composer-actions" }, send, cancel), composerError);
   // Where the composer was, when this page cannot send: the session ended, or an AAP client
   // runs it (its messages and answers come from that client; Cancel still works from here).
-  const endedNote = h("p", { class: "muted composer-note", id: "ended-note", hidden: true },
+  const endedNote = h("p", { class: "muted composer-note", id: "ended-note", tabindex: "-1", hidden: true },
     "This session has ended: it takes no more messages. Its transcript, trace and downloads stay.");
   const aapNote = h("p", { class: "muted composer-note", id: "aap-note", hidden: true },
     "An AAP client runs this session: messages and answers to its tool requests come from that client. Here you can follow it, cancel a running turn, pick its model or end it.");
@@ -89,8 +90,21 @@ export function sessionView(root, sessionId, revealAt = null) {
     }, label);
   }
 
+  // End, here as in the sessions list (after a confirmation; the data stays): the session's
+  // end then comes back as its session.ended event, which takes the button and the composer
+  const endButton = h("button", { type: "button", id: "end-session", class: "small" }, "End session");
+  endButton.addEventListener("click", async () => {
+    const running = turnId ? "; its running turn is cancelled" : "";
+    const ok = await confirmDialog("End session?",
+      `${session?.title || sessionId} takes no more turns${running}. Its transcript and trace stay (Purge, in the sessions list, deletes them).`,
+      "End");
+    if (!ok) return endButton.focus();
+    try {
+      await api("DELETE", `/sessions/${sessionId}`);
+    } catch (err) { toast(`${err.code}: ${err.message}`); }
+  });
   const side = h("div", { class: "session-side" },
-    h("div", { class: "row" }, conn, turnState, h("a", { href: `#/s/${sessionId}/trace`, id: "trace-link" }, "Trace")),
+    h("div", { class: "row" }, conn, turnState, h("a", { href: `#/s/${sessionId}/trace`, id: "trace-link" }, "Trace"), endButton),
     h("div", { class: "row small exports" }, "Download",
       exportButton("md", "Markdown", "the conversation to read: turns, tool calls, costs"),
       exportButton("json", "JSON", "the session, its messages and its events, as the API gives them")),
@@ -619,10 +633,13 @@ export function sessionView(root, sessionId, revealAt = null) {
   // An ended session takes no more turns: no model to pick, nothing to send.
   function setEnded() {
     ended = true;
+    const keys = endButton.matches(":focus-visible") || composer.contains(document.activeElement);
+    endButton.hidden = true;
     modelSelect.disabled = true;
     if (session) showModel(session);
     composer.hidden = aapNote.hidden = true;
     endedNote.hidden = false;
+    if (keys) endedNote.focus(); // its button or its composer went: the keyboard on what says so
     withdrawOpen({ sessionEnded: true });
   }
 
