@@ -18,6 +18,8 @@ def summary(name: str, tool_input: dict[str, Any] | None) -> str:
         value = data.get(key)
         if isinstance(value, str) and value:
             return value if len(value) <= 120 else value[:119] + "…"
+    if name == "list_dir":  # its path left out: the workspace's root, its default
+        return "(the workspace root)"
     if not data:
         return ""
     text = json.dumps(data, ensure_ascii=False)

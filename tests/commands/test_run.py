@@ -58,7 +58,7 @@ async def test_at_a_terminal_a_note_starts_a_line_of_its_own_not_the_end_of_the_
         os.close(controller)
     first = lines.index("Calling read_file, write_file, patch_file, list_dir, grep_files, shell.")
     assert lines[first + 1] == "metis: tool read_file metis-demo.txt"
-    assert "metis: tool list_dir" in lines  # an empty summary leaves no trailing space
+    assert "metis: tool list_dir (the workspace root)" in lines  # its default path, said
     # the next reply is set apart from the notes by one blank line, as from a reply
     last_note = lines.index("metis: deny shell: conformance")
     assert lines[last_note + 1 : last_note + 3] == ["", "Tool results received:"]

@@ -65,10 +65,12 @@ def test_a_long_first_line_is_cut_at_a_word_in_the_heading() -> None:
 
 
 def test_a_tool_call_without_arguments_is_named_without_trailing_space() -> None:
-    call = {"type": "tool_use", "id": "tu_1", "name": "list_dir", "input": {}}
+    call = {"type": "tool_use", "id": "tu_1", "name": "clock__now", "input": {}}
+    listing = {"type": "tool_use", "id": "tu_2", "name": "list_dir", "input": {}}
     messages = [
         user("t1", {"type": "text", "text": "look around"}),
-        {"role": "assistant", "turn_id": "t1", "content": [call]},
+        {"role": "assistant", "turn_id": "t1", "content": [call, listing]},
     ]
     md = to_markdown({"session": SESSION, "messages": messages, "events": []})
-    assert "Tool call `list_dir`\n" in md
+    assert "Tool call `clock__now`\n" in md
+    assert "Tool call `list_dir` (the workspace root)\n" in md  # its path's default, said
