@@ -30,4 +30,7 @@ def test_the_summary_is_the_most_telling_argument_cut_at_120_characters() -> Non
     long = summary("shell", {"command": "x" * 300})
     assert len(long) == 120 and long.endswith("…")
     assert summary("noop", {}) == ""
-    assert summary("list_dir", {}) == "(the workspace root)" and summary("list_dir", {"path": "src"}) == "src"
+    assert (
+        summary("list_dir", {}) == "(the workspace root)"
+        and summary("list_dir", {"path": "src"}) == "src"
+    )
