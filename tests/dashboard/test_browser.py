@@ -1289,6 +1289,12 @@ def test_send_and_cancel_leave_the_keyboard_in_the_message_box(
     """Send is disabled while the turn runs, Cancel goes with the turn: the keyboard that was on
     either is in the message box then, not on the page's body."""
     open_session(page, workspace)
+    # Send with nothing typed says so, and sends nothing
+    posted: list[str] = []
+    page.on("request", lambda r: posted.append(r.url) if r.method == "POST" else None)
+    page.click("#send")
+    assert page.eval_on_selector("#composer-input", "t => t.validationMessage") != ""
+    assert posted == []
     page.fill("#composer-input", LONG)
     page.keyboard.press("Tab")  # from the message box to Send
     assert page.evaluate("document.activeElement.id") == "send"

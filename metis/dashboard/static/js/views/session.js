@@ -60,7 +60,8 @@ export function sessionView(root, sessionId, revealAt = null) {
   const transcript = h("div", { id: "transcript", class: "transcript", role: "log", "aria-live": "off", "aria-label": "Transcript", tabindex: "0" });
   const earlier = h("button", { type: "button", id: "load-earlier", class: "load-earlier", hidden: true }, "Load earlier messages");
   const confirmArea = h("section", { id: "confirmations", class: "confirmations", "aria-label": "Pending confirmations" });
-  const input = h("textarea", { id: "composer-input", rows: 3, placeholder: "Message (Ctrl+Enter to send; start with @alias to pick a model)", "aria-label": "Message" });
+  // required: Send with nothing typed says so (the browser's own bubble, as Create's field does)
+  const input = h("textarea", { id: "composer-input", rows: 3, required: true, placeholder: "Message (Ctrl+Enter to send; start with @alias to pick a model)", "aria-label": "Message" });
   const send = h("button", { type: "submit", class: "primary", id: "send" }, "Send");
   const cancel = h("button", { type: "button", id: "cancel", class: "danger", hidden: true }, "Cancel");
   const composerError = h("p", { class: "error", role: "alert", id: "composer-error" });
