@@ -8,6 +8,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
+from markdown_it.token import Token
 from rich.console import Console, JustifyMethod
 from rich.markdown import Heading
 from rich.markdown import Markdown as RichMarkdown
@@ -267,9 +268,36 @@ def warm_up_markdown(console: Console) -> None:
 
 
 class LeftMarkdown(RichMarkdown):
-    """Rich's Markdown with every heading on the left, as a chat reads."""
+    """Rich's Markdown with every heading on the left, as a chat reads, and a link's address
+    after its text when the two differ: a link is clickable only in terminals that take
+    hyperlinks (OSC 8), and in the others (tmux as it comes, many over SSH) its address was
+    nowhere to be seen."""
 
     elements = {**RichMarkdown.elements}
+
+    def __init__(self, markup: str, **kwargs: Any) -> None:
+        super().__init__(markup, **kwargs)
+        for token in self.parsed:
+            if token.children:
+                token.children = _addresses_shown(token.children)
+
+
+def _addresses_shown(tokens: list[Token]) -> list[Token]:
+    """`tokens` (a block's inline ones) with ` (address)` after each link whose text is not
+    its address already (an autolink's is)."""
+    shown: list[Token] = []
+    href, text = "", ""
+    for token in tokens:
+        shown.append(token)
+        if token.type == "link_open":
+            href, text = str(token.attrs.get("href", "")), ""
+        elif token.type == "link_close":
+            if href and text.strip() not in (href, href.removeprefix("mailto:")):
+                shown.append(Token("text", "", 0, content=f" ({href})"))
+            href = ""
+        elif href:
+            text += token.content
+    return shown
 
 
 class _LeftHeading(Heading):
