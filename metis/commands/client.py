@@ -267,11 +267,12 @@ _CANCELLED_BECAUSE = {
 
 def turn_outcome(event_type: str, payload: Mapping[str, Any]) -> str:
     """How a turn ended, from its terminal event: `completed`, `cancelled` (with why, when
-    the user did not ask for it) or `failed: reason: message` (what every client prints, live
-    or from the stored events)."""
+    the user did not ask for it) or `failed: message` (the message says it in words; its
+    `reason` code is for scripts: `--json`, the events). What every client prints, live or from
+    the stored events, as the dashboard does."""
     if event_type == "turn.cancelled":
         reason = str(payload.get("reason"))
         return _CANCELLED_BECAUSE.get(reason, f"cancelled ({reason})")
     if event_type == "turn.failed":
-        return f"failed: {payload.get('reason')}: {payload.get('message')}"
+        return f"failed: {payload.get('message') or payload.get('reason')}"
     return "completed"

@@ -204,7 +204,7 @@ async def test_run_cut_off_by_a_killed_daemon_ends_its_line_and_names_the_sessio
     await again.banner()
     code, shown, err = await metis("sessions", "show", session_id, "--url", url)
     assert code == 0, err
-    assert "turn 1: failed: daemon_restart: metis stopped while this turn was running" in shown
+    assert "turn 1: failed: metis stopped while this turn was running" in shown
 
 
 async def test_config_yaml_sets_the_log_level_and_the_flag_overrides_it(

@@ -117,7 +117,7 @@ async def test_metis_chat_shows_why_the_key_was_refused(
     term.type("hello again", "/quit")
     assert await asyncio.wait_for(run, 15) == 0
     [failed] = term.labelled("turn")
-    assert failed.startswith(f"turn> failed: provider_error: {REFUSED}"), term.text
+    assert failed.startswith(f"turn> failed: {REFUSED}"), term.text
     assert "the provider refused this key" in failed
     [refused] = [line for line in term.labelled("error") if "routing_failed" in line]
     assert REFUSED in refused and "routing tries it again after" in refused, term.text

@@ -1028,9 +1028,7 @@ async def test_resuming_shows_how_each_turn_that_did_not_complete_ended(
             lines = [str(w.render()) if isinstance(w, Note) else "you" for w in shown]
             assert lines[0] == "you" and lines[1].startswith("turn cancelled · ")
             assert lines[2] == "you" and "completed" not in "".join(lines)
-            assert lines[3].startswith(
-                "turn failed: daemon_restart: metis stopped while this turn was running · "
-            )
+            assert lines[3].startswith("turn failed: metis stopped while this turn was running · ")
             assert "error" in shown[3].classes
             screenshot(app, "resumed-turn-ends")
     finally:

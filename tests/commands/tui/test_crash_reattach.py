@@ -63,7 +63,7 @@ async def test_a_tool_running_when_the_daemon_is_killed_reads_interrupted_after_
             await until(lambda: card.result is not None)
             assert card.state == "interrupted", card.state
             assert "metis stopped before the tool finished" in (card.result or "")
-            await until(lambda: "turn failed: daemon_restart" in notes(app))  # replayed
+            await until(lambda: "turn failed: metis stopped" in notes(app))  # replayed
             session_id = app.session_id
         # opened again later, the session reads the same
         resumed = ChatApp(
