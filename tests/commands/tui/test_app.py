@@ -62,6 +62,14 @@ async def attached(app: ChatApp, size: tuple[int, int] = SIZE) -> AsyncIterator[
         yield pilot
 
 
+@pytest.fixture
+def deep(tmp_path: Path) -> Path:
+    """A workspace whose path is longer than a narrow terminal has room for."""
+    path = tmp_path / "clients" / "acme" / "platform" / "services" / "billing" / "api"
+    path.mkdir(parents=True)
+    return path
+
+
 def make_app(d: Daemon, workspace: Path, **kwargs: Any) -> ChatApp:
     target = resolve_daemon()
     return ChatApp(
@@ -1036,10 +1044,8 @@ async def test_resuming_shows_how_each_turn_that_did_not_complete_ended(
 
 
 async def test_the_status_bar_fits_the_workspace_in_a_narrow_terminal(
-    start_daemon: Callable[..., Any], tmp_path: Path
+    start_daemon: Callable[..., Any], deep: Path
 ) -> None:
-    deep = tmp_path / "clients" / "acme" / "platform" / "services" / "billing" / "api"
-    deep.mkdir(parents=True)
     d = await start_daemon()
     app = make_app(d, deep)
     async with attached(app, size=(90, 20)) as pilot:
@@ -1200,10 +1206,8 @@ async def test_a_refused_message_says_why_in_the_daemons_words_without_its_code(
 
 
 async def test_at_80_columns_the_opening_note_fits_the_workspace_on_its_first_line(
-    start_daemon: Callable[..., Any], tmp_path: Path
+    start_daemon: Callable[..., Any], deep: Path
 ) -> None:
-    deep = tmp_path / "clients" / "acme" / "platform" / "services" / "billing" / "api"
-    deep.mkdir(parents=True)
     d = await start_daemon()
     app = make_app(d, deep)
     async with attached(app, size=(80, 24)) as pilot:
