@@ -167,7 +167,9 @@ def test_create_session_and_stream_deltas(
     assert "create one above" in empty.inner_text() and "metis chat" in empty.inner_text()
     page.fill("#new-workspace", "/no/such/dir")
     page.click("form.new-session button[type=submit]")
-    page.wait_for_selector("#new-error:has-text('workspace')")
+    refused = page.wait_for_selector("#new-error:has-text('orkspace')").inner_text()
+    # the daemon's message as a sentence; its code (workspace_not_found) is for scripts
+    assert refused[0].isupper() and "_" not in refused and "/no/such/dir" in refused, refused
     shot(page, "sessions-error")
     (workspace / "AGENTS.md").write_text("Use tabs.\n")
     session_id = open_session(page, workspace)
@@ -476,7 +478,7 @@ def test_reconnects_after_daemon_restart(page: Any, served: DaemonThread, worksp
     served.stop()
     page.fill("#composer-input", "typed while it was down")
     page.click("#send")
-    page.wait_for_selector("#composer-error:has-text('network_error')")
+    page.wait_for_selector("#composer-error:has-text('The daemon is not reachable')")
     served.start()
     page.wait_for_selector("[data-conn=live]", timeout=30_000)
     # the draft is kept, and the error no longer says the daemon cannot be reached
@@ -1113,7 +1115,7 @@ def test_the_model_selector_reverts_on_error_and_is_disabled_once_ended(
     served.stop()
     page.wait_for_selector("#conn:text-is('daemon not reachable')")
     page.select_option("#model-select", "local:scripted")
-    page.wait_for_selector("#toast:has-text('network_error')")
+    page.wait_for_selector("#toast:has-text('The daemon is not reachable')")
     page.wait_for_function("document.getElementById('model-select').value === ''")
     assert page.inner_text("#model-note") == "routing decides"
     served.start()

@@ -194,7 +194,7 @@ def test_an_mcp_reload_says_what_it_did_over_an_older_refusal(
     page.wait_for_selector(".mcp-server[data-name=notes]")
     mcp_yaml.write_text("mcp: [unclosed\n")
     page.click("#mcp-reload")
-    page.wait_for_selector("#toast:not(.ok):has-text('config_invalid')")
+    page.wait_for_selector("#toast:not(.ok):has-text('config.yaml')")
     mcp_yaml.write_text("mcp:\n  servers:\n" + SPARE)
     page.click("#mcp-reload")
     # the success replaces the refusal at once, rather than waiting for it to go

@@ -13,6 +13,14 @@ export class ApiError extends Error {
   }
 }
 
+// What a refused or failed call says to a person: the daemon's message (its code is for scripts;
+// an answer without a message falls back to it), begun with a capital unless it sits inside a
+// sentence of the page's own.
+export function errorText(err, { sentence = true } = {}) {
+  const text = (err && (err.message || err.code)) || String(err);
+  return sentence && /^[a-z]+(\s|$)/.test(text) ? text[0].toUpperCase() + text.slice(1) : text;
+}
+
 export async function api(method, path, body) {
   // the browser session travels as a header, never as a cookie (auth.js)
   const init = { method, credentials: "omit", headers: authHeaders() };

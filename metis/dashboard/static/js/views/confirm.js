@@ -6,7 +6,7 @@
 // here): their cards say so, offer no buttons, and stay open past the end of the turn, which
 // AAP suspends until the client answers in its next turn.
 
-import { api } from "../api.js";
+import { api, errorText } from "../api.js";
 import { h, clear } from "../dom.js";
 import { diffView } from "./toolcard.js";
 
@@ -77,7 +77,7 @@ export function confirmationCard(sessionId, turnId, p, toolInput, { answeredByAa
         resolved({ decision: err.details.resolution, scope: err.details.scope });
         return;
       }
-      outcome.textContent = `${err.code}: ${err.message}`;
+      outcome.textContent = errorText(err);
       for (const b of buttons.querySelectorAll("button")) b.disabled = false;
       if (answering) el.focus();
       answering = false;

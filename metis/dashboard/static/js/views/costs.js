@@ -1,7 +1,7 @@
 // Costs: spend per day as an SVG chart, per model and per session as bars, each with a table
 // (GET /costs).
 
-import { api } from "../api.js";
+import { api, errorText } from "../api.js";
 import { h, svg, fmtCost, fmtInt, plural, shortId, toast } from "../dom.js";
 
 const H = 200, PAD = 28;
@@ -86,7 +86,7 @@ export function costsView(root) {
           h("section", { class: "panel" }, h("h2", {}, "Per model"), barList(c.by_model, "Model", (r) => h("span", { class: "name mono", title: r.key }, r.key))),
           h("section", { class: "panel" }, h("h2", {}, "Per session (top 20)"), barList(c.by_session, "Session", session))));
       drawDays();
-    } catch (err) { toast(`${err.code}: ${err.message}`); }
+    } catch (err) { toast(errorText(err)); }
   }
   days.addEventListener("change", load);
   load();

@@ -6,7 +6,7 @@
 // waiting out its restart backoff; "Reload config.yaml" applies every change of the file's mcp
 // section (POST /mcp/reload).
 
-import { api } from "../api.js";
+import { api, errorText } from "../api.js";
 import { h, clear, toast, breakable } from "../dom.js";
 import { whileVisible } from "../poll.js";
 
@@ -100,7 +100,7 @@ export function mcpView(root) {
       const answer = await api("POST", path);
       answered?.(answer); // (not `answered?.(await api(…))`, which asks nothing without one)
     } catch (err) {
-      toast(`${err.code}: ${err.message}`);
+      toast(errorText(err));
     }
     asked.delete(path);
     if (!stopped) refresh();
@@ -132,7 +132,7 @@ export function mcpView(root) {
         }
       }
     } catch (err) {
-      problem.textContent = `Could not load the MCP servers: ${err.code}: ${err.message}`;
+      problem.textContent = `Could not load the MCP servers: ${errorText(err, { sentence: false })}`;
     }
     poll.next();
   }

@@ -1,7 +1,7 @@
 // Routing & models: the policy in force, the newest route decisions of all sessions, models
 // with availability.
 
-import { api } from "../api.js";
+import { api, errorText } from "../api.js";
 import { h, append, clear, fmtTime, shortId, toast } from "../dom.js";
 import { whileVisible } from "../poll.js";
 
@@ -50,7 +50,7 @@ export function routingView(root) {
       const r = await api("POST", model ? `/models/${encodeURIComponent(model)}/reset` : "/models/reset");
       toast(r.recovered.length ? `Available again: ${r.recovered.join(", ")}` : `${model || "Every model"} was already available`, { ok: true });
       loadModels();
-    } catch (err) { toast(`${err.code}: ${err.message}`); }
+    } catch (err) { toast(errorText(err)); }
   }
 
   // What each part last showed: a refresh that reads the same leaves it as it is (no
@@ -157,7 +157,7 @@ export function routingView(root) {
       await Promise.all([loadPolicy(), loadModels(), loadDecisions()]);
     } catch (err) {
       // an unreachable daemon is said in the header (api.js), not toasted at every refresh
-      if (!stopped && err.code !== "network_error") toast(`${err.code}: ${err.message}`);
+      if (!stopped && err.code !== "network_error") toast(errorText(err));
     }
     if (!stopped) poll.next();
   }

@@ -7,7 +7,7 @@
 // events of the shown turns only. Streaming deltas are buffered and written to the page once
 // per animation frame, so a burst of thousands of deltas never blocks the main thread.
 
-import { api, renderMarkdown, allEvents, prerender, download } from "../api.js";
+import { api, renderMarkdown, allEvents, prerender, download, errorText } from "../api.js";
 import { h, clear, setHtml, fmtCost, fmtInt, fmtMs, shortId, toast, copyButton, addCodeCopy } from "../dom.js";
 import { SessionStream } from "../stream.js";
 import { toolCard } from "./toolcard.js";
@@ -83,7 +83,7 @@ export function sessionView(root, sessionId, revealAt = null) {
         try {
           await download(`/sessions/${sessionId}/export?format=${format}`);
         } catch (err) {
-          toast(`${err.code}: ${err.message}`);
+          toast(errorText(err));
         } finally {
           button.removeAttribute("aria-busy");
         }
@@ -102,7 +102,7 @@ export function sessionView(root, sessionId, revealAt = null) {
     if (!ok) return endButton.focus();
     try {
       await api("DELETE", `/sessions/${sessionId}`);
-    } catch (err) { toast(`${err.code}: ${err.message}`); }
+    } catch (err) { toast(errorText(err)); }
   });
   const side = h("div", { class: "session-side" },
     h("div", { class: "row" }, conn, turnState, h("a", { href: `#/s/${sessionId}/trace`, id: "trace-link" }, "Trace"), endButton),
@@ -153,7 +153,7 @@ export function sessionView(root, sessionId, revealAt = null) {
 
   // What the composer's last send met; a turn_in_flight refusal goes when that turn ends.
   function setComposerError(err) {
-    composerError.textContent = err ? `${err.code}: ${err.message}` : "";
+    composerError.textContent = err ? errorText(err) : "";
     composerError.dataset.code = err?.code || "";
   }
 
@@ -441,7 +441,7 @@ export function sessionView(root, sessionId, revealAt = null) {
     try {
       await applySnapshot(frame);
     } catch (err) {
-      toast(`${err.code}: ${err.message}`);
+      toast(errorText(err));
     }
   }
 
@@ -562,7 +562,7 @@ export function sessionView(root, sessionId, revealAt = null) {
       loadOutcomes(snapshotGen, oldest, stop);
       return true;
     } catch (err) {
-      toast(`${err.code}: ${err.message}`);
+      toast(errorText(err));
       return false;
     } finally {
       earlier.disabled = false;
@@ -651,7 +651,7 @@ export function sessionView(root, sessionId, revealAt = null) {
       clear(modelSelect).append(h("option", { value: "" }, "auto (routing)"),
         ...configured.map((m) => h("option", { value: m.id }, m.aliases?.length ? `${m.aliases[0]} — ${m.id}` : m.id)));
       if (session) showModel(session);
-    } catch (err) { toast(`${err.code}: ${err.message}`); }
+    } catch (err) { toast(errorText(err)); }
   }
 
   modelSelect.addEventListener("change", async () => {
@@ -664,7 +664,7 @@ export function sessionView(root, sessionId, revealAt = null) {
         showModel(session);
       }
     } catch (err) {
-      toast(`${err.code}: ${err.message}`);
+      toast(errorText(err));
       if (session) showModel(session); // back to what the session really uses
     }
   });
@@ -705,7 +705,7 @@ export function sessionView(root, sessionId, revealAt = null) {
     try {
       await api("POST", `/sessions/${sessionId}/turns/${cancelling}/cancel`);
       if (turnId === cancelling) turnState.textContent = "cancelling";
-    } catch (err) { toast(`${err.code}: ${err.message}`); }
+    } catch (err) { toast(errorText(err)); }
   });
 
   const stream = new SessionStream(sessionId, {
@@ -749,7 +749,7 @@ export function sessionView(root, sessionId, revealAt = null) {
         oldest = page.messages[0] || null;
         earlier.hidden = !page.has_more_before;
       } catch (err) {
-        toast(`The transcript could not be read (${err.code}: ${err.message}); reload to try again`);
+        toast(`The transcript could not be read (${errorText(err, { sentence: false })}); reload to try again`);
         return;
       }
       // what the stored events say of the shown turns, read in full now that nothing is live:

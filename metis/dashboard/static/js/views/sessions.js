@@ -4,7 +4,7 @@
 // dialog's return of focus to its button) survives it; a rebuilt row gets focus back on the
 // same control.
 
-import { api } from "../api.js";
+import { api, errorText } from "../api.js";
 import { h, fmtCost, ago, fmtTime, toast } from "../dom.js";
 import { confirmDialog } from "./dialog.js";
 import { whileVisible } from "../poll.js";
@@ -88,7 +88,7 @@ export function sessionsView(root) {
       const s = await api("POST", "/sessions", { workspace_path: pathInput.value.trim() });
       location.hash = `#/s/${s.id}`;
     } catch (err) {
-      newError.textContent = `${err.code}: ${err.message}`;
+      newError.textContent = errorText(err);
       pathInput.setAttribute("aria-invalid", "true");
     }
   });
@@ -143,7 +143,7 @@ export function sessionsView(root) {
     try {
       await api("DELETE", `/sessions/${s.id}`);
       refresh();
-    } catch (err) { toast(`${err.code}: ${err.message}`); }
+    } catch (err) { toast(errorText(err)); }
   }
 
   async function purge(s) {
@@ -159,7 +159,7 @@ export function sessionsView(root) {
     try {
       await api("DELETE", `/sessions/${s.id}?purge=true`);
       refresh();
-    } catch (err) { toast(`${err.code}: ${err.message}`); }
+    } catch (err) { toast(errorText(err)); }
   }
 
   // Where a searched session says the words, when not in its title (shown above it): the
@@ -310,7 +310,7 @@ export function sessionsView(root) {
         count.textContent = "";
       } else if (err.code !== "network_error") {
         // an unreachable daemon is shown in the header (api.js), not toasted at every poll
-        toast(`${err.code}: ${err.message}`);
+        toast(errorText(err));
       }
     }
     poll.next();

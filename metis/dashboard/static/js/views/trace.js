@@ -1,7 +1,7 @@
 // A session's trace: each turn a bar, its route decisions, LLM calls and tool calls nested
 // with durations, tokens, cost, retries and failovers; click a row for its JSON; filter; paging.
 
-import { api } from "../api.js";
+import { api, errorText } from "../api.js";
 import { turnEndReason } from "./session.js";
 import { OUTCOMES, pickedBy } from "./routing.js";
 import { h, clear, breakable, fmtCost, fmtInt, fmtMs, fmtTime, plural, shortId } from "../dom.js";
@@ -200,7 +200,7 @@ export function traceView(root, sessionId) {
     } catch (err) {
       error.textContent = err.code === "session_not_found"
         ? `Session not found: no session ${sessionId} here (never created, or purged).`
-        : `The events could not be read (${err.code}: ${err.message}).`;
+        : `The events could not be read (${errorText(err, { sentence: false })}).`;
       return;
     }
     const first = page.events[0]?.id;
