@@ -492,7 +492,7 @@ class ChatSession:
                 {"content": [{"type": "text", "text": text}]},
             )
         except ApiFailure as exc:
-            self.render.line("error", str(exc))
+            self.render.line("error", exc.said)
             return
         # The turn may already be over: its events can arrive before the 202 is read.
         self._turns_started += 1
@@ -558,7 +558,7 @@ class ChatSession:
             if exc.code == "confirmation_already_resolved":  # elsewhere, or the turn ended
                 self.render.line("confirm", tooldisplay.already_settled(request, exc.details))
             else:
-                self.render.line("error", str(exc))
+                self.render.line("error", exc.said)
 
     async def _decision(self, turn_id: str, request: dict[str, Any]) -> dict[str, Any] | None:
         """The answer typed to one confirmation request, as the REST body; None when the turn
@@ -657,7 +657,7 @@ class ChatSession:
                 self.render.own_model_changes -= 1
                 raise
         except ApiFailure as exc:
-            self.render.line("error", str(exc))
+            self.render.line("error", exc.said)
             return
         model = change.get("active_model") or "none"
         how = " (routing decides)" if reference is None else ""
@@ -683,7 +683,7 @@ class ChatSession:
                 self.render.line("error", unreachable(self.url))
                 return 1
             except ApiFailure as exc:
-                self.render.line("error", str(exc))
+                self.render.line("error", exc.said)
                 return 1
             assert snapshot is not None
             session = snapshot["session"]
@@ -785,7 +785,7 @@ async def _chat(args: argparse.Namespace) -> int:
     try:
         session_id = await _resolve_session(args, target.url, target.headers())
     except (ApiFailure, NotADaemon) as exc:  # a wrong key, say: not "no session to continue"
-        print(f"error> {exc}")
+        print(f"error> {exc.said if isinstance(exc, ApiFailure) else exc}")
         return 1
     if args.continue_ and not session_id:
         print("metis> no active session on this workspace to continue; starting a new one")

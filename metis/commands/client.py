@@ -1,7 +1,8 @@
 """A small REST client of the daemon shared by `metis chat`, `metis run` and `metis sessions`.
 
 Every request carries the daemon's key (`daemon_client.DaemonTarget.headers`); the key is never
-shown. A non-2xx answer raises `ApiFailure` with the error envelope's code.
+shown. A non-2xx answer raises `ApiFailure` with the error envelope's code (for scripts) and
+its message (for people).
 """
 
 from __future__ import annotations
@@ -15,19 +16,28 @@ from urllib.parse import quote
 
 import aiohttp
 
-from metis.commands.daemon_client import target_from_args, unreachable
+from metis.commands.daemon_client import refused_key, target_from_args, unreachable
 from metis.core.errors import ConfigError
 
 
 class ApiFailure(Exception):
-    """A non-2xx answer from the daemon, with its error envelope's code."""
+    """A non-2xx answer from the daemon, with its error envelope's code. `said` is what a
+    person reads: the daemon's message without the code (`--json` and the events keep that),
+    and for a refused key (401, from the daemon at `url`) the sentence every client uses."""
 
-    def __init__(self, status: int, body: Any) -> None:
+    def __init__(self, status: int, body: Any, url: str | None = None) -> None:
         error = body.get("error", {}) if isinstance(body, dict) else {}
         self.status = status
         self.code = error.get("code", f"http_{status}")
         self.details = error.get("details") or {}
-        super().__init__(f"{self.code}: {error.get('message', body)}{_first_problem(self.details)}")
+        message = error.get("message")
+        super().__init__(f"{self.code}: {message or body}{_first_problem(self.details)}")
+        if status == 401 and url:
+            self.said = refused_key(url)
+        elif message:
+            self.said = f"{message}{_first_problem(self.details)}"
+        else:
+            self.said = str(self)
 
 
 def _first_problem(details: Any) -> str:
@@ -86,7 +96,7 @@ class DaemonApi:
             except ValueError:  # JSON or UTF-8 that does not decode
                 raise NotADaemon(self.url, r.status, r.content_type) from None
             if r.status >= 300:
-                raise ApiFailure(r.status, data)
+                raise ApiFailure(r.status, data, self.url)
             return data
 
     async def export(self, session_id: str, fmt: str) -> str:
@@ -103,7 +113,7 @@ class DaemonApi:
                     data = await r.json(content_type=None)
                 except ValueError:
                     raise NotADaemon(self.url, r.status, r.content_type) from None
-                raise ApiFailure(r.status, data)
+                raise ApiFailure(r.status, data, self.url)
             return await r.text(encoding="utf-8")
 
     async def restart_mcp_server(self, name: str) -> dict[str, Any]:
@@ -206,7 +216,10 @@ async def with_daemon(
     except aiohttp.ClientError as exc:
         print(f"metis: the call to the daemon at {target.url} failed: {exc}", file=sys.stderr)
         return 1
-    except (ApiFailure, NotADaemon) as exc:
+    except ApiFailure as exc:
+        print(f"metis: {exc.said}", file=sys.stderr)
+        return 1
+    except NotADaemon as exc:
         print(f"metis: {exc}", file=sys.stderr)
         return 1
     except TimeoutError as exc:  # an OSError too: before the clause for files

@@ -39,6 +39,11 @@ RESTART_REFUSED = "the running daemon goes on; the next `metis serve` on this ho
 START_HINT = "start it with `metis serve --detach` (or `metis serve` in another terminal)"
 
 
+def refused_key(url: str) -> str:
+    """What every client says when the daemon answers 401: whose key it wanted."""
+    return f"the daemon at {url} refused the key (METIS_API_KEY, else METIS_HOME/api_key)"
+
+
 def unreachable(url: str) -> str:
     """What a client says when nothing answers at the daemon's URL, and how to start one."""
     return f"cannot reach the daemon at {url}; {START_HINT}"

@@ -24,6 +24,7 @@ from metis.commands.daemon_client import (
     DaemonTarget,
     add_arguments,
     add_home_argument,
+    refused_key,
     target_from_args,
 )
 from metis.config import SHIPPED_CONFIG_DIR, home_from
@@ -58,9 +59,7 @@ async def _daemon_call(target: DaemonTarget, method: str, path: str) -> tuple[in
     except (aiohttp.ClientError, ValueError) as exc:  # an answer, not JSON: not a daemon's
         raise NoDaemon(f"{target.url} does not answer as a metis daemon") from exc
     if response.status == 401:
-        raise NoDaemon(
-            f"the daemon at {target.url} refused the key (METIS_API_KEY, else METIS_HOME/api_key)"
-        )
+        raise NoDaemon(refused_key(target.url))
     return response.status, body
 
 
@@ -155,7 +154,8 @@ def reset_models(args: argparse.Namespace) -> int:
         return 1
     if status != 200:
         error = body.get("error", {}) if isinstance(body, dict) else {}
-        print(f"metis: {error.get('code', status)}: {error.get('message', body)}", file=sys.stderr)
+        said = error.get("message") or f"the daemon answered HTTP {status}"
+        print(f"metis: {said}", file=sys.stderr)
         return 1
     what = body["model"] or "every model"
     recovered = ", ".join(body["recovered"]) or "none was unavailable"

@@ -25,6 +25,7 @@ from metis.commands.daemon_client import (
     START_HINT,
     DaemonTarget,
     add_arguments,
+    refused_key,
     target_from_args,
 )
 from metis.core.errors import ConfigError
@@ -47,10 +48,7 @@ def request_login_url(target: DaemonTarget) -> dict[str, Any]:
             body = json.loads(response.read())
     except urllib.error.HTTPError as exc:
         if exc.code == 401:
-            raise OpenFailed(
-                f"the daemon at {target.url} refused the key "
-                "(METIS_API_KEY, else METIS_HOME/api_key)"
-            ) from None
+            raise OpenFailed(refused_key(target.url)) from None
         raise OpenFailed(f"the daemon at {target.url} answered {exc.code}") from None
     except (urllib.error.URLError, OSError, ValueError):
         raise OpenFailed(f"no daemon answers at {target.url}; {START_HINT}") from None

@@ -65,7 +65,7 @@ class RunError(Exception):
         """What the daemon said, refused (a bad request, a session that is not there or cannot
         take the turn) or failed."""
         exit_code = 2 if exc.status in REFUSED_STATUSES else 1
-        return cls(exc.code, str(exc).removeprefix(f"{exc.code}: "), exit_code, said=str(exc))
+        return cls(exc.code, str(exc).removeprefix(f"{exc.code}: "), exit_code, said=exc.said)
 
 
 class _Reply:

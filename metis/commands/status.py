@@ -28,6 +28,7 @@ from metis.commands.daemon_client import (
     START_HINT,
     DaemonTarget,
     add_arguments,
+    refused_key,
     target_from_args,
 )
 from metis.commands.detach import DAEMON_LOG
@@ -218,11 +219,7 @@ async def _status(args: argparse.Namespace) -> int:
         except ApiFailure as exc:
             if exc.status != 401:
                 raise
-            print(
-                f"metis: the daemon at {target.url} refused the key "
-                "(METIS_API_KEY, else METIS_HOME/api_key)",
-                file=sys.stderr,
-            )
+            print(f"metis: {refused_key(target.url)}", file=sys.stderr)
             return 1
         pid = _pid(target)
         log = _log_of(target, pid, body["/health"])

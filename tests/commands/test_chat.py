@@ -172,7 +172,7 @@ async def test_model_commands_patch_the_session(
         "model> local:scripted",
         "model> local:scripted (routing decides)",
     ]
-    assert any("model_not_configured" in line for line in term.labelled("error"))
+    assert any("unknown model" in line for line in term.labelled("error"))
     assert any("/model <ref>" in line for line in term.labelled("metis"))
     _, session = await api_of(d).call("GET", f"/sessions/{chat.session_id}")
     assert session["sticky_model"] is None
@@ -487,7 +487,7 @@ async def test_an_ended_session_says_it_cannot_be_continued_and_how_to_read_it(
     )
     assert await asyncio.wait_for(chat.run(), 15) == 1
     assert term.labelled("error") == [
-        f"error> session_already_ended: session {ended} has ended; it cannot be continued "
+        f"error> session {ended} has ended; it cannot be continued "
         f"(`metis sessions export {ended}` shows it)"
     ]
 

@@ -106,7 +106,7 @@ async def test_run_exits_non_zero_when_the_turn_fails(
     code, _, err = await metis(
         "run", "hi", "--workspace", str(workspace), "--url", d.base_url, "--model", "nope"
     )
-    assert code != 0 and "model_not_configured" in err
+    assert code == 2 and "unknown model 'nope'" in err and "model_not_configured" not in err
     code, _, err = await metis("run", "hi", "--url", "http://127.0.0.1:9")
     assert code == 1 and err.strip() == (
         "metis: cannot reach the daemon at http://127.0.0.1:9; start it with "
@@ -209,7 +209,7 @@ async def test_sessions_list_show_export_and_end(
     status, _ = await api.call("GET", f"/sessions/{sid}")
     assert status == 404
     code, _, err = await metis("sessions", "show", "sess_01M7YA76RDGJRJS6TX6XK99B3P", *url)
-    assert code == 1 and "session_not_found" in err
+    assert (code, err) == (1, "metis: session sess_01M7YA76RDGJRJS6TX6XK99B3P not found\n")
 
 
 async def test_run_sets_each_reply_of_a_turn_apart(
@@ -239,12 +239,17 @@ async def test_client_commands_fail_with_a_message_not_a_traceback(
     assert status == 200 and kept["ended_at"] is None
     code, _, err = await metis("sessions", "export", "../../etc/passwd", *url)
     assert code == 2 and "not a session id: '../../etc/passwd'" in err, err
-    # a wrong key is said as such, not as "no session to continue"
+    # a wrong key is said as such, not as "no session to continue", and in the same words by
+    # every command
+    refused = f"the daemon at {daemon.base_url} refused the key (METIS_API_KEY, else "
     with pytest.MonkeyPatch.context() as env:
         env.setenv("METIS_API_KEY", "not-the-key")
         code, out, _ = await metis("chat", "--plain", "--continue", str(workspace), *url)
-    assert code == 1 and out.startswith("error> unauthorized"), out
-    assert "to continue" not in out
+        assert code == 1 and out.startswith(f"error> {refused}"), out
+        assert "to continue" not in out
+        for command in (("sessions", "list"), ("mcp", "list"), ("run", "hi"), ("status",)):
+            code, _, err = await metis(*command, *url)
+            assert code == 1 and err.startswith(f"metis: {refused}"), (command, err)
     code, _, err = await metis("sessions", "list", "--url", daemon.base_url.split("//")[1])
     assert code == 2 and "is not a daemon URL" in err and "Traceback" not in err
     target = tmp_path / "absent" / "x.md"
