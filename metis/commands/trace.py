@@ -17,7 +17,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from metis.commands import usage
+from metis.commands import usage, zoned_time
 from metis.commands.daemon_client import add_home_argument
 from metis.config import DB_FILE, home_from
 from metis.core.canonical.times import format_datetime, now_us, us_to_datetime
@@ -86,7 +86,7 @@ def prune_command(args: argparse.Namespace) -> int:
         )
         return 1
     cutoff_us = now_us() - args.days * DAY_US
-    before = format_datetime(us_to_datetime(cutoff_us))
+    before = "before " + zoned_time(format_datetime(us_to_datetime(cutoff_us)))
     ask = None
     if not (args.dry_run or args.yes) and sys.stdin.isatty():
         ask = partial(_confirm, days=args.days, before=before)

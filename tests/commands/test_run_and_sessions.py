@@ -150,8 +150,10 @@ async def test_sessions_list_show_export_and_end(
     fields = line.split("\t")
     assert fields[0] == sid and fields[1] == "active" and fields[2] == "2"
     assert fields[-1] == "first line of the prompt"
-    code, out, _ = await metis("sessions", "show", sid, *url)
+    code, out, _ = await metis("sessions", "show", sid, *url, env={"TZ": "Europe/Paris"})
     assert code == 0 and f"session   {sid}" in out
+    # a time says which clock it is on: the local one, named
+    assert re.search(r"^created   \d{4}-\d\d-\d\d \d\d:\d\d:\d\d CES?T$", out, re.M), out
     assert "  turn 1: completed · 1 model call · 0 tools run · $0" in out
     assert "  turn 2: completed · 2 model calls · 1 tool run · $0" in out
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -145,9 +146,14 @@ async def test_nothing_older_than_the_cutoff_deletes_nothing(
     await api.run_turn(sid, "hello")
     await api.events(sid)
     before = census(daemon.settings.db_path)
-    code, out, _ = await prune("--days", "1")
+    code, out, _ = await metis("trace", "prune", "--days", "1", env={"TZ": "Asia/Kolkata"})
     assert code == 0
-    assert out.startswith("nothing to prune: no session has events older than 1 day (")
+    # the cut-off in local time, its zone named
+    assert re.fullmatch(
+        r"nothing to prune: no session has events older than 1 day "
+        r"\(before \d{4}-\d\d-\d\d \d\d:\d\d IST\)\n",
+        out,
+    ), out
     assert census(daemon.settings.db_path) == before
 
 
