@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from metis.core.routing.predicates import PREDICATE_KEYS
 from tests.core.tools.mcp_servers import DEMO
 from tests.dashboard.conftest import SLOW_MODELS, DaemonThread, events_of, logged_in_page, rest
 
@@ -375,7 +376,7 @@ def test_the_routing_page_follows_the_models_and_the_decisions(
     page.locator(f"#decisions a[title='{session_id}']").first.wait_for()
     # the refreshes that changed nothing near it left the keyboard where it was
     assert page.evaluate("document.activeElement.id") == "reset-all"
-    # a rule as its file says it (name, model, line, what it is for, when), not as JSON
+    # a rule as its file says it (name, model, line, what it is for, when in words)
     (served.home / "routing.yaml").write_text(
         "rules:\n  - name: quick\n    description: Greetings are cheap\n"
         "    when: {message_length_lt: 20}\n    use: local:scripted\n"
@@ -387,10 +388,10 @@ def test_the_routing_page_follows_the_models_and_the_decisions(
     assert quick.inner_text().splitlines() == [
         "quick → local:scripted · line 2",
         "Greetings are cheap",
-        'when {"message_length_lt":20}',
+        "when the message is shorter than 20 characters",
     ]
     always = page.locator("ol.rules li[data-rule=always]").inner_text()
-    assert always.splitlines()[-1] == "when every turn"
+    assert always.splitlines()[-1] == "on every turn"
 
 
 def test_the_last_page_of_a_trace_leaves_the_keyboard_on_what_it_added(
@@ -414,3 +415,177 @@ def test_the_last_page_of_a_trace_leaves_the_keyboard_on_what_it_added(
     page.wait_for_function(
         "id => document.activeElement.dataset.id === id", arg=second["events"][0]["id"]
     )
+
+
+def every_condition_kind(workspace: Path) -> str:
+    """A routing.yaml with each predicate and combinator of docs/configuration.md, a workspace
+    scope, tiers and the reserved pattern block; its regexes in single quotes, as written."""
+    return rf"""schema_version: 1
+tiers: {{fast: local:scripted, balanced: haiku, deep: haiku}}
+rules:
+  - name: regex
+    when: {{message_matches: '(?i)\bfix\b'}}
+    use: local:scripted
+  - name: words
+    when: {{message_contains_any: ["<b>wip</b>", todo]}}
+    use: local:scripted
+  - name: sizes
+    when:
+      message_length_gt: 10
+      message_length_lt: 1
+      estimated_input_tokens_gt: 2000
+      estimated_input_tokens_lt: 9000
+      turn_index_gt: 2
+      turn_index_lt: 5
+    use: local:scripted
+  - name: flags
+    when: {{has_images: true, has_tool_calls_in_history: false, tool_use_in_progress: true}}
+    use: local:scripted
+  - name: files
+    when: {{mentions_file_extension: [.TOML, yaml]}}
+    use: local:scripted
+  - name: places
+    when: {{workspace_path_glob: ["{workspace}/**", "/srv/*/api"]}}
+    use: local:scripted
+  - name: money and night
+    when: {{session_cost_usd_gt: "0.50", time_of_day_between: ["22:00", "06:00"]}}
+    use: local:scripted
+  - name: combined
+    when:
+      any_of:
+        - all_of: [{{has_images: true}}, {{turn_index_gt: 1}}]
+        - not: {{has_tool_calls_in_history: true}}
+        - not: {{any_of: [{{message_matches: 'x'}}, {{has_images: false}}]}}
+        - not: {{message_length_gt: 5, has_images: true}}
+        - not: {{message_matches: '^\s*$'}}
+    use: local:scripted
+  - name: always
+    when: {{}}
+    use: local:scripted
+workspaces:
+  "{workspace}":
+    default: haiku
+    tiers: {{fast: local:scripted, balanced: local:scripted, deep: haiku}}
+    rules:
+      - name: deploys
+        when: {{message_matches: '\bdeploy\b'}}
+        use: local:scripted
+pattern: {{enabled: true, cost_weight: 0.1, min_confidence: 0.2, min_sample_size: 7}}
+"""
+
+
+# each rule's `when` as the page says it, a line per condition (nested ones under theirs)
+IN_WORDS = {
+    "regex": [r"when the message matches (?i)\bfix\b (in any case)"],
+    "words": ["when the message contains <b>wip</b> or todo (in any case)"],
+    "sizes": [
+        "when all of these hold:",
+        "the message is longer than 10 characters",
+        "the message is shorter than 1 character",
+        "the input is estimated at more than 2,000 tokens",
+        "the input is estimated at fewer than 9,000 tokens",
+        "the turn comes after the session's turn 2",
+        "the turn comes before the session's turn 5",
+    ],
+    "flags": [
+        "when all of these hold:",
+        "the message has images",
+        "the session has not called tools yet",
+        "the turn brings the results of tool calls in progress",
+    ],
+    "files": ["when the message mentions a .toml or .yaml file"],
+    "places": ["when the workspace matches {workspace}/** or /srv/*/api"],
+    "money and night": [
+        "when all of these hold:",
+        "the session has cost more than $0.50",
+        "the daemon's local time is from 22:00 until 06:00 (overnight)",
+    ],
+    "combined": [
+        "when any of these holds:",
+        "all of these hold:",
+        "the message has images",
+        "the turn comes after the session's turn 1",
+        "the session has not called tools yet",
+        "none of these holds:",
+        "the message matches x",
+        "the message has no images",
+        "not all of these hold:",
+        "the message is longer than 5 characters",
+        "the message has images",
+        r"not: the message matches ^\s*$",
+    ],
+    "always": ["on every turn"],
+}
+
+
+def test_the_routing_page_says_each_rules_conditions_in_words(
+    browser: Any, served: DaemonThread, workspace: Path, shot: Any
+) -> None:
+    (served.home / "routing.yaml").write_text(every_condition_kind(workspace))
+    status, body = rest(served, "POST", "/routing/reload")
+    assert status == 200 and body["valid"], body
+    status, policy = rest(served, "GET", "/routing/policy")
+    assert status == 200
+    # the daemon's JSON has each kind, so the page has each kind to say
+    kinds: set[str] = set()
+
+    def keys_of(when: Any) -> None:
+        for key, value in when.items():
+            kinds.add(key)
+            for item in value if key in ("all_of", "any_of") else [value] if key == "not" else []:
+                keys_of(item)
+
+    for rule in policy["rules"]:
+        keys_of(rule["when"])
+    assert kinds == set(PREDICATE_KEYS), sorted(set(PREDICATE_KEYS) - kinds)
+
+    for width, height in ((1280, 800), PHONE):
+        with logged_in_page(browser, served, width, height) as pg:
+            pg.goto(f"{served.url}/#/routing")
+            policy_box = pg.locator("#policy")
+            policy_box.locator("ol.rules li[data-rule=always]").wait_for()
+            for name, lines in IN_WORDS.items():
+                rule = policy_box.locator(f"ol.rules li[data-rule='{name}'] > .when")
+                expected = [line.format(workspace=workspace) for line in lines]
+                assert rule.inner_text().splitlines() == expected, name
+            # the regex as routing.yaml has it: one backslash, not JSON's two
+            regex = policy_box.locator("li[data-rule=regex] code.val")
+            assert regex.inner_text() == r"(?i)\bfix\b"
+            text = policy_box.inner_text()
+            assert "\\\\" not in text and '{"' not in text, text
+            # a value from the file is text, never markup
+            assert policy_box.locator("li[data-rule=words] b").count() == 0
+            assert policy_box.locator("#policy-tiers").inner_text().splitlines() == [
+                "fast: local:scripted",
+                "balanced: anthropic:claude-haiku-4-5",
+                "deep: anthropic:claude-haiku-4-5",
+            ]
+            pattern = policy_box.locator("#policy-pattern").inner_text()
+            assert pattern.startswith("on in routing.yaml, but not used yet"), pattern
+            assert "cost weight 0.1, minimum confidence 0.2, minimum sample size 7" in pattern
+            scope = policy_box.locator(f"section.scope[data-workspace='{workspace}']")
+            assert scope.locator("h4").inner_text() == f"In {workspace} and below"
+            assert scope.locator("dl.kv").inner_text().splitlines() == [
+                "Default",
+                "anthropic:claude-haiku-4-5",
+                "Tiers",
+                "fast: local:scripted",
+                "balanced: local:scripted",
+                "deep: anthropic:claude-haiku-4-5",
+            ]
+            deploys = scope.locator("li[data-rule=deploys] > .when").inner_text()
+            assert deploys == r"when the message matches \bdeploy\b"
+            # no line of the policy is wider than the screen (a warning naming a long path too)
+            overflow = pg.evaluate("document.documentElement.scrollWidth - innerWidth")
+            assert overflow <= 0, (width, overflow)
+            policy_box.locator("li[data-rule=combined]").scroll_into_view_if_needed()
+            shot(pg, f"routing-conditions-{width}")
+            # a condition a later daemon may know and this page does not is still shown
+            unknown = pg.evaluate(
+                """async () => {
+                    const { condition } = await import("/static/js/views/routing.js");
+                    const { h } = await import("/static/js/dom.js");
+                    return h("div", {}, condition("future_key", { a: 1 })).textContent;
+                }"""
+            )
+            assert unknown == 'future_key: {"a":1}'

@@ -2,7 +2,7 @@
 // with availability.
 
 import { api, errorText } from "../api.js";
-import { h, append, clear, fmtTime, shortId, toast } from "../dom.js";
+import { h, append, clear, fmtTime, plural, shortId, toast } from "../dom.js";
 import { whileVisible } from "../poll.js";
 
 const POLL_MS = 2000;
@@ -28,6 +28,104 @@ export const OUTCOMES = {
   no_candidate: "no model could take the turn",
   explicit_choice_rejected: "the model asked for could not take it",
 };
+
+// ---- a policy in words ---------------------------------------------------------------------
+// GET /routing/policy gives each `when` in its YAML form (globs with ~ expanded, extensions in
+// lower case, the rest as written). Everything from the file goes into text nodes and <code>,
+// never into HTML.
+
+const val = (text) => h("code", { class: "val" }, String(text));
+
+// "a", "a or b", "a, b or c"
+function oneOf(nodes, word = "or") {
+  return nodes.flatMap((n, i) => (i === 0 ? [n] : [i === nodes.length - 1 ? ` ${word} ` : ", ", n]));
+}
+
+// Python's global flags at the start of a pattern, `(?i)` among them
+const IGNORES_CASE = /^\(\?[aiLmsux]*i[aiLmsux]*\)/;
+
+const FLAGS = {
+  has_images: ["the message has images", "the message has no images"],
+  has_tool_calls_in_history: ["the session has called tools before", "the session has not called tools yet"],
+  tool_use_in_progress: ["the turn brings the results of tool calls in progress", "no tool call is in progress"],
+};
+const LIMITS = {
+  message_length_gt: (n) => `the message is longer than ${plural(n, "character")}`,
+  message_length_lt: (n) => `the message is shorter than ${plural(n, "character")}`,
+  estimated_input_tokens_gt: (n) => `the input is estimated at more than ${plural(n, "token")}`,
+  estimated_input_tokens_lt: (n) => `the input is estimated at fewer than ${plural(n, "token")}`,
+  turn_index_gt: (n) => `the turn comes after the session's turn ${n}`,
+  turn_index_lt: (n) => `the turn comes before the session's turn ${n}`,
+};
+
+// A list of `when` mappings (all_of, any_of), one item each.
+function whenList(whens) {
+  return h("ul", { class: "conds" }, whens.map((w) => h("li", {}, whenWords(w))));
+}
+
+// A `when` mapping in words: its conditions, all of which must hold.
+export function whenWords(when) {
+  const keys = Object.entries(when || {});
+  if (!keys.length) return ["every turn"];
+  if (keys.length === 1) return condition(...keys[0]);
+  return ["all of these hold:", h("ul", { class: "conds" }, keys.map(([k, v]) => h("li", {}, condition(k, v))))];
+}
+
+// `not:` — a flag said the other way round, else "none of" / "not all of" / "not:".
+function negation(when) {
+  const keys = Object.entries(when || {});
+  if (keys.length === 1) {
+    const [k, v] = keys[0];
+    if (k in FLAGS) return [FLAGS[k][v ? 1 : 0]];
+    if (k === "any_of") return ["none of these holds:", whenList(v)];
+    if (k === "all_of") return ["not all of these hold:", whenList(v)];
+    return ["not: ", condition(k, v)];
+  }
+  return ["not all of these hold:", h("ul", { class: "conds" }, keys.map(([k, v]) => h("li", {}, condition(k, v))))];
+}
+
+// One condition of the closed vocabulary (docs/configuration.md), as a phrase; a key this page
+// does not know yet is shown as the daemon gives it.
+export function condition(key, value) {
+  if (key in FLAGS) return [FLAGS[key][value ? 0 : 1]];
+  if (key in LIMITS) return [LIMITS[key](value)];
+  switch (key) {
+    case "message_matches":
+      return ["the message matches ", val(value), IGNORES_CASE.test(value) ? " (in any case)" : null];
+    case "message_contains_any":
+      return ["the message contains ", oneOf(value.map(val)), " (in any case)"];
+    case "mentions_file_extension":
+      return ["the message mentions a ", oneOf(value.map((e) => val(`.${e}`))), " file"];
+    case "workspace_path_glob":
+      return ["the workspace matches ", oneOf([].concat(value).map(val))];
+    case "session_cost_usd_gt":
+      return [`the session has cost more than $${value}`];
+    case "time_of_day_between":
+      return [`the daemon's local time is from ${value[0]} until ${value[1]}`, value[0] > value[1] ? " (overnight)" : null];
+    case "all_of":
+      return ["all of these hold:", whenList(value)];
+    case "any_of":
+      return ["any of these holds:", whenList(value)];
+    case "not":
+      return negation(value);
+    default:
+      return [val(key), ": ", val(JSON.stringify(value))];
+  }
+}
+
+// fast, balanced and deep, each with its model (none: no model of models.yaml has the tier)
+function tierList(tiers) {
+  return h("ul", { class: "tiers" }, Object.entries(tiers || {}).map(([tier, model]) =>
+    h("li", { dataset: { tier } }, `${tier}: `, model ? h("span", { class: "mono" }, model) : h("span", { class: "muted" }, "none"))));
+}
+
+// `pattern:` is read and checked, and used by no release yet
+function patternWords(p) {
+  if (!p) return "—";
+  return [p.enabled ? "on in routing.yaml, but not used yet" : "off",
+    h("div", { class: "muted small" },
+      `reserved for a later release · cost weight ${p.cost_weight}, minimum confidence ${p.min_confidence}, minimum sample size ${p.min_sample_size}`)];
+}
 
 export function routingView(root) {
   const policyBox = h("div", { id: "policy" });
@@ -72,12 +170,14 @@ export function routingView(root) {
         h("dt", {}, "Status"), h("dd", { id: "policy-state", class: p.valid ? null : "error" }, p.reason || p.source),
         h("dt", {}, "Version"), h("dd", { class: "mono" }, p.version.slice(0, VERSION_CHARS)),
         h("dt", {}, "Loaded"), h("dd", {}, fmtTime(p.loaded_at)),
-        h("dt", {}, "Global default"), h("dd", { class: "mono" }, p.global_default || "—")),
+        h("dt", {}, "Global default"), h("dd", { class: "mono" }, p.global_default || "—"),
+        h("dt", {}, "Tiers"), h("dd", { id: "policy-tiers" }, tierList(p.tiers)),
+        h("dt", {}, "Pattern routing"), h("dd", { id: "policy-pattern" }, patternWords(p.pattern))),
       p.errors.length ? h("ul", { class: "error" }, p.errors.map((e) => h("li", {}, e))) : null,
       p.warnings.length ? h("ul", { class: "warn" }, p.warnings.map((e) => h("li", {}, e))) : null,
       h("h3", {}, `Rules (${p.rules.length})`),
       p.rules.length ? h("ol", { class: "rules" }, p.rules.map(rule)) : h("p", { class: "muted" }, "No rules."),
-      h("details", {}, h("summary", {}, "Tiers, workspaces, pattern"), h("pre", { class: "json" }, JSON.stringify({ tiers: p.tiers, workspaces: p.workspaces, pattern: p.pattern }, null, 2)))]);
+      workspaces(p.workspaces || {})]);
   }
 
   async function loadModels() {
@@ -100,14 +200,33 @@ export function routingView(root) {
   }
 
   // A rule as its file says it: its name, the model it picks and its line, what it is for,
-  // and when it applies (its `when`, as written; `{}` is every turn).
+  // and when it applies (its `when` in words; `{}` is every turn).
   function rule(r) {
-    const when = Object.keys(r.when || {}).length ? h("code", { class: "when" }, JSON.stringify(r.when)) : "every turn";
+    const when = Object.keys(r.when || {}).length ? ["when ", whenWords(r.when)] : "on every turn";
     return h("li", { dataset: { rule: r.name || "" } },
       h("code", {}, r.name || "(unnamed)"), " → ", h("span", { class: "mono" }, r.use),
       r.line ? h("span", { class: "muted small" }, ` · line ${r.line}`) : null,
       r.description ? h("div", { class: "muted small" }, r.description) : null,
-      h("div", { class: "small" }, "when ", when));
+      h("div", { class: "small when" }, when));
+  }
+
+  // The `workspaces:` scopes: each directory (as the daemon resolved it, ~ expanded) with its
+  // default, its tiers and its rules, which run before the global ones.
+  function workspaces(scopes) {
+    const paths = Object.keys(scopes);
+    if (!paths.length) return null;
+    return [
+      h("h3", {}, `Workspaces (${paths.length})`),
+      h("p", { class: "muted small" }, "In a workspace at or below one of these directories (the longest that matches), its rules run before the rules above, and its default comes before the global default."),
+      paths.map((path) => {
+        const s = scopes[path];
+        return h("section", { class: "scope", dataset: { workspace: path } },
+          h("h4", {}, "In ", h("span", { class: "mono" }, path), " and below"),
+          h("dl", { class: "kv" },
+            h("dt", {}, "Default"), h("dd", { class: s.default ? "mono" : "muted" }, s.default || "the global default"),
+            h("dt", {}, "Tiers"), h("dd", {}, s.tiers ? tierList(s.tiers) : h("span", { class: "muted" }, "the global tiers"))),
+          s.rules.length ? h("ol", { class: "rules" }, s.rules.map(rule)) : h("p", { class: "muted small" }, "No rules of its own."));
+      })];
   }
 
   // Whether routing may pick the model; if not, why, since when it is out and when routing
