@@ -61,5 +61,7 @@ def check_routing(args: argparse.Namespace) -> int:
     errors, warnings = len(result.errors), len(result.warnings)
     verdict = "valid" if result.valid else "INVALID"
     found = f"{counted(errors, 'error')}, {counted(warnings, 'warning')}"
-    print(f"{path}: {verdict} ({found}); version {result.version}")
+    # the version as the daemon's log names the policy it loads; an invalid file has none
+    version = f"; version {result.version[:12]}" if result.valid else ""
+    print(f"{path}: {verdict} ({found}){version}")
     return 0 if result.valid else 1

@@ -4,6 +4,7 @@ works on a home (through the CLI entry point, in this process)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,17 @@ def test_routing_and_models_check_take_home(
     home.mkdir()
     (home / "routing.yaml").write_text("schema_version: 1\n")
     assert main(["routing", "check", "--home", str(home)]) == 0
-    assert capsys.readouterr().out.startswith(f"{home / 'routing.yaml'}: valid")
+    # one line that fits a terminal: the version as short as the daemon's log gives it
+    out = capsys.readouterr().out
+    assert re.fullmatch(
+        rf"{home / 'routing.yaml'}: valid \(0 errors, 0 warnings\); version [0-9a-f]{{12}}\n", out
+    ), out
+    (home / "routing.yaml").write_text("rules: 3\n")
+    assert main(["routing", "check", "--home", str(home)]) == 1
+    assert capsys.readouterr().out.endswith(
+        f"{home / 'routing.yaml'}: INVALID (1 error, 0 warnings)\n"
+    )
+    (home / "routing.yaml").write_text("schema_version: 1\n")
     (home / "models.yaml").write_text("not: [valid\n")
     assert main(["models", "check", "--home", str(home)]) == 1
     assert str(home / "models.yaml") in capsys.readouterr().err
