@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from metis.commands.daemon_client import (
-    START_HINT,
     DaemonTarget,
     add_arguments,
     refused_key,
     target_from_args,
+    unreachable,
 )
 from metis.core.errors import ConfigError
 from metis.private_file import write_private
@@ -51,7 +51,7 @@ def request_login_url(target: DaemonTarget) -> dict[str, Any]:
             raise OpenFailed(refused_key(target.url)) from None
         raise OpenFailed(f"the daemon at {target.url} answered {exc.code}") from None
     except (urllib.error.URLError, OSError, ValueError):
-        raise OpenFailed(f"no daemon answers at {target.url}; {START_HINT}") from None
+        raise OpenFailed(unreachable(target.url)) from None
     if not isinstance(body, dict) or not isinstance(body.get("url"), str):
         raise OpenFailed(f"the daemon at {target.url} gave no login URL")
     return body

@@ -98,12 +98,19 @@ async def test_no_daemon_or_a_wrong_key_exits_1_saying_why(
     nobody = f"http://127.0.0.1:{free_port()}"
     code, out, err = await metis("open", "--print", "--url", nobody)
     assert code == 1 and out == ""
-    assert f"no daemon answers at {nobody}" in err and "`metis serve --detach`" in err
+    # in the words of every other client
+    assert (
+        err
+        == f"metis: cannot reach the daemon at {nobody}; start it with `metis serve --detach` (or `metis serve` in another terminal)\n"
+    )
     code, out, err = await metis(
         "open", "--print", "--url", daemon.base_url, env={"METIS_API_KEY": "x" * 40}
     )
     assert code == 1 and out == ""
-    assert "refused the key" in err
+    assert (
+        err
+        == f"metis: the daemon at {daemon.base_url} refused the key (METIS_API_KEY, else METIS_HOME/api_key)\n"
+    )
 
 
 def test_help_names_print(capsys: pytest.CaptureFixture[str]) -> None:
