@@ -241,6 +241,12 @@ async def test_client_commands_fail_with_a_message_not_a_traceback(
     assert status == 200 and kept["ended_at"] is None
     code, _, err = await metis("sessions", "export", "../../etc/passwd", *url)
     assert code == 2 and "not a session id: '../../etc/passwd'" in err, err
+    code, _, err = await metis("sessions", "title", session["id"], "two\nlines", *url)
+    assert (code, err) == (
+        1,
+        "metis: request validation failed: title: a title is one line of text: no line "
+        "breaks, control or bidi characters\n",
+    )
     # a wrong key is said as such, not as "no session to continue", and in the same words by
     # every command
     refused = f"the daemon at {daemon.base_url} refused the key (METIS_API_KEY, else "
