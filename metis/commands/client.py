@@ -230,7 +230,7 @@ async def with_daemon(
     except BrokenPipeError:
         raise  # stdout's reader left: `metis.cli.main` ends quietly
     except OSError as exc:  # a file the command writes (`sessions export --output`)
-        named = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)
+        named = f"cannot write {exc.filename}: {exc.strerror}" if exc.filename else str(exc)
         print(f"metis: {named}", file=sys.stderr)
         return 1
 
