@@ -166,10 +166,22 @@ def browser(browser_path: str) -> Iterator[Any]:
 
 
 @contextmanager
-def logged_in_page(browser: Any, served: DaemonThread, width: int, height: int) -> Iterator[Any]:
-    """A logged-in page at the dashboard; console errors fail the test."""
+def logged_in_page(
+    browser: Any,
+    served: DaemonThread,
+    width: int,
+    height: int,
+    *,
+    platform: str | None = None,
+) -> Iterator[Any]:
+    """A logged-in page at the dashboard; console errors fail the test. `platform` makes the
+    browser say it runs on another system (`navigator.platform`, "MacIntel" for a Mac)."""
     context = browser.new_context(viewport={"width": width, "height": height})
     pg = context.new_page()
+    if platform is not None:
+        cdp = context.new_cdp_session(pg)
+        agent = pg.evaluate("navigator.userAgent")
+        cdp.send("Emulation.setUserAgentOverride", {"userAgent": agent, "platform": platform})
     errors: list[str] = []
     pg.on("pageerror", lambda exc: errors.append(str(exc)))
     pg.on(

@@ -589,3 +589,28 @@ def test_the_routing_page_says_each_rules_conditions_in_words(
                 }"""
             )
             assert unknown == 'future_key: {"a":1}'
+
+
+@pytest.mark.parametrize(
+    ("platform", "keys", "press"),
+    [(None, "Ctrl+Enter", "Control+Enter"), ("MacIntel", "⌘+Enter", "Meta+Enter")],
+)
+def test_the_composer_names_the_send_key_of_the_system(
+    browser: Any,
+    served: DaemonThread,
+    workspace: Path,
+    platform: str | None,
+    keys: str,
+    press: str,
+) -> None:
+    session_id = start_session(served, workspace)
+    with logged_in_page(browser, served, 1280, 800, platform=platform) as pg:
+        pg.goto(f"{served.url}/#/s/{session_id}")
+        pg.wait_for_selector("[data-conn=live]")
+        box = pg.locator("#composer-input")
+        hint = box.get_attribute("placeholder") or ""
+        assert hint.startswith(f"Message ({keys} to send;"), hint
+        box.fill("hello")
+        box.press(press)  # the key the hint names sends
+        pg.wait_for_function("() => document.querySelector('#composer-input').value === ''")
+        pg.locator("#transcript .msg.user", has_text="hello").wait_for()

@@ -23,6 +23,12 @@ const CANCEL_REASONS = {
   server_shutdown: "metis was stopping",
 };
 
+// The key that sends with Enter, named as this system's keyboard names it: ⌘ on a Mac (and an
+// iPad's keyboard), Ctrl elsewhere. Both send everywhere (the composer's keydown).
+export function sendKeys(platform = navigator.userAgentData?.platform || navigator.platform || "") {
+  return /^(mac|iphone|ipad|ipod)/i.test(platform) ? "⌘+Enter" : "Ctrl+Enter";
+}
+
 // Why a turn failed or was cancelled, in words ("" for a cancel the user asked for).
 export function turnEndReason(ev) {
   const p = ev.payload || {};
@@ -61,7 +67,7 @@ export function sessionView(root, sessionId, revealAt = null) {
   const earlier = h("button", { type: "button", id: "load-earlier", class: "load-earlier", hidden: true }, "Load earlier messages");
   const confirmArea = h("section", { id: "confirmations", class: "confirmations", "aria-label": "Pending confirmations" });
   // required: Send with nothing typed says so (the browser's own bubble, as Create's field does)
-  const input = h("textarea", { id: "composer-input", rows: 3, required: true, placeholder: "Message (Ctrl+Enter to send; start with @alias to pick a model)", "aria-label": "Message" });
+  const input = h("textarea", { id: "composer-input", rows: 3, required: true, placeholder: `Message (${sendKeys()} to send; start with @alias to pick a model)`, "aria-label": "Message", "aria-keyshortcuts": "Control+Enter Meta+Enter" });
   const send = h("button", { type: "submit", class: "primary", id: "send" }, "Send");
   const cancel = h("button", { type: "button", id: "cancel", class: "danger", hidden: true }, "Cancel");
   const composerError = h("p", { class: "error", role: "alert", id: "composer-error" });
