@@ -39,12 +39,12 @@ SERVE_ENVIRONMENT = """\
 settings: flag > environment > METIS_HOME/config.yaml (host, port) > default.
 
 environment:
-  METIS_HOME     data directory: metis.db (the trace store), config.yaml, models.yaml,
-                 routing.yaml, api_key, daemon.lock (default ~/.metis)
+  METIS_HOME     data directory (default ~/.metis): metis.db (the trace store),
+                 config.yaml, models.yaml, routing.yaml, api_key, daemon.lock
   METIS_PORT     port to listen on (default 8421)
   METIS_HOST     loopback address to bind (127.0.0.1, ::1 or localhost)
-  METIS_API_KEY  the daemon's bearer key (default: the key in METIS_HOME/api_key,
-                 created at the first start)
+  METIS_API_KEY  the daemon's bearer key (default: the key in
+                 METIS_HOME/api_key, created at the first start)
   METIS_OFFLINE  1 serves only the scripted model local:scripted
 """
 
@@ -170,6 +170,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 1
 
 
+class _LaidOutText(argparse.HelpFormatter):
+    """Help that wraps a paragraph to the terminal, as argparse does, but keeps a text already
+    laid out in lines (`SERVE_ENVIRONMENT`'s table) as it is written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
 class _Parser(argparse.ArgumentParser):
     """A parser that refuses the arguments it does not know itself. A subcommand's parser is
     given the rest of the command line; argparse's own would hand what it does not know back
@@ -203,7 +213,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "background with --detach until `metis stop`. One daemon per METIS_HOME: a second "
         "`metis serve` on the same home exits naming the first.",
         epilog=SERVE_ENVIRONMENT,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_LaidOutText,
     )
     serve.add_argument(
         "--home",

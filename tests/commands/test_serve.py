@@ -304,13 +304,18 @@ async def test_a_turn_sent_as_soon_as_health_answers_waits_for_the_provider_sdk(
 
 
 def test_serve_help_documents_the_home_and_the_environment(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
     with pytest.raises(SystemExit):
         main(["serve", "--help"])
     text = capsys.readouterr().out
     for name in ("--home", "METIS_HOME", "METIS_PORT", "METIS_HOST", "METIS_API_KEY"):
         assert name in text, name
+    # it fits an 80-column terminal: the paragraph wrapped, the environment's table as written
+    wide = [line for line in text.splitlines() if len(line) > 80]
+    assert wide == [], wide
+    assert "  METIS_OFFLINE  1 serves only the scripted model local:scripted\n" in text
 
 
 async def chat_over_a_pipe(env: dict[str, str], workspace: Path) -> str:
