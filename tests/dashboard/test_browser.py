@@ -255,6 +255,8 @@ def test_confirmations_allow_writes_file_and_deny_with_reason(
     card = page.locator(".tool-card", has_text="shell")
     card.locator(".exit").wait_for()
     assert re.match(r"exit \d+", card.locator(".exit").inner_text())
+    # the badge says the exit code; the output is what the command printed, without it
+    assert not card.locator("pre.output").inner_text().startswith("exit_code:")
     # the command and its output each copy as they are (no "$ " prompt)
     page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=served.url)
     command = card.locator(".tool-input pre.command").inner_text().removeprefix("$ ")

@@ -65,23 +65,30 @@ export function toolCard(toolUseId, name) {
       duration.textContent = fmtMs(p.duration_ms);
       if (type === "tool.failed") {
         c.setStatus(p.error_class === "user_denied" ? "denied" : "failed");
-        if (!resultBox.childElementCount) c.setResult({ is_error: true, content: [{ type: "text", text: `${p.error_class}: ${p.message}` }] });
+        if (!resultBox.childElementCount) c.setResult({ is_error: true, content: [{ type: "text", text: p.message || p.error_class }] });
       } else {
         c.setStatus(p.is_error ? "error" : "done");
       }
-      if (p.exit_code !== null && p.exit_code !== undefined) {
-        exit.hidden = false;
-        exit.textContent = `exit ${p.exit_code}`;
-        exit.className = `badge exit ${p.exit_code === 0 ? "ok" : "bad"}`;
-      }
+      if (p.exit_code !== null && p.exit_code !== undefined) showExit(p.exit_code);
     },
     setResult(block) {
-      const text = (block.content || []).map((b) => (b.type === "text" ? b.text : "[image]")).join("\n");
+      let text = (block.content || []).map((b) => (b.type === "text" ? b.text : "[image]")).join("\n");
+      // a shell result begins "exit_code: N": the badge says it, the output is the rest
+      const code = /^exit_code: (-?\d+)\n?/.exec(text);
+      if (code) {
+        showExit(Number(code[1]));
+        text = text.slice(code[0].length);
+      }
       resultBox.hidden = false;
       el.classList.toggle("is-error", !!block.is_error);
       const output = withCopy(h("pre", { class: "output" }, text), "output", () => text);
       clear(resultBox).append(h("div", { class: "small muted" }, block.is_error ? "Error" : "Result"), output);
     },
   };
+  function showExit(code) {
+    exit.hidden = false;
+    exit.textContent = `exit ${code}`;
+    exit.className = `badge exit ${code === 0 ? "ok" : "bad"}`;
+  }
   return c;
 }
