@@ -58,6 +58,8 @@ TERMINAL_TYPES = ("turn.completed", "turn.cancelled", "turn.failed")
 _RECONNECT_FOR_S = 60.0
 # Subscribe errors whose recovery is a snapshot instead of a replay.
 _SNAPSHOT_RECOVERY = ("cursor_expired", "replay_too_large")
+_REFUSED_CALLS = ("user_denied", "policy_denied", "confirmation_timeout")
+"""`tool.failed` classes of a call that never ran: denied, or not answered in time."""
 _ANSWERS = {
     "y": ("allow", "once"),
     "yes": ("allow", "once"),
@@ -151,11 +153,13 @@ class Renderer:
         if p.get("chosen_model"):
             self.line("route", str(p["chosen_model"]))
 
+    # the events' codes (`error_class`) are for scripts; a line says what happened in words
     def _on_llm_call_failed(self, p: dict[str, Any]) -> None:
+        said = p.get("message") or p.get("error_class")
         if p.get("will_retry"):
-            self.line("llm", f"{p.get('error_class')} from {p.get('model')}; retrying")
+            self.line("llm", f"{p.get('model')}: {said}; retrying")
         elif p.get("error_class") != "cancelled":
-            self.line("llm", f"call failed: {p.get('error_class')}: {p.get('message')}")
+            self.line("llm", f"call failed: {said}")
 
     def _on_tool_called(self, p: dict[str, Any]) -> None:
         self._running[str(p.get("tool_use_id"))] = str(p.get("tool_name"))
@@ -173,9 +177,10 @@ class Renderer:
 
     def _on_tool_failed(self, p: dict[str, Any]) -> None:
         self._running.pop(str(p.get("tool_use_id")), None)
-        self.line(
-            "tool", f"{p.get('tool_name')} failed: {p.get('error_class')}: {p.get('message')}"
-        )
+        # a call someone or the policy refused never ran: it did not fail
+        outcome = "not run" if p.get("error_class") in _REFUSED_CALLS else "failed"
+        said = p.get("message") or p.get("error_class")
+        self.line("tool", f"{p.get('tool_name')} {outcome}: {said}")
 
     def _on_tool_input_invalid(self, p: dict[str, Any]) -> None:
         errors = "; ".join(e.get("message", "") for e in p.get("errors", [])[:3])

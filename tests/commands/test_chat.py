@@ -21,10 +21,11 @@ from metis.core.canonical.times import now_us
 from metis.core.store.prune import prune_events
 from metis.server.runner import Daemon
 from metis.server.ws import handoff
+from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from tests.api import Api
 from tests.cli import start_metis
 from tests.helpers import HOLD, model_changed
-from tests.ws_client import SLOW_SCRIPTED
+from tests.ws_client import SLOW_SCRIPTED, fake_models
 
 # A queue that `overflow` overflows (and the rest of a reply does not), and a replay limit the
 # events missed meanwhile exceed.
@@ -138,7 +139,8 @@ async def test_tool_calls_show_and_a_confirmation_is_answered_in_the_terminal(
     )
     assert "confirm> allow" in confirm
     assert "confirm> deny" in confirm
-    assert any("read_file failed: user_denied" in line for line in tool)
+    # in words, not the event's code: a denied call did not fail, it never ran
+    assert "tool> read_file not run: Tool call denied" in tool, tool
     assert term.labelled("you")[1:2] == ["you> allow"]
     events = await api_of(d).events(chat.session_id, event_types="tool.confirmation_resolved")
     assert [e["payload"]["decision"] for e in events] == ["allow", "deny"]
@@ -159,6 +161,20 @@ async def test_ctrl_c_cancels_the_running_turn_with_a_cancel_frame(
     assert await asyncio.wait_for(running, 10) == 0
     cancelled = await api_of(d).events(chat.session_id, event_types="turn.cancelled")
     assert [e["payload"]["reason"] for e in cancelled] == ["user_cancel"]
+
+
+async def test_a_failed_model_call_is_said_in_words(
+    chat_with: Callable[..., Any], fake: FakeProviderServer
+) -> None:
+    """The provider's refusal in its words; the event's code (`invalid_request`) is for
+    scripts."""
+    refused = FakeReply(status=400, error_type="invalid_request_error", error_message="too long")
+    fake.enqueue("anthropic", refused, refused)
+    _, term, chat = await chat_with(models=fake_models(fake))
+    term.type("hi", "/quit")
+    assert await asyncio.wait_for(chat.run(), 15) == 0
+    [failed] = term.labelled("llm")
+    assert failed == "llm> call failed: anthropic HTTP 400 (invalid_request_error): too long"
 
 
 async def test_model_commands_patch_the_session(
