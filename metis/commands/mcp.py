@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import sys
 import time
 from typing import Any
@@ -38,9 +39,13 @@ def _where(server: dict[str, Any]) -> str:
     return " ".join([server["command"], *server["args"]])
 
 
-def render(servers: list[dict[str, Any]], *, aligned: bool = False) -> str:
+def render(
+    servers: list[dict[str, Any]], *, aligned: bool = False, width: int | None = None
+) -> str:
     """One block per server: name, state, transport and command or url, then its tools (names
-    as offered) with their modes; `aligned`: in columns for a person, else tab-separated."""
+    as offered) with their modes; `aligned`: in columns for a person, else tab-separated.
+    `width` (a terminal's): a server's line is cut to it, its command's end elided, so that the
+    columns do not wrap (`--json` and a pipe have the whole command)."""
     if not servers:
         return "no MCP servers configured (config.yaml: mcp.servers)\n"
     heads = [[s["name"], s["state"], s["transport"], _where(s)] for s in servers]
@@ -48,7 +53,8 @@ def render(servers: list[dict[str, Any]], *, aligned: bool = False) -> str:
     head_widths, tool_widths = _widths(heads, aligned), _widths(tools, aligned)
     lines: list[str] = []
     for s, head in zip(servers, heads, strict=True):
-        lines.append(_row(head, head_widths))
+        row = _row(head, head_widths)
+        lines.append(row if width is None or len(row) <= width else row[: width - 1] + "…")
         if s["restarts"]:
             lines.append(f"  restarts: {s['restarts']}")
         if s["last_error"]:
@@ -62,13 +68,21 @@ def render(servers: list[dict[str, Any]], *, aligned: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _layout() -> dict[str, Any]:
+    """How `render` lays the servers out on stdout: in columns cut to a terminal's width, or
+    tab-separated and whole for a script."""
+    if not sys.stdout.isatty():
+        return {"aligned": False}
+    return {"aligned": True, "width": shutil.get_terminal_size().columns}
+
+
 async def _list(args: argparse.Namespace) -> int:
     async def show(api: DaemonApi) -> int:
         body = await api.call("GET", "/mcp")
         if args.json:
             print(json.dumps(body, ensure_ascii=False, indent=2))
         else:
-            sys.stdout.write(render(body["servers"], aligned=sys.stdout.isatty()))
+            sys.stdout.write(render(body["servers"], **_layout()))
         return 0
 
     return await with_daemon(args, show)
@@ -106,7 +120,7 @@ async def _reload(args: argparse.Namespace) -> int:
     async def reload(api: DaemonApi) -> int:
         reloaded = await api.reload_mcp_servers()
         print(reload_outcome(reloaded["applied"]))
-        sys.stdout.write(render(reloaded["servers"], aligned=sys.stdout.isatty()))
+        sys.stdout.write(render(reloaded["servers"], **_layout()))
         return 0
 
     return await with_daemon(args, reload)

@@ -106,3 +106,7 @@ def test_mcp_servers_are_in_columns_for_a_person_and_tab_separated_for_a_script(
         "search-web  restarting  http   https://mcp.example.com/mcp",
         "  restarts: 2",
     ]
+    # a terminal's width cuts a server's line (its command's end), never a column
+    narrow = render(SERVERS, aligned=True, width=42).splitlines()
+    assert narrow[0] == "git         ready       stdio  uvx git-mcp"
+    assert narrow[3] == "search-web  restarting  http   https://mc…"
