@@ -245,7 +245,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Say whether the daemon is running and how it is: address, pid and uptime, "
         "sessions and running turns, the models that can answer, the routing policy in force, "
         "the MCP servers and the shell tool's sandbox. Exit 0 when it runs, 3 when nothing "
-        "answers, 1 when it refuses the key.",
+        "answers, 1 when it refuses the key, 2 for a bad config.yaml (with no daemon running) "
+        "or a bad daemon URL.",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_arguments(parser)

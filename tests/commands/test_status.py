@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from metis.cli import main
 from metis.commands.daemon_client import DaemonTarget
 from metis.commands.status import render
 from metis.server.runner import Daemon
@@ -76,3 +79,12 @@ def test_the_status_names_sessions_in_use_turns_unhealthy_models_and_servers() -
         "  shell tool: NOT sandboxed (see docs/sandbox.md)",
         "Dashboard: `metis open`; chat: `metis chat`.",
     ]
+
+
+def test_the_help_names_every_exit_status(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["status", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for said in ("Exit 0 when it runs", "3 when nothing answers", "1 when it refuses the key"):
+        assert said in text, said
+    assert "2 for a bad config.yaml (with no daemon running) or a bad daemon URL" in text
