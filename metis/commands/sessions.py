@@ -267,20 +267,36 @@ async def _main(args: argparse.Namespace) -> int:
     return await with_daemon(args, act)
 
 
+_ID_HELP = "the session's id (sess_…; `metis sessions list` shows them)"
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
-        "sessions", help="list, show, title, end, purge and export the daemon's sessions"
+        "sessions",
+        help="list, show, title, end, purge and export the daemon's sessions",
+        description="List, show, title, end, purge and export the running daemon's sessions. "
+        "Exit 1 when the daemon cannot be reached, refuses the call or a file cannot be "
+        "written; 2 for a bad argument, config.yaml or daemon URL.",
     )
     sub = parser.add_subparsers(dest="sessions_command")
     parser.set_defaults(func=lambda _args: usage(parser))
 
-    def command(name: str, help_text: str, action: Any) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=help_text)
+    def command(name: str, help_text: str, action: Any, more: str = "") -> argparse.ArgumentParser:
+        """A subcommand: `help_text` in the list of them, and as its `--help`'s first
+        sentence, followed by `more`."""
+        description = f"{help_text[:1].upper()}{help_text[1:]}. {more}".strip()
+        p = sub.add_parser(name, help=help_text, description=description)
         p.set_defaults(func=lambda a: asyncio.run(_main(a)), action=action)
         add_arguments(p)
         return p
 
-    p = command("list", "sessions, newest first (active ones unless --all or --ended)", _list)
+    p = command(
+        "list",
+        "sessions, newest first (active ones unless --all or --ended)",
+        _list,
+        "At a terminal, two lines a session (dates in local time); into a pipe, one line of "
+        "tab-separated fields: id, status, turns, cost, created (UTC), workspace, title.",
+    )
     p.add_argument("--workspace", metavar="DIR", help="only the sessions of this workspace")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--all", action="store_true", help="include ended sessions")
@@ -296,28 +312,37 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("--json", action="store_true", help="the REST objects as JSON")
     p = command("show", "one session and its turns", _show)
-    p.add_argument("id", type=session_id)
+    p.add_argument("id", type=session_id, help=_ID_HELP)
     p.add_argument("--json", action="store_true", help="the REST object as JSON")
     p = command("end", "end a session (its data is kept)", _end)
-    p.add_argument("id", type=session_id)
+    p.add_argument("id", type=session_id, help=_ID_HELP)
     p = command(
         "purge",
         "delete a session and all it holds, for good; or --ended ones (--days N: ended N or "
         "more days ago)",
         _purge,
+        "Without --yes it only says what it would delete (exit 2).",
     )
-    p.add_argument("id", type=session_id, nargs="?")
+    p.add_argument("id", type=session_id, nargs="?", help=_ID_HELP)
     p.add_argument("--ended", action="store_true", help="every ended session (never an active one)")
     p.add_argument("--days", type=_days, metavar="N", help="with --ended: ended N or more days ago")
     p.add_argument("--workspace", metavar="DIR", help="with --ended: only this workspace's")
     p.add_argument("--yes", action="store_true", help="really delete them")
     p = command("title", "set a session's title (or --clear it)", _title)
-    p.add_argument("id", type=session_id)
+    p.add_argument("id", type=session_id, help=_ID_HELP)
     p.add_argument("title", nargs="?", help="one line of text")
     p.add_argument("--clear", action="store_true", help="back to the first prompt's first line")
-    p = command("export", "write a session as Markdown or JSON", _export)
-    p.add_argument("id", type=session_id)
-    p.add_argument("--format", choices=tuple(EXPORT_FORMATS), default="md")
+    p = command(
+        "export",
+        "write a session as Markdown or JSON",
+        _export,
+        "The file the daemon makes (the dashboard's Download). With --output it is written "
+        "readable by you only (0600), whole or not at all; a FILE already there is replaced.",
+    )
+    p.add_argument("id", type=session_id, help=_ID_HELP)
+    p.add_argument(
+        "--format", choices=tuple(EXPORT_FORMATS), default="md", help="md (default) or json"
+    )
     p.add_argument(
         "--output",
         metavar="FILE",

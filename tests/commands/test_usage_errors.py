@@ -110,3 +110,25 @@ def test_mcp_servers_are_in_columns_for_a_person_and_tab_separated_for_a_script(
     narrow = render(SERVERS, aligned=True, width=42).splitlines()
     assert narrow[0] == "git         ready       stdio  uvx git-mcp"
     assert narrow[3] == "search-web  restarting  http   https://mc…"
+
+
+@pytest.mark.parametrize("command", ["list", "show", "end", "purge", "title", "export"])
+def test_each_sessions_help_says_what_it_does_in_a_sentence(
+    command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit):
+        main(["sessions", command, "--help"])
+    text = capsys.readouterr().out
+    description = text.split("\n\n")[1]
+    assert description[0].isupper() and description.endswith("."), description
+    if command != "list":
+        assert "  id  " in text and "`metis sessions list` shows" in " ".join(text.split())
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_sessions_help_names_its_exit_statuses(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["sessions", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Exit 1 when the daemon cannot be reached" in text and "2 for a bad argument" in text
