@@ -127,7 +127,12 @@ async def _reload(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("mcp", help="the daemon's MCP servers and their tools")
+    parser = subparsers.add_parser(
+        "mcp",
+        help="the daemon's MCP servers and their tools",
+        description="The running daemon's MCP servers (config.yaml `mcp.servers`): list them, "
+        "connect to one again, apply config.yaml's changes.",
+    )
     sub = parser.add_subparsers(dest="mcp_command")
     parser.set_defaults(func=lambda _args: usage(parser))
     p = sub.add_parser(

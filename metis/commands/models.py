@@ -97,8 +97,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_arguments(parser)
     parser.set_defaults(func=list_models)
     commands = parser.add_subparsers(dest="models_command", metavar="{check,reset}")
-    check = commands.add_parser("check", help="validate a models.yaml without starting anything")
-    check.add_argument("path", nargs="?", type=Path, default=None, help="file to validate")
+    check = commands.add_parser(
+        "check",
+        help="validate a models.yaml without starting anything",
+        description="Validate PATH (default: $METIS_HOME/models.yaml, else the shipped "
+        "default) as the daemon would load it: every error is named by file, line and column. "
+        "Exit 0 when it is valid, 1 when it is not.",
+    )
+    check.add_argument(
+        "path", nargs="?", type=Path, default=None, help="the models.yaml to validate"
+    )
     # SUPPRESS: a `--home` given before `check` is kept
     add_home_argument(check, default=argparse.SUPPRESS)
     check.set_defaults(func=check_models)
@@ -121,7 +129,8 @@ def check_models(args: argparse.Namespace) -> int:
     if registry is None:
         return 1
     count = len(registry.models())
-    print(f"{path}: OK ({count} models, pricing_version {registry.pricing_version})")
+    # in the words of `metis routing check`
+    print(f"{path}: valid ({count} models, pricing_version {registry.pricing_version})")
     return 0
 
 

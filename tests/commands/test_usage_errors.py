@@ -11,6 +11,7 @@ import pytest
 
 from metis.cli import COMMANDS, build_parser, main
 from metis.commands.mcp import render
+from metis.config import SHIPPED_CONFIG_DIR
 
 
 def usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
@@ -63,6 +64,8 @@ def test_routing_and_models_check_take_home(
     home = tmp_path / "other-home"
     home.mkdir()
     (home / "routing.yaml").write_text("schema_version: 1\n")
+    assert main(["models", "check", "--home", str(home)]) == 0
+    assert capsys.readouterr().out.startswith(f"{SHIPPED_CONFIG_DIR / 'models.yaml'}: valid (")
     assert main(["routing", "check", "--home", str(home)]) == 0
     # one line that fits a terminal: the version as short as the daemon's log gives it
     out = capsys.readouterr().out
@@ -132,3 +135,15 @@ def test_sessions_help_names_its_exit_statuses(capsys: pytest.CaptureFixture[str
         main(["sessions", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "Exit 1 when the daemon cannot be reached" in text and "2 for a bad argument" in text
+
+
+@pytest.mark.parametrize(("words", "said"), [
+    (["mcp"], "The running daemon's MCP servers"),
+    (["models", "check"], "Exit 0 when it is valid, 1 when it is not."),
+])  # fmt: skip
+def test_a_group_or_command_help_says_what_it_does(
+    words: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        main([*words, "--help"])
+    assert said in " ".join(capsys.readouterr().out.split())
