@@ -184,8 +184,9 @@ def _live_status(model: dict[str, Any]) -> str:
     if model["availability"] == "healthy":
         return "healthy"
     detail = model.get("availability_detail") or {}
+    # why, in the provider's words, is said under the table
     until = zoned_time(detail.get("recovers_at"), seconds=True)
-    return f"unavailable ({detail.get('trigger_reason')}) until {until}"
+    return f"unavailable until {until}" if until else "unavailable"
 
 
 def _tier_and_aliases(tier: str | None, aliases: Sequence[str] | None) -> tuple[str, str]:

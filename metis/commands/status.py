@@ -16,13 +16,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
+import shutil
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from metis.commands import zoned_time
 from metis.commands.client import ApiFailure, DaemonApi, with_daemon
 from metis.commands.daemon_client import (
     START_HINT,
@@ -68,12 +72,21 @@ def _in_use(sessions: int, turns: int) -> str:
     return f"{sessions} in use ({running})"
 
 
+def _availability(model: dict[str, Any]) -> str:
+    """A model's availability in words: why routing set it aside (the provider's words) and
+    until when, in local time; the codes (`provider_unavailable`, `auth_error`) are in --json."""
+    if model["availability"] == "healthy":
+        return "healthy"
+    detail = model.get("availability_detail")
+    if not isinstance(detail, dict):
+        return f"unavailable: {detail}" if detail else "unavailable"
+    why = detail.get("message") or detail.get("trigger_reason")
+    until = zoned_time(detail.get("recovers_at"), seconds=True)
+    return f"unavailable: {why}" + (f", until {until}" if until else "")
+
+
 def _models_line(models: dict[str, Any]) -> str:
-    usable = []
-    for m in models["models"]:
-        detail = m.get("availability_detail")
-        state = m["availability"] + (f": {detail}" if detail else "")
-        usable.append(f"{m['id']} ({state})")
+    usable = [f"{m['id']} ({_availability(m)})" for m in models["models"]]
     line = ", ".join(usable) or "none"
     if models["unconfigured"]:
         why = "offline" if models.get("offline_mode") else "no credentials"
@@ -110,10 +123,37 @@ def _log_of(target: DaemonTarget, pid: int | None, health: dict[str, Any]) -> Pa
     return log if written >= time.time() - health["uptime_seconds"] - 1 else None
 
 
+_VALUE_AT = len("  shell tool: ")
+"""The column where each fact's value starts, and a wrapped one goes on."""
+
+
+def _wrapped(line: str, width: int) -> str:
+    """`line` (a fact) wrapped to `width` with its value's column kept: a long routing or
+    config line reads as one block at a terminal, not under the labels. Words are never
+    split (a path longer than the line stays whole), nor is a command to type (`metis
+    models`)."""
+    if len(line) <= width or not line.startswith("  "):
+        return line
+    # the spaces of a `command` held as one word while the line is filled
+    held = re.sub(r"`[^`]*`", lambda m: m.group().replace(" ", "\0"), line)
+    filled = textwrap.fill(
+        held,
+        width,
+        subsequent_indent=" " * _VALUE_AT,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    return filled.replace("\0", " ")
+
+
 def render(
-    target: DaemonTarget, pid: int | None, body: dict[str, Any], log: Path | None = None
+    target: DaemonTarget,
+    pid: int | None,
+    body: dict[str, Any],
+    log: Path | None = None,
+    width: int | None = None,
 ) -> str:
-    """The status as a person reads it."""
+    """The status as a person reads it; `width` (a terminal's) wraps each fact to it."""
     health, version = body["/health"], body["/server/version"]
     who = f"pid {pid}, " if pid is not None else ""
     turns = health["active_turns"]
@@ -137,6 +177,8 @@ def render(
         lines.insert(2, f"  log:        {log}")
     if target.config_error is not None:
         lines.insert(-1, f"  config:     {target.config_error} (the next start refuses it)")
+    if width is not None:
+        lines = [_wrapped(line, width) for line in lines]
     return "\n".join(lines)
 
 
@@ -226,7 +268,8 @@ async def _status(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(as_json(target, pid, body, log), ensure_ascii=False))
         else:
-            print(render(target, pid, body, log))
+            width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+            print(render(target, pid, body, log, width))
         return 0
 
     # a bad config.yaml or URL, a refusal or an answer that is not a daemon's: said as every

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,8 +15,10 @@ from metis.cli import main
 from metis.commands.daemon_client import DaemonTarget
 from metis.commands.status import render
 from metis.server.runner import Daemon
+from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from metis.version import metis_version
 from tests.cli import metis
+from tests.ws_client import fake_models
 
 
 async def test_status_says_where_the_daemon_runs_and_what_it_has(daemon: Daemon) -> None:
@@ -52,6 +58,17 @@ async def test_status_of_no_daemon_exits_3_and_of_a_wrong_key_1(daemon: Daemon) 
     assert code == 2 and "is not a daemon URL" in err and "Traceback" not in err
 
 
+@pytest.fixture
+def in_utc() -> Iterator[None]:
+    """Local time is UTC for the test (its times' zone is then named UTC), and as it was after."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("TZ", "UTC")
+        time.tzset()
+        yield
+    time.tzset()
+
+
+@pytest.mark.usefixtures("in_utc")
 def test_the_status_names_sessions_in_use_turns_unhealthy_models_and_servers() -> None:
     body = {
         "/health": {"uptime_seconds": 7300.0, "active_sessions": 2, "active_turns": 1,
@@ -59,8 +76,11 @@ def test_the_status_names_sessions_in_use_turns_unhealthy_models_and_servers() -
         "/server/version": {"version": "1.2.3"},
         "/models": {"offline_mode": False, "unconfigured": [{"id": "openai:gpt-5"}], "models": [
             {"id": "anthropic:sonnet", "availability": "healthy", "availability_detail": None},
-            {"id": "openai:mini", "availability": "cooling_down",
-             "availability_detail": "rate limited until 12:00"},
+            {"id": "openai:mini", "availability": "model_unavailable",
+             "availability_detail": {"scope": "model", "trigger_reason": "rate_limit",
+                                     "since": "2026-11-28T11:55:00Z",
+                                     "recovers_at": "2026-11-28T12:00:00Z",
+                                     "message": "openai rate-limited it"}},
         ]},
         "/routing/policy": {"errors": ["bad"], "in_force": "last_known_good",
                             "reason": "routing.yaml has errors; its last version is in force"},
@@ -71,13 +91,20 @@ def test_the_status_names_sessions_in_use_turns_unhealthy_models_and_servers() -
     assert lines[0] == "metis 1.2.3 is running at http://127.0.0.1:8421 (pid 4321, up 2 h 1 min)"
     assert lines[2:] == [
         "  sessions:   2 in use (1 turn running)",
-        "  models:     anthropic:sonnet (healthy), openai:mini (cooling_down: rate limited until"
-        " 12:00); 1 more declared (no credentials: `metis models`)",
+        "  models:     anthropic:sonnet (healthy), openai:mini (unavailable: openai rate-limited"
+        " it, until 2026-11-28 12:00:00 UTC); 1 more declared (no credentials: `metis models`)",
         "  routing:    routing.yaml has errors; its last version is in force (`metis routing"
         " check` says why)",
         "  MCP:        1 of 2 ready: git ready, fs failed",
         "  shell tool: NOT sandboxed (see docs/sandbox.md)",
         "Dashboard: `metis open`; chat: `metis chat`.",
+    ]
+    # at a terminal each fact wraps under its value's column, a command to type kept whole
+    wrapped = render(target, 4321, body, width=80).splitlines()
+    assert max(len(line) for line in wrapped) <= 80
+    assert wrapped[wrapped.index("  MCP:        1 of 2 ready: git ready, fs failed") - 2 :][:2] == [
+        "  routing:    routing.yaml has errors; its last version is in force",
+        "              (`metis routing check` says why)",
     ]
 
 
@@ -88,3 +115,30 @@ def test_the_help_names_every_exit_status(capsys: pytest.CaptureFixture[str]) ->
     for said in ("Exit 0 when it runs", "3 when nothing answers", "1 when it refuses the key"):
         assert said in text, said
     assert "2 for a bad config.yaml (with no daemon running) or a bad daemon URL" in text
+
+
+async def test_an_unavailable_model_is_said_in_words(
+    start_daemon: Callable[..., Any], workspace: Path, fake: FakeProviderServer
+) -> None:
+    """A model routing has set aside: why, in the provider's words, and until when (local
+    time, its zone named), in `metis status` and `metis models`; never the daemon's detail
+    object as Python prints it."""
+    refused = FakeReply(status=401, error_type="authentication_error", error_message="bad key")
+    fake.enqueue("anthropic", refused, refused, refused)
+    d = await start_daemon(models=fake_models(fake))
+    url = ("--url", d.base_url)
+    code, _, err = await metis("run", "hi", "--workspace", str(workspace), *url)
+    assert code == 1, err
+    code, out, err = await metis("status", *url, env={"TZ": "UTC"})
+    assert code == 0, err
+    [models] = [line for line in out.splitlines() if line.startswith("  models:")]
+    assert "{" not in models and "'" not in models, models
+    assert re.search(
+        r"anthropic:claude-haiku-4-5 \(unavailable: anthropic refused the key .*, "
+        r"until \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\)",
+        models,
+    ), models
+    code, out, err = await metis("models", *url, env={"TZ": "UTC"})
+    assert code == 0, err
+    [row] = [line for line in out.splitlines() if line.startswith("anthropic:claude-haiku-4-5 ")]
+    assert re.search(r" unavailable until \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$", row), row
