@@ -195,9 +195,11 @@ async def _purge(api: DaemonApi, args: argparse.Namespace) -> int:
             if args.id is not None
             else f"{counted(len(ids), 'ended session')}{_ended_scope(args)}"
         )
+        # ending is the way to keep a session's data, for one that has not ended yet
+        keep = " (`metis sessions end` keeps them)" if args.id is not None else ""
         print(
             f"metis: purging deletes every message and event of {what} for good; "
-            "add --yes to purge (`metis sessions end` keeps them)",
+            f"add --yes to purge{keep}",
             file=sys.stderr,
         )
         return 2

@@ -204,7 +204,7 @@ async def test_sessions_list_show_export_and_end(
     assert code == 2 and "--search: at most 200 characters" in err, err
 
     code, _, err = await metis("sessions", "purge", sid, *url)
-    assert code == 2 and "add --yes" in err
+    assert code == 2 and "add --yes to purge (`metis sessions end` keeps them)" in err, err
     code, out, err = await metis("sessions", "purge", sid, "--yes", *url)
     assert code == 0 and out.startswith(f"purged {sid}: ") and " messages, " in out, err
     assert out.rstrip().endswith(" events deleted"), out
@@ -297,6 +297,7 @@ async def test_sessions_purge_ended_removes_only_ended_sessions_and_asks_first(
         await api.call("DELETE", f"/sessions/{sid}")
     code, _, err = await metis("sessions", "purge", "--ended", "--workspace", str(workspace), *url)
     assert code == 2 and f"2 ended sessions (ended in {workspace})" in err, err
+    assert "sessions end" not in err, err  # no advice to end what has ended
     code, _, err = await metis("sessions", "purge", "--ended", "--days", "1", "--yes", *url)
     assert code == 0 and "no ended sessions to purge (ended 1 or more days ago)" in err, err
     purge = ("sessions", "purge", "--ended", "--workspace", str(workspace), "--yes", *url)
