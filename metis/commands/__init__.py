@@ -26,3 +26,15 @@ def zoned_time(iso: str | None, *, seconds: bool = False) -> str:
     if moment.tzinfo is None:
         return shown
     return f"{shown} {moment.astimezone().strftime('%Z')}"
+
+
+def seconds_argument(text: str) -> float:
+    """A command's wait in seconds (`stop --timeout`, `mcp restart --wait`): above 0, at most
+    an hour; `nan` and `inf` are refused, as a wait that never ends."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError("give a number of seconds above 0, at most 3600")
+    return value

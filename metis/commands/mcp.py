@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any
 
-from metis.commands import usage
+from metis.commands import seconds_argument, usage
 from metis.commands.client import DaemonApi, with_daemon
 from metis.commands.daemon_client import add_arguments
 from metis.wire.mcp import reload_outcome
@@ -157,7 +157,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("name", help="the server's name in config.yaml (mcp.servers)")
     p.add_argument(
         "--wait",
-        type=float,
+        type=seconds_argument,
         default=30.0,
         metavar="SECONDS",
         help="how long to wait for it to be ready (default 30)",

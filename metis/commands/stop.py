@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from metis.commands import seconds_argument
 from metis.config import home_from
 from metis.server.lock import LOCK_FILE, is_held, read_holder
 
@@ -78,16 +79,6 @@ def _gone_within(lock: Path, seconds: float) -> bool:
     return True
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 < value <= 3600:
-        raise argparse.ArgumentTypeError("give a number of seconds above 0, at most 3600")
-    return value
-
-
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "stop",
@@ -99,7 +90,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--home", metavar="DIR", help="METIS_HOME of the daemon (overrides env)")
     parser.add_argument(
         "--timeout",
-        type=_seconds,
+        type=seconds_argument,
         default=STOP_TIMEOUT_S,
         metavar="SECONDS",
         help=f"how long to wait for it to stop (default {STOP_TIMEOUT_S:g})",

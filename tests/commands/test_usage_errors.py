@@ -147,3 +147,14 @@ def test_a_group_or_command_help_says_what_it_does(
     with pytest.raises(SystemExit):
         main([*words, "--help"])
     assert said in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("wait", ["-5", "0", "nan", "inf", "soon"])
+def test_mcp_restart_refuses_a_wait_that_is_not_a_time(
+    wait: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A wait of `nan` never ran out: the restart of a server stuck starting waited for ever."""
+    with pytest.raises(SystemExit) as exited:
+        main(["mcp", "restart", "git", "--wait", wait])
+    assert exited.value.code == 2
+    assert "argument --wait: " in capsys.readouterr().err
