@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from metis.http.ca_bundle import deferring_ca_bundle
@@ -50,13 +51,13 @@ environment:
 
 
 class _KeyValueFormatter(logging.Formatter):
-    """One line per record: `ts level=… logger=… msg`, easy to grep and to parse."""
+    """One line per record: `ts level=… logger=… msg`, easy to grep and to parse. The time is
+    the machine's, with its offset from UTC (`2026-11-28T16:06:44+01:00`): a log read on another
+    machine, or after a change of zone, still says when."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line = (
-            f"{self.formatTime(record, '%Y-%m-%dT%H:%M:%S')} level={record.levelname} "
-            f"logger={record.name} {record.getMessage()}"
-        )
+        when = datetime.fromtimestamp(record.created).astimezone().isoformat(timespec="seconds")
+        line = f"{when} level={record.levelname} logger={record.name} {record.getMessage()}"
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return line

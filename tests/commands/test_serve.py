@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import socket
 import stat
@@ -222,6 +223,10 @@ async def test_config_yaml_sets_the_log_level_and_the_flag_overrides_it(
     chatty.proc.send_signal(signal.SIGTERM)
     code, log = await chatty.finish()
     assert code == 0 and "level=INFO logger=metis.server.runner metis listening" in log
+    # each record's time says its zone: local, with its offset from UTC
+    [listening] = [line for line in log.splitlines() if "metis listening" in line]
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d"
+    assert re.match(stamp + " level=INFO ", listening), listening
     (metis_home / "config.yaml").write_text("log_level: LOUD\n")
     code, err = await (await serve("--port", "0")).finish()
     assert code == 2 and "config.yaml:1: log_level:" in err
