@@ -393,11 +393,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run one turn non-interactively and print the reply",
         description="Send PROMPT as one turn in a new session (ended after it unless --keep), "
         "or in an existing one (--session, --continue), stream the reply's text to "
-        "stdout, and exit 0 if the turn completed; 1 if it failed or was cancelled or the daemon "
-        "cannot be reached; 2 if the daemon refused the request (say, an unknown --model, a "
+        "stdout, and exit 0 if the turn completed; 1 if it failed or was cancelled, or the daemon "
+        "cannot be reached or refuses the key; 2 if the daemon refused the request (say, an unknown --model, a "
         "refused workspace, an ended session, one with a turn running or one working in another "
         "directory than --workspace; a session made for the refused turn is purged) or for a "
-        "usage or configuration error. With --json, stdout holds one JSON object either way.",
+        "usage or configuration error; 130 for Ctrl-C while the prompt is read from stdin, or "
+        "a second Ctrl-C during the turn. With --json, stdout holds one JSON object either way.",
     )
     parser.add_argument("prompt", help="the message to send; - reads it from stdin")
     parser.add_argument(

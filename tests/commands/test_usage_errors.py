@@ -140,6 +140,8 @@ def test_sessions_help_names_its_exit_statuses(capsys: pytest.CaptureFixture[str
 @pytest.mark.parametrize(("words", "said"), [
     (["mcp"], "The running daemon's MCP servers"),
     (["models", "check"], "Exit 0 when it is valid, 1 when it is not."),
+    (["run"], "or the daemon cannot be reached or refuses the key;"),
+    (["run"], "130 for Ctrl-C while the prompt is read from stdin, or a second Ctrl-C"),
 ])  # fmt: skip
 def test_a_group_or_command_help_says_what_it_does(
     words: list[str], said: str, capsys: pytest.CaptureFixture[str]
