@@ -19,7 +19,6 @@ from urllib.parse import quote
 
 import aiohttp
 
-from metis.commands import zoned_time
 from metis.commands.client import NOT_A_URL, not_a_url
 from metis.commands.daemon_client import (
     DaemonTarget,
@@ -33,6 +32,7 @@ from metis.core.config.checks import format_diagnostic
 from metis.core.errors import ConfigError
 from metis.core.models.registry import ModelRegistry, load_models_file
 from metis.wire.models import unconfigured_reason
+from metis.wire.when import local_time
 
 MODELS_FILE = "models.yaml"
 DAEMON_TIMEOUT_S = 3.0
@@ -185,7 +185,7 @@ def _live_status(model: dict[str, Any]) -> str:
         return "healthy"
     detail = model.get("availability_detail") or {}
     # why, in the provider's words, is said under the table
-    until = zoned_time(detail.get("recovers_at"), seconds=True)
+    until = local_time(detail.get("recovers_at"), seconds=True, zone=True)
     return f"unavailable until {until}" if until else "unavailable"
 
 
@@ -218,8 +218,8 @@ def show_live(target: DaemonTarget, body: dict[str, Any]) -> None:
             detail = model.get("availability_detail") or {}
             print(f"{model['id']}: {detail.get('message') or detail.get('trigger_reason')}")
             print(
-                f"  unavailable since {zoned_time(detail.get('since'), seconds=True)}, routing "
-                f"tries it again after {zoned_time(detail.get('recovers_at'), seconds=True)}; "
+                f"  unavailable since {local_time(detail.get('since'), seconds=True, zone=True)}, routing "
+                f"tries it again after {local_time(detail.get('recovers_at'), seconds=True, zone=True)}; "
                 f"`metis models reset {model['id']}` does it now"
             )
     print()

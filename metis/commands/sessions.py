@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from metis.commands import usage, zoned_time
+from metis.commands import usage
 from metis.commands.client import DaemonApi, turn_outcome, with_daemon
 from metis.commands.daemon_client import add_arguments, session_id
 from metis.commands.export_file import export_path
@@ -140,9 +140,11 @@ async def _show(api: DaemonApi, args: argparse.Namespace) -> int:
         f"model     {session.get('active_model')}"
         + ("" if session.get("sticky_model") else " (routing)")
     )
-    print(f"created   {zoned_time(session['created_at'], seconds=True)}")
+    print(f"created   {local_time(session['created_at'], seconds=True, zone=True)}")
     ended = session.get("ended_at")
-    print(f"status    {'ended ' + zoned_time(ended, seconds=True) if ended else 'active'}")
+    print(
+        f"status    {'ended ' + local_time(ended, seconds=True, zone=True) if ended else 'active'}"
+    )
     print(f"turns     {session['turn_count']}")
     print(f"cost      ${session['cost_so_far_usd']}")
     ends = await api.all_events(args.id, "turn.completed,turn.cancelled,turn.failed")
@@ -171,7 +173,7 @@ def _running(session: dict[str, Any]) -> str:
 
 async def _end(api: DaemonApi, args: argparse.Namespace) -> int:
     ended = await api.call("DELETE", f"/sessions/{args.id}")
-    print(f"ended {ended['id']} at {zoned_time(ended['ended_at'], seconds=True)}")
+    print(f"ended {ended['id']} at {local_time(ended['ended_at'], seconds=True, zone=True)}")
     return 0
 
 

@@ -26,7 +26,6 @@ from typing import Any
 
 import aiohttp
 
-from metis.commands import zoned_time
 from metis.commands.client import ApiFailure, DaemonApi, with_daemon
 from metis.commands.daemon_client import (
     START_HINT,
@@ -37,6 +36,7 @@ from metis.commands.daemon_client import (
 )
 from metis.commands.detach import DAEMON_LOG
 from metis.server.lock import LOCK_FILE, read_holder, running_url
+from metis.wire.when import local_time
 
 NOT_RUNNING = 3
 STATUS_TIMEOUT_S = 5.0
@@ -81,7 +81,7 @@ def _availability(model: dict[str, Any]) -> str:
     if not isinstance(detail, dict):
         return f"unavailable: {detail}" if detail else "unavailable"
     why = detail.get("message") or detail.get("trigger_reason")
-    until = zoned_time(detail.get("recovers_at"), seconds=True)
+    until = local_time(detail.get("recovers_at"), seconds=True, zone=True)
     return f"unavailable: {why}" + (f", until {until}" if until else "")
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from metis.commands import usage, zoned_time
+from metis.commands import usage
 from metis.commands.daemon_client import add_home_argument
 from metis.config import DB_FILE, home_from
 from metis.core.canonical.times import format_datetime, now_us, us_to_datetime
@@ -25,6 +25,7 @@ from metis.core.errors import ConfigError
 from metis.core.store.db import Database
 from metis.core.store.prune import PrunedStream, count_prunable, prune_events
 from metis.wire.counts import counted
+from metis.wire.when import local_time
 
 DAY_US = 86_400 * 1_000_000
 
@@ -86,7 +87,7 @@ def prune_command(args: argparse.Namespace) -> int:
         )
         return 1
     cutoff_us = now_us() - args.days * DAY_US
-    before = "before " + zoned_time(format_datetime(us_to_datetime(cutoff_us)))
+    before = "before " + local_time(format_datetime(us_to_datetime(cutoff_us)), zone=True)
     ask = None
     if not (args.dry_run or args.yes) and sys.stdin.isatty():
         ask = partial(_confirm, days=args.days, before=before)

@@ -7,9 +7,11 @@ from __future__ import annotations
 from datetime import datetime
 
 
-def local_time(iso: str | None, *, seconds: bool = False) -> str:
-    """`iso` (a daemon's timestamp) in the local time zone, to the minute (or the second);
-    a value that is not a timestamp is returned as it came ("" for None)."""
+def local_time(iso: str | None, *, seconds: bool = False, zone: bool = False) -> str:
+    """`iso` (a daemon's timestamp) in the local time zone, to the minute (or the second),
+    with the zone's name after it when `zone` (`2026-11-28 15:43:07 CET`: a line that stands
+    alone says which clock it is on; a listing's rows do not repeat it); a value that is not a
+    timestamp is returned as it came ("" for None)."""
     if not iso:
         return ""
     try:
@@ -18,4 +20,5 @@ def local_time(iso: str | None, *, seconds: bool = False) -> str:
         return iso
     if moment.tzinfo is None:  # a naive stamp cannot be placed: shown as given
         return iso
-    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+    shown = "%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M"
+    return moment.astimezone().strftime(shown + (" %Z" if zone else ""))
