@@ -49,9 +49,7 @@ def _first_problem(details: Any) -> str:
     first = errors[0]
     where = ".".join(str(p) for p in first.get("loc") or [] if p not in ("body", "query"))
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    # pydantic's own prefix for a validator's ValueError names a Python class, not the problem
-    said = str(first.get("msg", "")).removeprefix("Value error, ")
-    return f": {where + ': ' if where else ''}{said}{more}"
+    return f": {where + ': ' if where else ''}{first.get('msg', '')}{more}"
 
 
 class NotADaemon(Exception):

@@ -36,11 +36,17 @@ class RouteTable(routes.RouteTable):
 
 
 def _pydantic_errors(exc: ValidationError, where: str) -> list[dict[str, Any]]:
-    """pydantic errors as `{loc, msg, type}`; the input value is never echoed (may be a secret)."""
+    """pydantic errors as `{loc, msg, type}`; the input value is never echoed (may be a secret).
+    A validator's own sentence is given without the `Value error, ` pydantic puts in front
+    (it names a Python exception, not the problem)."""
     return [
-        {"loc": [where, *e["loc"]], "msg": e["msg"], "type": e["type"]}
+        {"loc": [where, *e["loc"]], "msg": _said(e["msg"], e["type"]), "type": e["type"]}
         for e in exc.errors(include_input=False, include_url=False, include_context=False)
     ]
+
+
+def _said(msg: str, kind: str) -> str:
+    return msg.removeprefix("Value error, ") if kind == "value_error" else msg
 
 
 def validation_error(
