@@ -27,7 +27,7 @@ class DaemonAlreadyRunning(Exception):
         where = f" at {url}" if url else " (still starting; no URL yet)"
         super().__init__(
             f"a metis daemon is already running on {home}: {who}{where}. "
-            f"Use it (`metis chat`), stop it, or start this one on another home "
+            f"Use it (`metis chat`), stop it (`metis stop`), or start this one on another home "
             f"(`metis serve --home DIR` or METIS_HOME=DIR)."
         )
 

@@ -115,6 +115,7 @@ async def test_a_second_serve_on_the_same_home_exits_naming_the_running_daemon(
     code, err = await (await serve("--port", "0")).finish()
     assert code == 1
     assert f"already running on {metis_home}: pid {first.proc.pid} at {url}" in err
+    assert "stop it (`metis stop`)" in err
     assert first.proc.returncode is None  # the first one serves on, untouched
     async with (
         aiohttp.ClientSession(headers=resolve_daemon().headers()) as http,
