@@ -23,13 +23,11 @@ import aiohttp
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from metis.testing.serving import (
     SERVE_START_DEADLINE_S,
-    free_port,
-    spawn_serve,
     wait_until_serving,
 )
 from tests.api import Api, api_session, home_headers
 from tests.e2e.test_costs import U1, U3, assert_store_invariants, cost_of, plain, prices
-from tests.e2e.test_provider_turns import AUTO_TOOLS, models_yaml, session_on, types_of
+from tests.e2e.test_provider_turns import serve_auto_tools, session_on, types_of
 from tests.processes import gone, live_group_members, noted_groups, the_noted_group
 
 INTERRUPTED = "Tool call interrupted: metis stopped before the tool finished"
@@ -43,13 +41,8 @@ async def test_daemon_killed_while_a_shell_tool_runs_recovers_on_restart(
     workspace: Path,
     tmp_path: Path,
 ) -> None:
-    metis_home.mkdir(parents=True, exist_ok=True)
-    (metis_home / "models.yaml").write_text(models_yaml(fake))
-    (metis_home / "config.yaml").write_text(AUTO_TOOLS)
+    proc, port = await serve_auto_tools(fake, metis_home, tmp_path / "serve.log")
     price = prices(fake)
-    port = free_port()
-    with (tmp_path / "serve.log").open("wb") as log:
-        proc = await spawn_serve(metis_home, port, output=log)
     command = f"echo started > {STARTED_FILE}; echo started; sleep 30"
     fake.enqueue(
         "anthropic", FakeReply.call("shell", {"command": command, "timeout_seconds": 60}, usage=U1)

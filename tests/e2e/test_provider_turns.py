@@ -49,6 +49,19 @@ def models_yaml(fake: FakeProviderServer) -> str:
     return MODELS.format(anthropic=fake.anthropic_base_url, openai=fake.openai_base_url)
 
 
+async def serve_auto_tools(
+    fake: FakeProviderServer, metis_home: Path, log: Path
+) -> tuple[asyncio.subprocess.Process, int]:
+    """A `metis serve` subprocess on a free port whose models are the fake provider's and whose
+    tools run without asking (its output to `log`): a daemon a test can SIGKILL mid-tool."""
+    metis_home.mkdir(parents=True, exist_ok=True)
+    (metis_home / "models.yaml").write_text(models_yaml(fake))
+    (metis_home / "config.yaml").write_text(AUTO_TOOLS)
+    port = free_port()
+    with log.open("wb") as out:
+        return await spawn_serve(metis_home, port, output=out), port
+
+
 async def session_on(api: Api, workspace: Path, api_name: str) -> str:
     return (await api.create_session(workspace, initial_active_model=MODEL_OF[api_name]))["id"]
 

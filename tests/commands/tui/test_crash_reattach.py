@@ -15,10 +15,10 @@ from metis.commands.tui.widgets import ToolCard
 from metis.config import load_settings
 from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
-from metis.testing.serving import free_port, spawn_serve, wait_until_serving
+from metis.testing.serving import wait_until_serving
 from tests.api import home_headers
 from tests.commands.tui.test_app import attached, notes, send, until
-from tests.e2e.test_provider_turns import AUTO_TOOLS, MODEL_OF, models_yaml
+from tests.e2e.test_provider_turns import MODEL_OF, serve_auto_tools
 
 
 async def test_a_tool_running_when_the_daemon_is_killed_reads_interrupted_after_reattaching(
@@ -27,12 +27,7 @@ async def test_a_tool_running_when_the_daemon_is_killed_reads_interrupted_after_
     workspace: Path,
     tmp_path: Path,
 ) -> None:
-    metis_home.mkdir(parents=True, exist_ok=True)
-    (metis_home / "models.yaml").write_text(models_yaml(fake))
-    (metis_home / "config.yaml").write_text(AUTO_TOOLS)
-    port = free_port()
-    with (tmp_path / "serve.log").open("wb") as log:
-        proc = await spawn_serve(metis_home, port, output=log)
+    proc, port = await serve_auto_tools(fake, metis_home, tmp_path / "serve.log")
     url = f"http://127.0.0.1:{port}"
     fake.enqueue(
         "anthropic", FakeReply.call("shell", {"command": "sleep 30", "timeout_seconds": 60})
