@@ -217,9 +217,10 @@ def show_live(target: DaemonTarget, body: dict[str, Any]) -> None:
         for model in down:
             detail = model.get("availability_detail") or {}
             print(f"{model['id']}: {detail.get('message') or detail.get('trigger_reason')}")
+            since = local_time(detail.get("since"), seconds=True, zone=True)
+            again = local_time(detail.get("recovers_at"), seconds=True, zone=True)
             print(
-                f"  unavailable since {local_time(detail.get('since'), seconds=True, zone=True)}, routing "
-                f"tries it again after {local_time(detail.get('recovers_at'), seconds=True, zone=True)}; "
+                f"  unavailable since {since}, routing tries it again after {again}; "
                 f"`metis models reset {model['id']}` does it now"
             )
     print()

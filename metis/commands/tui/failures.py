@@ -16,12 +16,9 @@ TURN_GONE_CODES = (*SESSION_GONE_CODES, "turn_not_found", "turn_already_complete
 
 
 def failure_text(exc: ApiFailure) -> str:
-    """The daemon's error in its words; a routing failure also says why each model it tried
-    was refused. The error's code (`model_not_configured: …`) is for scripts: left out when
-    the daemon said what went wrong."""
-    text = str(exc)
-    if not exc.code.startswith("http_"):
-        text = text.removeprefix(f"{exc.code}: ")
+    """The daemon's error in its words (`ApiFailure.said`); a routing failure also says why
+    each model it tried was refused."""
+    text = exc.said
     tried = exc.details.get("tried") if isinstance(exc.details, dict) else None
     if tried:
         reasons = "; ".join(
