@@ -63,12 +63,17 @@ function whenList(whens) {
   return h("ul", { class: "conds" }, whens.map((w) => h("li", {}, whenWords(w))));
 }
 
+// A `when` mapping's conditions (its [key, value] pairs), one item each.
+function conditionList(keys) {
+  return h("ul", { class: "conds" }, keys.map(([k, v]) => h("li", {}, condition(k, v))));
+}
+
 // A `when` mapping in words: its conditions, all of which must hold.
 export function whenWords(when) {
   const keys = Object.entries(when || {});
   if (!keys.length) return ["every turn"];
   if (keys.length === 1) return condition(...keys[0]);
-  return ["all of these hold:", h("ul", { class: "conds" }, keys.map(([k, v]) => h("li", {}, condition(k, v))))];
+  return ["all of these hold:", conditionList(keys)];
 }
 
 // `not:` — a flag said the other way round, else "none of" / "not all of" / "not:".
@@ -81,7 +86,7 @@ function negation(when) {
     if (k === "all_of") return ["not all of these hold:", whenList(v)];
     return ["not: ", condition(k, v)];
   }
-  return ["not all of these hold:", h("ul", { class: "conds" }, keys.map(([k, v]) => h("li", {}, condition(k, v))))];
+  return ["not all of these hold:", conditionList(keys)];
 }
 
 // One condition of the closed vocabulary (docs/configuration.md), as a phrase; a key this page
