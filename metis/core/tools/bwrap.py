@@ -26,6 +26,7 @@ protects against (TIOCSTI).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import pwd
@@ -203,6 +204,22 @@ def probe(bwrap: str, network: bool) -> str | None:
     return None
 
 
+@functools.cache
+def _probe_once(bwrap: str, network: bool, identity: tuple[int, int, int]) -> str | None:
+    """`probe`, asked once per binary (its inode, size and mtime) and network flag in a process.
+
+    A daemon probes once at start-up, but a process that builds several runtimes (an in-process
+    restart, the test suite's thousand daemons) would otherwise set up and tear down a set of
+    namespaces each time; a replaced or rebuilt binary has another identity and is probed anew.
+    """
+    return probe(bwrap, network)
+
+
+def _identity(path: str) -> tuple[int, int, int]:
+    st = os.stat(path)
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def detect(
     *,
     mode: str,
@@ -218,7 +235,10 @@ def detect(
     if found is None:
         where = bwrap_path if bwrap_path is not None else "bwrap on PATH"
         return None, f"bubblewrap not found ({where})"
-    failure = probe(found, network)
+    try:
+        failure = _probe_once(found, network, _identity(found))
+    except OSError as exc:  # gone between finding and probing it
+        failure = str(exc)
     if failure is not None:
         return None, f"{found} cannot create a sandbox here: {failure}"
     homes = user_homes() if homes is None else list(homes)

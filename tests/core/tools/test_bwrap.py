@@ -121,6 +121,21 @@ def test_detect_reports_why_there_is_no_sandbox(tmp_path: Path) -> None:
     assert sandbox is None and why.endswith("cannot create a sandbox here: no namespaces for you")
 
 
+def test_a_bwrap_is_probed_once_until_it_is_replaced(tmp_path: Path) -> None:
+    """Probes are kept per binary; the same path holding another file is a new binary."""
+    stand_in, runs = tmp_path / "bwrap", tmp_path / "runs"
+    stand_in.write_text(f"#!/bin/sh\necho run >> {runs}\necho 'not yet' >&2\nexit 1\n")
+    stand_in.chmod(0o755)
+    for _ in range(2):
+        sandbox, why = detect(mode="auto", bwrap_path=str(stand_in), network=False, metis_home="/x")
+        assert sandbox is None and why.endswith("cannot create a sandbox here: not yet")
+    assert runs.read_text() == "run\n"
+    stand_in.write_text(f"#!/bin/sh\necho run >> {runs}\nexit 0\n")  # fixed in place
+    fixed, why_fixed = detect(mode="auto", bwrap_path=str(stand_in), network=False, metis_home="/x")
+    assert fixed is not None and why_fixed == ""
+    assert runs.read_text() == "run\nrun\n"
+
+
 def test_detect_finds_a_working_bwrap(tmp_path: Path) -> None:
     bwrap = require_bwrap()
     sandbox, why = detect(
