@@ -153,8 +153,8 @@ class Database:
             row = await cur.fetchone()
         version = int(row[0]) if row else 0
 
-        async def record(cursor: aiosqlite.Connection, step: int) -> None:
-            await cursor.execute(f"PRAGMA user_version = {step}")
+        def record(conn: sqlite3.Connection, step: int) -> None:
+            conn.execute(f"PRAGMA user_version = {step}")
 
         await register_functions(conn)  # the rules v4 fills the search text with
         await self._apply(conn, version, tuple(MIGRATIONS), "schema", f"v{version}", record)
@@ -170,8 +170,8 @@ class Database:
             row = await cur.fetchone()
         version = int(row[0]) if row else 0
 
-        async def record(cursor: aiosqlite.Connection, step: int) -> None:
-            await cursor.execute(
+        def record(conn: sqlite3.Connection, step: int) -> None:
+            conn.execute(
                 "INSERT INTO schema_tracks (name, version) VALUES (?, ?) "
                 "ON CONFLICT (name) DO UPDATE SET version=excluded.version",
                 (name, step),
@@ -189,7 +189,7 @@ class Database:
         migrations: tuple[str, ...],
         what: str,
         backup_tag: str,
-        record: Callable[[aiosqlite.Connection, int], Awaitable[None]],
+        record: Callable[[sqlite3.Connection, int], None],
         *,
         track: str | None = None,
     ) -> None:
@@ -208,15 +208,19 @@ class Database:
             await conn.execute("VACUUM INTO ?", (str(backup),))
             _chmod_private(backup)
         for step in range(version, latest):
-            await conn.execute("BEGIN IMMEDIATE")
-            try:
-                for statement in _split_sql(migrations[step]):
-                    await conn.execute(statement)
-                await record(conn, step + 1)
-                await conn.execute("COMMIT")
-            except BaseException:
-                await conn.execute("ROLLBACK")
-                raise
+
+            def migrate(plain: sqlite3.Connection, step: int = step) -> None:
+                plain.execute("BEGIN IMMEDIATE")
+                try:
+                    for statement in _split_sql(migrations[step]):
+                        plain.execute(statement)
+                    record(plain, step + 1)
+                    plain.execute("COMMIT")
+                except BaseException:
+                    plain.execute("ROLLBACK")
+                    raise
+
+            await run_on_thread(conn, migrate)  # a step's statements in one round trip
             if track is None:
                 log.info("migrated %s to schema version %d", self.path, step + 1)
             else:
