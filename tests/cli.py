@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import pty
 import sys
 
 
@@ -53,3 +54,15 @@ def terminal_lines(controller: int, terminal: int) -> list[str]:
         while chunk := os.read(controller, 4096):
             shown += chunk
     return shown.decode().replace("\r\n", "\n").splitlines()
+
+
+async def at_a_terminal(*args: str, width: int) -> tuple[int, list[str], str]:
+    """(exit status, the lines shown, stderr) of the command writing to a terminal `width`
+    columns wide (a pty: `isatty` is true; COLUMNS gives its width)."""
+    controller, terminal = pty.openpty()
+    try:
+        code, _, err = await metis(*args, env={"COLUMNS": str(width)}, stdout=terminal)
+        lines = terminal_lines(controller, terminal)
+    finally:
+        os.close(controller)
+    return code, lines, err

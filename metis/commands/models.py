@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,6 +33,7 @@ from metis.core.config.checks import format_diagnostic
 from metis.core.errors import ConfigError
 from metis.core.models.registry import ModelRegistry, load_models_file
 from metis.wire.models import unconfigured_reason
+from metis.wire.table import table_lines
 from metis.wire.when import local_time
 
 MODELS_FILE = "models.yaml"
@@ -173,11 +175,9 @@ def reset_models(args: argparse.Namespace) -> int:
 
 
 def _print_table(rows: Sequence[tuple[str, ...]]) -> None:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print(
-            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        )
+    """Aligned; at a terminal narrower than a row, its availability wraps under it."""
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    print("\n".join(table_lines(rows, width)))
 
 
 def _live_status(model: dict[str, Any]) -> str:

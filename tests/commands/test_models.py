@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from metis.server.runner import Daemon
-from tests.cli import metis
+from tests.cli import at_a_terminal, metis
 
 
 async def test_models_shows_what_an_unset_key_would_make_routable(
@@ -19,3 +19,21 @@ async def test_models_shows_what_an_unset_key_would_make_routable(
     assert rows["anthropic:claude-sonnet-4-6"][1:4] == ["balanced", "sonnet,", "balanced"]
     assert "no key (ANTHROPIC_API_KEY unset)" in " ".join(rows["anthropic:claude-sonnet-4-6"])
     assert rows["local:scripted"][1:3] == ["-", "scripted"]
+
+
+async def test_at_80_columns_a_models_availability_wraps_under_its_row(daemon: Daemon) -> None:
+    """No line wider than the terminal: a reason that does not fit goes under its model,
+    indented; a pipe still gets one line per model (above)."""
+    code, lines, err = await at_a_terminal("models", "--url", daemon.base_url, width=80)
+    assert code == 0, err
+    assert max(len(line) for line in lines) <= 80, lines
+    sonnet = next(i for i, line in enumerate(lines) if line.startswith("anthropic:claude-sonnet"))
+    assert lines[sonnet].split() == [
+        "anthropic:claude-sonnet-4-6",
+        "balanced",
+        "sonnet,",
+        "balanced",
+    ]
+    assert lines[sonnet + 1] == "    no key (ANTHROPIC_API_KEY unset)"
+    scripted = next(line for line in lines if line.startswith("local:scripted"))
+    assert scripted.split()[-2:] == ["healthy", "[scripted]"]  # it fits: on its row

@@ -9,7 +9,7 @@ actions; the commands only call them.
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 import aiohttp
@@ -25,6 +25,7 @@ from metis.wire.counts import counted
 from metis.wire.export import FORMATS as EXPORT_FORMATS
 from metis.wire.mcp import reload_outcome
 from metis.wire.models import unconfigured_reason
+from metis.wire.table import table_lines
 
 PICKER_SESSIONS = 50
 """The sessions the picker lists at most, newest first (a search reaches older ones)."""
@@ -292,28 +293,6 @@ class SlashCommands:
             return
         body = await self.host.api.call("GET", "/mcp")
         await self.host.note(mcp_summary(body["servers"], self.host.note_width))
-
-
-def table_lines(rows: Sequence[tuple[str, ...]], width: int) -> list[str]:
-    """Rows in aligned columns, two spaces apart, for a note `width` columns wide. A row too
-    wide has its last cell wrapped within its column or, with little room there, on lines of
-    its own below, indented (left to the note, it wrapped back to the left edge, where it read
-    as a row of its own)."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    start = sum(w + 2 for w in widths[:-1])  # where the last column starts
-    lines = []
-    for row in rows:
-        head = "  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=False))
-        if start + len(row[-1]) <= width:
-            lines.append(f"{head}  {row[-1]}".rstrip())
-        elif width - start >= 24:
-            first, *rest = textwrap.wrap(row[-1], width - start) or [""]
-            lines.append(f"{head}  {first}")
-            lines.extend(" " * start + part for part in rest)
-        else:
-            lines.append(head.rstrip())
-            lines.extend("    " + part for part in textwrap.wrap(row[-1], max(16, width - 4)))
-    return lines
 
 
 def mcp_summary(servers: list[dict[str, Any]], width: int | None = None) -> str:
