@@ -91,6 +91,8 @@ async def test_run_json_with_yes_and_deny_all(
     assert result["status"] == "completed" and result["model"] == "local:scripted"
     assert [t["name"] for t in result["tool_calls"]] == ["read_file"]
     assert "allow read_file" in err
+    first, _, second = result["text"].partition("\n\n")
+    assert first and second, result  # two replies (before and after the tool), apart
     code, out, err = await metis(*run, "--json", "--deny-all")
     assert code == 0, err
     assert "user_denied" in json.loads(out)["text"] or "denied" in json.loads(out)["text"]
@@ -183,8 +185,7 @@ async def test_sessions_list_show_export_and_end(
 
     code, out, err = await metis("sessions", "title", sid, "Flaky test hunt", *url)
     assert code == 0 and out == f"{sid}: Flaky test hunt\n", err
-    code, _, err = await metis("sessions", "title", sid, "two\nlines", *url)
-    assert code == 1 and "one line" in err, err
+    # a title of two lines refused: test_client_commands_fail_with_a_message_not_a_traceback
     code, out, _ = await metis("sessions", "title", sid, "--clear", *url)
     assert out == f"{sid}: first line of the prompt\n"
 
@@ -221,11 +222,9 @@ async def test_run_sets_each_reply_of_a_turn_apart(
     run = ("run", "please use server tool", "--workspace", str(workspace), "--url", d.base_url)
     code, out, err = await metis(*run, "--yes")
     assert code == 0, err
-    code, as_json, err = await metis(*run, "--yes", "--json")
-    assert code == 0, err
-    for text in (out.rstrip("\n"), json.loads(as_json)["text"]):
-        first, _, second = text.partition("\n\n")
-        assert first and second, text  # two replies (before and after the tool), apart
+    first, _, second = out.rstrip("\n").partition("\n\n")
+    assert first and second, out  # two replies (before and after the tool), apart
+    # and in --json's text: test_run_json_with_yes_and_deny_all reads the same run's JSON
 
 
 async def test_client_commands_fail_with_a_message_not_a_traceback(
@@ -255,7 +254,8 @@ async def test_client_commands_fail_with_a_message_not_a_traceback(
         code, out, _ = await metis("chat", "--plain", "--continue", str(workspace), *url)
         assert code == 1 and out.startswith(f"error> {refused}"), out
         assert "to continue" not in out
-        for command in (("sessions", "list"), ("mcp", "list"), ("run", "hi"), ("status",)):
+        # `metis status` in these words: test_status_of_no_daemon_exits_3_and_of_a_wrong_key_1
+        for command in (("sessions", "list"), ("mcp", "list"), ("run", "hi")):
             code, _, err = await metis(*command, *url)
             assert code == 1 and err.startswith(f"metis: {refused}"), (command, err)
     code, _, err = await metis("sessions", "list", "--url", daemon.base_url.split("//")[1])

@@ -17,6 +17,7 @@ from metis.commands.status import render
 from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from metis.version import metis_version
+from tests.api import Api
 from tests.cli import metis
 from tests.ws_client import fake_models
 
@@ -53,7 +54,8 @@ async def test_status_of_no_daemon_exits_3_and_of_a_wrong_key_1(daemon: Daemon) 
     code, out, err = await metis(
         "status", "--url", daemon.base_url, env={"METIS_API_KEY": "not-the-key"}
     )
-    assert (code, out) == (1, "") and "refused the key" in err
+    refused = f"metis: the daemon at {daemon.base_url} refused the key (METIS_API_KEY, else "
+    assert (code, out) == (1, "") and err.startswith(refused), err  # as every command says it
     code, _, err = await metis("status", "--url", "127.0.0.1:9")  # no scheme: not a URL
     assert code == 2 and "is not a daemon URL" in err and "Traceback" not in err
 
@@ -118,7 +120,10 @@ def test_the_help_names_every_exit_status(capsys: pytest.CaptureFixture[str]) ->
 
 
 async def test_an_unavailable_model_is_said_in_words(
-    start_daemon: Callable[..., Any], workspace: Path, fake: FakeProviderServer
+    start_daemon: Callable[..., Any],
+    workspace: Path,
+    fake: FakeProviderServer,
+    api_of: Callable[[Daemon], Api],
 ) -> None:
     """A model routing has set aside: why, in the provider's words, and until when (local
     time, its zone named), in `metis status` and `metis models`; never the daemon's detail
@@ -126,9 +131,9 @@ async def test_an_unavailable_model_is_said_in_words(
     refused = FakeReply(status=401, error_type="authentication_error", error_message="bad key")
     fake.enqueue("anthropic", refused, refused, refused)
     d = await start_daemon(models=fake_models(fake))
-    url = ("--url", d.base_url)
-    code, _, err = await metis("run", "hi", "--workspace", str(workspace), *url)
-    assert code == 1, err
+    api, url = api_of(d), ("--url", d.base_url)
+    _, ended = await api.run_turn((await api.create_session(workspace))["id"], "hi")
+    assert ended["type"] == "turn.failed", ended
     code, out, err = await metis("status", *url, env={"TZ": "UTC"})
     assert code == 0, err
     [models] = [line for line in out.splitlines() if line.startswith("  models:")]
