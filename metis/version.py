@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from functools import cache
-from importlib.metadata import PackageNotFoundError, version
 
 
 @cache
 def metis_version() -> str:
     """The package's version, "0.0.0" when running from a source tree that was never installed."""
+    from importlib.metadata import PackageNotFoundError, version  # ~30 ms: only when asked
+
     try:
         return version("metis")
     except PackageNotFoundError:
