@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import pty
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +16,7 @@ from aiohttp import web
 
 from metis.server.runner import Daemon
 from tests.api import Api
-from tests.cli import metis, start_metis, terminal_lines
+from tests.cli import at_a_terminal, metis, start_metis
 from tests.helpers import HOLD
 from tests.ws_client import SLOW_SCRIPTED
 
@@ -371,19 +370,8 @@ async def test_sessions_list_at_a_terminal_shows_two_lines_a_session_cut_to_its_
 
 async def _listed_at_a_terminal(daemon: Daemon, width: int, *options: str) -> list[str]:
     """What `metis sessions list [options]` shows on a terminal `width` columns wide."""
-    controller, terminal = pty.openpty()
-    try:
-        code, _, err = await metis(
-            "sessions",
-            "list",
-            "--url",
-            daemon.base_url,
-            *options,
-            env={"COLUMNS": str(width)},
-            stdout=terminal,
-        )
-        lines = terminal_lines(controller, terminal)
-    finally:
-        os.close(controller)
+    code, lines, err = await at_a_terminal(
+        "sessions", "list", "--url", daemon.base_url, *options, width=width
+    )
     assert code == 0, err
     return lines
