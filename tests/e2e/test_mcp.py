@@ -30,7 +30,11 @@ from tests.processes import gone, live_group_members
 AUTO = "{none: auto, read: auto, write: auto, execute: auto, network: auto}"
 
 
-def mcp_config(log: Path, *, policy: str = "auto", extra: str = "", http_url: str = "") -> str:
+def mcp_config(
+    log: Path | None, *, policy: str = "auto", extra: str = "", http_url: str = ""
+) -> str:
+    """The stdio server `demo` (logging to `log`; none when `log` is None) and, given its
+    `http_url`, the Streamable HTTP server `remote`."""
     lines = [
         "tools:",
         f"  confirmation: {{default: {AUTO}}}",
@@ -38,13 +42,16 @@ def mcp_config(log: Path, *, policy: str = "auto", extra: str = "", http_url: st
         "mcp:",
         "  restart_initial_seconds: 0.2",
         "  servers:",
-        "    demo:",
-        f"      command: {json.dumps(sys.executable)}",
-        f"      args: [{json.dumps(str(DEMO))}]",
-        f"      env: {{MCP_DEMO_LOG: {json.dumps(str(log))}, DEMO_TOKEN: '${{METIS_TEST_DEMO_TOKEN}}'}}",
-        f"      policy: {policy}",
-        "      tools: {add: {policy: auto}, slow: {timeout_seconds: 30}}",
     ]
+    if log is not None:
+        lines += [
+            "    demo:",
+            f"      command: {json.dumps(sys.executable)}",
+            f"      args: [{json.dumps(str(DEMO))}]",
+            f"      env: {{MCP_DEMO_LOG: {json.dumps(str(log))}, DEMO_TOKEN: '${{METIS_TEST_DEMO_TOKEN}}'}}",
+            f"      policy: {policy}",
+            "      tools: {add: {policy: auto}, slow: {timeout_seconds: 30}}",
+        ]
     if http_url:
         lines += [
             "    remote:",
@@ -725,7 +732,8 @@ async def test_a_streamable_http_server_on_loopback(
                         if r.status:
                             break
                 await asyncio.sleep(0.05)
-        config = mcp_config(tmp_path / "demo.log", http_url=f"http://127.0.0.1:{port}/mcp")
+        # only the remote server: a stdio one beside it would prove nothing here
+        config = mcp_config(None, http_url=f"http://127.0.0.1:{port}/mcp")
         d = await start_daemon(config=config, models=models_yaml(fake))
         await d.core.mcp.wait_ready(30)
         async with api_session(d) as http:

@@ -52,7 +52,7 @@ async def slow(seconds: float) -> str:
     return "slept"
 
 
-@server.tool()
+@server.tool(structured_output=False)  # sent once: not again as `structuredContent`
 def big(megabytes: int) -> str:
     """A large text result."""
     return "x" * (megabytes * 1024 * 1024)
