@@ -139,12 +139,16 @@ async def stdio_transport(
 
     async def stdout_reader() -> None:
         assert process.stdout is not None
-        buffer = b""
+        unfinished: list[bytes] = []  # a line's chunks so far: joined once, when it ends
         try:
             async with read_writer:
                 async for chunk in process.stdout:
-                    lines = (buffer + chunk).split(b"\n")
-                    buffer = lines.pop()
+                    if b"\n" not in chunk:
+                        unfinished.append(chunk)
+                        continue
+                    first, *rest = chunk.split(b"\n")
+                    lines = [b"".join([*unfinished, first]), *rest[:-1]]
+                    unfinished = [rest[-1]] if rest[-1] else []
                     for line in lines:
                         if line.strip():
                             await read_writer.send(_parse(line.decode("utf-8", "replace")))
