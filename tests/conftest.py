@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -170,9 +171,22 @@ def pytest_configure(config: pytest.Config) -> None:
     subprocesses each compiled aiohttp, pydantic, both SDKs, the MCP SDK and the rest at once,
     ~4.5 s of CPU each (CI's run 15-20 s longer than a local one).
     """
+    _hear_ctrl_c()
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.dont_write_bytecode = False
     distributed = bool(config.getoption("numprocesses", None))
     is_worker = hasattr(config, "workerinput")
     if distributed and not is_worker and config.getoption("assertmode") == "rewrite":
         warm_up(config, Path(__file__).parents[1])
+
+
+def _hear_ctrl_c() -> None:
+    """Let this process and what it starts hear SIGINT again where it was started ignoring it.
+
+    A shell ignores SIGINT for what it runs in the background (`pytest … &`, `nohup`), and an
+    ignored signal stays ignored across `exec`: every `metis` the tests start would then shrug
+    off the Ctrl-C that the Ctrl-C tests send it, and those tests would fail for a reason that is
+    not metis's. Run in each process (the xdist workers inherit the same ignore).
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
