@@ -35,6 +35,7 @@ from metis.commands.client import (
     ApiFailure,
     DaemonApi,
     NotADaemon,
+    closed_because,
     failure_text,
     reason_code,
     subscribe_answer,
@@ -46,6 +47,7 @@ from metis.commands.daemon_client import (
     target_from_args,
     unreachable,
 )
+from metis.commands.tui.failures import error_text
 from metis.core.errors import ConfigError
 from metis.core.tools.textutil import visible_controls
 from metis.wire import tooldisplay
@@ -386,7 +388,7 @@ class ChatSession:
             if self._ended.is_set() or reason in ("session_ended", "session_purged"):
                 self._finish_session()
                 return
-            self.render.line("metis", f"stream closed ({reason}); re-attaching")
+            self.render.line("metis", f"{closed_because(reason)}; re-attaching")
             self._attached.clear()
             if not await self._reattach_with_retries():
                 self._finish_session()
@@ -404,7 +406,11 @@ class ChatSession:
                 await self.reattach()
                 return True
             except (ApiFailure, aiohttp.ClientError, TimeoutError) as exc:
-                reason = failure_text(exc, self.url)
+                reason = (
+                    failure_text(exc, self.url)
+                    if isinstance(exc, TimeoutError)
+                    else error_text(exc)
+                )
                 if reason != shown:
                     self.render.line("error", f"re-attach failed: {reason}")
                     shown = reason
@@ -419,19 +425,20 @@ class ChatSession:
             delay = min(2 * delay, REATTACH_MAX_S)
 
     async def _read_until_close(self, ws: aiohttp.ClientWebSocketResponse) -> str:
-        """Handle frames until the socket closes; returns the close reason's code."""
+        """Handle frames until the socket closes; returns the close reason's code (empty when
+        the connection was lost without one)."""
         while True:
             msg = await ws.receive()
             if msg.type == aiohttp.WSMsgType.TEXT:
                 self._on_frame(json.loads(msg.data))
             elif msg.type == aiohttp.WSMsgType.CLOSE:
-                return reason_code(msg.extra) or str(msg.data)
+                return reason_code(msg.extra) or ""
             elif msg.type in (
                 aiohttp.WSMsgType.CLOSING,
                 aiohttp.WSMsgType.CLOSED,
                 aiohttp.WSMsgType.ERROR,
             ):
-                return str(ws.close_code)
+                return ""
 
     def _on_frame(self, frame: dict[str, Any]) -> None:
         kind = frame.get("type")

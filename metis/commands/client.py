@@ -256,6 +256,23 @@ def reason_code(reason: Any) -> str | None:
         return None
 
 
+# Why the daemon closed a session's stream, in words (its close codes are the API's)
+_CLOSED_BECAUSE = {
+    "server_shutdown": "the daemon stopped",
+    "client_too_slow": "this client fell too far behind the stream",
+    "heartbeat_timeout": "the daemon heard nothing from this client for too long",
+    "internal_error": "the daemon's stream failed",
+}
+
+
+def closed_because(reason: str) -> str:
+    """What a chat client says when the stream is closed under it (`reason`: the close frame's
+    code; empty when the connection was simply lost, a daemon killed, say)."""
+    if not reason:
+        return "the connection to the daemon was lost"
+    return _CLOSED_BECAUSE.get(reason, f"the daemon closed the stream ({reason})")
+
+
 async def subscribe_answer(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
     """The next frame of a subscribe exchange (its ack, then the snapshot). The daemon may close
     the socket instead (its queue overflowed during a long load, a shutdown): that is a failed
@@ -264,8 +281,9 @@ async def subscribe_answer(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any
     if msg.type == aiohttp.WSMsgType.TEXT:
         frame: dict[str, Any] = json.loads(msg.data)
         return frame
-    code = reason_code(msg.extra) or f"closed_{ws.close_code}"
-    raise ApiFailure(409, {"error": {"code": code, "message": "closed while attaching"}})
+    code = reason_code(msg.extra) or ""
+    message = f"{closed_because(code)} while attaching"
+    raise ApiFailure(409, {"error": {"code": code or "connection_lost", "message": message}})
 
 
 # Why a turn was cancelled, in words (a cancel the user asked for, here or in another client,

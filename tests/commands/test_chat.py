@@ -217,7 +217,7 @@ async def test_a_dropped_stream_is_reattached_with_since(
     await term.wait_for("turn> completed")  # the missed turn, replayed
     term.type("after the drop", "/quit")
     assert await asyncio.wait_for(running, 10) == 0
-    assert "metis> stream closed (client_too_slow); re-attaching" in term.text
+    assert "metis> this client fell too far behind the stream; re-attaching" in term.text
     assert term.labelled("assistant") == ['assistant> You said: "after the drop"']
     assert len(term.labelled("turn")) == 2
 
@@ -231,7 +231,8 @@ async def test_the_chat_waits_out_a_daemon_restart_and_goes_on(
     running = asyncio.ensure_future(chat.run())
     await term.wait_for("/help for commands")
     await d.stop()
-    await term.wait_for("error> re-attach failed: ")
+    await term.wait_for("metis> the daemon stopped; re-attaching")
+    await term.wait_for("error> re-attach failed: cannot reach the daemon: is it running?")
     await asyncio.sleep(1.5)
     again = Daemon(d.settings.model_copy(update={"port": d.port}))
     await again.start()
@@ -269,7 +270,7 @@ async def test_a_turn_too_large_to_replay_is_caught_up_from_a_snapshot(
     chat.interrupt()  # at the prompt: leave
     assert await asyncio.wait_for(running, 10) == 0
     assert (
-        "metis> stream closed (client_too_slow); re-attaching\n"
+        "metis> this client fell too far behind the stream; re-attaching\n"
         "metis> cannot replay what was missed (replay_too_large); catching up from a snapshot\n"
         f'assistant> You said: "{text}"\n'
         "turn> completed in " in term.text
@@ -302,7 +303,7 @@ async def test_an_expired_cursor_is_caught_up_from_a_snapshot_and_the_turn_follo
     chat.interrupt()  # at the prompt: leave
     assert await asyncio.wait_for(running, 10) == 0
     assert (
-        "metis> stream closed (client_too_slow); re-attaching\n"
+        "metis> this client fell too far behind the stream; re-attaching\n"
         "metis> cannot replay what was missed (cursor_expired); catching up from a snapshot\n"
         "metis> the turn is still running\n" in term.text
     )
@@ -370,7 +371,9 @@ async def test_a_socket_closed_instead_of_answering_the_subscribe_is_attached_ag
             await asyncio.sleep(0.01)
     term.type("hello again", "/quit")
     assert await asyncio.wait_for(running, 10) == 0
-    assert "error> re-attach failed: client_too_slow: closed while attaching" in term.text
+    assert (
+        "error> re-attach failed: this client fell too far behind the stream while attaching"
+    ) in term.text
     assert term.labelled("assistant") == ['assistant> You said: "hello again"']
 
 

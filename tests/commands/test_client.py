@@ -61,3 +61,10 @@ def test_a_turns_outcome_says_why_it_was_cancelled_in_words_unless_the_user_aske
     # in words: the code is for scripts
     assert client.turn_outcome("turn.failed", failed) == "failed: 503 from the provider"
     assert client.turn_outcome("turn.failed", {"reason": "loop_limit"}) == "failed: loop_limit"
+
+
+def test_a_closed_stream_is_said_in_words_whatever_its_close_code() -> None:
+    assert client.closed_because("server_shutdown") == "the daemon stopped"
+    assert client.closed_because("client_too_slow") == "this client fell too far behind the stream"
+    assert client.closed_because("") == "the connection to the daemon was lost"
+    assert client.closed_because("new_code") == "the daemon closed the stream (new_code)"

@@ -26,6 +26,7 @@ from metis.commands.client import (
     SESSION_GONE_CODES,
     ApiFailure,
     DaemonApi,
+    closed_because,
     reason_code,
     subscribe_answer,
 )
@@ -35,23 +36,6 @@ from metis.commands.tui.turn import RunningTurn
 from metis.commands.tui.widgets import StatusBar
 
 READ_SLICE_S = 0.004  # at most this long handling frames before the app's other work runs
-
-
-# Why the daemon closed a session's stream, in words (its close codes are the API's)
-_CLOSED_BECAUSE = {
-    "server_shutdown": "the daemon stopped",
-    "client_too_slow": "the app fell too far behind the stream",
-    "heartbeat_timeout": "the daemon heard nothing from the app for too long",
-    "internal_error": "the daemon's stream failed",
-}
-
-
-def closed_because(reason: str) -> str:
-    """What the note says when the stream is closed under the app (`reason`: the close
-    frame's code; none when the connection was simply lost, a daemon killed, say)."""
-    if not reason:
-        return "the connection to the daemon was lost"
-    return _CLOSED_BECAUSE.get(reason, f"the daemon closed the stream ({reason})")
 
 
 class StreamHost(Protocol):
