@@ -195,7 +195,8 @@ class Database:
     ) -> None:
         """One migration path for the core schema and every extension's track: refuse a newer
         version, back the file up before upgrading an existing one, then each step in its own
-        transaction together with the version it reaches."""
+        transaction together with the version it reaches. An upgrade logs each step; a new
+        database says once what it was set up at (a first start's output is for a person)."""
         latest = len(migrations)
         if version > latest:
             raise ConfigError(
@@ -221,10 +222,14 @@ class Database:
                     raise
 
             await run_on_thread(conn, migrate)  # a step's statements in one round trip
+            if version == 0:
+                continue  # a new database: one line for all its steps, below
             if track is None:
                 log.info("migrated %s to schema version %d", self.path, step + 1)
             else:
                 log.info("migrated %s track %s to version %d", self.path, track, step + 1)
+        if version == 0 and latest:
+            log.info("set up %s at %s version %d", self.path, what, latest)
 
     @property
     def reader(self) -> aiosqlite.Connection:

@@ -286,8 +286,23 @@ async def test_flush_waits_for_a_batch_already_being_written(core: Core) -> None
     ] == 150
 
 
-async def test_an_older_schema_upgrades_with_data_intact_and_a_backup(tmp_path: Path) -> None:
+async def test_a_new_database_says_once_what_it_was_set_up_at(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="metis.core.store.db")
+    db = Database(tmp_path / "new.db")
+    await db.open()
+    await db.close()
+    said = [r.getMessage() for r in caplog.records if r.name == "metis.core.store.db"]
+    assert said == [f"set up {tmp_path / 'new.db'} at schema version {LATEST_VERSION}"]
+
+
+async def test_an_older_schema_upgrades_with_data_intact_and_a_backup(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     from metis.core.store.migrations import MIGRATIONS
+
+    caplog.set_level("INFO", logger="metis.core.store.db")
 
     path = tmp_path / "old.db"
     conn = sqlite3.connect(path)
@@ -308,6 +323,11 @@ async def test_an_older_schema_upgrades_with_data_intact_and_a_backup(tmp_path: 
         await db.close()
     backup = tmp_path / "old.db.pre-v1.bak"
     assert backup.exists()
+    said = [r.getMessage() for r in caplog.records if r.name == "metis.core.store.db"]
+    assert said == [
+        f"backing up {path} to {backup} before migrating",
+        *(f"migrated {path} to schema version {v}" for v in range(2, LATEST_VERSION + 1)),
+    ]
     check = sqlite3.connect(backup)
     assert check.execute("PRAGMA user_version").fetchone()[0] == 1
     check.close()
