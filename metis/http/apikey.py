@@ -35,7 +35,7 @@ class ApiKey:
 def _read(path: Path) -> str:
     mode = stat.S_IMODE(path.stat().st_mode)
     if mode & 0o077:
-        log.warning("AAP key file %s had mode %o; tightened to 0600", path, mode)
+        log.warning("API key file %s had mode %o; tightened to 0600", path, mode)
         path.chmod(0o600)
     return path.read_text().strip()
 
@@ -57,9 +57,10 @@ def load_api_key(home: Path, env_value: str | None) -> ApiKey:
             handle.write(value + "\n")
         created = True
     if not value:
-        raise RuntimeError(f"the AAP key file {path} is empty; delete it to generate a new key")
+        raise RuntimeError(f"the API key file {path} is empty; delete it to generate a new key")
     register_secret(value)
-    log.info("AAP API key file: %s", path)
+    if not created:  # a new key's file is named on stdout by the start-up summary
+        log.info("API key read from %s", path)
     return ApiKey(value, path, created)
 
 
