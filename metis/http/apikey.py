@@ -59,8 +59,7 @@ def load_api_key(home: Path, env_value: str | None) -> ApiKey:
     if not value:
         raise RuntimeError(f"the API key file {path} is empty; delete it to generate a new key")
     register_secret(value)
-    if not created:  # a new key's file is named on stdout by the start-up summary
-        log.info("API key read from %s", path)
+    log.info("API key file: %s", path)  # where the key is; the key itself never
     return ApiKey(value, path, created)
 
 
