@@ -140,6 +140,17 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `runs_long` first, the rest in their order.
+
+    xdist hands each worker a run of tests in collection order, and the others take work from
+    it as they run out. A single test of ~20 s under load (the OpenAPI contract pass, in
+    `tests/server/`) came near the end of that order: it started late and the run waited on it
+    alone. Started first, it runs beside everything else.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("runs_long") is None)
+
+
 @pytest.hookimpl(tryfirst=True, optionalhook=True)  # optional: a run without xdist ignores it
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """`-n auto` starts two workers per CPU.
@@ -172,6 +183,9 @@ def pytest_configure(config: pytest.Config) -> None:
     ~4.5 s of CPU each (CI's run 15-20 s longer than a local one).
     """
     _hear_ctrl_c()
+    config.addinivalue_line(
+        "markers", "runs_long: tests of many seconds that no worker can share; run first"
+    )
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.dont_write_bytecode = False
     distributed = bool(config.getoption("numprocesses", None))

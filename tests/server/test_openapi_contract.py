@@ -87,6 +87,10 @@ def _error_of(response: Any) -> dict[str, Any] | None:
         return None
 
 
+# The contract pass below makes ~2,000 requests (every operation's boundary cases and wrong
+# methods, then generated ones): the module's daemon and that pass start first in a run.
+pytestmark = pytest.mark.runs_long
+
 # A few examples per operation keep the pass near 30 s on a slow host; derandomized, the same
 # cases run every time (a failure reproduces).
 MAX_EXAMPLES = 3
