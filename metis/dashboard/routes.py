@@ -94,6 +94,12 @@ def login_link_page(state: ServerState, headers: dict[str, str]) -> web.Response
     return _file_response(state, "login-link.html", status=401, headers=headers)
 
 
+async def not_found_page(request: web.Request) -> web.Response:
+    """The 404 a browser gets for an address no route serves (a typo, an old bookmark): a page
+    that points to the dashboard, not the API's JSON refusal of a call without a key."""
+    return _file_response(request.app[STATE_KEY], "not-found.html", status=404)
+
+
 @routes.route("GET", "/", public=True, summary="The dashboard (its script shows how to log in)")
 async def index(request: web.Request) -> web.Response:
     """The dashboard's page. It holds no data: the browser-session secret is in the page's

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from metis.core.errors import DomainError
+from metis.dashboard.routes import not_found_page
 from metis.http.errors import error_response
 from metis.http.routes import STATE_CHANGING_METHODS, loopback_origins, spec_of
 from metis.server.auth import CHALLENGE, Credential
@@ -83,6 +84,16 @@ def _check_auth(request: web.Request, state: ServerState) -> Credential | None:
     return credential
 
 
+def _browser_went_nowhere(request: web.Request) -> bool:
+    """A browser navigating (an address typed or a link followed: `Sec-Fetch-Mode: navigate`,
+    which browsers set themselves and pages cannot) to a path no route serves."""
+    return (
+        request.method == "GET"
+        and request.headers.get("Sec-Fetch-Mode") == "navigate"
+        and isinstance(request.match_info.http_exception, web.HTTPNotFound)
+    )
+
+
 def _check_preconditions(request: web.Request, state: ServerState) -> None:
     _check_host(request, state)
     if state.shutting_down:
@@ -144,6 +155,9 @@ async def metis_middleware(
     try:
         if _self_guarded(request):
             _check_host(request, state)  # DNS-rebinding defence for both surfaces
+        elif _browser_went_nowhere(request):
+            _check_host(request, state)
+            handler = not_found_page  # it holds nothing: no key needed to be told so
         else:
             _check_preconditions(request, state)
         if request.path != "/health":  # a client, not a probe: its first turn is coming

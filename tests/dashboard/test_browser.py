@@ -99,6 +99,13 @@ def test_a_used_or_invalid_login_link_shows_how_to_get_a_new_one(
         pg.wait_for_load_state("networkidle")
         assert pg.url == link  # no stored session: the page stays
     shot(pg, "login-link-used")
+    response = pg.goto(served.url + "/dashbaord")  # a typo: a page, not the API's JSON
+    assert response is not None and response.status == 404
+    assert "There is no page at this address." in pg.inner_text("main")
+    shot(pg, "no-page")
+    pg.click("text=the daemon's root")
+    pg.wait_for_selector("#login")
+    assert pg.url == served.url + "/"
     assert context.cookies() == []
     context.close()
 

@@ -53,6 +53,25 @@ async def test_pages_and_static_files(daemon: Daemon) -> None:
             assert r.status == 401
 
 
+async def test_a_browser_sent_to_no_route_gets_a_page_and_an_api_client_the_json(
+    daemon: Daemon,
+) -> None:
+    navigate = {"Sec-Fetch-Mode": "navigate"}
+    async with aiohttp.ClientSession(base_url=daemon.base_url) as anon:
+        async with anon.get("/nowhere", headers=navigate) as r:
+            assert (r.status, r.content_type) == (404, "text/html")
+            assert "no page at this address" in await r.text()
+            assert r.headers["Content-Security-Policy"].startswith("default-src 'self'")
+        async with anon.get("/nowhere") as r:  # not a navigation: the API's refusal
+            assert (r.status, (await r.json())["error"]["code"]) == (401, "unauthorized")
+        async with anon.get("/sessions", headers=navigate) as r:  # a route: its key is asked
+            assert (r.status, (await r.json())["error"]["code"]) == (401, "unauthorized")
+        async with anon.post("/nowhere", headers=navigate) as r:
+            assert r.status == 401
+        async with anon.get("/nowhere", headers={**navigate, "Host": "evil.example"}) as r:
+            assert (r.status, (await r.json())["error"]["code"]) == (403, "host_not_allowed")
+
+
 async def test_logged_in_page_render_endpoint_and_openapi(daemon: Daemon) -> None:
     async with (
         aiohttp.ClientSession() as anonymous,
