@@ -720,6 +720,8 @@ async def test_a_shell_cards_long_output_opens_with_show_all(
             first = card.query(Static).filter(".output Static").first()
             assert not first.display and first.region.height == 0
             screenshot(app, "shell-card-expanded")
+            title.scroll_visible(animate=False)  # the grown card may have scrolled it away
+            await pilot.pause()
             assert await pilot.click(title)
             await until(lambda: more.collapsed and first.display)
 
