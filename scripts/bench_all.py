@@ -40,7 +40,6 @@ import json
 import os
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -72,6 +71,7 @@ from metis.testing.bench import (
     spawn_fake_provider,
     stop_process,
 )
+from metis.testing.serving import free_port
 
 GROUPS = ("startup", "rest", "turns", "ws", "aap", "burst")
 BURSTS = ((5_000, 1), (5_000, 10), (50_000, 1), (50_000, 10))
@@ -165,12 +165,6 @@ def _fmt(value: float, unit: str) -> str:
 # -- start-up: a real `metis serve` ------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _rss_mib(pid: int) -> float:
     status = Path(f"/proc/{pid}/status").read_text()
     match = re.search(r"VmRSS:\s+(\d+) kB", status)
@@ -220,7 +214,7 @@ def serve_startup(keys: bool) -> tuple[float, float, float]:
 
     With `keys`, both shipped providers are configured (dummy keys: nothing is called); while
     only health probes come, their SDKs are not imported (docs/decisions.md, start-up)."""
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env.pop("METIS_OFFLINE", None)
     # An installed metis runs from compiled bytecode: keep it (outside the work tree) even where

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import socket
 import sys
 import time
@@ -20,10 +21,29 @@ import aiohttp
 SERVE_START_DEADLINE_S = 90.0
 
 
+# Below Linux's default ephemeral range (32768-60999), from which the kernel picks the port of
+# every bind to port 0 and of every outgoing connection.
+_QUIET_PORTS = range(20_000, 32_000)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port nothing listens on now, for a server a test starts a moment later.
+
+    Not one the kernel picks (a bind to port 0): it would be free again once returned, and
+    the many daemons and clients of a parallel run take their ports from that same range, so
+    one of them sometimes took it first (seen as `metis serve` finding its address in use).
+    A random port below that range is taken by nobody unasked, and two test processes pick
+    the same one rarely enough to ignore.
+    """
+    for _ in range(100):
+        port = random.choice(_QUIET_PORTS)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:  # in use: another server on this machine
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port in {_QUIET_PORTS}")
 
 
 async def wait_until_serving(
