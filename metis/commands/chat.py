@@ -47,7 +47,7 @@ from metis.commands.daemon_client import (
     target_from_args,
     unreachable,
 )
-from metis.commands.tui.failures import error_text
+from metis.commands.failures import error_text
 from metis.core.errors import ConfigError
 from metis.core.tools.textutil import visible_controls
 from metis.wire import tooldisplay

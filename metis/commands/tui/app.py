@@ -31,10 +31,10 @@ from textual.widgets import Static
 
 from metis.commands.client import ApiFailure, DaemonApi
 from metis.commands.daemon_client import target_from_args, unreachable
+from metis.commands.failures import error_text, failure_text
 from metis.commands.paths import short_path
 from metis.commands.tui.completion import PromptCompletion
 from metis.commands.tui.confirmations import ConfirmationQueue
-from metis.commands.tui.failures import error_text, failure_text
 from metis.commands.tui.history import InputHistory
 from metis.commands.tui.slash_commands import SlashCommands
 from metis.commands.tui.status import status_fields

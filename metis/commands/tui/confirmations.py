@@ -16,7 +16,7 @@ from textual.screen import Screen
 from textual.widget import Widget
 
 from metis.commands.client import ApiFailure, DaemonApi
-from metis.commands.tui.failures import error_text, failure_text
+from metis.commands.failures import error_text, failure_text
 from metis.commands.tui.screens import ConfirmScreen, Decision
 from metis.wire import tooldisplay
 

@@ -20,7 +20,7 @@ from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from metis.commands.client import ApiFailure
-from metis.commands.tui.failures import error_text
+from metis.commands.failures import error_text
 from metis.wire import tooldisplay
 from metis.wire.counts import counted
 from metis.wire.search import where_said

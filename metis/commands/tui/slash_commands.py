@@ -17,8 +17,8 @@ from textual.screen import Screen
 
 from metis.commands.client import ApiFailure, DaemonApi
 from metis.commands.export_file import export_path
+from metis.commands.failures import error_text
 from metis.commands.tui.code_blocks import code_blocks
-from metis.commands.tui.failures import error_text
 from metis.commands.tui.screens import PickedSession, SessionPicker
 from metis.private_file import write_private
 from metis.wire.counts import counted

@@ -18,8 +18,8 @@ from rich.text import Text
 from textual.widgets import Static
 
 from metis.commands.client import ApiFailure, DaemonApi
+from metis.commands.failures import TURN_GONE_CODES, error_text
 from metis.commands.tui.confirmations import ConfirmationQueue
-from metis.commands.tui.failures import TURN_GONE_CODES, error_text
 from metis.commands.tui.widgets import Note, UserMessage
 
 if TYPE_CHECKING:  # stream.py names RunningTurn: importing it here at run time is a cycle

@@ -1,7 +1,7 @@
-"""How the chat reads a failed call to the daemon.
+"""How the chat clients (the terminal app and `--plain`) read a failed call to the daemon.
 
 The commands, sending and cancelling a turn, answering a confirmation and the stream each meet
-the same failures: one wording for them in the transcript, and one list of the codes that mean
+the same failures: one wording for them in either client, and one list of the codes that mean
 the session or turn is gone (nothing to retry). Plain functions and constants: there is no
 state to hold.
 """
