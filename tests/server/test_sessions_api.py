@@ -654,6 +654,61 @@ async def test_purge_removes_every_row_and_records_session_purged(
     assert status == 400
 
 
+async def test_ends_and_purges_sent_together_take_effect_one_after_another(
+    held: tuple[Daemon, Api], workspace: Path
+) -> None:
+    """Each answer is the one it would get alone, after the ones before it: one purge deletes,
+    the others find no session; an end beside a purge ends, the purge then deletes; a second
+    end is told when the session ended."""
+    d, api = held
+    purge = {"purge": "true"}
+
+    async def purges_of(sid: str, n: int) -> list[tuple[int, Any]]:
+        return list(
+            await asyncio.gather(
+                *(api.call("DELETE", f"/sessions/{sid}", params=purge) for _ in range(n))
+            )
+        )
+
+    for already_ended in (False, True):
+        sid = (await api.create_session(workspace))["id"]
+        await hold_turn(api, sid)  # the end waits for the turn's cancellation
+        if already_ended:
+            assert (await api.call("DELETE", f"/sessions/{sid}"))[0] == 200
+        answers = await purges_of(sid, 4)
+        assert sorted(status for status, _ in answers) == [200, 404, 404, 404], answers
+        [deleted] = [body["deleted"] for status, body in answers if status == 200]
+        assert deleted["messages"] >= 1 and deleted["events"] >= 1
+        for status, body in answers:
+            if status == 404:
+                assert body["error"]["code"] == "session_not_found"
+    await d.core.flush()
+    purged = await d.core.db.fetchall(
+        "SELECT payload_json FROM events WHERE session_id='system' AND type='session.purged'"
+    )
+    assert len(purged) == 2  # one per session, not one per purge
+
+    sid = (await api.create_session(workspace))["id"]
+    await hold_turn(api, sid)
+    (ended, _), (purged_status, body) = await asyncio.gather(
+        api.call("DELETE", f"/sessions/{sid}"),
+        api.call("DELETE", f"/sessions/{sid}", params=purge),
+    )
+    # whichever came first: the purge deletes the session, ended or not
+    assert purged_status == 200 and body["purged"] is True and ended in (200, 404), body
+    assert (await api.call("GET", f"/sessions/{sid}"))[0] == 404
+
+    sid = (await api.create_session(workspace))["id"]
+    await hold_turn(api, sid)
+    answers = await asyncio.gather(*(api.call("DELETE", f"/sessions/{sid}") for _ in range(3)))
+    assert sorted(status for status, _ in answers) == [200, 409, 409], answers
+    ended_at = next(body["ended_at"] for status, body in answers if status == 200)
+    for status, body in answers:
+        if status == 409:
+            assert body["error"]["code"] == "session_already_ended"
+            assert body["error"]["details"] == {"ended_at": ended_at}
+
+
 # ---- messages and events ------------------------------------------------------------------------------
 
 

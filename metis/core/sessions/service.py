@@ -33,6 +33,7 @@ from metis.core.errors import (
 from metis.core.events.bus import EventBus
 from metis.core.events.catalog import SYSTEM_STREAM
 from metis.core.events.costs import CostAccumulator
+from metis.core.keyed_lock import KeyedLock
 from metis.core.models.registry import ModelRegistry
 from metis.core.routing.engine import RoutingEngine
 from metis.core.routing.manager import PolicyManager
@@ -328,6 +329,9 @@ class SessionService:
         # committed, so the synchronous steps that claim a turn slot or queue a PATCH refuse a
         # session that ended while they awaited (from the end's start on, they get 409).
         self._ending: set[str] = set()
+        # An end or a purge of one session runs alone: the second of two sees what the first
+        # left (an ended session, or none), never one half ended.
+        self._ends = KeyedLock()
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -532,6 +536,10 @@ class SessionService:
     async def end(self, session_id: str) -> SessionView:
         """End a session: its row and `session.ended` are committed and its clients closed before
         this returns."""
+        async with self._ends.hold(session_id):
+            return await self._end(session_id)
+
+    async def _end(self, session_id: str) -> SessionView:
         row = await self._begin_ending(session_id)
         try:
             stamp = now_us()
@@ -569,7 +577,12 @@ class SessionService:
 
     async def purge(self, session_id: str) -> PurgeResult:
         """Delete a session's messages and events (ending it first if needed) and announce
-        `session.purged` on the system stream."""
+        `session.purged` on the system stream. A purge that waited for another one finds no
+        session (`SessionNotFound`): only one of them deleted anything."""
+        async with self._ends.hold(session_id):
+            return await self._purge(session_id)
+
+    async def _purge(self, session_id: str) -> PurgeResult:
         row = await self.require(session_id)
         already_ended = row.status == "ended"
         if not already_ended:
