@@ -189,15 +189,16 @@ class ConfirmationNotFound(DomainError):
 
 
 class ConfirmationAlreadyResolved(DomainError):
-    """A second answer to a confirmation; `resolution`, `scope` (`once`, `session`, or None when
-    it was not allowed) and `resolved_at` report the first one (409), so a client can show how it
-    was settled."""
+    """A second answer to a confirmation; `resolution`, `scope` (`once` or `session` as the first
+    answer gave it, None for a timeout or a withdrawal) and `resolved_at` report the first one
+    (409), so a client can show how it was settled, and see why a repeat of its decision with
+    another scope is refused."""
 
     def __init__(self, resolution: str, resolved_at: str | None, scope: str | None) -> None:
         super().__init__(
             f"confirmation already resolved ({resolution})",
             resolution=resolution,
-            scope=scope if resolution == "allow" else None,
+            scope=scope if resolution in ("allow", "deny") else None,
             resolved_at=resolved_at,
         )
 

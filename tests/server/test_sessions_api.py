@@ -518,6 +518,32 @@ async def test_session_scope_answer_is_remembered(
     assert "tool.confirmation_requested" not in types and "tool.called" in types
 
 
+async def test_a_deny_for_the_session_is_remembered_and_its_scope_reported_on_a_repeat(
+    held: tuple[Daemon, Api], workspace: Path
+) -> None:
+    _, api = held
+    sid = (await api.create_session(workspace))["id"]
+    turn_id, request = await hold_turn(api, sid)
+    url = f"/sessions/{sid}/turns/{turn_id}/confirmations/{request['confirmation_request_id']}"
+    status, body = await api.call("POST", url, {"decision": "deny", "scope": "session"})
+    assert status == 200 and body["applied"] is True
+    status, body = await api.call("POST", url, {"decision": "deny", "scope": "session"})
+    assert status == 200 and body["applied"] is False
+    # the same decision with the other scope would settle it otherwise: refused, and the details
+    # say how it was settled, scope included (else they would read like the request itself)
+    status, body = await api.call("POST", url, {"decision": "deny"})
+    assert status == 409 and body["error"]["code"] == "confirmation_already_resolved"
+    assert body["error"]["details"]["resolution"] == "deny"
+    assert body["error"]["details"]["scope"] == "session"
+    await api.wait_turn(sid, turn_id)
+    accepted, _terminal = await api.run_turn(sid, "use server tool again")
+    events = await api.turn_events(sid, accepted["turn_id"])
+    types = [e["type"] for e in events]
+    assert "tool.confirmation_requested" not in types and "tool.called" not in types
+    [failed] = [e for e in events if e["type"] == "tool.failed"]
+    assert failed["payload"]["error_class"] == "user_denied", failed
+
+
 # ---- sticky model and swaps ------------------------------------------------------------------------
 
 

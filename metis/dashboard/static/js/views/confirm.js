@@ -56,7 +56,7 @@ export function confirmationCard(sessionId, turnId, p, toolInput, { answeredByAa
   function resolved(r) {
     const what = {
       allow: `Allowed${r.scope === "session" ? " for this session" : r.scope === "once" ? " once" : ""}`,
-      deny: "Denied",
+      deny: `Denied${r.scope === "session" ? " for this session" : ""}`,
       timeout: "Timed out",
       withdrawn: "Withdrawn — the turn ended",
     }[r.decision] || r.decision;
