@@ -589,6 +589,15 @@ async def test_patch_mid_turn_is_queued_and_applied_for_the_next_turn(
     _, got = await api.call("GET", f"/sessions/{sid}")
     assert got["pending_swap"] == {"sticky_model": "local:scripted", "until_turn": turn_id}
     assert got["sticky_model"] is None
+    # a PATCH of the title alone answers with the swap still queued, not "nothing queued"
+    status, body = await api.call("PATCH", f"/sessions/{sid}", {"title": "while it runs"})
+    assert status == 200 and body == {
+        "id": sid,
+        "active_model": "local:scripted",
+        "swap_queued": True,
+        "swap_queued_until_turn": turn_id,
+        "title": "while it runs",
+    }
     await api.call("POST", f"/sessions/{sid}/turns/{turn_id}/cancel")
     await api.wait_turn(sid, turn_id)
     await d.core.turns.wait_all()

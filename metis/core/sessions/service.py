@@ -380,6 +380,15 @@ class SessionService:
     async def get(self, session_id: str) -> SessionView:
         return self.view(await self.require(session_id))
 
+    async def model_state(self, session_id: str) -> ModelChange:
+        """The session's model as a model PATCH answers it, for a PATCH that changed only the
+        title: the swap still queued behind the running turn, else the model in force."""
+        view = await self.get(session_id)
+        swap = view.pending_swap
+        if swap is not None:
+            return ModelChange(session_id, swap["sticky_model"], True, swap["until_turn"])
+        return ModelChange(session_id, view.active_model, False, None)
+
     async def list(
         self,
         *,

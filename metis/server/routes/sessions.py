@@ -397,20 +397,14 @@ async def patch_session(request: web.Request) -> web.Response:
     # not configured), and a refused PATCH changes nothing
     if "active_model" in body.model_fields_set:
         change = await app.sessions.set_active_model(session_id, body.active_model)
-        answer = {
-            "id": change.id,
-            "active_model": change.active_model,
-            "swap_queued": change.swap_queued,
-            "swap_queued_until_turn": change.swap_queued_until_turn,
-        }
     else:
-        view = await app.sessions.get(session_id)
-        answer = {
-            "id": view.id,
-            "active_model": view.active_model,
-            "swap_queued": False,
-            "swap_queued_until_turn": None,
-        }
+        change = await app.sessions.model_state(session_id)
+    answer = {
+        "id": change.id,
+        "active_model": change.active_model,
+        "swap_queued": change.swap_queued,
+        "swap_queued_until_turn": change.swap_queued_until_turn,
+    }
     if "title" in body.model_fields_set:
         await app.sessions.set_title(session_id, body.title)
         answer["title"] = await app.sessions.title(session_id)
