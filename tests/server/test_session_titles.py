@@ -64,8 +64,9 @@ async def test_a_title_with_a_line_break_or_control_character_is_refused(
         assert status == 400, (title, body)
         [error] = body["error"]["details"]["errors"]
         assert error["type"] == "value_error" and error["msg"].startswith("a title is one line")
-    status, body = await api.call("PATCH", f"/sessions/{session['id']}", {"title": "   "})
-    assert status == 400 and "visible character" in json.dumps(body), body
+    for invisible in ("   ", "\u200b", "\u00ad \ufeff\u2060"):  # zero-width, soft hyphen, BOM…
+        status, body = await api.call("PATCH", f"/sessions/{session['id']}", {"title": invisible})
+        assert status == 400 and "visible character" in json.dumps(body), (invisible, body)
     status, body = await api.call("PATCH", f"/sessions/{session['id']}", {"title": "Fine — ✓ 👩‍💻"})
     assert (status, body["title"]) == (200, "Fine — ✓ 👩‍💻")
 

@@ -4,13 +4,15 @@ A title is shown on one line in lists, the terminal's session picker and `metis 
 printed as is by the command line. So it holds no line break (nor Unicode's line and paragraph
 separators), no control character (an escape sequence would rewrite the user's terminal) and no
 bidi override or isolate (which can make a title read as another), and at least one visible
-character. A title a client sets must follow the rule (`title_problem`); the fallback taken from
+character: neither white space nor an invisible format character (a zero-width space, a soft
+hyphen, a byte order mark), which alone would list as an empty title. A title a client sets must follow the rule (`title_problem`); the fallback taken from
 a session's first prompt is made to (`title_from_prompt`).
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 
 TITLE_CHARS = 200
 """The longest title: one a client sets, and the first-line fallback cut to it."""
@@ -18,11 +20,15 @@ TITLE_CHARS = 200
 _NOT_IN_A_TITLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
+def _shows_something(text: str) -> bool:
+    return any(not c.isspace() and unicodedata.category(c) != "Cf" for c in text)
+
+
 def title_problem(title: str) -> str | None:
     """Why `title` cannot be a title (None when it can)."""
     if _NOT_IN_A_TITLE.search(title):
         return "a title is one line of text: no line breaks, control or bidi characters"
-    if not title.strip():
+    if not _shows_something(title):
         return "a title needs at least one visible character"
     if len(title) > TITLE_CHARS:
         return f"at most {TITLE_CHARS} characters"
@@ -34,6 +40,6 @@ def title_from_prompt(text: str) -> str | None:
     `TITLE_CHARS` (None if nothing is left)."""
     for line in text.splitlines():  # splits at \u2028 and \u2029 too
         visible = _NOT_IN_A_TITLE.sub("", line).strip()
-        if visible:
+        if _shows_something(visible):
             return visible[:TITLE_CHARS]
     return None

@@ -1,0 +1,24 @@
+"""The title rule, as pure functions: what a client may set, and what a first prompt gives."""
+
+from __future__ import annotations
+
+import pytest
+
+from metis.core.sessions.titles import TITLE_CHARS, title_from_prompt, title_problem
+
+
+@pytest.mark.parametrize(
+    "title", ["Fix the build", "✓", "👩‍💻", "\ue0a0 branch", "x" * TITLE_CHARS]
+)
+def test_a_line_with_something_to_see_is_a_title(title: str) -> None:
+    assert title_problem(title) is None
+
+
+@pytest.mark.parametrize("title", ["", " ", "\u00a0\u3000", "\u200b", "\u00ad\ufeff\u2060\u200d"])
+def test_white_space_and_invisible_format_characters_alone_are_no_title(title: str) -> None:
+    assert title_problem(title) == "a title needs at least one visible character"
+
+
+def test_a_prompt_gives_its_first_line_that_shows_something() -> None:
+    assert title_from_prompt("\u200b\n \ufeff \nRefactor the parser\nmore") == "Refactor the parser"
+    assert title_from_prompt("\u200b\n\u00ad") is None
