@@ -136,6 +136,13 @@ async def test_list_filters(api: Api, workspace: Path, tmp_path: Path) -> None:
     assert [s["id"] for s in body["sessions"]] == [b["id"]]
     _, body = await api.call("GET", "/sessions", params={"workspace_path": str(tmp_path / "nope")})
     assert body["sessions"] == []
+    other.rmdir()  # a directory deleted since still finds its sessions
+    _, body = await api.call("GET", "/sessions", params={"workspace_path": str(other)})
+    assert [s["id"] for s in body["sessions"]] == [b["id"]]
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    status, body = await api.call("GET", "/sessions", params={"workspace_path": str(loop / "x")})
+    assert (status, body["sessions"]) == (200, []), body
     relative = os.path.relpath(workspace)  # never resolved against the daemon's own cwd
     status, body = await api.call("GET", "/sessions", params={"workspace_path": relative})
     assert status == 400 and body["error"]["code"] == "invalid_workspace", body

@@ -123,15 +123,17 @@ def expand_workspace(raw: str) -> Path:
 def _workspace_filter(raw: str) -> str | None:
     """A list filter normalised as `resolve_workspace` stores paths; None matches nothing.
     A relative path is refused as `POST /sessions` refuses it (it is never resolved against
-    the daemon's own working directory), not taken for a directory without sessions."""
+    the daemon's own working directory), not taken for a directory without sessions. A
+    directory deleted or moved since still finds its sessions: the links above it that are
+    still there are resolved, as they were when its sessions stored it."""
     if "\0" in raw:  # no file name holds one (os calls raise ValueError)
         return None
     path = expand_workspace(raw)
     if not path.is_absolute():
         raise WorkspaceInvalid(raw, "not_absolute")
     try:
-        return str(path.resolve(strict=True))
-    except OSError:
+        return str(path.resolve())
+    except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)
         return None
 
 
