@@ -18,6 +18,7 @@ from typing import Any
 from metis.aap.errors import AapError
 from metis.aap.store import ContentShape
 from metis.core.canonical.content import (
+    IMAGE_MEDIA_TYPES,
     TOOL_NAME_RE,
     Base64Source,
     ImageBlock,
@@ -27,10 +28,10 @@ from metis.core.canonical.content import (
     ToolResultBlock,
     ToolUseBlock,
     UrlSource,
+    mislabelled_image,
 )
 from metis.core.canonical.messages import Message
 
-IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 _DATA_URI_RE = re.compile(r"^data:(image/[a-z]+);base64,(.*)$", re.DOTALL)
 _ALLOWED: dict[str, tuple[str, ...]] = {
     "user": ("text", "image"),
@@ -50,7 +51,7 @@ def parse_data_uri(url: str, max_bytes: int, where: str) -> ImageBlock:
     if match is None:
         raise invalid_content("image URI must be data:<type>;base64,<payload>", where)
     media_type, payload = match.group(1), match.group(2)
-    if media_type not in IMAGE_TYPES:
+    if media_type not in IMAGE_MEDIA_TYPES:
         raise invalid_content(f"unsupported image type {media_type}", where)
     try:
         raw = base64.b64decode(payload, validate=True)
@@ -58,6 +59,9 @@ def parse_data_uri(url: str, max_bytes: int, where: str) -> ImageBlock:
         raise invalid_content("image payload is not valid base64", where) from None
     if len(raw) > max_bytes:
         raise invalid_content(f"image is {len(raw)} bytes, over the {max_bytes}-byte limit", where)
+    mislabelled = mislabelled_image(media_type, raw[:12], said_by="the data URI")
+    if mislabelled is not None:
+        raise invalid_content(mislabelled, where)
     return ImageBlock(source=Base64Source(media_type=media_type, data=payload))
 
 

@@ -150,6 +150,15 @@ async def test_seed_history_round_trips_exactly(aap: AapClient) -> None:
             ],
             "invalid_content",
         ),
+        (  # png bytes sent as a jpeg: a provider would refuse the turn once started
+            [
+                {
+                    "role": "user",
+                    "content": [{"type": "image", "url": "data:image/jpeg;base64," + PNG}],
+                }
+            ],
+            "invalid_content",
+        ),
         ([{"role": "narrator", "content": "x"}], "validation_error"),
         (
             [

@@ -7,6 +7,7 @@ turn in flight deterministically where a test needs one.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import random
@@ -253,6 +254,19 @@ async def test_submit_right_after_turn_completed_is_accepted(api: Api, workspace
         ([{"type": "tool_use", "id": "x", "name": "a", "input": {}}], "not allowed"),
         ([{"type": "image", "source": {"type": "url", "url": "http://x/a.png"}}], "https"),
         ([{"type": "text", "text": "@scripted"}], "override without a message"),
+        (
+            [
+                {
+                    "type": "image",
+                    "source": {
+                        "type": "base64",
+                        "media_type": "image/jpeg",
+                        "data": base64.b64encode(b"GIF89a" + b"\0" * 30).decode(),
+                    },
+                }
+            ],
+            "image data is image/gif, not image/jpeg",
+        ),
     ],
 )
 async def test_invalid_content_is_400_and_stores_nothing(

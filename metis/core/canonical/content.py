@@ -138,6 +138,38 @@ def _image_errors(block: ImageBlock, max_image_bytes: int) -> list[str]:
     return errors
 
 
+def _sniff_image_type(head: bytes) -> str | None:
+    """The media type the first bytes of an image say it is (of the four accepted), if any."""
+    if head.startswith(b"\x89PNG"):
+        return "image/png"
+    if head.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if head.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if head.startswith(b"RIFF") and head[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def mislabelled_image(media_type: str, head: bytes, said_by: str = "media_type") -> str | None:
+    """Why an image whose data begins with `head` (12 bytes suffice) is not the `media_type`
+    its client gave in `said_by` (None when it is): the providers refuse such an image, and
+    only once the turn has started, so a client's image is checked when it is sent."""
+    sniffed = _sniff_image_type(head)
+    if sniffed == media_type:
+        return None
+    if sniffed is None:
+        return f"image data is not png, jpeg, gif or webp ({said_by} says {media_type})"
+    return f"image data is {sniffed}, not {media_type} as {said_by} says"
+
+
+def _mislabelled(block: ImageBlock) -> str | None:
+    source = block.source
+    if isinstance(source, UrlSource) or source.media_type not in IMAGE_MEDIA_TYPES:
+        return None
+    return mislabelled_image(source.media_type, base64.b64decode(source.data[:16]))
+
+
 def content_errors(
     role: str, content: list[Any], *, max_image_bytes: int = MAX_IMAGE_BYTES
 ) -> list[dict[str, Any]]:
@@ -202,6 +234,13 @@ def parse_user_content(raw: Any, *, max_image_bytes: int = MAX_IMAGE_BYTES) -> l
     more = content_errors("user", blocks, max_image_bytes=max_image_bytes)
     if more:
         raise InvalidContent(more)
+    mislabelled = [
+        {"index": i, "msg": why}
+        for i, block in enumerate(blocks)
+        if isinstance(block, ImageBlock) and (why := _mislabelled(block)) is not None
+    ]
+    if mislabelled:
+        raise InvalidContent(mislabelled)
     return blocks
 
 

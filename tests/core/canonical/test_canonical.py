@@ -151,6 +151,43 @@ def test_oversized_images_are_refused() -> None:
         )
 
 
+def _image(media_type: str, data: bytes) -> dict:
+    source = {"type": "base64", "media_type": media_type, "data": base64.b64encode(data).decode()}
+    return {"type": "image", "source": source}
+
+
+SIGNATURES = {
+    "image/png": b"\x89PNG\r\n\x1a\n",
+    "image/jpeg": b"\xff\xd8\xff\xe0",
+    "image/gif": b"GIF89a",
+    "image/webp": b"RIFF\x10\0\0\0WEBPVP8 ",
+}
+
+
+@pytest.mark.parametrize("media_type", sorted(SIGNATURES))
+def test_an_image_whose_bytes_are_what_its_media_type_says_is_accepted(media_type: str) -> None:
+    [block] = parse_user_content([_image(media_type, SIGNATURES[media_type] + b"\0" * 20)])
+    assert block.source.media_type == media_type
+
+
+def test_an_image_whose_bytes_are_another_type_or_none_is_refused_saying_what_they_are() -> None:
+    with pytest.raises(InvalidContent) as info:
+        parse_user_content(
+            [
+                {"type": "text", "text": "look"},
+                _image("image/jpeg", SIGNATURES["image/png"] + b"\0" * 20),
+                _image("image/png", b"hello, not an image"),
+            ]
+        )
+    assert info.value.errors == [
+        {"index": 1, "msg": "image data is image/png, not image/jpeg as media_type says"},
+        {
+            "index": 2,
+            "msg": "image data is not png, jpeg, gif or webp (media_type says image/png)",
+        },
+    ]
+
+
 def test_empty_user_content_is_refused() -> None:
     with pytest.raises(InvalidContent):
         parse_user_content([])
