@@ -243,7 +243,7 @@ def _days(value: str) -> int:
 
 async def _title(api: DaemonApi, args: argparse.Namespace) -> int:
     title = None if args.clear else args.title
-    if title is None and not args.clear:
+    if (title is None or not title.strip()) and not args.clear:
         print("metis: give a title, or --clear to go back to the first prompt's", file=sys.stderr)
         return 2
     # the answer holds the title in force (a cleared one falls back to the first prompt's)

@@ -245,6 +245,8 @@ async def test_client_commands_fail_with_a_message_not_a_traceback(
         "metis: request validation failed: title: a title is one line of text: no line "
         "breaks, control or bidi characters\n",
     )
+    code, _, err = await metis("sessions", "title", session["id"], " ", *url)
+    assert (code, err) == (2, "metis: give a title, or --clear to go back to the first prompt's\n")
     # a wrong key is said as such, not as "no session to continue", and in the same words by
     # every command
     refused = f"the daemon at {daemon.base_url} refused the key (METIS_API_KEY, else "
