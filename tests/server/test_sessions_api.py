@@ -41,6 +41,18 @@ async def hold_turn(api: Api, session_id: str) -> tuple[str, dict[str, Any]]:
     return accepted["turn_id"], requested["payload"]
 
 
+def confirmation_url(sid: str, turn_id: str, request: dict[str, Any]) -> str:
+    """Where the answer to `request` (a `tool.confirmation_requested` payload) is posted."""
+    return f"/sessions/{sid}/turns/{turn_id}/confirmations/{request['confirmation_request_id']}"
+
+
+async def held_confirmation(api: Api, workspace: Path) -> tuple[str, str, str]:
+    """A new session whose turn waits on a confirmation: (session id, turn id, answer URL)."""
+    sid = (await api.create_session(workspace))["id"]
+    turn_id, request = await hold_turn(api, sid)
+    return sid, turn_id, confirmation_url(sid, turn_id, request)
+
+
 # ---- lifecycle ---------------------------------------------------------------------------------
 
 
@@ -408,12 +420,10 @@ async def test_confirmation_allow_runs_the_tool_and_repeat_is_not_applied(
     held: tuple[Daemon, Api], workspace: Path
 ) -> None:
     _, api = held
-    sid = (await api.create_session(workspace))["id"]
-    turn_id, request = await hold_turn(api, sid)
-    url = f"/sessions/{sid}/turns/{turn_id}/confirmations/{request['confirmation_request_id']}"
+    sid, turn_id, url = await held_confirmation(api, workspace)
     status, body = await api.call("POST", url, {"decision": "allow"})
     assert status == 200 and body == {
-        "request_id": request["confirmation_request_id"],
+        "request_id": url.rsplit("/", 1)[1],
         "decision": "allow",
         "scope": "once",
         "applied": True,
@@ -437,9 +447,7 @@ async def test_confirmation_deny_reaches_the_model_with_the_reason(
     held: tuple[Daemon, Api], workspace: Path
 ) -> None:
     _, api = held
-    sid = (await api.create_session(workspace))["id"]
-    turn_id, request = await hold_turn(api, sid)
-    url = f"/sessions/{sid}/turns/{turn_id}/confirmations/{request['confirmation_request_id']}"
+    sid, turn_id, url = await held_confirmation(api, workspace)
     status, _ = await api.call("POST", url, {"decision": "deny", "reason": "not now"})
     assert status == 200
     terminal = await api.wait_turn(sid, turn_id)
@@ -471,7 +479,7 @@ async def test_page_sizes_and_the_reason_length_are_settings(
         _, page = await api.call("GET", f"/sessions/{sid}/events")
         assert len(page["events"]) == 1
         turn_id, request = await hold_turn(api, sid)
-        url = f"/sessions/{sid}/turns/{turn_id}/confirmations/{request['confirmation_request_id']}"
+        url = confirmation_url(sid, turn_id, request)
         status, body = await api.call("POST", url, {"decision": "deny", "reason": "too long"})
         assert status == 400 and body["error"]["details"]["errors"][0]["loc"] == ["body", "reason"]
         status, _ = await api.call("POST", url, {"decision": "deny", "reason": "short"})
@@ -520,7 +528,7 @@ async def test_confirmation_timeout_fails_the_tool(
         assert resolved["payload"]["decision"] == "timeout" and resolved["actor"] == "system"
         failed = next(e for e in events if e["type"] == "tool.failed")
         assert failed["payload"]["error_class"] == "confirmation_timeout"
-        url = f"/sessions/{sid}/turns/{turn_id}/confirmations/{request['confirmation_request_id']}"
+        url = confirmation_url(sid, turn_id, request)
         status, body = await api.call("POST", url, {"decision": "allow"})
         assert status == 409 and body["error"]["details"]["resolution"] == "timeout"
 
@@ -529,9 +537,7 @@ async def test_session_scope_answer_is_remembered(
     held: tuple[Daemon, Api], workspace: Path
 ) -> None:
     _, api = held
-    sid = (await api.create_session(workspace))["id"]
-    turn_id, request = await hold_turn(api, sid)
-    url = f"/sessions/{sid}/turns/{turn_id}/confirmations/{request['confirmation_request_id']}"
+    sid, turn_id, url = await held_confirmation(api, workspace)
     await api.call("POST", url, {"decision": "allow", "scope": "session"})
     await api.wait_turn(sid, turn_id)
     accepted, _terminal = await api.run_turn(sid, "use server tool again")
@@ -543,9 +549,7 @@ async def test_a_deny_for_the_session_is_remembered_and_its_scope_reported_on_a_
     held: tuple[Daemon, Api], workspace: Path
 ) -> None:
     _, api = held
-    sid = (await api.create_session(workspace))["id"]
-    turn_id, request = await hold_turn(api, sid)
-    url = f"/sessions/{sid}/turns/{turn_id}/confirmations/{request['confirmation_request_id']}"
+    sid, turn_id, url = await held_confirmation(api, workspace)
     status, body = await api.call("POST", url, {"decision": "deny", "scope": "session"})
     assert status == 200 and body["applied"] is True
     status, body = await api.call("POST", url, {"decision": "deny", "scope": "session"})

@@ -19,7 +19,7 @@ from typing import Any
 
 from metis.testing import FakeProviderServer, FakeReply, FakeToolCall
 from tests.api import Api, api_session
-from tests.server.test_sessions_api import HOLD, hold_turn
+from tests.server.test_sessions_api import HOLD, confirmation_url, hold_turn
 from tests.ws_client import Closed, Ws, events_of, fake_models, types_of
 
 HAIKU = "anthropic:claude-haiku-4-5"
@@ -47,10 +47,6 @@ def first(events: list[dict[str, Any]], kind: str) -> dict[str, Any]:
 
 def of_type(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [e for e in events if e["type"] == kind]
-
-
-def confirmation_url(sid: str, turn_id: str, request: dict[str, Any]) -> str:
-    return f"/sessions/{sid}/turns/{turn_id}/confirmations/{request['confirmation_request_id']}"
 
 
 # ---- the queued swap -------------------------------------------------------------------------
