@@ -5,8 +5,9 @@ printed as is by the command line. So it holds no line break (nor Unicode's line
 separators), no control character (an escape sequence would rewrite the user's terminal) and no
 bidi override or isolate (which can make a title read as another), and at least one visible
 character: neither white space nor an invisible format character (a zero-width space, a soft
-hyphen, a byte order mark), which alone would list as an empty title. A title a client sets must follow the rule (`title_problem`); the fallback taken from
-a session's first prompt is made to (`title_from_prompt`).
+hyphen, a byte order mark), which alone would list as an empty title. A title a client sets
+must follow the rule (`title_problem`); the fallback taken from a session's first prompt is
+made to (`title_from_prompt`).
 """
 
 from __future__ import annotations
