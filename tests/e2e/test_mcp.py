@@ -18,6 +18,7 @@ import aiohttp
 import pytest
 
 from metis.core.tools.mcp.server import McpServer
+from metis.core.tools.mcp.transport import MAX_MESSAGE_BYTES
 from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from metis.testing.serving import free_port, spawn_serve, wait_until_serving
@@ -703,6 +704,30 @@ async def test_a_10_mb_result_is_capped_and_images_map_to_image_blocks(
     failed = next(e for e in events if e["type"] == "tool.failed")
     assert failed["payload"]["error_class"] == "tool_error"
     assert "Error executing tool fail" in failed["payload"]["message"]
+
+
+async def test_a_message_over_the_size_limit_fails_the_call_and_the_server_restarts(
+    env: tuple[Daemon, Api, FakeProviderServer, Path], workspace: Path
+) -> None:
+    """A server's output is held until its line ends: past the limit the connection is closed
+    (the daemon does not grow with what a server writes) and the server started again."""
+    d, api, fake, _ = env
+    server = d.core.mcp.servers["demo"]
+    first_pid = server.pid
+    sid = await session_on(api, workspace, "anthropic")
+    megabytes = MAX_MESSAGE_BYTES // (1024 * 1024) + 1
+    fake.enqueue(
+        "anthropic", FakeReply.call("mcp__demo__big", {"megabytes": megabytes}), FakeReply.say("ok")
+    )
+    _, accepted = await api.submit(sid, "too big")
+    terminal = await answer_all(api, sid, accepted["turn_id"])
+    assert terminal["type"] == "turn.completed", terminal
+    failed = await tool_failed(api, sid, accepted["turn_id"])
+    assert "the server sent a message over 16 MiB" in failed["payload"]["message"], failed
+    await until(lambda: server.state == "ready" and server.pid not in (None, first_pid))
+    fake.enqueue("anthropic", FakeReply.call("mcp__demo__add", {"a": 1}), FakeReply.say("ok"))
+    accepted, _terminal = await api.run_turn(sid, "again")
+    assert "tool.completed" in types_of(await api.turn_events(sid, accepted["turn_id"]))
 
 
 async def test_a_streamable_http_server_on_loopback(

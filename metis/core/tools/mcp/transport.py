@@ -59,6 +59,16 @@ class Liveness:
             self.dead.set()
 
 
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+"""The longest message (one line) a stdio server may send. Its lines are held in memory until
+they end, so a server writing without end (or a result of hundreds of MB, of which the model
+would see `max_result_bytes`) would otherwise grow the daemon until the kernel kills it. Past
+this, the connection is closed as broken: the call in flight fails and the server restarts.
+16 MiB holds any result the tools keep (a 5 MiB image is ~7 MiB of base64)."""
+
+_TOO_LONG = f"the server sent a message over {MAX_MESSAGE_BYTES // (1024 * 1024)} MiB"
+
+
 @dataclass
 class StdioProcess:
     """A stdio server process as started: its pid, its run marker and whether it is still alive, for
@@ -140,15 +150,24 @@ async def stdio_transport(
     async def stdout_reader() -> None:
         assert process.stdout is not None
         unfinished: list[bytes] = []  # a line's chunks so far: joined once, when it ends
+        held = 0  # their bytes
         try:
             async with read_writer:
                 async for chunk in process.stdout:
                     if b"\n" not in chunk:
                         unfinished.append(chunk)
+                        held += len(chunk)
+                        if held > MAX_MESSAGE_BYTES:
+                            liveness.end(_TOO_LONG)
+                            return
                         continue
                     first, *rest = chunk.split(b"\n")
+                    if held + len(first) > MAX_MESSAGE_BYTES:
+                        liveness.end(_TOO_LONG)
+                        return
                     lines = [b"".join([*unfinished, first]), *rest[:-1]]
                     unfinished = [rest[-1]] if rest[-1] else []
+                    held = len(rest[-1])
                     for line in lines:
                         if line.strip():
                             await read_writer.send(_parse(line.decode("utf-8", "replace")))
