@@ -105,17 +105,21 @@ def _window(
     shown: list[str] = []
     invalid = 0
     number = 0
+    unchecked = 0  # bytes read since cancel was last checked
     while True:
         chunk = handle.readline(_LINE_READ_BYTES)
         if not chunk:
             return shown, invalid, number
         number += 1
-        if number % _CANCEL_CHECK_LINES == 0 and cancelled():
-            raise ToolCancelled()
+        unchecked += len(chunk)
+        if number % _CANCEL_CHECK_LINES == 0 or unchecked >= _COUNT_BYTES:
+            unchecked = 0
+            if cancelled():
+                raise ToolCancelled()
         long_line = len(chunk) == _LINE_READ_BYTES and not chunk.endswith(b"\n")
         ended = chunk.endswith(b"\n")
         if long_line:
-            ended = _skip_rest_of_line(handle)
+            ended = _skip_rest_of_line(handle, cancelled)
         if number >= first:
             text, bad = _render(chunk, ended, long_line)
             shown.append(text)
@@ -137,14 +141,18 @@ def _render(chunk: bytes, ended: bool, long_line: bool) -> tuple[str, int]:
     return text + ending, len(replaced)
 
 
-def _skip_rest_of_line(handle: IO[bytes]) -> bool:
-    """Discard the rest of an over-long line; True when it ended with a newline."""
+def _skip_rest_of_line(handle: IO[bytes], cancelled: Callable[[], bool]) -> bool:
+    """Discard the rest of an over-long line; True when it ended with a newline. A line can be
+    as long as the file (a sparse file of a terabyte), so cancel is checked at every step: a
+    call that timed out must not keep its thread reading for minutes."""
     while True:
         more = handle.readline(_SKIP_BYTES)
         if not more:
             return False
         if more.endswith(b"\n"):
             return True
+        if cancelled():
+            raise ToolCancelled()
 
 
 def _count_remaining(handle: IO[bytes], cancelled: Callable[[], bool]) -> int:

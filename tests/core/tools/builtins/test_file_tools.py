@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from metis.core.tools.base import ToolCancelled, ToolContext, ToolLimits
+from metis.core.tools.builtins.read_file import read_lines
 from metis.core.tools.builtins.write_file import WriteFileTool
 from metis.core.tools.files import atomic_write
 from metis.core.tools.sandbox import Sandbox
@@ -164,6 +165,28 @@ async def test_cancelled_write_leaves_the_old_file(workspace: Path) -> None:
         )
     assert target.read_text() == "old\n"
     assert [p.name for p in workspace.iterdir()] == ["keep.txt"]
+
+
+def test_a_read_stuck_in_a_line_as_long_as_the_file_stops_when_cancelled(
+    workspace: Path,
+) -> None:
+    """A sparse file with no newline (`truncate -s 1T` makes one in no time) is one line to
+    skip to its end: cancel is seen within it, not once the whole file was read (this one is
+    256 MiB; read to its end, the call would return instead of raising)."""
+    with open(workspace / "sparse.txt", "wb") as handle:
+        handle.write(b"a" * 9000)
+        handle.truncate(256 * 1024**2)
+    sandbox = Sandbox(workspace)
+    checks = 0
+
+    def cancelled() -> bool:
+        nonlocal checks
+        checks += 1
+        return checks > 3
+
+    with pytest.raises(ToolCancelled):
+        read_lines(sandbox.resolve("sparse.txt"), 1, 10, cancelled)
+    assert checks == 4
 
 
 # ---------------------------------------------------------------------------------------------
