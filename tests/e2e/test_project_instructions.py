@@ -11,7 +11,11 @@ from typing import Any
 
 import pytest
 
-from metis.core.sessions.instructions import MAX_INSTRUCTIONS_BYTES, InstructionsReader
+from metis.core.sessions.instructions import (
+    MAX_FILE_BYTES,
+    MAX_INSTRUCTIONS_BYTES,
+    InstructionsReader,
+)
 from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from tests.api import Api, api_session
@@ -196,3 +200,33 @@ async def test_a_binary_file_is_not_used_and_is_read_once_while_unchanged(
     (ws / "AGENTS.md").write_text("now text\n")
     found = await reader.read(str(ws))
     assert found is not None and found.text == "now text\n"
+
+
+async def test_a_file_of_gigabytes_is_not_read_and_is_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Hashing a sparse 1 TiB AGENTS.md whole would hold every turn's start for minutes."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with open(ws / "AGENTS.md", "wb") as handle:
+        handle.write(b"# Rules\n")
+        handle.truncate(1024**4)
+    reader = InstructionsReader()
+    for _ in range(3):
+        assert await reader.read(str(ws)) is None
+    assert reader.reads == 0
+    assert sum("not used as instructions" in r.getMessage() for r in caplog.records) == 1
+    (ws / "AGENTS.md").write_text("small again\n")
+    found = await reader.read(str(ws))
+    assert found is not None and found.text == "small again\n"
+
+
+async def test_a_binary_file_is_refused_by_its_head(
+    tmp_path: Path,
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with open(ws / "AGENTS.md", "wb") as handle:
+        handle.write(b"\0\0binary")
+        handle.truncate(MAX_FILE_BYTES)  # 8 MiB of NULs, of which only the head is read
+    assert await InstructionsReader().read(str(ws)) is None

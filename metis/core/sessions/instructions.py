@@ -28,6 +28,10 @@ log = logging.getLogger(__name__)
 
 INSTRUCTION_FILES: tuple[str, ...] = ("AGENTS.md", "CLAUDE.md")
 MAX_INSTRUCTIONS_BYTES = 32 * 1024
+MAX_FILE_BYTES = 8 * 1024 * 1024
+"""The largest instruction file read at all: each one is hashed whole (its identity in
+`session.instructions_loaded`) when it changes, and a file of gigabytes (`truncate -s 1T`)
+would hold a turn's start for minutes. Only the first `MAX_INSTRUCTIONS_BYTES` would be used."""
 _CHUNK = 1 << 16
 
 
@@ -82,18 +86,23 @@ class NotText(ValueError):
 
 
 def _read(path: str, name: str, cap: int) -> ProjectInstructions:
-    """Read and hash one file (runs in a thread); `NotText` for a binary one."""
+    """Read and hash one file (runs in a thread); `NotText` for a binary one or one that is no
+    longer a regular file (opened without blocking: a FIFO swapped in after the `stat` would
+    otherwise hold the thread for good)."""
     digest = hashlib.sha256()
     head = bytearray()
     size = 0
-    with open(path, "rb") as f:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotText(path)
         while chunk := f.read(_CHUNK):
             digest.update(chunk)
             size += len(chunk)
             if len(head) <= cap:
                 head.extend(chunk[: cap + 1 - len(head)])
-    if b"\0" in head:
-        raise NotText(path)
+                if b"\0" in head:  # known from the head: the rest need not be read
+                    raise NotText(path)
     truncated = size > cap
     text = _cut(bytes(head), cap)
     if truncated:
@@ -146,6 +155,15 @@ class InstructionsReader:
         known = self._known.get(workspace)
         if known is not None and known[0] == key:
             return known[1]
+        if info.st_size > MAX_FILE_BYTES:
+            log.warning(
+                "%s is %d bytes, over %d; not used as instructions",
+                path,
+                info.st_size,
+                MAX_FILE_BYTES,
+            )
+            self._known[workspace] = (key, None)  # said once, not at every turn
+            return None
         try:
             loaded = await asyncio.to_thread(_read, path, name, self.max_bytes)
         except NotText:
