@@ -1320,7 +1320,7 @@ def test_send_and_cancel_leave_the_keyboard_in_the_message_box(
     assert page.evaluate("document.activeElement.id") == "composer-input"
     # a click (a tap, on a phone) leaves the focus to the browser: no on-screen keyboard over
     # the reply
-    page.fill("#composer-input", "hello")
+    page.fill("#composer-input", LONG)  # streamed slowly: Cancel is there long enough to see
     page.click("#send")
     page.wait_for_selector("#cancel:visible")
     assert page.evaluate("document.activeElement.id") != "composer-input"
