@@ -277,3 +277,14 @@ def test_a_store_newer_than_this_metis_is_refused_untouched(
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == LATEST_VERSION + 1
     conn.close()
+
+
+async def test_a_file_that_is_not_a_database_is_said_and_the_command_exits(
+    metis_home: Path,
+) -> None:
+    """The store's connection failed to set up was left open, and its thread kept the process
+    alive for good after the message."""
+    metis_home.mkdir()
+    (metis_home / "metis.db").write_text("garbage\n")
+    code, _, err = await prune("--days", "0", "--dry-run")
+    assert code == 1 and "file is not a database" in err, (code, err)

@@ -144,8 +144,14 @@ class Database:
         # used from the event loop's thread too (see the module's docstring), never at once
         conn = await aiosqlite.connect(self.path, isolation_level=None, check_same_thread=False)
         conn.row_factory = sqlite3.Row
-        for pragma in _PRAGMAS:
-            await conn.execute(pragma)
+        try:
+            for pragma in _PRAGMAS:
+                await conn.execute(pragma)
+        except BaseException:
+            # a file that is not a database fails here: its connection's thread (not a daemon
+            # thread) would otherwise keep the process from ever exiting
+            await conn.close()
+            raise
         return conn
 
     async def _migrate(self, conn: aiosqlite.Connection) -> None:
