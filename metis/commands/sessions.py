@@ -21,11 +21,10 @@ from typing import Any
 from metis.commands import usage
 from metis.commands.client import DaemonApi, turn_outcome, with_daemon
 from metis.commands.daemon_client import add_arguments, session_id
-from metis.commands.export_file import export_path
+from metis.commands.export_file import export_path, write_export
 from metis.commands.paths import short_path
 from metis.core.sessions.search import SEARCH_CHARS
 from metis.core.tools.textutil import visible_controls
-from metis.private_file import write_private
 from metis.wire.counts import counted, turn_totals
 from metis.wire.export import FORMATS as EXPORT_FORMATS
 from metis.wire.search import where_said
@@ -256,7 +255,7 @@ async def _export(api: DaemonApi, args: argparse.Namespace) -> int:
     text = await api.export(args.id, args.format)
     if args.output:
         path = export_path(args.output, args.id, args.format)
-        write_private(path, text.encode())
+        write_export(path, text.encode())
         print(f"exported {args.id} to {path}", file=sys.stderr)
     else:
         sys.stdout.write(text)

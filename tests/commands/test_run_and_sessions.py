@@ -247,6 +247,21 @@ async def test_client_commands_fail_with_a_message_not_a_traceback(
     )
     code, _, err = await metis("sessions", "title", session["id"], " ", *url)
     assert (code, err) == (2, "metis: give a title, or --clear to go back to the first prompt's\n")
+    # an export replaces a file, never a link or a device (as root, /dev/null would have been)
+    target = tmp_path / "target.md"
+    target.write_text("kept\n")
+    (tmp_path / "link.md").symlink_to(target)
+    os.mkfifo(tmp_path / "pipe")
+    for name, what in (("link.md", "a symlink"), ("pipe", "not a regular file")):
+        code, _, err = await metis(
+            "sessions", "export", session["id"], "--output", str(tmp_path / name), *url
+        )
+        assert (code, err) == (
+            1,
+            f"metis: cannot write {tmp_path / name}: {what}; an export only creates or "
+            "replaces a file\n",
+        )
+    assert (tmp_path / "link.md").is_symlink() and target.read_text() == "kept\n"
     # a wrong key is said as such, not as "no session to continue", and in the same words by
     # every command
     refused = f"the daemon at {daemon.base_url} refused the key (METIS_API_KEY, else "

@@ -16,11 +16,10 @@ import aiohttp
 from textual.screen import Screen
 
 from metis.commands.client import ApiFailure, DaemonApi
-from metis.commands.export_file import export_path
+from metis.commands.export_file import export_path, write_export
 from metis.commands.failures import error_text
 from metis.commands.tui.code_blocks import code_blocks
 from metis.commands.tui.screens import PickedSession, SessionPicker
-from metis.private_file import write_private
 from metis.wire.counts import counted
 from metis.wire.export import FORMATS as EXPORT_FORMATS
 from metis.wire.mcp import reload_outcome
@@ -245,7 +244,7 @@ class SlashCommands:
         path = export_path(parts[0] if parts else None, str(host.session_id), fmt)
         text = await host.api.export(str(host.session_id), fmt)
         try:
-            write_private(path, text.encode())
+            write_export(path, text.encode())
         except OSError as exc:
             await host.note(f"cannot write {path}: {exc}", error=True)
             return
