@@ -154,17 +154,15 @@ async def stdio_transport(
         try:
             async with read_writer:
                 async for chunk in process.stdout:
-                    if b"\n" not in chunk:
-                        unfinished.append(chunk)
-                        held += len(chunk)
-                        if held > MAX_MESSAGE_BYTES:
-                            liveness.end(_TOO_LONG)
-                            return
-                        continue
-                    first, *rest = chunk.split(b"\n")
-                    if held + len(first) > MAX_MESSAGE_BYTES:
+                    end = chunk.find(b"\n")  # the later lines of a chunk are shorter than it
+                    if held + (len(chunk) if end < 0 else end) > MAX_MESSAGE_BYTES:
                         liveness.end(_TOO_LONG)
                         return
+                    if end < 0:
+                        unfinished.append(chunk)
+                        held += len(chunk)
+                        continue
+                    first, *rest = chunk.split(b"\n")
                     lines = [b"".join([*unfinished, first]), *rest[:-1]]
                     unfinished = [rest[-1]] if rest[-1] else []
                     held = len(rest[-1])
