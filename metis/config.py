@@ -246,8 +246,12 @@ def home_from(flag: str | Path | None) -> Path:
 
 
 def ensure_home(home: Path) -> Path:
-    """Create METIS_HOME with mode 0700 (it holds the API key and the trace store)."""
-    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    """Create METIS_HOME with mode 0700 (it holds the API key and the trace store); a
+    ConfigError when a file is in its place."""
+    try:
+        home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except (FileExistsError, NotADirectoryError):
+        raise ConfigError(f"METIS_HOME {home} is not a directory") from None
     try:
         home.chmod(0o700)
     except OSError:  # pragma: no cover - foreign ownership; still usable

@@ -19,6 +19,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from metis.config import (
     LOOPBACK_HOSTS,
@@ -80,6 +81,15 @@ def _config_error(home: Path) -> str | None:
     return None
 
 
+def _listens_at(url: str, host: str | None, port: int | None) -> bool:
+    """Whether a daemon at `url` is the one a named host and port (either may be unnamed; a
+    port 0 is any) point at."""
+    parts = urlsplit(url)
+    if port and parts.port != port:
+        return False
+    return not host or _url_host(host).strip("[]") == parts.hostname
+
+
 def resolve_daemon(
     *,
     url: str | None = None,
@@ -99,11 +109,12 @@ def resolve_daemon(
         return DaemonTarget(url.rstrip("/"), home_path, key)
     lock = home_path / LOCK_FILE
     named_port = port if port is not None else env_port()
-    # no address named, or port 0 ("any"): the home's running daemon, on whatever port it has
-    if not (host or os.environ.get("METIS_HOST") or named_port):
-        running = running_url(lock)
-        if running:
-            return DaemonTarget(running, home_path, key, _config_error(home_path))
+    named_host = host or os.environ.get("METIS_HOST")
+    # the home's running daemon when it listens where the flags and environment say (no
+    # address named, or port 0: "any"), found without reading config.yaml
+    running = running_url(lock)
+    if running and _listens_at(running, named_host, named_port):
+        return DaemonTarget(running, home_path, key, _config_error(home_path))
     file_settings = load_file_settings(home_path / CONFIG_FILE)
     requested_host, effective_port = resolve_address(file_settings, host=host, port=named_port)
     if effective_port == 0:  # port 0 with a host, or in config.yaml: the running one's URL

@@ -10,8 +10,9 @@ denies. `--json` prints one JSON object at the end instead of the text, also whe
 went away mid-turn (`status: interrupted`, tokens and cost unknown) or the run could not be
 made (`status: refused` or `error`, with `reason` and `message`). The exit status is 0 when the
 turn completed, 1 when it failed, was cancelled or was interrupted, 2 for a refused request, a
-usage or configuration error, 130 for Ctrl-C while the prompt is read (during the turn, Ctrl-C
-cancels it; twice, it leaves at once: 130).
+usage or configuration error, 130 for Ctrl-C while the prompt is read or before the turn runs
+(during the turn, Ctrl-C cancels it; twice, it leaves at once: 130). SIGTERM (`kill`, `timeout`)
+does the same, with 143, and leaves if the cancelled turn has not ended within 5 seconds.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import contextlib
 import json
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -151,7 +152,9 @@ def read_prompt(args: argparse.Namespace) -> str:
     return text.rstrip("\n")  # the line end `echo` or a file's last line leaves
 
 
-async def run_turn(api: DaemonApi, args: argparse.Namespace, prompt: str) -> int:
+async def run_turn(
+    api: DaemonApi, args: argparse.Namespace, prompt: str, signals: _StopSignals
+) -> int:
     session_id, made_here = await _session_for(api, args)
     # a session this run made is ended after its turn, unless asked to keep it for more
     ending = made_here and not (args.keep or args.continue_)
@@ -172,7 +175,7 @@ async def run_turn(api: DaemonApi, args: argparse.Namespace, prompt: str) -> int
         accepted = await api.call("POST", f"/sessions/{session_id}/turns", body)
         reply = _Reply(show=not args.json)
         tools: list[dict[str, Any]] = []
-        with _ctrl_c_cancels(ws, accepted["turn_id"], reply):
+        with signals.cancel_the_turn(ws, accepted["turn_id"], reply):
             outcome, answered_by = await _follow(api, ws, args, session_id, accepted, reply, tools)
     finally:
         if ws is not None:
@@ -221,30 +224,67 @@ async def run_turn(api: DaemonApi, args: argparse.Namespace, prompt: str) -> int
     return 0 if outcome["status"] == "completed" else 1
 
 
-@contextlib.contextmanager
-def _ctrl_c_cancels(
-    ws: aiohttp.ClientWebSocketResponse, turn_id: str, reply: _Reply
-) -> Iterator[None]:
-    """While the turn runs, Ctrl-C asks the daemon to cancel it, which then ends `cancelled`
-    and is reported as any turn (a kept session is left with no turn running); a second
-    Ctrl-C leaves at once."""
-    loop = asyncio.get_running_loop()
-    following = asyncio.current_task()
-    sent: list[asyncio.Task[None]] = []  # the cancel frame's send, kept referenced
+class _StopSignals:
+    """What Ctrl-C (SIGINT) and SIGTERM (`kill`, `timeout`) do to a run.
 
-    def interrupt() -> None:
-        if sent and following is not None:
-            following.cancel()
+    Before the turn runs, either ends the run: its main task is cancelled, so the session it
+    made is ended or purged on the way out. While the turn runs, either asks the daemon to
+    cancel the turn, which then ends `cancelled` and is reported as any turn (a kept session
+    is left with no turn running); a second signal, or a SIGTERM's turn that has not ended
+    within `TERM_GRACE_S`, leaves at once."""
+
+    TERM_GRACE_S = 5.0
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        self.received: signal.Signals | None = None  # the first signal
+        self._cancel_turn: Callable[[signal.Signals], None] | None = None
+        self._cancel_sent = False
+        for stop in (signal.SIGINT, signal.SIGTERM):
+            self._loop.add_signal_handler(stop, self._on_signal, stop)
+
+    def _on_signal(self, received: signal.Signals) -> None:
+        self.received = self.received or received
+        if self._cancel_turn is None or self._cancel_sent:
+            self._leave()
             return
-        reply.note("cancelling the turn (Ctrl-C again leaves at once)")
-        cancel = {"type": "cancel", "turn_id": turn_id, "reason": "user_cancel"}
-        sent.append(asyncio.ensure_future(ws.send_json(cancel)))
+        self._cancel_sent = True
+        self._cancel_turn(received)
+        if received is signal.SIGTERM:
+            self._loop.call_later(self.TERM_GRACE_S, self._leave)
 
-    loop.add_signal_handler(signal.SIGINT, interrupt)
-    try:
-        yield
-    finally:
-        loop.remove_signal_handler(signal.SIGINT)
+    def _leave(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    @contextlib.contextmanager
+    def cancel_the_turn(
+        self, ws: aiohttp.ClientWebSocketResponse, turn_id: str, reply: _Reply
+    ) -> Iterator[None]:
+        """While the turn runs, a signal sends its cancel (the frame's send kept referenced)."""
+        sent: list[asyncio.Task[None]] = []
+
+        def cancel(received: signal.Signals) -> None:
+            if received is signal.SIGTERM:
+                reply.note("terminated: cancelling the turn")
+            else:
+                reply.note("cancelling the turn (Ctrl-C again leaves at once)")
+            cancel = {"type": "cancel", "turn_id": turn_id, "reason": "user_cancel"}
+            sent.append(asyncio.ensure_future(ws.send_json(cancel)))
+
+        self._cancel_turn = cancel
+        try:
+            yield
+        finally:
+            self._cancel_turn = None
+
+    def stopped(self) -> RunError:
+        """Why the run ended early, once a signal cancelled it: 130 after Ctrl-C, 143 after
+        SIGTERM (128 + the signal's number, as a shell reports it)."""
+        if self.received is signal.SIGTERM:
+            return RunError("terminated", "terminated", 128 + signal.SIGTERM)
+        return RunError("interrupted", "interrupted", 128 + signal.SIGINT)
 
 
 def _check_session(args: argparse.Namespace, session: dict[str, Any]) -> None:
@@ -358,13 +398,18 @@ def _say_failure(args: argparse.Namespace, error: RunError) -> int:
 
 
 async def _main(args: argparse.Namespace, prompt: str) -> int:
+    signals = _StopSignals()
     try:
         target = target_from_args(args)
     except ConfigError as exc:
         raise RunError("config_error", f"configuration error:\n{exc.message}", 2) from None
     try:
         async with DaemonApi(target.url, target.headers()) as api:
-            return await run_turn(api, args, prompt)
+            return await run_turn(api, args, prompt, signals)
+    except asyncio.CancelledError:
+        if signals.received is None:
+            raise
+        raise signals.stopped() from None
     except NOT_A_URL:
         raise RunError("not_a_url", not_a_url(target.url), 2) from None
     except aiohttp.ClientConnectionError:
@@ -383,7 +428,7 @@ def run_command(args: argparse.Namespace) -> int:
         return asyncio.run(_main(args, prompt))
     except RunError as exc:
         return _say_failure(args, exc)
-    except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C: before the turn, or twice
+    except KeyboardInterrupt:  # Ctrl-C as the loop starts or ends
         return _say_failure(args, RunError("interrupted", "interrupted", 130))
 
 
@@ -398,7 +443,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "refused workspace, an ended session, one with a turn running or one working in another "
         "directory than --workspace; a session made for the refused turn is purged) or for a "
         "usage or configuration error; 130 for Ctrl-C while the prompt is read from stdin, or "
-        "a second Ctrl-C during the turn. With --json, stdout holds one JSON object either way.",
+        "a second Ctrl-C during the turn (the first cancels it); 143 for SIGTERM, which "
+        "cancels the turn as Ctrl-C does and leaves after 5 s at most. With --json, stdout holds one JSON object either way.",
     )
     parser.add_argument("prompt", help="the message to send; - reads it from stdin")
     parser.add_argument(

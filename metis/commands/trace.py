@@ -86,7 +86,9 @@ def prune_command(args: argparse.Namespace) -> int:
             f"metis trace prune: no trace store at {path} (is METIS_HOME right?)", file=sys.stderr
         )
         return 1
-    cutoff_us = now_us() - args.days * DAY_US
+    # no event predates 1970 (and a date before year 1 has no name): a cutoff further back
+    # than that deletes what it does, nothing
+    cutoff_us = max(now_us() - args.days * DAY_US, 0)
     before = "before " + local_time(format_datetime(us_to_datetime(cutoff_us)), zone=True)
     ask = None
     if not (args.dry_run or args.yes) and sys.stdin.isatty():
@@ -98,6 +100,9 @@ def prune_command(args: argparse.Namespace) -> int:
         return 2
     except sqlite3.Error as exc:
         print(f"metis trace prune: cannot prune {path}: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # a read-only home, files of another user
+        print(f"metis trace prune: cannot prune {path}: {exc.strerror}", file=sys.stderr)
         return 1
     if pruned is None:
         print("nothing deleted")

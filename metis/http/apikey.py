@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from metis.core.canonical.redaction import register_secret
+from metis.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 KEY_FILE = "api_key"
+_RENEW = "delete it and the next start writes a new key"
 
 
 @dataclass(frozen=True)
@@ -33,15 +35,28 @@ class ApiKey:
 
 
 def _read(path: Path) -> str:
-    mode = stat.S_IMODE(path.stat().st_mode)
-    if mode & 0o077:
-        log.warning("API key file %s had mode %o; tightened to 0600", path, mode)
-        path.chmod(0o600)
-    return path.read_text().strip()
+    """The key in the file (FileNotFoundError when there is none). A file that is there but
+    cannot be read as a key is a ConfigError naming it: a directory, a home that is a file, no
+    permission, bytes that are not text."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            log.warning("API key file %s had mode %o; tightened to 0600", path, mode)
+            path.chmod(0o600)
+        return path.read_text().strip()
+    except FileNotFoundError:
+        raise
+    except NotADirectoryError:
+        raise ConfigError(f"METIS_HOME {path.parent} is not a directory") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the API key file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"the API key file {path} is not text; {_RENEW}") from None
 
 
 def load_api_key(home: Path, env_value: str | None) -> ApiKey:
-    """The env key, else the file's key, else a new key written to the file."""
+    """The env key, else the file's key, else a new key written to the file. Raises ConfigError
+    for a key file that cannot be used."""
     if env_value:
         register_secret(env_value)
         return ApiKey(env_value, None, False)
@@ -57,7 +72,7 @@ def load_api_key(home: Path, env_value: str | None) -> ApiKey:
             handle.write(value + "\n")
         created = True
     if not value:
-        raise RuntimeError(f"the API key file {path} is empty; delete it to generate a new key")
+        raise ConfigError(f"the API key file {path} is empty; {_RENEW}")
     register_secret(value)
     log.info("API key file: %s", path)  # where the key is; the key itself never
     return ApiKey(value, path, created)
@@ -65,7 +80,8 @@ def load_api_key(home: Path, env_value: str | None) -> ApiKey:
 
 def existing_api_key(home: Path, env_value: str | None) -> str | None:
     """The key a client of this home sends: the env key, else the key file's; None when
-    neither exists (the daemon creates the file at its first start; a client never does)."""
+    neither exists (the daemon creates the file at its first start; a client never does).
+    Raises ConfigError for a key file that cannot be read."""
     if env_value:
         return env_value
     try:

@@ -88,7 +88,7 @@ def is_held(path: Path) -> bool:
     its home locked and say so, as it does when started twice at once."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no lock file, or no home to hold one
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)

@@ -74,6 +74,21 @@ async def test_a_config_yaml_broken_while_the_daemon_runs_leaves_its_clients_con
     assert code == 2 and err.startswith("metis: configuration error:")
 
 
+async def test_a_broken_config_yaml_does_not_cut_off_clients_that_name_the_daemons_port(
+    home_daemon: Daemon, metis_home: Path
+) -> None:
+    (metis_home / "config.yaml").write_text(BROKEN_CONFIG)
+    port = str(home_daemon.state.port)
+    for env, flags in (({"METIS_PORT": port}, []), ({}, ["--port", port, "--host", "localhost"])):
+        code, out, err = await metis("sessions", "list", *flags, env=env)
+        assert (code, out) == (0, ""), err  # no sessions: said on stderr, after the warning
+        assert err.startswith("metis: warning: ") and "YAML syntax" in err
+        assert err.splitlines()[1].startswith("no active sessions")
+    # another port is no address of the running daemon: config.yaml is needed, and it is broken
+    code, _, err = await metis("status", "--port", "1")
+    assert code == 2 and "configuration error" in err and "YAML syntax" in err
+
+
 async def test_status_of_another_url_says_where_the_homes_daemon_runs(
     home_daemon: Daemon,
 ) -> None:
@@ -92,3 +107,38 @@ def test_models_with_no_daemon_says_so_in_words(
     out = capsys.readouterr().out
     assert "no daemon answers at http://127.0.0.1:1: availability shown from models.yaml" in out
     assert "Error" not in out
+
+
+@pytest.mark.parametrize("command", [["status"], ["sessions", "list"], ["serve", "--port", "0"]])
+async def test_a_home_that_is_a_file_is_named_not_a_traceback(
+    metis_home: Path, command: list[str]
+) -> None:
+    metis_home.parent.mkdir(parents=True, exist_ok=True)
+    metis_home.write_text("not a folder\n")
+    code, _, err = await metis(*command)
+    assert code == 2, err
+    assert err == f"metis: configuration error:\nMETIS_HOME {metis_home} is not a directory\n"
+    assert metis_home.read_text() == "not a folder\n"
+
+
+async def test_a_key_file_that_cannot_be_used_is_named_by_clients_and_serve(
+    metis_home: Path,
+) -> None:
+    key_file = metis_home / "api_key"
+    key_file.mkdir(parents=True)
+    for command in (["status"], ["sessions", "list"], ["serve", "--port", "0"]):
+        code, _, err = await metis(*command)
+        assert code == 2, err
+        assert err.endswith(f"cannot read the API key file {key_file}: Is a directory\n")
+    key_file.rmdir()
+    key_file.write_text("\n")
+    code, _, err = await metis("serve", "--port", "0")
+    assert code == 2 and "Traceback" not in err
+    assert err.endswith(
+        f"the API key file {key_file} is empty; delete it and the next start writes a new key\n"
+    )
+    key_file.write_bytes(b"\xff\xfe key\n")
+    code, _, err = await metis("status")
+    assert code == 2 and err.endswith(
+        f"the API key file {key_file} is not text; delete it and the next start writes a new key\n"
+    )

@@ -152,6 +152,27 @@ async def test_ctrl_c_during_the_turn_cancels_it_and_reports_it_as_cancelled(
     assert session["current_turn_id"] is None and session["ended_at"] is None
 
 
+async def test_sigterm_during_the_turn_cancels_it_and_ends_the_session_it_made(
+    start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    """What `timeout` or `kill` sends: the turn is cancelled, not left running in a session
+    nobody follows, and the session the run made is ended as after any turn."""
+    d = await start_daemon(models=SLOW_SCRIPTED)
+    prompt = "a reply long enough to be cut off " * 4
+    proc = await start_metis("run", prompt, "--workspace", str(workspace), "--url", d.base_url)
+    assert proc.stdout is not None
+    await asyncio.wait_for(proc.stdout.read(1), 30)  # the reply is streaming
+    proc.send_signal(signal.SIGTERM)
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    said = err.decode()
+    assert proc.returncode == 1, said
+    assert "metis: terminated: cancelling the turn\n" in said and "Traceback" not in said
+    assert "metis: turn cancelled · session sess_" in said and "(kept)" not in said
+    [session] = (await api_of(d).call("GET", "/sessions?state=all"))[1]["sessions"]
+    _, session = await api_of(d).call("GET", f"/sessions/{session['id']}")
+    assert session["current_turn_id"] is None and session["ended_at"] is not None
+
+
 async def test_a_failed_turn_is_said_in_words_on_stderr_and_by_its_code_in_json(
     start_daemon: Callable[..., Any], workspace: Path, fake: FakeProviderServer
 ) -> None:

@@ -8,6 +8,7 @@ import asyncio
 import os
 import re
 import sqlite3
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from metis.core.store.migrations import LATEST_VERSION
 from metis.server.runner import Daemon
 from tests.api import Api
 from tests.cli import metis, start_metis
+from tests.shell_sandbox import require_bwrap
 from tests.ws_client import Ws
 
 UNPRUNED_TABLES = ("sessions", "turns", "messages", "tool_calls", "confirmations")
@@ -288,3 +290,45 @@ async def test_a_file_that_is_not_a_database_is_said_and_the_command_exits(
     (metis_home / "metis.db").write_text("garbage\n")
     code, _, err = await prune("--days", "0", "--dry-run")
     assert code == 1 and "file is not a database" in err, (code, err)
+
+
+async def test_days_past_the_first_event_ever_delete_nothing_and_say_so(
+    daemon: Daemon, api_of: Callable[[Daemon], Api], workspace: Path
+) -> None:
+    await aged_session(daemon, api_of, workspace)
+    before = census(daemon.settings.db_path)
+    code, out, err = await prune("--days", "1000000", "--yes")
+    assert (code, err) == (0, "")
+    assert out.startswith("nothing to prune: no session has events older than 1000000 days")
+    assert "(before 1970-01-01 " in out
+    assert census(daemon.settings.db_path) == before
+
+
+async def test_a_read_only_home_is_said_and_its_store_left_as_it_was(
+    daemon: Daemon, api_of: Callable[[Daemon], Api], workspace: Path
+) -> None:
+    """The command run where METIS_HOME is mounted read-only (bubblewrap binds it so)."""
+    bwrap = require_bwrap()
+    await aged_session(daemon, api_of, workspace)
+    db_path = daemon.settings.db_path
+    db_path.chmod(0o644)  # a mode the store tightens at open: the first write it tries
+    before = census(db_path)
+    home = str(db_path.parent)
+    sandbox = [bwrap, "--bind", "/", "/", "--ro-bind", home, home, "--dev", "/dev"]
+    proc = await asyncio.create_subprocess_exec(
+        *sandbox,
+        sys.executable,
+        "-m",
+        "metis.cli",
+        "trace",
+        "prune",
+        "--days",
+        "30",
+        "--yes",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 1, (out, err)
+    assert err.decode() == f"metis trace prune: cannot prune {db_path}: Read-only file system\n"
+    assert census(db_path) == before
