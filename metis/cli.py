@@ -12,7 +12,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from metis.http.ca_bundle import deferring_ca_bundle
 
@@ -185,13 +185,24 @@ class _Parser(argparse.ArgumentParser):
     given the rest of the command line; argparse's own would hand what it does not know back
     up, for the top level to refuse with its usage instead of the subcommand's."""
 
+    _words: Sequence[str] = ()
+
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
+        self._words = list(sys.argv[1:] if args is None else args)
         parsed, extras = super().parse_known_args(args, namespace)
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
         return parsed, extras
+
+    def error(self, message: str) -> NoReturn:
+        """A usage error, also said to a script that asked for JSON where the command speaks
+        it (`on_usage_error` in its parser's defaults: `metis run --json`)."""
+        said_to_script = self.get_default("on_usage_error")
+        if said_to_script is not None:
+            said_to_script(message, self._words)
+        super().error(message)
 
 
 class _ShowVersion(argparse.Action):

@@ -23,7 +23,7 @@ import contextlib
 import json
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from metis.commands.client import (
 )
 from metis.commands.daemon_client import add_arguments, target_from_args, unreachable
 from metis.commands.daemon_client import session_id as session_argument
+from metis.config import AddressError
 from metis.core.errors import ConfigError
 from metis.wire import tooldisplay
 
@@ -385,6 +386,15 @@ def _name(tool: dict[str, Any]) -> str:
     return str(tool.get("name") or "")
 
 
+def _usage_error_as_json(message: str, words: Sequence[str]) -> None:
+    """With `--json` among the words (before a `--`), a usage error is one JSON object on
+    stdout as well, as any refused run: a script reads why before the usage on stderr."""
+    options = words[: words.index("--")] if "--" in words else words
+    if "--json" in options:
+        failure = {"status": "refused", "reason": "usage_error", "message": message}
+        print(json.dumps(failure, ensure_ascii=False), flush=True)
+
+
 def _say_failure(args: argparse.Namespace, error: RunError) -> int:
     """Say why the run ended before its turn did: on stderr, and with `--json` as the one JSON
     object on stdout (`status`, `reason`, `message`, as a failed turn's), for a script to
@@ -403,6 +413,8 @@ async def _main(args: argparse.Namespace, prompt: str) -> int:
         target = target_from_args(args)
     except ConfigError as exc:
         raise RunError("config_error", f"configuration error:\n{exc.message}", 2) from None
+    except AddressError as exc:
+        raise RunError("invalid_address", str(exc), 2) from None
     try:
         async with DaemonApi(target.url, target.headers()) as api:
             return await run_turn(api, args, prompt, signals)
@@ -479,4 +491,4 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object at the end")
     add_arguments(parser)
-    parser.set_defaults(func=run_command)
+    parser.set_defaults(func=run_command, on_usage_error=_usage_error_as_json)

@@ -101,6 +101,24 @@ async def test_run_json_describes_a_refused_request(
     assert code == 1 and json.loads(out)["status"] == "error"
 
 
+async def test_run_json_describes_a_usage_or_address_error_too(metis_home: Path) -> None:
+    """A script that asked for JSON reads one object whatever stopped the run, here before any
+    daemon is asked; the usage is still said on stderr."""
+    for args, env, reason, said in (
+        (["--json"], {}, "usage_error", "the following arguments are required: prompt"),
+        (["hi", "--json", "--bogus"], {}, "usage_error", "unrecognized arguments: --bogus"),
+        (["hi", "--json", "--port", "70000"], {}, "usage_error", "70000"),
+        (["hi", "--json"], {"METIS_PORT": "abc"}, "invalid_address", "METIS_PORT='abc'"),
+    ):
+        code, out, err = await metis("run", *args, env=env)
+        assert code == 2, err
+        failure = json.loads(out)
+        assert (failure["status"], failure["reason"]) == ("refused", reason), failure
+        assert said in failure["message"] and said in err
+    code, out, err = await metis("run", "hi", "--bogus")  # without --json: stderr only
+    assert (code, out) == (2, "") and "unrecognized arguments: --bogus" in err
+
+
 async def test_deny_all_is_named_as_the_reason_of_its_denials(
     daemon: Daemon, workspace: Path, api_of: Callable[[Daemon], Api]
 ) -> None:
