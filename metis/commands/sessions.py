@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from metis.commands import usage
-from metis.commands.client import DaemonApi, turn_outcome, with_daemon
+from metis.commands.client import ApiFailure, DaemonApi, turn_outcome, with_daemon
 from metis.commands.daemon_client import add_arguments, session_id
 from metis.commands.export_file import export_path, write_export
 from metis.commands.paths import short_path
@@ -241,12 +241,25 @@ def _days(value: str) -> int:
 
 
 async def _title(api: DaemonApi, args: argparse.Namespace) -> int:
-    title = None if args.clear else args.title
-    if (title is None or not title.strip()) and not args.clear:
-        print("metis: give a title, or --clear to go back to the first prompt's", file=sys.stderr)
+    """Exit 2 for a title that cannot be one, refused here (none, blank, or given with
+    --clear) or by the daemon (a rule only it knows: an invisible one, too long)."""
+    if args.clear and args.title is not None:
+        print("metis: give a title or --clear, not both", file=sys.stderr)
         return 2
-    # the answer holds the title in force (a cleared one falls back to the first prompt's)
-    patched = await api.call("PATCH", f"/sessions/{args.id}", {"title": title})
+    if not args.clear and (args.title is None or not args.title.strip()):
+        print(
+            "metis: give a title, or --clear to title the session by its first prompt again",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        # the answer holds the title in force (a cleared one falls back to the first prompt's)
+        patched = await api.call("PATCH", f"/sessions/{args.id}", {"title": args.title})
+    except ApiFailure as exc:
+        if exc.code != "validation_error":
+            raise
+        print(f"metis: {exc.said}", file=sys.stderr)
+        return 2
     print(f"{args.id}: {_shown(patched.get('title') or '-')}")
     return 0
 

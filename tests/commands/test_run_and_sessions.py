@@ -241,12 +241,18 @@ async def test_client_commands_fail_with_a_message_not_a_traceback(
     assert code == 2 and "not a session id: '../../etc/passwd'" in err, err
     code, _, err = await metis("sessions", "title", session["id"], "two\nlines", *url)
     assert (code, err) == (
-        1,
+        2,
         "metis: request validation failed: title: a title is one line of text: no line "
         "breaks, control or bidi characters\n",
     )
-    code, _, err = await metis("sessions", "title", session["id"], " ", *url)
-    assert (code, err) == (2, "metis: give a title, or --clear to go back to the first prompt's\n")
+    asked = "metis: give a title, or --clear to title the session by its first prompt again\n"
+    for title in ([" "], []):
+        code, _, err = await metis("sessions", "title", session["id"], *title, *url)
+        assert (code, err) == (2, asked)
+    code, _, err = await metis("sessions", "title", session["id"], "new", "--clear", *url)
+    assert (code, err) == (2, "metis: give a title or --clear, not both\n")
+    status, kept = await api.call("GET", f"/sessions/{session['id']}")
+    assert kept["title"] is None
     # an export replaces a file, never a link or a device (as root, /dev/null would have been)
     target = tmp_path / "target.md"
     target.write_text("kept\n")
