@@ -116,8 +116,9 @@ def _banner_models_line(log_path: Path, offset: int) -> str | None:
 
 
 def serve_detached(args: argparse.Namespace) -> int:
-    """Start the daemon in the background; 0 once it listens, 1 when it could not start (a
-    configuration error raises ConfigError, which `metis serve` reports with exit 2)."""
+    """Start the daemon in the background; 0 once it listens, 1 when it could not start, 2
+    for a configuration error (config.yaml's raises ConfigError here, which `metis serve`
+    reports; one the daemon meets as it starts is its exit status 2)."""
     from metis.config import home_from, load_settings
 
     settings = load_settings(home=home_from(args.home), host=args.host, port=args.port)
@@ -159,7 +160,9 @@ def serve_detached(args: argparse.Namespace) -> int:
         print(f"The end of its log, {log_path}:", file=sys.stderr)
         for line in _logged_since(log_path, start_offset)[-LOG_LINES_SHOWN:]:
             print(f"  {line}", file=sys.stderr)
-        return 1
+        # a configuration error the child met (models.yaml, routing.yaml) keeps its status 2,
+        # as in the foreground
+        return 2 if child.returncode == 2 else 1
     lines = [f"metis is serving at {url} in the background (pid {child.pid})", f"  home:    {home}"]
     models = _banner_models_line(log_path, start_offset)
     if models is not None:

@@ -135,6 +135,22 @@ async def test_a_bad_config_yaml_is_reported_on_the_terminal_and_nothing_starts(
     assert not (home / "logs" / "daemon.log").exists()
 
 
+async def test_a_bad_models_yaml_met_by_the_detached_daemon_is_a_configuration_error_too(
+    home: Path,
+) -> None:
+    """models.yaml is read by the daemon itself: its exit status 2 is the command's, as for
+    `metis serve` in the foreground."""
+    home.mkdir(mode=0o700)
+    (home / "models.yaml").write_text("models: [oops\n")
+    code, out, err = await metis("serve", "--detach", "--port", "0")
+    assert (code, out) == (2, ""), err
+    assert err.startswith("metis: the daemon did not start (exit status 2).\n")
+    assert "models.yaml" in err and "Traceback" not in err
+    code, _, err = await metis("serve", "--port", "0")
+    assert code == 2 and "models.yaml" in err
+    assert not is_held(home / LOCK_FILE)
+
+
 async def test_stop_never_signals_a_pid_a_lock_file_names_without_holding_the_lock(
     home: Path,
 ) -> None:
