@@ -160,7 +160,7 @@ def serve_detached(args: argparse.Namespace) -> int:
         print(f"The end of its log, {log_path}:", file=sys.stderr)
         for line in _logged_since(log_path, start_offset)[-LOG_LINES_SHOWN:]:
             print(f"  {line}", file=sys.stderr)
-        # a configuration error the child met (models.yaml, routing.yaml) keeps its status 2,
+        # a configuration error the child met (a bad models.yaml) keeps its status 2,
         # as in the foreground
         return 2 if child.returncode == 2 else 1
     lines = [f"metis is serving at {url} in the background (pid {child.pid})", f"  home:    {home}"]
