@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic_core import ErrorDetails
 
 from metis.core.canonical.content import MAX_IMAGE_BYTES
+from metis.core.config.checks import type_name
 from metis.core.config.yaml_source import MarkedDict, line_of, read_yaml_file, suggest
 from metis.core.datamodel import DataModel
 from metis.core.errors import ConfigError
@@ -281,6 +282,8 @@ def _loc_to_message(path: Path, data: Any, error: ErrorDetails) -> str:
         parent = _section_at(loc[:-1])
         hint = suggest(loc[-1], list(parent.model_fields)) if parent is not None else ""
         problem = f"unknown key{hint}"
+    elif error["type"] == "model_type":  # pydantic names the section's class
+        problem = f"expected a mapping, got {type_name(error['input'])}"
     where = f"{path}:{line}" if line else str(path)
     return f"{where}: {key}: {problem}"
 

@@ -19,6 +19,7 @@ from metis.config import AapSettings, Settings
 from metis.core.application import Application
 from metis.http import responses
 from metis.http.apikey import ApiKey
+from metis.http.body import problem_said
 
 # ---------------------------------------------------------------------------------------------
 # CORS for the AAP routes only: configured origins, reflected, never credentials.
@@ -125,7 +126,7 @@ def parse_body(request: web.Request, model: type[M]) -> M:
     except ValidationError as exc:
         raise validation_error(
             [
-                {"loc": ["body", *e["loc"]], "msg": e["msg"]}
+                {"loc": ["body", *e["loc"]], "msg": problem_said(e)}
                 for e in exc.errors(include_input=False, include_url=False, include_context=False)
             ]
         ) from None

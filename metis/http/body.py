@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from pydantic_core import ErrorDetails
 
 from metis.core.canonical.jsontext import parse_client_json
 
@@ -98,3 +99,14 @@ def decode_json_object(raw: bytes) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise BodyRefused("not_object", "body must be a JSON object")
     return value
+
+
+def problem_said(error: ErrorDetails) -> str:
+    """What one of pydantic's validation errors says to a client, without what only names our
+    code: a nested object's model class ("…or instance of AgentConfig") and the `Value error, `
+    put before a validator's own sentence (a Python exception's name, not the problem)."""
+    if error["type"] == "model_type":
+        return "Input should be an object"
+    if error["type"] == "value_error":
+        return error["msg"].removeprefix("Value error, ")
+    return error["msg"]

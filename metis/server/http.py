@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from metis.config import PageSize
 from metis.http import routes
-from metis.http.body import BodyRefused, decode_json, read_whole
+from metis.http.body import BodyRefused, decode_json, problem_said, read_whole
 from metis.http.errors import WireError
 from metis.http.responses import json_response as json_response
 from metis.http.routes import ROUTE_SPEC_KEY as ROUTE_SPEC_KEY
@@ -36,17 +36,11 @@ class RouteTable(routes.RouteTable):
 
 
 def _pydantic_errors(exc: ValidationError, where: str) -> list[dict[str, Any]]:
-    """pydantic errors as `{loc, msg, type}`; the input value is never echoed (may be a secret).
-    A validator's own sentence is given without the `Value error, ` pydantic puts in front
-    (it names a Python exception, not the problem)."""
+    """pydantic errors as `{loc, msg, type}`; the input value is never echoed (may be a secret)."""
     return [
-        {"loc": [where, *e["loc"]], "msg": _said(e["msg"], e["type"]), "type": e["type"]}
+        {"loc": [where, *e["loc"]], "msg": problem_said(e), "type": e["type"]}
         for e in exc.errors(include_input=False, include_url=False, include_context=False)
     ]
-
-
-def _said(msg: str, kind: str) -> str:
-    return msg.removeprefix("Value error, ") if kind == "value_error" else msg
 
 
 def validation_error(

@@ -34,6 +34,18 @@ async def test_nan_and_infinity_are_invalid_json_and_nothing_is_stored(aap: AapC
     assert listed.status == 200 and listed.body["sessions"] == []
 
 
+async def test_a_value_that_should_be_an_object_says_so_without_naming_our_classes(
+    aap: AapClient,
+) -> None:
+    for body in ({"agent": 5}, {"agent": {"name": "metis"}, "tools": [5]}):
+        reply = await aap.request("POST", "/sessions", body)
+        assert reply.status == 400 and reply.body["error"]["code"] == "validation_error"
+        [problem] = reply.body["error"]["details"]["errors"]
+        assert problem["msg"] == "Input should be an object", problem
+    reply = await aap.v1.request("PUT", "/session", {"agent": 5, "messages": []})
+    assert reply.body["error"]["details"]["errors"][0]["msg"] == "Input should be an object"
+
+
 async def test_a_nul_in_the_workspace_option_is_an_invalid_option(aap: AapClient) -> None:
     for value in ("/tmp/\u0000", "~\u0000/x"):
         reply = await aap.request(

@@ -109,6 +109,16 @@ def test_a_misspelled_key_inside_a_map_of_sections_gets_its_suggestion(tmp_path:
     assert "mcp.servers.files.tools.read.polcy: unknown key; did you mean 'policy'?" in text
 
 
+def test_a_section_that_is_not_a_mapping_says_what_it_is_not_a_class_name(
+    tmp_path: Path,
+) -> None:
+    text = config_error(tmp_path / "h", "limits: 5\ntools: [1]\nmcp:\n  servers: {a: x}\n")
+    assert "config.yaml:1: limits: expected a mapping, got integer" in text
+    assert "config.yaml:2: tools: expected a mapping, got list" in text
+    assert "mcp.servers.a: expected a mapping, got string" in text
+    assert "Settings" not in text and "instance of" not in text
+
+
 def test_bad_config_names_file_line_and_key(tmp_path: Path) -> None:
     home = tmp_path / "h"
     text = config_error(
