@@ -45,6 +45,7 @@ from metis.core.errors import ConfigError
 from metis.wire import tooldisplay
 
 TERMINAL_TYPES = ("turn.completed", "turn.cancelled", "turn.failed")
+ENDED_WAIT_S = 2.0
 REFUSED_STATUSES = (400, 404, 409)
 
 
@@ -178,6 +179,9 @@ async def run_turn(
         tools: list[dict[str, Any]] = []
         with signals.cancel_the_turn(ws, accepted["turn_id"], reply):
             outcome, answered_by = await _follow(api, ws, args, session_id, accepted, reply, tools)
+        kept = "" if ending else " (kept)"
+        if kept and outcome["status"] == "cancelled" and not signals.cancel_sent:
+            kept = await _kept_or_ended(api, ws, session_id)
     finally:
         if ws is not None:
             await ws.close()
@@ -218,7 +222,6 @@ async def run_turn(
         _err(outcome["message"])
     else:
         reply.end_line()
-        kept = "" if ending else " (kept)"
         # worded as the chat clients word it (`--json` keeps the codes for scripts)
         ended = turn_outcome(f"turn.{outcome['status']}", outcome)
         _err(f"turn {ended} · session {session_id}{kept} · ${outcome.get('total_cost_usd')}")
@@ -254,6 +257,11 @@ class _StopSignals:
         self._cancel_turn(received)
         if received is signal.SIGTERM:
             self._loop.call_later(self.TERM_GRACE_S, self._leave)
+
+    @property
+    def cancel_sent(self) -> bool:
+        """Whether this run asked for the turn's cancel (a signal during it)."""
+        return self._cancel_sent
 
     def _leave(self) -> None:
         if self._task is not None:
@@ -380,6 +388,25 @@ async def _follow(
                     call["duration_ms"] = p.get("duration_ms")
         elif kind in TERMINAL_TYPES:
             return {"status": kind.removeprefix("turn."), **p}, answered_by
+
+
+async def _kept_or_ended(
+    api: DaemonApi, ws: aiohttp.ClientWebSocketResponse, session_id: str
+) -> str:
+    """How the session is said after a turn cancelled from elsewhere: still there (a Cancel
+    elsewhere), or ended or purged, which cancels the turn first and closes this socket once
+    the end is stored (waited for, `ENDED_WAIT_S` at most)."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(ENDED_WAIT_S):
+            while (await ws.receive()).type == aiohttp.WSMsgType.TEXT:
+                pass
+    try:
+        got = await api.call("GET", f"/sessions/{session_id}")
+    except ApiFailure as exc:
+        if exc.status != 404:
+            raise
+        return " (purged elsewhere)"
+    return " (kept)" if got["ended_at"] is None else " (ended elsewhere)"
 
 
 def _name(tool: dict[str, Any]) -> str:

@@ -191,6 +191,24 @@ async def test_sigterm_during_the_turn_cancels_it_and_ends_the_session_it_made(
     assert session["current_turn_id"] is None and session["ended_at"] is not None
 
 
+async def test_a_session_ended_elsewhere_during_the_turn_is_not_said_to_be_kept(
+    start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    d = await start_daemon(models=SLOW_SCRIPTED)
+    api = api_of(d)
+    sid = (await api.create_session(workspace))["id"]
+    prompt = "a reply long enough to be cut off " * 4
+    proc = await start_metis("run", prompt, "--session", sid, "--url", d.base_url)
+    assert proc.stdout is not None
+    await asyncio.wait_for(proc.stdout.read(1), 30)  # the reply is streaming
+    status, _ = await api.call("DELETE", f"/sessions/{sid}")  # the dashboard's End, say
+    assert status == 200
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    said = err.decode()
+    assert proc.returncode == 1, said
+    assert f"metis: turn cancelled · session {sid} (ended elsewhere) · $" in said, said
+
+
 async def test_a_failed_turn_is_said_in_words_on_stderr_and_by_its_code_in_json(
     start_daemon: Callable[..., Any], workspace: Path, fake: FakeProviderServer
 ) -> None:
