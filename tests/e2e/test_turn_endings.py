@@ -11,6 +11,7 @@ cancelled call reports.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -402,3 +403,35 @@ async def test_a_call_cancelled_before_any_usage_reports_and_bills_nothing(
     assert {k: failed[k] for k in USAGE} == dict.fromkeys(USAGE, 0)
     assert failed["cost_usd"] == "0" and terminal["payload"]["total_cost_usd"] == "0"
     assert_store_invariants(metis_home, sid)
+
+
+async def test_a_turn_or_patch_sent_while_an_end_runs_is_refused_with_the_ends_time(
+    env: Env, workspace: Path
+) -> None:
+    """An end waits for its turn's cancel; a shell that ignores SIGTERM holds it for the kill's
+    grace (5 s). A turn or model PATCH sent meanwhile waits for the end, so its 409 says when
+    the session ended, as one sent after it would (a title may change after an end)."""
+    d, api, fake = env
+    command = "trap '' TERM; echo ready > ready; sleep 30"
+    fake.enqueue("anthropic", FakeReply.call("shell", {"command": command, "timeout_seconds": 60}))
+    sid = await session_on(api, workspace, "anthropic")
+    status, _ = await api.submit(sid, "run it")
+    assert status == 202
+    async with asyncio.timeout(20):
+        while not (workspace / "ready").exists():
+            await asyncio.sleep(0.02)
+    ending = asyncio.create_task(api.call("DELETE", f"/sessions/{sid}"))
+    async with asyncio.timeout(20):
+        while not d.core.sessions.is_ending(sid):
+            await asyncio.sleep(0.01)
+    assert not ending.done()
+    text = {"content": [{"type": "text", "text": "late"}]}
+    (turned, refused_turn), (patched, refused_patch), (ended, view) = await asyncio.gather(
+        api.call("POST", f"/sessions/{sid}/turns", text),
+        api.call("PATCH", f"/sessions/{sid}", {"active_model": "openai:gpt-5"}),
+        ending,
+    )
+    assert ended == 200 and view["ended_at"] is not None
+    for status, body in ((turned, refused_turn), (patched, refused_patch)):
+        assert status == 409 and body["error"]["code"] == "session_already_ended", body
+        assert body["error"]["details"] == {"ended_at": view["ended_at"]}

@@ -345,19 +345,34 @@ class SessionService:
         return row
 
     async def require_active(self, session_id: str) -> SessionRow:
-        """The row of a session that is neither ended nor ending, else `SessionAlreadyEnded`."""
-        row = await self.require(session_id)
+        """The row of a session that is neither ended nor ending, else `SessionAlreadyEnded`
+        (`SessionNotFound` once purged). An end in progress is waited for: the refusal then
+        carries its `ended_at`, and an end that failed refuses nothing."""
+        row = await self._after_an_end_in_progress(session_id, await self.require(session_id))
+        if row is None:
+            raise SessionNotFound(session_id)
         if row.status == "ended" or session_id in self._ending:
             raise SessionAlreadyEnded(session_id, _iso(row.ended_at_us))
         return row
+
+    async def _after_an_end_in_progress(
+        self, session_id: str, row: SessionRow | None
+    ) -> SessionRow | None:
+        """`row`, or, while an end or purge of the session runs, the row it leaves (None once
+        purged). The wait holds nothing an end needs: callers hold no slot and no write."""
+        if row is None or row.status == "ended" or session_id not in self._ending:
+            return row
+        async with self._ends.hold(session_id):
+            return await self.store.get(session_id)
 
     def is_ending(self, session_id: str) -> bool:
         """Ending or ended here: checked with no await before a turn or PATCH takes effect."""
         return session_id in self._ending
 
     async def refusal(self, session_id: str) -> SessionAlreadyEnded | SessionNotFound:
-        """The error for a turn or PATCH that lost the race with this session's end or purge."""
-        row = await self.store.get(session_id)
+        """The error for a turn or PATCH that lost the race with this session's end or purge,
+        once that is over (so it carries the end's `ended_at`)."""
+        row = await self._after_an_end_in_progress(session_id, await self.store.get(session_id))
         if row is None:
             return SessionNotFound(session_id)
         return SessionAlreadyEnded(session_id, _iso(row.ended_at_us))
