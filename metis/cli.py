@@ -108,6 +108,11 @@ async def _serve(args: argparse.Namespace) -> int:
 
     if not protect_process_memory():
         log.info("process memory protection unavailable on this platform")
+    elif os.geteuid() == 0:  # root reads any process's /proc/<pid>/environ, dumpable or not
+        log.warning(
+            "metis runs as root: an unsandboxed shell command or an MCP server it starts can "
+            "read the provider keys in its environment; run it as an ordinary user"
+        )
     settings = load_settings(home=home_from(args.home), host=args.host, port=args.port)
     if args.log_level is None:
         logging.getLogger().setLevel(settings.file.log_level)

@@ -224,6 +224,8 @@ async def test_config_yaml_sets_the_log_level_and_the_flag_overrides_it(
     chatty.proc.send_signal(signal.SIGTERM)
     code, log = await chatty.finish()
     assert code == 0 and "level=INFO logger=metis.server.runner metis listening" in log
+    # root reads a non-dumpable process's environment all the same: said once, as a warning
+    assert log.count("level=WARNING logger=metis metis runs as root") == (os.geteuid() == 0)
     # each record's time says its zone: local, with its offset from UTC
     [listening] = [line for line in log.splitlines() if "metis listening" in line]
     stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d"
