@@ -151,13 +151,15 @@ async def stdio_transport(
         assert process.stdout is not None
         unfinished: list[bytes] = []  # a line's chunks so far: joined once, when it ends
         held = 0  # their bytes
+        too_long = False
         try:
             async with read_writer:
                 async for chunk in process.stdout:
                     end = chunk.find(b"\n")  # the later lines of a chunk are shorter than it
                     if held + (len(chunk) if end < 0 else end) > MAX_MESSAGE_BYTES:
                         liveness.end(_TOO_LONG)
-                        return
+                        too_long = True
+                        break
                     if end < 0:
                         unfinished.append(chunk)
                         held += len(chunk)
@@ -169,10 +171,16 @@ async def stdio_transport(
                     for line in lines:
                         if line.strip():
                             await read_writer.send(_parse(line.decode("utf-8", "replace")))
-                # most often the process is exiting, and its status says why: known before the
-                # session sees its stream close
-                await _wait_exit(process, 0.5)
-                output_ended()
+                else:
+                    # most often the process is exiting, and its status says why: known before
+                    # the session sees its stream close
+                    await _wait_exit(process, 0.5)
+                    output_ended()
+            if too_long:
+                # the rest is dropped as it comes, until the stopped server's pipe ends: a pipe
+                # left unread stays paused, and its process's transport is never closed
+                async for _ in process.stdout:
+                    pass
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             pass
         finally:
