@@ -106,13 +106,9 @@ async def _serve(args: argparse.Namespace) -> int:
     from metis.server.lock import acquire
     from metis.server.runner import Daemon, freeze_startup_heap, protect_process_memory
 
-    if not protect_process_memory():
+    protected = protect_process_memory()
+    if not protected:
         log.info("process memory protection unavailable on this platform")
-    elif os.geteuid() == 0:  # root reads any process's /proc/<pid>/environ, dumpable or not
-        log.warning(
-            "metis runs as root: an unsandboxed shell command or an MCP server it starts can "
-            "read the provider keys in its environment; run it as an ordinary user"
-        )
     settings = load_settings(home=home_from(args.home), host=args.host, port=args.port)
     if args.log_level is None:
         logging.getLogger().setLevel(settings.file.log_level)
@@ -120,6 +116,11 @@ async def _serve(args: argparse.Namespace) -> int:
     try:
         daemon = Daemon(settings)
         await daemon.start()
+        if protected and os.geteuid() == 0:  # root reads any /proc/<pid>/environ, dumpable or not
+            log.warning(
+                "metis runs as root: an unsandboxed shell command or an MCP server it starts "
+                "can read the provider keys in its environment; run it as an ordinary user"
+            )
         # before the banner: a supervisor may stop the daemon as soon as it reads it
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
