@@ -100,6 +100,30 @@ async def test_invalid_utf8_is_replaced_and_counted(harness: Any, workspace: Pat
     assert text == "caf\ufffd\nna\ufffdve\nok\n[2 invalid UTF-8 sequences replaced]"
 
 
+async def test_invalid_utf8_is_replaced_per_sequence_and_counted_within_the_cut(
+    harness: Any, workspace: Path
+) -> None:
+    """Each invalid sequence is one U+FFFD as `errors="replace"` makes them (a truncated
+    sequence is one, a surrogate's three bytes are three); a U+FFFD the file holds is shown but
+    not counted; a cut line counts only what is shown, also when its read ends mid-sequence."""
+    (workspace / "mixed.txt").write_bytes(
+        b"ok \xef\xbf\xbd kept \xff\n"
+        + b"\xe2\x82x \xed\xa0\x80 \xf0\x9f\x98\r\n"
+        + b"a" * 1998 + b"\xef\xbf\xbd" + b"\xff" * 5000 + b"\n"
+        + b"\xff" * 8003 + b"\xf0\x9f\x98\x80" * 10 + b"\n"
+        + b"end \x80"
+    )  # fmt: skip
+    _, text = await text_of(harness, "read_file", {"path": "mixed.txt"})
+    assert text == (
+        "ok \ufffd kept \ufffd\n"
+        + "\ufffdx \ufffd\ufffd\ufffd \ufffd\r\n"
+        + "a" * 1998 + "\ufffd\ufffd[… line truncated]\n"
+        + "\ufffd" * 2000 + "[… line truncated]\n"
+        + "end \ufffd\n"
+        + "[2008 invalid UTF-8 sequences replaced]"
+    )  # fmt: skip
+
+
 async def test_large_file_is_streamed_and_counted(harness: Any, workspace: Path) -> None:
     (workspace / "big.txt").write_text("".join(f"{i}\n" for i in range(1, 100_001)))
     _, text = await text_of(harness, "read_file", {"path": "big.txt", "offset": 50_000, "limit": 1})
