@@ -85,11 +85,19 @@ def atomic_write(
     *,
     cancelled: Callable[[], bool],
 ) -> bool:
-    """Write `data` to `target` atomically; True when the file was created.
+    """Write `data` to `target`; True when the file was created.
 
     A temp file in the target directory is renamed over the target, so a reader never sees a
     half-written file and a cancel before the rename leaves the old content. An existing
-    file's mode is kept; a new file gets the process umask like any other created file.
+    file's mode, owner and group are kept; a new file gets the process umask and user like any
+    other created file.
+
+    Two existing files are written through their own inode instead (`_write_in_place`), where a
+    reader may see a partial file: one with several hard links, which a rename would split
+    (the other names keeping the old content), and one whose owner or group this process may
+    not give away (it is not root and the file is someone else's), which a rename would hand to
+    the daemon's user. Writing in place needs write permission on the file itself, so a file
+    the daemon may not write is refused, not replaced behind its mode's back.
     """
     if cancelled():
         raise ToolCancelled()
@@ -102,15 +110,34 @@ def atomic_write(
         raise ToolError(f"{display(target.rel)} is a directory.")
     if info is not None and not stat.S_ISREG(info.st_mode):
         raise not_regular(target.rel)
+    hard_linked = info is not None and info.st_nlink > 1
+    if hard_linked or not _write_by_rename(target, data, info, cancelled):
+        _write_in_place(target, data, cancelled)
+    return info is None
+
+
+def _write_by_rename(
+    target: ResolvedPath,
+    data: bytes,
+    info: os.stat_result | None,
+    cancelled: Callable[[], bool],
+) -> bool:
+    """Replace `target` (whose stat is `info`, None when it does not exist) by renaming a temp
+    file over it; False, with nothing changed, when the temp file cannot take the owner and
+    group of the file it would replace."""
     directory, name = os.path.split(target.real)
     tmp = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.metis-tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
     try:
         with os.fdopen(fd, "wb") as handle:
+            if info is not None:
+                if not _take_owner(handle.fileno(), info):
+                    os.unlink(tmp)
+                    return False
+                # After the chown, which may clear the set-user-ID and set-group-ID bits.
+                os.fchmod(handle.fileno(), stat.S_IMODE(info.st_mode))
             handle.write(data)
             handle.flush()
-            if info is not None:
-                os.fchmod(handle.fileno(), stat.S_IMODE(info.st_mode))
             os.fsync(handle.fileno())
         if cancelled():
             raise ToolCancelled()
@@ -119,4 +146,39 @@ def atomic_write(
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    return info is None
+    return True
+
+
+def _take_owner(fd: int, info: os.stat_result) -> bool:
+    """Give the open file `fd` the owner and group in `info`; False when not permitted."""
+    own = os.fstat(fd)
+    if (own.st_uid, own.st_gid) == (info.st_uid, info.st_gid):
+        return True
+    try:
+        os.fchown(fd, info.st_uid, info.st_gid)
+    except PermissionError:
+        return False
+    return True
+
+
+def _write_in_place(target: ResolvedPath, data: bytes, cancelled: Callable[[], bool]) -> None:
+    """Truncate the existing `target` and write `data` through the same inode, so its links,
+    owner, group and mode stay as they are. A cancel seen before the truncate leaves the old
+    content; after it, a reader (or a failed write) sees a prefix of the new content."""
+    try:
+        fd = os.open(target.real, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except PermissionError:
+        raise ToolError(f"Permission denied: {display(target.rel)}") from None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+            raise not_regular(target.rel) from None
+        raise
+    with os.fdopen(fd, "wb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise not_regular(target.rel)
+        if cancelled():
+            raise ToolCancelled()
+        os.ftruncate(fd, 0)
+        handle.write(data)
+        handle.flush()
+        os.fsync(fd)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import stat
 import time
@@ -18,6 +19,7 @@ from metis.core.tools.files import atomic_write
 from metis.core.tools.sandbox import Sandbox
 
 MIB = 1024 * 1024
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
 
 
 async def text_of(harness: Any, name: str, input: dict[str, Any]) -> tuple[str | None, str]:
@@ -189,6 +191,75 @@ async def test_cancelled_write_leaves_the_old_file(workspace: Path) -> None:
         )
     assert target.read_text() == "old\n"
     assert [p.name for p in workspace.iterdir()] == ["keep.txt"]
+
+
+@ROOT_ONLY
+async def test_write_and_patch_keep_the_owner_group_and_mode(harness: Any, workspace: Path) -> None:
+    """The replacement is given the old file's owner before its mode, as a chown clears the
+    set-user-ID and set-group-ID bits."""
+    target = workspace / "owned.txt"
+    target.write_text("old\n")
+    os.chown(target, 12345, 12345)
+    target.chmod(0o6750)
+    await text_of(harness, "write_file", {"path": "owned.txt", "content": "new\n"})
+    assert target.read_text() == "new\n"
+    info = target.stat()
+    assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (12345, 12345, 0o6750)
+    await text_of(harness, "patch_file", {"path": "owned.txt", "old_text": "new", "new_text": "x"})
+    assert target.read_text() == "x\n"
+    info = target.stat()
+    assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (12345, 12345, 0o6750)
+
+
+@ROOT_ONLY
+async def test_an_owner_that_cannot_be_given_away_is_kept_by_writing_in_place(
+    harness: Any, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon that is not root may not chown its temp file to the file's owner: it writes
+    through the existing file rather than take it over."""
+    target = workspace / "theirs.txt"
+    target.write_text("old content\n")
+    os.chown(target, 12345, 12345)
+    inode = target.stat().st_ino
+
+    def refuse(fd: int, uid: int, gid: int) -> None:
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "fchown", refuse)
+    await text_of(harness, "write_file", {"path": "theirs.txt", "content": "new\n"})
+    assert target.read_text() == "new\n"
+    info = target.stat()
+    assert (info.st_ino, info.st_uid, info.st_gid) == (inode, 12345, 12345)
+    assert [p.name for p in workspace.iterdir()] == ["theirs.txt"]
+
+
+async def test_a_hard_linked_file_is_written_through_its_inode(
+    harness: Any, workspace: Path
+) -> None:
+    """A rename would split the link, the other name keeping the old content."""
+    target = workspace / "a.txt"
+    other = workspace / "b.txt"
+    target.write_text("old content\n")
+    os.link(target, other)
+    inode = target.stat().st_ino
+    call = await harness.call("write_file", {"path": "a.txt", "content": "new\n"})
+    assert call.text == "Wrote 4 bytes to a.txt (replaced)."
+    assert other.read_text() == "new\n"
+    await text_of(harness, "patch_file", {"path": "b.txt", "old_text": "new", "new_text": "x"})
+    assert target.read_text() == "x\n"
+    assert (target.stat().st_ino, other.stat().st_ino, target.stat().st_nlink) == (inode, inode, 2)
+    assert sorted(p.name for p in workspace.iterdir()) == ["a.txt", "b.txt"]
+
+
+def test_a_cancel_before_an_in_place_write_leaves_the_old_content(workspace: Path) -> None:
+    target = workspace / "a.txt"
+    target.write_text("old\n")
+    os.link(target, workspace / "b.txt")
+    sandbox = Sandbox(workspace)
+    answers = iter([False, True])
+    with pytest.raises(ToolCancelled):
+        atomic_write(sandbox, sandbox.resolve("a.txt"), b"new\n", cancelled=lambda: next(answers))
+    assert target.read_text() == (workspace / "b.txt").read_text() == "old\n"
 
 
 def test_a_read_stuck_in_a_line_as_long_as_the_file_stops_when_cancelled(
