@@ -78,7 +78,7 @@ def make_parents(sandbox: Sandbox, target: ResolvedPath) -> None:
                 ) from None
 
 
-def atomic_write(
+def replace_file(
     sandbox: Sandbox,
     target: ResolvedPath,
     data: bytes,

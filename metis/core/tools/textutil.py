@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import codecs
 import re
 
 
@@ -51,35 +50,3 @@ def one_line(text: str, limit: int) -> str:
 def seconds(value: float) -> str:
     """`1` for 1.0, `0.5` for 0.5: timeouts read naturally in result texts."""
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
-
-
-def decode_utf8(data: bytes, *, final: bool = True) -> tuple[str, list[int]]:
-    """Decode like `errors="replace"` and also report where each U+FFFD was inserted.
-
-    With `final=False` an incomplete sequence at the very end is dropped instead of replaced,
-    for data cut at an arbitrary byte. The positions let a caller count only the invalid
-    sequences that survive a later character cut. Slices are memoryviews, so a text full of
-    invalid bytes still decodes in linear time.
-    """
-    view = memoryview(data)
-    parts: list[str] = []
-    replaced: list[int] = []
-    size = 0
-    pos = 0
-    while pos < len(view):
-        try:
-            text, _ = codecs.utf_8_decode(view[pos:], "strict", True)
-        except UnicodeDecodeError as exc:
-            good, _ = codecs.utf_8_decode(view[pos : pos + exc.start], "strict", True)
-            parts.append(good)
-            size += len(good)
-            if not final and exc.reason == "unexpected end of data":
-                break
-            parts.append("\ufffd")
-            replaced.append(size)
-            size += 1
-            pos += exc.end
-            continue
-        parts.append(text)
-        break
-    return "".join(parts), replaced

@@ -16,7 +16,7 @@ from metis.core.canonical.tools import ToolDefinition
 from metis.core.tools.base import ToolContext, ToolError, ToolOutput
 from metis.core.tools.builtins._common import object_schema, path_schema
 from metis.core.tools.builtins.write_file import encode_text
-from metis.core.tools.files import atomic_write, binary_file, is_binary, open_regular
+from metis.core.tools.files import binary_file, is_binary, open_regular, replace_file
 from metis.core.tools.sandbox import ResolvedPath, Sandbox, display
 from metis.core.tools.textutil import count_lines, count_occurrences
 
@@ -107,5 +107,5 @@ def patch(
     result = (text[:start] + new_text + text[start + len(old_text) :]).encode("utf-8")
     if len(result) > max_bytes:
         raise ToolError(f"the patched {path} would be {len(result)} bytes, over {max_bytes}.")
-    atomic_write(sandbox, target, result, cancelled=cancelled)
+    replace_file(sandbox, target, result, cancelled=cancelled)
     return text.count("\n", 0, start) + 1

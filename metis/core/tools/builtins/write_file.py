@@ -8,7 +8,7 @@ from typing import Any
 from metis.core.canonical.tools import ToolDefinition
 from metis.core.tools.base import ToolContext, ToolError, ToolOutput
 from metis.core.tools.builtins._common import object_schema, path_schema
-from metis.core.tools.files import atomic_write
+from metis.core.tools.files import replace_file
 from metis.core.tools.sandbox import display
 
 DEFINITION = ToolDefinition(
@@ -54,7 +54,7 @@ class WriteFileTool:
                 f"content is {len(data)} bytes; write_file accepts at most {limit} bytes."
             )
         created = await asyncio.to_thread(
-            atomic_write, ctx.workspace, target, data, cancelled=ctx.cancel_event.is_set
+            replace_file, ctx.workspace, target, data, cancelled=ctx.cancel_event.is_set
         )
         how = "created" if created else "replaced"
         return ToolOutput.text(

@@ -15,7 +15,7 @@ import pytest
 from metis.core.tools.base import ToolCancelled, ToolContext, ToolLimits
 from metis.core.tools.builtins.read_file import read_lines
 from metis.core.tools.builtins.write_file import WriteFileTool
-from metis.core.tools.files import atomic_write
+from metis.core.tools.files import replace_file
 from metis.core.tools.sandbox import Sandbox
 
 MIB = 1024 * 1024
@@ -186,7 +186,7 @@ async def test_cancelled_write_leaves_the_old_file(workspace: Path) -> None:
     # Cancelled between writing the temp file and the rename: still the old content.
     answers = iter([False, True])
     with pytest.raises(ToolCancelled):
-        atomic_write(
+        replace_file(
             sandbox, sandbox.resolve("keep.txt"), b"new\n", cancelled=lambda: next(answers)
         )
     assert target.read_text() == "old\n"
@@ -258,7 +258,7 @@ def test_a_cancel_before_an_in_place_write_leaves_the_old_content(workspace: Pat
     sandbox = Sandbox(workspace)
     answers = iter([False, True])
     with pytest.raises(ToolCancelled):
-        atomic_write(sandbox, sandbox.resolve("a.txt"), b"new\n", cancelled=lambda: next(answers))
+        replace_file(sandbox, sandbox.resolve("a.txt"), b"new\n", cancelled=lambda: next(answers))
     assert target.read_text() == (workspace / "b.txt").read_text() == "old\n"
 
 
