@@ -35,9 +35,10 @@ ATTACH_FIELDS = ("attach_token", "attach_token_expires_at", "ws_url")
 
 
 def _shown(value: Any) -> str:
-    """A stored value as the terminal should print it: a workspace path may hold any character
-    but `/` and NUL, and an escape sequence would rewrite the user's screen."""
-    return visible_controls(str(value)).replace("\t", " ")
+    """A stored value as one line should print it: a workspace path may hold any character
+    but `/` and NUL, an escape sequence would rewrite the user's screen, and a newline or a tab
+    would split a session's line or field (written `\\n`, `\\t`, as control characters are)."""
+    return visible_controls(str(value)).replace("\n", "\\n").replace("\t", "\\t")
 
 
 def _search_text(text: str) -> str:

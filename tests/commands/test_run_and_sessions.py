@@ -391,6 +391,23 @@ async def test_sessions_list_at_a_terminal_shows_two_lines_a_session_cut_to_its_
     assert "write_file" in waits and f"metis sessions end {sid}" in waits
 
 
+async def test_a_workspace_path_with_a_newline_or_a_tab_keeps_its_session_on_one_line(
+    daemon: Daemon, api_of: Callable[[Daemon], Api], tmp_path: Path
+) -> None:
+    workspace = tmp_path / "odd\nname\twith\x1b[31m"
+    workspace.mkdir()
+    sid = (await api_of(daemon).create_session(workspace))["id"]
+    shown = str(tmp_path / "odd\\nname\\twith\\x1b[31m")
+    code, out, err = await metis("sessions", "list", "--url", daemon.base_url)
+    assert code == 0, err
+    [line] = out.splitlines()
+    assert line.split("\t")[0] == sid and line.split("\t")[5] == shown, line
+    code, out, err = await metis("sessions", "show", sid, "--url", daemon.base_url)
+    assert code == 0 and f"workspace {shown}\n" in out, err
+    lines = await _listed_at_a_terminal(daemon, 200)
+    assert len(lines) == 2 and lines[1].endswith(shown), lines
+
+
 async def _listed_at_a_terminal(daemon: Daemon, width: int, *options: str) -> list[str]:
     """What `metis sessions list [options]` shows on a terminal `width` columns wide."""
     code, lines, err = await at_a_terminal(
