@@ -180,7 +180,10 @@ async def run_turn(
         with signals.cancel_the_turn(ws, accepted["turn_id"], reply):
             outcome, answered_by = await _follow(api, ws, args, session_id, accepted, reply, tools)
         kept = "" if ending else " (kept)"
-        if kept and outcome["status"] == "cancelled" and not signals.cancel_sent:
+        ended_elsewhere = (
+            outcome["status"] == "cancelled" and outcome.get("reason") == "user_cancel"
+        )
+        if kept and ended_elsewhere and not signals.cancel_sent:
             kept = await _kept_or_ended(api, ws, session_id)
     finally:
         if ws is not None:
@@ -403,9 +406,9 @@ async def _kept_or_ended(
     try:
         got = await api.call("GET", f"/sessions/{session_id}")
     except ApiFailure as exc:
-        if exc.status != 404:
-            raise
-        return " (purged elsewhere)"
+        return " (purged elsewhere)" if exc.status == 404 else " (kept)"
+    except (aiohttp.ClientError, NotADaemon, TimeoutError):  # the daemon went away since
+        return " (kept)"
     return " (kept)" if got["ended_at"] is None else " (ended elsewhere)"
 
 

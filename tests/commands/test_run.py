@@ -209,6 +209,25 @@ async def test_a_session_ended_elsewhere_during_the_turn_is_not_said_to_be_kept(
     assert f"metis: turn cancelled · session {sid} (ended elsewhere) · $" in said, said
 
 
+async def test_a_daemon_stopped_during_a_kept_run_reports_the_turn_with_its_ids(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    d = await start_daemon(models=SLOW_SCRIPTED)
+    prompt = "a reply long enough to be cut off " * 4
+    run = ("run", prompt, "--keep", "--json", "--workspace", str(workspace), "--url", d.base_url)
+    proc = await start_metis(*run)
+    async with asyncio.timeout(30):  # the turn runs
+        while not len(d.core.slots):
+            await asyncio.sleep(0.02)
+    await asyncio.sleep(0.2)  # and streams
+    await d.stop()  # `metis stop`, say
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 1, err
+    ended = json.loads(out)
+    assert ended["session_id"].startswith("sess_") and ended["turn_id"], ended
+    assert (ended["status"], ended["reason"]) == ("cancelled", "server_shutdown"), ended
+
+
 async def test_a_failed_turn_is_said_in_words_on_stderr_and_by_its_code_in_json(
     start_daemon: Callable[..., Any], workspace: Path, fake: FakeProviderServer
 ) -> None:
