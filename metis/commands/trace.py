@@ -13,8 +13,6 @@ import argparse
 import asyncio
 import sqlite3
 import sys
-from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 
 from metis.commands import usage
@@ -90,11 +88,20 @@ def prune_command(args: argparse.Namespace) -> int:
     # than that deletes what it does, nothing
     cutoff_us = max(now_us() - args.days * DAY_US, 0)
     before = "before " + local_time(format_datetime(us_to_datetime(cutoff_us)), zone=True)
-    ask = None
-    if not (args.dry_run or args.yes) and sys.stdin.isatty():
-        ask = partial(_confirm, days=args.days, before=before)
+    asking = not (args.dry_run or args.yes) and sys.stdin.isatty()
     try:
-        pruned = asyncio.run(_prune(path, cutoff_us, dry_run=args.dry_run, ask=ask))
+        pruned = asyncio.run(_prune(path, cutoff_us, dry_run=args.dry_run or asking))
+        if asking and pruned:
+            # asked with no event loop running: Ctrl-C at the question leaves at once
+            try:
+                agreed = _confirm(pruned, args.days, before)
+            except KeyboardInterrupt:
+                print("\nnothing deleted")
+                return 130
+            if not agreed:
+                print("nothing deleted")
+                return 1
+            pruned = asyncio.run(_prune(path, cutoff_us))
     except ConfigError as exc:  # a store newer than this metis
         print(f"metis trace prune: {exc.message}", file=sys.stderr)
         return 2
@@ -103,9 +110,6 @@ def prune_command(args: argparse.Namespace) -> int:
         return 1
     except OSError as exc:  # a read-only home, files of another user
         print(f"metis trace prune: cannot prune {path}: {exc.strerror}", file=sys.stderr)
-        return 1
-    if pruned is None:
-        print("nothing deleted")
         return 1
     if not pruned:
         older = f"older than {counted(args.days, 'day')} ({before})"
@@ -132,25 +136,13 @@ def _confirm(would: list[PrunedStream], days: int, before: str) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
-async def _prune(
-    path: Path,
-    cutoff_us: int,
-    *,
-    dry_run: bool = False,
-    ask: Callable[[list[PrunedStream]], bool] | None = None,
-) -> list[PrunedStream] | None:
-    """The streams pruned (with `dry_run`, those that would be); None when `ask` said no."""
+async def _prune(path: Path, cutoff_us: int, *, dry_run: bool = False) -> list[PrunedStream]:
+    """The streams pruned (with `dry_run`, those that would be)."""
     db = Database(path)
     await db.open()
     try:
         if dry_run:
             return await count_prunable(db, cutoff_us)
-        if ask is not None:
-            would = await count_prunable(db, cutoff_us)
-            if not would:
-                return would
-            if not await asyncio.to_thread(ask, would):
-                return None
         return await prune_events(db, cutoff_us)
     finally:
         await db.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import signal
 import sqlite3
 import sys
 from collections.abc import Callable
@@ -170,9 +171,10 @@ async def aged_session(daemon: Daemon, api_of: Callable[[Daemon], Api], workspac
     return len(events) - 1
 
 
-async def prune_at_a_terminal(*args: str, answer: bytes | None) -> tuple[int, str]:
+async def prune_at_a_terminal(*args: str, answer: bytes | int | None) -> tuple[int, str]:
     """The real command with a pseudo-terminal as stdin (what `isatty` sees at a prompt);
-    `answer` is typed once the question is shown (None: expect no question)."""
+    `answer` is typed once the question is shown, or sent as a signal when it is one (None:
+    expect no question)."""
     leader, follower = os.openpty()
     try:
         proc = await start_metis(
@@ -187,7 +189,10 @@ async def prune_at_a_terminal(*args: str, answer: bytes | None) -> tuple[int, st
                     chunk = await proc.stdout.read(256)
                     assert chunk, seen.decode()
                     seen += chunk
-            os.write(leader, answer)
+            if isinstance(answer, bytes):
+                os.write(leader, answer)
+            else:
+                proc.send_signal(answer)
         out, _ = await asyncio.wait_for(proc.communicate(), 60)
     finally:
         os.close(leader)
@@ -218,6 +223,9 @@ async def test_at_a_terminal_a_prune_asks_first_and_no_deletes_nothing(
     assert f"delete {old} events older than 30 days (" in out and "? [y/N] " in out
     assert code == 1 and "nothing deleted" in out
     assert census(daemon.settings.db_path) == before
+    code, out = await prune_at_a_terminal("--days", "30", answer=signal.SIGINT)  # Ctrl-C
+    assert code == 130 and out.endswith("? [y/N] \nnothing deleted\n"), out
+    assert "Traceback" not in out and census(daemon.settings.db_path) == before
     code, out = await prune_at_a_terminal("--days", "30", answer=b"y\n")
     assert code == 0 and f"pruned {old} events" in out
     assert census(daemon.settings.db_path) != before
