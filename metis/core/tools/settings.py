@@ -91,6 +91,12 @@ class ShellSettings(_Section):
     network: bool = False
     bwrap_path: str | None = Field(default=None, min_length=1)
 
+    @field_validator("sandbox", mode="before")
+    @classmethod
+    def _off_as_yaml_reads_it(cls, value: object) -> object:
+        """`sandbox: off` unquoted is the boolean false to YAML: the word the user wrote."""
+        return "off" if value is False else value
+
     @field_validator("env_passthrough")
     @classmethod
     def _check_env_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
+from metis.config import load_settings
+from metis.core.errors import ConfigError
 from metis.core.tools.settings import BUILTIN_TOOL_NAMES, ToolsSettings, limits_from_settings
 
 
@@ -31,6 +34,17 @@ def test_partial_per_class_overrides_keep_the_other_defaults() -> None:
     settings = ToolsSettings.model_validate({"timeouts": {"per_class": {"execute": 100}}})
     assert settings.timeouts.per_class["execute"] == 100
     assert settings.timeouts.per_class["read"] == 60
+
+
+def test_sandbox_off_written_unquoted_is_off(tmp_path: Path) -> None:
+    """YAML reads a bare `off` as false; the user wrote the word the docs show."""
+    home = tmp_path / "h"
+    home.mkdir()
+    (home / "config.yaml").write_text("tools:\n  shell:\n    sandbox: off\n")
+    assert load_settings(home=home).file.tools.shell.sandbox == "off"
+    (home / "config.yaml").write_text("tools:\n  shell:\n    sandbox: true\n")
+    with pytest.raises(ConfigError, match=r"tools\.shell\.sandbox"):
+        load_settings(home=home)
 
 
 @pytest.mark.parametrize(
