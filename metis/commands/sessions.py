@@ -219,7 +219,9 @@ async def _ended_ids(api: DaemonApi, args: argparse.Namespace) -> list[str]:
     """The ended sessions `--ended [--days N] [--workspace DIR]` names, oldest end first."""
     workspace = _workspace(args)
     sessions = await api.sessions(workspace_path=workspace, status="ended", limit=200)
-    cutoff = datetime.now(UTC) - timedelta(days=args.days or 0)
+    # a number of days further back than the calendar goes is all of it: nothing ended then
+    days = min(args.days or 0, (datetime.now(UTC) - datetime.min.replace(tzinfo=UTC)).days)
+    cutoff = datetime.now(UTC) - timedelta(days=days)
     old = [s for s in sessions if datetime.fromisoformat(s["ended_at"]) <= cutoff]
     return [s["id"] for s in sorted(old, key=lambda s: (s["ended_at"], s["id"]))]
 
