@@ -61,6 +61,29 @@ class NotADaemon(Exception):
         )
 
 
+def _holds_surrogates(value: Any) -> bool:
+    """Whether `value` (JSON-like) holds a string UTF-8 cannot encode."""
+    if value is None:
+        return False
+    try:
+        json.dumps(value, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+class NotUtf8(Exception):
+    """A request holding text that is not UTF-8: an argument or a path in another encoding,
+    which Python keeps as lone surrogates and JSON cannot carry (the daemon would refuse the
+    body as malformed). Said before anything is sent."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "a value given is not UTF-8 text (an argument or a path in another encoding); "
+            "metis sends and stores text as UTF-8"
+        )
+
+
 CALL_TIMEOUT_S = 60.0
 """A REST call that has not been answered in this long is abandoned: every call the commands
 make is answered in milliseconds, so a daemon that is this late is stuck, and the command says
@@ -87,6 +110,8 @@ class DaemonApi:
         self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None
     ) -> Any:
         assert self.http is not None
+        if _holds_surrogates(body) or _holds_surrogates(params):
+            raise NotUtf8()
         timeout = aiohttp.ClientTimeout(total=CALL_TIMEOUT_S)
         async with self.http.request(
             method, self.url + path, json=body, params=params, timeout=timeout
@@ -222,6 +247,9 @@ async def with_daemon(
     except NotADaemon as exc:
         print(f"metis: {exc}", file=sys.stderr)
         return 1
+    except NotUtf8 as exc:
+        print(f"metis: {exc}", file=sys.stderr)
+        return 2
     except TimeoutError as exc:  # an OSError too: before the clause for files
         print(f"metis: {failure_text(exc, target.url)}", file=sys.stderr)
         return 1

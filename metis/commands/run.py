@@ -34,6 +34,7 @@ from metis.commands.client import (
     ApiFailure,
     DaemonApi,
     NotADaemon,
+    NotUtf8,
     failure_text,
     not_a_url,
     turn_outcome,
@@ -458,6 +459,8 @@ async def _main(args: argparse.Namespace, prompt: str) -> int:
         raise RunError("daemon_unreachable", unreachable(target.url), 1) from None
     except (aiohttp.ClientError, NotADaemon, TimeoutError) as exc:
         raise RunError("daemon_failed", failure_text(exc, target.url), 1) from None
+    except NotUtf8 as exc:
+        raise RunError("not_utf8", str(exc), 2) from None
     except ApiFailure as exc:
         raise RunError.of(exc) from None
 

@@ -119,6 +119,26 @@ async def test_run_json_describes_a_usage_or_address_error_too(metis_home: Path)
     assert (code, out) == (2, "") and "unrecognized arguments: --bogus" in err
 
 
+async def test_arguments_that_are_not_utf8_are_said_before_anything_is_sent(
+    daemon: Daemon, tmp_path: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    """A prompt or a workspace name in another encoding reaches Python as lone surrogates,
+    which JSON cannot carry: said as such (exit 2), not as the daemon's 'malformed JSON'."""
+    latin1 = os.fsdecode(b"caf\xe9")  # what a Latin-1 terminal hands over
+    plain, workspace = tmp_path / "plain", tmp_path / os.fsdecode(b"ws\xff")
+    plain.mkdir()
+    workspace.mkdir()
+    url = ("--url", daemon.base_url)
+    for args in ((latin1, "--workspace", str(plain)), ("hi", "--workspace", str(workspace))):
+        code, out, err = await metis("run", *args, "--json", *url)
+        assert code == 2, err
+        assert json.loads(out)["reason"] == "not_utf8" and "is not UTF-8 text" in err
+    code, _, err = await metis("sessions", "list", "--search", latin1, *url)
+    assert code == 2 and "is not UTF-8 text" in err and "malformed JSON" not in err, err
+    _, listing = await api_of(daemon).call("GET", "/sessions")
+    assert listing["sessions"] == []  # nothing was made
+
+
 async def test_deny_all_is_named_as_the_reason_of_its_denials(
     daemon: Daemon, workspace: Path, api_of: Callable[[Daemon], Api]
 ) -> None:
