@@ -465,11 +465,27 @@ async def _main(args: argparse.Namespace, prompt: str) -> int:
         raise RunError.of(exc) from None
 
 
+@contextlib.contextmanager
+def _terminate_ends_the_read() -> Iterator[None]:
+    """SIGTERM while the prompt is read ends the run as Ctrl-C does there (nothing was sent),
+    with its own status, and with --json its one object, instead of a silent death."""
+
+    def terminated(*_: object) -> None:
+        raise RunError("terminated", "terminated: no prompt was sent", 128 + signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_command(args: argparse.Namespace) -> int:
     try:
         # read before the event loop starts: its Ctrl-C handler would only cancel a task, and a
         # blocking read of a terminal leaves it no moment to
-        prompt = read_prompt(args)
+        with _terminate_ends_the_read():
+            prompt = read_prompt(args)
         return asyncio.run(_main(args, prompt))
     except RunError as exc:
         return _say_failure(args, exc)

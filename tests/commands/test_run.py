@@ -37,6 +37,29 @@ async def test_ctrl_c_while_the_prompt_is_typed_at_a_terminal_stops_the_run(
     assert err.decode() == "metis: interrupted: no prompt was sent\n"
 
 
+async def test_sigterm_while_the_prompt_is_read_ends_the_run_with_its_json(
+    daemon: Daemon,
+) -> None:
+    controller, terminal = pty.openpty()  # a prompt being typed: the run waits in its read
+    try:
+        proc = await start_metis("run", "-", "--json", "--url", daemon.base_url, stdin=terminal)
+        assert proc.stderr is not None
+        said = await asyncio.wait_for(proc.stderr.readline(), 20)
+        assert b"reading the prompt from stdin" in said
+        proc.send_signal(signal.SIGTERM)
+        out, err = await asyncio.wait_for(proc.communicate(), 20)
+    finally:
+        os.close(terminal)
+        os.close(controller)
+    assert proc.returncode == 143, err
+    assert json.loads(out) == {
+        "status": "error",
+        "reason": "terminated",
+        "message": "terminated: no prompt was sent",
+    }
+    assert err.decode() == "metis: terminated: no prompt was sent\n"
+
+
 async def test_at_a_terminal_a_note_starts_a_line_of_its_own_not_the_end_of_the_reply(
     daemon: Daemon, workspace: Path
 ) -> None:
