@@ -249,6 +249,23 @@ def _not_running(target: DaemonTarget, args: argparse.Namespace) -> int:
     return NOT_RUNNING
 
 
+def _not_answering(target: DaemonTarget, pid: int) -> str:
+    return (
+        f"the daemon of {target.home} (pid {pid}) holds {target.url} but did not answer within "
+        f"{STATUS_TIMEOUT_S:g} s: stopped or stuck (`metis stop` ends it, after its timeout "
+        "with kill -9)"
+    )
+
+
+def _failed(args: argparse.Namespace, reason: str, message: str) -> int:
+    """A daemon that is there but cannot be asked (a refused key, no answer): said on stderr,
+    and with --json as the one object on stdout as well (exit 1)."""
+    print(f"metis: {message}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"running": True, "error": reason, "message": message}))
+    return 1
+
+
 async def _status(args: argparse.Namespace) -> int:
     async def report(api: DaemonApi) -> int:
         # the target `with_daemon` resolved (it raises no error a second time): its home
@@ -256,13 +273,17 @@ async def _status(args: argparse.Namespace) -> int:
         target = target_from_args(args)
         try:
             body = await _ask(api)
-        except (aiohttp.ClientConnectionError, TimeoutError):
+        except aiohttp.ClientConnectionError:
             return _not_running(target, args)
+        except TimeoutError:
+            pid = _pid(target)
+            if pid is None:  # no daemon of this home holds the address: something else does
+                return _not_running(target, args)
+            return _failed(args, "not_answering", _not_answering(target, pid))
         except ApiFailure as exc:
             if exc.status != 401:
                 raise
-            print(f"metis: {refused_key(target.url)}", file=sys.stderr)
-            return 1
+            return _failed(args, "key_refused", refused_key(target.url))
         pid = _pid(target)
         log = _log_of(target, pid, body["/health"])
         if args.json:
@@ -288,8 +309,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Say whether the daemon is running and how it is: address, pid and uptime, "
         "sessions and running turns, the models that can answer, the routing policy in force, "
         "the MCP servers and the shell tool's sandbox. Exit 0 when it runs, 3 when nothing "
-        "answers, 1 when it refuses the key, 2 for a bad config.yaml (with no daemon running) "
-        "or a bad daemon URL.",
+        "answers, 1 when it refuses the key or holds its home and port without answering "
+        "(stopped or stuck), 2 for a bad config.yaml (with no daemon running) or a bad "
+        "daemon URL.",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_arguments(parser)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -14,6 +16,7 @@ import pytest
 from metis.cli import main
 from metis.commands.daemon_client import DaemonTarget
 from metis.commands.status import render
+from metis.server.lock import acquire
 from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from metis.version import metis_version
@@ -56,8 +59,38 @@ async def test_status_of_no_daemon_exits_3_and_of_a_wrong_key_1(daemon: Daemon) 
     )
     refused = f"metis: the daemon at {daemon.base_url} refused the key (METIS_API_KEY, else "
     assert (code, out) == (1, "") and err.startswith(refused), err  # as every command says it
+    code, out, err = await metis(
+        "status", "--json", "--url", daemon.base_url, env={"METIS_API_KEY": "not-the-key"}
+    )
+    assert code == 1 and err.startswith(refused), err
+    said = json.loads(out)
+    assert (said["running"], said["error"]) == (True, "key_refused") and refused[7:] in said[
+        "message"
+    ]
     code, _, err = await metis("status", "--url", "127.0.0.1:9")  # no scheme: not a URL
     assert code == 2 and "is not a daemon URL" in err and "Traceback" not in err
+
+
+async def test_a_daemon_that_holds_its_home_but_does_not_answer_is_not_called_not_running(
+    metis_home: Path,
+) -> None:
+    """A stopped (SIGSTOP) or stuck daemon: its lock is held and its port accepts, nothing
+    answers. `metis serve` would be refused; status says what is there instead."""
+    metis_home.mkdir(parents=True)
+    silent = await asyncio.start_server(lambda *_: None, "127.0.0.1", 0)  # accepts, never answers
+    url = f"http://127.0.0.1:{silent.sockets[0].getsockname()[1]}"
+    lock = acquire(metis_home)
+    lock.record(url)  # held by this process, as a daemon holds its home's
+    try:
+        code, out, err = await metis("status", "--json")
+    finally:
+        lock.release()
+        silent.close()
+    assert code == 1, err
+    said = json.loads(out)
+    assert (said["running"], said["error"]) == (True, "not_answering"), said
+    assert f"(pid {os.getpid()}) holds {url} but did not answer within 5 s" in err
+    assert "is not running" not in err + out
 
 
 @pytest.fixture
