@@ -316,7 +316,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command != "serve":
             gc.enable()
         code = int(args.func(args))
-        sys.stdout.flush()  # a closed pipe fails here, not in the interpreter's exit
+        try:
+            sys.stdout.flush()  # a closed pipe fails here, not in the interpreter's exit
+        except BrokenPipeError:
+            raise
+        except OSError as exc:  # a full disk, a terminal gone: what was printed is lost
+            print(f"metis: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+            _point_stdout_away()
+            return 1
         return code
     except AddressError as exc:  # METIS_PORT, met by whichever command needed the address
         print(f"metis: {exc}", file=sys.stderr)
@@ -324,10 +331,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         # the reader of stdout left (`metis sessions list | head -1`): the usual quiet exit of a
         # filter, with stdout pointed away so the interpreter's own final flush cannot fail too
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _point_stdout_away()
         return 141  # 128 + SIGPIPE, as a shell reports a filter its pipe ended
     finally:
         gc.enable()  # also after --help or a usage error
+
+
+def _point_stdout_away() -> None:
+    """stdout to /dev/null: the interpreter's own final flush of what could not be written
+    then cannot fail a second time, with a traceback."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -491,6 +491,11 @@ def run_command(args: argparse.Namespace) -> int:
         return _say_failure(args, exc)
     except KeyboardInterrupt:  # Ctrl-C as the loop starts or ends
         return _say_failure(args, RunError("interrupted", "interrupted", 130))
+    except BrokenPipeError:
+        raise  # stdout's reader left: `metis.cli.main` ends quietly
+    except OSError as exc:  # stdout cannot be written (a full disk, a terminal gone)
+        _err(f"cannot write the output: {exc.strerror or exc}")
+        return 1
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -162,6 +162,22 @@ async def test_arguments_that_are_not_utf8_are_said_before_anything_is_sent(
     assert listing["sessions"] == []  # nothing was made
 
 
+async def test_a_reply_stdout_cannot_take_is_one_line_and_the_session_still_ends(
+    daemon: Daemon, workspace: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    run = ("run", "hi", "--workspace", str(workspace), "--url", daemon.base_url)
+    for json_flag in ([], ["--json"]):
+        with open("/dev/full", "wb") as full:  # every write fails: no space left
+            code, _, err = await metis(*run, *json_flag, stdout=full.fileno())
+        assert (code, err.splitlines()[-1]) == (
+            1,
+            "metis: cannot write the output: No space left on device",
+        ), err
+        assert "Traceback" not in err
+    _, listing = await api_of(daemon).call("GET", "/sessions", params={"status": "all"})
+    assert [s["ended_at"] is not None for s in listing["sessions"]] == [True, True]
+
+
 async def test_deny_all_is_named_as_the_reason_of_its_denials(
     daemon: Daemon, workspace: Path, api_of: Callable[[Daemon], Api]
 ) -> None:
