@@ -146,7 +146,7 @@ class FileSettings(_Section):
     """The schema of `config.yaml` (every key optional)."""
 
     host: str = DEFAULT_HOST
-    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535, strict=True)  # `true` is no port
     allowed_origins: tuple[str, ...] = ()
     allowed_workspace_roots: tuple[str, ...] = ()
     # The AAP `workspace` option's default (a top-level key, not under `aap`);

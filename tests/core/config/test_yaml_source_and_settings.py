@@ -119,6 +119,12 @@ def test_a_section_that_is_not_a_mapping_says_what_it_is_not_a_class_name(
     assert "Settings" not in text and "instance of" not in text
 
 
+def test_a_port_of_true_is_no_port(tmp_path: Path) -> None:
+    """YAML's true is an int to a lax validator: port 1."""
+    text = config_error(tmp_path / "h", "port: true\n")
+    assert "config.yaml:1: port: Input should be a valid integer" in text
+
+
 def test_bad_config_names_file_line_and_key(tmp_path: Path) -> None:
     home = tmp_path / "h"
     text = config_error(
