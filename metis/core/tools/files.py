@@ -18,7 +18,8 @@ from metis.core.tools.base import ToolCancelled, ToolError
 from metis.core.tools.sandbox import ResolvedPath, Sandbox, display
 
 BINARY_SNIFF_BYTES = 8192
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+# never through a symlink, never blocking on a FIFO or a device
+_OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def not_regular(rel: str) -> ToolError:
@@ -37,10 +38,11 @@ def is_binary(head: bytes) -> bool:
     return b"\0" in head[:BINARY_SNIFF_BYTES]
 
 
-def open_regular(target: ResolvedPath) -> tuple[int, os.stat_result]:
-    """Open an existing regular file for reading; a readable fd and its stat, or `ToolError`."""
+def open_regular(target: ResolvedPath, access: int = os.O_RDONLY) -> tuple[int, os.stat_result]:
+    """Open an existing regular file (for reading, or `access`); the fd and its stat, or
+    `ToolError`."""
     try:
-        fd = os.open(target.real, _READ_FLAGS)
+        fd = os.open(target.real, access | _OPEN_FLAGS)
     except FileNotFoundError:
         raise ToolError(f"File not found: {display(target.rel)}") from None
     except NotADirectoryError:
@@ -165,17 +167,8 @@ def _write_in_place(target: ResolvedPath, data: bytes, cancelled: Callable[[], b
     """Truncate the existing `target` and write `data` through the same inode, so its links,
     owner, group and mode stay as they are. A cancel seen before the truncate leaves the old
     content; after it, a reader (or a failed write) sees a prefix of the new content."""
-    try:
-        fd = os.open(target.real, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except PermissionError:
-        raise ToolError(f"Permission denied: {display(target.rel)}") from None
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
-            raise not_regular(target.rel) from None
-        raise
+    fd, _ = open_regular(target, os.O_WRONLY)
     with os.fdopen(fd, "wb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise not_regular(target.rel)
         if cancelled():
             raise ToolCancelled()
         os.ftruncate(fd, 0)
