@@ -300,6 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     turns it back on before it runs; `serve` once start-up is over (`freeze_startup_heap`, which
     collects once first), or when it fails to start.
     """
+    _open_closed_standard_streams()
     words = sys.argv[1:] if argv is None else argv
     command = command_of(words)
     gc.disable()
@@ -335,6 +336,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141  # 128 + SIGPIPE, as a shell reports a filter its pipe ended
     finally:
         gc.enable()  # also after --help or a usage error
+
+
+def _open_closed_standard_streams() -> None:
+    """A standard stream closed at start (`metis … >&-`, `<&-`) becomes /dev/null. Python
+    leaves `sys.stdout` None then (an AttributeError at the first `isatty`), and the first file
+    the command opens would take the free number: the daemon's database as fd 1, written by
+    whatever a child process prints."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, os.O_RDWR)
+            if opened != fd:
+                os.dup2(opened, fd)
+                os.close(opened)
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, mode, closefd=False))  # noqa: SIM115 - the process's own
 
 
 def _point_stdout_away() -> None:

@@ -7,7 +7,9 @@ import asyncio
 import json
 import os
 import pty
+import shlex
 import signal
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -304,3 +306,24 @@ async def test_a_failed_turn_is_said_in_words_on_stderr_and_by_its_code_in_json(
     ended = json.loads(out)
     assert (code, ended["status"]) == (1, "failed"), err
     assert f"failed: {ended['message']} · " in line and ended["reason"] == "provider_error"
+
+
+async def test_a_standard_stream_closed_at_start_is_dev_null_not_a_traceback(
+    daemon: Daemon, workspace: Path
+) -> None:
+    """`metis … >&-` or `<&-`: Python leaves the stream None, and the first file opened would
+    take its number."""
+    base = f"{shlex.quote(sys.executable)} -m metis.cli"
+    url = f"--url {daemon.base_url}"
+    for line, code in (
+        (f"{base} sessions list {url} >&-", 0),
+        (f"{base} status {url} >&-", 0),
+        (f"{base} run - --workspace {shlex.quote(str(workspace))} {url} <&-", 2),
+    ):
+        proc = await asyncio.create_subprocess_exec(
+            "sh", "-c", f"exec {line}", stderr=asyncio.subprocess.PIPE
+        )
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+        said = err.decode()
+        assert proc.returncode == code and "Traceback" not in said, (line, said)
+    assert said == "metis: the prompt on stdin is empty\n"
