@@ -246,13 +246,18 @@ def home_from(flag: str | Path | None) -> Path:
     return Path(flag).expanduser() if flag else default_home()
 
 
+def home_not_a_directory(home: Path) -> ConfigError:
+    """What is said, by `serve` and clients alike, when a file stands where METIS_HOME is."""
+    return ConfigError(f"METIS_HOME {home} is not a directory")
+
+
 def ensure_home(home: Path) -> Path:
     """Create METIS_HOME with mode 0700 (it holds the API key and the trace store); a
     ConfigError when a file is in its place."""
     try:
         home.mkdir(parents=True, exist_ok=True, mode=0o700)
     except (FileExistsError, NotADirectoryError):
-        raise ConfigError(f"METIS_HOME {home} is not a directory") from None
+        raise home_not_a_directory(home) from None
     try:
         home.chmod(0o700)
     except OSError:  # pragma: no cover - foreign ownership; still usable

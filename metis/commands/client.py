@@ -63,8 +63,6 @@ class NotADaemon(Exception):
 
 def _holds_surrogates(value: Any) -> bool:
     """Whether `value` (JSON-like) holds a string UTF-8 cannot encode."""
-    if value is None:
-        return False
     try:
         json.dumps(value, ensure_ascii=False).encode()
     except UnicodeEncodeError:

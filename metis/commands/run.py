@@ -510,7 +510,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "directory than --workspace; a session made for the refused turn is purged) or for a "
         "usage or configuration error; 130 for Ctrl-C while the prompt is read from stdin, or "
         "a second Ctrl-C during the turn (the first cancels it); 143 for SIGTERM, which "
-        "cancels the turn as Ctrl-C does and leaves after 5 s at most. With --json, stdout holds one JSON object either way.",
+        "cancels the turn as Ctrl-C does and leaves after 5 s at most. With --json, stdout "
+        "holds one JSON object either way.",
     )
     parser.add_argument("prompt", help="the message to send; - reads it from stdin")
     parser.add_argument(

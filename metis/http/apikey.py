@@ -15,6 +15,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from metis.config import home_not_a_directory
 from metis.core.canonical.redaction import register_secret
 from metis.core.errors import ConfigError
 
@@ -47,7 +48,7 @@ def _read(path: Path) -> str:
     except FileNotFoundError:
         raise
     except NotADirectoryError:
-        raise ConfigError(f"METIS_HOME {path.parent} is not a directory") from None
+        raise home_not_a_directory(path.parent) from None
     except OSError as exc:
         raise ConfigError(f"cannot read the API key file {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
