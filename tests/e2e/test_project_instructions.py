@@ -186,20 +186,28 @@ async def test_a_file_linking_to_the_daemons_key_is_never_sent(
     assert session["instructions"]["file"] == "CLAUDE.md"
 
 
+async def ignored_until_rewritten(
+    ws: Path, caplog: pytest.LogCaptureFixture, *, reads: int, said: str
+) -> None:
+    """Over three turns the workspace's AGENTS.md is not used, read `reads` times and `said`
+    once in the log; rewritten as text, it is used at the next turn."""
+    reader = InstructionsReader()
+    for _ in range(3):
+        assert await reader.read(str(ws)) is None
+    assert reader.reads == reads
+    assert sum(said in r.getMessage() for r in caplog.records) == 1
+    (ws / "AGENTS.md").write_text("now text\n")
+    found = await reader.read(str(ws))
+    assert found is not None and found.text == "now text\n"
+
+
 async def test_a_binary_file_is_not_used_and_is_read_once_while_unchanged(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "AGENTS.md").write_bytes(b"\x7fELF\x02\x01\x01\x00\x00binary")
-    reader = InstructionsReader()
-    for _ in range(3):
-        assert await reader.read(str(ws)) is None
-    assert reader.reads == 1
-    assert sum("not a text file" in r.getMessage() for r in caplog.records) == 1
-    (ws / "AGENTS.md").write_text("now text\n")
-    found = await reader.read(str(ws))
-    assert found is not None and found.text == "now text\n"
+    await ignored_until_rewritten(ws, caplog, reads=1, said="not a text file")
 
 
 async def test_a_file_of_gigabytes_is_not_read_and_is_said_once(
@@ -211,14 +219,7 @@ async def test_a_file_of_gigabytes_is_not_read_and_is_said_once(
     with open(ws / "AGENTS.md", "wb") as handle:
         handle.write(b"# Rules\n")
         handle.truncate(1024**4)
-    reader = InstructionsReader()
-    for _ in range(3):
-        assert await reader.read(str(ws)) is None
-    assert reader.reads == 0
-    assert sum("not used as instructions" in r.getMessage() for r in caplog.records) == 1
-    (ws / "AGENTS.md").write_text("small again\n")
-    found = await reader.read(str(ws))
-    assert found is not None and found.text == "small again\n"
+    await ignored_until_rewritten(ws, caplog, reads=0, said="not used as instructions")
 
 
 async def test_a_binary_file_is_refused_by_its_head(
