@@ -216,47 +216,49 @@ def not_a_url(url: str) -> str:
 
 
 async def with_daemon(
-    args: argparse.Namespace, action: Callable[[DaemonApi], Awaitable[int]]
+    args: argparse.Namespace,
+    action: Callable[[DaemonApi], Awaitable[int]],
+    json_fields: Mapping[str, Any] | None = None,
 ) -> int:
     """Run `action` against the daemon `args` name (`daemon_client.add_arguments`), so the
     one-shot commands fail alike: exit 2 for a bad config.yaml or daemon URL, 1 for an
     unreachable daemon, a refused call or a file that cannot be read or written, the reason on
-    stderr."""
+    stderr. With `--json`, a failure is also one object on stdout, `{"error": code, "message":
+    text}` after `json_fields`: a script that reads stdout always gets JSON."""
+
+    def failed(status: int, reason: str, message: str, said: str | None = None) -> int:
+        print(f"metis: {said or message}", file=sys.stderr)
+        if getattr(args, "json", False):
+            failure = {**(json_fields or {}), "error": reason, "message": message}
+            print(json.dumps(failure, ensure_ascii=False))
+        return status
+
     try:
         target = target_from_args(args)
     except ConfigError as exc:
-        print(f"metis: configuration error:\n{exc.message}", file=sys.stderr)
-        return 2
+        return failed(2, "configuration_error", exc.message, f"configuration error:\n{exc.message}")
     try:
         async with DaemonApi(target.url, target.headers()) as api:
             return await action(api)
     except NOT_A_URL:
-        print(f"metis: {not_a_url(target.url)}", file=sys.stderr)
-        return 2
+        return failed(2, "invalid_url", not_a_url(target.url))
     except aiohttp.ClientConnectionError:
-        print(f"metis: {unreachable(target.url)}", file=sys.stderr)
-        return 1
+        return failed(1, "unreachable", unreachable(target.url))
     except aiohttp.ClientError as exc:
-        print(f"metis: the call to the daemon at {target.url} failed: {exc}", file=sys.stderr)
-        return 1
+        return failed(1, "call_failed", f"the call to the daemon at {target.url} failed: {exc}")
     except ApiFailure as exc:
-        print(f"metis: {exc.said}", file=sys.stderr)
-        return 1
+        return failed(1, exc.code, exc.said)
     except NotADaemon as exc:
-        print(f"metis: {exc}", file=sys.stderr)
-        return 1
+        return failed(1, "not_a_daemon", str(exc))
     except NotUtf8 as exc:
-        print(f"metis: {exc}", file=sys.stderr)
-        return 2
+        return failed(2, "not_utf8", str(exc))
     except TimeoutError as exc:  # an OSError too: before the clause for files
-        print(f"metis: {failure_text(exc, target.url)}", file=sys.stderr)
-        return 1
+        return failed(1, "timeout", failure_text(exc, target.url))
     except BrokenPipeError:
         raise  # stdout's reader left: `metis.cli.main` ends quietly
     except OSError as exc:  # a file the command writes (`sessions export --output`)
         named = f"cannot write {exc.filename}: {exc.strerror}" if exc.filename else str(exc)
-        print(f"metis: {named}", file=sys.stderr)
-        return 1
+        return failed(1, "cannot_write", named)
 
 
 def failure_text(exc: BaseException, url: str) -> str:

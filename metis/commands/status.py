@@ -294,8 +294,8 @@ async def _status(args: argparse.Namespace) -> int:
         return 0
 
     # a bad config.yaml or URL, a refusal or an answer that is not a daemon's: said as every
-    # one-shot command says them
-    return await with_daemon(args, report)
+    # one-shot command says them (whether a daemon runs is then unknown)
+    return await with_daemon(args, report, {"running": None})
 
 
 def status_command(args: argparse.Namespace) -> int:

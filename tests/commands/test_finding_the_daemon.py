@@ -87,6 +87,10 @@ async def test_a_broken_config_yaml_does_not_cut_off_clients_that_name_the_daemo
     # another port is no address of the running daemon: config.yaml is needed, and it is broken
     code, _, err = await metis("status", "--port", "1")
     assert code == 2 and "configuration error" in err and "YAML syntax" in err
+    code, out, _ = await metis("status", "--json", "--port", "1")  # a script still reads JSON
+    said = json.loads(out)
+    assert (code, said["running"], said["error"]) == (2, None, "configuration_error")
+    assert "YAML syntax" in said["message"]
 
 
 async def test_status_of_another_url_says_where_the_homes_daemon_runs(
@@ -107,6 +111,21 @@ def test_models_with_no_daemon_says_so_in_words(
     out = capsys.readouterr().out
     assert "no daemon answers at http://127.0.0.1:1: availability shown from models.yaml" in out
     assert "Error" not in out
+
+
+@pytest.mark.parametrize(
+    "command", [["sessions", "list"], ["sessions", "show", "sess_" + "0" * 26], ["mcp", "list"]]
+)
+def test_a_json_command_that_cannot_reach_the_daemon_still_prints_json(
+    metis_home: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    assert main([*command, "--json", "--url", "http://127.0.0.1:9"]) == 1
+    out, err = capsys.readouterr()
+    said = json.loads(out)
+    assert said["error"] == "unreachable" and said["message"].startswith(
+        "cannot reach the daemon at http://127.0.0.1:9; start it with "
+    )
+    assert err == f"metis: {said['message']}\n"
 
 
 @pytest.mark.parametrize("command", [["status"], ["sessions", "list"], ["serve", "--port", "0"]])

@@ -69,6 +69,10 @@ async def test_status_of_no_daemon_exits_3_and_of_a_wrong_key_1(daemon: Daemon) 
     ]
     code, _, err = await metis("status", "--url", "127.0.0.1:9")  # no scheme: not a URL
     assert code == 2 and "is not a daemon URL" in err and "Traceback" not in err
+    code, out, _ = await metis("status", "--json", "--url", "127.0.0.1:9")
+    said = json.loads(out)
+    assert (code, said["running"], said["error"]) == (2, None, "invalid_url")
+    assert said["message"] == "'127.0.0.1:9' is not a daemon URL (http://HOST:PORT)"
 
 
 async def test_a_daemon_that_holds_its_home_but_does_not_answer_is_not_called_not_running(
