@@ -14,6 +14,7 @@ from typing import Any
 
 from metis.commands import seconds_argument, usage
 from metis.commands.client import DaemonApi, with_daemon
+from metis.commands.columns import columns, cut, pad
 from metis.commands.daemon_client import add_arguments
 from metis.wire.mcp import reload_outcome
 
@@ -23,14 +24,14 @@ def _row(cells: list[str], widths: list[int] | None) -> str:
     (`widths`, at a terminal)."""
     if widths is None:
         return "\t".join(cells)
-    return "  ".join([*(c.ljust(w) for c, w in zip(cells, widths, strict=False)), cells[-1]])
+    return "  ".join([*(pad(c, w) for c, w in zip(cells, widths, strict=False)), cells[-1]])
 
 
 def _widths(rows: list[list[str]], aligned: bool) -> list[int] | None:
     """The width of every column but the last, over all rows; None when not aligned."""
     if not aligned or not rows:
         return None
-    return [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return [max(columns(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
 
 
 def _where(server: dict[str, Any]) -> str:
@@ -54,7 +55,7 @@ def render(
     lines: list[str] = []
     for s, head in zip(servers, heads, strict=True):
         row = _row(head, head_widths)
-        lines.append(row if width is None or len(row) <= width else row[: width - 1] + "…")
+        lines.append(row if width is None else cut(row, width))
         if s["restarts"]:
             lines.append(f"  restarts: {s['restarts']}")
         if s["last_error"]:

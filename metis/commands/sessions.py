@@ -20,6 +20,7 @@ from typing import Any
 
 from metis.commands import usage
 from metis.commands.client import ApiFailure, DaemonApi, turn_outcome, with_daemon
+from metis.commands.columns import columns, cut
 from metis.commands.daemon_client import add_arguments, session_id
 from metis.commands.export_file import export_path, write_export
 from metis.commands.paths import short_path
@@ -63,7 +64,7 @@ def _for_a_person(s: dict[str, Any], width: int) -> list[str]:
     asks = s.get("pending_confirmation_count", 0)
     status = f"{s['status']}, {asks} to confirm" if asks else s["status"]  # waiting for its user
     outcome = f" · {status} · {counted(turns, 'turn')} · ${s.get('cost_so_far_usd', '0')}"
-    title = _cut(_shown(s.get("title") or "(no prompt yet)"), max(width - len(outcome), 12))
+    title = cut(_shown(s.get("title") or "(no prompt yet)"), max(width - columns(outcome), 12))
     created = local_time(s.get("created_at"))
     where = f"  {s['id']} · {created} · "
     if width - len(where) < _WORKSPACE_ROOM:  # narrow: the workspace says more than the date
@@ -71,15 +72,11 @@ def _for_a_person(s: dict[str, Any], width: int) -> list[str]:
     workspace = short_path(
         _shown(s.get("workspace_path", "")), max(width - len(where), _WORKSPACE_ROOM)
     )
-    lines = [_cut(title + outcome, width), _cut(where + workspace, width)]
+    lines = [cut(title + outcome, width), cut(where + workspace, width)]
     said = where_said(s.get("match"))
     if said is not None:
-        lines.append(_cut(f"  {said[0]}: {_shown(said[1])}", width))
+        lines.append(cut(f"  {said[0]}: {_shown(said[1])}", width))
     return lines
-
-
-def _cut(line: str, width: int) -> str:
-    return line if len(line) <= width else line[: max(width - 1, 0)] + "…"
 
 
 def _line(s: dict[str, Any]) -> str:
