@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from metis.commands.paths import printable
 from metis.server.lock import LOCK_FILE, DaemonAlreadyRunning, is_held, read_holder
 
 DAEMON_LOG = Path("logs") / "daemon.log"
@@ -163,12 +164,15 @@ def serve_detached(args: argparse.Namespace) -> int:
         # a configuration error the child met (a bad models.yaml) keeps its status 2,
         # as in the foreground
         return 2 if child.returncode == 2 else 1
-    lines = [f"metis is serving at {url} in the background (pid {child.pid})", f"  home:    {home}"]
+    lines = [
+        f"metis is serving at {url} in the background (pid {child.pid})",
+        f"  home:    {printable(home)}",
+    ]
     models = _banner_models_line(log_path, start_offset)
     if models is not None:
         lines.append(models)
     lines += [
-        f"  log:     {log_path}",
+        f"  log:     {printable(log_path)}",
         "Next: `metis chat`, `metis open` (the dashboard), `metis status`; `metis stop` stops it.",
     ]
     print("\n".join(lines), flush=True)

@@ -23,9 +23,8 @@ from metis.commands.client import ApiFailure, DaemonApi, turn_outcome, with_daem
 from metis.commands.columns import columns, cut
 from metis.commands.daemon_client import add_arguments, session_id
 from metis.commands.export_file import export_path, write_export
-from metis.commands.paths import short_path
+from metis.commands.paths import printable, short_path
 from metis.core.sessions.search import SEARCH_CHARS
-from metis.core.tools.textutil import visible_controls
 from metis.wire.counts import counted, turn_totals
 from metis.wire.export import FORMATS as EXPORT_FORMATS
 from metis.wire.search import where_said
@@ -33,13 +32,6 @@ from metis.wire.when import local_time
 
 ATTACH_FIELDS = ("attach_token", "attach_token_expires_at", "ws_url")
 """What `GET /sessions/{id}` adds for a WebSocket client, left out of what is shown."""
-
-
-def _shown(value: Any) -> str:
-    """A stored value as one line should print it: a workspace path may hold any character
-    but `/` and NUL, an escape sequence would rewrite the user's screen, and a newline or a tab
-    would split a session's line or field (written `\\n`, `\\t`, as control characters are)."""
-    return visible_controls(str(value)).replace("\n", "\\n").replace("\t", "\\t")
 
 
 def _search_text(text: str) -> str:
@@ -64,18 +56,18 @@ def _for_a_person(s: dict[str, Any], width: int) -> list[str]:
     asks = s.get("pending_confirmation_count", 0)
     status = f"{s['status']}, {asks} to confirm" if asks else s["status"]  # waiting for its user
     outcome = f" · {status} · {counted(turns, 'turn')} · ${s.get('cost_so_far_usd', '0')}"
-    title = cut(_shown(s.get("title") or "(no prompt yet)"), max(width - columns(outcome), 12))
+    title = cut(printable(s.get("title") or "(no prompt yet)"), max(width - columns(outcome), 12))
     created = local_time(s.get("created_at"))
     where = f"  {s['id']} · {created} · "
     if width - len(where) < _WORKSPACE_ROOM:  # narrow: the workspace says more than the date
         where = f"  {s['id']} · "
     workspace = short_path(
-        _shown(s.get("workspace_path", "")), max(width - len(where), _WORKSPACE_ROOM)
+        printable(s.get("workspace_path", "")), max(width - len(where), _WORKSPACE_ROOM)
     )
     lines = [cut(title + outcome, width), cut(where + workspace, width)]
     said = where_said(s.get("match"))
     if said is not None:
-        lines.append(cut(f"  {said[0]}: {_shown(said[1])}", width))
+        lines.append(cut(f"  {said[0]}: {printable(said[1])}", width))
     return lines
 
 
@@ -87,8 +79,8 @@ def _line(s: dict[str, Any]) -> str:
             str(s.get("turn_count", 0)),
             f"${s.get('cost_so_far_usd', '0')}",
             str(s.get("created_at", ""))[:19],
-            _shown(s.get("workspace_path", "")),
-            _shown(s.get("title") or "-"),
+            printable(s.get("workspace_path", "")),
+            printable(s.get("title") or "-"),
         ]
     )
 
@@ -108,7 +100,7 @@ async def _list(api: DaemonApi, args: argparse.Namespace) -> int:
     if not sessions:
         # Said on stderr so a script reading stdout still sees an empty list.
         scope = "" if status == "all" else f" {status}"
-        found = f" match {_shown(args.search)!r}" if args.search else ""
+        found = f" match {printable(args.search)!r}" if args.search else ""
         hint = "" if status == "all" else " (--all lists every session)"
         print(f"no{scope} sessions{found}{hint}", file=sys.stderr)
     # a person at a terminal reads two lines a session; a script reading a pipe, one line of
@@ -131,8 +123,8 @@ async def _show(api: DaemonApi, args: argparse.Namespace) -> int:
         print(json.dumps(session, ensure_ascii=False, indent=2))
         return 0
     print(f"session   {session['id']}")
-    print(f"title     {_shown(session.get('title') or '-')}")
-    print(f"workspace {_shown(session['workspace_path'])}")
+    print(f"title     {printable(session.get('title') or '-')}")
+    print(f"workspace {printable(session['workspace_path'])}")
     print(
         f"model     {session.get('active_model')}"
         + ("" if session.get("sticky_model") else " (routing)")
@@ -225,7 +217,7 @@ async def _ended_ids(api: DaemonApi, args: argparse.Namespace) -> list[str]:
 
 def _ended_scope(args: argparse.Namespace) -> str:
     days = f" {args.days} or more days ago" if args.days else ""
-    where = f" in {_shown(args.workspace)}" if args.workspace else ""
+    where = f" in {printable(args.workspace)}" if args.workspace else ""
     return f" (ended{days}{where})" if days or where else ""
 
 
@@ -260,7 +252,7 @@ async def _title(api: DaemonApi, args: argparse.Namespace) -> int:
             raise
         print(f"metis: {exc.said}", file=sys.stderr)
         return 2
-    print(f"{args.id}: {_shown(patched.get('title') or '-')}")
+    print(f"{args.id}: {printable(patched.get('title') or '-')}")
     return 0
 
 

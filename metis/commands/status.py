@@ -35,6 +35,7 @@ from metis.commands.daemon_client import (
     target_from_args,
 )
 from metis.commands.detach import DAEMON_LOG
+from metis.commands.paths import printable
 from metis.server.lock import LOCK_FILE, read_holder, running_url
 from metis.wire.when import local_time
 
@@ -172,9 +173,9 @@ def render(
         "Dashboard: `metis open`; chat: `metis chat`.",
     ]
     if pid is not None:  # the lock of this home names the daemon: it is that home's daemon
-        lines.insert(1, f"  home:       {target.home}")
+        lines.insert(1, f"  home:       {printable(target.home)}")
     if log is not None:
-        lines.insert(2, f"  log:        {log}")
+        lines.insert(2, f"  log:        {printable(log)}")
     if target.config_error is not None:
         lines.insert(-1, f"  config:     {target.config_error} (the next start refuses it)")
     if width is not None:
@@ -240,18 +241,23 @@ def _not_running(target: DaemonTarget, args: argparse.Namespace) -> int:
             )
         )
     elif elsewhere is not None:
-        print(f"nothing answers at {target.url}; the daemon of {target.home} runs at {elsewhere}")
+        print(
+            f"nothing answers at {target.url}; the daemon of {printable(target.home)} runs at "
+            f"{elsewhere}"
+        )
     else:
-        print(f"metis is not running: nothing answers at {target.url} (home {target.home})")
+        print(
+            f"metis is not running: nothing answers at {target.url} (home {printable(target.home)})"
+        )
         if last_log is not None:
-            print(f"The log of the daemon last started with --detach: {last_log}")
+            print(f"The log of the daemon last started with --detach: {printable(last_log)}")
         print(f"{START_HINT[:1].upper()}{START_HINT[1:]}.")
     return NOT_RUNNING
 
 
 def _not_answering(target: DaemonTarget, pid: int) -> str:
     return (
-        f"the daemon of {target.home} (pid {pid}) holds {target.url} but did not answer within "
+        f"the daemon of {printable(target.home)} (pid {pid}) holds {target.url} but did not answer within "
         f"{STATUS_TIMEOUT_S:g} s: stopped or stuck (`metis stop` ends it, after its timeout "
         "with kill -9)"
     )

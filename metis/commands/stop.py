@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from metis.commands import seconds_argument
+from metis.commands.paths import printable
 from metis.config import home_from
 from metis.server.lock import LOCK_FILE, is_held, read_holder
 
@@ -31,11 +32,14 @@ def stop_command(args: argparse.Namespace) -> int:
     home = home_from(args.home)
     lock = home / LOCK_FILE
     if not is_held(lock):
-        print(f"metis: no daemon is running on {home}", file=sys.stderr)
+        print(f"metis: no daemon is running on {printable(home)}", file=sys.stderr)
         return NOT_RUNNING
     pid, url = read_holder(lock)
     if pid is None:
-        print(f"metis: the daemon on {home} does not name its pid in {lock}", file=sys.stderr)
+        print(
+            f"metis: the daemon on {printable(home)} does not name its pid in {printable(lock)}",
+            file=sys.stderr,
+        )
         return 1
     try:  # the kill inside: a Ctrl-C just after it is sent gets the sentence too
         try:
@@ -44,7 +48,7 @@ def stop_command(args: argparse.Namespace) -> int:
             pass  # it ended meanwhile: the wait below sees the lock free
         except PermissionError:
             print(
-                f"metis: the daemon on {home} (pid {pid}) belongs to another user; "
+                f"metis: the daemon on {printable(home)} (pid {pid}) belongs to another user; "
                 "stop it as that user",
                 file=sys.stderr,
             )

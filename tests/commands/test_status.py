@@ -184,3 +184,18 @@ async def test_an_unavailable_model_is_said_in_words(
     assert code == 0, err
     [row] = [line for line in out.splitlines() if line.startswith("anthropic:claude-haiku-4-5 ")]
     assert re.search(r" unavailable until \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$", row), row
+
+
+def test_a_home_whose_name_holds_control_characters_is_printed_escaped(
+    metis_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A directory may be named with an escape sequence: printed as is, it would set the
+    terminal's title or colours; status and stop show it escaped."""
+    home = metis_home.parent / "home\x1b]0;owned\x07\n"
+    monkeypatch.setenv("METIS_HOME", str(home))
+    assert main(["status", "--url", "http://127.0.0.1:9"]) == 3
+    assert main(["stop"]) == 3
+    out, err = capsys.readouterr()
+    shown = str(metis_home.parent / "home\\x1b]0;owned\\x07\\n")
+    assert f"(home {shown})" in out and f"no daemon is running on {shown}" in err
+    assert "\x1b" not in out + err and "\x07" not in out + err
