@@ -827,9 +827,16 @@ def test_answering_a_request_settled_elsewhere_shows_how_it_was_settled(
     )
     assert status == 200
     card.locator("button.deny").click()  # the daemon answers 409 confirmation_already_resolved
-    page.wait_for_selector(".confirm-card.resolved.d-allow:has-text('write_file')")
-    assert card.locator(".outcome").inner_text() == "Allowed once"
-    assert card.locator("button").count() == 0
+    # the settled card shows for a few seconds, then leaves: read it in the moment it shows
+    settled = page.wait_for_function(
+        """() => {
+          const card = [...document.querySelectorAll('.confirm-card.resolved.d-allow')]
+            .find(c => c.textContent.includes('write_file'));
+          return card && {outcome: card.querySelector('.outcome').innerText,
+                          buttons: card.querySelectorAll('button').length};
+        }"""
+    )
+    assert settled.json_value() == {"outcome": "Allowed once", "buttons": 0}
 
 
 def test_more_than_a_page_of_sessions_are_all_reachable(
