@@ -7,6 +7,7 @@ event ordering are the shared driver's (`streaming.py`).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -28,6 +29,7 @@ from metis.core.canonical.content import (
 )
 from metis.core.canonical.ids import new_tool_use_id
 from metis.core.canonical.messages import Message
+from metis.core.canonical.tools import ToolDefinition
 from metis.core.canonical.usage import TokenUsage
 from metis.core.models.types import ProviderConfig
 from metis.core.providers.base import LLMRequest, LLMResult, StopReason, StreamEvent
@@ -62,7 +64,7 @@ from metis.core.providers.streaming import (
     parse_tool_input,
 )
 from metis.core.providers.transport import post_event_stream, post_json, sdk_client_options
-from metis.core.providers.wire_body import HistoryEncoder, encode, json_body
+from metis.core.providers.wire_body import HistoryEncoder, ToolsEncoder, encode, json_body
 
 log = logging.getLogger(__name__)
 
@@ -208,9 +210,15 @@ def history_messages(
 
 
 def build_body(
-    req: LLMRequest, provider_name: str, history: HistoryEncoder, *, stream: bool
+    req: LLMRequest,
+    provider_name: str,
+    history: HistoryEncoder,
+    *,
+    stream: bool,
+    tools_encoder: ToolsEncoder | None = None,
 ) -> bytes:
-    """The Messages request body, the history's final part encoded once."""
+    """The Messages request body, the history's final part and the tools encoded once (the
+    tools by `tools_encoder`, when given)."""
     caps = req.capabilities
     caching = caps.supports_prompt_caching
     supports_images, thinking = caps.supports_images, req.thinking_enabled
@@ -241,14 +249,14 @@ def build_body(
         fields["stop_sequences"] = list(req.stop_sequences)
     if req.temperature is not None and not thinking:
         fields["temperature"] = req.temperature
+    encoded: dict[str, bytes] = {}
     if req.tools and caps.supports_tools:
-        tools = [
-            {"name": t.name, "description": t.description, "input_schema": t.input_schema}
-            for t in req.tools
-        ]
-        if caching:
-            tools[-1]["cache_control"] = dict(EPHEMERAL)
-        fields["tools"] = tools
+        mapper = functools.partial(wire_tools, caching=caching)
+        encoded["tools"] = (
+            tools_encoder.encode(req.tools, caching, mapper)
+            if tools_encoder is not None
+            else encode(mapper(req.tools))
+        )
         if not caps.supports_parallel_tool_calls:
             fields["tool_choice"] = {"type": "auto", "disable_parallel_tool_use": True}
     if thinking and req.thinking_budget_tokens:
@@ -256,7 +264,18 @@ def build_body(
         fields["thinking"] = {"type": "enabled", "budget_tokens": budget}
     if stream:
         fields["stream"] = True
-    return json_body(fields, [*done, *map(encode, rest)])
+    return json_body(fields, [*done, *map(encode, rest)], encoded)
+
+
+def wire_tools(tools: Sequence[ToolDefinition], *, caching: bool) -> list[dict[str, Any]]:
+    """The `tools` array; with prompt caching the last tool carries the cache mark."""
+    wire = [
+        {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+        for t in tools
+    ]
+    if caching and wire:
+        wire[-1]["cache_control"] = dict(EPHEMERAL)
+    return wire
 
 
 # ---------------------------------------------------------------------------------------------
@@ -580,12 +599,15 @@ class AnthropicAdapter:
         self.policy = policy
         self._secret = provider.api_key
         self._history = HistoryEncoder()
+        self._tools = ToolsEncoder()
         self._client = anthropic.AsyncAnthropic(**sdk_client_options(anthropic, provider))
 
     # CallSpec -------------------------------------------------------------------------------
 
     def _body(self, req: LLMRequest, *, stream: bool) -> bytes:
-        return build_body(req, self.provider_name, self._history, stream=stream)
+        return build_body(
+            req, self.provider_name, self._history, stream=stream, tools_encoder=self._tools
+        )
 
     async def open_stream(self, req: LLMRequest) -> SseBody:
         body = self._body(req, stream=True)

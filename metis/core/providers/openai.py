@@ -28,6 +28,7 @@ from metis.core.canonical.content import (
 )
 from metis.core.canonical.ids import new_tool_use_id
 from metis.core.canonical.messages import Message
+from metis.core.canonical.tools import ToolDefinition
 from metis.core.canonical.usage import TokenUsage
 from metis.core.models.types import ProviderConfig
 from metis.core.providers.base import LLMRequest, LLMResult, StopReason, StreamEvent
@@ -64,7 +65,7 @@ from metis.core.providers.streaming import (
     parse_tool_input,
 )
 from metis.core.providers.transport import post_event_stream, post_json, sdk_client_options
-from metis.core.providers.wire_body import HistoryEncoder, encode, json_body
+from metis.core.providers.wire_body import HistoryEncoder, ToolsEncoder, encode, json_body
 
 log = logging.getLogger(__name__)
 
@@ -150,9 +151,15 @@ def history_messages(messages: Sequence[Message], *, supports_images: bool) -> l
 
 
 def build_body(
-    req: LLMRequest, options: dict[str, Any], history: HistoryEncoder, *, stream: bool
+    req: LLMRequest,
+    options: dict[str, Any],
+    history: HistoryEncoder,
+    *,
+    stream: bool,
+    tools_encoder: ToolsEncoder | None = None,
 ) -> bytes:
-    """The Chat Completions request body, the history's final part encoded once."""
+    """The Chat Completions request body, the history's final part and the tools encoded once
+    (the tools by `tools_encoder`, when given)."""
     caps = req.capabilities
     supports_images = caps.supports_images
     done, rest = history.split(
@@ -164,18 +171,13 @@ def build_body(
     head = [encode({"role": "system", "content": system})] if system else []
     fields: dict[str, Any] = {"model": req.wire_model}
     fields[options.get("max_tokens_field", "max_completion_tokens")] = req.max_output_tokens
+    encoded: dict[str, bytes] = {}
     if req.tools and caps.supports_tools:
-        fields["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": t.name,
-                    "description": t.description,
-                    "parameters": t.input_schema,
-                },
-            }
-            for t in req.tools
-        ]
+        encoded["tools"] = (
+            tools_encoder.encode(req.tools, None, wire_tools)
+            if tools_encoder is not None
+            else encode(wire_tools(req.tools))
+        )
         if not caps.supports_parallel_tool_calls:
             fields["parallel_tool_calls"] = False
     if req.temperature is not None:
@@ -186,7 +188,22 @@ def build_body(
         fields["stream"] = True
         if options.get("stream_include_usage", True):
             fields["stream_options"] = {"include_usage": True}
-    return json_body(fields, [*head, *done, *map(encode, rest)])
+    return json_body(fields, [*head, *done, *map(encode, rest)], encoded)
+
+
+def wire_tools(tools: Sequence[ToolDefinition]) -> list[dict[str, Any]]:
+    """The `tools` array: each tool as a `function`."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": t.name,
+                "description": t.description,
+                "parameters": t.input_schema,
+            },
+        }
+        for t in tools
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -609,13 +626,16 @@ class OpenAIAdapter:
         self.policy = policy
         self.options = dict(provider.options)
         self._history = HistoryEncoder()
+        self._tools = ToolsEncoder()
         self._secret = provider.api_key
         self._client = openai.AsyncOpenAI(**sdk_client_options(openai, provider))
 
     # CallSpec -------------------------------------------------------------------------------
 
     def _body(self, req: LLMRequest, *, stream: bool) -> bytes:
-        return build_body(req, self.options, self._history, stream=stream)
+        return build_body(
+            req, self.options, self._history, stream=stream, tools_encoder=self._tools
+        )
 
     async def open_stream(self, req: LLMRequest) -> SseBody:
         body = self._body(req, stream=True)

@@ -14,7 +14,7 @@ from metis.core.canonical.ids import new_tool_use_id
 from metis.core.canonical.messages import Message
 from metis.core.providers import anthropic as anthropic_wire
 from metis.core.providers import openai as openai_wire
-from metis.core.providers.wire_body import HistoryEncoder, json_body
+from metis.core.providers.wire_body import HistoryEncoder, ToolsEncoder, json_body
 from tests.core.providers.provider_kit import (
     READ_FILE,
     caps,
@@ -145,6 +145,34 @@ def test_fields_follow_the_encoded_messages_in_one_object() -> None:
         "a": 1,
         "b": [2],
     }
+
+
+def test_encoded_fields_are_spliced_after_the_others() -> None:
+    assert json.loads(json_body({"a": 1}, [b"1"], {"tools": b'[{"n":2}]'})) == {
+        "messages": [1],
+        "a": 1,
+        "tools": [{"n": 2}],
+    }
+    assert json.loads(json_body({}, [], {"tools": b"[]"})) == {"messages": [], "tools": []}
+
+
+@pytest.mark.parametrize("wire", [anthropic_wire, openai_wire], ids=["anthropic", "openai"])
+def test_tools_encoded_once_give_the_bodies_tools_encoded_at_every_call_give(wire: Any) -> None:
+    kept = ToolsEncoder()
+    second = READ_FILE.model_copy(update={"name": "other_tool"})
+    named: Any = "anthropic" if wire is anthropic_wire else {}
+    for offered, caching in [
+        ([READ_FILE], True),
+        ([READ_FILE], False),
+        ([READ_FILE, second], True),
+    ]:
+        req = request(
+            "fake", user("q"), tools=offered, capabilities=caps(supports_prompt_caching=caching)
+        )
+        fresh = json.loads(wire.build_body(req, named, HistoryEncoder(), stream=True))
+        for _ in range(2):  # the second call reuses what the first encoded
+            body = wire.build_body(req, named, HistoryEncoder(), stream=True, tools_encoder=kept)
+            assert json.loads(body) == fresh
 
 
 def test_a_lone_surrogate_in_stored_text_is_sent_escaped() -> None:
