@@ -8,7 +8,6 @@ from typing import Any
 
 import aiohttp
 from rich.console import Group
-from rich.syntax import Syntax
 from rich.text import Text
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
@@ -21,6 +20,8 @@ from textual.widgets.option_list import Option
 
 from metis.commands.client import ApiFailure
 from metis.commands.failures import error_text
+from metis.commands.tui.widgets import plain, plain_code
+from metis.core.tools.textutil import visible_controls
 from metis.wire import tooldisplay
 from metis.wire.counts import counted
 from metis.wire.search import where_said
@@ -38,6 +39,15 @@ def fit_scroll(dialog: Widget, scroll: Widget, *, share: float, cap: int) -> Non
     room = max(3, min(cap, int(dialog.screen.size.height * share) - used))
     if scroll.styles.max_height != Scalar.from_number(room):
         scroll.styles.max_height = room
+
+
+SHORT_SCREEN_ROWS = 20
+"""Below this many rows, the confirmation drops its padding and margins: at 12 rows they took
+the rows the diff needed, and a write was asked for without a line of it shown."""
+
+
+NARROW_SCREEN_COLUMNS = 60
+"""Below this many columns, the confirmation's keys are said in fewer words."""
 
 
 @dataclass(frozen=True)
@@ -108,31 +118,35 @@ class ConfirmScreen(ModalScreen[Decision | None]):
             )
             body = self._body(name)
             if name != "shell" or body is None:  # a shell's summary is the command shown below
-                yield Static(Text(str(summary)))
+                yield Static(plain(str(summary)))
             if body is not None:
                 with VerticalScroll():
                     yield Static(body, id="confirm-body")
-            scopes = self.request.get("allowed_scopes") or ["once"]
-            # allowing, then the rest, a line each: one line wrapped inside a key's words at
-            # 80 columns ("[n] deny (with a" / "reason)")
-            keys = "[y] allow once"
-            if "session" in scopes:
-                keys += "   [a] allow for this session"
-            keys += "\n[n] deny (with a reason)   [Esc] decide later"
             # docked at the dialog's foot: a long diff scrolls above them, never hides them
             with Vertical(id="answer"):
-                yield Static(Text(keys), classes="keys")
+                yield Static(self._keys(narrow=False), classes="keys")
                 yield Input(placeholder="reason for denying (optional), Enter to send", id="reason")
+
+    def _keys(self, *, narrow: bool) -> Text:
+        """Allowing, then the rest, a line each (one line wrapped inside a key's words at 80
+        columns: "[n] deny (with a" / "reason)"); in a narrow dialog, in fewer words, so that
+        each stays on its line and the diff keeps its rows."""
+        session = "session" in (self.request.get("allowed_scopes") or ["once"])
+        if narrow:
+            keys = "[y] allow once" + ("  [a] session" if session else "")
+            return Text(keys + "\n[n] deny  [Esc] later")
+        keys = "[y] allow once" + ("   [a] allow for this session" if session else "")
+        return Text(keys + "\n[n] deny (with a reason)   [Esc] decide later")
 
     def _body(self, name: str) -> Any:
         diff = tooldisplay.file_diff(name, self.tool_input, self.workspace)
         if diff is not None:
             self.detail = diff
-            return Syntax(diff.rstrip("\n"), "diff", theme="ansi_dark")
+            return plain_code(diff.rstrip("\n"), "diff")
         command = (self.tool_input or {}).get("command") or self.request.get("command_summary")
         if name == "shell" and command:
             self.detail = str(command)
-            return Syntax(str(command), "bash", theme="ansi_dark")
+            return plain_code(str(command), "bash")
         return None
 
     def on_mount(self) -> None:
@@ -142,9 +156,16 @@ class ConfirmScreen(ModalScreen[Decision | None]):
         self.call_after_refresh(self._fit)
 
     def _fit(self) -> None:
+        dialog = self.query_one(Vertical)
         scrolls = self.query(VerticalScroll)
+        # a short terminal: the padding and the diff's margins go, for the diff's first rows
+        short = self.size.height < SHORT_SCREEN_ROWS
+        dialog.styles.padding = (0, 1) if short else (1, 2)
+        narrow = self.size.width < NARROW_SCREEN_COLUMNS
+        self.query_one(".keys", Static).update(self._keys(narrow=narrow))
         if scrolls:  # the dialog takes at most 90% of the screen (its CSS)
-            fit_scroll(self.query_one(Vertical), scrolls.first(), share=0.9, cap=24)
+            scrolls.first().styles.margin = (0, 0) if short else (1, 0)
+            fit_scroll(dialog, scrolls.first(), share=0.9, cap=24)
 
     def _asking_reason(self) -> bool:
         return self.query_one("#reason", Input).has_class("asking")
@@ -233,7 +254,7 @@ class SessionPicker(ModalScreen[PickedSession | None]):
             return [Option(Text("no active session matches", style="dim"), disabled=True)]
         options = []
         for s in self.sessions:
-            title = s.get("title") or "(no prompt yet)"
+            title = visible_controls(s.get("title") or "(no prompt yet)")
             mark = "● " if s["id"] == self.current else "  "
             when = local_time(s.get("created_at"))
             # two lines, each cut (not wrapped) at the list's width: title, then the details
@@ -254,7 +275,7 @@ class SessionPicker(ModalScreen[PickedSession | None]):
             if said is not None:  # found by words of a prompt or reply: them, in context
                 where, excerpt = said
                 context = Text(f"  {where}: ", style="dim", no_wrap=True, overflow="ellipsis")
-                context.append(excerpt)
+                context.append(visible_controls(excerpt))
                 context.highlight_words(self._query.split(), "bold reverse", case_sensitive=False)
                 lines.append(context)
             options.append(Option(Group(*lines), id=s["id"]))

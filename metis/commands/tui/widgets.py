@@ -16,6 +16,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 from textual import events
 from textual.containers import Vertical
+from textual.content import Content
 from textual.geometry import Size
 from textual.message import Message
 from textual.strip import Strip
@@ -23,7 +24,9 @@ from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Collapsible, Static, TextArea
 
+from metis.commands.columns import columns
 from metis.commands.paths import short_path
+from metis.core.tools.textutil import visible_controls
 from metis.wire import tooldisplay
 from metis.wire.counts import counted
 
@@ -36,6 +39,19 @@ KEPT_LINES = 1000  # rendered lines of Markdown kept, all replies together (scre
 CODE_THEME = "monokai"
 
 
+def plain(text: str) -> Text:
+    """Text from the model, a tool or a file, shown as written: its control characters made
+    visible (`\\x1b`), for an escape sequence that reached the terminal would act on it
+    (set the clipboard or the window's title, clear the screen); Rich drops only a few."""
+    return Text(visible_controls(text))
+
+
+def plain_code(text: str, lexer: str) -> Syntax:
+    """A diff or a command, highlighted, its control characters made visible (`plain`), its
+    long lines wrapped: a command cut at the card's edge hid what ran."""
+    return Syntax(visible_controls(text), lexer, theme="ansi_dark", word_wrap=True)
+
+
 class UserMessage(Static):
     """What the user sent (plain text: the user's own words are not rendered as Markdown)."""
 
@@ -44,7 +60,7 @@ class UserMessage(Static):
     """
 
     def __init__(self, text: str, message_id: str | None = None) -> None:
-        super().__init__(Text(text))
+        super().__init__(plain(text))
         self.text = text
         self.message_id = message_id  # a stored prompt's (None: one typed here, not read back)
 
@@ -182,7 +198,7 @@ class MarkdownView(Widget):
         if not source.strip():
             return []
         console = self.app.console
-        markdown = LeftMarkdown(source, code_theme=CODE_THEME, hyperlinks=True)
+        markdown = LeftMarkdown(visible_controls(source), code_theme=CODE_THEME, hyperlinks=True)
         rendered = console.render_lines(
             markdown, console.options.update(width=width, height=None), style=self.rich_style
         )
@@ -362,7 +378,7 @@ class ThinkingBlock(Collapsible):
 
     def __init__(self, text: str = "", *, live: bool = True) -> None:
         self.text = text
-        self.body = Static(Text(text))
+        self.body = Static(plain(text))
         self._timer: Timer | None = None
         super().__init__(self.body, title="thinking…" if live else "thinking", collapsed=True)
 
@@ -377,8 +393,12 @@ class ThinkingBlock(Collapsible):
 
     def _draw(self) -> None:
         self._timer = None
-        self.body.update(Text(self.text))
+        self.body.update(plain(self.text))
 
+
+TITLE_GUTTER = 6
+"""Columns of a card's width its title cannot use: the border's corners and the spaces
+Textual sets around a title, with one to spare."""
 
 OPEN_STATES = frozenset({"queued", "running", "allowed", "awaiting your answer"})
 """A tool card's states before its call has ended."""
@@ -411,7 +431,8 @@ class ToolCard(Vertical):
         self.result: str | None = None
         self.is_error = False
         self.detail: str | None = None  # the diff or the command shown
-        self.border_title = name
+        self.caption = name  # the title as written (the border shows it cut to fit)
+        self.border_title = Content(visible_controls(name))  # never read as markup
         self._state = Static("", classes="state")
         self._detail = Vertical(classes="detail")
         self._output = Vertical(classes="output")
@@ -438,23 +459,44 @@ class ToolCard(Vertical):
         is left out: against the file as it is now, it would show the write as no change."""
         self.tool_input = tool_input or {}
         line = tooldisplay.summary(self.name_, self.tool_input)
-        self.border_title = f"{self.name_} {line}".strip()
+        self.caption = f"{self.name_} {line}".strip()
+        self.border_title = Content(visible_controls(self.caption))
         diff = None
         if live or self.name_ != "write_file":
             diff = tooldisplay.file_diff(self.name_, self.tool_input, self.workspace)
-        command = str(self.tool_input.get("command") or "")
         if diff is not None:
-            self.detail, lexer, kind = diff.rstrip("\n"), "diff", "diff"
-        elif self.name_ == "shell" and (command != line or "\n" in command):
-            self.detail, lexer, kind = command, "bash", "command"
-        else:
+            self._show_detail(diff.rstrip("\n"), "diff", "diff")
+        elif self.name_ == "shell":
+            self._fit_command()
+
+    def _fit_command(self) -> None:
+        """A shell command is in the title when the title holds it whole (on one line, at
+        the card's width), else in the card's body too: what ran is always readable."""
+        command = str((self.tool_input or {}).get("command") or "")
+        room = self.size.width - TITLE_GUTTER
+        whole = f"{self.name_} {command}" == self.caption and "\n" not in command
+        fits = whole and (not self.size.width or columns(visible_controls(self.caption)) <= room)
+        if command and not fits:
+            self._show_detail(command, "bash", "command")
+        elif self.detail is not None:
+            self.detail = None
+            self._detail.remove_children()
+
+    def on_resize(self) -> None:
+        if self.name_ == "shell" and self.tool_input is not None:
+            self._fit_command()
+
+    def _show_detail(self, detail: str, lexer: str, kind: str) -> None:
+        """The diff or command under the title: its first lines, the rest collapsed."""
+        if detail == self.detail:
             return
-        preview, hidden = tooldisplay.truncate_lines(self.detail, PREVIEW_LINES)
-        widgets: list[Widget] = [Static(Syntax(preview, lexer, theme="ansi_dark"))]
+        self.detail = detail
+        preview, hidden = tooldisplay.truncate_lines(detail, PREVIEW_LINES)
+        widgets: list[Widget] = [Static(plain_code(preview, lexer))]
         if hidden:
             widgets.append(
                 _Whole(
-                    Static(Syntax(self.detail, lexer, theme="ansi_dark")),
+                    Static(plain_code(detail, lexer)),
                     title=f"whole {kind} ({counted(hidden, 'more line', 'more lines')})",
                     collapsed=True,
                 )
@@ -480,11 +522,11 @@ class ToolCard(Vertical):
             self.state = "error" if is_error else "done"
         self._refresh_state()
         preview, hidden = tooldisplay.truncate_lines(body, PREVIEW_LINES)
-        widgets: list[Any] = [Static(Text(preview or "(no output)"))]
+        widgets: list[Any] = [Static(plain(preview or "(no output)"))]
         if hidden:
             widgets.append(
                 _Whole(
-                    Static(Text(body.rstrip("\n"))),
+                    Static(plain(body.rstrip("\n"))),
                     title=f"show all ({counted(hidden, 'more line', 'more lines')})",
                     collapsed=True,
                 )

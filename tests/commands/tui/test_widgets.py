@@ -1,0 +1,117 @@
+"""The transcript's widgets and the confirmation, mounted in a bare Textual app (Pilot): what
+they show of text written by a model, a tool or a file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from textual.app import App
+from textual.containers import VerticalScroll
+from textual.content import Content
+from textual.widget import Widget
+
+from metis.commands.tui.screens import ConfirmScreen
+from metis.commands.tui.widgets import AssistantMessage, ThinkingBlock, ToolCard, UserMessage
+
+# set the clipboard, set the window's title, clear the screen, move the cursor home
+ESCAPES = "\x1b]52;c;ZXZpbA==\x1b\\ \x1b]0;PWNED\x07 \x1b[2J\r"
+
+
+class _Bare(App[None]):
+    def __init__(self, *widgets: Widget) -> None:
+        super().__init__()
+        self.widgets = widgets
+
+    def compose(self) -> Any:
+        with VerticalScroll():
+            yield from self.widgets
+
+
+def _shown(widget: Widget) -> str:
+    """Every character the widget and those inside it give the terminal for their regions."""
+    return "".join(
+        segment.text
+        for shown in [widget, *widget.query("*")]
+        if shown.display and shown.region.height
+        for y in range(shown.region.height)
+        for segment in shown.render_line(y)
+    )
+
+
+async def test_control_sequences_of_model_and_tool_text_are_shown_not_obeyed() -> None:
+    reply = AssistantMessage(None)
+    thinking = ThinkingBlock(f"thought {ESCAPES}", live=False)
+    card = ToolCard("toolu_1", "shell", None)
+    app = _Bare(UserMessage(f"prompt {ESCAPES}"), thinking, reply, card)
+    async with app.run_test(size=(120, 60)) as pilot:
+        thinking.collapsed = False
+        reply.append(f"**reply** {ESCAPES}")
+        reply.finish()
+        card.set_input({"command": f"printf '{ESCAPES}'\nls"})
+        await card.set_result(f"out {ESCAPES}", is_error=False, exit_code=0)
+        await pilot.pause(0.2)
+        shown = _shown(app.screen)
+        for seen in ("prompt ", "thought ", "reply ", "printf '", "out "):
+            assert seen + "\\x1b]52;c;ZXZpbA==\\x1b\\ \\x1b]0;PWNED\\x07" in shown, seen
+        assert not {"\x1b", "\x07", "\r"} & set(shown)
+
+
+async def test_a_tool_cards_title_is_its_input_as_written_never_markup() -> None:
+    inputs = {
+        "read_file": {"path": "src/[id]/page.tsx"},
+        "shell": {"command": "sed 's/[/]//' f"},  # `[/]` closed no tag: Textual raised
+        "grep_files": {"pattern": "[@click=app.quit]x"},
+    }
+    cards = [ToolCard(f"toolu_{name}", name, None) for name in inputs]
+    async with _Bare(*cards).run_test(size=(100, 30)) as pilot:
+        for card, tool_input in zip(cards, inputs.values(), strict=True):
+            card.set_input(tool_input)
+        await pilot.pause()
+        titles = [Content.from_markup(card.border_title or "").plain for card in cards]
+    assert titles == [
+        "read_file src/[id]/page.tsx",
+        "shell sed 's/[/]//' f",
+        "grep_files [@click=app.quit]x",
+    ]
+
+
+async def test_a_shell_command_the_title_cannot_hold_whole_is_shown_in_the_card() -> None:
+    command = "find . -maxdepth 1 -name 'nothing-*' -print | sort | head -n 5 && echo done"
+    long, short = ToolCard("toolu_1", "shell", None), ToolCard("toolu_2", "shell", None)
+    app = _Bare(long, short)
+    async with app.run_test(size=(60, 30)) as pilot:
+        long.set_input({"command": command})
+        short.set_input({"command": "ls -la"})
+        await pilot.pause()
+        assert long.detail == command and short.detail is None
+        assert "echo done" in _shown(long)  # wrapped, not cut at the card's edge
+        await pilot.resize_terminal(200, 30)  # wide enough: the title holds it, once
+        await pilot.pause()
+        assert long.detail is None and "echo done" not in _shown(long)
+        assert Content.from_markup(long.border_title or "").plain == f"shell {command}"
+
+
+async def test_a_confirmation_on_a_40_by_12_terminal_shows_the_path_and_the_diff(
+    tmp_path: Path,
+) -> None:
+    content = "".join(f"line {i} of the new notes file\n" for i in range(80))
+    request = {
+        "confirmation_request_id": "conf_1",
+        "tool_name": "write_file",
+        "side_effects": "write",
+        "input_summary": f"Write {len(content):,} bytes to notes/todo.txt",
+        "allowed_scopes": ["once", "session"],
+    }
+    screen = ConfirmScreen(request, {"path": "notes/todo.txt", "content": content}, str(tmp_path))
+    app = _Bare()
+    async with app.run_test(size=(40, 12)) as pilot:
+        app.push_screen(screen)
+        await pilot.pause(0.2)
+        shown = _shown(screen)
+        diff = screen.query_one(VerticalScroll)
+        keys = screen.query_one(".keys")
+        assert "notes/todo.txt" in shown and "+line 0 of" in shown
+        assert diff.region.height >= 3, diff.region
+        assert keys.region.bottom <= app.screen.size.height  # the answers still show
+        assert "[y] allow once  [a] session" in _shown(keys)
