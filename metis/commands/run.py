@@ -43,6 +43,7 @@ from metis.commands.daemon_client import add_arguments, target_from_args, unreac
 from metis.commands.daemon_client import session_id as session_argument
 from metis.config import AddressError
 from metis.core.errors import ConfigError
+from metis.core.tools.textutil import visible_controls
 from metis.wire import tooldisplay
 
 TERMINAL_TYPES = ("turn.completed", "turn.cancelled", "turn.failed")
@@ -51,7 +52,9 @@ REFUSED_STATUSES = (400, 404, 409)
 
 
 def _err(text: str) -> None:
-    print(f"metis: {text}", file=sys.stderr, flush=True)
+    """A line of metis's on stderr; what it quotes (a tool's input, the daemon's words) has
+    its control characters shown escaped, never obeyed by a terminal."""
+    print(f"metis: {visible_controls(text)}", file=sys.stderr, flush=True)
 
 
 class RunError(Exception):
@@ -80,6 +83,9 @@ class _Reply:
     def __init__(self, show: bool) -> None:
         self.show = show  # printed as it comes (not `--json`)
         self.terminal = show and sys.stdout.isatty() and sys.stderr.isatty()
+        # at a terminal, the model's escape sequences are shown, not obeyed (`\x1b]52;…`
+        # would set the clipboard); into a pipe, the reply is passed on as written
+        self._at_a_terminal = show and sys.stdout.isatty()
         self.parts: list[str] = []
         self._new_message = False  # a later assistant message began: its text is set apart
         self._line_ended = True  # stdout's last output ended its line (or there was none)
@@ -115,7 +121,7 @@ class _Reply:
             self._write("\n")
 
     def _write(self, text: str) -> None:
-        sys.stdout.write(text)
+        sys.stdout.write(visible_controls(text) if self._at_a_terminal else text)
         sys.stdout.flush()
         self._line_ended = text.endswith("\n")
 

@@ -25,6 +25,7 @@ from metis.commands.daemon_client import add_arguments, session_id
 from metis.commands.export_file import export_path, write_export
 from metis.commands.paths import printable, short_path
 from metis.core.sessions.search import SEARCH_CHARS
+from metis.core.tools.textutil import visible_controls
 from metis.wire.counts import counted, turn_totals
 from metis.wire.export import FORMATS as EXPORT_FORMATS
 from metis.wire.search import where_said
@@ -262,8 +263,8 @@ async def _export(api: DaemonApi, args: argparse.Namespace) -> int:
         path = export_path(args.output, args.id, args.format)
         write_export(path, text.encode())
         print(f"exported {args.id} to {path}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
+    else:  # at a terminal, the conversation's escape sequences are shown, not obeyed
+        sys.stdout.write(visible_controls(text) if sys.stdout.isatty() else text)
     return 0
 
 

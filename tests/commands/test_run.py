@@ -17,7 +17,7 @@ from typing import Any
 from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from tests.api import Api
-from tests.cli import metis, start_metis, terminal_lines
+from tests.cli import at_a_terminal, metis, start_metis, terminal_lines
 from tests.ws_client import SLOW_SCRIPTED, fake_models
 
 
@@ -87,6 +87,27 @@ async def test_at_a_terminal_a_note_starts_a_line_of_its_own_not_the_end_of_the_
     # the next reply is set apart from the notes by one blank line, as from a reply
     last_note = lines.index("metis: deny shell: conformance")
     assert lines[last_note + 1 : last_note + 3] == ["", "Tool results received:"]
+
+
+async def test_at_a_terminal_a_replys_escape_sequences_are_shown_and_into_a_pipe_kept(
+    daemon: Daemon, workspace: Path
+) -> None:
+    """The scripted model says the prompt back: an escape sequence in it reaches stdout, which
+    a terminal would obey (set its title, clear the screen); a script reads it as written. The
+    same for an export."""
+    prompt = "title \x1b]0;PWNED\x07 and clear \x1b[2J"
+    run = ("run", prompt, "--workspace", str(workspace), "--url", daemon.base_url)
+    code, lines, _ = await at_a_terminal(*run, width=100)
+    assert code == 0 and lines == ['You said: "title \\x1b]0;PWNED\\x07 and clear \\x1b[2J"']
+    code, out, _ = await metis(*run)
+    assert (code, out) == (0, f'You said: "{prompt}"\n')
+    code, out, _ = await metis(*run, "--json")
+    said = json.loads(out)
+    assert said["text"] == f'You said: "{prompt}"'  # as written
+    export = ("sessions", "export", said["session_id"], "--url", daemon.base_url)
+    code, lines, _ = await at_a_terminal(*export, width=100)
+    assert code == 0 and "\\x1b]0;PWNED\\x07" in "\n".join(lines)
+    assert not any("\x1b" in line for line in lines)
 
 
 async def test_a_refused_run_leaves_no_session_behind(
