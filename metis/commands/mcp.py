@@ -16,6 +16,7 @@ from metis.commands import seconds_argument, usage
 from metis.commands.client import DaemonApi, with_daemon
 from metis.commands.columns import columns, cut, pad
 from metis.commands.daemon_client import add_arguments
+from metis.core.tools.textutil import visible_controls
 from metis.wire.mcp import reload_outcome
 
 
@@ -66,7 +67,8 @@ def render(
             lines.append(f"  {label}: {', '.join(names)}")
         for tool in s["tools"]:
             lines.append(_row([f"  {tool['name']}", tool["policy"]], tool_widths))
-    return "\n".join(lines) + "\n"
+    # a server's errors and tool names are its own text: shown, never obeyed by a terminal
+    return visible_controls("\n".join(lines)) + "\n"
 
 
 def _layout() -> dict[str, Any]:

@@ -32,6 +32,7 @@ from metis.config import SHIPPED_CONFIG_DIR, home_from
 from metis.core.config.checks import format_diagnostic
 from metis.core.errors import ConfigError
 from metis.core.models.registry import ModelRegistry, load_models_file
+from metis.core.tools.textutil import visible_controls
 from metis.wire.models import unconfigured_reason
 from metis.wire.table import table_lines
 from metis.wire.when import local_time
@@ -216,7 +217,8 @@ def show_live(target: DaemonTarget, body: dict[str, Any]) -> None:
         print()
         for model in down:
             detail = model.get("availability_detail") or {}
-            print(f"{model['id']}: {detail.get('message') or detail.get('trigger_reason')}")
+            why = str(detail.get("message") or detail.get("trigger_reason"))
+            print(f"{model['id']}: {visible_controls(why)}")  # the provider's words
             since = local_time(detail.get("since"), seconds=True, zone=True)
             again = local_time(detail.get("recovers_at"), seconds=True, zone=True)
             print(

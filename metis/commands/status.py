@@ -36,6 +36,7 @@ from metis.commands.daemon_client import (
 )
 from metis.commands.detach import DAEMON_LOG
 from metis.commands.paths import printable
+from metis.core.tools.textutil import visible_controls
 from metis.server.lock import LOCK_FILE, read_holder, running_url
 from metis.wire.when import local_time
 
@@ -178,6 +179,8 @@ def render(
         lines.insert(2, f"  log:        {printable(log)}")
     if target.config_error is not None:
         lines.insert(-1, f"  config:     {target.config_error} (the next start refuses it)")
+    # a provider's or an MCP server's words are shown, never obeyed by a terminal
+    lines = [visible_controls(line) for line in lines]
     if width is not None:
         lines = [_wrapped(line, width) for line in lines]
     return "\n".join(lines)

@@ -119,7 +119,7 @@ def test_the_status_names_sessions_in_use_turns_unhealthy_models_and_servers() -
              "availability_detail": {"scope": "model", "trigger_reason": "rate_limit",
                                      "since": "2026-11-28T11:55:00Z",
                                      "recovers_at": "2026-11-28T12:00:00Z",
-                                     "message": "openai rate-limited it"}},
+                                     "message": "openai \x1b[2Jrate-limited it"}},
         ]},
         "/routing/policy": {"errors": ["bad"], "in_force": "last_known_good",
                             "reason": "routing.yaml has errors; its last version is in force"},
@@ -130,8 +130,9 @@ def test_the_status_names_sessions_in_use_turns_unhealthy_models_and_servers() -
     assert lines[0] == "metis 1.2.3 is running at http://127.0.0.1:8421 (pid 4321, up 2 h 1 min)"
     assert lines[2:] == [
         "  sessions:   2 in use (1 turn running)",
-        "  models:     anthropic:sonnet (healthy), openai:mini (unavailable: openai rate-limited"
-        " it, until 2026-11-28 12:00:00 UTC); 1 more declared (no credentials: `metis models`)",
+        "  models:     anthropic:sonnet (healthy), openai:mini (unavailable: openai \\x1b[2Jrate-"
+        "limited it, until 2026-11-28 12:00:00 UTC); 1 more declared (no credentials: `metis "
+        "models`)",
         "  routing:    routing.yaml has errors; its last version is in force (`metis routing"
         " check` says why)",
         "  MCP:        1 of 2 ready: git ready, fs failed",

@@ -115,6 +115,11 @@ def test_mcp_servers_are_in_columns_for_a_person_and_tab_separated_for_a_script(
     assert narrow[3] == "search-web  restarting  http   https://mc…"
 
 
+def test_an_mcp_servers_own_words_are_shown_never_obeyed_by_a_terminal() -> None:
+    failed = {**SERVERS[1], "last_error": "refused \x1b]0;PWNED\x07 (HTTP 403)"}
+    assert "  last error: refused \\x1b]0;PWNED\\x07 (HTTP 403)" in render([failed]).splitlines()
+
+
 @pytest.mark.parametrize("command", ["list", "show", "end", "purge", "title", "export"])
 def test_each_sessions_help_says_what_it_does_in_a_sentence(
     command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
