@@ -25,7 +25,7 @@ from textual.widget import Widget
 from textual.widgets import Collapsible, Static, TextArea
 
 from metis.commands.columns import columns
-from metis.commands.paths import short_path
+from metis.commands.paths import printable, short_path
 from metis.core.tools.textutil import visible_controls
 from metis.wire import tooldisplay
 from metis.wire.counts import counted
@@ -665,7 +665,7 @@ class StatusBar(Widget):
         room = width - text.cell_len - len(separator)
         if workspace and room >= 8:  # last, in the room left (no label: a path reads as one)
             text.append(separator, style="dim")
-            text.append(short_path(workspace, room))
+            text.append(short_path(printable(workspace), room))
         return text
 
     @staticmethod
