@@ -63,6 +63,9 @@ class EventBus:
         self.strict = strict
         self._seq: dict[str, int] = {}
         self._inline: list[Subscription] = []
+        # The inline subscribers that take streaming-only events too, in the same order: a
+        # streamed delta is delivered to these alone, without a look at every other one.
+        self._transient: list[Subscription] = []
         self._queued: list[QueuedSubscription] = []
         self._drain_hooks: list[DrainHook] = []
 
@@ -101,6 +104,8 @@ class EventBus:
         """Register an inline subscriber: a sync callable doing O(1) in-memory work, no I/O."""
         sub = Subscription(name, handler, transient)
         self._inline.append(sub)
+        if transient:
+            self._transient.append(sub)
         log.debug("bus subscriber %s registered", name)
         return sub
 
@@ -122,6 +127,8 @@ class EventBus:
         if isinstance(sub, Subscription):
             if sub in self._inline:
                 self._inline.remove(sub)
+            if sub in self._transient:
+                self._transient.remove(sub)
         elif sub in self._queued:
             self._queued.remove(sub)
             if sub.task is not None:
@@ -216,9 +223,7 @@ class EventBus:
         return event
 
     def _deliver(self, event: AnyEvent) -> None:
-        for sub in self._inline:
-            if event.transient and not sub.transient:
-                continue
+        for sub in self._transient if event.transient else self._inline:
             try:
                 sub.handler(event)
             except Exception:

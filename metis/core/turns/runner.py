@@ -489,10 +489,12 @@ class TurnRunner:
                 self._registry.adapter_for(entry.id).stream(request),
             )
             async with contextlib.aclosing(events) as stream:
-                hub = self._hub
+                # looked up once, not at every streamed delta
+                hub, emit_transient = self._hub, self._bus.emit_transient
+                session_id, turn_id = self.run.session_id, self.run.turn_id
                 async for event in stream:
                     if hub.pressed:  # a live client's queue is filling: let it catch up
-                        await hub.make_room(self.run.session_id)
+                        await hub.make_room(session_id)
                     if isinstance(event, MessageComplete):
                         complete = event
                         if event.stop_reason == "error":
@@ -500,11 +502,11 @@ class TurnRunner:
                         self._emit_complete(event, entry)
                     else:
                         self._locked = True
-                        self._bus.emit_transient(
-                            self.run.session_id,
+                        emit_transient(
+                            session_id,
                             event.type,
                             event.payload(),
-                            turn_id=self.run.turn_id,
+                            turn_id=turn_id,
                             parent_event_id=self.last_llm_event_id,
                             typed=True,
                         )
