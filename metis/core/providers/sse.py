@@ -52,6 +52,7 @@ class SseDecoder:
         self._pending = blocks.pop()
         events: list[ServerEvent] = []
         append = events.append
+        new = tuple.__new__  # the tuple made directly: `ServerEvent(...)` costs a Python call
         for block in blocks:
             # Inline fast path for the shape every provider sends: `event: NAME` then one
             # `data: JSON` line (this loop runs once per streamed delta).
@@ -66,7 +67,7 @@ class SseDecoder:
                 name = _NAMES.get(raw_name)
                 if name is None:
                     name = raw_name.decode("utf-8", "replace")
-                append(ServerEvent(name, block[end + 7 :]))
+                append(new(ServerEvent, (name, block[end + 7 :])))
             else:
                 event = _parse_block(block)
                 if event is not None:

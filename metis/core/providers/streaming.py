@@ -529,7 +529,7 @@ async def drive_stream(spec: CallSpec, req: LLMRequest) -> AsyncIterator[StreamE
             try:
                 handle = await guard.run(spec.open_stream(req))
                 iterator = handle.__aiter__()
-                cancel = req.cancel
+                cancelled, feed = req.cancel.is_set, tr.feed  # looked up once, used per event
                 while not tr.done:
                     batch = await guard.next(iterator)
                     if batch is _END:
@@ -540,9 +540,9 @@ async def drive_stream(spec: CallSpec, req: LLMRequest) -> AsyncIterator[StreamE
                     # would with one event per read, and the content built so far is always
                     # what was delivered.
                     for event in batch:  # type: ignore[attr-defined]
-                        if cancel.is_set():
+                        if cancelled():
                             raise CancelRequested
-                        tr.feed(event, out)
+                        feed(event, out)
                         if started:
                             if out:
                                 for item in out:
