@@ -451,10 +451,25 @@ def run_app(args: argparse.Namespace) -> int:
         model=args.model,
         freeze_heap=True,
     )
-    code = app.run()
+    app.run()
+    return finish(app)
+
+
+def finish(app: ChatApp) -> int:
+    """Say what the closed screen can no longer say, and give the exit status. After a crash
+    (an unhandled exception: Textual printed its traceback, `return_code` 1) there is no
+    farewell as if all were well, only how to open the session again."""
+    if app.return_code:
+        if app.continuable:
+            print(
+                f"metis: the app stopped on an error; `metis chat --session {app.session_id}` "
+                "opens this session again",
+                file=sys.stderr,
+            )
+        return app.return_code
     if app.start_failure is not None:  # the screen that said it is gone: say it where it stays
         print(f"metis: {app.start_failure}", file=sys.stderr)
     farewell = app.farewell()
     if farewell is not None:
         print(f"metis: {farewell}")
-    return int(code or 0)
+    return app.exit_code

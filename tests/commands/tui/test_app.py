@@ -16,7 +16,7 @@ from textual.widgets import Collapsible, OptionList, Static
 from textual.widgets._collapsible import CollapsibleTitle
 
 from metis.commands.daemon_client import resolve_daemon
-from metis.commands.tui.app import ChatApp
+from metis.commands.tui.app import ChatApp, finish
 from metis.commands.tui.screens import ConfirmScreen, Decision, SessionPicker
 from metis.commands.tui.slash_commands import COMMANDS, mcp_summary
 from metis.commands.tui.widgets import (
@@ -1500,3 +1500,34 @@ async def test_cancelling_again_before_the_turns_end_arrives_asks_once(
         await pilot.pause(0.3)
         assert notes(app).count("cancelling the turn…") == 1
         assert "no longer running" not in notes(app)
+
+
+async def test_a_crash_exits_non_zero_without_the_farewell_of_a_normal_exit(
+    start_daemon: Callable[..., Any],
+    workspace: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An unhandled exception ends the app (Textual's `return_code` 1): the command exits 1
+    and says how to open the session again, not that all went well."""
+    d = await start_daemon()
+    app = make_app(d, workspace)
+
+    def crash() -> None:
+        raise RuntimeError("a defect")
+
+    with pytest.raises(RuntimeError, match="a defect"):
+        async with attached(app) as pilot:
+            await type_text(pilot, app, "hello")
+            await until(lambda: "turn completed" in notes(app))
+            app.call_later(crash)
+            await until(lambda: app.return_code is not None)
+    assert finish(app) == 1
+    out, err = capsys.readouterr()
+    assert "continues this session" not in out + err
+    assert f"`metis chat --session {app.session_id}` opens this session again" in err
+    # a normal exit keeps its farewell and status
+    calm = make_app(d, workspace, session_id=app.session_id)
+    async with attached(calm) as pilot:
+        await pilot.press("ctrl+q")
+    assert finish(calm) == 0
+    assert f"`metis chat --session {app.session_id}` continues" in capsys.readouterr().out
