@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
@@ -234,7 +235,7 @@ class SlashCommands:
         fmt = "md"
         if parts and parts[0] in EXPORT_FORMATS:
             fmt = parts.pop(0)
-        elif parts and "." not in parts[0] and "/" not in parts[0]:
+        elif parts and not _names_a_file(parts[0]):
             # a bare word is a format, not a file name: `/export txt` is refused, not a file
             await host.note(
                 f"unknown export format {parts[0]}: md or json (/export [md|json] [FILE])",
@@ -292,6 +293,12 @@ class SlashCommands:
             return
         body = await self.host.api.call("GET", "/mcp")
         await self.host.note(mcp_summary(body["servers"], self.host.note_width))
+
+
+def _names_a_file(word: str) -> bool:
+    """Whether `/export`'s first word is where to write rather than a format: a file name
+    (`notes.md`), a path, or a directory that exists (`~`, `exports`: the export goes inside)."""
+    return "." in word or "/" in word or Path(word).expanduser().is_dir()
 
 
 def mcp_summary(servers: list[dict[str, Any]], width: int | None = None) -> str:

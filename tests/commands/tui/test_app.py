@@ -939,6 +939,32 @@ async def test_export_refuses_an_unknown_format_and_ctrl_p_opens_nothing(
         assert app.screen is app.screen_stack[0]
 
 
+async def test_export_to_an_existing_directory_writes_the_default_name_inside_it(
+    start_daemon: Callable[..., Any],
+    workspace: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`/export exports` and `/export ~` name directories (no trailing `/` needed); a bare word
+    that is no directory is still refused as a format."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "exports").mkdir()
+    (tmp_path / "home").mkdir()
+    d = await start_daemon()
+    app = make_app(d, workspace)
+    async with attached(app) as pilot:
+        name = f"{app.session_id}.md"
+        await type_text(pilot, app, "/export exports")
+        await until(lambda: f"exported to {tmp_path / 'exports' / name}" in notes(app))
+        await type_text(pilot, app, "/export json ~")
+        await until(lambda: "exported to" in notes(app).splitlines()[-1])
+        assert (tmp_path / "home" / f"{app.session_id}.json").is_file()
+        await type_text(pilot, app, "/export nodir")
+        await until(lambda: "unknown export format nodir" in notes(app))
+        assert not (tmp_path / "nodir").exists()
+
+
 async def test_copy_puts_the_last_reply_or_its_code_blocks_on_the_clipboard(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
