@@ -67,6 +67,9 @@ class TranscriptRenderer:
         self.cards: dict[str, ToolCard] = {}
         self.instructions: dict[str, Any] | None = None  # the project file last said in use
         self.started_at: dict[str, str] = {}  # stored turns' start (`turn.started` timestamps)
+        # the end note of a turn cancelled by no one here, with its totals: said again with why
+        # if the session's end comes next (ending a session cancels its turn, as `user_cancel`)
+        self._unexplained_cancel: tuple[Note, dict[str, Any]] | None = None
 
     def clear(self) -> None:
         """The transcript was emptied: no event finds these widgets any more."""
@@ -167,6 +170,8 @@ class TranscriptRenderer:
     # live events ------------------------------------------------------------------------------
 
     async def render(self, event: dict[str, Any]) -> None:
+        if event.get("type") != "session.ended":  # only the very next event can explain it
+            self._unexplained_cancel = None
         handler = getattr(self, "_on_" + event.get("type", "").replace(".", "_"), None)
         if handler is not None:
             await handler(event, event.get("payload") or {})
@@ -345,6 +350,9 @@ class TranscriptRenderer:
 
     async def _on_session_ended(self, event: dict[str, Any], p: dict[str, Any]) -> None:
         self.host.ended = True
+        if self._unexplained_cancel is not None:
+            note, totals = self._unexplained_cancel
+            note.update(Text(_turn_line(totals, "cancelled: the session was ended elsewhere")))
 
     async def _on_turn_completed(self, event: dict[str, Any], p: dict[str, Any]) -> None:
         await self._turn_ended(event)
@@ -363,9 +371,12 @@ class TranscriptRenderer:
         outcome = turn_outcome(event["type"], event.get("payload") or {})
         if event["type"] != "turn.completed":
             self.interrupt_open_calls()
-        line = _turn_line(event.get("payload") or {}, outcome)
-        await self.host.note(line, error=outcome.startswith("failed"))
+        payload = event.get("payload") or {}
+        failed = "error" if outcome.startswith("failed") else ""
+        note = await self.host.add(Note(Text(_turn_line(payload, outcome)), classes=failed))
         turn_id = event.get("turn_id")
+        if payload.get("reason") == "user_cancel" and not self.host.turn.cancel_asked(turn_id):
+            self._unexplained_cancel = (note, payload)
         self.host.turn.finished.add(str(turn_id))
         self.host.confirmations.drop_turn(turn_id)
         if self.host.turn.id == turn_id:

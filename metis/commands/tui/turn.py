@@ -68,6 +68,11 @@ class RunningTurn:
         self.model = model
         self.spinner.add_class("running")
 
+    def cancel_asked(self, turn_id: str | None) -> bool:
+        """Whether this app asked the daemon to cancel that turn (a cancel from elsewhere, or
+        the session's end, may say why)."""
+        return turn_id is not None and self._cancel_asked == turn_id
+
     def mark_over(self) -> None:
         self.id = None
         self.spinner.remove_class("running")

@@ -1557,3 +1557,27 @@ async def test_a_crash_exits_non_zero_without_the_farewell_of_a_normal_exit(
         await pilot.press("ctrl+q")
     assert finish(calm) == 0
     assert f"`metis chat --session {app.session_id}` continues" in capsys.readouterr().out
+
+
+async def test_a_turn_cancelled_by_its_sessions_end_elsewhere_says_so(
+    start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    """Ending the session elsewhere cancels its running turn: the turn's end says why, while
+    a cancel asked in another client still reads as one the user asked for."""
+    d = await start_daemon(config=CONFIRM_ALL)
+    app = make_app(d, workspace)
+    async with attached(app):
+        send(app, "please use server tool")
+        await wait_modal(app)
+        turn_id = app.turn.id
+        # another client's cancel: no why
+        await api_of(d).call("POST", f"/sessions/{app.session_id}/turns/{turn_id}/cancel")
+        await until(lambda: "turn cancelled · " in notes(app) and app.turn.id is None)
+        send(app, "please use server tool")
+        await until(lambda: app.turn.id not in (None, turn_id))
+        await wait_modal(app)
+        await api_of(d).call("DELETE", f"/sessions/{app.session_id}")  # `metis sessions end`
+        await until(lambda: "the session ended" in notes(app))
+        ends = [n for n in notes(app).splitlines() if n.startswith("turn cancelled")]
+        assert ends[0].startswith("turn cancelled · ")
+        assert ends[1].startswith("turn cancelled: the session was ended elsewhere · "), ends
