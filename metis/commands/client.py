@@ -89,11 +89,18 @@ so instead of waiting for aiohttp's five minutes."""
 
 
 class DaemonApi:
-    """REST calls over one aiohttp session (use as `async with DaemonApi(url, headers)`)."""
+    """REST calls over one aiohttp session (use as `async with DaemonApi(url, headers)`). A call
+    not answered within `call_timeout_s` (default `CALL_TIMEOUT_S`) raises `TimeoutError`."""
 
-    def __init__(self, url: str, headers: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        headers: Mapping[str, str] | None = None,
+        call_timeout_s: float | None = None,
+    ) -> None:
         self.url = url.rstrip("/")
         self.headers = dict(headers or {})
+        self.call_timeout_s = CALL_TIMEOUT_S if call_timeout_s is None else call_timeout_s
         self.http: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> DaemonApi:
@@ -110,7 +117,7 @@ class DaemonApi:
         assert self.http is not None
         if _holds_surrogates(body) or _holds_surrogates(params):
             raise NotUtf8()
-        timeout = aiohttp.ClientTimeout(total=CALL_TIMEOUT_S)
+        timeout = aiohttp.ClientTimeout(total=self.call_timeout_s)
         async with self.http.request(
             method, self.url + path, json=body, params=params, timeout=timeout
         ) as r:
@@ -127,7 +134,7 @@ class DaemonApi:
         `metis sessions export` and the app's `/export` write. No total timeout: a long session's
         document takes as long as it takes, while the daemon keeps sending."""
         assert self.http is not None
-        timeout = aiohttp.ClientTimeout(total=None, sock_read=CALL_TIMEOUT_S)
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=self.call_timeout_s)
         async with self.http.get(
             f"{self.url}/sessions/{session_id}/export", params={"format": fmt}, timeout=timeout
         ) as r:
@@ -207,6 +214,10 @@ class DaemonApi:
         return str(latest["id"]) if latest else None
 
 
+CALL_FAILURES = (ApiFailure, aiohttp.ClientError, TimeoutError)
+"""What a `DaemonApi` call raises when it gets no answer to use: the daemon refused, could not
+be reached, or did not answer in time (the chat app says each in a note and carries on)."""
+
 NOT_A_URL = (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError)
 """What aiohttp raises for a daemon URL it cannot use (`--url 127.0.0.1:8421`, no scheme)."""
 
@@ -261,10 +272,11 @@ async def with_daemon(
         return failed(1, "cannot_write", named)
 
 
-def failure_text(exc: BaseException, url: str) -> str:
-    """What a failed call to the daemon says; a timeout's own text is empty."""
+def failure_text(exc: BaseException, url: str, within_s: float | None = None) -> str:
+    """What a failed call to the daemon says; a timeout's own text is empty (`within_s`: the
+    call's timeout, `CALL_TIMEOUT_S` unless the call was given another)."""
     if isinstance(exc, TimeoutError):
-        return f"the daemon at {url} did not answer within {CALL_TIMEOUT_S:g} s"
+        return f"the daemon at {url} did not answer within {within_s or CALL_TIMEOUT_S:g} s"
     return str(exc) or type(exc).__name__
 
 

@@ -13,6 +13,7 @@ confirmations (confirmations.py), the `/` commands (slash_commands.py) and compl
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import gc
 import sys
@@ -29,7 +30,8 @@ from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Static
 
-from metis.commands.client import ApiFailure, DaemonApi
+from metis.commands import client
+from metis.commands.client import CALL_FAILURES, ApiFailure, DaemonApi
 from metis.commands.daemon_client import target_from_args, unreachable
 from metis.commands.failures import error_text, failure_text
 from metis.commands.paths import short_path
@@ -53,6 +55,9 @@ from metis.wire.counts import counted
 from metis.wire.instructions import instructions_note
 
 QUIT_WINDOW_S = 2.0
+QUIT_WAIT_S = 3.0
+"""Leaving waits this long at most for the daemon (closing the stream, ending an unused
+session): one that does not answer must not hold the terminal."""
 
 
 class ChatApp(App[int]):
@@ -91,10 +96,11 @@ class ChatApp(App[int]):
         continue_latest: bool = False,
         model: str | None = None,
         freeze_heap: bool = False,
+        call_timeout_s: float | None = None,
     ) -> None:
         super().__init__()
         self.freeze_heap = freeze_heap
-        self.api = DaemonApi(url, headers)
+        self.api = DaemonApi(url, headers, call_timeout_s)
         self.workspace = workspace or str(Path.cwd())
         self.home = home
         self.session_id = session_id
@@ -111,6 +117,9 @@ class ChatApp(App[int]):
         self._last_ctrl_c = 0.0
         self.exit_code = 0
         self.start_failure: str | None = None  # why no session could be opened, said on exit too
+        # what is typed is handled one line at a time, in order, each in a worker: the keys
+        # (Ctrl-C, Ctrl-Q) go on working while the daemon is slow to answer
+        self._in_order = asyncio.Lock()
         self.stream = SessionStream(self)
         self.turn = RunningTurn(self)
         self.confirmations = ConfirmationQueue(self)
@@ -169,6 +178,25 @@ class ChatApp(App[int]):
         self.prompt.focus()
         self.set_interval(0.1, self.turn.spin)
         await self.api.__aenter__()
+        self.status.show(connection="connecting to the daemon…")
+        await self._in_order.acquire()  # what is typed meanwhile waits for the session
+        self.run_worker(self._start(), group="input")
+
+    async def _start(self) -> None:
+        """Open the session (created, continued or given), in a worker: the screen is drawn
+        and Ctrl-Q leaves while the daemon is slow to answer."""
+        try:
+            await self._open_first_session()
+        finally:
+            self._in_order.release()
+        warm_up_markdown(self.console)
+        if self.freeze_heap:
+            # what start-up left (Textual, Rich, aiohttp, pygments) lives as long as the app:
+            # out of the collector's reach, full collections stop pausing a stream for ~100 ms
+            gc.collect()
+            gc.freeze()
+
+    async def _open_first_session(self) -> None:
         try:
             await self.load_models()
             if self.session_id is None and self.continue_latest:
@@ -183,12 +211,8 @@ class ChatApp(App[int]):
             await self._fatal(unreachable(self.api.url))
         except ApiFailure as exc:
             await self._fatal(failure_text(exc))
-        warm_up_markdown(self.console)
-        if self.freeze_heap:
-            # what start-up left (Textual, Rich, aiohttp, pygments) lives as long as the app:
-            # out of the collector's reach, full collections stop pausing a stream for ~100 ms
-            gc.collect()
-            gc.freeze()
+        except TimeoutError as exc:
+            await self._fatal(self.call_failed(exc))
 
     async def _fatal(self, text: str) -> None:
         """Start-up failed: no session is open, so the prompt has nothing to send to."""
@@ -205,6 +229,9 @@ class ChatApp(App[int]):
         await self.api.__aexit__()
 
     async def load_models(self) -> None:
+        """The models' windows and aliases (the status bar, completion). A daemon that refuses
+        the listing still gets its session; one that does not answer ends the start at once,
+        not after a second wait for the session."""
         with contextlib.suppress(ApiFailure, aiohttp.ClientError):
             listing = await self.api.call("GET", "/models")
             self.models = {m["id"]: m for m in listing.get("models", [])}
@@ -265,8 +292,8 @@ class ChatApp(App[int]):
         unused = self._unused_session()
         try:
             await self.open_session(session_id)
-        except (ApiFailure, aiohttp.ClientError) as exc:  # a worker: nothing above catches it
-            await self.note(error_text(exc), error=True)
+        except CALL_FAILURES as exc:  # a worker: nothing above catches it
+            await self.note(self.call_failed(exc), error=True)
             return
         self.created = False
         self.turns_sent = 0
@@ -326,9 +353,16 @@ class ChatApp(App[int]):
             return False
         try:
             await self.api.call("DELETE", f"/sessions/{session_id}")
-        except (ApiFailure, aiohttp.ClientError):
+        except CALL_FAILURES:
             return False
         return True
+
+    def call_failed(self, exc: ApiFailure | aiohttp.ClientError | TimeoutError) -> str:
+        """A failed call in words, as the other chat client says it; a daemon that did not
+        answer in time is named, with the wait."""
+        if isinstance(exc, TimeoutError):
+            return client.failure_text(exc, self.api.url, self.api.call_timeout_s)
+        return error_text(exc)
 
     @property
     def continuable(self) -> bool:
@@ -348,7 +382,7 @@ class ChatApp(App[int]):
 
     async def refresh_status(self, *, fetch: bool = True) -> None:
         if fetch and self.session_id is not None:
-            with contextlib.suppress(ApiFailure, aiohttp.ClientError):
+            with contextlib.suppress(*CALL_FAILURES):
                 session = await self.api.call("GET", f"/sessions/{self.session_id}")
                 self.session = session
         if self.session:
@@ -356,20 +390,30 @@ class ChatApp(App[int]):
 
     # input ------------------------------------------------------------------------------------
 
-    async def on_prompt_input_submitted(self, message: PromptInput.Submitted) -> None:
+    def on_prompt_input_submitted(self, message: PromptInput.Submitted) -> None:
         text = message.text.strip()
         if not text:
             return
         if text not in ("/quit", "/exit"):  # leaving is not worth recalling
             self.history.add(message.text.rstrip())
         self.completion.show_hints([])
-        if text.startswith("/") and "/" not in text.split()[0][1:]:  # `/etc/hosts …`: a message
+        command = _is_command(text)
+        if command:
             self.prompt.set_text("")
-            await self.slash_commands.run(text)
-        elif self.ended:
-            await self.note("this session ended: /new starts another", error=True)
-        elif await self.turn.send(message.text.rstrip()) and self.prompt.text == message.text:
-            self.prompt.set_text("")  # sent: the draft is done with (unless edited meanwhile)
+        self.run_worker(self._handle_typed(message.text, command), group="input")
+
+    async def _handle_typed(self, typed: str, command: bool) -> None:
+        """Run a command or send a message, after what was typed before it (a `/model` typed
+        first applies to the message after it)."""
+        async with self._in_order:
+            if self.start_failure is not None:
+                return
+            if command:
+                await self.slash_commands.run(typed.strip())
+            elif self.ended:
+                await self.note("this session ended: /new starts another", error=True)
+            elif await self.turn.send(typed.rstrip()) and self.prompt.text == typed:
+                self.prompt.set_text("")  # sent: the draft is done with (unless edited meanwhile)
 
     def on_prompt_input_history_requested(self, message: PromptInput.HistoryRequested) -> None:
         if message.direction < 0:
@@ -410,7 +454,7 @@ class ChatApp(App[int]):
         if self.start_failure is not None:
             await self.action_quit_chat()
             return
-        if await self.turn.cancel():
+        if self.turn.cancel():
             return
         now = time.monotonic()
         if now - self._last_ctrl_c <= QUIT_WINDOW_S:
@@ -421,17 +465,24 @@ class ChatApp(App[int]):
 
     async def action_cancel_turn(self) -> None:
         """Esc: cancel the running turn; with none, put away the completions listed."""
-        if not await self.turn.cancel():
+        if not self.turn.cancel():
             self.completion.show_hints([])
 
     async def action_quit_chat(self) -> None:
-        await self.stream.close()
-        if await self._end_session(self._unused_session()):
-            self.ended = True
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(QUIT_WAIT_S):
+                await self.stream.close()
+                if await self._end_session(self._unused_session()):
+                    self.ended = True
         self.exit(self.exit_code)
 
     def action_open_confirmation(self) -> None:
         self.confirmations.show_next()
+
+
+def _is_command(text: str) -> bool:
+    """A `/name …` line; one whose first word is a path (`/etc/hosts …`) is a message."""
+    return text.startswith("/") and "/" not in text.split()[0][1:]
 
 
 def run_app(args: argparse.Namespace) -> int:

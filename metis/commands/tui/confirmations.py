@@ -16,7 +16,7 @@ from textual.screen import Screen
 from textual.widget import Widget
 
 from metis.commands.client import ApiFailure, DaemonApi
-from metis.commands.failures import error_text, failure_text
+from metis.commands.failures import failure_text
 from metis.commands.tui.screens import ConfirmScreen, Decision
 from metis.wire import tooldisplay
 
@@ -29,6 +29,8 @@ class ConfirmationHost(Protocol):
     workspace: str
 
     async def note(self, text: str, *, error: bool = False) -> Widget: ...
+
+    def call_failed(self, exc: ApiFailure | aiohttp.ClientError | TimeoutError) -> str: ...
 
     def push_screen(self, screen: Screen[Any], callback: Callable[[Any], None]) -> object: ...
 
@@ -126,9 +128,10 @@ class ConfirmationQueue:
                 await self.host.note(tooldisplay.already_settled(request, exc.details))
             else:
                 await self.host.note(failure_text(exc), error=True)
-        except aiohttp.ClientError as exc:  # the question still stands: keep it for Ctrl-O
+        except (aiohttp.ClientError, TimeoutError) as exc:  # the question still stands: Ctrl-O
             await self.host.note(
-                f"the answer was not sent: {error_text(exc)}; Ctrl-O answers again", error=True
+                f"the answer was not sent: {self.host.call_failed(exc)}; Ctrl-O answers again",
+                error=True,
             )
             return
         self._settled(str(request["confirmation_request_id"]))

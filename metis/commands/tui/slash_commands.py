@@ -16,9 +16,8 @@ from typing import Any, Protocol
 import aiohttp
 from textual.screen import Screen
 
-from metis.commands.client import ApiFailure, DaemonApi
+from metis.commands.client import CALL_FAILURES, ApiFailure, DaemonApi
 from metis.commands.export_file import export_path, write_export
-from metis.commands.failures import error_text
 from metis.commands.tui.code_blocks import code_blocks
 from metis.commands.tui.screens import PickedSession, SessionPicker
 from metis.wire.counts import counted
@@ -74,13 +73,13 @@ class CommandHost(Protocol):
 
     async def note(self, text: str, *, error: bool = False) -> object: ...
 
+    def call_failed(self, exc: ApiFailure | aiohttp.ClientError | TimeoutError) -> str: ...
+
     def last_reply(self) -> str | None: ...
 
     def copy_to_clipboard(self, text: str) -> None: ...
 
     async def refresh_status(self, *, fetch: bool = True) -> None: ...
-
-    async def load_models(self) -> None: ...
 
     async def switch_to(self, session_id: str, *, at: str | None = None) -> None: ...
 
@@ -123,8 +122,8 @@ class SlashCommands:
             return
         try:
             await handler(arg)
-        except (ApiFailure, aiohttp.ClientError) as exc:
-            await self.host.note(error_text(exc), error=True)
+        except CALL_FAILURES as exc:
+            await self.host.note(self.host.call_failed(exc), error=True)
 
     async def _quit(self, arg: str) -> None:
         await self.host.action_quit_chat()

@@ -21,6 +21,7 @@ from textual import Logger
 from textual.containers import VerticalScroll
 
 from metis.commands.client import (
+    CALL_FAILURES,
     REATTACH_FIRST_S,
     REATTACH_MAX_S,
     SESSION_GONE_CODES,
@@ -36,6 +37,7 @@ from metis.commands.tui.turn import RunningTurn
 from metis.commands.tui.widgets import StatusBar
 
 READ_SLICE_S = 0.004  # at most this long handling frames before the app's other work runs
+CLOSE_WAIT_S = 1.0  # a daemon that does not answer the close must not hold the app up
 
 
 class StreamHost(Protocol):
@@ -129,10 +131,11 @@ class SessionStream:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self.reader
             self.reader = None
-        if self.ws is not None:
-            with contextlib.suppress(Exception):
-                await self.ws.close()
-            self.ws = None
+        ws, self.ws = self.ws, None
+        if ws is not None:
+            with contextlib.suppress(Exception):  # a timeout too: the socket is dropped anyway
+                async with asyncio.timeout(CLOSE_WAIT_S):
+                    await ws.close()
 
     def retry_now(self) -> None:
         """Re-attach without waiting out the backoff: a send is waiting for the stream."""
@@ -226,7 +229,7 @@ class SessionStream:
                 return True
             except ApiFailure as exc:
                 if exc.code in ("cursor_expired", "replay_too_large"):
-                    with contextlib.suppress(ApiFailure, aiohttp.ClientError):
+                    with contextlib.suppress(*CALL_FAILURES):
                         await self._reload_in_place()
                         return True
                 if exc.code in SESSION_GONE_CODES:

@@ -14,11 +14,10 @@ import contextlib
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
-import aiohttp
 from rich.text import Text
 from textual.containers import VerticalScroll
 
-from metis.commands.client import ApiFailure, DaemonApi, turn_outcome
+from metis.commands.client import CALL_FAILURES, DaemonApi, turn_outcome
 from metis.commands.tui.confirmations import ConfirmationQueue
 from metis.commands.tui.turn import RunningTurn
 from metis.commands.tui.widgets import (
@@ -281,7 +280,7 @@ class TranscriptRenderer:
         waiting = {i: c for i, c in self.cards.items() if c.result is None}
         if not waiting:
             return
-        with contextlib.suppress(ApiFailure, aiohttp.ClientError):
+        with contextlib.suppress(*CALL_FAILURES):
             page = await self.host.api.call(
                 "GET", f"/sessions/{self.host.session_id}/messages", params={"limit": 50}
             )
@@ -296,7 +295,7 @@ class TranscriptRenderer:
                         )
 
     async def _fill_result(self, card: ToolCard, p: dict[str, Any]) -> None:
-        with contextlib.suppress(ApiFailure, aiohttp.ClientError):
+        with contextlib.suppress(*CALL_FAILURES):
             page = await self.host.api.call(
                 "GET", f"/sessions/{self.host.session_id}/messages", params={"limit": 50}
             )

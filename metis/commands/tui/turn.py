@@ -10,6 +10,7 @@ spinner that shows it are kept here, with the two REST calls that start and stop
 from __future__ import annotations
 
 import time
+from collections.abc import Coroutine
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -17,8 +18,8 @@ import aiohttp
 from rich.text import Text
 from textual.widgets import Static
 
-from metis.commands.client import ApiFailure, DaemonApi
-from metis.commands.failures import TURN_GONE_CODES, error_text
+from metis.commands.client import CALL_FAILURES, ApiFailure, DaemonApi
+from metis.commands.failures import TURN_GONE_CODES
 from metis.commands.tui.confirmations import ConfirmationQueue
 from metis.commands.tui.widgets import Note, UserMessage
 
@@ -40,6 +41,10 @@ class TurnHost(Protocol):
     async def add(self, widget: Any) -> Any: ...
 
     async def note(self, text: str, *, error: bool = False) -> object: ...
+
+    def call_failed(self, exc: ApiFailure | aiohttp.ClientError | TimeoutError) -> str: ...
+
+    def run_worker(self, work: Coroutine[Any, Any, None], *, group: str) -> object: ...
 
 
 class RunningTurn:
@@ -114,9 +119,9 @@ class RunningTurn:
                 f"/sessions/{host.session_id}/turns",
                 {"content": [{"type": "text", "text": text}]},
             )
-        except (ApiFailure, aiohttp.ClientError) as exc:
+        except CALL_FAILURES as exc:
             await bubble.remove()
-            await host.note(f"not sent: {error_text(exc)}", error=True)
+            await host.note(f"not sent: {host.call_failed(exc)}", error=True)
             return False
         host.turns_sent += 1
         # its events may have arrived (even its end) before the 202 was read
@@ -124,32 +129,35 @@ class RunningTurn:
             self.mark_running(accepted["turn_id"], accepted.get("model"))
         return True
 
-    async def cancel(self) -> bool:
-        """Ask the daemon to cancel the running turn (False when none runs). The note comes
-        first, so it reads before the turn's own end; a failed cancel rewrites it."""
+    def cancel(self) -> bool:
+        """Ask the daemon to cancel the running turn, in a worker: the keys go on working while
+        it is slow to answer. False when none runs. Asked once: while the cancel is on its way
+        or was taken (the turn's end is coming), asking again sends nothing."""
         turn_id = self.id
         if turn_id is None:
             return False
-        if self._cancel_asked == turn_id:  # asked already: its end is on the way
-            return True
+        if self._cancel_asked != turn_id:
+            self._cancel_asked = turn_id
+            self.host.run_worker(self._cancel(turn_id), group="cancel")
+        return True
+
+    async def _cancel(self, turn_id: str) -> None:
+        """The cancel call. Its note comes first, so it reads before the turn's own end; a
+        failed cancel rewrites it, and may be asked again."""
         note = await self.host.add(Note(Text("cancelling the turn…")))
         try:
             await self.host.api.call(
                 "POST", f"/sessions/{self.host.session_id}/turns/{turn_id}/cancel"
             )
-            self._cancel_asked = turn_id
-        except ApiFailure as exc:
-            if exc.code not in TURN_GONE_CODES:
-                note.update(Text(f"could not cancel the turn: {error_text(exc)}"))
-                note.add_class("error")
-                return True
-            if self.id == turn_id:  # its end was never streamed: stop waiting for it
-                self.mark_over()
-            note.update(Text("the turn is no longer running"))
-        except aiohttp.ClientError as exc:
-            note.update(Text(f"could not cancel the turn: {error_text(exc)}"))
+        except CALL_FAILURES as exc:
+            if isinstance(exc, ApiFailure) and exc.code in TURN_GONE_CODES:
+                if self.id == turn_id:  # its end was never streamed: stop waiting for it
+                    self.mark_over()
+                note.update(Text("the turn is no longer running"))
+                return
+            self._cancel_asked = None
+            note.update(Text(f"could not cancel the turn: {self.host.call_failed(exc)}"))
             note.add_class("error")
-        return True
 
 
 def spinner_line(frame: str, status: str, waiting: bool, width: int) -> Text:
