@@ -372,12 +372,14 @@ class ChatApp(App[int]):
     def farewell(self) -> str | None:
         """The line printed once the app is gone: how to continue the session, and that its
         turn goes on when one was running (leaving does not cancel it; a question it asks then
-        waits for an answer from elsewhere)."""
+        waits for an answer from elsewhere), or was when the stream was lost."""
         if not self.continuable:
             return None
         line = f"`metis chat --session {self.session_id}` continues this session"
-        if self.turn.id is not None:
+        if self.turn.id is not None and self.stream.connected:
             line += " (its turn is still running)"
+        elif self.turn.id is not None:  # the daemon cannot say: its turn may have ended
+            line += " (its turn was running when the connection to the daemon was lost)"
         return line
 
     async def refresh_status(self, *, fetch: bool = True) -> None:
@@ -449,18 +451,15 @@ class ChatApp(App[int]):
             self.prompt.insert(event.character)
 
     async def action_interrupt(self) -> None:
-        """Ctrl-C: cancel the running turn; when idle, twice within 2 s quits; with no session
-        open (start-up failed), at once: there is nothing to lose."""
-        if self.start_failure is not None:
-            await self.action_quit_chat()
-            return
-        if self.turn.cancel():
-            return
+        """Ctrl-C: cancel the running turn; twice within 2 s quits, a turn running or not (a
+        daemon gone mid-turn cannot take the cancel: that must not keep the app open); with
+        no session open (start-up failed), once: there is nothing to lose."""
         now = time.monotonic()
-        if now - self._last_ctrl_c <= QUIT_WINDOW_S:
+        if self.start_failure is not None or now - self._last_ctrl_c <= QUIT_WINDOW_S:
             await self.action_quit_chat()
             return
         self._last_ctrl_c = now
+        self.turn.cancel()
         self.notify("press Ctrl-C again to quit", timeout=QUIT_WINDOW_S)
 
     async def action_cancel_turn(self) -> None:

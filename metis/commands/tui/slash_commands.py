@@ -40,7 +40,7 @@ COMMANDS = {
     "/copy": "/copy [code]  put the last reply (or its code blocks) on the clipboard",
     "/mcp": "/mcp [restart NAME | reload]  the MCP servers and their tools, or restart / reload them",
     "/help": "/help  this list",
-    "/quit": "/quit  leave (Ctrl-C twice when idle does too)",
+    "/quit": "/quit  leave (Ctrl-C twice does too)",
 }
 
 

@@ -79,3 +79,47 @@ async def test_a_tool_running_when_the_daemon_is_killed_reads_interrupted_after_
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def test_with_the_daemon_killed_mid_turn_a_second_ctrl_c_quits(
+    fake: FakeProviderServer,
+    metis_home: Path,
+    workspace: Path,
+    tmp_path: Path,
+) -> None:
+    """The daemon is killed and stays down while a turn runs: the first Ctrl-C's cancel cannot
+    be sent (said), the second quits, and the farewell does not claim the turn still runs."""
+    proc, port = await serve_auto_tools(fake, metis_home, tmp_path / "serve.log")
+    url = f"http://127.0.0.1:{port}"
+    fake.enqueue(
+        "anthropic", FakeReply.call("shell", {"command": "sleep 30", "timeout_seconds": 60})
+    )
+    try:
+        async with aiohttp.ClientSession(base_url=url) as http:
+            await wait_until_serving(http, "/health")
+        app = ChatApp(
+            url,
+            home_headers(metis_home),
+            workspace=str(workspace),
+            home=metis_home,
+            model=MODEL_OF["anthropic"],
+        )
+        async with attached(app) as pilot:
+            send(app, "run the slow command")
+            await until(lambda: [c.state for c in app.query(ToolCard)] == ["running"], timeout=30)
+            proc.send_signal(signal.SIGKILL)
+            await proc.wait()
+            await until(lambda: not app.stream.connected)
+            await pilot.press("ctrl+c")
+            await until(lambda: "could not cancel the turn: cannot reach the daemon" in notes(app))
+            assert app.is_running and app.turn.id is not None
+            await pilot.press("ctrl+c")
+            await until(lambda: app.return_value is not None)
+        assert app.farewell() == (
+            f"`metis chat --session {app.session_id}` continues this session "
+            "(its turn was running when the connection to the daemon was lost)"
+        )
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
