@@ -399,8 +399,8 @@ class ChatApp(App[int]):
         if text not in ("/quit", "/exit"):  # leaving is not worth recalling
             self.history.add(message.text.rstrip())
         self.completion.show_hints([])
-        command = _is_command(text)
-        if command:
+        command = _is_command(message.text)
+        if command and self.slash_commands.knows(text):  # an unknown one is kept to be fixed
             self.prompt.set_text("")
         self.run_worker(self._handle_typed(message.text, command), group="input")
 
@@ -479,9 +479,10 @@ class ChatApp(App[int]):
         self.confirmations.show_next()
 
 
-def _is_command(text: str) -> bool:
-    """A `/name …` line; one whose first word is a path (`/etc/hosts …`) is a message."""
-    return text.startswith("/") and "/" not in text.split()[0][1:]
+def _is_command(typed: str) -> bool:
+    """A `/name …` line. One whose first word is a path (`/etc/hosts …`), or that starts with
+    a space (` /tmp is full`), is a message."""
+    return typed.startswith("/") and "/" not in typed.split()[0][1:]
 
 
 def run_app(args: argparse.Namespace) -> int:

@@ -99,11 +99,7 @@ class SlashCommands:
 
     def __init__(self, host: CommandHost) -> None:
         self.host = host
-
-    async def run(self, line: str) -> None:
-        name, _, arg = line.partition(" ")
-        arg = arg.strip()
-        handler = {
+        self._handlers = {
             "/quit": self._quit,
             "/exit": self._quit,
             "/help": self._help,
@@ -116,9 +112,22 @@ class SlashCommands:
             "/export": self._export,
             "/copy": self._copy,
             "/mcp": self._mcp,
-        }.get(name)
+        }
+
+    def knows(self, line: str) -> bool:
+        """Whether the line names a command: an unknown one keeps its text in the prompt."""
+        return line.split(maxsplit=1)[0] in self._handlers
+
+    async def run(self, line: str) -> None:
+        name, _, arg = line.partition(" ")
+        arg = arg.strip()
+        handler = self._handlers.get(name)
         if handler is None:
-            await self.host.note(f"unknown command {name}; /help lists them", error=True)
+            await self.host.note(
+                f"unknown command {name}: /help lists them; a message that starts with / is "
+                "sent when a space comes before it",
+                error=True,
+            )
             return
         try:
             await handler(arg)

@@ -1506,7 +1506,29 @@ async def test_a_message_that_starts_with_a_path_is_sent_not_taken_for_a_command
         assert texts(app, UserMessage) == ["/etc/hosts looks odd, why?"]
         assert "unknown command" not in notes(app)
         await type_text(pilot, app, "/bogus")
-        await until(lambda: "unknown command /bogus; /help lists them" in notes(app))
+        await until(lambda: "unknown command /bogus: /help lists them" in notes(app))
+
+
+async def test_an_unknown_command_keeps_its_text_and_a_space_before_it_sends_it(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """`/tmp is full…` is no command and no path of two parts: it is not sent, nor lost; the
+    note says how to send it, and with a space first it is a message."""
+    d = await start_daemon()
+    app = make_app(d, workspace)
+    async with attached(app) as pilot:
+        await type_text(pilot, app, "/tmp is full, please clean up")
+        await until(lambda: "unknown command /tmp" in notes(app))
+        assert "a message that starts with / is sent when a space comes before it" in notes(app)
+        assert app.prompt.text == "/tmp is full, please clean up"
+        assert not app.query(UserMessage)
+        await type_text(pilot, app, " /tmp is full, please clean up")
+        await until(lambda: "turn completed" in notes(app))
+        assert texts(app, UserMessage) == [" /tmp is full, please clean up"]
+        assert app.prompt.text == ""
+        await type_text(pilot, app, "/title tidy")  # a known command: done with, cleared
+        assert app.prompt.text == ""
+        await until(lambda: "title: tidy" in notes(app))
 
 
 async def test_cancelling_again_before_the_turns_end_arrives_asks_once(
