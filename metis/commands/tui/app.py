@@ -112,7 +112,6 @@ class ChatApp(App[int]):
         self.aliases: list[str] = []
         self.last_call: dict[str, Any] | None = None
         self.created = False
-        self.turns_sent = 0
         self.ended = False
         self._last_ctrl_c = 0.0
         self.exit_code = 0
@@ -289,14 +288,13 @@ class ChatApp(App[int]):
         if self.turn.id is not None:
             await self.note("a turn is running: cancel it before switching", error=True)
             return
-        unused = self._unused_session()
+        unused = await self._unused_session()
         try:
             await self.open_session(session_id)
         except CALL_FAILURES as exc:  # a worker: nothing above catches it
             await self.note(self.call_failed(exc), error=True)
             return
         self.created = False
-        self.turns_sent = 0
         if at is not None:
             self.show_message(at)
         await self._end_session(unused)
@@ -331,22 +329,26 @@ class ChatApp(App[int]):
                 "a turn is running: cancel it before starting a new session", error=True
             )
             return
-        unused = self._unused_session()
+        unused = await self._unused_session()
         before = self.session_id if self.continuable else None
         new = await self._create_session()
         await self.open_session(new)
         self.created = True
-        self.turns_sent = 0
         await self._end_session(unused)
         if before is not None and unused is None:  # kept: say where it went
             await self.note(f"session {before} stays active: /sessions goes back to it")
 
-    def _unused_session(self) -> str | None:
-        """The session shown, if this app created it and sent it no turn: it is ended on
-        leaving it."""
-        if not self.created or self.turns_sent or self.ended:
+    async def _unused_session(self) -> str | None:
+        """The session shown, if this app created it and it never had a turn, from here or
+        from elsewhere (`metis run --session`, REST): it is ended on leaving it. The daemon's
+        count says; a daemon that cannot say keeps the session."""
+        if not self.created or self.ended or self.session_id is None:
             return None
-        return self.session_id
+        try:
+            session = await self.api.call("GET", f"/sessions/{self.session_id}")
+        except CALL_FAILURES:
+            return None
+        return None if session.get("turn_count") else self.session_id
 
     async def _end_session(self, session_id: str | None) -> bool:
         if session_id is None:
@@ -471,7 +473,7 @@ class ChatApp(App[int]):
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(QUIT_WAIT_S):
                 await self.stream.close()
-                if await self._end_session(self._unused_session()):
+                if await self._end_session(await self._unused_session()):
                     self.ended = True
         self.exit(self.exit_code)
 

@@ -176,8 +176,24 @@ class TranscriptRenderer:
             await handler(event, event.get("payload") or {})
 
     async def _on_turn_started(self, event: dict[str, Any], p: dict[str, Any]) -> None:
-        if self.host.turn.is_new(event["turn_id"]):
-            self.host.turn.mark_running(event["turn_id"], p.get("model"), event.get("timestamp"))
+        turn = self.host.turn
+        if not turn.is_new(event["turn_id"]):
+            return
+        if p.get("user_message_id") and not turn.sending:  # sent elsewhere: not shown yet
+            await self._show_prompt(p["user_message_id"])
+        turn.mark_running(event["turn_id"], p.get("model"), event.get("timestamp"))
+
+    async def _show_prompt(self, message_id: str) -> None:
+        """The prompt of a turn sent from elsewhere (another client, `metis run --session`),
+        above its reply: this app drew only those typed in it. Stored before the turn began,
+        it is among the newest messages."""
+        with contextlib.suppress(*CALL_FAILURES):
+            page = await self.host.api.call(
+                "GET", f"/sessions/{self.host.session_id}/messages", params={"limit": 20}
+            )
+            for m in page["messages"]:
+                if m["id"] == message_id:
+                    await self.host.add(UserMessage(text_of(m), m["id"]))
 
     async def _on_route_decided(self, event: dict[str, Any], p: dict[str, Any]) -> None:
         if p.get("chosen_model"):

@@ -34,7 +34,6 @@ class TurnHost(Protocol):
 
     api: DaemonApi
     session_id: str | None
-    turns_sent: int
     stream: SessionStream
     confirmations: ConfirmationQueue
 
@@ -57,6 +56,7 @@ class RunningTurn:
         self.model: str | None = None
         self.finished: set[str] = set()  # turns whose end was shown
         self._cancel_asked: str | None = None  # the turn whose cancel the daemon took
+        self.sending = False  # a message is on its way: a turn starting now is this app's
         # held, not queried: the spinner's timer may fire once more while the app shuts down
         self.spinner = Static("", id="spinner")
         self._tick = 0
@@ -113,6 +113,7 @@ class RunningTurn:
             )
             return False
         bubble = await host.add(UserMessage(text))  # before the POST: its reply may be quicker
+        self.sending = True
         try:
             accepted = await host.api.call(
                 "POST",
@@ -123,7 +124,8 @@ class RunningTurn:
             await bubble.remove()
             await host.note(f"not sent: {host.call_failed(exc)}", error=True)
             return False
-        host.turns_sent += 1
+        finally:
+            self.sending = False
         # its events may have arrived (even its end) before the 202 was read
         if self.is_new(accepted["turn_id"]):
             self.mark_running(accepted["turn_id"], accepted.get("model"))

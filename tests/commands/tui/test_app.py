@@ -1603,3 +1603,36 @@ async def test_a_turn_cancelled_by_its_sessions_end_elsewhere_says_so(
         ends = [n for n in notes(app).splitlines() if n.startswith("turn cancelled")]
         assert ends[0].startswith("turn cancelled · ")
         assert ends[1].startswith("turn cancelled: the session was ended elsewhere · "), ends
+
+
+async def test_a_turn_sent_from_elsewhere_shows_its_prompt_and_keeps_the_session(
+    start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    """A session the app created, sent a turn by another client (`metis run --session`):
+    its prompt is shown above its reply, and leaving keeps the session, as it keeps one this
+    app sent a turn to. A daemon that cannot say whether a session had a turn keeps it too."""
+    d = await start_daemon()
+    app = make_app(d, workspace)
+    async with attached(app) as pilot:
+        content = {"content": [{"type": "text", "text": "sent by metis run"}]}
+        await api_of(d).call("POST", f"/sessions/{app.session_id}/turns", content)
+        await until(lambda: "turn completed" in notes(app))
+        await type_text(pilot, app, "mine")
+        await until(lambda: notes(app).count("turn completed") == 2)
+        assert texts(app, UserMessage) == ["sent by metis run", "mine"]
+        assert texts(app, AssistantMessage) == ['You said: "sent by metis run"', 'You said: "mine"']
+        said = [w for w in app.transcript.children if isinstance(w, UserMessage | AssistantMessage)]
+        assert [type(w) for w in said] == [UserMessage, AssistantMessage] * 2  # prompt first
+        screenshot(app, "chat-turn-from-elsewhere")
+        await pilot.press("ctrl+c", "ctrl+c")
+        await until(lambda: app.return_value is not None)
+    _, session = await api_of(d).call("GET", f"/sessions/{app.session_id}")
+    assert session["ended_at"] is None
+    assert app.farewell() == f"`metis chat --session {app.session_id}` continues this session"
+    # a session with no turn, but a daemon that cannot be asked: kept, not ended blindly
+    unsure = make_app(d, workspace)
+    async with attached(unsure) as pilot:
+        unsure.api.url = "http://127.0.0.1:9"  # nothing listens there
+        await pilot.press("ctrl+q")
+    _, session = await api_of(d).call("GET", f"/sessions/{unsure.session_id}")
+    assert session["ended_at"] is None and unsure.continuable
