@@ -55,7 +55,7 @@ class RunningTurn:
         self.started = 0.0
         self.model: str | None = None
         self.finished: set[str] = set()  # turns whose end was shown
-        self._cancel_asked: str | None = None  # the turn whose cancel the daemon took
+        self._cancel_asked: str | None = None  # the turn whose cancel is on its way or taken
         self.sending = False  # a message is on its way: a turn starting now is this app's
         # held, not queried: the spinner's timer may fire once more while the app shuts down
         self.spinner = Static("", id="spinner")
