@@ -143,18 +143,25 @@ def test_the_session_stays_with_the_daemons_origin_and_logs_out(
         assert seen and all("cookie" not in h and "authorization" not in h for h in seen), seen
         assert elsewhere.evaluate("localStorage.length") == 0  # storage is per origin (port)
         second_tab = context.new_page()
+        # a link to the dashboard with a secret the daemon refuses (a model can write one in a
+        # reply): the session in use stays, in this tab and the others
+        second_tab.goto(served.url + "/#login=AAAAnotasecret")
+        second_tab.wait_for_selector("#app[data-ready]")
+        assert second_tab.evaluate("localStorage.getItem('metis.session')") == secret
         second_tab.goto(served.url + "/#/costs")
         second_tab.wait_for_selector("#app[data-ready]")
-        # the header's Log out ends the session here, on the daemon and in the other tab
-        logout = pg.locator("#logout")
+        # the header's Log out ends the session there, on the daemon and in the tab the login
+        # link opened
+        logout = second_tab.locator("#logout")
         assert logout.is_visible() and logout.inner_text() == "Log out"
         ARTIFACTS.mkdir(exist_ok=True)
-        pg.locator("header.top").screenshot(path=str(ARTIFACTS / "header-logout.png"))
+        second_tab.locator("header.top").screenshot(path=str(ARTIFACTS / "header-logout.png"))
         logout.click()
-        pg.wait_for_selector("#login:visible")
-        assert "metis open" in pg.inner_text("#login") and pg.url == served.url + "/"
-        assert pg.evaluate("localStorage.getItem('metis.session')") is None
         second_tab.wait_for_selector("#login:visible")
+        assert "metis open" in second_tab.inner_text("#login")
+        assert second_tab.url == served.url + "/"
+        assert second_tab.evaluate("localStorage.getItem('metis.session')") is None
+        pg.wait_for_selector("#login:visible")
         req = urllib.request.Request(served.url + "/sessions")
         req.add_header("Authorization", f"Bearer {secret}")
         with pytest.raises(urllib.error.HTTPError) as refused:

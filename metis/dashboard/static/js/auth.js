@@ -8,16 +8,33 @@
 const STORAGE_KEY = "metis.session";
 let inMemory = null; // when storage is unavailable, the secret lasts as long as the page
 
-export function adoptLoginFragment() {
+// The secret of `/#login=<secret>` replaces the stored one only once the daemon has accepted
+// it: a link to this address in a model's reply (`/#login=anything`) must not overwrite a
+// working session with a refused secret and so log every tab out. Kept in memory only where
+// storage fails: a copy in memory beside the stored one would outlive a logout in another tab.
+export async function adoptLoginFragment() {
   const m = location.hash.match(/^#login=([A-Za-z0-9_-]+)$/);
   if (!m) return;
-  inMemory = m[1];
+  history.replaceState(null, "", location.pathname + location.search);
+  if (credential() && !(await accepted(m[1]))) return;
   try {
     localStorage.setItem(STORAGE_KEY, m[1]);
+    inMemory = null;
   } catch {
-    // private mode or storage disabled: keep it in memory only
+    inMemory = m[1]; // private mode or storage disabled: it lasts as long as the page
   }
-  history.replaceState(null, "", location.pathname + location.search);
+}
+
+async function accepted(secret) {
+  try {
+    const response = await fetch("/server/version", {
+      headers: { Authorization: `Bearer ${secret}` },
+      credentials: "omit",
+    });
+    return response.status !== 401;
+  } catch {
+    return false; // the daemon does not answer: the session in use stays
+  }
 }
 
 export function credential() {

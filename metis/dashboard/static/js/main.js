@@ -71,7 +71,7 @@ async function logOut() {
 }
 
 async function boot() {
-  adoptLoginFragment(); // `/#login=<secret>`, right after a login link
+  await adoptLoginFragment(); // `/#login=<secret>`, right after a login link
   if (!(await signedIn())) return showLogin();
   for (const el of document.querySelectorAll(".skip, header.top, #app")) el.hidden = false;
   const logout = document.getElementById("logout");
