@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import aiohttp
+from pygments.styles import get_style_by_name
 
-from metis.dashboard.render import render_markdown
+from metis.dashboard.render import CODE_STYLES, render_markdown
 from metis.server.runner import Daemon
 from tests.api import Api, browser_secret_of, key_headers
 
@@ -29,6 +30,35 @@ def test_render_keeps_a_tables_column_alignment_as_align() -> None:
     assert '<th align="right">b</th>' in html and '<td align="center">3</td>' in html
     assert '<td align="left">1</td>' in html and "<td>4</td>" in html
     assert "style" not in html
+
+
+def test_an_image_in_a_reply_is_a_link_naming_it_and_never_loaded() -> None:
+    html = render_markdown(
+        '![the <b>build</b> graph](https://img.example/g.png "t") '
+        "![](https://img.example/x.png) ![pixel](data:image/png;base64,AAAA)"
+    )
+    assert "<img" not in html
+    assert '<a href="https://img.example/g.png" rel="noopener noreferrer nofollow">' in html
+    assert "image: the &lt;b&gt;build&lt;/b&gt; graph</a>" in html
+    assert ">image: https://img.example/x.png</a>" in html  # no description: its address
+    assert "data:" not in html and ">image: pixel</a>" in html
+
+
+def _luminance(colour: str) -> float:
+    channels = [int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    r, g, b = (c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels)
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def test_every_colour_of_highlighted_code_reads_against_its_background() -> None:
+    """WCAG's 4.5:1 for text, in the light and the dark theme."""
+    for name in CODE_STYLES:
+        style = get_style_by_name(name)
+        background = _luminance(style.background_color)
+        for token, rules in style:
+            if rules["color"]:
+                lighter, darker = sorted((_luminance(f"#{rules['color']}"), background))[::-1]
+                assert (lighter + 0.05) / (darker + 0.05) >= 4.5, (name, token, rules["color"])
 
 
 async def test_pages_and_static_files(daemon: Daemon) -> None:
