@@ -362,6 +362,10 @@ def test_the_routing_page_follows_the_models_and_the_decisions(
     page.goto(f"{served.url}/#/routing")
     row = page.locator("#models tr[data-model='keyed:claude-haiku-4-5']")
     row.locator(".badge.ok").wait_for()
+    # no global_default in force: the model a turn no rule picks is named all the same
+    assert page.inner_text("#policy-default") == (
+        "keyed:claude-haiku-4-5 — none set: the first configured model"
+    )
     page.locator("#reset-all").focus()
 
     async def refuse_the_key() -> None:

@@ -70,6 +70,7 @@ async def test_invalid_edit_keeps_the_last_known_good_and_reload_reports_it(
     _, policy = await api.call("GET", "/routing/policy")
     assert policy["valid"] is False and policy["using_last_known_good"] is True and policy["errors"]
     assert policy["global_default"] == "local:scripted"
+    assert policy["fallback_model"] is None  # no real model is configured here
     status, body = await api.call("POST", "/routing/reload", params={"reset_availability": "true"})
     assert body["availability_reset"] is True
     status, body = await api.call("POST", "/routing/reload", params={"reset_availability": "maybe"})

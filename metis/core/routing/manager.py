@@ -371,6 +371,8 @@ class PolicyManager:
             "path": str(self.path) if self.path is not None else None,
             "file_version": self.file_version,
             "global_default": policy.global_default,
+            # a turn no rule, workspace default or global_default picks goes to this model
+            "fallback_model": self.registry.default_model(),
             "tiers": {t: tiers.get(t) for t in TIERS},
             "rules": [rule.describe() for rule in policy.rules],
             "workspaces": {

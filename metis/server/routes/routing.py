@@ -43,6 +43,10 @@ class PolicyResponse(DataModel):
     path: str | None
     file_version: str | None
     global_default: str | None
+    fallback_model: str | None = Field(
+        description="the model of a turn that no rule, workspace default or global_default "
+        "picks: the first configured model of models.yaml (null when none is configured)"
+    )
     tiers: dict[str, Any]
     rules: list[dict[str, Any]]
     workspaces: dict[str, Any]

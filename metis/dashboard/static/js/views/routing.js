@@ -166,6 +166,14 @@ export function routingView(root) {
     return true;
   }
 
+  // none set in routing.yaml: a turn no rule picks goes to the first configured model
+  function globalDefault(p) {
+    if (p.global_default) return h("dd", { id: "policy-default", class: "mono" }, p.global_default);
+    if (!p.fallback_model) return h("dd", { id: "policy-default", class: "muted" }, "none (no model is configured)");
+    return h("dd", { id: "policy-default" }, h("span", { class: "mono" }, p.fallback_model),
+      h("span", { class: "muted" }, " — none set: the first configured model"));
+  }
+
   async function loadPolicy() {
     const p = await api("GET", "/routing/policy");
     if (!changed("policy", p)) return;
@@ -175,7 +183,7 @@ export function routingView(root) {
         h("dt", {}, "Status"), h("dd", { id: "policy-state", class: p.valid ? null : "error" }, p.reason || p.source),
         h("dt", {}, "Version"), h("dd", { class: "mono" }, p.version.slice(0, VERSION_CHARS)),
         h("dt", {}, "Loaded"), h("dd", {}, fmtTime(p.loaded_at)),
-        h("dt", {}, "Global default"), h("dd", { class: "mono" }, p.global_default || "—"),
+        h("dt", {}, "Global default"), globalDefault(p),
         h("dt", {}, "Tiers"), h("dd", { id: "policy-tiers" }, tierList(p.tiers)),
         h("dt", {}, "Pattern routing"), h("dd", { id: "policy-pattern" }, patternWords(p.pattern))),
       p.errors.length ? h("ul", { class: "error" }, p.errors.map((e) => h("li", {}, e))) : null,
