@@ -7,11 +7,12 @@ prints; metis/server/auth.py). Every page and file carries a strict
 Content-Security-Policy: scripts and styles only from the daemon itself, no inline code.
 """
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, time, timedelta, tzinfo
 from decimal import Decimal
 from functools import lru_cache
 from importlib.resources import files
 from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from aiohttp import web
 from pydantic import ConfigDict, Field
@@ -164,6 +165,12 @@ async def render(request: web.Request) -> web.Response:
 
 class CostsQuery(DataModel):
     days: int = Field(default=30, ge=1, le=366)
+    tz: str | None = Field(
+        default=None,
+        max_length=64,
+        description="an IANA time zone (the browser's, `Europe/Paris`): days begin at its "
+        "midnight; UTC's without it",
+    )
 
 
 class CostRow(DataModel):
@@ -186,17 +193,45 @@ class CostsResponse(DataModel):
     by_session: list[SessionCostRow]
 
 
-_DAY_US = 86_400_000_000
+def _zone(name: str | None) -> tzinfo:
+    """The time zone whose days the costs are counted in; a name the system's time zone
+    database does not know is a validation error, not a silent UTC."""
+    if name is None:
+        return UTC
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise ApiError(
+            "validation_error",
+            "request validation failed",
+            {
+                "errors": [
+                    {
+                        "loc": ["query", "tz"],
+                        "msg": f"unknown time zone: {name!r}",
+                        "type": "value_error",
+                    }
+                ]
+            },
+        ) from None
 
 
 @routes.route("GET", "/costs", query_model=CostsQuery, response_model=CostsResponse)
 async def costs(request: web.Request) -> web.Response:
-    """Spend of the last `days` days (UTC) by day, model and session, from the turns table."""
+    """Spend of the last `days` days (in the browser's time zone, `tz`) by day, model and
+    session, from the turns table."""
     query = parse_query(request, CostsQuery)
+    zone = _zone(query.tz)
     history = request.app[STATE_KEY].app.history
-    today_us = now_us() // _DAY_US * _DAY_US
-    since_us = today_us - (query.days - 1) * _DAY_US
+    today = datetime.fromtimestamp(now_us() / 1_000_000, zone).date()
+    window = [today - timedelta(days=n) for n in range(query.days - 1, -1, -1)]
+    first = datetime.combine(window[0], time(), zone)
+    since_us = int(first.timestamp() * 1_000_000)
     turns = await history.turns_since(since_us)
+
+    def _day(us: int) -> str:
+        return datetime.fromtimestamp(us / 1_000_000, zone).strftime("%Y-%m-%d")
+
     groups: dict[str, dict[str, dict[str, Any]]] = {"day": {}, "model": {}, "session": {}}
     total = Decimal(0)
     for turn in turns:
@@ -212,8 +247,7 @@ async def costs(request: web.Request) -> web.Response:
                 turn.tokens[k] for k in ("input_tokens", "cache_read_tokens", "cache_write_tokens")
             )
             bucket["output_tokens"] += turn.tokens["output_tokens"]
-    days = {_day(since_us + i * _DAY_US): None for i in range(query.days)}
-    for day in days:  # every day of the window, zero when nothing ran
+    for day in (d.isoformat() for d in window):  # every day of the window, zero when nothing ran
         groups["day"].setdefault(
             day, {"cost": Decimal(0), "turns": 0, "input_tokens": 0, "output_tokens": 0}
         )
@@ -238,14 +272,10 @@ async def costs(request: web.Request) -> web.Response:
         row["title"] = await request.app[STATE_KEY].app.sessions.title(row["key"])
     return json_response(
         {
-            "since": _day(since_us),
+            "since": window[0].isoformat(),
             "total_usd": decimal_str(total),
             "by_day": listed("day", "key"),
             "by_model": listed("model", "cost"),
             "by_session": by_session,
         }
     )
-
-
-def _day(us: int) -> str:
-    return datetime.fromtimestamp(us / 1_000_000, UTC).strftime("%Y-%m-%d")

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -657,6 +658,15 @@ def test_routing_and_costs_views(
     by = page.locator("#decisions tbody tr td:nth-child(4)").all_inner_texts()
     assert by and all(b in {"offline fallback", "global default"} for b in by), by
     shot(page, "routing")
+    # days begin at the browser's midnight: a zone whose date is not UTC's now (of two zones
+    # 25 hours apart, one always is)
+    utc_day = datetime.now(UTC).strftime("%m-%d")
+    zone = next(
+        z
+        for z in ("Pacific/Kiritimati", "Pacific/Pago_Pago")
+        if datetime.now(ZoneInfo(z)).strftime("%m-%d") != utc_day
+    )
+    page.context.new_cdp_session(page).send("Emulation.setTimezoneOverride", {"timezoneId": zone})
     page.goto(served.url + "/#/costs")
     page.wait_for_selector("#costs svg.chart")
     assert page.locator("#costs svg.chart rect.bar").count() >= 30
@@ -666,7 +676,7 @@ def test_routing_and_costs_views(
         "#costs svg.chart text.tick", "ts => ts.map(t => t.textContent)"
     )
     days = [t for t in ticks if re.fullmatch(r"\d\d-\d\d", t)]
-    assert days[-1] == datetime.now(UTC).strftime("%m-%d"), days
+    assert days[-1] == datetime.now(ZoneInfo(zone)).strftime("%m-%d"), days
     shot(page, "costs")
     page.click("nav a[data-nav=mcp]")
     page.wait_for_selector("#mcp .empty")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import aiohttp
 from pygments.styles import get_style_by_name
@@ -145,3 +147,12 @@ async def test_session_list_titles_status_and_costs(
     assert costs["by_session"][0]["title"] == "hello **there**"  # known by its title
     assert "title" not in costs["by_model"][0]
     assert costs["total_usd"] == "0"
+    # days begin at the browser's midnight: 25 hours apart, two zones never share a date
+    for zone in ("Pacific/Kiritimati", "Pacific/Pago_Pago"):
+        status, costs = await api.call("GET", "/costs", params={"days": 2, "tz": zone})
+        today = datetime.now(ZoneInfo(zone)).date()
+        assert [d["key"] for d in costs["by_day"]] == [str(today - timedelta(days=1)), str(today)]
+        assert costs["by_day"][1]["turns"] == 1 and costs["since"] == str(today - timedelta(1))
+    status, refused = await api.call("GET", "/costs", params={"tz": "Mars/Olympus_Mons"})
+    assert (status, refused["error"]["code"]) == (400, "validation_error")
+    assert "unknown time zone: 'Mars/Olympus_Mons'" in str(refused["error"]["details"])

@@ -72,7 +72,9 @@ export function costsView(root) {
   fit.observe(dayBox);
   async function load() {
     try {
-      const c = await api("GET", `/costs?days=${days.value}`);
+      // days begin at this browser's midnight, not UTC's
+      const zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+      const c = await api("GET", `/costs?days=${days.value}${zone ? `&tz=${encodeURIComponent(zone)}` : ""}`);
       // a session by its title; untitled (no prompt yet) or purged, by its short id
       const session = (r) => {
         const title = r.title;
