@@ -92,31 +92,15 @@ function reachable(yes) {
 
 const renderCache = new Map();
 // POST /render/markdown takes at most 200 texts and 1,000,000 characters in all
+// (MAX_RENDER_TEXTS and MAX_RENDER_CHARS in metis/dashboard/routes.py)
 const RENDER_MAX_TEXTS = 200;
-const RENDER_MAX_CHARS = 1_000_000;
+export const RENDER_MAX_CHARS = 1_000_000;
 
-// Markdown → sanitized HTML, rendered by the daemon (model output is untrusted).
+// Markdown → sanitized HTML, rendered by the daemon (model output is untrusted), in as few
+// requests as the daemon's limits allow. A text longer than the limit is never sent: its entry
+// is null, and the caller shows it as plain text. A refused or failed request throws.
 export async function renderMarkdown(texts) {
-  const missing = [...new Set(texts.filter((t) => !renderCache.has(t)))];
-  if (missing.length) {
-    const { html } = await api("POST", "/render/markdown", { markdown: missing });
-    missing.forEach((t, i) => renderCache.set(t, html[i]));
-  }
-  return texts.map((t) => renderCache.get(t));
-}
-
-// Every text and thinking block of `messages` rendered in as few requests as the daemon allows
-// (then `renderMarkdown` answers them from the cache, without a round trip each).
-export async function prerender(messages) {
-  const texts = [];
-  for (const m of messages) {
-    if (m.role !== "user" && m.role !== "assistant") continue;
-    for (const b of m.content) {
-      if (b.type === "text") texts.push(b.text);
-      else if (b.type === "thinking") texts.push(b.thinking || "");
-    }
-  }
-  const missing = [...new Set(texts.filter((t) => !renderCache.has(t)))];
+  const missing = [...new Set(texts.filter((t) => t.length <= RENDER_MAX_CHARS && !renderCache.has(t)))];
   const batches = [];
   let batch = [];
   let chars = 0;
@@ -130,7 +114,28 @@ export async function prerender(messages) {
     chars += t.length;
   }
   if (batch.length) batches.push(batch);
-  await Promise.all(batches.map((b) => renderMarkdown(b)));
+  await Promise.all(batches.map(async (b) => {
+    const { html } = await api("POST", "/render/markdown", { markdown: b });
+    b.forEach((t, i) => renderCache.set(t, html[i]));
+  }));
+  return texts.map((t) => (renderCache.has(t) ? renderCache.get(t) : null));
+}
+
+// Every text and thinking block of `messages` rendered ahead (then `renderMarkdown` answers
+// them from the cache, without a round trip each). Never throws: a text it could not render
+// is tried again, and shown anyway, by its own message.
+export async function prerender(messages) {
+  const texts = [];
+  for (const m of messages) {
+    if (m.role !== "user" && m.role !== "assistant") continue;
+    for (const b of m.content) {
+      if (b.type === "text") texts.push(b.text);
+      else if (b.type === "thinking") texts.push(b.thinking || "");
+    }
+  }
+  try {
+    await renderMarkdown(texts);
+  } catch { /* as said above */ }
 }
 
 export async function allEvents(sessionId, query = {}) {

@@ -7,7 +7,7 @@
 // events of the shown turns only. Streaming deltas are buffered and written to the page once
 // per animation frame, so a burst of thousands of deltas never blocks the main thread.
 
-import { api, renderMarkdown, allEvents, prerender, download, errorText } from "../api.js";
+import { api, renderMarkdown, allEvents, prerender, download, errorText, RENDER_MAX_CHARS } from "../api.js";
 import { h, clear, setHtml, fmtCost, fmtInt, fmtMs, shortId, toast, copyButton, addCodeCopy } from "../dom.js";
 import { SessionStream } from "../stream.js";
 import { toolCard } from "./toolcard.js";
@@ -205,24 +205,45 @@ export function sessionView(root, sessionId, revealAt = null) {
     return c;
   }
 
+  // A text the daemon did not render, as plain text (as it streamed): one longer than the
+  // daemon renders says so; one whose request failed is rendered at the next sync (renderLater).
+  function markdown(text, html) {
+    if (typeof html === "string") {
+      const div = h("div", { class: "md" });
+      setHtml(div, html);
+      return div;
+    }
+    return h("div", { class: "md" },
+      text.length > RENDER_MAX_CHARS
+        ? h("p", { class: "muted small render-note" }, `Shown as plain text: ${fmtInt(text.length)} characters, more than the ${fmtInt(RENDER_MAX_CHARS)} the dashboard formats.`)
+        : null,
+      h("div", { class: "stream-text" }, text));
+  }
+
   async function renderBlocks(m, blocks) {
     const texts = [];
     for (const b of blocks) {
       if (b.type === "text") texts.push(b.text);
       if (b.type === "thinking") texts.push(b.thinking || "");
     }
-    const html = texts.length ? await renderMarkdown(texts) : [];
+    // a failed request never leaves the bubble empty, nor stops the messages after it
+    let html;
+    let failed = false;
+    try {
+      html = texts.length ? await renderMarkdown(texts) : [];
+    } catch {
+      html = [];
+      failed = true;
+    }
     let i = 0;
     const out = [];
     for (const b of blocks) {
       if (b.type === "text") {
-        const div = h("div", { class: "md" });
-        setHtml(div, html[i++]);
+        const div = markdown(b.text, html[i++]);
         addCodeCopy(div);
         out.push(div);
       } else if (b.type === "thinking") {
-        const div = h("div", { class: "md" });
-        setHtml(div, html[i++]);
+        const div = markdown(b.thinking || "", html[i++]);
         out.push(h("details", { class: "thinking" }, h("summary", {}, "Thinking"), div));
       } else if (b.type === "redacted_thinking") {
         out.push(h("details", { class: "thinking" }, h("summary", {}, "Thinking (redacted)")));
@@ -233,7 +254,7 @@ export function sessionView(root, sessionId, revealAt = null) {
       }
     }
     clear(m.body).append(...out);
-    m.rendered = true;
+    m.rendered = !failed;
     // a reply can be copied whole, as the model wrote it (its markdown; not its thinking)
     m.source = blocks.filter((b) => b.type === "text").map((b) => b.text).join("\n\n");
     if (m.role === "assistant" && m.source && !m.who.querySelector("button.copy")) {
@@ -241,8 +262,8 @@ export function sessionView(root, sessionId, revealAt = null) {
     }
   }
 
-  // A bubble whose markdown could not be rendered (the daemon went away mid-request) keeps
-  // `rendered` false, so the stored copy fills it in at the next sync instead of leaving it empty.
+  // A bubble whose markdown could not be rendered (the daemon went away mid-request) shows its
+  // plain text and keeps `rendered` false, so the stored copy is rendered at the next sync.
   function renderLater(m, blocks) {
     renderBlocks(m, blocks).catch(() => {});
   }
@@ -271,7 +292,7 @@ export function sessionView(root, sessionId, revealAt = null) {
     } catch {
       return; // the daemon went away: the stream re-attaches and calls this again
     }
-    await prerender(page.messages).catch(() => {});
+    await prerender(page.messages);
     try {
       for (const message of page.messages) await addStored(message);
     } catch { /* not rendered: the next sync (after the re-attach) fills those bubbles in */ }

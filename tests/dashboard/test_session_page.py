@@ -1,0 +1,116 @@
+"""A session's page in a real Chromium against a real daemon: what it shows of messages too
+long to render, the draft in its message box, text written right to left."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from metis.dashboard.routes import MAX_RENDER_CHARS
+from metis.testing import FakeProviderServer
+from tests.dashboard.conftest import DaemonThread, logged_in_page, rest
+from tests.dashboard.test_browser import open_session, send, wait_idle
+
+# A model served by the fake provider, which sends a long reply in a few large deltas (the
+# scripted model streams at most 256 characters a delta, and echoes the prompt).
+FAKE_MODELS = """
+pricing_version: "test"
+providers:
+  anthropic: {{adapter: anthropic, base_url: "{url}", api_key: "fake-key"}}
+models:
+  - id: anthropic:claude-haiku-4-5
+    capabilities: {{max_context_tokens: 200000, max_output_tokens: 8192}}
+    pricing: {{input_per_mtok: "1", output_per_mtok: "5"}}
+"""
+
+
+@pytest.fixture
+def faked(dash_home: Path, browser_path: str) -> Iterator[tuple[DaemonThread, FakeProviderServer]]:
+    """A daemon whose one model is the fake provider's, and that provider."""
+    d = DaemonThread(dash_home)
+    fake = FakeProviderServer()
+    d.run(fake.start())
+    (dash_home / "models.yaml").write_text(FAKE_MODELS.format(url=fake.base_url))
+    d.start()
+    try:
+        yield d, fake
+    finally:
+        d.run(fake.stop())
+        d.close()
+
+
+def tokens_counted(page: Any) -> None:
+    page.wait_for_function(
+        "() => /^Tokens [1-9]/.test(document.getElementById('tokens').textContent)"
+    )
+
+
+def test_a_message_over_the_render_limit_shows_as_plain_text_and_the_rest_of_the_session_stays(
+    browser: Any, faked: tuple[DaemonThread, FakeProviderServer], workspace: Path, shot: Any
+) -> None:
+    served, fake = faked
+    usage = {"input_tokens": 10, "output_tokens": 20}
+    line = "y" * 79 + "\n"
+    big = (line * (MAX_RENDER_CHARS // len(line) + 1))[: MAX_RENDER_CHARS + 1]
+    fake.enqueue("any", {"text": "a **small** one", "usage": usage})
+    fake.enqueue("any", {"text": big, "usage": usage, "chunk_chars": 100_000})
+    with logged_in_page(browser, served, 1280, 800) as page:
+        over_the_limit(page, served, workspace, shot)
+
+
+def over_the_limit(page: Any, served: DaemonThread, workspace: Path, shot: Any) -> None:
+    sent: list[int] = []
+    page.on(
+        "request",
+        lambda r: (
+            sent.append(sum(map(len, json.loads(r.post_data)["markdown"])))
+            if r.url.endswith("/render/markdown")
+            else None
+        ),
+    )
+    session_id = open_session(page, workspace)
+    send(page, "a **small** one")
+    wait_idle(page)
+    status, body = rest(
+        served,
+        "POST",
+        f"/sessions/{session_id}/turns",
+        {"content": [{"type": "text", "text": "long"}]},
+    )
+    assert status == 202, body
+    # the reply, live then after a reload: plain text that says why, never sent to the daemon
+    # to render, and the messages before it and the totals still there
+    for reload in (False, True):
+        if reload:
+            page.reload()
+        page.wait_for_selector(".msg >> nth=3")
+        page.wait_for_selector(".msg.assistant .render-note")
+        wait_idle(page)
+        notes = page.locator(".render-note").all_inner_texts()
+        assert notes[0].startswith(f"Shown as plain text: {MAX_RENDER_CHARS + 1:,} characters")
+        assert page.locator(".msg.user .md strong").inner_text() == "small"
+        assert page.locator(".msg.assistant .md strong").inner_text() == "small"
+        tokens_counted(page)
+        assert page.locator("#toast").is_hidden()
+    assert sent and max(sent) <= MAX_RENDER_CHARS
+    page.locator(".render-note").scroll_into_view_if_needed()
+    shot(page, "session-over-the-render-limit")
+    # a render that fails leaves the transcript in plain text, not empty, and the totals show
+    page.route(
+        "**/render/markdown",
+        lambda route: route.fulfill(
+            status=500,
+            content_type="application/json",
+            body='{"error": {"code": "internal_error", "message": "boom"}}',
+        ),
+    )
+    page.reload()
+    page.wait_for_selector(".msg >> nth=3")
+    assert page.locator(".msg.user .stream-text").first.inner_text() == "a **small** one"
+    assert page.locator(".render-note").count() == 1
+    assert page.locator(".md strong").count() == 0
+    tokens_counted(page)
