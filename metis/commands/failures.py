@@ -28,7 +28,7 @@ def failure_text(exc: ApiFailure) -> str:
     return text
 
 
-def error_text(exc: ApiFailure | aiohttp.ClientError) -> str:
+def error_text(exc: ApiFailure | aiohttp.ClientError | TimeoutError) -> str:
     """A failed call in words: the daemon's refusal, or why it could not be asked (aiohttp's
     own text, `Cannot connect to host 127.0.0.1:8421 ssl:default [Connect call failed …]`,
     only when it is none of the usual)."""
@@ -36,7 +36,7 @@ def error_text(exc: ApiFailure | aiohttp.ClientError) -> str:
         return failure_text(exc)
     if isinstance(exc, aiohttp.ClientConnectorError):
         return "cannot reach the daemon: is it running?"
-    if isinstance(exc, aiohttp.ServerTimeoutError):
+    if isinstance(exc, aiohttp.ServerTimeoutError | TimeoutError):
         return "the daemon did not answer in time"
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return "the daemon closed the connection before it answered"

@@ -48,6 +48,7 @@ from metis.commands.tui.widgets import (
     Note,
     PromptInput,
     StatusBar,
+    plain,
     warm_up_markdown,
 )
 from metis.core.errors import ConfigError
@@ -166,7 +167,7 @@ class ChatApp(App[int]):
 
     async def note(self, text: str, *, error: bool = False) -> Widget:
         """A line from metis in the transcript; the widget, for a note that goes once moot."""
-        note = Note(Text(text), classes="error" if error else "")
+        note = Note(plain(text), classes="error" if error else "")
         await self.add(note)
         return note
 

@@ -302,7 +302,7 @@ class SessionPicker(ModalScreen[PickedSession | None]):
         """The sessions the daemon finds for `text` (all of them for a blank one)."""
         try:
             found = await self._search(text)
-        except (ApiFailure, aiohttp.ClientError) as exc:
+        except (ApiFailure, aiohttp.ClientError, TimeoutError) as exc:
             self.notify(error_text(exc), severity="error")
             return
         self.sessions = found

@@ -27,6 +27,7 @@ from metis.commands.tui.widgets import (
     ThinkingBlock,
     ToolCard,
     UserMessage,
+    plain,
 )
 from metis.wire.counts import turn_totals
 from metis.wire.instructions import instructions_label
@@ -244,7 +245,7 @@ class TranscriptRenderer:
         if thinking is not None:
             thinking.finish()
         if note:  # at the end, in the order things happened (after "cancelling the turn…")
-            await self.host.add(Note(Text(note), classes="warning"))
+            await self.host.add(Note(plain(note), classes="warning"))
 
     async def _on_llm_call_completed(self, event: dict[str, Any], p: dict[str, Any]) -> None:
         self.host.last_call = p
@@ -388,7 +389,7 @@ class TranscriptRenderer:
             self.interrupt_open_calls()
         payload = event.get("payload") or {}
         failed = "error" if outcome.startswith("failed") else ""
-        note = await self.host.add(Note(Text(_turn_line(payload, outcome)), classes=failed))
+        note = await self.host.add(Note(plain(_turn_line(payload, outcome)), classes=failed))
         turn_id = event.get("turn_id")
         if payload.get("reason") == "user_cancel" and not self.host.turn.cancel_asked(turn_id):
             self._unexplained_cancel = (note, payload)

@@ -11,6 +11,7 @@ from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.widget import Widget
 
+from metis.commands.failures import error_text
 from metis.commands.tui.screens import ConfirmScreen
 from metis.commands.tui.widgets import AssistantMessage, ThinkingBlock, ToolCard, UserMessage
 
@@ -115,3 +116,8 @@ async def test_a_confirmation_on_a_40_by_12_terminal_shows_the_path_and_the_diff
         assert diff.region.height >= 3, diff.region
         assert keys.region.bottom <= app.screen.size.height  # the answers still show
         assert "[y] allow once  [a] session" in _shown(keys)
+
+
+def test_a_call_that_timed_out_is_said_in_words() -> None:
+    """The session picker's search says it as the app's other calls do, not `()`."""
+    assert error_text(TimeoutError()) == "the daemon did not answer in time"
