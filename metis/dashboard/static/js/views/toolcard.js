@@ -3,16 +3,22 @@
 
 import { h, clear, fmtMs, withCopy } from "../dom.js";
 
+// A text's lines: the newline that ends its last line starts no line of its own ("one\ntwo\n"
+// is two lines, "" none).
+function linesOf(text) {
+  return text === "" ? [] : text.replace(/\n$/, "").split("\n");
+}
+
 export function diffView(name, input) {
   if (!input || typeof input !== "object") return null;
   const lines = [];
   if (name === "write_file" && typeof input.content === "string") {
     lines.push(["meta", `+++ ${input.path}`]);
-    for (const l of input.content.split("\n")) lines.push(["add", `+${l}`]);
+    for (const l of linesOf(input.content)) lines.push(["add", `+${l}`]);
   } else if (name === "patch_file" && typeof input.old_text === "string") {
     lines.push(["meta", `--- ${input.path}`], ["meta", `+++ ${input.path}`]);
-    for (const l of input.old_text.split("\n")) lines.push(["del", `-${l}`]);
-    for (const l of String(input.new_text ?? "").split("\n")) lines.push(["add", `+${l}`]);
+    for (const l of linesOf(input.old_text)) lines.push(["del", `-${l}`]);
+    for (const l of linesOf(String(input.new_text ?? ""))) lines.push(["add", `+${l}`]);
   } else {
     return null;
   }

@@ -1,0 +1,98 @@
+"""Tool cards and confirmation cards in a real Chromium, against a real daemon whose model is the
+fake provider server (scripted replies: a tool call with any input the test needs)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from metis.testing.fake_provider import FakeProviderServer
+from tests.dashboard.conftest import DaemonThread, logged_in_page
+from tests.dashboard.test_browser import open_session, send
+
+FAKE_MODELS = """
+pricing_version: "test"
+providers:
+  anthropic: {{adapter: anthropic, base_url: "{url}", api_key: "ak-test"}}
+models:
+  - id: anthropic:claude-haiku-4-5
+    capabilities: {{max_context_tokens: 200000, max_output_tokens: 8192}}
+    pricing: {{input_per_mtok: "1", output_per_mtok: "5"}}
+"""
+
+
+class Faked:
+    """A daemon whose one model is the fake provider's, served on the daemon's own loop."""
+
+    def __init__(self, served: DaemonThread, fake: FakeProviderServer) -> None:
+        self.served = served
+        self.fake = fake
+
+    def reply(self, *replies: dict[str, Any]) -> None:
+        """The model's next replies, in order (then the fake's default one)."""
+        self.served.loop.call_soon_threadsafe(self.fake.enqueue, "any", *replies)
+
+
+@pytest.fixture
+def faked(dash_home: Path, browser_path: str) -> Iterator[Faked]:
+    served = DaemonThread(dash_home)
+    fake = FakeProviderServer(expected_keys={"anthropic": "ak-test"})
+    served.run(fake.start())
+    (dash_home / "models.yaml").write_text(FAKE_MODELS.format(url=fake.anthropic_base_url))
+    try:
+        served.start()
+        yield Faked(served, fake)
+    finally:
+        served.run(fake.stop())
+        served.close()
+
+
+@pytest.fixture
+def fpage(browser: Any, faked: Faked) -> Iterator[Any]:
+    """A logged-in page (1280×800) of the fake-provider daemon."""
+    with logged_in_page(browser, faked.served, 1280, 800) as pg:
+        yield pg
+
+
+def diff_lines(card: Any) -> list[str]:
+    return card.locator("pre.diff > span").evaluate_all(
+        "spans => spans.map(s => s.textContent.replace(/\\n$/, ''))"
+    )
+
+
+def test_a_diff_shows_the_lines_of_the_change_and_no_more(
+    fpage: Any, faked: Faked, workspace: Path
+) -> None:
+    """A text's final newline starts no line of its own: a write of "one\\ntwo\\n" is two added
+    lines, a patch of one line one removed and one added (in the confirmation and the card)."""
+    (workspace / "a.py").write_text("a = 1\n")
+    faked.reply(
+        {
+            "tool_calls": [
+                {"name": "write_file", "input": {"path": "two.txt", "content": "one\ntwo\n"}},
+                {
+                    "name": "patch_file",
+                    "input": {"path": "a.py", "old_text": "a = 1\n", "new_text": "a = 2\n"},
+                },
+            ]
+        },
+        {"text": "done"},
+    )
+    open_session(fpage, workspace)
+    send(fpage, "write and patch")
+    write = fpage.locator(".confirm-card", has_text="write_file")
+    write.wait_for()
+    assert diff_lines(write) == ["+++ two.txt", "+one", "+two"]
+    write.locator("button.allow-once").click()
+    patch = fpage.locator(".confirm-card:not(.resolved)", has_text="patch_file")
+    patch.wait_for()
+    assert diff_lines(patch) == ["--- a.py", "+++ a.py", "-a = 1", "+a = 2"]
+    patch.locator("button.allow-once").click()
+    fpage.wait_for_selector("#turn-state:text-is('idle')")
+    assert (workspace / "a.py").read_text() == "a = 2\n"
+    cards = fpage.locator(".tool-card")
+    assert diff_lines(cards.nth(0)) == ["+++ two.txt", "+one", "+two"]
+    assert diff_lines(cards.nth(1)) == ["--- a.py", "+++ a.py", "-a = 1", "+a = 2"]
