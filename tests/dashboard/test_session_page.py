@@ -114,3 +114,51 @@ def over_the_limit(page: Any, served: DaemonThread, workspace: Path, shot: Any) 
     assert page.locator(".render-note").count() == 1
     assert page.locator(".md strong").count() == 0
     tokens_counted(page)
+
+
+def test_the_draft_is_kept_per_session_until_sent_and_one_the_end_stopped_stays_to_copy(
+    page: Any, served: DaemonThread, workspace: Path, shot: Any
+) -> None:
+    session_id = open_session(page, workspace)
+    box = "#composer-input"
+    page.fill(box, "half a thought")
+    # the trace and back, a reload, another page and back: the draft is where it was
+    page.click("#trace-link")
+    page.wait_for_selector("#trace-summary")
+    page.go_back()
+    assert page.wait_for_selector(box).input_value() == "half a thought"
+    page.reload()
+    assert page.wait_for_selector(box).input_value() == "half a thought"
+    page.click("a[data-nav=costs]")
+    page.wait_for_selector("h1:text-is('Costs')")
+    page.goto(f"{served.url}/#/s/{session_id}")
+    assert page.wait_for_selector(box).input_value() == "half a thought"
+    # another session has its own (none); sent, the draft is gone for good
+    other = rest(served, "POST", "/sessions", {"workspace_path": str(workspace)})[1]["id"]
+    page.goto(f"{served.url}/#/s/{other}")
+    page.wait_for_selector("[data-conn=live]")
+    assert page.input_value(box) == ""
+    page.goto(f"{served.url}/#/s/{session_id}")
+    send(page, page.wait_for_selector(box).input_value() + ", sent")
+    page.wait_for_selector(".msg.user:has-text('half a thought, sent')")
+    wait_idle(page)
+    page.reload()
+    page.wait_for_selector("[data-conn=live]")
+    assert page.input_value(box) == ""
+    assert page.evaluate("sessionStorage.length") == 0
+    # ended elsewhere while a message is being written: it stays, read-only, to copy or discard
+    page.fill(box, "words the end must not eat")
+    assert rest(served, "DELETE", f"/sessions/{session_id}")[0] == 200
+    page.wait_for_selector("#ended-note:visible")
+    assert page.input_value(box) == "words the end must not eat"
+    assert page.is_editable(box) is False and page.locator("#send").is_hidden()
+    assert "Not sent: this session ended" in page.inner_text("#composer-error")
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page.click("#draft-copy")
+    assert page.evaluate("navigator.clipboard.readText()") == "words the end must not eat"
+    shot(page, "session-ended-with-a-draft")
+    page.reload()  # still there after a reload, until discarded
+    assert page.wait_for_selector(box).input_value() == "words the end must not eat"
+    page.click("#draft-discard")
+    assert page.locator("form.composer").is_hidden()
+    assert page.evaluate("sessionStorage.length") == 0

@@ -70,8 +70,14 @@ export function sessionView(root, sessionId, revealAt = null) {
   const input = h("textarea", { id: "composer-input", rows: 3, required: true, placeholder: `Message (${sendKeys()} to send; start with @alias to pick a model)`, "aria-label": "Message", "aria-keyshortcuts": "Control+Enter Meta+Enter" });
   const send = h("button", { type: "submit", class: "primary", id: "send" }, "Send");
   const cancel = h("button", { type: "button", id: "cancel", class: "danger", hidden: true }, "Cancel");
+  // a message left unsent when the session ended elsewhere: kept in the box, to copy or discard
+  const copyDraft = copyButton("unsent message", () => input.value);
+  copyDraft.className = "small"; // always shown (a reply's Copy shows on hover)
+  copyDraft.id = "draft-copy";
+  copyDraft.hidden = true;
+  const discardDraft = h("button", { type: "button", class: "small", id: "draft-discard", hidden: true }, "Discard");
   const composerError = h("p", { class: "error", role: "alert", id: "composer-error" });
-  const composer = h("form", { class: "composer", "aria-label": "Send a message" }, input, h("div", { class: "composer-actions" }, send, cancel), composerError);
+  const composer = h("form", { class: "composer", "aria-label": "Send a message" }, input, h("div", { class: "composer-actions" }, send, cancel, copyDraft, discardDraft), composerError);
   // Where the composer was, when this page cannot send: the session ended, or an AAP client
   // runs it (its messages and answers come from that client; Cancel still works from here).
   const endedNote = h("p", { class: "muted composer-note", id: "ended-note", tabindex: "-1", hidden: true },
@@ -162,6 +168,28 @@ export function sessionView(root, sessionId, revealAt = null) {
     composerError.textContent = err ? errorText(err) : "";
     composerError.dataset.code = err?.code || "";
   }
+
+  // ---- draft -------------------------------------------------------------------------------
+
+  // The message being written, kept for this tab (sessionStorage) until it is sent: the trace,
+  // another page or a reload and back, it is in the box again.
+  const draftKey = `metis.draft.${sessionId}`;
+  function keepDraft() {
+    try {
+      if (input.value) sessionStorage.setItem(draftKey, input.value);
+      else sessionStorage.removeItem(draftKey);
+    } catch { /* storage refused: the box still has it */ }
+  }
+  try {
+    input.value = sessionStorage.getItem(draftKey) || "";
+  } catch { /* as above */ }
+  input.addEventListener("input", keepDraft);
+  discardDraft.addEventListener("click", () => {
+    input.value = "";
+    keepDraft();
+    composer.hidden = true;
+    endedNote.focus();
+  });
 
   // ---- transcript ------------------------------------------------------------------------
 
@@ -626,7 +654,8 @@ export function sessionView(root, sessionId, revealAt = null) {
       : "";
     meta.textContent = `${s.title ? `${s.id} · ` : ""}${s.workspace_path} · ${s.surface}${rules}`;
     const byAap = s.surface === "aap";
-    input.hidden = send.hidden = byAap; // Cancel stays: it works on any session
+    input.hidden = byAap; // Cancel stays: it works on any session
+    send.hidden = byAap || ended;
     aapNote.hidden = !byAap || ended;
     showModel(s);
   }
@@ -658,16 +687,27 @@ export function sessionView(root, sessionId, revealAt = null) {
     }
   }
 
-  // An ended session takes no more turns: no model to pick, nothing to send.
+  // An ended session takes no more turns: no model to pick, nothing to send. A message
+  // written and not sent stays in its box, read-only, to copy or discard.
   function setEnded() {
-    ended = true;
     const keys = endButton.matches(":focus-visible") || composer.contains(document.activeElement);
+    const unsent = !ended && !input.hidden && !composer.hidden && input.value.trim() !== "";
+    ended = true;
     endButton.hidden = true;
     modelSelect.disabled = true;
     if (session) showModel(session);
-    composer.hidden = aapNote.hidden = true;
+    aapNote.hidden = true;
+    if (unsent) {
+      input.readOnly = true;
+      send.hidden = true;
+      copyDraft.hidden = discardDraft.hidden = false;
+      setComposerError({ message: "Not sent: this session ended. Copy your message to keep it, or discard it." });
+    } else if (copyDraft.hidden) {
+      composer.hidden = true; // (a second call, as the stream closes, leaves an unsent message)
+    }
     endedNote.hidden = false;
-    if (keys) endedNote.focus(); // its button or its composer went: the keyboard on what says so
+    // its button or its composer went: the keyboard on what says so (or on the unsent message's Copy)
+    if (keys) (copyDraft.hidden ? endedNote : copyDraft).focus();
     withdrawOpen({ sessionEnded: true });
   }
 
@@ -711,6 +751,7 @@ export function sessionView(root, sessionId, revealAt = null) {
     try {
       const r = await api("POST", `/sessions/${sessionId}/turns`, { content: [{ type: "text", text }] });
       input.value = "";
+      keepDraft();
       if (!msgs.has(r.user_message_id)) {
         const m = bubble(r.user_message_id, "user");
         renderLater(m, [{ type: "text", text }]);
