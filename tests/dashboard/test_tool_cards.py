@@ -3,6 +3,7 @@ fake provider server (scripted replies: a tool call with any input the test need
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -96,3 +97,63 @@ def test_a_diff_shows_the_lines_of_the_change_and_no_more(
     cards = fpage.locator(".tool-card")
     assert diff_lines(cards.nth(0)) == ["+++ two.txt", "+one", "+two"]
     assert diff_lines(cards.nth(1)) == ["--- a.py", "+++ a.py", "-a = 1", "+a = 2"]
+
+
+# The longest text the streaming input of a card held, and how many times it was drawn.
+WATCH_PARTIAL = """
+window.partialSeen = { longest: 0, draws: 0 };
+new MutationObserver(() => {
+  const pre = document.querySelector('.tool-input pre.partial');
+  if (!pre) return;
+  window.partialSeen.draws += 1;
+  window.partialSeen.longest = Math.max(window.partialSeen.longest, pre.textContent.length);
+}).observe(document.getElementById('transcript'), { childList: true, subtree: true });
+"""
+
+
+def test_a_large_tool_input_streams_without_freezing_and_its_diff_scrolls_under_its_buttons(
+    fpage: Any, faked: Faked, workspace: Path, shot: Any
+) -> None:
+    """A 2,500-line write_file (some 80,000 characters in 10,000 pieces): its card shows the
+    last characters of its input while it streams, drawn once a frame, and its confirmation
+    comes as soon as the daemon asks; the diff scrolls in a box of its own, so the card's
+    buttons are close under its title."""
+    lines = 2500
+    content = "".join(f"line {i} of the generated file\n" for i in range(lines))
+    faked.reply(
+        {
+            "chunk_chars": 8,
+            "tool_calls": [
+                {"name": "write_file", "input": {"path": "big.txt", "content": content}}
+            ],
+        },
+        {"text": "written"},
+    )
+    open_session(fpage, workspace)
+    fpage.evaluate(WATCH_PARTIAL)
+    started = time.monotonic()
+    send(fpage, "write a big file")
+    card = fpage.locator(".confirm-card", has_text="write_file")
+    card.wait_for(timeout=30_000)
+    took = time.monotonic() - started
+    seen = fpage.evaluate("window.partialSeen")
+    assert seen["draws"] >= 1 and seen["longest"] <= 1100, seen
+    assert took < 15, took  # 98.8 s when every piece redrew the whole input
+    assert len(diff_lines(card)) == 1 + lines
+    diff = card.locator("pre.diff")
+    height = diff.evaluate("e => [e.clientHeight, e.scrollHeight]")
+    assert height[0] <= 330 and height[1] > 10 * height[0], height
+    allow = card.locator("button.allow-once").bounding_box()
+    top = card.bounding_box()
+    assert allow is not None and top is not None
+    assert allow["y"] - top["y"] < 500, (allow, top)
+    shot(fpage, "confirmation-large-diff")
+    card.locator("button.allow-once").click()
+    fpage.wait_for_selector("#turn-state:text-is('idle')")
+    assert (workspace / "big.txt").read_text() == content
+    tool = fpage.locator(".tool-card", has_text="write_file")
+    assert tool.locator("pre.partial").count() == 0
+    assert tool.locator("pre.diff").evaluate("e => e.clientHeight") <= 270
+    status = tool.locator(".tool-status").bounding_box()
+    result = tool.locator(".tool-result").bounding_box()
+    assert status is not None and result is not None and result["y"] - status["y"] < 400

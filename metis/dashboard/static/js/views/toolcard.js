@@ -1,7 +1,12 @@
 // A tool call as a card: input (a diff for write_file/patch_file, the command for shell),
 // status, result, duration and exit code.
 
-import { h, clear, fmtMs, withCopy } from "../dom.js";
+import { h, clear, fmtInt, fmtMs, withCopy } from "../dom.js";
+
+// While the model writes a call's input, the card shows its last characters only, drawn at
+// most once a frame: a 2,500-line write_file comes in some 10,000 pieces, and drawing all of
+// it at each one took minutes. The whole input replaces it once the model has written it.
+const PARTIAL_TAIL = 1000;
 
 // A text's lines: the newline that ends its last line starts no line of its own ("one\ntwo\n"
 // is two lines, "" none).
@@ -49,17 +54,39 @@ export function toolCard(toolUseId, name) {
     h("summary", {}, h("span", { class: "tool-icon", "aria-hidden": "true" }, "⚙"), nameEl, status, exit, duration),
     inputBox, resultBox);
   let partial = "";
+  let drawFrame = null;
+  let drawTimer = null;
+  function stopDrawing() {
+    cancelAnimationFrame(drawFrame);
+    clearTimeout(drawTimer);
+    drawFrame = drawTimer = null;
+  }
+  function drawPartial() {
+    stopDrawing();
+    let cut = Math.max(0, partial.length - PARTIAL_TAIL);
+    if (cut && /[\udc00-\udfff]/.test(partial[cut])) cut += 1; // not half a character
+    const pre = h("pre", { class: "json partial" },
+      cut ? h("span", { class: "muted" }, `… ${fmtInt(cut)} characters before\n`) : null,
+      partial.slice(cut));
+    clear(inputBox).append(pre);
+    pre.scrollTop = pre.scrollHeight; // the newest characters
+  }
   const c = {
     el,
     input: undefined,
     setInput(value) {
       c.input = value;
       if (value === undefined) return;
+      stopDrawing();
+      partial = "";
       clear(inputBox).append(inputView(nameEl.textContent, value));
     },
+    // pieces wait until the next frame (or 100 ms, when frames do not run in a hidden tab)
     appendInput(piece) {
       partial += piece;
-      clear(inputBox).append(h("pre", { class: "json partial" }, partial));
+      if (drawFrame !== null) return;
+      drawFrame = requestAnimationFrame(drawPartial);
+      drawTimer = setTimeout(drawPartial, 100);
     },
     setStatus(s) {
       status.textContent = s;
