@@ -162,3 +162,19 @@ def test_the_draft_is_kept_per_session_until_sent_and_one_the_end_stopped_stays_
     page.click("#draft-discard")
     assert page.locator("form.composer").is_hidden()
     assert page.evaluate("sessionStorage.length") == 0
+
+
+def test_a_blank_message_is_not_sent_and_says_why(
+    page: Any, served: DaemonThread, workspace: Path
+) -> None:
+    session_id = open_session(page, workspace)
+    page.fill("#composer-input", "  \n\t ")
+    page.focus("#composer-input")
+    page.keyboard.press("Control+Enter")
+    error = page.wait_for_selector("#composer-error:has-text('Nothing to send')")
+    assert error.inner_text().endswith("only spaces or line breaks.")
+    page.keyboard.type(" ")  # written to, the error goes; Send says it again
+    page.wait_for_selector("#composer-error:empty", state="attached")
+    page.click("#send")
+    page.wait_for_selector("#composer-error:has-text('Nothing to send')")
+    assert rest(served, "GET", f"/sessions/{session_id}/messages")[1]["messages"] == []

@@ -183,7 +183,10 @@ export function sessionView(root, sessionId, revealAt = null) {
   try {
     input.value = sessionStorage.getItem(draftKey) || "";
   } catch { /* as above */ }
-  input.addEventListener("input", keepDraft);
+  input.addEventListener("input", () => {
+    keepDraft();
+    if (composerError.dataset.code === "blank") setComposerError(null); // it is being written
+  });
   discardDraft.addEventListener("click", () => {
     input.value = "";
     keepDraft();
@@ -742,7 +745,8 @@ export function sessionView(root, sessionId, revealAt = null) {
   composer.addEventListener("submit", async (e) => {
     e.preventDefault();
     const text = input.value;
-    if (!text.trim()) return;
+    // only spaces or line breaks (an empty box is `required`'s, and says so itself)
+    if (!text.trim()) return setComposerError({ code: "blank", message: "Nothing to send: the message is only spaces or line breaks." });
     setComposerError(null);
     sentOffline = false;
     const fromSend = send.matches(":focus-visible");
