@@ -209,7 +209,7 @@ def _zone(name: str | None) -> tzinfo:
                     {
                         "loc": ["query", "tz"],
                         "msg": f"unknown time zone: {name!r}",
-                        "type": "value_error",
+                        "type": "unknown_time_zone",
                     }
                 ]
             },

@@ -31,8 +31,8 @@ from metis.testing.serving import SERVE_START_DEADLINE_S, free_port
 # Requests the document calls valid that a daemon still refuses, by what they name: things
 # that exist on this machine, in this configuration or in this session's state, which no schema
 # states (a workspace directory, a configured model or agent, a cursor this server issued, the
-# order of a seed history, answers to calls that are pending). Any other 4xx of a valid request
-# is a limit the document fails to declare.
+# order of a seed history, answers to calls that are pending, a time zone). Any other 4xx of a
+# valid request is a limit the document fails to declare.
 _AAP_TURN = frozenset({"invalid_option", "invalid_tools", "invalid_tool_answers"})
 REFUSED_BY_STATE: dict[tuple[str, str], frozenset[str]] = {
     ("POST", "/sessions"): frozenset(
@@ -41,6 +41,7 @@ REFUSED_BY_STATE: dict[tuple[str, str], frozenset[str]] = {
     # cursor_invalid only (see below); a `~user` this machine does not know
     ("GET", "/sessions"): frozenset({"validation_error", "invalid_workspace"}),
     ("GET", "/sessions/{session_id}/messages"): frozenset({"validation_error"}),
+    ("GET", "/costs"): frozenset({"validation_error"}),  # a time zone this machine does not know
     ("GET", "/sessions/{session_id}/events"): frozenset({"validation_error"}),
     ("PATCH", "/sessions/{session_id}"): frozenset({"model_not_configured"}),
     ("POST", "/sessions/{session_id}/turns"): frozenset({"model_not_configured"}),
@@ -57,10 +58,12 @@ REFUSED_BY_STATE: dict[tuple[str, str], frozenset[str]] = {
     ("POST", "/aap/sessions/{session_id}/turns"): _AAP_TURN,
     ("POST", "/aap/v1/session/{session_id}"): _AAP_TURN,
 }
-# validation_error types that name a thing rather than a malformed value, and `exclusive`
-# (`before` and `after` together): OpenAPI parameters cannot say "one of" (the document's
-# descriptions do)
-STATE_VALIDATION_TYPES = frozenset({"cursor_invalid", "cursor_not_found", "exclusive"})
+# validation_error types that name a thing rather than a malformed value (a cursor, a time
+# zone), and `exclusive` (`before` and `after` together): OpenAPI parameters cannot say "one
+# of" (the document's descriptions do)
+STATE_VALIDATION_TYPES = frozenset(
+    {"cursor_invalid", "cursor_not_found", "exclusive", "unknown_time_zone"}
+)
 
 
 def valid_requests_are_accepted(ctx: Any, response: Any, case: schemathesis.Case) -> bool | None:
