@@ -42,6 +42,7 @@ from aiohttp import web
 from metis.config import AuthSettings
 from metis.http.apikey import ApiKey, bearer_token, key_matches
 from metis.private_file import write_private
+from metis.server.browser_sockets import SocketsByLogin
 
 CHALLENGE = {"WWW-Authenticate": "Bearer"}
 LOGIN_PATH = "/login"
@@ -130,6 +131,10 @@ class BrowserSessions(_ExpiringSecrets):
         self._save()
         return expires > self._clock()
 
+    def login_of(self, secret: str) -> str:
+        """The name a session is known by outside this table (its digest, not its secret)."""
+        return self._digest(secret).hex()
+
     def valid(self, session_id: str) -> bool:
         digest = self._digest(session_id)
         expires = self._expiry.get(digest)
@@ -196,6 +201,7 @@ class ServerAuth:
     sessions_file: Path | None = None
     login_tokens: LoginTokens = field(init=False)
     sessions: BrowserSessions = field(init=False)
+    sockets: SocketsByLogin = field(init=False, default_factory=SocketsByLogin)
 
     def __post_init__(self) -> None:
         self.login_tokens = LoginTokens(self.settings.login_token_ttl_s)
@@ -228,6 +234,11 @@ class ServerAuth:
         if not token or key_matches(token, self.api_key.value):
             return None
         return token
+
+    def login_of(self, request: web.Request) -> str | None:
+        """The browser session a request comes from (`BrowserSessions.login_of`), if any."""
+        secret = self.browser_secret(request)
+        return self.sessions.login_of(secret) if secret and self.sessions.valid(secret) else None
 
     def login_path(self) -> str:
         """A fresh one-time login path (`/login?token=…`); prefix it with the daemon's URL."""

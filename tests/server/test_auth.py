@@ -26,6 +26,7 @@ from metis.server.auth import SESSIONS_FILE
 from metis.server.http import ROUTE_SPEC_KEY
 from metis.server.runner import Daemon
 from tests.api import Api, api_session, auth_headers, browser_secret_of, key_headers
+from tests.ws_client import Closed, Ws
 
 NEVER = "sess_01M7YA76RDGJRJS6TX6XK99B3P"  # well-formed, never created
 SAMPLES = {
@@ -335,6 +336,37 @@ async def test_logout_ends_the_session_at_once_and_for_good(
     keyed = closing(aiohttp.ClientSession(headers=auth_headers(again)))
     status, _, body = await call(keyed, again, "POST", "/logout")
     assert (status, body) == (200, {"revoked": False})  # the key has no session to end
+
+
+async def test_logout_closes_the_sockets_its_browser_session_opened_and_no_others(
+    daemon: Daemon, closing: Any, workspace: Path
+) -> None:
+    """A socket is authorised once, at its upgrade: a tab that did not follow the logout must
+    not keep receiving its session's events."""
+
+    async def browser() -> Api:
+        secret = await login_as_browser(daemon)
+        return Api(
+            closing(aiohttp.ClientSession(base_url=daemon.base_url, headers=key_headers(secret)))
+        )
+
+    page, other = await browser(), await browser()  # the second: another browser's
+    script = Api(closing(api_session(daemon)))
+    session_id = (await script.create_session(workspace))["id"]
+    sockets = [(await Ws.subscribed(api, session_id))[0] for api in (page, page, other, script)]
+    status, body = await page.call("POST", "/logout", headers={"Origin": daemon.base_url})
+    assert (status, body) == (200, {"revoked": True})
+    for socket in sockets[:2]:  # both of its tabs
+        with pytest.raises(Closed) as closed:
+            await socket.until(lambda _: False)
+        assert closed.value.code == 1008 and closed.value.reason is not None
+        assert closed.value.reason["code"] == "logged_out"
+    status, accepted = await script.submit(session_id, "still here?")
+    assert status == 202, accepted
+    for socket in sockets[2:]:  # the other browser's and the key's still follow the session
+        await socket.until(
+            lambda f: f.get("type") == "event" and f["event"]["type"] == "turn.completed"
+        )
 
 
 async def test_expired_or_unreadable_stored_sessions_are_not_restored(

@@ -95,6 +95,8 @@ async def logout(request: web.Request) -> web.Response:
     auth = request.app[STATE_KEY].auth
     secret = auth.browser_secret(request) if auth is not None else None
     revoked = secret is not None and auth is not None and auth.sessions.revoke(secret)
+    if secret is not None and auth is not None:  # its sockets stop receiving at once
+        auth.sockets.logged_out(auth.sessions.login_of(secret))
     return json_response({"revoked": revoked})
 
 

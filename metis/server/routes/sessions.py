@@ -31,7 +31,7 @@ from metis.server.http import (
     read_body,
     validation_error,
 )
-from metis.server.state import STATE_KEY, ServerState
+from metis.server.state import STATE_KEY
 
 routes = RouteTable()
 _SESSION_ERRORS = ("session_not_found",)
@@ -247,10 +247,16 @@ def render_session(view: SessionView) -> dict[str, Any]:
     }
 
 
-def _attach_fields(state: ServerState, view: SessionView) -> dict[str, Any]:
+def _attach_fields(request: web.Request, view: SessionView) -> dict[str, Any]:
+    """A fresh attach token; one a browser session is given is remembered with it, so that
+    its logout closes the socket the token opens."""
+    state = request.app[STATE_KEY]
     if view.ended or state.app.sessions.is_ending(view.id):
         return {"attach_token": None, "attach_token_expires_at": None, "ws_url": None}
     token, ttl_s = state.app.streams.mint_token(view.id)
+    login = state.auth.login_of(request) if state.auth is not None else None
+    if login is not None and state.auth is not None:
+        state.auth.sockets.minted(token, login, ttl_s)
     return {
         "attach_token": token,
         "attach_token_expires_at": format_us(now_us() + int(ttl_s * 1_000_000)),
@@ -361,7 +367,7 @@ async def get_session(request: web.Request) -> web.Response:
         {
             **render_session(view),
             **await session_annotations(state.app, view),
-            **_attach_fields(state, view),
+            **_attach_fields(request, view),
         }
     )
 

@@ -81,6 +81,8 @@ async def stream(request: web.Request) -> web.StreamResponse:
         raise ApiError("attach_token_wrong_session", "attach token was minted for another session")
     connection = Connection(app, ws, session_id)
     connection.attach()
+    auth = request.app[STATE_KEY].auth
+    closed = auth.sockets.opened(token, connection) if auth is not None else lambda: None
     # ---- end of the synchronous step --------------------------------------------------------
     log.info(
         "websocket %s attached to %s (token %s)",
@@ -89,9 +91,12 @@ async def stream(request: web.Request) -> web.StreamResponse:
         token_fingerprint(token or ""),
     )
     try:
-        await ws.prepare(request)
-    except BaseException:
-        connection.detach()
-        raise
-    await connection.run(request)
+        try:
+            await ws.prepare(request)
+        except BaseException:
+            connection.detach()
+            raise
+        await connection.run(request)
+    finally:
+        closed()
     return ws

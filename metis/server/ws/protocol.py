@@ -251,6 +251,7 @@ CLOSE_MESSAGES = {
     "session_ended": "the session ended",
     "session_purged": "the session was purged",
     "server_shutdown": "the server is shutting down",
+    "logged_out": "the browser session that opened this socket logged out",
     "unsupported_data": "binary frames are not supported",
     "subscribe_timeout": "no subscribe frame in time",
     "protocol_error": "protocol error",
