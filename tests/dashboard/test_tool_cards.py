@@ -13,6 +13,7 @@ import pytest
 from metis.testing.fake_provider import FakeProviderServer
 from tests.dashboard.conftest import DaemonThread, logged_in_page
 from tests.dashboard.test_browser import open_session, send
+from tests.helpers import insert_running_turn
 
 FAKE_MODELS = """
 pricing_version: "test"
@@ -157,3 +158,78 @@ def test_a_large_tool_input_streams_without_freezing_and_its_diff_scrolls_under_
     status = tool.locator(".tool-status").bounding_box()
     result = tool.locator(".tool-result").bounding_box()
     assert status is not None and result is not None and result["y"] - status["y"] < 400
+
+
+async def killed_under_a_tool_call(core: Any, session_id: str) -> None:
+    """What a daemon killed while a shell call ran leaves: its turn `running`, the reply that
+    asked for the call stored, the call without a result (the next start-up settles them)."""
+    from metis.core.canonical.content import ToolUseBlock
+    from metis.core.canonical.ids import new_tool_use_id, new_ulid
+    from metis.core.canonical.messages import Message, MessageMetadata
+    from metis.core.canonical.times import now_us
+    from metis.core.store.messages import NewToolCall
+
+    turn_id = await insert_running_turn(core.db, session_id, "anthropic:claude-haiku-4-5")
+    call = ToolUseBlock(id=new_tool_use_id(), name="shell", input={"command": "sleep 30"})
+    reply = Message(
+        id=new_ulid(),
+        session_id=session_id,
+        turn_id=turn_id,
+        role="assistant",
+        content=[call],
+        created_at_us=now_us(),
+        metadata=MessageMetadata(
+            model="anthropic:claude-haiku-4-5",
+            provider="anthropic",
+            usage={},
+            routing={},
+            stop_reason="tool_use",
+        ),
+    )
+    row = NewToolCall(
+        call.id, session_id, turn_id, reply.id, None, "shell", "execute", "builtin", "-", now_us()
+    )
+    async with core.store.transaction() as tx:
+        tx.messages.insert(reply)
+        tx.messages.insert_tool_calls([row])
+
+
+def test_a_cancelled_or_interrupted_tool_call_says_so_and_is_not_shown_failed(
+    fpage: Any, faked: Faked, workspace: Path
+) -> None:
+    """A call its turn's cancel stopped reads "cancelled", live and after a reload; one the
+    daemon was killed under reads "interrupted" once it starts again (a daemon stopped under a
+    call cancels its turn: "cancelled") — neither in red as a failure."""
+    faked.reply({"tool_calls": [{"name": "shell", "input": {"command": "sleep 30"}}]})
+    session_id = open_session(fpage, workspace)
+    card = fpage.locator(".tool-card").last
+
+    def shown() -> tuple[str, str, str]:
+        return card.evaluate(
+            "c => [c.querySelector('.tool-status').textContent,"
+            " getComputedStyle(c).borderTopColor,"
+            " getComputedStyle(c.querySelector('.tool-status')).color]"
+        )
+
+    send(fpage, "sleep")
+    fpage.locator(".confirm-card button.allow-once").click()
+    fpage.wait_for_selector(".tool-card .tool-status:text-is('running')")
+    fpage.click("#cancel")
+    fpage.wait_for_selector("#turn-state:text-is('cancelled')")
+    fpage.wait_for_selector(".tool-card .tool-status:text-is('cancelled')")
+    red = fpage.evaluate("getComputedStyle(document.querySelector('#cancel')).color")
+    status, border, colour = shown()
+    assert status == "cancelled" and red not in (border, colour), (status, border, colour, red)
+    fpage.reload()
+    fpage.wait_for_selector(".tool-card .tool-status:text-is('cancelled')")
+    assert shown()[0] == "cancelled"
+    # killed under it: the daemon stores an "interrupted" result when it starts again
+    assert faked.served.daemon is not None
+    faked.served.run(killed_under_a_tool_call(faked.served.daemon.core, session_id))
+    faked.served.restart()
+    fpage.wait_for_selector(".tool-card .tool-status:text-is('interrupted')", timeout=30_000)
+    status, border, colour = shown()
+    assert status == "interrupted" and red not in (border, colour), (status, border, colour)
+    fpage.reload()
+    fpage.wait_for_selector(".tool-card .tool-status:text-is('interrupted')")
+    assert fpage.locator(".tool-card .tool-status", has_text="failed").count() == 0

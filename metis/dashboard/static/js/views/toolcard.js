@@ -8,6 +8,20 @@ import { h, clear, fmtInt, fmtMs, withCopy } from "../dom.js";
 // it at each one took minutes. The whole input replaces it once the model has written it.
 const PARTIAL_TAIL = 1000;
 
+// A failed call's state, in words (the keys are tool.failed's error_class), as the terminal app
+// says it (docs/tui.md). A call that was stopped rather than failed is not red.
+const FAILED_BECAUSE = {
+  user_denied: "denied",
+  cancelled: "cancelled",
+  timeout: "timed out",
+  confirmation_timeout: "not answered in time",
+  policy_denied: "refused by policy",
+};
+const STOPPED = new Set(["cancelled", "interrupted"]);
+// The result the daemon stores, when it starts again, for a call it was killed under (there
+// is no tool.failed for it): metis/core/tools/results.py INTERRUPTED.
+const INTERRUPTED = "Tool call interrupted:";
+
 // A text's lines: the newline that ends its last line starts no line of its own ("one\ntwo\n"
 // is two lines, "" none).
 function linesOf(text) {
@@ -53,6 +67,7 @@ export function toolCard(toolUseId, name) {
   const el = h("details", { class: "tool-card", open: true, dataset: { toolUseId } },
     h("summary", {}, h("span", { class: "tool-icon", "aria-hidden": "true" }, "⚙"), nameEl, status, exit, duration),
     inputBox, resultBox);
+  let outcome = false; // a tool.completed or tool.failed said how the call ended
   let partial = "";
   let drawFrame = null;
   let drawTimer = null;
@@ -92,12 +107,14 @@ export function toolCard(toolUseId, name) {
       status.textContent = s;
       status.removeAttribute("title");
       status.className = `badge tool-status s-${s.replace(/\s+/g, "-")}`;
+      el.classList.toggle("is-stopped", STOPPED.has(s));
     },
     setOutcome(type, p) {
       if (p.tool_name) nameEl.textContent = p.tool_name;
       duration.textContent = fmtMs(p.duration_ms);
+      outcome = true;
       if (type === "tool.failed") {
-        c.setStatus(p.error_class === "user_denied" ? "denied" : "failed");
+        c.setStatus(FAILED_BECAUSE[p.error_class] || "failed");
         if (!resultBox.childElementCount) c.setResult({ is_error: true, content: [{ type: "text", text: p.message || p.error_class }] });
       } else {
         c.setStatus(p.is_error ? "error" : "done");
@@ -112,6 +129,8 @@ export function toolCard(toolUseId, name) {
         showExit(Number(code[1]));
         text = text.slice(code[0].length);
       }
+      // killed under, the call has no outcome of its own but this result
+      if (!outcome && block.is_error && text.startsWith(INTERRUPTED)) c.setStatus("interrupted");
       resultBox.hidden = false;
       el.classList.toggle("is-error", !!block.is_error);
       const output = withCopy(h("pre", { class: "output" }, text), "output", () => text);
