@@ -21,7 +21,7 @@ from textual.widgets import Static
 from metis.commands.client import CALL_FAILURES, ApiFailure, DaemonApi
 from metis.commands.failures import TURN_GONE_CODES
 from metis.commands.tui.confirmations import ConfirmationQueue
-from metis.commands.tui.widgets import Note, UserMessage
+from metis.commands.tui.widgets import Note, UserMessage, plain
 
 if TYPE_CHECKING:  # stream.py names RunningTurn: importing it here at run time is a cycle
     from metis.commands.tui.stream import SessionStream
@@ -158,7 +158,7 @@ class RunningTurn:
                 note.update(Text("the turn is no longer running"))
                 return
             self._cancel_asked = None
-            note.update(Text(f"could not cancel the turn: {self.host.call_failed(exc)}"))
+            note.update(plain(f"could not cancel the turn: {self.host.call_failed(exc)}"))
             note.add_class("error")
 
 

@@ -452,7 +452,7 @@ class ToolCard(Vertical):
             parts.append(f"{self.duration_ms} ms")
         if self.exit_code is not None:
             parts.append(f"exit {self.exit_code}")
-        self._state.update(Text(" · ".join(parts)))
+        self._state.update(plain(" · ".join(parts)))  # a denial quotes its reason
 
     def set_input(self, tool_input: dict[str, Any] | None, *, live: bool = True) -> None:
         """The call's arguments; `live` False for a call read back, whose `write_file` diff
