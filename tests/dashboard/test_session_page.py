@@ -178,3 +178,38 @@ def test_a_blank_message_is_not_sent_and_says_why(
     page.click("#send")
     page.wait_for_selector("#composer-error:has-text('Nothing to send')")
     assert rest(served, "GET", f"/sessions/{session_id}/messages")[1]["messages"] == []
+
+
+def test_right_to_left_text_is_laid_out_right_to_left_and_left_to_right_text_stays(
+    page: Any, served: DaemonThread, workspace: Path, shot: Any
+) -> None:
+    def directions(selector: str) -> list[str]:
+        return list(
+            page.eval_on_selector_all(
+                selector, "els => els.map(e => getComputedStyle(e).direction)"
+            )
+        )
+
+    session_id = open_session(page, workspace)
+    page.fill("#composer-input", "שלום, עולם!")
+    assert directions("#composer-input") == ["rtl"]  # as it is typed
+    page.fill("#composer-input", "hello")
+    assert directions("#composer-input") == ["ltr"]
+    # a paragraph each way, then code: each paragraph takes its own words' direction
+    send(page, "שלום, **עולם**!\n\nEnglish too.\n\nתודה.\n\n```\ncode\n```")
+    wait_idle(page)
+    page.wait_for_selector(".msg.assistant .md pre")
+    assert directions(".msg.user .md") == ["rtl"]
+    assert directions(".msg.user .md p") == ["rtl", "ltr", "rtl"]
+    assert directions(".msg.assistant .md") == ["ltr"]  # 'You said: "שלום…'
+    assert directions(".msg.assistant .md p") == ["ltr", "ltr", "rtl"]
+    assert directions(".md pre") == ["ltr", "ltr"]  # code stays left to right
+    # a title keeps the page's place for it, its words in their own direction
+    page.wait_for_selector("h1.session-title.named")
+    assert directions("h1.session-title") == ["ltr"]
+    assert directions("h1.session-title bdi") == ["rtl"]
+    shot(page, "session-right-to-left")
+    page.goto(f"{served.url}/#/")
+    listed = f"tr[data-id='{session_id}'] td.title a bdi"
+    page.wait_for_selector(listed)
+    assert directions(listed) == ["rtl"]

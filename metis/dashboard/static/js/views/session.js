@@ -29,6 +29,13 @@ export function sendKeys(platform = navigator.userAgentData?.platform || navigat
   return /^(mac|iphone|ipad|ipod)/i.test(platform) ? "⌘+Enter" : "Ctrl+Enter";
 }
 
+// The direction dir=auto gives a text: that of its first letter (Hebrew, Arabic, Syriac,
+// Thaana, N'Ko… right to left; any other left to right).
+function firstStrongDir(text) {
+  const letter = /\p{L}/u.exec(text);
+  return letter && /[\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufefc]/.test(letter[0]) ? "rtl" : "ltr";
+}
+
 // Why a turn failed or was cancelled, in words ("" for a cancel the user asked for).
 export function turnEndReason(ev) {
   const p = ev.payload || {};
@@ -67,7 +74,9 @@ export function sessionView(root, sessionId, revealAt = null) {
   const earlier = h("button", { type: "button", id: "load-earlier", class: "load-earlier", hidden: true }, "Load earlier messages");
   const confirmArea = h("section", { id: "confirmations", class: "confirmations", "aria-label": "Pending confirmations" });
   // required: Send with nothing typed says so (the browser's own bubble, as Create's field does)
-  const input = h("textarea", { id: "composer-input", rows: 3, required: true, placeholder: `Message (${sendKeys()} to send; start with @alias to pick a model)`, "aria-label": "Message", "aria-keyshortcuts": "Control+Enter Meta+Enter" });
+  // dir=auto (and <bdi>, its inline form) wherever a person's or a model's words are shown or
+  // typed: Hebrew or Arabic reads right to left, its punctuation in place; other text as it was
+  const input = h("textarea", { id: "composer-input", dir: "auto", rows: 3, required: true, placeholder: `Message (${sendKeys()} to send; start with @alias to pick a model)`, "aria-label": "Message", "aria-keyshortcuts": "Control+Enter Meta+Enter" });
   const send = h("button", { type: "submit", class: "primary", id: "send" }, "Send");
   const cancel = h("button", { type: "button", id: "cancel", class: "danger", hidden: true }, "Cancel");
   // a message left unsent when the session ended elsewhere: kept in the box, to copy or discard
@@ -242,13 +251,20 @@ export function sessionView(root, sessionId, revealAt = null) {
     if (typeof html === "string") {
       const div = h("div", { class: "md" });
       setHtml(div, html);
+      // each paragraph, item, heading, quote or cell takes the direction of its own words;
+      // code stays left to right
+      for (const el of div.querySelectorAll("p, li, ul, ol, h1, h2, h3, h4, h5, h6, blockquote, th, td")) el.dir = "auto";
+      for (const el of div.querySelectorAll("pre")) el.dir = "ltr";
+      // the whole (a table's columns, a quote's bar) goes the way its first words do: its own
+      // dir=auto would skip the blocks that have theirs, and find nothing
+      div.dir = firstStrongDir(div.textContent);
       return div;
     }
-    return h("div", { class: "md" },
+    return h("div", { class: "md", dir: "auto" },
       text.length > RENDER_MAX_CHARS
         ? h("p", { class: "muted small render-note" }, `Shown as plain text: ${fmtInt(text.length)} characters, more than the ${fmtInt(RENDER_MAX_CHARS)} the dashboard formats.`)
         : null,
-      h("div", { class: "stream-text" }, text));
+      h("div", { class: "stream-text", dir: "auto" }, text));
   }
 
   async function renderBlocks(m, blocks) {
@@ -345,7 +361,7 @@ export function sessionView(root, sessionId, revealAt = null) {
     let part = m.parts.get(index);
     if (!part) {
       const node = document.createTextNode("");
-      const text = h("div", { class: "stream-text" }, node);
+      const text = h("div", { class: "stream-text", dir: "auto" }, node);
       if (kind === "thinking") {
         part = { el: h("details", { class: "thinking" }, h("summary", {}, "Thinking…"), text), text, node, buf: "" };
       } else {
@@ -647,7 +663,8 @@ export function sessionView(root, sessionId, revealAt = null) {
 
   function showSession(s) {
     // the session's title (its first prompt unless set), clamped, in full as the tooltip
-    title.textContent = s.title || s.id;
+    // in its own direction, isolated: the heading stays where the page's headings are
+    title.replaceChildren(h("bdi", {}, s.title || s.id));
     if (!left) document.title = `${s.title || shortId(s.id)} · metis`;
     title.title = s.title || "";
     title.classList.toggle("named", !!s.title);

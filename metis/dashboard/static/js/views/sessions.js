@@ -171,7 +171,7 @@ export function sessionsView(root) {
     if (!match || !SAID_IN[match.where] || !words.length) return null;
     const parts = match.excerpt.split(new RegExp(`(${words.join("|")})`, "iu"));
     return h("div", { class: "said small clamp" }, h("span", { class: "muted" }, `${SAID_IN[match.where]}: `),
-      ...parts.map((part, i) => (i % 2 ? h("mark", {}, part) : part)));
+      h("bdi", {}, ...parts.map((part, i) => (i % 2 ? h("mark", {}, part) : part))));
   }
 
   // a session found by words of a message opens at that message
@@ -186,7 +186,7 @@ export function sessionsView(root) {
       : null;
     return h("tr", { dataset: { id: s.id }, class: s.status },
       // a long first prompt is clamped to two lines; the tooltip holds all of it
-      h("td", { class: "title" }, h("a", { href: `#/s/${s.id}${atMatch(s.match)}`, class: "clamp", title: s.title || null }, s.title || h("span", { class: "muted" }, "(no prompt yet)")), said(s.match), h("div", { class: "muted small mono" }, s.id)),
+      h("td", { class: "title" }, h("a", { href: `#/s/${s.id}${atMatch(s.match)}`, class: "clamp", title: s.title || null }, s.title ? h("bdi", {}, s.title) : h("span", { class: "muted" }, "(no prompt yet)")), said(s.match), h("div", { class: "muted small mono" }, s.id)),
       h("td", { class: "mono small wrap" }, s.workspace_path),
       h("td", {}, h("span", { class: `badge surface-${s.surface}` }, s.surface)),
       h("td", { class: "status" }, h("span", { class: `badge ${s.status}` }, s.status), " ", running, " ", waiting),

@@ -224,7 +224,7 @@ export function traceView(root, sessionId) {
       return; // unknown or unreachable: the events' answer says so
     }
     if (left || !session.title) return;
-    named.textContent = session.title;
+    named.replaceChildren(h("bdi", {}, session.title)); // in its own direction (Hebrew, Arabic…)
     named.title = session.title;
     named.hidden = false;
     document.title = `Trace · ${session.title} · metis`;
