@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from metis.testing.fake_provider import FakeProviderServer
-from tests.dashboard.conftest import DaemonThread, logged_in_page
+from tests.dashboard.conftest import DaemonThread, logged_in_page, rest
 from tests.dashboard.test_browser import open_session, send
 from tests.helpers import insert_running_turn
 
@@ -233,3 +233,32 @@ def test_a_cancelled_or_interrupted_tool_call_says_so_and_is_not_shown_failed(
     fpage.reload()
     fpage.wait_for_selector(".tool-card .tool-status:text-is('interrupted')")
     assert fpage.locator(".tool-card .tool-status", has_text="failed").count() == 0
+
+
+def test_leaving_a_session_page_before_it_connects_leaves_no_socket_behind(
+    page: Any, served: DaemonThread, workspace: Path
+) -> None:
+    """The session's page asks the daemon for the session, then opens its stream: left while
+    the daemon answers, it opens none (the dead page would follow the session unseen)."""
+    status, created = rest(served, "POST", "/sessions", {"workspace_path": str(workspace)})
+    assert status == 201, created
+    session_id = created["id"]
+    sockets: list[str] = []
+    page.on("websocket", lambda ws: sockets.append(ws.url))
+    held: list[Any] = []
+    page.route(f"**/sessions/{session_id}", lambda route: held.append(route))
+    page.evaluate(f"location.hash = '#/s/{session_id}'")
+    page.wait_for_function("() => document.querySelector('#composer-input')")
+    while not held:
+        page.wait_for_timeout(20)
+    page.evaluate("location.hash = '#/costs'")
+    page.wait_for_selector("h1:text-is('Costs')")
+    for route in held:
+        route.continue_()
+    page.unroute(f"**/sessions/{session_id}")
+    page.wait_for_timeout(800)
+    assert sockets == []
+    # back on the page, it follows the session with one socket
+    page.evaluate(f"location.hash = '#/s/{session_id}'")
+    page.wait_for_selector("[data-conn=live]")
+    assert len(sockets) == 1 and session_id in sockets[0], sockets

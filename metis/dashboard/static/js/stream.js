@@ -42,11 +42,14 @@ export class SessionStream {
     try {
       session = await api("GET", `/sessions/${this.sessionId}`);
     } catch (err) {
+      if (this.closed) return;
       // unknown here: never created, or purged before this view opened (a purge while
       // following ends the socket with `session_purged` instead)
       if (err.code === "session_not_found") return this.handlers.onGone?.("not found");
       return this.later();
     }
+    // the view was left while the daemon answered: no socket for a page that is gone
+    if (this.closed) return;
     if (!session.ws_url) {
       // ended: nothing live to follow; the view shows the stored transcript
       this.handlers.onGone?.("ended", session);
@@ -62,6 +65,7 @@ export class SessionStream {
       ws.send(JSON.stringify(sub));
     };
     ws.onmessage = (msg) => {
+      if (this.closed) return; // a frame already on its way when the view was left
       let frame;
       try {
         frame = JSON.parse(msg.data);
