@@ -4,6 +4,7 @@ long to render, the draft in its message box, text written right to left."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,21 @@ def tokens_counted(page: Any) -> None:
     )
 
 
+def run_turns(served: DaemonThread, workspace: Path, *prompts: str) -> str:
+    """A new session with a turn for each prompt, each run to its end, over REST."""
+    status, created = rest(served, "POST", "/sessions", {"workspace_path": str(workspace)})
+    assert status == 201, created
+    session_id = created["id"]
+    for text in prompts:
+        path = f"/sessions/{session_id}/turns"
+        assert rest(served, "POST", path, {"content": [{"type": "text", "text": text}]})[0] == 202
+        deadline = time.monotonic() + 15
+        while rest(served, "GET", f"/sessions/{session_id}")[1]["current_turn_id"]:
+            assert time.monotonic() < deadline, "the turn did not end"
+            time.sleep(0.05)
+    return session_id
+
+
 def test_a_message_over_the_render_limit_shows_as_plain_text_and_the_rest_of_the_session_stays(
     browser: Any, faked: tuple[DaemonThread, FakeProviderServer], workspace: Path, shot: Any
 ) -> None:
@@ -58,62 +74,54 @@ def test_a_message_over_the_render_limit_shows_as_plain_text_and_the_rest_of_the
     big = (line * (MAX_RENDER_CHARS // len(line) + 1))[: MAX_RENDER_CHARS + 1]
     fake.enqueue("any", {"text": "a **small** one", "usage": usage})
     fake.enqueue("any", {"text": big, "usage": usage, "chunk_chars": 100_000})
+    fake.enqueue("any", {"text": "another **small** one", "usage": usage})
+    over = run_turns(served, workspace, "a **small** one", "long")
+    small = run_turns(served, workspace, "another **small** one")
     with logged_in_page(browser, served, 1280, 800) as page:
-        over_the_limit(page, served, workspace, shot)
-
-
-def over_the_limit(page: Any, served: DaemonThread, workspace: Path, shot: Any) -> None:
-    sent: list[int] = []
-    page.on(
-        "request",
-        lambda r: (
-            sent.append(sum(map(len, json.loads(r.post_data)["markdown"])))
-            if r.url.endswith("/render/markdown")
-            else None
-        ),
-    )
-    session_id = open_session(page, workspace)
-    send(page, "a **small** one")
-    wait_idle(page)
-    status, body = rest(
-        served,
-        "POST",
-        f"/sessions/{session_id}/turns",
-        {"content": [{"type": "text", "text": "long"}]},
-    )
-    assert status == 202, body
-    # the reply, live then after a reload: plain text that says why, never sent to the daemon
-    # to render, and the messages before it and the totals still there
-    for reload in (False, True):
-        if reload:
-            page.reload()
-        page.wait_for_selector(".msg >> nth=3")
+        sent: list[int] = []
+        page.on(
+            "request",
+            lambda r: (
+                sent.append(sum(map(len, json.loads(r.post_data)["markdown"])))
+                if r.url.endswith("/render/markdown")
+                else None
+            ),
+        )
+        # the long reply in plain text that says why, never sent to the daemon to render; the
+        # messages before it formatted, and the totals there
+        page.goto(f"{served.url}/#/s/{over}")
         page.wait_for_selector(".msg.assistant .render-note")
-        wait_idle(page)
-        notes = page.locator(".render-note").all_inner_texts()
-        assert notes[0].startswith(f"Shown as plain text: {MAX_RENDER_CHARS + 1:,} characters")
+        assert page.locator(".msg").count() == 4
+        assert page.locator(".render-note").all_inner_texts() == [
+            f"Shown as plain text: {MAX_RENDER_CHARS + 1:,} characters, more than the"
+            f" {MAX_RENDER_CHARS:,} the dashboard formats."
+        ]
+        shown = page.eval_on_selector(
+            ".msg.assistant .stream-text", "e => [e.textContent.length, e.textContent.slice(-81)]"
+        )
+        assert shown == [len(big), big[-81:]]  # all of it
         assert page.locator(".msg.user .md strong").inner_text() == "small"
         assert page.locator(".msg.assistant .md strong").inner_text() == "small"
         tokens_counted(page)
         assert page.locator("#toast").is_hidden()
-    assert sent and max(sent) <= MAX_RENDER_CHARS
-    page.locator(".render-note").scroll_into_view_if_needed()
-    shot(page, "session-over-the-render-limit")
-    # a render that fails leaves the transcript in plain text, not empty, and the totals show
-    page.route(
-        "**/render/markdown",
-        lambda route: route.fulfill(
-            status=500,
-            content_type="application/json",
-            body='{"error": {"code": "internal_error", "message": "boom"}}',
-        ),
-    )
-    page.reload()
-    page.wait_for_selector(".msg >> nth=3")
-    assert page.locator(".msg.user .stream-text").first.inner_text() == "a **small** one"
-    assert page.locator(".render-note").count() == 1
-    assert page.locator(".md strong").count() == 0
-    tokens_counted(page)
+        assert sent and max(sent) <= MAX_RENDER_CHARS
+        page.locator(".render-note").scroll_into_view_if_needed()
+        shot(page, "session-over-the-render-limit")
+        # a render that fails: the messages in plain text, not an empty transcript; the totals
+        page.route(
+            "**/render/markdown",
+            lambda route: route.fulfill(
+                status=500,
+                content_type="application/json",
+                body='{"error": {"code": "internal_error", "message": "boom"}}',
+            ),
+        )
+        page.goto(f"{served.url}/#/s/{small}")
+        page.wait_for_selector(".msg.assistant .stream-text")
+        texts = page.locator(".msg .stream-text").all_inner_texts()
+        assert texts == ["another **small** one", "another **small** one"]
+        assert page.locator(".md strong").count() == 0
+        tokens_counted(page)
 
 
 def test_the_draft_is_kept_per_session_until_sent_and_one_the_end_stopped_stays_to_copy(
