@@ -262,3 +262,53 @@ def test_leaving_a_session_page_before_it_connects_leaves_no_socket_behind(
     page.evaluate(f"location.hash = '#/s/{session_id}'")
     page.wait_for_selector("[data-conn=live]")
     assert len(sockets) == 1 and session_id in sockets[0], sockets
+
+
+def in_view(pg: Any, selector: str) -> bool:
+    return pg.eval_on_selector(
+        selector,
+        "e => { const r = e.getBoundingClientRect();"
+        " return r.height > 0 && r.top >= 0 && r.bottom <= innerHeight; }",
+    )
+
+
+@pytest.mark.daemon_config({"websocket": {"snapshot_messages": 4}})
+def test_the_composer_stays_in_view_whatever_sits_above_it(
+    browser: Any, page: Any, served: DaemonThread, workspace: Path, shot: Any
+) -> None:
+    """At 1280×800 the session's page fills the screen and the transcript is what scrolls: "Load
+    earlier messages", a two-line title and a confirmation card take room from the transcript,
+    never push the message box below the fold. A phone's page scrolls as a whole, no wider than
+    the screen."""
+    long = "please look at every file of this project and tell me " * 3
+    session_id = open_session(page, workspace)
+    for n in range(2):
+        send(page, f"{long}{n}")
+        page.wait_for_selector(f".msg.assistant .md:has-text('{n}')")
+        page.wait_for_selector("#turn-state:text-is('idle')")
+    send(page, "use all tools")
+    page.locator(".confirm-card", has_text="write_file").wait_for()
+    page.reload()  # a fresh view: the snapshot's newest 4 messages, then "Load earlier"
+    page.wait_for_selector(".confirm-card:has-text('write_file')")
+    page.wait_for_selector("#load-earlier:visible")
+    title = page.eval_on_selector(".session-title", "e => e.getBoundingClientRect().height")
+    assert title > 40, title  # two lines
+    shot(page, "session-1280-everything-above")
+    for selector in ("#composer-input", "#send", ".confirm-card button.allow-once", "#transcript"):
+        assert in_view(page, selector), selector
+    assert page.evaluate("scrollY") == 0
+    # the transcript scrolls, at its end: the newest content in view
+    assert page.eval_on_selector(
+        "#transcript",
+        "e => e.scrollHeight > e.clientHeight && e.scrollHeight - e.scrollTop - e.clientHeight < 2",
+    )
+    with logged_in_page(browser, served, 390, 844) as phone:
+        phone.goto(f"{served.url}/#/s/{session_id}")
+        phone.wait_for_selector(".confirm-card:has-text('write_file')")
+        assert phone.evaluate("document.documentElement.scrollWidth") <= 390
+        phone.set_viewport_size({"width": 360, "height": 740})
+        assert phone.evaluate("document.documentElement.scrollWidth") <= 360
+        phone.set_viewport_size({"width": 390, "height": 844})
+        phone.evaluate("scrollTo(0, document.documentElement.scrollHeight)")
+        assert in_view(phone, "#composer-input")
+        shot(phone, "session-390-end")
