@@ -677,6 +677,8 @@ def test_routing_and_costs_views(
     )
     days = [t for t in ticks if re.fullmatch(r"\d\d-\d\d", t)]
     assert days[-1] == datetime.now(ZoneInfo(zone)).strftime("%m-%d"), days
+    # a session by its title, isolated so that a right-to-left one reads right
+    assert page.locator("#costs a.name bdi").first.inner_text() == "hello"
     shot(page, "costs")
     page.click("nav a[data-nav=mcp]")
     page.wait_for_selector("#mcp .empty")

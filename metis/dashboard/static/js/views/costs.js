@@ -78,7 +78,7 @@ export function costsView(root) {
       // a session by its title; untitled (no prompt yet) or purged, by its short id
       const session = (r) => {
         const title = r.title;
-        return h("a", { href: `#/s/${r.key}`, class: title ? "name" : "name mono", title: title ? `${title} (${r.key})` : r.key }, title || shortId(r.key));
+        return h("a", { href: `#/s/${r.key}`, class: title ? "name" : "name mono", title: title ? `${title} (${r.key})` : r.key }, title ? h("bdi", {}, title) : shortId(r.key));
       };
       byDay = c.by_day;
       body.replaceChildren(
