@@ -255,6 +255,7 @@ def test_confirmations_allow_writes_file_and_deny_with_reason(
     page.wait_for_selector(".confirm-card.resolved:has-text('Allowed once')")
     patch = page.locator(".confirm-card:not(.resolved)", has_text="patch_file")
     patch.wait_for()
+    assert patch.locator("input.reason").get_attribute("dir") == "auto"  # Hebrew reads right
     patch.locator("input.reason").fill("not in this repo")
     patch.locator("button.deny").click()
     page.wait_for_selector(".confirm-card.resolved:has-text('Denied: not in this repo')")

@@ -17,7 +17,7 @@ const SETTLED_MS = 4000;
 // in it (the card itself, saying how it was settled, not a button a second Enter would press),
 // and when it leaves, the focus goes to the next card, else to `focusAfter()` (the composer).
 export function confirmationCard(sessionId, turnId, p, toolInput, { answeredByAap = false, focusAfter = null } = {}) {
-  const reason = h("input", { type: "text", class: "reason", placeholder: "reason (optional)", "aria-label": `Reason to deny ${p.tool_name}` });
+  const reason = h("input", { type: "text", class: "reason", dir: "auto", placeholder: "reason (optional)", "aria-label": `Reason to deny ${p.tool_name}` });
   const outcome = h("p", { class: "outcome", role: "status" });
   const buttons = h("div", { class: "row confirm-actions" });
   const details = [];
