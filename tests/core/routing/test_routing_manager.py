@@ -402,6 +402,7 @@ pattern: {{enabled: false}}
         "path": str(home / "routing.yaml"),
         "file_version": sha(raw),
         "global_default": "anthropic:sonnet",
+        "fallback_model": "anthropic:sonnet",  # the registry's first configured model
         "tiers": {
             "fast": "anthropic:haiku",
             "balanced": "anthropic:sonnet",
