@@ -5,8 +5,11 @@ leave the card saying the call still runs."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -21,18 +24,17 @@ from tests.commands.tui.test_app import attached, notes, send, until
 from tests.e2e.test_provider_turns import MODEL_OF, serve_auto_tools
 
 
-async def test_a_tool_running_when_the_daemon_is_killed_reads_interrupted_after_reattaching(
-    fake: FakeProviderServer,
-    metis_home: Path,
-    workspace: Path,
-    tmp_path: Path,
-) -> None:
+@contextlib.asynccontextmanager
+async def chat_under_a_killed_daemon(
+    fake: FakeProviderServer, metis_home: Path, workspace: Path, tmp_path: Path
+) -> AsyncIterator[tuple[ChatApp, Any, str, int]]:
+    """`metis chat` on a real `metis serve` killed (SIGKILL) while its turn's shell tool runs:
+    (the app, its pilot, the daemon's URL and port) once the app has lost the stream."""
     proc, port = await serve_auto_tools(fake, metis_home, tmp_path / "serve.log")
     url = f"http://127.0.0.1:{port}"
     fake.enqueue(
         "anthropic", FakeReply.call("shell", {"command": "sleep 30", "timeout_seconds": 60})
     )
-    restarted: list[Daemon] = []
     try:
         async with aiohttp.ClientSession(base_url=url) as http:
             await wait_until_serving(http, "/health")
@@ -43,12 +45,33 @@ async def test_a_tool_running_when_the_daemon_is_killed_reads_interrupted_after_
             home=metis_home,
             model=MODEL_OF["anthropic"],
         )
-        async with attached(app):
+        async with attached(app) as pilot:
             send(app, "run the slow command")
             await until(lambda: [c.state for c in app.query(ToolCard)] == ["running"], timeout=30)
             proc.send_signal(signal.SIGKILL)
             await proc.wait()
             await until(lambda: not app.stream.connected)
+            yield app, pilot, url, port
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_a_tool_running_when_the_daemon_is_killed_reads_interrupted_after_reattaching(
+    fake: FakeProviderServer,
+    metis_home: Path,
+    workspace: Path,
+    tmp_path: Path,
+) -> None:
+    restarted: list[Daemon] = []
+    try:
+        async with chat_under_a_killed_daemon(fake, metis_home, workspace, tmp_path) as (
+            app,
+            _,
+            url,
+            port,
+        ):
             # its recovery fails the turn and stores the tool's interrupted result
             again = Daemon(load_settings(home=metis_home, port=port))
             await again.start()
@@ -76,9 +99,6 @@ async def test_a_tool_running_when_the_daemon_is_killed_reads_interrupted_after_
     finally:
         for d in restarted:
             await d.stop()
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
 
 
 async def test_with_the_daemon_killed_mid_turn_a_second_ctrl_c_quits(
@@ -89,37 +109,18 @@ async def test_with_the_daemon_killed_mid_turn_a_second_ctrl_c_quits(
 ) -> None:
     """The daemon is killed and stays down while a turn runs: the first Ctrl-C's cancel cannot
     be sent (said), the second quits, and the farewell does not claim the turn still runs."""
-    proc, port = await serve_auto_tools(fake, metis_home, tmp_path / "serve.log")
-    url = f"http://127.0.0.1:{port}"
-    fake.enqueue(
-        "anthropic", FakeReply.call("shell", {"command": "sleep 30", "timeout_seconds": 60})
+    async with chat_under_a_killed_daemon(fake, metis_home, workspace, tmp_path) as (
+        app,
+        pilot,
+        _,
+        _,
+    ):
+        await pilot.press("ctrl+c")
+        await until(lambda: "could not cancel the turn: cannot reach the daemon" in notes(app))
+        assert app.is_running and app.turn.id is not None
+        await pilot.press("ctrl+c")
+        await until(lambda: app.return_value is not None)
+    assert app.farewell() == (
+        f"`metis chat --session {app.session_id}` continues this session "
+        "(its turn was running when the connection to the daemon was lost)"
     )
-    try:
-        async with aiohttp.ClientSession(base_url=url) as http:
-            await wait_until_serving(http, "/health")
-        app = ChatApp(
-            url,
-            home_headers(metis_home),
-            workspace=str(workspace),
-            home=metis_home,
-            model=MODEL_OF["anthropic"],
-        )
-        async with attached(app) as pilot:
-            send(app, "run the slow command")
-            await until(lambda: [c.state for c in app.query(ToolCard)] == ["running"], timeout=30)
-            proc.send_signal(signal.SIGKILL)
-            await proc.wait()
-            await until(lambda: not app.stream.connected)
-            await pilot.press("ctrl+c")
-            await until(lambda: "could not cancel the turn: cannot reach the daemon" in notes(app))
-            assert app.is_running and app.turn.id is not None
-            await pilot.press("ctrl+c")
-            await until(lambda: app.return_value is not None)
-        assert app.farewell() == (
-            f"`metis chat --session {app.session_id}` continues this session "
-            "(its turn was running when the connection to the daemon was lost)"
-        )
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
