@@ -215,14 +215,15 @@ class ChatApp(App[int]):
             await self._fatal(self.call_failed(exc))
 
     async def _fatal(self, text: str) -> None:
-        """Start-up failed: no session is open, so the prompt has nothing to send to."""
+        """Start-up failed: no session is open, so the prompt has nothing to send to. It is
+        disabled before the notes are drawn: nothing can be sent once the failure shows."""
         self.exit_code = 1
         self.start_failure = text
-        await self.note(text, error=True)
-        await self.note("press Ctrl-C or Ctrl-Q to leave")
         self.prompt.placeholder = "no session is open: Ctrl-Q leaves"
         self.prompt.disabled = True
         self.status.show(connection="no session")
+        await self.note(text, error=True)
+        await self.note("press Ctrl-C or Ctrl-Q to leave")
 
     async def on_unmount(self) -> None:
         await self.stream.close()
