@@ -121,11 +121,12 @@ new MutationObserver(() => {
 def test_a_large_tool_input_streams_without_freezing_and_its_diff_scrolls_under_its_buttons(
     fpage: Any, faked: Faked, workspace: Path, shot: Any
 ) -> None:
-    """A 2,500-line write_file (some 80,000 characters in 10,000 pieces): its card shows the
-    last characters of its input while it streams, drawn once a frame, and its confirmation
-    comes as soon as the daemon asks; the diff scrolls in a box of its own, so the card's
-    buttons are close under its title."""
-    lines = 2500
+    """An 800-line write_file (some 26,000 characters in 3,000 pieces): its card shows the
+    last characters of its input while it streams, drawn once a frame, not at every piece
+    (each piece redrew the whole input: a 2,500-line file's confirmation came 98.8 s after the
+    daemon asked); the diff scrolls in a box of its own, so the card's buttons are close under
+    its title."""
+    lines = 800
     content = "".join(f"line {i} of the generated file\n" for i in range(lines))
     faked.reply(
         {
@@ -136,16 +137,15 @@ def test_a_large_tool_input_streams_without_freezing_and_its_diff_scrolls_under_
         },
         {"text": "written"},
     )
+    pieces = len(json.dumps({"path": "big.txt", "content": content})) // 8
     open_session(fpage, workspace)
     fpage.evaluate(WATCH_PARTIAL)
-    started = time.monotonic()
     send(fpage, "write a big file")
     card = fpage.locator(".confirm-card", has_text="write_file")
     card.wait_for(timeout=30_000)
-    took = time.monotonic() - started
     seen = fpage.evaluate("window.partialSeen")
-    assert seen["draws"] >= 1 and seen["longest"] <= 1100, seen
-    assert took < 15, took  # 98.8 s when every piece redrew the whole input
+    assert seen["longest"] <= 1100, seen  # the tail only
+    assert seen["draws"] >= 1 and seen["draws"] * 10 < pieces, (seen, pieces)  # a frame's worth
     assert len(diff_lines(card)) == 1 + lines
     diff = card.locator("pre.diff")
     height = diff.evaluate("e => [e.clientHeight, e.scrollHeight]")
