@@ -154,6 +154,12 @@ def test_a_large_tool_input_streams_without_freezing_and_its_diff_scrolls_under_
     top = card.bounding_box()
     assert allow is not None and top is not None
     assert allow["y"] - top["y"] < 500, (allow, top)
+    # shown, not clipped by the cards' own scrolling box: a click at its middle reaches it
+    assert fpage.eval_on_selector(
+        ".confirm-card button.allow-once",
+        "e => { const r = e.getBoundingClientRect();"
+        " return e.contains(document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2)); }",
+    )
     shot(fpage, "confirmation-large-diff")
     card.locator("button.allow-once").click()
     fpage.wait_for_selector("#turn-state:text-is('idle')")
