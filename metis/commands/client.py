@@ -18,6 +18,7 @@ import aiohttp
 
 from metis.commands.daemon_client import refused_key, target_from_args, unreachable
 from metis.core.errors import ConfigError
+from metis.core.tools.textutil import visible_controls
 
 
 class ApiFailure(Exception):
@@ -238,7 +239,8 @@ async def with_daemon(
     text}` after `json_fields`: a script that reads stdout always gets JSON."""
 
     def failed(status: int, reason: str, message: str, said: str | None = None) -> int:
-        print(f"metis: {said or message}", file=sys.stderr)
+        # what it quotes (the daemon's words, a path) is shown, never obeyed by a terminal
+        print(f"metis: {visible_controls(said or message)}", file=sys.stderr)
         if getattr(args, "json", False):
             failure = {**(json_fields or {}), "error": reason, "message": message}
             print(json.dumps(failure, ensure_ascii=False))

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from metis.cli import build_parser
 from metis.commands import client, daemon_client
+from metis.commands.client import ApiFailure, DaemonApi, with_daemon
 
 
 async def test_a_daemon_that_never_answers_is_said_to_be_late_not_left_blank(
@@ -68,3 +70,17 @@ def test_a_closed_stream_is_said_in_words_whatever_its_close_code() -> None:
     assert client.closed_because("client_too_slow") == "this client fell too far behind the stream"
     assert client.closed_because("") == "the connection to the daemon was lost"
     assert client.closed_because("new_code") == "the daemon closed the stream (new_code)"
+
+
+async def test_a_refusal_quoting_control_characters_is_printed_escaped(
+    metis_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The daemon's words may quote what it was sent (a path, a name): on stderr they are
+    shown, never obeyed by the terminal."""
+    args = build_parser("sessions").parse_args(["sessions", "list", "--url", "http://127.0.0.1:9"])
+
+    async def refused(_: DaemonApi) -> int:
+        raise ApiFailure(400, {"error": {"code": "bad", "message": "no dir '\x1b]0;x\x07'"}})
+
+    assert await with_daemon(args, refused) == 1
+    assert capsys.readouterr().err == "metis: no dir '\\x1b]0;x\\x07'\n"
