@@ -51,7 +51,11 @@ async def test_control_sequences_of_model_and_tool_text_are_shown_not_obeyed() -
         reply.finish()
         card.set_input({"command": f"printf '{ESCAPES}'\nls"})
         await card.set_result(f"out {ESCAPES}", is_error=False, exit_code=0)
-        await pilot.pause(0.2)
+        for _ in range(100):  # the reply is drawn at the next frame (later on a busy machine)
+            await pilot.pause(0.05)
+            if reply.shown == len(reply.text):
+                break
+        await pilot.pause()
         shown = _shown(app.screen)
         for seen in ("prompt ", "thought ", "reply ", "printf '", "out "):
             assert seen + "\\x1b]52;c;ZXZpbA==\\x1b\\ \\x1b]0;PWNED\\x07" in shown, seen
