@@ -11,6 +11,7 @@ the digest `BrowserSessions` keeps (`login`), never by their secret.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
@@ -22,20 +23,23 @@ class Closable(Protocol):
 class SocketsByLogin:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._tokens: dict[str, tuple[str, float]] = {}  # attach token → (login, expiry)
+        self._tokens: dict[str, str] = {}  # attach token → login
+        self._expiries: deque[tuple[float, str]] = deque()  # in minting order: one TTL
         self._open: dict[str, set[Closable]] = {}
 
     def minted(self, token: str, login: str, ttl_s: float) -> None:
         """`token` (valid `ttl_s`) was given to browser session `login`; tokens never used
         are dropped once they expire (at the next mint)."""
         now = self._clock()
-        self._tokens = {t: v for t, v in self._tokens.items() if v[1] > now}
-        self._tokens[token] = (login, now + ttl_s)
+        while self._expiries and self._expiries[0][0] <= now:
+            self._tokens.pop(self._expiries.popleft()[1], None)
+        self._tokens[token] = login
+        self._expiries.append((now + ttl_s, token))
 
     def opened(self, token: str | None, socket: Closable) -> Callable[[], None]:
         """The socket `token` opened is filed under its browser session (if a browser session
         was given the token); the function returned forgets it once it closes."""
-        login, _ = self._tokens.pop(token or "", (None, 0.0))
+        login = self._tokens.pop(token or "", None)
         if login is None:
             return lambda: None
         sockets = self._open.setdefault(login, set())
@@ -51,7 +55,7 @@ class SocketsByLogin:
     def logged_out(self, login: str) -> int:
         """Close every socket browser session `login` opened (1008 `logged_out`), and forget
         the tokens it was given; how many sockets were closed."""
-        self._tokens = {t: v for t, v in self._tokens.items() if v[0] != login}
+        self._tokens = {t: v for t, v in self._tokens.items() if v != login}
         sockets = self._open.pop(login, set())
         for socket in sockets:
             socket.close_out_of_band(1008, "logged_out")

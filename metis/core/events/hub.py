@@ -383,7 +383,12 @@ class SessionHub:
         self.pressed: set[HubClient | _SessionLive] = set()
         self._durable: DurableLog | None = None
         self.stall_timeout_s = stall_timeout_s
+        # Attach tokens: by token (to check one), by session (oldest first: to cap and revoke
+        # them) and in minting order, which is expiry order (one TTL, a monotonic clock): a mint
+        # costs the same however many sessions hold tokens.
         self._tokens: dict[str, _Token] = {}
+        self._tokens_of: dict[str, dict[str, None]] = {}
+        self._expiries: deque[tuple[float, str]] = deque()
         self.token_ttl_s = token_ttl_s
         self.tokens_per_session = tokens_per_session
         self.clock: Callable[[], float] = time.monotonic
@@ -648,9 +653,7 @@ class SessionHub:
 
     def holds(self, session_id: str) -> bool:
         """Whether anything of the session (hand-off state, clients, tokens) is in memory."""
-        return session_id in self._sessions or any(
-            v.session_id == session_id for v in self._tokens.values()
-        )
+        return session_id in self._sessions or session_id in self._tokens_of
 
     # -- attach tokens: in memory only, single use, scoped, short-lived -----------------------
 
@@ -659,11 +662,15 @@ class SessionHub:
         `tokens_per_session` the oldest are dropped."""
         now = self.clock()
         self._prune(now)
-        mine = [t for t, v in self._tokens.items() if v.session_id == session_id]
-        for stale in mine[: max(0, len(mine) - self.tokens_per_session + 1)]:
-            del self._tokens[stale]  # dicts keep insertion order: these are the oldest
+        mine = self._tokens_of.setdefault(session_id, {})
+        while len(mine) >= self.tokens_per_session:
+            oldest = next(iter(mine))
+            del mine[oldest], self._tokens[oldest]
         token = "atk_" + base64.urlsafe_b64encode(secrets.token_bytes(24)).decode().rstrip("=")
-        self._tokens[token] = _Token(session_id, now + self.token_ttl_s)
+        expires_at = now + self.token_ttl_s
+        self._tokens[token] = _Token(session_id, expires_at)
+        mine[token] = None
+        self._expiries.append((expires_at, token))
         self._schedule_sweep()
         return token, self.token_ttl_s
 
@@ -674,23 +681,33 @@ class SessionHub:
             return "invalid"
         if entry.session_id != session_id:
             return "wrong_session"
-        del self._tokens[token]  # type: ignore[arg-type]
+        self._drop_token(token or "")
         return "ok"
 
     def revoke_tokens(self, session_id: str) -> None:
         """Invalidate every attach token of the session (it is ending)."""
-        for token in [t for t, v in self._tokens.items() if v.session_id == session_id]:
+        for token in self._tokens_of.pop(session_id, {}):
             del self._tokens[token]
 
     def token_count(self, session_id: str | None = None) -> int:
         self._prune(self.clock())
-        return sum(
-            1 for v in self._tokens.values() if session_id is None or v.session_id == session_id
-        )
+        if session_id is None:
+            return len(self._tokens)
+        return len(self._tokens_of.get(session_id, ()))
+
+    def _drop_token(self, token: str) -> None:
+        entry = self._tokens.pop(token, None)
+        if entry is None:
+            return  # used, capped or revoked before it expired
+        mine = self._tokens_of[entry.session_id]
+        del mine[token]
+        if not mine:
+            del self._tokens_of[entry.session_id]
 
     def _prune(self, now: float) -> None:
-        for token in [t for t, v in self._tokens.items() if v.expires_at <= now]:
-            del self._tokens[token]
+        expiries = self._expiries
+        while expiries and expiries[0][0] <= now:
+            self._drop_token(expiries.popleft()[1])
 
     def _schedule_sweep(self) -> None:
         """The periodic sweep: tokens nobody presents still leave memory within one TTL."""
@@ -705,7 +722,7 @@ class SessionHub:
     def _run_sweep(self) -> None:
         self._sweep = None
         self._prune(self.clock())
-        if self._tokens:
+        if self._expiries:
             self._schedule_sweep()
 
 
