@@ -1,8 +1,11 @@
 """The workspace sandbox: every file tool path is resolved here.
 
 The sandbox stops model mistakes and injected paths (`../`, absolute paths, symlinks leading
-out, writes into `.git`); it does not try to defeat a hostile local process racing it. Tools
-then act on the resolved real path, never on the string the model sent.
+out, writes into `.git`). Tools then act on the resolved real path, never on the string the
+model sent. A check made on a path can be raced: between it and the open, a process that may
+write the workspace (the model's own sandboxed shell, running beside a file tool) can swap a
+directory for a link to a place the shell itself cannot see. So what a tool opens is checked
+again by what the kernel opened (`Sandbox.check_opened`).
 """
 
 from __future__ import annotations
@@ -75,6 +78,15 @@ def bounded_realpath(path: str) -> str:
     return resolved
 
 
+def opened_path(fd: int) -> str | None:
+    """The real path of the file `fd` is open on, as the kernel resolved it at the open
+    (Linux's `/proc/self/fd`); None where the system does not say."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+
+
 def display(text: str, limit: int = 300) -> str:
     """A path or name safe to show: undecodable bytes and control characters made visible."""
     if any("\ud800" <= ch <= "\udfff" for ch in text):
@@ -111,16 +123,18 @@ class MetisHome:
     def at(cls, home: str | os.PathLike[str], scratch: str | os.PathLike[str]) -> MetisHome:
         return cls(os.path.realpath(home), os.path.realpath(scratch))
 
-    def private(self, real: str) -> bool:
+    def private(self, real: str, info: os.stat_result | None = None) -> bool:
         """Whether a real path is one of the daemon's own: in METIS_HOME, not in its scratch
         workspaces, or a hard link to one of its files (a path check alone lets `ln
-        METIS_HOME/api_key notes.txt` through)."""
+        METIS_HOME/api_key notes.txt` through). `info` is the file's stat when it is already
+        open (what was opened, not what the path names now)."""
         if is_within(self.root, real) and not is_within(self.scratch, real):
             return True
-        try:  # elsewhere, the scratch workspaces included
-            info = os.stat(real)
-        except (OSError, ValueError):
-            return False
+        if info is None:
+            try:  # elsewhere, the scratch workspaces included
+                info = os.stat(real)
+            except (OSError, ValueError):
+                return False
         if not stat.S_ISREG(info.st_mode) or info.st_nlink < 2:
             return False
         return (info.st_dev, info.st_ino) in self._own_files()
@@ -169,6 +183,18 @@ class Sandbox:
         """Whether a real path is one of the daemon's own files (a workspace walk skips them
         too)."""
         return self.metis_home is not None and self.metis_home.private(real)
+
+    def check_opened(self, fd: int, shown: str) -> None:
+        """Raise as `resolve` would if the file or directory `fd` is open on lies outside the
+        workspace or is one of the daemon's own: the path was checked before the open, and a
+        directory on it may have been swapped for a link since. `shown` names it in the error."""
+        real = opened_path(fd)
+        if real is None:
+            return  # no way to ask on this system: the check before the open stands alone
+        if not is_within(self.root, real):
+            raise PathOutsideWorkspace(display(shown))
+        if self.metis_home is not None and self.metis_home.private(real, os.fstat(fd)):
+            raise MetisHomePath(display(shown))
 
     def ensure_root(self) -> None:
         """File tools fail cleanly when the workspace directory vanished under the session."""

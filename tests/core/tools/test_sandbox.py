@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from metis.core.tools.base import PathOutsideWorkspace, ProtectedPath
+from metis.core.tools.base import MetisHomePath, PathOutsideWorkspace, ProtectedPath
 from metis.core.tools.sandbox import MetisHome, Sandbox
 
 
@@ -276,3 +276,41 @@ def test_a_hard_link_to_a_file_of_metis_home_is_private_wherever_it_is(tmp_path:
     assert not metis_home.private(str(elsewhere / "plain.txt"))
     (scratch / "aap-1" / "own.txt").write_text("y\n")
     assert not metis_home.private(str(scratch / "aap-1" / "own.txt"))
+
+
+def test_a_file_opened_through_a_directory_swapped_for_a_link_is_caught(tmp_path: Path) -> None:
+    root, outside = tmp_path / "ws", tmp_path / "outside"
+    (root / "d").mkdir(parents=True)
+    outside.mkdir()
+    (root / "d" / "notes.txt").write_text("mine")
+    (outside / "notes.txt").write_text("TOP-SECRET")
+    sandbox = Sandbox(root)
+    target = sandbox.resolve("d/notes.txt")
+    (root / "d").rename(root / "d.moved")  # the race: after the check, before the open
+    (root / "d").symlink_to(outside)
+    fd = os.open(target.real, os.O_RDONLY)
+    try:
+        with pytest.raises(PathOutsideWorkspace):
+            sandbox.check_opened(fd, "d/notes.txt")
+    finally:
+        os.close(fd)
+    fd = os.open(root / "d.moved" / "notes.txt", os.O_RDONLY)
+    try:
+        sandbox.check_opened(fd, "d.moved/notes.txt")  # inside: nothing to say
+    finally:
+        os.close(fd)
+
+
+def test_a_hard_link_to_the_daemons_key_opened_in_the_workspace_is_caught(tmp_path: Path) -> None:
+    home, root = tmp_path / "home", tmp_path / "ws"
+    home.mkdir()
+    root.mkdir()
+    (home / "api_key").write_text("secret")
+    os.link(home / "api_key", root / "notes.txt")
+    sandbox = Sandbox(root, metis_home=MetisHome.at(home, home / "workspaces"))
+    fd = os.open(root / "notes.txt", os.O_RDONLY)
+    try:
+        with pytest.raises(MetisHomePath):
+            sandbox.check_opened(fd, "notes.txt")
+    finally:
+        os.close(fd)
