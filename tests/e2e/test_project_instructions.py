@@ -15,7 +15,10 @@ from metis.core.sessions.instructions import (
     MAX_FILE_BYTES,
     MAX_INSTRUCTIONS_BYTES,
     InstructionsReader,
+    read_instruction_file,
 )
+from metis.core.tools.base import PermissionDenied
+from metis.core.tools.sandbox import MetisHome, Sandbox
 from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from tests.api import Api, api_session
@@ -231,3 +234,51 @@ async def test_a_binary_file_is_refused_by_its_head(
         handle.write(b"\0\0binary")
         handle.truncate(MAX_FILE_BYTES)  # 8 MiB of NULs, of which only the head is read
     assert await InstructionsReader().read(str(ws)) is None
+
+
+@pytest.mark.parametrize("broken", ["binary", "huge", "link out"])
+async def test_an_unusable_agents_md_gives_way_to_claude_md_and_is_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, broken: str
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    agents = ws / "AGENTS.md"
+    if broken == "binary":
+        agents.write_bytes(b"a\0b")
+    elif broken == "huge":
+        with open(agents, "wb") as handle:
+            handle.truncate(MAX_FILE_BYTES + 1)
+    else:
+        (tmp_path / "outside.md").write_text("not for the model\n")
+        agents.symlink_to(tmp_path / "outside.md")
+    (ws / "CLAUDE.md").write_text("claude rules\n")
+    reader = InstructionsReader()
+    for _ in range(3):
+        found = await reader.read(str(ws))
+        assert found is not None and found.file == "CLAUDE.md"
+        assert found.text == "claude rules\n"
+    assert sum("AGENTS.md" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_file_swapped_for_a_link_to_the_daemons_key_after_the_check_is_not_read(
+    tmp_path: Path,
+) -> None:
+    """The race a process writing the workspace could run: AGENTS.md checked as a file inside
+    the workspace, then replaced by a link to the daemon's key before it is opened."""
+    home, ws = tmp_path / "home", tmp_path / "ws"
+    home.mkdir()
+    ws.mkdir()
+    (home / "api_key").write_text("daemon-secret\n")
+    (ws / "AGENTS.md").write_text("rules\n")
+    sandbox = Sandbox(str(ws), (), MetisHome.at(home, home / "workspaces"))
+    loaded, _ = read_instruction_file(str(ws / "AGENTS.md"), "AGENTS.md", 1024, sandbox)
+    assert loaded.text == "rules\n"
+    (ws / "AGENTS.md").unlink()
+    (ws / "AGENTS.md").symlink_to(home / "api_key")  # after the check, before the read
+    with pytest.raises(PermissionDenied):
+        read_instruction_file(str(ws / "AGENTS.md"), "AGENTS.md", 1024, sandbox)
+    (ws / "AGENTS.md").unlink()
+    (tmp_path / "outside.md").write_text("outside\n")
+    (ws / "AGENTS.md").symlink_to(tmp_path / "outside.md")
+    with pytest.raises(PermissionDenied):
+        read_instruction_file(str(ws / "AGENTS.md"), "AGENTS.md", 1024, sandbox)

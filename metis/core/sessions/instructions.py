@@ -8,7 +8,10 @@ that file (or its content hash) differs from the one its previous turn used.
 
 Only a regular file whose real path lies inside the workspace, and not among the daemon's own
 files in METIS_HOME, is read: a link leading out of the workspace, or to the daemon's key, is
-ignored, like any path a tool could not read either.
+ignored, like any path a tool could not read either. The file opened is checked again (what the
+kernel opened, `Sandbox.check_opened`): a process writing the workspace could swap the file for
+such a link between the check and the read. A file not used (a link out, not text, too large)
+gives way to the next name: a broken AGENTS.md never hides a good CLAUDE.md.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from metis.core.events.bus import EventBus
-from metis.core.tools.sandbox import MetisHome, is_within
+from metis.core.tools.base import PermissionDenied
+from metis.core.tools.sandbox import MetisHome, Sandbox, is_within
 
 log = logging.getLogger(__name__)
 
@@ -85,17 +89,22 @@ class NotText(ValueError):
     """An instruction file with NUL bytes: not text a model should be given as instructions."""
 
 
-def _read(path: str, name: str, cap: int) -> ProjectInstructions:
-    """Read and hash one file (runs in a thread); `NotText` for a binary one or one that is no
-    longer a regular file (opened without blocking: a FIFO swapped in after the `stat` would
-    otherwise hold the thread for good)."""
+def read_instruction_file(
+    path: str, name: str, cap: int, sandbox: Sandbox
+) -> tuple[ProjectInstructions, _StatKey]:
+    """Read and hash one file (runs in a thread), with the stat key of the file actually read.
+    `NotText` for a binary one or one that is no longer a regular file (opened without
+    blocking: a FIFO swapped in after the `stat` would otherwise hold the thread for good);
+    `PermissionDenied` for one that is no longer inside the workspace or is the daemon's own."""
     digest = hashlib.sha256()
     head = bytearray()
     size = 0
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     with open(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise NotText(path)
+        sandbox.check_opened(fd, name)
         while chunk := f.read(_CHUNK):
             digest.update(chunk)
             size += len(chunk)
@@ -107,10 +116,14 @@ def _read(path: str, name: str, cap: int) -> ProjectInstructions:
     text = _cut(bytes(head), cap)
     if truncated:
         text = f"{text}\n{truncation_note(name, size, cap)}"
-    return ProjectInstructions(name, digest.hexdigest(), size, truncated, text)
+    return ProjectInstructions(name, digest.hexdigest(), size, truncated, text), _stat_key(info)
 
 
-_StatKey = tuple[str, int, int, int, int]  # (name, device, inode, size, mtime_ns)
+_StatKey = tuple[int, int, int, int]  # (device, inode, size, mtime_ns)
+
+
+def _stat_key(info: os.stat_result) -> _StatKey:
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
 
 
 class InstructionsReader:
@@ -121,65 +134,78 @@ class InstructionsReader:
     ) -> None:
         self.max_bytes = max_bytes
         self.metis_home = metis_home
-        # what each workspace's file read as, while its stat holds (None: not text)
+        # what each instruction file read as, by path, while its stat holds (None: not used,
+        # and said so once)
         self._known: dict[str, tuple[_StatKey, ProjectInstructions | None]] = {}
         self.reads = 0  # files actually read (tests check that an unchanged file is not)
 
-    def _locate(self, workspace: str) -> tuple[str, str, os.stat_result] | None:
+    async def read(self, workspace: str) -> ProjectInstructions | None:
+        """The workspace's instructions now: its first instruction file that can be used, or
+        None when it has none."""
         root = os.path.realpath(workspace)
         for name in INSTRUCTION_FILES:
-            path = os.path.join(root, name)
-            try:
-                info = os.stat(path)
-            except (OSError, ValueError):
-                continue
-            if not stat.S_ISREG(info.st_mode):
-                continue
-            real = os.path.realpath(path) if os.path.islink(path) else path
-            if not is_within(root, real) or (
-                self.metis_home is not None and self.metis_home.private(real)
-            ):
-                log.warning("%s in %s links outside the workspace or into METIS_HOME", name, root)
-                continue
-            return name, path, info
+            found = await self._file(root, name)
+            if found is not None:
+                return found
         return None
 
-    async def read(self, workspace: str) -> ProjectInstructions | None:
-        """The workspace's instructions now, or None when it has neither file."""
-        found = self._locate(workspace)
-        if found is None:
-            self._known.pop(workspace, None)
+    async def _file(self, root: str, name: str) -> ProjectInstructions | None:
+        """One instruction file, if it exists and can be used."""
+        path = os.path.join(root, name)
+        try:
+            info = os.stat(path)
+        except (OSError, ValueError):
+            info = None
+        if info is None or not stat.S_ISREG(info.st_mode):
+            self._known.pop(path, None)
             return None
-        name, path, info = found
-        key: _StatKey = (name, info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
-        known = self._known.get(workspace)
+        key = _stat_key(info)
+        known = self._known.get(path)
         if known is not None and known[0] == key:
             return known[1]
-        if info.st_size > MAX_FILE_BYTES:
-            log.warning(
-                "%s is %d bytes, over %d; not used as instructions",
-                path,
-                info.st_size,
-                MAX_FILE_BYTES,
-            )
-            self._known[workspace] = (key, None)  # said once, not at every turn
+        refusal = self._refusal(root, path, info)
+        if refusal is not None:
+            log.warning("%s %s; not used as instructions", path, refusal)
+            self._known[path] = (key, None)  # said once, not at every turn
             return None
         try:
-            loaded = await asyncio.to_thread(_read, path, name, self.max_bytes)
-        except NotText:
-            log.warning("%s is not a text file; not used as instructions", path)
+            loaded, key = await asyncio.to_thread(
+                read_instruction_file,
+                path,
+                name,
+                self.max_bytes,
+                Sandbox(root, (), self.metis_home),
+            )
+        except (NotText, PermissionDenied) as exc:
+            reason = (
+                "is not a text file"
+                if isinstance(exc, NotText)
+                else "links outside the workspace or into METIS_HOME"
+            )
+            log.warning("%s %s; not used as instructions", path, reason)
             self.reads += 1
-            self._known[workspace] = (key, None)  # said once, not at every turn
+            self._known[path] = (key, None)
             return None
         except OSError as exc:
             log.warning("could not read %s: %s", path, exc)
             return None
         self.reads += 1
         before = known[1] if known is not None else None
-        if before is not None and before.sha256 == loaded.sha256 and before.file == name:
+        if before is not None and before.sha256 == loaded.sha256:
             loaded = before  # touched, not changed: keep the object (and the prompt) as is
-        self._known[workspace] = (key, loaded)
+        self._known[path] = (key, loaded)
         return loaded
+
+    def _refusal(self, root: str, path: str, info: os.stat_result) -> str | None:
+        """Why a file found by its stat is not read, or None."""
+        real = os.path.realpath(path) if os.path.islink(path) else path
+        if not is_within(root, real) or (
+            self.metis_home is not None and self.metis_home.private(real)
+        ):
+            return "links outside the workspace or into METIS_HOME"
+        if info.st_size > MAX_FILE_BYTES:
+            return f"is {info.st_size} bytes, over {MAX_FILE_BYTES}"
+        return None
 
 
 class SessionInstructions:
