@@ -317,6 +317,39 @@ async def test_shutdown_does_not_wait_for_a_server_that_never_answers_initialize
     assert await gone(pid)
 
 
+def holds_on_after_eof(eof: Path, **settings: object) -> str:
+    """An entry whose server never answers, and once its stdin closes (metis stopping it after
+    the connect timeout) notes `eof`, then ignores SIGTERM: its stop runs the whole 4 s."""
+    script = f"trap '' TERM; cat >/dev/null; touch {eof}; exec sleep 1003"
+    return json.dumps({"command": "/bin/sh", "args": ["-c", script], **settings})
+
+
+async def test_a_server_stopped_while_its_failed_start_is_cleaned_up_is_stopped_for_good(
+    fake: FakeProviderServer, start_daemon: Callable[..., Any], metis_home: Path, tmp_path: Path
+) -> None:
+    """A reload that removes a server, and the daemon's stop, each arriving while a server
+    that timed out is being stopped, wait for that stop: the process does not run on, and its
+    note in the ledger goes only with it."""
+    head = "mcp:\n  restart_initial_seconds: 60\n  servers:\n"
+    late = f"    late: {holds_on_after_eof(tmp_path / 'late', connect_timeout_seconds=3)}\n"
+    early = f"    early: {holds_on_after_eof(tmp_path / 'early', connect_timeout_seconds=0.5)}\n"
+    d = await start_daemon(config=head + early + late, models=models_yaml(fake))
+    ledger = metis_home / "run" / "shell-groups"
+    servers = d.core.mcp.servers
+    await until(lambda: servers["early"].pid is not None and servers["late"].pid is not None)
+    early_pid, late_pid = servers["early"].pid, servers["late"].pid
+    assert early_pid is not None and late_pid is not None
+    await until(lambda: (tmp_path / "early").exists())  # being stopped
+    (metis_home / "config.yaml").write_text(head + late)
+    async with api_session(d) as http:
+        code, body = await Api(http).call("POST", "/mcp/reload")
+    assert code == 200 and body["applied"]["removed"] == ["early"], body
+    assert await gone(early_pid) and not (ledger / str(early_pid)).exists()
+    await until(lambda: (tmp_path / "late").exists())
+    await d.stop()
+    assert await gone(late_pid) and list(ledger.iterdir()) == []
+
+
 async def test_confirmation_required_then_allowed_or_denied(
     env: tuple[Daemon, Api, FakeProviderServer, Path], workspace: Path
 ) -> None:

@@ -160,12 +160,14 @@ class McpServer:
 
     async def stop(self) -> None:
         """Stop the owner task and wait for it to close the connection and the process. A
-        connection still starting (a server slow to answer `initialize`) is cancelled: it does
-        not hold the daemon's shutdown until its connect timeout."""
+        connection still starting (a server slow to answer `initialize`) is ended through its
+        cancel scope, as `restart()` ends it: it does not hold the daemon's shutdown until its
+        connect timeout. Never by cancelling the task: a native cancel also cuts short the
+        shielded stop of a process being stopped (a failed start), which would then run on."""
         self._stop.set()
+        if self._connecting is not None:
+            self._connecting.cancel()
         if self._task is not None:
-            if not self._ready.is_set():
-                self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
         if self.settings.enabled:
@@ -314,7 +316,7 @@ class McpServer:
             )
             with anyio.CancelScope() as connecting:  # `restart()` cancels it
                 self._connecting = connecting
-                if self._restart_now.is_set():
+                if self._restart_now.is_set() or self._stop.is_set():
                     connecting.cancel()
                 try:
                     with anyio.fail_after(self.settings.connect_timeout_seconds):

@@ -138,7 +138,8 @@ async def stdio_transport(
     if ledger is not None:
         ledger.enter(process.pid, marker)
     liveness = Liveness()
-    started.append(StdioProcess(process.pid, marker, liveness))
+    entry = StdioProcess(process.pid, marker, liveness)
+    started.append(entry)
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
 
@@ -215,10 +216,22 @@ async def stdio_transport(
                         await stream.aclose()
                 tg.cancel_scope.cancel()
     finally:
-        if ledger is not None:
-            ledger.leave(process.pid)
+        _stopped(process, entry, ledger)
         if not isinstance(errlog, int):
             errlog.close()
+
+
+def _stopped(
+    process: anyio.abc.Process, entry: StdioProcess, ledger: ProcessGroupLedger | None
+) -> None:
+    """After the stop: a process still running (its stop was cut short: the owner task was
+    cancelled, a shield does not hold against that) is killed now, without awaiting. Its note
+    leaves the ledger only once it is known to have exited, so that a note kept lets the next
+    start reap whatever the kill missed."""
+    if process.returncode is None:
+        kill_now([entry])
+    elif ledger is not None:
+        ledger.leave(process.pid)
 
 
 async def _wait_exit(process: anyio.abc.Process, seconds: float) -> bool:
