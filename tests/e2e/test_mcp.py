@@ -263,22 +263,60 @@ async def test_a_listing_with_unreadable_tools_offers_the_others_and_says_which_
         assert results[0]["content"][0]["content"] == [{"type": "text", "text": "good ran"}]
 
 
+REFUSES = (
+    "import json, sys\n"
+    "message = json.loads(sys.stdin.readline())\n"
+    "error = {'code': -32001, 'message': 'bad licence key'}\n"
+    "print(json.dumps({'jsonrpc': '2.0', 'id': message['id'], 'error': error}), flush=True)\n"
+)
+
+
 async def test_a_server_that_cannot_start_says_why_and_keeps_the_last_runs_stderr(
-    fake: FakeProviderServer, start_daemon: Callable[..., Any], metis_home: Path
+    fake: FakeProviderServer, start_daemon: Callable[..., Any], metis_home: Path, tmp_path: Path
 ) -> None:
+    """The reason is the server's own (its exit, its error answer, its stray output) or what
+    metis saw (no answer in time), never the exit metis caused by stopping it; an entry only
+    an edit can fix is not retried until the edit is applied."""
     crash = "import sys; sys.stderr.write('boom at start'); sys.exit(7)"
+    chatty = "echo hello world; echo '{not json'; cat >/dev/null"
+    (tmp_path / "not-executable").write_text("#!/bin/sh\n")
+    head = "mcp:\n  restart_initial_seconds: 0.1\n  servers:\n"
     config = (
-        "mcp:\n  restart_initial_seconds: 0.1\n  servers:\n"
         f"    crashes: {python_server('-c', crash)}\n"
         f"    nowhere: {python_server(DEMO, cwd='/no/such/dir')}\n"
         f"    malformed: {python_server(MALFORMED, 'not-a-list')}\n"
+        f"    refuses: {python_server('-c', REFUSES)}\n"
+        f'    chatty: {{command: /bin/sh, args: ["-c", "{chatty}"], connect_timeout_seconds: 0.5}}\n'
+        f"    noexec: {{command: {tmp_path / 'not-executable'}}}\n"
     )
-    d = await start_daemon(config=config, models=models_yaml(fake))
+    unset = "    unset: {command: /bin/true, env: {X: '${METIS_TEST_UNSET}'}}\n"
+    d = await start_daemon(config=head + config + unset, models=models_yaml(fake))
+    servers = d.core.mcp.servers
     async with api_session(d) as http:
         api = Api(http)
         await until(lambda: (metis_home / "logs" / "mcp" / "crashes.stderr.log.1").exists())
-        await until(lambda: d.core.mcp.servers["crashes"].restarts >= 2)
-        await until(lambda: d.core.mcp.servers["malformed"].last_error is not None)
+        await until(lambda: servers["crashes"].restarts >= 2)
+        await until(lambda: all(s.last_error is not None for s in servers.values()))
+        await until(lambda: servers["chatty"].restarts >= 2)
+        status = await mcp_status(api)
+        assert status["refuses"]["last_error"] == "MCP error -32001: bad licence key"
+        assert status["chatty"]["last_error"] == (
+            "no answer to initialize / tools/list in time; the server wrote non-JSON-RPC to "
+            "stdout: 'hello world' (stdout carries MCP messages only; logs belong on stderr)"
+        )
+        assert status["noexec"]["last_error"] == (
+            f"command is not executable: {tmp_path / 'not-executable'}"
+        )
+        assert status["unset"]["last_error"] == (
+            "mcp.servers.unset.env.X: ${METIS_TEST_UNSET} is not set in the daemon's "
+            "environment; not retried until config.yaml changes (then `metis mcp reload`)"
+        )
+        assert status["unset"]["state"] == "stopped" and status["unset"]["restarts"] == 0
+        # the edit applied: started again, and failing now for its own reason
+        (metis_home / "config.yaml").write_text(head + config + "    unset: {command: /bin/true}\n")
+        code, body = await api.call("POST", "/mcp/reload")
+        assert code == 200 and body["applied"]["changed"] == ["unset"], body
+        await until(lambda: "exited with status 0" in (servers["unset"].last_error or ""))
         servers = await mcp_status(api)
     assert "exited with status 7" in servers["crashes"]["last_error"]
     assert "crashes.stderr.log" in servers["crashes"]["last_error"]

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import anyio
 import httpx2
@@ -32,10 +32,11 @@ import mcp_types
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from mcp_types import CONNECTION_CLOSED
 from pydantic import ValidationError
 
 from metis.core.canonical.redaction import redact, register_secret
-from metis.core.errors import McpServerDisabled
+from metis.core.errors import ConfigError, McpServerDisabled
 from metis.core.tools.base import ToolError
 from metis.core.tools.groups import ProcessGroupLedger
 from metis.core.tools.mcp import tools as mcp_tools
@@ -222,8 +223,16 @@ class McpServer:
         failures = 0
         while not self._stop.is_set():
             became_ready = False
+            retried = True
             try:
                 became_ready = await self._connect_and_serve()
+            except ConfigError as exc:
+                # a `${VAR}` the daemon's environment lacks: trying again cannot help, only an
+                # edit of config.yaml applied by a reload or a restart can
+                retried = False
+                self._fail(
+                    f"{exc.message}; not retried until config.yaml changes (then `metis mcp reload`)"
+                )
             except Exception as exc:
                 if not self._restart_now.is_set():
                     self._fail(self._start_failure(exc))
@@ -238,6 +247,14 @@ class McpServer:
                 failures = 0
                 self.state = "restarting"
                 self.restarts += 1
+                continue
+            if not retried:
+                self.state = "stopped"
+                log.warning("MCP server %s cannot start (%s)", self.name, self.last_error)
+                await _any_of(self._stop, self._restart_now)
+                if self._restart_now.is_set():  # asked for: counted as any restart on request
+                    self._restart_now.clear()
+                    self.restarts += 1
                 continue
             # a server that dies soon after each start backs off as one that never starts
             up_s = time.monotonic() - self.connected_at if self.connected_at is not None else 0.0
@@ -266,36 +283,66 @@ class McpServer:
 
     def _start_failure(self, exc: BaseException) -> str:
         """Why a connection failed, in the user's terms: a missing working directory is not a
-        missing command, and a process that exited says with which status and where its stderr
-        went (the SDK only sees its pipe close)."""
+        missing command; the server's own answer (an MCP error, an invalid answer) comes first,
+        then an exit of its own, with which status and where its stderr went (the SDK only sees
+        its pipe close), then what metis saw (no answer in time). The exit metis caused by
+        stopping the process says nothing and is never the reason. A line the server wrote to
+        stdout that is not JSON-RPC (its logs) is quoted: it is why a server never answers."""
+        process = self._attempt_process()
+        reason = self._failure_cause(exc, process)
+        if process is not None and process.stray_line is not None:
+            reason += (
+                f"; the server wrote non-JSON-RPC to stdout: {process.stray_line} "
+                "(stdout carries MCP messages only; logs belong on stderr)"
+            )
+        return reason
+
+    def _failure_cause(self, exc: BaseException, process: StdioProcess | None) -> str:
         cwd = self.settings.cwd
         if isinstance(exc, FileNotFoundError) and cwd and not os.path.isdir(cwd):
             return f"working directory not found: {cwd}"
-        invalid = _invalid_answer_in(exc)
+        invalid = _found_in(exc, ValidationError)
         if invalid is not None:  # the client hung up on it: the process's exit is not the cause
             return _describe_invalid_answer(invalid)
-        process = self._processes[-1] if self._processes else None
-        if process is not None and process.liveness.dead.is_set():
+        refused = _found_in(exc, MCPError)
+        if refused is not None and refused.code != CONNECTION_CLOSED:
+            return self._describe(refused)
+        if process is not None and process.liveness.ended_by_itself:
             where = f" (its stderr: {self._stderr_path()})" if self.log_dir is not None else ""
             return f"{process.liveness.reason}{where}"
         return self._describe(exc)
 
+    def _attempt_process(self) -> StdioProcess | None:
+        """The process of the attempt that just failed; None when it failed before one ran
+        (the last one started is then an earlier attempt's)."""
+        if self.pid is None or not self._processes or self._processes[-1].pid != self.pid:
+            return None
+        return self._processes[-1]
+
     def _stderr_path(self) -> Path | None:
         return self.log_dir / f"{self.key}.stderr.log" if self.log_dir is not None else None
 
-    @staticmethod
-    def _describe(exc: BaseException) -> str:
+    def _describe(self, exc: BaseException) -> str:
+        """An error as a person reads it: what went wrong, not which Python class said so."""
         if isinstance(exc, ValidationError):
             return _describe_invalid_answer(exc)
         if isinstance(exc, MCPError):
             return f"MCP error {exc.code}: {exc.message}"
         if isinstance(exc, ExceptionGroup):
             inner = exc.exceptions[0] if exc.exceptions else exc
-            return McpServer._describe(inner)
+            return self._describe(inner)
         if isinstance(exc, FileNotFoundError):
             return f"command not found: {exc.filename or exc}"
-        if isinstance(exc, TimeoutError):
+        if isinstance(exc, TimeoutError):  # an OSError too: before those
             return "no answer to initialize / tools/list in time"
+        if isinstance(exc, PermissionError):
+            if exc.filename is not None and exc.filename == self.settings.cwd:
+                return f"working directory not accessible: {exc.filename}"
+            return f"command is not executable: {exc.filename or self.settings.command}"
+        if isinstance(exc, OSError) and exc.strerror:
+            return (
+                f"cannot run the command: {exc.strerror}: {exc.filename or self.settings.command}"
+            )
         return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
     async def _connect_and_serve(self) -> bool:
@@ -510,14 +557,18 @@ async def _any_of(*events: asyncio.Event | anyio.Event, timeout: float | None = 
             waiting.cancel()
 
 
-def _invalid_answer_in(exc: BaseException) -> ValidationError | None:
-    """The SDK's refusal of an answer that is not valid MCP (a malformed `initialize` answer,
-    a `tools/list` answer that is not a list of tools), wherever the task groups put it."""
-    if isinstance(exc, ValidationError):
+_Found = TypeVar("_Found", bound=BaseException)
+
+
+def _found_in(exc: BaseException, kind: type[_Found]) -> _Found | None:
+    """An error of `kind` wherever the task groups put it: the SDK's refusal of an answer that is
+    not valid MCP (a malformed `initialize` answer, a `tools/list` answer that is not a list of
+    tools), or the server's error answer."""
+    if isinstance(exc, kind):
         return exc
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
-            found = _invalid_answer_in(inner)
+            found = _found_in(inner, kind)
             if found is not None:
                 return found
     return None

@@ -26,6 +26,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.shared.message import SessionMessage
 
 from metis.core.tools.groups import MARKER_ENV, ProcessGroupLedger, kill_marked, new_marker
+from metis.core.tools.textutil import cut
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,11 @@ def server_environment(
     return env
 
 
+STOPPED = "stopped by metis"
+"""The reason of a connection metis ended itself (a timeout, a restart, shutdown): the exit
+that follows is not the server's doing, and its status says nothing of why it failed."""
+
+
 @dataclass
 class Liveness:
     """Set once the connection is over: the process exited or its stdout ended."""
@@ -58,6 +64,12 @@ class Liveness:
             self.reason = reason
             self.dead.set()
 
+    @property
+    def ended_by_itself(self) -> bool:
+        """Whether the server ended the connection (exited, closed its output) before metis
+        stopped it."""
+        return self.dead.is_set() and self.reason != STOPPED
+
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 """The longest message (one line) a stdio server may send. Its lines are held in memory until
@@ -69,14 +81,25 @@ this, the connection is closed as broken: the call in flight fails and the serve
 _TOO_LONG = f"the server sent a message over {MAX_MESSAGE_BYTES // (1024 * 1024)} MiB"
 
 
+STRAY_SHOWN = 80  # characters of a stray stdout line quoted in a start failure
+
+
 @dataclass
 class StdioProcess:
     """A stdio server process as started: its pid, its run marker and whether it is still alive, for
-    the ledger and for a kill at shutdown."""
+    the ledger and for a kill at shutdown; and the first line of its stdout that was not JSON-RPC
+    (a server logging on stdout), which says why it never answered."""
 
     pid: int
     marker: str
     liveness: Liveness
+    stray_line: str | None = None
+
+    def note_stray(self, line: str) -> None:
+        """Keep the first stray line, escaped and cut: it is the server's text, shown to a
+        person in `last_error`."""
+        if self.stray_line is None:
+            self.stray_line = repr(cut(line.strip(), STRAY_SHOWN))
 
 
 def keep_previous_log(path: Path) -> None:
@@ -143,9 +166,12 @@ async def stdio_transport(
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
 
+    def exited() -> None:
+        liveness.end(f"the server process exited with status {process.returncode}")
+
     def output_ended() -> None:
         if process.returncode is not None:
-            liveness.end(f"the server process exited with status {process.returncode}")
+            exited()
         liveness.end("the server closed its output")
 
     async def stdout_reader() -> None:
@@ -171,7 +197,10 @@ async def stdio_transport(
                     held = len(rest[-1])
                     for line in lines:
                         if line.strip():
-                            await read_writer.send(_parse(line.decode("utf-8", "replace")))
+                            parsed = _parse(line.decode("utf-8", "replace"))
+                            if isinstance(parsed, Exception):
+                                entry.note_stray(line.decode("utf-8", "replace"))
+                            await read_writer.send(parsed)
                 else:
                     # most often the process is exiting, and its status says why: known before
                     # the session sees its stream close
@@ -195,12 +224,15 @@ async def stdio_transport(
                     data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
                     await process.stdin.send((data + "\n").encode())
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            # most often the process exited: its status, not the closed pipe, says why
+            if await _wait_exit(process, 0.5):
+                exited()
             await read_writer.aclose()
 
     async def exit_watcher() -> None:
         while process.returncode is None:
             await anyio.sleep(0.05)
-        liveness.end(f"the server process exited with status {process.returncode}")
+        exited()
 
     try:
         async with anyio.create_task_group() as tg:
@@ -210,6 +242,7 @@ async def stdio_transport(
             try:
                 yield read_stream, write_stream
             finally:
+                liveness.end(STOPPED)
                 with anyio.CancelScope(shield=True):
                     await _stop(process, marker)
                     for stream in (read_stream, write_stream, read_writer, write_reader):

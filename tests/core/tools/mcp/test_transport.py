@@ -9,7 +9,12 @@ from pathlib import Path
 import anyio
 
 from metis.core.tools.groups import ProcessGroupLedger
-from metis.core.tools.mcp.transport import StdioProcess, server_environment, stdio_transport
+from metis.core.tools.mcp.transport import (
+    Liveness,
+    StdioProcess,
+    server_environment,
+    stdio_transport,
+)
 from tests.processes import gone
 
 
@@ -43,3 +48,13 @@ async def test_a_stop_cut_short_kills_the_group_at_once_and_keeps_its_note(tmp_p
         await task
     assert await gone(pid, timeout_s=1.0)  # not after the 4 s the whole stop would take
     assert (tmp_path / "groups" / str(pid)).exists()
+
+
+def test_a_stray_stdout_line_is_kept_once_escaped_and_cut() -> None:
+    """The first line that is not JSON-RPC says why a server never answered; it is the server's
+    text, shown to a person: its control characters escaped, cut to 80 characters."""
+    process = StdioProcess(1, "m", Liveness())
+    process.note_stray("\x1b[2Jlistening on " + "x" * 200 + "\n")
+    process.note_stray("second line")
+    assert process.stray_line == repr("\x1b[2Jlistening on " + "x" * 62 + "…")
+    assert "\x1b" not in process.stray_line
