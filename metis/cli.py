@@ -69,7 +69,7 @@ def setup_logging(level: str = "INFO", handler: logging.Handler | None = None) -
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("httpx", "httpcore", "anthropic", "openai"):
+    for noisy in ("httpx", "httpx2", "httpcore", "anthropic", "openai"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

@@ -7,16 +7,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
+from metis.cli import setup_logging
+from metis.core.canonical.redaction import redact
 from metis.core.tools.mcp.server import McpServer
 from metis.core.tools.mcp.transport import MAX_MESSAGE_BYTES
 from metis.server.runner import Daemon
@@ -263,6 +266,7 @@ async def test_a_listing_with_unreadable_tools_offers_the_others_and_says_which_
         assert results[0]["content"][0]["content"] == [{"type": "text", "text": "good ran"}]
 
 
+DB_URL = "postgresql://admin:hunter2pw@db.example/prod"
 REFUSES = (
     "import json, sys\n"
     "message = json.loads(sys.stdin.readline())\n"
@@ -287,7 +291,7 @@ async def test_a_server_that_cannot_start_says_why_and_keeps_the_last_runs_stder
         f"    malformed: {python_server(MALFORMED, 'not-a-list')}\n"
         f"    refuses: {python_server('-c', REFUSES)}\n"
         f'    chatty: {{command: /bin/sh, args: ["-c", "{chatty}"], connect_timeout_seconds: 0.5}}\n'
-        f"    noexec: {{command: {tmp_path / 'not-executable'}}}\n"
+        f"    noexec: {{command: {tmp_path / 'not-executable'}, args: [{DB_URL}]}}\n"
     )
     unset = "    unset: {command: /bin/true, env: {X: '${METIS_TEST_UNSET}'}}\n"
     d = await start_daemon(config=head + config + unset, models=models_yaml(fake))
@@ -307,6 +311,9 @@ async def test_a_server_that_cannot_start_says_why_and_keeps_the_last_runs_stder
         assert status["noexec"]["last_error"] == (
             f"command is not executable: {tmp_path / 'not-executable'}"
         )
+        # a password written into a URL among the arguments is not shown
+        assert status["noexec"]["args"] == ["postgresql://***@db.example/prod"]
+        assert "hunter2pw" not in json.dumps(status)
         assert status["unset"]["last_error"] == (
             "mcp.servers.unset.env.X: ${METIS_TEST_UNSET} is not set in the daemon's "
             "environment; not retried until config.yaml changes (then `metis mcp reload`)"
@@ -801,6 +808,26 @@ async def test_a_message_over_the_size_limit_fails_the_call_and_the_server_resta
     assert "tool.completed" in types_of(await api.turn_events(sid, accepted["turn_id"]))
 
 
+@contextlib.contextmanager
+def daemon_log() -> Iterator[list[str]]:
+    """The lines `metis serve`'s logging set-up lets through, collected; the test run's own
+    logging is restored after."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(self.format(record))
+
+    setup_logging("INFO", Collect())
+    try:
+        yield lines
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
 async def test_a_streamable_http_server_on_loopback(
     fake: FakeProviderServer,
     start_daemon: Callable[..., Any],
@@ -828,25 +855,35 @@ async def test_a_streamable_http_server_on_loopback(
                         if r.status:
                             break
                 await asyncio.sleep(0.05)
-        # only the remote server: a stdio one beside it would prove nothing here
-        config = mcp_config(None, http_url=f"http://127.0.0.1:{port}/mcp")
-        d = await start_daemon(config=config, models=models_yaml(fake))
-        await d.core.mcp.wait_ready(30)
-        async with api_session(d) as http:
-            api = Api(http)
-            remote = (await mcp_status(api))["remote"]
-            assert remote["state"] == "ready" and remote["transport"] == "http"
-            assert remote["headers"] == ["X-Api-Key"]
-            sid = await session_on(api, workspace, "anthropic")
-            fake.enqueue(
-                "anthropic",
-                FakeReply.call("mcp__remote__add", {"a": 1, "b": 2}),
-                FakeReply.say("3"),
-            )
-            accepted, terminal = await api.run_turn(sid, "add remotely")
-            assert terminal["type"] == "turn.completed"
-            assert "tool.completed" in types_of(await api.turn_events(sid, accepted["turn_id"]))
-            assert log_lines(http_log) == ["add 1 2"]
+        # only the remote server: a stdio one beside it would prove nothing here; its URL
+        # carries credentials, which neither its status nor the daemon's log shows
+        url = f"http://mcpuser:urlpw-4444@127.0.0.1:{port}/mcp?api_key=qk-secret-999&x=1"
+        with daemon_log() as logged:
+            d = await start_daemon(config=mcp_config(None, http_url=url), models=models_yaml(fake))
+            await d.core.mcp.wait_ready(30)
+            async with api_session(d) as http:
+                api = Api(http)
+                remote = (await mcp_status(api))["remote"]
+                assert remote["url"] == f"http://***@127.0.0.1:{port}/mcp?api_key=***&x=1"
+                assert remote["state"] == "ready" and remote["transport"] == "http"
+                assert remote["headers"] == ["X-Api-Key"]
+                sid = await session_on(api, workspace, "anthropic")
+                fake.enqueue(
+                    "anthropic",
+                    FakeReply.call("mcp__remote__add", {"a": 1, "b": 2}),
+                    FakeReply.say("3"),
+                )
+                accepted, terminal = await api.run_turn(sid, "add remotely")
+                assert terminal["type"] == "turn.completed"
+                events = await api.turn_events(sid, accepted["turn_id"])
+                assert "tool.completed" in types_of(events)
+                assert log_lines(http_log) == ["add 1 2"]
+        assert any("MCP server remote ready" in line for line in logged)
+        assert not [line for line in logged if "qk-secret" in line or "urlpw" in line]
+        # and an error that quotes the URL is scrubbed of them
+        assert (
+            redact(url) == f"http://mcpuser:[redacted]@127.0.0.1:{port}/mcp?api_key=[redacted]&x=1"
+        )
     finally:
         proc.kill()
         await proc.wait()

@@ -44,11 +44,13 @@ from metis.core.tools.mcp.listing import tolerant_tool_listings
 from metis.core.tools.mcp.settings import (
     McpServerSettings,
     McpSettings,
+    args_secrets,
     configured_secrets,
     displayed_args,
     displayed_url,
     expand,
     server_key,
+    url_secrets,
 )
 from metis.core.tools.mcp.transport import (
     Liveness,
@@ -414,7 +416,7 @@ class McpServer:
         s = self.settings
         assert s.command is not None
         env = {k: expand(v, where=f"mcp.servers.{self.name}.env.{k}") for k, v in s.env.items()}
-        for value in configured_secrets(s.env, env):
+        for value in [*configured_secrets(s.env, env), *args_secrets(s.args)]:
             register_secret(value)  # redacted wherever it might surface
         stderr = self._stderr_path()
         if len(self._processes) > 8:
@@ -436,8 +438,8 @@ class McpServer:
         headers = {
             k: expand(v, where=f"mcp.servers.{self.name}.headers.{k}") for k, v in s.headers.items()
         }
-        for value in configured_secrets(s.headers, headers):
-            register_secret(value)
+        for value in [*configured_secrets(s.headers, headers), *url_secrets(s.url)]:
+            register_secret(value)  # an error naming the URL shows it without them
         client = httpx2.AsyncClient(
             headers=headers,
             timeout=httpx2.Timeout(30.0, read=300.0),

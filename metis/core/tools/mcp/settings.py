@@ -37,6 +37,7 @@ SERVER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}\Z")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _REFERENCE_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _LOOPBACK_NAMES = frozenset({"localhost"})
+_URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 class _Section(DataModel):
@@ -176,9 +177,37 @@ def displayed_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
+def url_secrets(url: str) -> list[str]:
+    """What to redact of a URL, wherever it might surface: the password written into it (the
+    user name when there is none: `https://TOKEN@host`) and the value of a credential-named
+    query parameter. The rest (host, path, a user name beside a password) stays readable."""
+    parts = urlsplit(url)
+    found = [parts.password or parts.username or ""] if "@" in parts.netloc else []
+    found += [v for k, v in parse_qsl(parts.query, True) if _names_a_credential(k)]
+    return [value for value in found if value]
+
+
+def _url_arg(arg: str) -> tuple[str, str] | None:
+    """An argument that is a URL (`postgresql://admin:pw@db/prod`), or an option's URL value
+    (`--db=postgresql://…`): what comes before the URL, and the URL; None for any other."""
+    option, equals, value = arg.partition("=") if arg.startswith("-") else ("", "", arg)
+    return (option + equals, value) if _URL_RE.match(value) else None
+
+
+def args_secrets(args: Sequence[str]) -> list[str]:
+    """What to redact of a command's arguments: the credentials of the URLs among them."""
+    return [secret for arg in args if (url := _url_arg(arg)) for secret in url_secrets(url[1])]
+
+
+def _displayed_arg(arg: str) -> str:
+    """An argument with the credentials of its URL hidden, as `displayed_url` hides them."""
+    url = _url_arg(arg)
+    return arg if url is None else url[0] + displayed_url(url[1])
+
+
 def displayed_args(args: Sequence[str]) -> list[str]:
     """A command's arguments as `GET /mcp` shows them: the value of a credential-named option
-    (`--api-key X`, `--token=X`) hidden."""
+    (`--api-key X`, `--token=X`) hidden, and the credentials written into a URL."""
     shown: list[str] = []
     hide_next = False
     for arg in args:
@@ -188,7 +217,7 @@ def displayed_args(args: Sequence[str]) -> list[str]:
         elif arg.startswith("-") and "=" in arg and _names_a_credential(arg.partition("=")[0]):
             shown.append(f"{arg.partition('=')[0]}={HIDDEN}")
         else:
-            shown.append(arg)
+            shown.append(_displayed_arg(arg))
             hide_next = arg.startswith("-") and _names_a_credential(arg)
     return shown
 

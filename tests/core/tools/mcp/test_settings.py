@@ -14,10 +14,12 @@ from metis.core.errors import ConfigError
 from metis.core.tools.mcp.settings import (
     McpServerSettings,
     McpSettings,
+    args_secrets,
     configured_secrets,
     displayed_args,
     displayed_url,
     expand,
+    url_secrets,
 )
 from metis.core.tools.mcp.tools import (
     UnusableSchema,
@@ -190,6 +192,32 @@ def test_get_mcp_shows_a_url_without_the_credentials_written_into_it() -> None:
     assert displayed_url("https://tok@example.com/mcp?api_key=k") == (
         "https://***@example.com/mcp?api_key=***"
     )
+
+
+def test_the_credentials_of_a_url_are_secrets_and_the_rest_is_not() -> None:
+    assert url_secrets("http://user:urlpass-8888@127.0.0.1:1/mcp?token=q-777&v=2") == [
+        "urlpass-8888",
+        "q-777",
+    ]
+    assert url_secrets("https://ghp_tok@example.com/mcp") == ["ghp_tok"]  # a token as user
+    assert url_secrets("http://127.0.0.1:1/mcp?api_key=qk-secret-999&x=1") == ["qk-secret-999"]
+    assert url_secrets("https://example.com/mcp?v=2") == []
+
+
+def test_get_mcp_shows_urls_among_the_arguments_without_their_credentials() -> None:
+    args = [
+        "postgresql://admin:hunter2pw@db.example/prod",
+        "--db=mysql://root:pw-4321@db/x?sslmode=require",
+        "https://example.com/docs",
+        "plain:thing@host",
+    ]
+    assert displayed_args(args) == [
+        "postgresql://***@db.example/prod",
+        "--db=mysql://***@db/x?sslmode=require",
+        "https://example.com/docs",
+        "plain:thing@host",
+    ]
+    assert args_secrets(args) == ["hunter2pw", "pw-4321"]
 
 
 def test_get_mcp_shows_arguments_without_the_value_of_a_credential_option() -> None:
