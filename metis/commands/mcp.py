@@ -113,7 +113,7 @@ async def _restart(args: argparse.Namespace) -> int:
             line += f"\n  last error: {server['last_error']}"
         elif server["state"] != "ready":
             line += f" (not ready after {args.wait:g} s; `metis mcp list` follows it)"
-        print(line)
+        print(visible_controls(line))  # its error is the server's text, as in `render`
         return 0 if server["state"] == "ready" else 1
 
     return await with_daemon(args, restart)

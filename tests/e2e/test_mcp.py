@@ -616,7 +616,7 @@ async def test_a_restart_applies_the_entry_config_yaml_has_now(
     applied by the restart of the server it names, with no daemon restart."""
     head = "mcp:\n  restart_initial_seconds: 60\n  servers:\n"
     d = await start_daemon(
-        config=head + "    demo: {command: /no/such/mcp-server}\n", models=models_yaml(fake)
+        config=head + '    demo: {command: "/no/such/mcp-server\\e[2J"}\n', models=models_yaml(fake)
     )
     config = metis_home / "config.yaml"
     mcp = d.core.mcp
@@ -630,6 +630,12 @@ async def test_a_restart_applies_the_entry_config_yaml_has_now(
     async with api_session(d) as http:
         api = Api(http)
         await until(lambda: mcp.servers["demo"].last_error is not None)  # command not found
+        # the command's error is shown, its control characters escaped, never obeyed
+        code, out, err = await metis("mcp", "restart", "demo", "--url", d.base_url)
+        assert code == 1, err
+        assert out == (
+            "demo: restarting, 0 tools\n  last error: command not found: /no/such/mcp-server\\x1b[2J\n"
+        )
         write(demo=python_server(DEMO))
         code, body = await api.call("POST", "/mcp/demo/restart")
         assert code == 202 and body["command"] == sys.executable, body
