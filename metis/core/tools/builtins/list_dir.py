@@ -10,7 +10,8 @@ from typing import Any
 from metis.core.canonical.tools import ToolDefinition
 from metis.core.tools.base import ToolContext, ToolError, ToolOutput
 from metis.core.tools.builtins._common import object_schema, path_schema
-from metis.core.tools.sandbox import ResolvedPath, display
+from metis.core.tools.files import open_checked
+from metis.core.tools.sandbox import ResolvedPath, Sandbox, display
 
 MAX_ENTRIES = 1000
 
@@ -34,16 +35,17 @@ class ListDirTool:
 
     async def run(self, input: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         target = ctx.workspace.resolve(input.get("path", "."))
-        return ToolOutput.text(await asyncio.to_thread(list_entries, target))
+        return ToolOutput.text(await asyncio.to_thread(list_entries, ctx.workspace, target))
 
 
-def list_entries(target: ResolvedPath) -> str:
+def list_entries(sandbox: Sandbox, target: ResolvedPath) -> str:
     """A directory's entries sorted by name (directories end in `/`, symlinks in `@`), capped at
-    `MAX_ENTRIES`; the directory is opened without following a symlink."""
+    `MAX_ENTRIES`; the directory is opened without following a symlink, and checked by what
+    the kernel opened (a directory above it may have been swapped for a link)."""
     path = display(target.rel)
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
-        fd = os.open(target.real, flags)
+        fd = open_checked(sandbox, target.real, target.rel, flags)
     except FileNotFoundError:
         raise ToolError(f"Directory not found: {path}") from None
     except PermissionError:

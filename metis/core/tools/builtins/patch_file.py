@@ -80,7 +80,7 @@ def patch(
 ) -> int:
     """Apply the replacement; return the 1-based line where `old_text` started."""
     path = display(target.rel)
-    fd, info = open_regular(target)
+    fd, info = open_regular(sandbox, target)
     with os.fdopen(fd, "rb") as handle:
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:

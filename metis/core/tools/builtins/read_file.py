@@ -15,7 +15,7 @@ from metis.core.canonical.tools import ToolDefinition
 from metis.core.tools.base import ToolCancelled, ToolContext, ToolError, ToolOutput
 from metis.core.tools.builtins._common import object_schema, path_schema
 from metis.core.tools.files import BINARY_SNIFF_BYTES, binary_file, is_binary, open_regular
-from metis.core.tools.sandbox import ResolvedPath, display
+from metis.core.tools.sandbox import ResolvedPath, Sandbox, display
 
 DEFAULT_LIMIT = 2000
 MAX_LIMIT = 5000
@@ -67,13 +67,21 @@ class ReadFileTool:
         target = ctx.workspace.resolve(input["path"])
         offset = input.get("offset", 1)
         limit = input.get("limit", DEFAULT_LIMIT)
-        text = await asyncio.to_thread(read_lines, target, offset, limit, ctx.cancel_event.is_set)
+        text = await asyncio.to_thread(
+            read_lines, ctx.workspace, target, offset, limit, ctx.cancel_event.is_set
+        )
         return ToolOutput.text(text)
 
 
-def read_lines(target: ResolvedPath, offset: int, limit: int, cancelled: Callable[[], bool]) -> str:
+def read_lines(
+    sandbox: Sandbox,
+    target: ResolvedPath,
+    offset: int,
+    limit: int,
+    cancelled: Callable[[], bool],
+) -> str:
     """The result text for lines `offset .. offset+limit-1` of `target`."""
-    fd, info = open_regular(target)
+    fd, info = open_regular(sandbox, target)
     with os.fdopen(fd, "rb") as handle:
         head = handle.read(BINARY_SNIFF_BYTES)
         if not head:
