@@ -137,6 +137,48 @@ async def test_list_pages_newest_first_with_stable_cursors(api: Api, workspace: 
     assert status == 400 and body["error"]["details"]["errors"][0]["loc"] == ["query", "cursor"]
 
 
+async def test_a_cursor_continues_its_own_listings_filters(
+    api: Api, workspace: Path, tmp_path: Path
+) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    ended = [(await api.create_session(workspace))["id"] for _ in range(3)]
+    for sid in ended:
+        await api.call("DELETE", f"/sessions/{sid}")
+    await api.create_session(other)
+    _, page1 = await api.call("GET", "/sessions", params={"status": "ended", "limit": 1})
+    # the next page with the cursor alone: still the ended sessions
+    _, page2 = await api.call(
+        "GET", "/sessions", params={"cursor": page1["next_cursor"], "limit": 5}
+    )
+    listed = page1["sessions"] + page2["sessions"]
+    assert [s["id"] for s in listed] == ended[::-1]
+    assert {s["status"] for s in listed} == {"ended"} and page2["next_cursor"] is None
+    # repeated as they were, the filters are welcome; changed, the cursor is refused
+    status, _ = await api.call(
+        "GET", "/sessions", params={"cursor": page1["next_cursor"], "status": "ended"}
+    )
+    assert status == 200
+    status, body = await api.call(
+        "GET", "/sessions", params={"cursor": page1["next_cursor"], "status": "active"}
+    )
+    assert status == 400 and body["error"]["code"] == "validation_error"
+    assert body["error"]["details"]["errors"][0]["type"] == "cursor_invalid"
+    assert body["error"]["details"]["errors"][0]["loc"] == ["query", "status"]
+    # events: the type filter travels with the cursor too
+    sid = (await api.create_session(workspace))["id"]
+    for model in ("local:scripted", None, "local:scripted"):
+        status, _ = await api.call("PATCH", f"/sessions/{sid}", {"active_model": model})
+        assert status == 200
+    wanted = {"event_types": "session.model_changed", "limit": 1}
+    _, first = await api.call("GET", f"/sessions/{sid}/events", params=wanted)
+    _, rest = await api.call(
+        "GET", f"/sessions/{sid}/events", params={"cursor": first["next_cursor"]}
+    )
+    types = {e["type"] for e in first["events"] + rest["events"]}
+    assert types == {"session.model_changed"} and len(first["events"] + rest["events"]) == 3
+
+
 async def test_list_filters(api: Api, workspace: Path, tmp_path: Path) -> None:
     other = tmp_path / "other"
     other.mkdir()

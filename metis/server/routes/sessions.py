@@ -1,10 +1,11 @@
 """Sessions, messages and events over REST."""
 
 import base64
-from typing import Any, Literal
+import json
+from typing import Any, Literal, TypeVar
 
 from aiohttp import web
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 from pydantic.config import JsonDict
 
 from metis.core.application import (
@@ -177,6 +178,9 @@ class ListQuery(DataModel):
     )
 
 
+_LIST_FILTERS = ("workspace_path", "surface", "status", "q")
+
+
 class DeleteQuery(DataModel):
     purge: bool = False
 
@@ -201,6 +205,12 @@ class EventsQuery(DataModel):
         default=None, ge=1, json_schema_extra=from_setting(maximum="pages.events")
     )
     cursor: str | None = Field(default=None, json_schema_extra=_CURSOR)
+
+
+_EVENTS_FILTERS = ("event_types", "until")
+
+
+Q = TypeVar("Q", ListQuery, EventsQuery)
 
 
 class MessagesPage(DataModel):
@@ -264,18 +274,55 @@ def _attach_fields(request: web.Request, view: SessionView) -> dict[str, Any]:
     }
 
 
-def encode_cursor(value: str) -> str:
-    return base64.urlsafe_b64encode(value.encode()).decode().rstrip("=")
+def encode_cursor(position: str, filters: dict[str, Any]) -> str:
+    """A `next_cursor`: the place a page ended and the filters of the listing it belongs to,
+    so that a next page asked for with the cursor alone continues the same listing."""
+    text = json.dumps([position, filters], separators=(",", ":"), ensure_ascii=False)
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
 
-def decode_cursor(raw: str) -> str:
+def continued(request: web.Request, query: Q, filters: tuple[str, ...]) -> tuple[Q, str | None]:
+    """The query in force and the place to continue from. With a cursor, its listing's filters
+    apply; a filter the request repeats must say the same (400 `cursor_invalid` otherwise: the
+    pages of two listings cannot be mixed)."""
+    if query.cursor is None:
+        return query, None
+    position, carried = _decode_cursor(query.cursor)
+    for name in filters:
+        if name in request.query and getattr(query, name) != carried.get(name):
+            raise validation_error(
+                [
+                    {
+                        "loc": ["query", name],
+                        "msg": "the cursor continues a listing with another value of this filter",
+                        "type": "cursor_invalid",
+                    }
+                ]
+            )
+    unknown = set(carried) - set(filters)
     try:
-        value = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
-    except (ValueError, UnicodeDecodeError):
-        value = ""
-    if not is_ulid(value.removeprefix("sess_")):
+        merged = type(query).model_validate({**query.model_dump(exclude=set(filters)), **carried})
+    except ValidationError:
+        merged = None
+    if merged is None or unknown:
         raise _cursor_error()
-    return value
+    return merged, position
+
+
+def _decode_cursor(raw: str) -> tuple[str, dict[str, Any]]:
+    try:
+        value = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode())
+    except (ValueError, UnicodeDecodeError):
+        value = None
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or not isinstance(value[0], str)
+        or not is_ulid(value[0].removeprefix("sess_"))
+        or not isinstance(value[1], dict)
+    ):
+        raise _cursor_error()
+    return value[0], value[1]
 
 
 def _cursor_error() -> ApiError:
@@ -326,13 +373,12 @@ def _match_item(found: SearchMatch | None) -> dict[str, Any] | None:
 )
 async def list_sessions(request: web.Request) -> web.Response:
     """Sessions, newest first, with cursor pagination and filters."""
-    query = parse_query(request, ListQuery)
+    query, before = continued(request, parse_query(request, ListQuery), _LIST_FILTERS)
     state = request.app[STATE_KEY]
     limit = page_limit(query.limit, state.settings.pages.sessions)
     service = state.app.sessions
     # a cursor is a place in the id order, not a row: paging goes on past a session purged
     # since the cursor was issued
-    before = decode_cursor(query.cursor) if query.cursor is not None else None
     listed, more = await service.list(
         limit=limit,
         before_id=before,
@@ -341,7 +387,11 @@ async def list_sessions(request: web.Request) -> web.Response:
         status=None if query.status == "all" else query.status,
         text=query.q,
     )
-    next_cursor = encode_cursor(listed[-1].view.id) if more and listed else None
+    next_cursor = (
+        encode_cursor(listed[-1].view.id, query.model_dump(include=set(_LIST_FILTERS)))
+        if more and listed
+        else None
+    )
     items = []
     for entry in listed:
         item = {
@@ -488,7 +538,7 @@ async def list_messages(request: web.Request) -> web.Response:
 )
 async def list_events(request: web.Request) -> web.Response:
     """Persisted events in seq order (read-your-writes: pending events are flushed first)."""
-    query = parse_query(request, EventsQuery)
+    query, cursor = continued(request, parse_query(request, EventsQuery), _EVENTS_FILTERS)
     limit = page_limit(query.limit, _app(request).settings.pages.events)
     types = None
     if query.event_types is not None:
@@ -511,8 +561,8 @@ async def list_events(request: web.Request) -> web.Response:
     await app.sessions.require(session_id)
     await app.flush()
     after_seq, until_seq = 0, None
-    if query.cursor is not None:
-        after_seq = await _seq_of(app, session_id, decode_cursor(query.cursor), "cursor")
+    if cursor is not None:
+        after_seq = await _seq_of(app, session_id, cursor, "cursor")
     elif query.since is not None:
         after_seq = await _seq_of(app, session_id, query.since, "since")
     if query.until is not None:
@@ -520,7 +570,11 @@ async def list_events(request: web.Request) -> web.Response:
     events, more = await app.history.events_page(
         session_id, after_seq=after_seq, until_seq=until_seq, types=types, limit=limit
     )
-    next_cursor = encode_cursor(events[-1].id) if more and events else None
+    next_cursor = (
+        encode_cursor(events[-1].id, query.model_dump(include=set(_EVENTS_FILTERS)))
+        if more and events
+        else None
+    )
     return json_response({"events": [e.wire() for e in events], "next_cursor": next_cursor})
 
 
