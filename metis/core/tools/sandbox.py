@@ -179,10 +179,10 @@ class Sandbox:
         self.protected_dirs = frozenset(protected_dirs)
         self.metis_home = metis_home  # its own files are never reached, whatever the workspace
 
-    def in_metis_home(self, real: str) -> bool:
+    def in_metis_home(self, real: str, info: os.stat_result | None = None) -> bool:
         """Whether a real path is one of the daemon's own files (a workspace walk skips them
-        too)."""
-        return self.metis_home is not None and self.metis_home.private(real)
+        too); `info` is its stat when already taken (see `MetisHome.private`)."""
+        return self.metis_home is not None and self.metis_home.private(real, info)
 
     def check_opened(self, fd: int, shown: str) -> None:
         """Raise as `resolve` would if the file or directory `fd` is open on lies outside the
@@ -193,7 +193,7 @@ class Sandbox:
             return  # no way to ask on this system: the check before the open stands alone
         if not is_within(self.root, real):
             raise PathOutsideWorkspace(display(shown))
-        if self.metis_home is not None and self.metis_home.private(real, os.fstat(fd)):
+        if self.in_metis_home(real, os.fstat(fd)):
             raise MetisHomePath(display(shown))
 
     def ensure_root(self) -> None:

@@ -19,14 +19,16 @@ SEARCH_CHARS = 4096
 SHOW_CHARS = 300
 
 
-def _read(real: str, max_bytes: int) -> bytes | None:
-    """The file's bytes, or None for anything that is not a small regular file."""
+def _read(real: str, dev: int, ino: int, max_bytes: int) -> bytes | None:
+    """The file's bytes, or None for anything that is not a small regular file, or not the one
+    the daemon checked."""
     try:
         fd = os.open(real, _FLAGS)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or not _opened_as_checked(fd, info, real, dev, ino):
             return None
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes or b"\0" in data[:SNIFF_BYTES]:
@@ -34,12 +36,27 @@ def _read(real: str, max_bytes: int) -> bytes | None:
     return data
 
 
+def _opened_as_checked(fd: int, info: os.stat_result, real: str, dev: int, ino: int) -> bool:
+    """Whether `fd` is open on the file the daemon checked: the same device and inode and,
+    where the kernel says (Linux's `/proc`), the same real path. Between the check and this
+    open, a directory on `real` may have been swapped for a link (the model's shell writes the
+    workspace meanwhile); the kernel then names where the open really led. The rule itself
+    stays in the daemon (`Sandbox.check_opened`): this script imports nothing of metis, so it
+    only compares."""
+    if (info.st_dev, info.st_ino) != (dev, ino):
+        return False
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}") == real
+    except OSError:
+        return True
+
+
 def search(request: dict[str, Any]) -> dict[str, Any]:
     regex = re.compile(request["pattern"], re.IGNORECASE if request["ignore_case"] else 0)
     limit = request["max_results"]
     matches: list[list[Any]] = []
-    for rel, real in request["files"]:
-        data = _read(real, request["max_file_bytes"])
+    for rel, real, dev, ino in request["files"]:
+        data = _read(real, dev, ino, request["max_file_bytes"])
         if data is None:
             continue
         lines = data.decode("utf-8", "replace").split("\n")

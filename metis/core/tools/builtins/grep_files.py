@@ -3,6 +3,11 @@
 The walk (directory listing, symlink and size checks) runs in a worker thread; matching runs
 in a child process (`_grep_search.py`) because `re` holds the GIL during a match, so only a
 process can be stopped when a pathological pattern runs past the read timeout.
+
+The child opens each file by path tens of milliseconds after the walk checked it, while the
+model's shell may swap a directory on that path for a link (to METIS_HOME, say). So the walk
+hands over each file's device and inode as checked, and the child reads a file only if what it
+opened is that very file, at the same real path (`_grep_search.py`).
 """
 
 from __future__ import annotations
@@ -20,8 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from metis.core.canonical.tools import ToolDefinition
-from metis.core.tools.base import ToolCancelled, ToolContext, ToolError, ToolOutput
+from metis.core.tools.base import (
+    PermissionDenied,
+    ToolCancelled,
+    ToolContext,
+    ToolError,
+    ToolOutput,
+)
 from metis.core.tools.builtins._common import object_schema, path_schema
+from metis.core.tools.files import open_checked
 from metis.core.tools.sandbox import (
     ResolvedPath,
     Sandbox,
@@ -51,6 +63,13 @@ SKIP_DIRS = frozenset(
 MAX_FILE_BYTES = 2 * 1024 * 1024
 _WORKER = str(Path(__file__).with_name("_grep_search.py"))
 _CANCEL_CHECK_ENTRIES = 256
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+# The target is opened only to be checked and stat'ed: Linux's O_PATH neither reads nor blocks.
+_LOOK_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_NONBLOCK | os.O_CLOEXEC
+
+CheckedFile = tuple[str, str, int, int]
+"""A file to search: workspace-relative path, real path, and the device and inode it had when
+checked (the matcher reads only that very file)."""
 
 DEFINITION = ToolDefinition(
     name="grep_files",
@@ -102,17 +121,25 @@ class GrepFilesTool:
         files = await asyncio.to_thread(
             collect_files, ctx.workspace, target, input.get("glob"), ctx.cancel_event.is_set
         )
-        if not files:
-            return ToolOutput.text("No matches.")
-        request = {
-            "pattern": pattern,
-            "ignore_case": ignore_case,
-            "max_results": input.get("max_results", 100),
-            "max_file_bytes": MAX_FILE_BYTES,
-            "files": files,
-        }
-        reply = await _search_in_child(request, ctx)
-        return ToolOutput.text(_format(reply["matches"], reply["stopped"]))
+        max_results = input.get("max_results", 100)
+        return ToolOutput.text(await search_files(files, pattern, ignore_case, max_results, ctx))
+
+
+async def search_files(
+    files: list[CheckedFile], pattern: str, ignore_case: bool, max_results: int, ctx: ToolContext
+) -> str:
+    """The result text of a search of `files` (from `collect_files`) in the matcher process."""
+    if not files:
+        return "No matches."
+    request = {
+        "pattern": pattern,
+        "ignore_case": ignore_case,
+        "max_results": max_results,
+        "max_file_bytes": MAX_FILE_BYTES,
+        "files": files,
+    }
+    reply = await _search_in_child(request, ctx)
+    return _format(reply["matches"], reply["stopped"])
 
 
 def _format(matches: list[list[Any]], stopped: bool) -> str:
@@ -129,72 +156,98 @@ def _format(matches: list[list[Any]], stopped: bool) -> str:
 
 def collect_files(
     sandbox: Sandbox, target: ResolvedPath, glob: str | None, cancelled: Callable[[], bool]
-) -> list[tuple[str, str]]:
-    """Candidate files as (workspace-relative path, real path), sorted by relative path."""
-    try:
-        info = os.stat(target.real)
-    except FileNotFoundError:
-        raise ToolError(f"Path not found: {display(target.rel)}") from None
+) -> list[CheckedFile]:
+    """Candidate files, sorted by relative path. `target` itself is opened and checked by what
+    the kernel opened, and refused as `resolve` would refuse it."""
+    info = _checked_stat(sandbox, target)
     if stat.S_ISREG(info.st_mode):
-        found = [(target.rel, target.real)] if info.st_size <= MAX_FILE_BYTES else []
+        found = [_checked(target.rel, target.real, info)] if info.st_size <= MAX_FILE_BYTES else []
     elif stat.S_ISDIR(info.st_mode):
         found = _walk(sandbox, target.real, cancelled)
     else:
         raise ToolError(f"{display(target.rel)} is not a regular file or directory.")
     if glob:
         found = [
-            (rel, real)
-            for rel, real in found
-            if fnmatch.fnmatchcase(rel, glob) or fnmatch.fnmatchcase(rel.rsplit("/", 1)[-1], glob)
+            file
+            for file in found
+            if fnmatch.fnmatchcase(file[0], glob)
+            or fnmatch.fnmatchcase(file[0].rsplit("/", 1)[-1], glob)
         ]
     return sorted(found)
 
 
-def _walk(sandbox: Sandbox, top: str, cancelled: Callable[[], bool]) -> list[tuple[str, str]]:
-    """Regular files under `top`; directory symlinks are never followed, and a file symlink
-    counts only when its target is a regular file inside the workspace."""
-    found: list[tuple[str, str]] = []
+def _checked_stat(sandbox: Sandbox, target: ResolvedPath) -> os.stat_result:
+    """The stat of what `target` names now, opened (only to be looked at, where Linux's `O_PATH`
+    allows) and checked by what the kernel opened."""
+    try:
+        fd = open_checked(sandbox, target.real, target.rel, _LOOK_FLAGS)
+    except FileNotFoundError:
+        raise ToolError(f"Path not found: {display(target.rel)}") from None
+    try:
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
+def _checked(rel: str, real: str, info: os.stat_result) -> CheckedFile:
+    """A file for the matcher, with the identity it had when checked."""
+    return (rel, real, info.st_dev, info.st_ino)
+
+
+def _walk(sandbox: Sandbox, top: str, cancelled: Callable[[], bool]) -> list[CheckedFile]:
+    """Regular files under `top`. Each directory is opened without following a link and checked
+    by what the kernel opened (one swapped for a link since it was listed is skipped); its
+    entries are looked at through that fd. Directory symlinks are never followed, and a file
+    symlink counts only when its target is a regular file inside the workspace."""
+    found: list[CheckedFile] = []
     pending = [top]
     seen = 0
     while pending:
         directory = pending.pop()
         try:
-            scan = os.scandir(directory)
-        except OSError:
+            fd = open_checked(sandbox, directory, directory, _DIR_FLAGS)
+        except (OSError, PermissionDenied):
             continue
-        with scan:
-            for entry in scan:
-                seen += 1
-                if seen % _CANCEL_CHECK_ENTRIES == 0 and cancelled():
-                    raise ToolCancelled()
-                real = _candidate(sandbox, entry, pending)
-                if real is not None:
-                    found.append((sandbox.relative(entry.path), real))
+        try:
+            with os.scandir(fd) as scan:
+                for entry in scan:
+                    seen += 1
+                    if seen % _CANCEL_CHECK_ENTRIES == 0 and cancelled():
+                        raise ToolCancelled()
+                    path = os.path.join(directory, entry.name)
+                    candidate = _candidate(sandbox, entry, path, pending)
+                    if candidate is not None:
+                        found.append(_checked(sandbox.relative(path), *candidate))
+        finally:
+            os.close(fd)
     return found
 
 
-def _candidate(sandbox: Sandbox, entry: os.DirEntry[str], pending: list[str]) -> str | None:
-    """The real path to search for `entry`, queueing subdirectories; None to skip it."""
+def _candidate(
+    sandbox: Sandbox, entry: os.DirEntry[str], path: str, pending: list[str]
+) -> tuple[str, os.stat_result] | None:
+    """The real path to search for `entry` (at `path`) and its stat, queueing subdirectories;
+    None to skip it."""
     try:
         if entry.is_symlink():
-            real = bounded_realpath(entry.path)
-            if not is_within(sandbox.root, real) or sandbox.in_metis_home(real):
+            real = bounded_realpath(path)
+            if not is_within(sandbox.root, real):
                 return None
             info = os.stat(real)
         elif entry.is_dir(follow_symlinks=False):
-            if entry.name not in SKIP_DIRS and not sandbox.in_metis_home(entry.path):
-                pending.append(entry.path)
+            if entry.name not in SKIP_DIRS and not sandbox.in_metis_home(path):
+                pending.append(path)
             return None
         else:
-            real = entry.path
+            real = path
             info = entry.stat(follow_symlinks=False)
-            if info.st_nlink > 1 and sandbox.in_metis_home(real):  # a hard link to its files
-                return None
     except (OSError, UnresolvablePath):
         return None
     if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE_BYTES:
         return None
-    return real
+    if sandbox.in_metis_home(real, info):  # a hard link to its files included
+        return None
+    return real, info
 
 
 async def _search_in_child(request: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:

@@ -7,26 +7,18 @@ import errno
 import os
 import stat
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from metis.core.tools.base import (
-    MetisHomePath,
-    PathOutsideWorkspace,
-    PermissionDenied,
-    ToolCancelled,
-    ToolContext,
-    ToolLimits,
-)
+from metis.core.tools.base import ToolCancelled, ToolContext, ToolLimits
 from metis.core.tools.builtins.list_dir import list_entries
 from metis.core.tools.builtins.patch_file import patch
 from metis.core.tools.builtins.read_file import read_lines
 from metis.core.tools.builtins.write_file import WriteFileTool
 from metis.core.tools.files import replace_file
-from metis.core.tools.sandbox import MetisHome, Sandbox
+from metis.core.tools.sandbox import Sandbox
 
 MIB = 1024 * 1024
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
@@ -405,75 +397,24 @@ async def test_list_dir_caps_entries(harness: Any, workspace: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# a directory swapped for a link between the sandbox check and the open
+# a directory swapped for a link between the sandbox check and the open (see conftest.py)
 # ---------------------------------------------------------------------------------------------
-# The model's shell writes the workspace while another tool of its batch runs: it can move `d`
-# aside and put a link to a place it cannot see itself (METIS_HOME) in its place, after
-# `resolve` checked `d/…` and before the tool opens it. Each test makes that swap at the racy
-# moment itself (after `resolve`, or from the `cancelled` callback the write calls before its
-# rename), so the race is certain, not timed.
 
 
-@dataclass(frozen=True)
-class Elsewhere:
-    """Where the swapped-in link leads, and the refusal expected for it."""
-
-    where: Path
-    refusal: type[PermissionDenied]
-    sandbox: Sandbox
-
-
-def elsewhere_of(kind: str, workspace: Path, tmp_path: Path) -> Elsewhere:
-    """A directory outside the workspace, METIS_HOME outside it, or METIS_HOME inside it (a
-    workspace made before that was refused): each holds a key and a `sub` directory."""
-    home = workspace / ".metis" if kind == "home_inside" else tmp_path / "home"
-    where = tmp_path / "outside" if kind == "outside" else home
-    (where / "sub").mkdir(parents=True)
-    for key in (where / "api_key", where / "sub" / "api_key"):
-        key.write_text("TOP-SECRET\n")
-    refusal = MetisHomePath if kind == "home_inside" else PathOutsideWorkspace
-    sandbox = Sandbox(workspace, metis_home=MetisHome.at(home, home / "workspaces"))
-    return Elsewhere(where, refusal, sandbox)
-
-
-@pytest.fixture(params=["outside", "home", "home_inside"])
-def elsewhere(request: pytest.FixtureRequest, workspace: Path, tmp_path: Path) -> Elsewhere:
-    (workspace / "d" / "sub").mkdir(parents=True)
-    for mine in (workspace / "d" / "api_key", workspace / "d" / "sub" / "api_key"):
-        mine.write_text("mine\n")
-    return elsewhere_of(request.param, workspace, tmp_path)
-
-
-def swap_for_link(directory: Path, target: Path) -> None:
-    """The shell's move: `directory` renamed aside, a link to `target` in its place."""
-    directory.rename(directory.with_name(directory.name + ".moved"))
-    directory.symlink_to(target)
-
-
-def refused(elsewhere: Elsewhere, shown: str) -> pytest.RaisesContext[PermissionDenied]:
-    """The refusal `resolve` would have given, naming the path the model asked for."""
-    text = "inside METIS_HOME" if elsewhere.refusal is MetisHomePath else "outside the workspace"
-    return pytest.raises(elsewhere.refusal, match=f'^Path "{shown}" is {text}')
-
-
-def test_a_read_through_a_swapped_directory_is_refused(
-    workspace: Path, elsewhere: Elsewhere
-) -> None:
+def test_a_read_through_a_swapped_directory_is_refused(workspace: Path, elsewhere: Any) -> None:
     sandbox = elsewhere.sandbox
     targets = [sandbox.resolve("d/api_key"), sandbox.resolve("d/sub/api_key")]
-    swap_for_link(workspace / "d", elsewhere.where)
+    elsewhere.swap(workspace / "d")
     for target in targets:
-        with refused(elsewhere, target.rel):
+        with elsewhere.refused(target.rel):
             read_lines(sandbox, target, 1, 10, lambda: False)
 
 
-def test_a_listing_through_a_swapped_directory_is_refused(
-    workspace: Path, elsewhere: Elsewhere
-) -> None:
+def test_a_listing_through_a_swapped_directory_is_refused(workspace: Path, elsewhere: Any) -> None:
     sandbox = elsewhere.sandbox
     target = sandbox.resolve("d/sub")
-    swap_for_link(workspace / "d", elsewhere.where)
-    with refused(elsewhere, "d/sub"):
+    elsewhere.swap(workspace / "d")
+    with elsewhere.refused("d/sub"):
         list_entries(sandbox, target)
 
 
@@ -486,33 +427,31 @@ def snapshot(directory: Path) -> dict[str, bytes | None]:
 
 @pytest.mark.parametrize("path", ["d/api_key", "d/new.txt", "d/sub/api_key", "d/x/y/new.txt"])
 def test_a_write_through_a_swapped_directory_is_refused(
-    workspace: Path, elsewhere: Elsewhere, path: str
+    workspace: Path, elsewhere: Any, path: str
 ) -> None:
     """Replacing, creating, and creating the missing directories on the way."""
     sandbox = elsewhere.sandbox
     target = sandbox.resolve(path, write=True)
     before = snapshot(elsewhere.where)
-    swap_for_link(workspace / "d", elsewhere.where)
-    with refused(elsewhere, path):
+    elsewhere.swap(workspace / "d")
+    with elsewhere.refused(path):
         replace_file(sandbox, target, b"written\n", cancelled=lambda: False)
     assert snapshot(elsewhere.where) == before
 
 
-def test_a_patch_through_a_swapped_directory_is_refused(
-    workspace: Path, elsewhere: Elsewhere
-) -> None:
+def test_a_patch_through_a_swapped_directory_is_refused(workspace: Path, elsewhere: Any) -> None:
     sandbox = elsewhere.sandbox
     target = sandbox.resolve("d/api_key", write=True)
     before = snapshot(elsewhere.where)
-    swap_for_link(workspace / "d", elsewhere.where)
-    with refused(elsewhere, "d/api_key"):
+    elsewhere.swap(workspace / "d")
+    with elsewhere.refused("d/api_key"):
         patch(sandbox, target, "SECRET", "x", MIB, lambda: False)
     assert snapshot(elsewhere.where) == before
 
 
 @pytest.mark.parametrize("hard_linked", [False, True])
 def test_a_directory_swapped_just_before_the_rename_does_not_move_the_write(
-    workspace: Path, elsewhere: Elsewhere, hard_linked: bool
+    workspace: Path, elsewhere: Any, hard_linked: bool
 ) -> None:
     """The write acts in the directory it checked, wherever its name points by then: the new
     content lands in the moved directory, nothing outside changes. (A hard-linked file is
@@ -528,7 +467,7 @@ def test_a_directory_swapped_just_before_the_rename_does_not_move_the_write(
         nonlocal calls
         calls += 1
         if calls == 2:
-            swap_for_link(workspace / "d", elsewhere.where)
+            elsewhere.swap(workspace / "d")
         return False
 
     replace_file(sandbox, target, b"written\n", cancelled=swap_on_second_check)

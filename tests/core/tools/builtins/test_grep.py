@@ -8,6 +8,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from metis.core.tools.base import ToolContext, ToolLimits
+from metis.core.tools.builtins.grep_files import collect_files, search_files
+from metis.core.tools.sandbox import MetisHome, Sandbox
 from metis.core.tools.settings import ToolsSettings
 
 
@@ -145,3 +148,82 @@ async def test_symlinks(harness: Any, workspace: Path, outside: Path) -> None:
     (workspace / "loop").symlink_to(workspace)
     _, text = await grep(harness, pattern="needle|SECRET")
     assert text == "2 matches in 2 files\nalias.txt:1: needle\nreal.txt:1: needle"
+
+
+# ---------------------------------------------------------------------------------------------
+# a directory swapped for a link after the check (see conftest.py)
+# ---------------------------------------------------------------------------------------------
+
+
+async def search(sandbox: Sandbox, files: list[Any]) -> str:
+    """Every line of `files` (as `collect_files` gave them), searched by the matcher process."""
+    ctx = ToolContext(
+        tool_use_id="tu_1",
+        workspace=sandbox,
+        cancel_event=asyncio.Event(),
+        deadline=time.monotonic() + 60,
+        limits=ToolLimits(),
+    )
+    return await search_files(files, ".", False, 100, ctx)
+
+
+async def test_the_matcher_skips_a_file_whose_directory_was_swapped_after_the_walk(
+    workspace: Path, elsewhere: Any
+) -> None:
+    """The matcher opens each file tens of milliseconds after the walk listed it."""
+    (workspace / "kept.txt").write_text("kept\n")
+    sandbox = elsewhere.sandbox
+    files = collect_files(sandbox, sandbox.resolve("."), None, lambda: False)
+    assert [file[0] for file in files] == ["d/api_key", "d/sub/api_key", "kept.txt"]
+    assert (await search(sandbox, files)).startswith("3 matches in 3 files\n")
+    elsewhere.swap(workspace / "d")
+    assert await search(sandbox, files) == "1 matches in 1 files\nkept.txt:1: kept"
+
+
+async def test_the_matcher_skips_a_file_that_is_no_longer_the_one_checked(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """Same path, another file: a hard link to the daemon's key put in its place after the walk
+    (which the walk would have refused) is not read."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "api_key").write_text("TOP-SECRET\n")
+    (workspace / "notes.txt").write_text("mine\n")
+    sandbox = Sandbox(workspace, metis_home=MetisHome.at(home, home / "workspaces"))
+    files = collect_files(sandbox, sandbox.resolve("."), None, lambda: False)
+    (workspace / "notes.txt").unlink()
+    (workspace / "notes.txt").hardlink_to(home / "api_key")
+    assert await search(sandbox, files) == "No matches."
+    assert collect_files(sandbox, sandbox.resolve("."), None, lambda: False) == []
+
+
+async def test_a_directory_swapped_while_the_walk_runs_is_not_entered(
+    workspace: Path, elsewhere: Any
+) -> None:
+    """The walk lists `d` (queueing `d/sub`), then `d` is swapped before `d/sub` is opened.
+    The walk's cancel check is the hook: it runs at every 256th entry, here `d`'s last."""
+    listed_before_d = len(os.listdir(workspace))
+    for i in range(256 - listed_before_d - 2):  # `d` already holds `api_key` and `sub`
+        (workspace / "d" / f"f{i:03}").write_text("")
+
+    def swap_once() -> bool:
+        if not (workspace / "d").is_symlink():
+            elsewhere.swap(workspace / "d")
+        return False
+
+    sandbox = elsewhere.sandbox
+    files = collect_files(sandbox, sandbox.resolve("."), None, swap_once)
+    assert (workspace / "d").is_symlink()
+    assert [file[0] for file in files if not file[0].startswith("d/f")] == ["d/api_key"]
+    assert "TOP-SECRET" not in await search(sandbox, files)
+
+
+async def test_a_search_whose_directory_was_swapped_after_the_check_is_refused(
+    workspace: Path, elsewhere: Any
+) -> None:
+    sandbox = elsewhere.sandbox
+    targets = [sandbox.resolve("d/sub"), sandbox.resolve("d/sub/api_key")]
+    elsewhere.swap(workspace / "d")
+    for target in targets:
+        with elsewhere.refused(target.rel):
+            collect_files(sandbox, target, None, lambda: False)
