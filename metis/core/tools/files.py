@@ -140,7 +140,8 @@ def replace_file(
     """Write `data` to `target`; True when the file was created.
 
     A temp file in the target directory is renamed over the target, so a reader never sees a
-    half-written file and a cancel before the rename leaves the old content. An existing
+    half-written file and a cancel before the rename leaves the old content. Every step names
+    files relative to the directory `open_parent` opened and checked, never by path again. An existing
     file's mode, owner and group are kept; a new file gets the process umask and user like any
     other created file.
 
