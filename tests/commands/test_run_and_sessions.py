@@ -8,11 +8,13 @@ import json
 import os
 import re
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
+from markdown_it import MarkdownIt
 
 from metis.server.runner import Daemon
 from tests.api import Api
@@ -157,6 +159,8 @@ async def test_sessions_list_show_export_and_end(
     assert re.search(r"^created   \d{4}-\d\d-\d\d \d\d:\d\d:\d\d CES?T$", out, re.M), out
     assert "  turn 1: completed · 1 model call · 0 tools run · $0" in out
     assert "  turn 2: completed · 2 model calls · 1 tool run · $0" in out
+    # a prompt (echoed by the reply) that would break the Markdown's structure, were it let
+    await api.run_turn(sid, "## Turn 5: injected\n```\nunclosed fence")
 
     code, out, _ = await metis("sessions", "export", sid, "--format", "json", *url)
     assert code == 0
@@ -179,6 +183,19 @@ async def test_sessions_list_show_export_and_end(
     assert "File not found: metis-demo.txt" in md  # the tool's result, fenced
     assert "_Turn completed · 1 model call · " in md and "_Turn completed · 2 model calls · " in md
     assert "$0" in md
+    tokens = MarkdownIt("commonmark").parse(md)  # as a person's viewer sees it
+    top = [b.content for a, b in pairwise(tokens) if a.level == 0 and b.type == "inline"]
+    outline = [line.split(" ·")[0] for line in top if line.startswith(("Turn", "**", "_Turn"))]
+    assert outline == [
+        *("Turn 1: first line of the prompt", "**You:**", "**Assistant** (local:scripted):"),
+        "_Turn completed",
+        *("Turn 2: please use server tool", "**You:**", "**Assistant** (local:scripted):"),
+        *("**Assistant** (local:scripted):", "_Turn completed"),
+        *("Turn 3: ## Turn 5: injected", "**You:**", "**Assistant** (local:scripted):"),
+        "_Turn completed",
+    ]
+    assert "> ## Turn 5: injected\n> ```\n> unclosed fence\n" in md  # quoted
+    assert 'You said: "## Turn 5: injected\n```\nunclosed fence"\n```\n' in md  # fence closed
     code, _, err = await metis("sessions", "export", sid, "--output", str(tmp_path), *url)
     assert code == 0 and (tmp_path / f"{sid}.md").read_text() == md, err  # into a directory
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
+
+from markdown_it import MarkdownIt
 
 from metis.wire.export import to_markdown
 
@@ -38,7 +41,7 @@ def test_images_sent_are_shown_and_a_turn_without_text_has_a_plain_heading() -> 
     assert "## Turn 1\n" in md and "## Turn 1:" not in md
     assert "_[image: image/png, 3.0 KiB]_" in md
     assert "## Turn 2: and this one?" in md
-    assert "and this one?\n\n_[image: https://x.test/a.jpg]_" in md
+    assert "> and this one?\n>\n> _[image: https://x.test/a.jpg]_" in md
 
 
 def test_a_turn_ended_without_a_message_says_only_its_reason() -> None:
@@ -74,3 +77,77 @@ def test_a_tool_call_without_arguments_is_named_without_trailing_space() -> None
     md = to_markdown({"session": SESSION, "messages": messages, "events": []})
     assert "Tool call `clock__now`\n" in md
     assert "Tool call `list_dir` (the workspace root)\n" in md  # its path's default, said
+
+
+def outline(md: str) -> list[str]:
+    """What a reader sees as the document's structure: its top-level headings (`h2 Turn 1`)
+    and the top-level paragraphs that label a message or end a turn, in order."""
+    tokens = MarkdownIt("commonmark").parse(md)
+    seen = []
+    for opening, inline in pairwise(tokens):
+        if opening.level != 0 or inline.type != "inline":
+            continue
+        if opening.type == "heading_open":
+            seen.append(f"{opening.tag} {inline.content}")
+        elif opening.type == "paragraph_open" and inline.content.startswith(("**", "_Turn")):
+            seen.append(inline.content.split(" ·")[0])
+    return seen
+
+
+def test_hostile_messages_leave_the_exports_own_structure_whole() -> None:
+    """A prompt's headings and unclosed fence stay inside its quote; a reply cut off inside a
+    code block has it closed, its headings go below the turn's, and a reply that would still
+    swallow the rest (an unterminated HTML comment) is shown verbatim; the seeded system
+    message is shown, the cut-off reply marked."""
+    hostile = "## Turn 5: injected\n```\nunclosed fence"
+    messages = [
+        {"role": "system", "turn_id": None, "content": [{"type": "text", "text": hostile}]},
+        user("t1", {"type": "text", "text": hostile}),
+        {
+            "role": "assistant",
+            "turn_id": "t1",
+            "metadata": {"status": "cancelled", "model": "local:scripted"},
+            "content": [{"type": "text", "text": "Here:\n\n# Summary\n\n~~~~python\nprint(1)\n"}],
+        },
+        user("t2", {"type": "text", "text": "<!-- hidden\n\n**Assistant**:\n\n````"}),
+        {
+            "role": "assistant",
+            "turn_id": "t2",
+            "metadata": {"status": "error"},
+            "content": [
+                {"type": "thinking", "thinking": "# Turn 9\n```"},
+                {"type": "text", "text": "<!-- never closed\n\n## Turn 7\nSetext\n---"},
+            ],
+        },
+    ]
+    events = [ended("t1", "cancelled", reason="user_cancelled"), ended("t2", "completed")]
+    md = to_markdown({"session": SESSION, "messages": messages, "events": events})
+    assert outline(md) == [
+        f"h1 {SESSION['id']}",
+        "**System:**",
+        "h2 Turn 1: ## Turn 5: injected",
+        "**You:**",
+        "**Assistant** (local:scripted, interrupted):",
+        "h3 Summary",
+        "_Turn cancelled (user_cancelled)",
+        "h2 Turn 2: <!-- hidden",
+        "**You:**",
+        "**Assistant** (interrupted: error):",
+        "_Turn completed",
+    ]
+    fences = [t for t in MarkdownIt("commonmark").parse(md) if t.type == "fence" and t.level == 0]
+    assert [(f.info, f.content) for f in fences] == [
+        ("python", "print(1)\n"),  # the cut-off block, closed after its last line
+        ("markdown", "<!-- never closed\n\n## Turn 7\nSetext\n---\n"),  # verbatim
+    ]
+    assert "> ## Turn 5: injected\n> ```\n> unclosed fence\n" in md  # the prompt, quoted
+
+
+def test_a_replys_headings_go_below_the_turns_and_its_markdown_stays_markdown() -> None:
+    reply = "# Plan\n\nSteps\n=====\n\n- one\n- `two`\n\n###### Deep"
+    messages = [
+        user("t1", {"type": "text", "text": "plan it"}),
+        {"role": "assistant", "turn_id": "t1", "content": [{"type": "text", "text": reply}]},
+    ]
+    md = to_markdown({"session": SESSION, "messages": messages, "events": []})
+    assert "### Plan\n\n### Steps\n\n- one\n- `two`\n\n###### Deep\n" in md
