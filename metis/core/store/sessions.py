@@ -397,8 +397,9 @@ class SessionStore:
             )
 
     async def purge(self, session_id: str) -> tuple[int, int]:
-        """Delete the session and everything of it in one transaction; returns (messages, events)."""
-        async with self.db.write() as conn:
+        """Delete the session and everything of it in one transaction, erased from the files
+        (`Database.erasing`); returns (messages, events)."""
+        async with self.db.erasing() as conn:
             async with conn.execute(
                 "SELECT COUNT(*) FROM messages WHERE session_id=?", (session_id,)
             ) as cur:

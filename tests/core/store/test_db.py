@@ -204,3 +204,68 @@ async def test_a_write_gives_up_after_its_wait_and_the_writer_stays_usable(
     await awaiting_write(db)
     row = await db.fetchone("SELECT count(*) FROM notes")
     assert row is not None and row[0] == 2
+
+
+SECRET = "erase-me-5c1e"
+
+
+def files_holding(db: Database, text: str) -> list[str]:
+    """The database's files (the file, its WAL) whose bytes contain `text`."""
+    return [
+        f.name
+        for f in sorted(db.path.parent.glob(f"{db.path.name}*"))
+        if text.encode() in f.read_bytes()
+    ]
+
+
+async def add_secrets(db: Database) -> None:
+    """Rows beside kept ones, some moved into the file by a checkpoint, some only in the WAL."""
+    await db.transaction(lambda conn: conn.execute("CREATE TABLE texts (t TEXT)"))
+    for n in range(CHECKPOINT_EVERY + 8):
+        text = f"{SECRET} {n}" if n % 2 else f"kept {n}"
+        await db.transaction(
+            lambda conn, t=text: conn.execute("INSERT INTO texts VALUES (?)", (t,))
+        )
+    await asyncio.sleep(0.05)  # the periodic checkpoint, in the background
+    assert files_holding(db, SECRET) == ["m.db", "m.db-wal"]
+
+
+async def erase_secrets(db: Database) -> None:
+    async with db.erasing() as conn:
+        await conn.execute("DELETE FROM texts WHERE t LIKE ?", (f"{SECRET}%",))
+
+
+async def test_an_erasing_write_leaves_what_it_deleted_in_neither_file(db: Database) -> None:
+    await add_secrets(db)
+    await erase_secrets(db)
+    assert files_holding(db, SECRET) == []
+    assert Path(f"{db.path}-wal").stat().st_size == 0
+    row = await db.fetchone("SELECT count(*) FROM texts")
+    assert row is not None and row[0] == (CHECKPOINT_EVERY + 8) // 2
+    # only that write overwrote: the writer's later deletes are plain again (and cheaper)
+    row = await db.fetchone("PRAGMA secure_delete")
+    assert row is not None and row[0] == 0
+
+
+async def test_a_reader_keeping_the_wal_does_not_fail_the_erasure_a_later_checkpoint_empties_it(
+    db: Database, other_writer: sqlite3.Connection, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another process's open read holds frames the checkpoint may not drop: the erasure waits
+    for it a while, then stands committed with the WAL left; the next periodic checkpoint,
+    once the reader is gone, truncates it."""
+    await add_secrets(db)
+    db.truncate_wait_ms = 50
+    other_writer.execute("BEGIN")
+    other_writer.execute("SELECT count(*) FROM texts").fetchone()  # a read snapshot, held
+    await asyncio.wait_for(erase_secrets(db), 5)
+    assert "the WAL could not be emptied (a reader still uses it)" in caplog.text
+    assert "m.db-wal" in files_holding(db, SECRET)
+    row = await db.fetchone("SELECT count(*) FROM texts WHERE t LIKE ?", (f"{SECRET}%",))
+    assert row is not None and row[0] == 0
+    other_writer.execute("COMMIT")
+    await add_notes(db, CHECKPOINT_EVERY)
+    for _ in range(100):
+        if not files_holding(db, SECRET):
+            break
+        await asyncio.sleep(0.02)
+    assert files_holding(db, SECRET) == []
