@@ -247,6 +247,8 @@ async def _read_json_body(request: web.Request, max_bytes: int, timeout_s: float
             raise AapError("invalid_json", "the body must be a JSON object") from None
         if exc.reason == "too_slow":  # AAP's closed table has no timeout code
             raise AapError("invalid_json", exc.message, headers={"Connection": "close"}) from None
+        if exc.reason == "malformed":  # what is wrong with it, e.g. `duplicate key 'name'`
+            raise AapError("invalid_json", exc.message) from None
         raise AapError("invalid_json", "the body is not valid JSON") from None
 
 

@@ -20,16 +20,36 @@ async def test_a_cursor_past_sqlite_integers_is_invalid(aap: AapClient) -> None:
             assert reply.status == 400 and reply.body["error"]["code"] == "invalid_cursor"
 
 
-async def test_nan_and_infinity_are_invalid_json_and_nothing_is_stored(aap: AapClient) -> None:
+async def test_nan_infinity_and_repeated_keys_are_invalid_json_and_nothing_is_stored(
+    aap: AapClient,
+) -> None:
+    """A key given twice once let its last value win: a second `trust` trusted a tool."""
+    json_type = {"Content-Type": "application/json"}
     for number in (b"NaN", b"Infinity", b"1e999"):
         body = (
             b'{"agent": {"name": "metis"}, "tools": [{"name": "ct", "description": "d", '
             b'"parameters": {"type": "object", "x": ' + number + b"}}]}"
         )
-        reply = await aap.request(
-            "POST", "/sessions", raw=body, headers={"Content-Type": "application/json"}
-        )
+        reply = await aap.request("POST", "/sessions", raw=body, headers=json_type)
         assert reply.status == 400 and reply.body["error"]["code"] == "invalid_json"
+    for body, key in (
+        (b'{"agent": {"name": "zzz", "name": "metis"}}', "name"),
+        (
+            b'{"agent": {"name": "metis", "tools": [{"name": "shell", "trust": false, '
+            b'"trust": true}]}}',
+            "trust",
+        ),
+    ):
+        reply = await aap.request("POST", "/sessions", raw=body, headers=json_type)
+        assert reply.status == 400 and reply.body["error"] == {
+            "code": "invalid_json",
+            "message": f"malformed JSON: duplicate key '{key}'",
+            "details": {},
+        }
+    reply = await aap.v1.request(
+        "PUT", "/session", raw=b'{"messages": [], "messages": []}', headers=json_type
+    )
+    assert reply.status == 400 and reply.body["error"]["code"] == "invalid_json"
     listed = await aap.request("GET", "/sessions")
     assert listed.status == 200 and listed.body["sessions"] == []
 

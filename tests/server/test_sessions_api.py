@@ -547,10 +547,19 @@ async def test_confirmation_ids_wrong_turn_and_unknown_request(
         {"decision": "allow"},
     )
     assert status == 404 and body["error"]["code"] == "confirmation_not_found"
-    status, body = await api.call(
-        "POST", f"/sessions/{sid}/turns/{turn_id}/confirmations/{rid}", {"decision": "maybe"}
-    )
+    url = f"/sessions/{sid}/turns/{turn_id}/confirmations/{rid}"
+    status, body = await api.call("POST", url, {"decision": "maybe"})
     assert status == 400
+    # a key given twice once let the last win: this deny-then-allow applied allow
+    twice = b'{"decision": "deny", "decision": "allow", "scope": "once"}'
+    async with api.http.post(url, data=twice, headers={"Content-Type": "application/json"}) as r:
+        assert r.status == 400
+        body = await r.json()
+    assert body["error"]["details"]["errors"] == [
+        {"loc": ["body"], "msg": "malformed JSON: duplicate key 'decision'", "type": "json_invalid"}
+    ]
+    status, body = await api.call("POST", url, {"decision": "deny"})  # still unanswered
+    assert status == 200 and body["decision"] == "deny", body
     await api.call("POST", f"/sessions/{sid}/turns/{turn_id}/cancel")
 
 
@@ -985,7 +994,17 @@ async def test_bad_bodies_are_400_with_loc_and_no_echo(
 async def test_a_lone_surrogate_in_a_turn_is_400_and_the_session_goes_on(
     api: Api, workspace: Path
 ) -> None:
-    """JSON may escape a lone surrogate; it cannot be stored or sent as UTF-8 (it was a 500)."""
+    """JSON may escape a lone surrogate; it cannot be stored or sent as UTF-8 (it was a 500).
+    A key given twice is refused too, never last-wins."""
+    twice = f'{{"workspace_path": "/nonexistent", "workspace_path": "{workspace}"}}'.encode()
+    async with api.http.post(
+        "/sessions", data=twice, headers={"Content-Type": "application/json"}
+    ) as r:
+        assert r.status == 400
+        body = await r.json()
+    assert body["error"]["details"]["errors"][0]["msg"] == (
+        "malformed JSON: duplicate key 'workspace_path'"
+    )
     sid = (await api.create_session(workspace))["id"]
     raw = b'{"content": [{"type": "text", "text": "bad \\ud800 text"}]}'
     async with api.http.post(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from typing import Any
 
 from pydantic_core import from_json
@@ -18,13 +19,38 @@ def parse_client_json(text: str) -> Any:
 
     Stricter than `json.loads` where it matters downstream: an escaped lone surrogate cannot be
     stored or sent as UTF-8, and NaN, Infinity or a number overflowing to infinity (`1e999`)
-    cannot be written back as JSON, so one stored value would break every later read. Raises
-    ValueError for all of them.
+    cannot be written back as JSON, so one stored value would break every later read; nesting
+    deeper than `from_json`'s limit (about 200 levels) is refused before anything recurses
+    into it. A key given twice in one object is refused too, never last-wins: which of two
+    answers (`"decision": "deny", "decision": "allow"`) a client meant is not ours to guess,
+    as in YAML config (metis/core/config/yaml_source.py). Raises ValueError for all of them.
     """
     value = from_json(text, allow_inf_nan=False)
     if _HUGE_EXPONENT.search(text) and _has_non_finite(value):
         raise ValueError("a number is out of range")
+    if isinstance(value, (dict, list)):  # only containers hold objects
+        _KEYS_CHECK.decode(text)
     return value
+
+
+# The most of a repeated key a refusal quotes: it names the key, and stays small.
+_QUOTED_KEY_CHARS = 64
+
+
+def _refuse_repeated_keys(pairs: list[tuple[str, Any]]) -> None:
+    """The second pass's `object_pairs_hook`: it sees every key of each object, which
+    `from_json` (last one wins) does not. It builds nothing: the value is `from_json`'s.
+
+    Two passes cost less than one `json.loads` with this hook plus the checks `from_json`
+    makes (docs/decisions.md, "Duplicate JSON keys")."""
+    if len(dict(pairs)) < len(pairs):
+        key = next(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
+        if len(key) > _QUOTED_KEY_CHARS:
+            key = key[:_QUOTED_KEY_CHARS] + "…"
+        raise ValueError(f"duplicate key {key!r}")
+
+
+_KEYS_CHECK = json.JSONDecoder(object_pairs_hook=_refuse_repeated_keys)
 
 
 def _has_non_finite(value: Any) -> bool:

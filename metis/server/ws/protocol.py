@@ -202,8 +202,8 @@ def parse_frame(text: str) -> dict[str, Any]:
     """A client text frame: a JSON object with a string `type`, else ProtocolViolation."""
     try:
         frame = parse_client_json(text)
-    except ValueError:
-        raise ProtocolViolation("frame is not JSON") from None
+    except ValueError as exc:  # what is wrong with it, e.g. `duplicate key 'type'`
+        raise ProtocolViolation(f"frame is not JSON: {exc}") from None
     if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
         raise ProtocolViolation("frame is not a JSON object with a string type")
     return frame

@@ -316,3 +316,18 @@ def test_client_json_is_rfc_8259_and_round_trips() -> None:
     for bad in ("NaN", "[Infinity]", '{"a": 1e999}', "[-1E+400]", '"\\ud800"'):
         with pytest.raises(ValueError):
             parse_client_json(bad)
+
+
+def test_client_json_refuses_a_key_given_twice_at_any_depth() -> None:
+    """Never last-wins (a second `"decision"` once overrode the first); the refusal names the
+    key, cut short when long. The same key in different objects is no repeat."""
+    assert parse_client_json('[{"a": 1}, {"a": {"a": 2}}]') == [{"a": 1}, {"a": {"a": 2}}]
+    for text, key in (
+        ('{"decision": "deny", "decision": "allow"}', "'decision'"),
+        ('[{"x": {"trust": false, "y": 1, "trust": true}}]', "'trust'"),
+        ('{"a": 1, "\\u0061": 2}', "'a'"),  # the same key, escaped
+        (f'{{"{"k" * 100}": 1, "{"k" * 100}": 2}}', "'" + "k" * 64 + "…'"),
+    ):
+        with pytest.raises(ValueError) as refused:
+            parse_client_json(text)
+        assert str(refused.value) == f"duplicate key {key}", text

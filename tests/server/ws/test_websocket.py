@@ -333,6 +333,13 @@ async def test_second_subscribe_and_non_json_are_protocol_errors(api: Api, sid: 
         await client.ws.send_str(bad)
         closed = await client.closed()
         assert closed.code == 1008 and closed.reason["code"] == "protocol_error", bad
+    client, _ = await Ws.subscribed(api, sid)
+    await client.ws.send_str('{"type": "cancel", "type": "ping", "nonce": "n"}')
+    closed = await client.closed()
+    assert closed.code == 1008 and closed.reason == {
+        "code": "protocol_error",
+        "message": "frame is not JSON: duplicate key 'type'",
+    }
 
 
 async def test_binary_frame_is_1003_and_oversized_frame_is_1009(api: Api, sid: str) -> None:
