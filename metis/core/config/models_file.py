@@ -287,19 +287,20 @@ def _parse_models(
         body = check.mapping(item, path, position(items, index))
         if body is None:
             continue
-        entry = _parse_model(check, body, path, providers, ids, seen_aliases)
-        if entry is None:
-            continue
-        if entry.id in seen_ids:
+        # the id as written, recorded before the entry is parsed: an entry with other errors
+        # still claims its id, so a later duplicate of it is reported in the same pass
+        raw_id = body.get("id")
+        first = seen_ids.setdefault(raw_id, index) if isinstance(raw_id, str) and raw_id else index
+        if first != index:
             check.error(
                 "duplicate_model",
                 join(path, "id"),
                 position(body, "id"),
-                f"{join(path, 'id')}: duplicate model id '{entry.id}' (first at models[{seen_ids[entry.id]}])",
+                f"{join(path, 'id')}: duplicate model id '{raw_id}' (first at models[{first}])",
             )
-            continue
-        seen_ids[entry.id] = index
-        entries.append(entry)
+        entry = _parse_model(check, body, path, providers, ids, seen_aliases)
+        if entry is not None and first == index:
+            entries.append(entry)
     if SCRIPTED_MODEL_ID not in seen_ids:
         entries.append(_scripted_entry((), None))
     return entries
