@@ -33,6 +33,7 @@ from metis.core.canonical.tools import ToolDefinition
 from metis.core.canonical.usage import TokenUsage
 from metis.core.models.types import ProviderConfig
 from metis.core.providers.base import LLMRequest, LLMResult, StopReason, StreamEvent
+from metis.core.providers.connection import Endpoint, network_error
 from metis.core.providers.errors import (
     ErrorClass,
     ProviderError,
@@ -511,9 +512,10 @@ def _status_error(
 
 
 def classify(
-    exc: BaseException, *, provider: str, model: str, secret: str | None = None
+    exc: BaseException, *, endpoint: Endpoint, model: str, secret: str | None = None
 ) -> ProviderError:
-    """An SDK or transport exception → `ProviderError`."""
+    """An SDK or transport exception → `ProviderError` (of `endpoint`'s provider)."""
+    provider = endpoint.provider
     if isinstance(exc, ProviderError):
         return exc
     if isinstance(exc, anthropic.APIStatusError):
@@ -528,8 +530,7 @@ def classify(
     if isinstance(exc, StreamErrorEvent):
         return _status_error(200, exc.body, None, provider=provider, model=model, secret=secret)
     if isinstance(exc, anthropic.APIConnectionError):  # includes APITimeoutError
-        kind = "timed out" if isinstance(exc, anthropic.APITimeoutError) else "connection failed"
-        return ProviderError("network", f"anthropic {kind}", provider=provider, model=model)
+        return network_error(exc, endpoint=endpoint, model=model)
     if isinstance(exc, anthropic.APIResponseValidationError) or is_malformed_error(exc):
         return ProviderError(
             "server_error",
@@ -538,12 +539,7 @@ def classify(
             model=model,
         )
     if is_transport_error(exc):
-        return ProviderError(
-            "network",
-            f"anthropic connection error ({type(exc).__name__})",
-            provider=provider,
-            model=model,
-        )
+        return network_error(exc, endpoint=endpoint, model=model)
     return internal_error(exc, provider=provider, model=model)
 
 
@@ -601,6 +597,7 @@ class AnthropicAdapter:
         self._history = HistoryEncoder()
         self._tools = ToolsEncoder()
         self._client = anthropic.AsyncAnthropic(**sdk_client_options(anthropic, provider))
+        self._endpoint = Endpoint.of(provider, self._client.base_url)
 
     # CallSpec -------------------------------------------------------------------------------
 
@@ -617,7 +614,7 @@ class AnthropicAdapter:
         return AnthropicTranslator(req, builder, self.provider_name)
 
     def classify(self, exc: BaseException, req: LLMRequest) -> ProviderError:
-        return classify(exc, provider=self.provider_name, model=req.model, secret=self._secret)
+        return classify(exc, endpoint=self._endpoint, model=req.model, secret=self._secret)
 
     async def _create(self, req: LLMRequest) -> anthropic.types.Message:
         body = self._body(req, stream=False)

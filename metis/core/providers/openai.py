@@ -32,6 +32,7 @@ from metis.core.canonical.tools import ToolDefinition
 from metis.core.canonical.usage import TokenUsage
 from metis.core.models.types import ProviderConfig
 from metis.core.providers.base import LLMRequest, LLMResult, StopReason, StreamEvent
+from metis.core.providers.connection import Endpoint, network_error
 from metis.core.providers.errors import (
     ErrorClass,
     ProviderError,
@@ -500,9 +501,10 @@ def _stream_error_class(etype: str | None, code: str | None, message: str) -> Er
 
 
 def classify(
-    exc: BaseException, *, provider: str, model: str, secret: str | None = None
+    exc: BaseException, *, endpoint: Endpoint, model: str, secret: str | None = None
 ) -> ProviderError:
-    """An SDK or transport exception → `ProviderError`."""
+    """An SDK or transport exception → `ProviderError` (of `endpoint`'s provider)."""
+    provider = endpoint.provider
     if isinstance(exc, ProviderError):
         return exc
     if isinstance(exc, openai.APIStatusError):
@@ -527,8 +529,7 @@ def classify(
             retry_after_s=retry_after,
         )
     if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
-        kind = "timed out" if isinstance(exc, openai.APITimeoutError) else "connection failed"
-        return ProviderError("network", f"openai {kind}", provider=provider, model=model)
+        return network_error(exc, endpoint=endpoint, model=model)
     if isinstance(exc, openai.APIResponseValidationError) or is_malformed_error(exc):
         return ProviderError(
             "server_error",
@@ -549,12 +550,7 @@ def classify(
             provider_error=code or etype,
         )
     if is_transport_error(exc):
-        return ProviderError(
-            "network",
-            f"openai connection error ({type(exc).__name__})",
-            provider=provider,
-            model=model,
-        )
+        return network_error(exc, endpoint=endpoint, model=model)
     return internal_error(exc, provider=provider, model=model)
 
 
@@ -629,6 +625,7 @@ class OpenAIAdapter:
         self._tools = ToolsEncoder()
         self._secret = provider.api_key
         self._client = openai.AsyncOpenAI(**sdk_client_options(openai, provider))
+        self._endpoint = Endpoint.of(provider, self._client.base_url)
 
     # CallSpec -------------------------------------------------------------------------------
 
@@ -645,7 +642,7 @@ class OpenAIAdapter:
         return OpenAITranslator(req, builder, self.provider_name)
 
     def classify(self, exc: BaseException, req: LLMRequest) -> ProviderError:
-        return classify(exc, provider=self.provider_name, model=req.model, secret=self._secret)
+        return classify(exc, endpoint=self._endpoint, model=req.model, secret=self._secret)
 
     async def _create(self, req: LLMRequest) -> ChatCompletion:
         body = self._body(req, stream=False)

@@ -12,12 +12,14 @@ import pytest
 from metis.core.models.types import ProviderConfig
 from metis.core.providers import ProviderError, RetryPolicy, build_adapter
 from metis.core.providers.anthropic import classify as classify_anthropic
+from metis.core.providers.connection import Endpoint
 from metis.core.providers.errors import parse_retry_after
 from metis.core.providers.openai import classify as classify_openai
 from metis.testing import FakeProviderServer, FakeReply
 from tests.core.providers.provider_kit import APIS, KEYS, FakeSleep, collect, request, user
 
 RETRYABLE = {"rate_limit", "server_error", "network"}
+ENDPOINT = Endpoint("p", "127.0.0.1:1", connect_timeout_s=1.0, read_timeout_s=1.0)
 
 ANTHROPIC_ROWS = [
     (400, "invalid_request_error", None, "messages: bad field", "invalid_request"),
@@ -183,7 +185,7 @@ def test_unexpected_exceptions_become_other_with_a_logged_traceback(
             try:
                 {}["boom"]
             except KeyError as exc:
-                error = classify(exc, provider="p", model="p:m")
+                error = classify(exc, endpoint=ENDPOINT, model="p:m")
             assert error.error_class == "other"
             assert error.message == "internal adapter error: KeyError"
     assert "Traceback" in caplog.text
