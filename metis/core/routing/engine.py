@@ -33,8 +33,12 @@ STICKY = "manual_sticky"
 RULE = "rule"
 WORKSPACE_DEFAULT = "workspace_default"
 GLOBAL_DEFAULT = "global_default"
+REGISTRY_DEFAULT = "registry_default"
 OFFLINE_FALLBACK = "offline_fallback"
 _MODES = {OVERRIDE: "override", STICKY: "manual", RULE: "rule"}
+# The event catalog names no policy for the registry's default (the first configured model): its
+# entries are recorded as `global_default`, their reason telling the two apart.
+_RECORDED_AS = {REGISTRY_DEFAULT: GLOBAL_DEFAULT}
 
 
 class PolicySource(Protocol):
@@ -302,6 +306,7 @@ _NO_SCOPE = ChainEntry(WORKSPACE_DEFAULT, "not_applicable", "no workspace scope"
 _NO_SCOPE_DEFAULT = ChainEntry(
     WORKSPACE_DEFAULT, "not_applicable", "workspace scope has no default"
 )
+_FLOOR = "registry default (first configured model)"
 _SLOT_REASONS = {
     OVERRIDE: "per-message override",
     STICKY: "session's active model",
@@ -412,14 +417,22 @@ class _Walk:
         return map(rules.__getitem__, chain(self.facts))
 
     def defaults(self) -> list[tuple[str, str | None]]:
-        """(slot, candidate) of the default slots; computed once per walk."""
+        """(slot, candidate) of the default slots; computed once per walk.
+
+        The registry's default follows a set global_default as a slot of its own, so a
+        global_default that cannot serve the turn (its provider has no key, say) falls through
+        to the first configured model instead of failing a turn another model could serve.
+        """
         if self._defaults is None:
-            engine = self.engine
+            registry = self.engine.registry
+            chosen, floor = self.policy.global_default, registry.default_model()
             self._defaults = [
                 (WORKSPACE_DEFAULT, self.scope.default if self.scope is not None else None),
-                (GLOBAL_DEFAULT, self.policy.global_default or engine.registry.default_model()),
+                (GLOBAL_DEFAULT, chosen or floor),
             ]
-            if engine.registry.offline_mode:
+            if chosen and floor is not None and floor != chosen:
+                self._defaults.append((REGISTRY_DEFAULT, floor))
+            if registry.offline_mode:
                 self._defaults.append((OFFLINE_FALLBACK, SCRIPTED_MODEL_ID))
         return self._defaults
 
@@ -455,12 +468,13 @@ class _Walk:
         """Validate a one-candidate slot, record its entry, return the failure (or None)."""
         failure, unavailable = self.validate(model)
         reason = self.slot_reason(slot)
+        policy = _RECORDED_AS.get(slot, slot)
         if failure is None:
-            self.chain.append(ChainEntry(slot, "chose", reason, model))
+            self.chain.append(ChainEntry(policy, "chose", reason, model))
         else:
             self.chain.append(
                 ChainEntry(
-                    slot,
+                    policy,
                     "rejected",
                     f"{reason}: {model} rejected ({failure})",
                     model,
@@ -469,7 +483,7 @@ class _Walk:
                     unavailable,
                 )
             )
-            self.tried.append(TriedCandidate(model, slot, None, failure, unavailable))
+            self.tried.append(TriedCandidate(model, policy, None, failure, unavailable))
         return failure
 
     def not_applicable(self, slot: str) -> ChainEntry:
@@ -480,11 +494,19 @@ class _Walk:
     def slot_reason(self, slot: str) -> str:
         if slot == WORKSPACE_DEFAULT and self.scope is not None:
             return f"default of workspace {self.scope.path}"
-        if slot == GLOBAL_DEFAULT:
-            if self.policy.global_default:
-                return "global_default"
-            return "registry default (first configured model)"
+        if slot == GLOBAL_DEFAULT and self.policy.global_default:
+            return "global_default"
+        if slot in (GLOBAL_DEFAULT, REGISTRY_DEFAULT):
+            return self.registry_default_reason()
         return _SLOT_REASONS.get(slot, slot)
+
+    def registry_default_reason(self) -> str:
+        """Why the registry's default is a candidate: no global_default, or the one set was
+        rejected (only then is its slot reached), named with the reason."""
+        chosen = self.policy.global_default
+        if not chosen:
+            return _FLOOR
+        return f"{_FLOOR}, as global_default {chosen} was rejected ({self.validate(chosen)[0]})"
 
 
 class RoutingEngine:
@@ -559,7 +581,8 @@ class RoutingEngine:
         scope = policy.scope_for(workspace_path)
         candidates = [
             scope.default if scope else None,
-            policy.global_default or self.registry.default_model(),
+            policy.global_default,
+            self.registry.default_model(),
             SCRIPTED_MODEL_ID if self.registry.offline_mode else None,
         ]
         for candidate in candidates:

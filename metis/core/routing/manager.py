@@ -298,6 +298,8 @@ class PolicyManager:
         self.using_last_known_good = source == "last_known_good"
         self._loaded_once = True
         log.info("routing policy %s loaded from %s (%s)", policy.version[:12], source, reason)
+        if policy.version != previous:
+            self._warn_unconfigured_default(policy)
         self._emit(
             "routing.policy_loaded",
             {
@@ -308,6 +310,23 @@ class PolicyManager:
                 "reason": reason,
                 "warnings": list(self.warnings),
             },
+        )
+
+    def _warn_unconfigured_default(self, policy: Policy) -> None:
+        """One WARNING in the log when a policy coming into force names an unconfigured
+        global_default: its warnings are only reported through the API, and every turn no rule
+        picks then goes to another model (or fails) with nothing said where an operator looks."""
+        chosen = policy.global_default
+        why = self.registry.not_configured_reason(chosen) if chosen else None
+        if chosen is None or why is None:
+            return
+        floor = self.registry.default_model()
+        instead = f"go to {floor}, the first configured model" if floor else "find no model"
+        log.warning(
+            "global_default %s is not configured (%s); turns no rule picks %s",
+            chosen,
+            why,
+            instead,
         )
 
     def _report_invalid(

@@ -109,6 +109,35 @@ def test_global_default_then_the_registry_floor(make_engine: Build) -> None:
     assert floor.chain[-1].reason == "registry default (first configured model)"
 
 
+def test_a_rejected_global_default_falls_through_to_the_registry_default() -> None:
+    """global_default names a model whose provider has no key: the turn goes to the first
+    configured model, and the chain says why."""
+    registry = make_registry({"OPENAI_API_KEY": "k"})
+    engine = RoutingEngine(
+        registry, _static(registry, "global_default: sonnet\n"), Availability(registry)
+    )
+    decision = engine.decide(make_ctx())
+    assert decision.chosen_model == "openai:gpt-5"
+    assert slots(decision)[-2:] == [("global_default", "rejected"), ("global_default", "chose")]
+    assert decision.chain[-2].validation_failure == "not_configured"
+    assert decision.chain[-1].reason == (
+        "registry default (first configured model), as global_default anthropic:sonnet was "
+        "rejected (not_configured)"
+    )
+    assert decision.routing_metadata()["mode"] == "default"  # type: ignore[index]
+    assert engine.default_model_for("/x") == "openai:gpt-5"
+
+
+def test_the_registry_default_is_a_fallback_of_a_global_default(make_engine: Build) -> None:
+    """A turn on global_default fails over to the registry's default, never to the same model
+    twice."""
+    assert make_engine("global_default: opus\n").decide(make_ctx()).fallbacks == (
+        "anthropic:sonnet",
+    )
+    same = make_engine("global_default: sonnet\n").decide(make_ctx())
+    assert same.chosen_model == "anthropic:sonnet" and same.fallbacks == ()
+
+
 def test_offline_mode_picks_the_scripted_model() -> None:
     registry = make_registry({})
     engine = RoutingEngine(registry, _static(registry, ""), Availability(registry))
@@ -401,7 +430,11 @@ def test_no_candidate_lists_every_rejection_in_chain_order(
         "no model can serve this turn; tried: anthropic:opus (provider_unavailable: "
         "anthropic refused the key from $ANTHROPIC_API_KEY (HTTP 401): the provider refused "
         "this key; set a valid key in ANTHROPIC_API_KEY and restart the daemon; routing tries "
-        "it again after 2026-05-08T12:05:00.000000Z), openai:gpt-5 (not_configured)"
+        "it again after 2026-05-08T12:05:00.000000Z), openai:gpt-5 (not_configured), "
+        "anthropic:sonnet (provider_unavailable: anthropic refused the key from "
+        "$ANTHROPIC_API_KEY (HTTP 401): the provider refused this key; set a valid key in "
+        "ANTHROPIC_API_KEY and restart the daemon; routing tries it again after "
+        "2026-05-08T12:05:00.000000Z)"
     )
     assert error.details == {
         "tried": [
@@ -426,6 +459,18 @@ def test_no_candidate_lists_every_rejection_in_chain_order(
                 "unavailable_reason": None,
                 "message": None,
                 "recovers_at": None,
+            },
+            {  # the registry's default, after the rejected global_default
+                "model": "anthropic:sonnet",
+                "policy": "global_default",
+                "rule_name": None,
+                "reason": "provider_unavailable",
+                "unavailable_scope": "provider",
+                "unavailable_reason": "auth_error",
+                "message": "anthropic refused the key from $ANTHROPIC_API_KEY (HTTP 401): the "
+                "provider refused this key; set a valid key in ANTHROPIC_API_KEY and restart "
+                "the daemon",
+                "recovers_at": "2026-05-08T12:05:00.000000Z",
             },
         ],
         "alternative_providers_configured": [],

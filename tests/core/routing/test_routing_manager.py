@@ -16,7 +16,7 @@ from metis.core.routing.availability import Availability
 from metis.core.routing.engine import RoutingEngine
 from metis.core.routing.loader import EMPTY_POLICY_VERSION
 from metis.core.routing.manager import PolicyManager
-from tests.core.routing.routing_kit import EventLog, ManualClock, make_ctx
+from tests.core.routing.routing_kit import EventLog, ManualClock, make_ctx, make_registry
 
 GOOD = b"schema_version: 1\nglobal_default: haiku\n"
 GOOD2 = b"schema_version: 1\nglobal_default: opus\n"
@@ -89,6 +89,22 @@ async def wait_for(condition: Callable[[], bool], timeout: float = 2.0) -> None:
 
 
 # ---- start-up ----------------------------------------------------------------------------------
+
+
+async def test_an_unconfigured_global_default_is_one_warning_in_the_log(
+    home: Path, shipped: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The policy's warnings reach the API only; the log says once (not at every reload of the
+    same version) that global_default's turns go to another model."""
+    (home / "routing.yaml").write_bytes(GOOD)  # haiku: anthropic, whose key is unset
+    manager = PolicyManager(make_registry({"OPENAI_API_KEY": "k"}), home=home, shipped_path=shipped)
+    await manager.start()
+    await manager.reload("api")
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warned == [
+        "global_default anthropic:haiku is not configured (no_credentials); turns no rule "
+        "picks go to openai:gpt-5, the first configured model"
+    ]
 
 
 async def test_startup_loads_a_valid_user_file_and_persists_it_as_lkg(
