@@ -255,6 +255,7 @@ class RoutingProviderUnavailable(Payload):
         "network_burst",
         "multi_model_failures",
         "probation_failure",
+        "retry_after",
     ]
     since: str
     message: str | None = None  # why, in words (a refused key names its variable, never the key)
@@ -289,10 +290,12 @@ class _Quartet(Payload):
 
 
 class LlmCallStarted(_LlmCall):
-    """`llm.call_started`: one request (one attempt) to a provider."""
+    """`llm.call_started`: one request (one attempt) to a provider; `failover_from` names the model
+    whose failed first call of the turn this one takes over (the turn failed over), else null."""
 
     estimated_input_tokens: int
     max_output_tokens: int
+    failover_from: str | None = None
 
 
 class LlmCallCompleted(_LlmCall, _Quartet):
@@ -309,13 +312,15 @@ class LlmCallCompleted(_LlmCall, _Quartet):
 
 
 class LlmCallFailed(_LlmCall, _Quartet):
-    """`llm.call_failed`: an attempt that failed, classified, and whether it will be retried."""
+    """`llm.call_failed`: an attempt that failed, classified, whether it will be retried and, if
+    so, in how many seconds (the provider's `retry-after`, else the back-off)."""
 
     error_class: LlmErrorClass
     message: str
     provider_status: int | None
     retryable: bool
     will_retry: bool
+    retry_in_s: float | None = None
     latency_ms: int
     cost_usd: DecimalStr = Decimal(0)
     pricing_version: str
