@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, TypeVar, get_args, get_origin
 
 from aiohttp import web
@@ -44,9 +45,12 @@ def _pydantic_errors(exc: ValidationError, where: str) -> list[dict[str, Any]]:
 
 
 def validation_error(
-    errors: list[dict[str, Any]], message: str = "request validation failed"
+    errors: list[dict[str, Any]],
+    message: str = "request validation failed",
+    *,
+    headers: dict[str, str] | None = None,
 ) -> ApiError:
-    return ApiError("validation_error", message, {"errors": errors})
+    return ApiError("validation_error", message, {"errors": errors}, headers=headers)
 
 
 def page_limit(requested: int | None, size: PageSize) -> int:
@@ -123,7 +127,8 @@ _QUERY_INT = re.compile(r"-?[0-9]+")
 
 
 def parse_query(request: web.Request, model: type[M]) -> M:
-    """Known parameters only; repeated, unparseable or out-of-range ones → 400 (never clamped)."""
+    """The route's parameters; repeated, unparseable or out-of-range ones → 400 (never clamped).
+    Unknown ones never get here: the middleware refused them (`refuse_undeclared`)."""
     data: dict[str, Any] = {}
     errors: list[dict[str, Any]] = []
     for name, info in model.model_fields.items():
@@ -157,3 +162,55 @@ def parse_query(request: web.Request, model: type[M]) -> M:
         return model.model_validate(data)
     except ValidationError as exc:
         raise validation_error(_pydantic_errors(exc, "query")) from None
+
+
+# What a WebSocket upgrade reads from its query: the attach token (metis/server/ws/handshake.py).
+_UPGRADE_QUERY = frozenset({"attach"})
+
+
+@cache
+def _query_names(model: type[BaseModel] | None) -> frozenset[str]:
+    """The parameters a query model reads, by the names `parse_query` looks them up by."""
+    if model is None:
+        return frozenset()
+    return frozenset(info.alias or name for name, info in model.model_fields.items())
+
+
+def has_body(request: web.Request) -> bool:
+    """Whether the request announces a body: a non-zero length, or chunks to come."""
+    chunked = request.headers.get("Transfer-Encoding", "").lower() == "chunked"
+    return (request.content_length or 0) > 0 or chunked
+
+
+def refuse_undeclared(request: web.Request, spec: RouteSpec, *, query: bool = True) -> None:
+    """400 `validation_error` for what a route would ignore: a query parameter it does not
+    declare (`query=False`: the query is not checked) and a body on a route that takes none.
+
+    Ignored, they looked accepted (`DELETE …?purged=true`, or with a `{"purge": true}` body,
+    ended a session instead of erasing it); they are refused as unknown body fields are
+    (`extra_forbidden`). A refused body is left unread, so the connection is closed after.
+    """
+    errors: list[dict[str, Any]] = []
+    if query and request.query_string:
+        errors += _unknown_parameters(request, spec)
+    body = spec.body == "none" and has_body(request)
+    if body:
+        errors.append(
+            {"loc": ["body"], "msg": "this route takes no body", "type": "extra_forbidden"}
+        )
+    if errors:
+        raise validation_error(errors, headers={"Connection": "close"} if body else None)
+
+
+def _unknown_parameters(request: web.Request, spec: RouteSpec) -> list[dict[str, Any]]:
+    known = _query_names(spec.query_model) | (_UPGRADE_QUERY if spec.websocket else frozenset())
+    said = f"this route takes {', '.join(sorted(known))}" if known else "this route takes none"
+    return [
+        {
+            "loc": ["query", name],
+            "msg": f"unknown query parameter; {said}",
+            "type": "extra_forbidden",
+        }
+        for name in dict.fromkeys(request.query)
+        if name not in known
+    ]

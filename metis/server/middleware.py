@@ -1,7 +1,9 @@
 """Request guards in their precedence order (docs/api.md), the error envelope, and access logs.
 
 Order: host_not_allowed → service_shutting_down → unauthorized → route_not_found /
-method_not_allowed → origin_not_allowed → payload_too_large → unsupported_media_type → (handler: validation_error …).
+method_not_allowed → origin_not_allowed → payload_too_large → unsupported_media_type →
+validation_error of what the route does not read (an undeclared query parameter, a body on a
+route taking none) → (handler: validation_error …).
 A refused request reaches no handler, so it writes no row and no event. `unauthorized` comes
 before routing, so a client without the key learns nothing about which paths exist.
 
@@ -19,11 +21,12 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from metis.core.errors import DomainError
-from metis.dashboard.routes import not_found_page
+from metis.dashboard.routes import index, not_found_page, static
 from metis.http.errors import error_response
-from metis.http.routes import STATE_CHANGING_METHODS, loopback_origins, spec_of
+from metis.http.routes import STATE_CHANGING_METHODS, RouteSpec, loopback_origins, spec_of
 from metis.server.auth import CHALLENGE, Credential
 from metis.server.errors import ApiError, from_domain
+from metis.server.http import has_body, refuse_undeclared
 from metis.server.state import STATE_KEY, ServerState
 
 log = logging.getLogger("metis.access")
@@ -31,6 +34,10 @@ errlog = logging.getLogger(__name__)
 
 # Mounted sub-apps that run their own request pipeline.
 SELF_GUARDED_KEY = web.AppKey("metis.self_guarded_apps", tuple)
+
+# The dashboard's page and files: their query is not checked, as a web server's files' is not
+# (a cache buster or a link's tracking parameter is no mistake made against the API).
+_PAGES = (index, static)
 
 
 def _self_guarded(request: web.Request) -> bool:
@@ -127,16 +134,22 @@ def _check_preconditions(request: web.Request, state: ServerState) -> None:
             {"origin": origin},
         )
     spec = spec_of(request)
-    if spec is None or spec.body == "none":
+    if spec is None:
         return
+    if spec.body != "none":
+        _check_body_head(request, state, spec)
+    refuse_undeclared(request, spec, query=spec.handler not in _PAGES)
+
+
+def _check_body_head(request: web.Request, state: ServerState, spec: RouteSpec) -> None:
+    """What the head says of the body of a route that takes one: its size and media type."""
     max_bytes = state.settings.limits.max_request_bytes
     length = request.content_length
     if length is not None and length > max_bytes:
         raise ApiError(
             "payload_too_large", f"body exceeds {max_bytes} bytes", {"max_bytes": max_bytes}
         )
-    present = (length or 0) > 0 or request.headers.get("Transfer-Encoding", "").lower() == "chunked"
-    if present or spec.body == "required":
+    if has_body(request) or spec.body == "required":
         content_type = request.headers.get("Content-Type")
         if content_type is None or request.content_type.lower() != "application/json":
             raise ApiError(

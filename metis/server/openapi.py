@@ -80,11 +80,12 @@ def _operation(spec: RouteSpec, components: dict[str, Any]) -> dict[str, Any]:
                 *(("unauthorized",) if spec.needs_key else ()),
                 *(("origin_not_allowed",) if spec.origin_checked else ()),
                 *(_WITH_BODY if spec.body != "none" else ()),
+                # every route refuses a query parameter it does not declare, and a body when
+                # it takes none (`refuse_undeclared` in metis/server/http.py)
+                "validation_error",
             )
         )
     )
-    if spec.query_model is not None and "validation_error" not in codes:
-        codes.append("validation_error")
     op: dict[str, Any] = {"summary": spec.summary, "tags": [spec.tag], "responses": {}}
     # public routes and the WebSocket upgrade (authorised by its attach token) need no key
     op["security"] = [{SECURITY_SCHEME: []}] if spec.needs_key else []

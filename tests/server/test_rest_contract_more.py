@@ -773,7 +773,31 @@ async def test_a_bad_messages_query_on_an_unknown_session_is_400_first(
     for query, loc in (
         ({"limit": "0"}, ["query", "limit"]),
         ({"before": "nope"}, ["query", "before"]),
+        ({"limit": "5", "bogus": "1"}, ["query", "bogus"]),
     ):
         status, body = await client.call("GET", f"/sessions/{NEVER}/messages", params=query)
         details = assert_error(status, body, 400, "validation_error")
         assert details["errors"][0]["loc"] == loc
+
+
+async def test_a_query_parameter_no_route_declares_is_400_but_pages_and_aap_ignore_theirs(
+    api: tuple[Daemon, Api],
+) -> None:
+    """Unknown parameters were ignored (`GET /sessions?bogus=1` answered 200). Refused on
+    every metis route, with or without a query model, the WebSocket upgrade too; each named
+    once. The dashboard's page and files, and AAP's routes, keep ignoring theirs."""
+    _, client = api
+    for path, params, msg in (
+        ("/sessions", [("bogus", "1"), ("bogus", "2"), ("x", "")], "this route takes cursor, "),
+        ("/health", [("verbose", "1")], "this route takes none"),
+        (f"/sessions/{NEVER}/stream", [("attach", "t"), ("since", "x")], "this route takes attach"),
+        ("/login", [("token", "t"), ("next", "/")], "this route takes token"),
+    ):
+        status, body = await client.call("GET", path, params=params)
+        errors = assert_error(status, body, 400, "validation_error")["errors"]
+        unknown = [name for name, _ in params if name not in ("token", "attach")]
+        assert [e["loc"] for e in errors] == [["query", n] for n in dict.fromkeys(unknown)], body
+        assert all(e["msg"].startswith(f"unknown query parameter; {msg}") for e in errors), body
+    for path in ("/?v=1", "/static/js/api.js?v=2", "/aap/sessions?bogus=1", "/aap/v1/meta?x=1"):
+        status, _ = await client.call("GET", path)
+        assert status == 200, path

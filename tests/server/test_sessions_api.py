@@ -736,6 +736,23 @@ async def test_purge_removes_every_row_and_records_session_purged(
 ) -> None:
     sid = (await api.create_session(workspace))["id"]
     await api.run_turn(sid, "use server tool")
+    # a mistyped parameter or the purge sent as a body once ended the session instead: refused
+    status, body = await api.call("DELETE", f"/sessions/{sid}", params={"purged": "true"})
+    assert status == 400 and body["error"]["details"]["errors"] == [
+        {
+            "loc": ["query", "purged"],
+            "msg": "unknown query parameter; this route takes purge",
+            "type": "extra_forbidden",
+        }
+    ]
+    async with api.http.delete(f"/sessions/{sid}", json={"purge": True}) as r:
+        assert r.status == 400 and r.headers["Connection"] == "close"
+        error = (await r.json())["error"]
+    assert error["details"]["errors"] == [
+        {"loc": ["body"], "msg": "this route takes no body", "type": "extra_forbidden"}
+    ]
+    _, got = await api.call("GET", f"/sessions/{sid}")
+    assert got["ended_at"] is None
     status, body = await api.call("DELETE", f"/sessions/{sid}", params={"purge": "true"})
     assert status == 200 and body["deleted"]["messages"] >= 4
     for table, column in (
