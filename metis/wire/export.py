@@ -14,27 +14,36 @@ below the turn's and a code fence it left open (a reply cut off mid-block) close
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from typing import Any
-
-from markdown_it import MarkdownIt
-from markdown_it.token import Token
+from typing import TYPE_CHECKING, Any
 
 from metis.wire import tooldisplay
 from metis.wire.counts import counted
 from metis.wire.messages import text_of, tool_result_text
 
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
+    from markdown_it.token import Token
+
 TURN_END = ("turn.completed", "turn.cancelled", "turn.failed")
 FORMATS = {"md": "text/markdown", "json": "application/json"}
 """Export formats and their media types."""
 
-_BLOCKS = MarkdownIt("commonmark").disable(["inline", "text_join"])
-"""A reply's block structure only (its inline Markdown is not needed): ~40% faster."""
 _PROBE = "metis-export-probe"
 """A paragraph put after a reply's text to see whether the text leaves a block open."""
 _OWN_HEADING_LEVELS = 2
 """The export's headings: level 1 (the title) and 2 (a turn); a reply's go below them."""
+
+
+@functools.cache
+def _blocks() -> MarkdownIt:
+    """A parser of a reply's block structure only (its inline Markdown is not needed: ~40%
+    faster), made at the first export: the daemon does not import markdown-it at start-up."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").disable(["inline", "text_join"])
 
 
 def render(data: dict[str, Any], fmt: str) -> str:
@@ -144,7 +153,7 @@ def _confined(text: str) -> str:
     demoted below the export's, a code fence it leaves open closed. Text that would still take
     in what follows (an unterminated HTML block such as `<!--`) is shown verbatim, fenced."""
     lines = re.sub(r"\r\n?", "\n", text).split("\n")
-    tokens = _BLOCKS.parse("\n".join([*lines, "", _PROBE]))
+    tokens = _blocks().parse("\n".join([*lines, "", _PROBE]))
     for at in reversed(range(len(tokens))):
         if tokens[at].type == "heading_open" and tokens[at].level == 0:
             _demote(lines, tokens[at], tokens[at + 1].content)

@@ -268,7 +268,7 @@ async def test_sigterm_during_the_turn_cancels_it_and_ends_the_session_it_made(
     assert proc.returncode == 1, said
     assert "metis: terminated: cancelling the turn\n" in said and "Traceback" not in said
     assert "metis: turn cancelled · session sess_" in said and "(kept)" not in said
-    [session] = (await api_of(d).call("GET", "/sessions?state=all"))[1]["sessions"]
+    [session] = (await api_of(d).call("GET", "/sessions?status=all"))[1]["sessions"]
     _, session = await api_of(d).call("GET", f"/sessions/{session['id']}")
     assert session["current_turn_id"] is None and session["ended_at"] is not None
 
