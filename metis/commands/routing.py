@@ -2,19 +2,32 @@
 
 Uses the same validation as the daemon's reload path, so a policy that passes here loads; the
 output names file, line and column for every error and warning.
+
+Which models are configured depends on the provider keys in the daemon's environment, which a
+shell need not share (a systemd `EnvironmentFile`). So when a daemon runs on the home, the file
+is checked by it (`POST /routing/check`) against the registry its turns use; only without one
+(or with `--models`) is it checked here, with the keys this shell has, and the output says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from metis.commands import usage
-from metis.commands.daemon_client import add_home_argument
-from metis.commands.models import default_models_path, load_for_cli
+from metis.commands.client import CALL_FAILURES, DaemonApi, NotADaemon, failure_text
+from metis.commands.daemon_client import DaemonTarget, add_home_argument
+from metis.commands.models import DAEMON_TIMEOUT_S, default_models_path, load_for_cli
 from metis.config import SHIPPED_CONFIG_DIR, home_from
 from metis.core.config.checks import format_diagnostic
+from metis.core.config.yaml_source import Diagnostic
+from metis.core.errors import ConfigError
 from metis.core.routing.loader import read_policy_file
+from metis.http.apikey import existing_api_key
+from metis.server.lock import LOCK_FILE, running_url
 from metis.wire.counts import counted
 
 ROUTING_FILE = "routing.yaml"
@@ -36,14 +49,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "check",
         help="validate a routing.yaml against the model registry",
         description="Validate FILE (default: $METIS_HOME/routing.yaml, else the shipped default). "
-        "Exits 1 when the policy has errors, 2 when models.yaml itself is invalid.",
+        "The daemon running on the home checks it against the models its turns use (its "
+        "provider keys); without one, or with --models, it is checked here with the provider "
+        "keys this shell has. Exits 1 when the policy has errors, 2 when models.yaml itself is "
+        "invalid.",
     )
     check.add_argument("file", nargs="?", type=Path, default=None, help="policy to validate")
     check.add_argument(
         "--models",
         type=Path,
         default=None,
-        help="models.yaml to validate against (default: $METIS_HOME/models.yaml, else shipped)",
+        help="models.yaml to validate against, here rather than by the daemon "
+        "(default: $METIS_HOME/models.yaml, else shipped)",
     )
     add_home_argument(check)
     check.set_defaults(func=check_routing)
@@ -51,17 +68,78 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def check_routing(args: argparse.Namespace) -> int:
     home = home_from(args.home)
-    registry = load_for_cli(args.models or default_models_path(home))
+    path: Path = args.file or default_routing_path(home)
+    daemon = _home_daemon(home) if args.models is None else None
+    here = f"no daemon runs on {home}; a daemon's keys may differ"
+    if daemon is not None:
+        text = _policy_text(path)
+        if text is None:
+            here = f"the daemon at {daemon.url} is not sent a file unreadable as UTF-8 text"
+        else:
+            try:
+                return asyncio.run(_check_by_daemon(daemon, path, text))
+            except (*CALL_FAILURES, NotADaemon) as exc:
+                said = failure_text(exc, daemon.url)
+                here = f"the daemon at {daemon.url} did not check it: {said}"
+    models: Path = args.models or default_models_path(home)
+    registry = load_for_cli(models)
     if registry is None:
         return 2
-    path: Path = args.file or default_routing_path(home)
     result = read_policy_file(path, registry)
-    for diagnostic in result.diagnostics:
+    checked = f"against {models} with the provider keys this shell has"
+    if args.models is None:
+        checked += f" ({here})"
+    return _report(path, result.diagnostics, result.valid, result.version, checked)
+
+
+def _policy_text(path: Path) -> str | None:
+    """The file as text for the daemon; None when it cannot be read or is not UTF-8, which is
+    checked here (what is wrong with such a file does not depend on any key)."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _home_daemon(home: Path) -> DaemonTarget | None:
+    """The daemon running on `home` (its lock names its URL) with the key its clients send;
+    None when none runs or its key cannot be read."""
+    url = running_url(home / LOCK_FILE)
+    if url is None:
+        return None
+    try:
+        key = existing_api_key(home, os.environ.get("METIS_API_KEY") or None)
+    except ConfigError:
+        return None
+    return DaemonTarget(url, home, key)
+
+
+async def _check_by_daemon(daemon: DaemonTarget, path: Path, text: str) -> int:
+    """`POST /routing/check` with the file's text: the daemon validates it against the
+    registry its turns use, with its provider keys."""
+    async with DaemonApi(daemon.url, daemon.headers(), DAEMON_TIMEOUT_S) as api:
+        body = await api.call("POST", "/routing/check", {"policy_yaml": text})
+    diagnostics = [Diagnostic(**d) for d in body["diagnostics"]]
+    checked = f"by the daemon at {daemon.url}, against its models and provider keys"
+    return _report(path, diagnostics, body["valid"], body["version"], checked)
+
+
+def _report(
+    path: Path,
+    diagnostics: Sequence[Diagnostic],
+    valid: bool,
+    version: str,
+    checked: str,
+) -> int:
+    """Every diagnostic, what the models were checked against, then the verdict; the exit code."""
+    for diagnostic in diagnostics:
         print(format_diagnostic(path, diagnostic))
-    errors, warnings = len(result.errors), len(result.warnings)
-    verdict = "valid" if result.valid else "INVALID"
+    print(f"checked {checked}")
+    errors = sum(d.severity == "error" for d in diagnostics)
+    warnings = len(diagnostics) - errors
+    verdict = "valid" if valid else "INVALID"
     found = f"{counted(errors, 'error')}, {counted(warnings, 'warning')}"
     # the version as the daemon's log names the policy it loads; an invalid file has none
-    version = f"; version {result.version[:12]}" if result.valid else ""
-    print(f"{path}: {verdict} ({found}){version}")
-    return 0 if result.valid else 1
+    shown = f"; version {version[:12]}" if valid else ""
+    print(f"{path}: {verdict} ({found}){shown}")
+    return 0 if valid else 1
