@@ -32,18 +32,18 @@ async def test_nan_infinity_and_repeated_keys_are_invalid_json_and_nothing_is_st
         )
         reply = await aap.request("POST", "/sessions", raw=body, headers=json_type)
         assert reply.status == 400 and reply.body["error"]["code"] == "invalid_json"
-    for body, key in (
-        (b'{"agent": {"name": "zzz", "name": "metis"}}', "name"),
+    for body, said in (
+        (b'{"agent": {"name": "zzz", "name": "metis"}}', 'key "name" at line 1 column 34'),
         (
             b'{"agent": {"name": "metis", "tools": [{"name": "shell", "trust": false, '
             b'"trust": true}]}}',
-            "trust",
+            'key "trust" at line 1 column 81',
         ),
     ):
         reply = await aap.request("POST", "/sessions", raw=body, headers=json_type)
         assert reply.status == 400 and reply.body["error"] == {
             "code": "invalid_json",
-            "message": f"malformed JSON: duplicate key '{key}'",
+            "message": f"malformed JSON: Detected duplicate {said}",
             "details": {},
         }
     reply = await aap.v1.request(

@@ -556,7 +556,11 @@ async def test_confirmation_ids_wrong_turn_and_unknown_request(
         assert r.status == 400
         body = await r.json()
     assert body["error"]["details"]["errors"] == [
-        {"loc": ["body"], "msg": "malformed JSON: duplicate key 'decision'", "type": "json_invalid"}
+        {
+            "loc": ["body"],
+            "msg": 'malformed JSON: Detected duplicate key "decision" at line 1 column 33',
+            "type": "json_invalid",
+        }
     ]
     status, body = await api.call("POST", url, {"decision": "deny"})  # still unanswered
     assert status == 200 and body["decision"] == "deny", body
@@ -1020,7 +1024,7 @@ async def test_a_lone_surrogate_in_a_turn_is_400_and_the_session_goes_on(
         assert r.status == 400
         body = await r.json()
     assert body["error"]["details"]["errors"][0]["msg"] == (
-        "malformed JSON: duplicate key 'workspace_path'"
+        'malformed JSON: Detected duplicate key "workspace_path" at line 1 column 53'
     )
     sid = (await api.create_session(workspace))["id"]
     raw = b'{"content": [{"type": "text", "text": "bad \\ud800 text"}]}'

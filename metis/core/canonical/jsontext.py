@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter
 from typing import Any
 
-from pydantic_core import from_json
+import jiter
 
 # A number can only overflow to infinity with a three-digit exponent: the walk below runs
 # only for texts that have one.
@@ -20,37 +19,30 @@ def parse_client_json(text: str) -> Any:
     Stricter than `json.loads` where it matters downstream: an escaped lone surrogate cannot be
     stored or sent as UTF-8, and NaN, Infinity or a number overflowing to infinity (`1e999`)
     cannot be written back as JSON, so one stored value would break every later read; nesting
-    deeper than `from_json`'s limit (about 200 levels) is refused before anything recurses
+    deeper than the parser's limit (about 200 levels) is refused before anything recurses
     into it. A key given twice in one object is refused too, never last-wins: which of two
     answers (`"decision": "deny", "decision": "allow"`) a client meant is not ours to guess,
     as in YAML config (metis/core/config/yaml_source.py). Raises ValueError for all of them.
     """
-    value = from_json(text, allow_inf_nan=False)
+    try:
+        value = jiter.from_json(text.encode(), allow_inf_nan=False, catch_duplicate_keys=True)
+    except ValueError as exc:
+        raise ValueError(_shortened(str(exc))) from None
     if _HUGE_EXPONENT.search(text) and _has_non_finite(value):
         raise ValueError("a number is out of range")
-    if isinstance(value, (dict, list)):  # only containers hold objects
-        _KEYS_CHECK.decode(text)
     return value
 
 
-# The most of a repeated key a refusal quotes: it names the key, and stays small.
-_QUOTED_KEY_CHARS = 64
+# The most of a parser's message a refusal repeats: a repeated key is quoted in it, and a key
+# can be as long as the body.
+_MESSAGE_CHARS = 160
 
 
-def _refuse_repeated_keys(pairs: list[tuple[str, Any]]) -> None:
-    """The second pass's `object_pairs_hook`: it sees every key of each object, which
-    `from_json` (last one wins) does not. It builds nothing: the value is `from_json`'s.
-
-    Two passes cost less than one `json.loads` with this hook plus the checks `from_json`
-    makes (docs/decisions.md, "Duplicate JSON keys")."""
-    if len(dict(pairs)) < len(pairs):
-        key = next(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
-        if len(key) > _QUOTED_KEY_CHARS:
-            key = key[:_QUOTED_KEY_CHARS] + "…"
-        raise ValueError(f"duplicate key {key!r}")
-
-
-_KEYS_CHECK = json.JSONDecoder(object_pairs_hook=_refuse_repeated_keys)
+def _shortened(message: str) -> str:
+    """The parser's message, its middle cut when long: the start says what, the end where."""
+    if len(message) <= _MESSAGE_CHARS:
+        return message
+    return f"{message[: _MESSAGE_CHARS - 41]}…{message[-40:]}"
 
 
 def _has_non_finite(value: Any) -> bool:

@@ -322,12 +322,17 @@ def test_client_json_refuses_a_key_given_twice_at_any_depth() -> None:
     """Never last-wins (a second `"decision"` once overrode the first); the refusal names the
     key, cut short when long. The same key in different objects is no repeat."""
     assert parse_client_json('[{"a": 1}, {"a": {"a": 2}}]') == [{"a": 1}, {"a": {"a": 2}}]
-    for text, key in (
-        ('{"decision": "deny", "decision": "allow"}', "'decision'"),
-        ('[{"x": {"trust": false, "y": 1, "trust": true}}]', "'trust'"),
-        ('{"a": 1, "\\u0061": 2}', "'a'"),  # the same key, escaped
-        (f'{{"{"k" * 100}": 1, "{"k" * 100}": 2}}', "'" + "k" * 64 + "…'"),
+    for text, said in (
+        ('{"decision": "deny", "decision": "allow"}', 'key "decision" at line 1 column 33'),
+        ('[{"x": {"trust": false, "y": 1, "trust": true}}]', 'key "trust" at line 1 column 41'),
+        ('{"a": 1, "\\u0061": 2}', 'key "a" at line 1 column 19'),  # the same key, escaped
     ):
         with pytest.raises(ValueError) as refused:
             parse_client_json(text)
-        assert str(refused.value) == f"duplicate key {key}", text
+        assert str(refused.value) == f"Detected duplicate {said}", text
+    long = "k" * 100_000  # quoted in part: a refusal stays small
+    with pytest.raises(ValueError) as refused:
+        parse_client_json(f'{{"{long}": 1, "{long}": 2}}')
+    message = str(refused.value)
+    assert len(message) == 160 and message.startswith('Detected duplicate key "kkk')
+    assert message.endswith('kkk" at line 1 column 200012')

@@ -338,7 +338,7 @@ async def test_second_subscribe_and_non_json_are_protocol_errors(api: Api, sid: 
     closed = await client.closed()
     assert closed.code == 1008 and closed.reason == {
         "code": "protocol_error",
-        "message": "frame is not JSON: duplicate key 'type'",
+        "message": 'frame is not JSON: Detected duplicate key "type" at line 1 column 27',
     }
 
 
