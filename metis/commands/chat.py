@@ -48,6 +48,7 @@ from metis.commands.daemon_client import (
     unreachable,
 )
 from metis.commands.failures import error_text
+from metis.commands.run import retry_note
 from metis.core.errors import ConfigError
 from metis.core.tools.textutil import visible_controls
 from metis.wire import tooldisplay
@@ -159,7 +160,7 @@ class Renderer:
     def _on_llm_call_failed(self, p: dict[str, Any]) -> None:
         said = p.get("message") or p.get("error_class")
         if p.get("will_retry"):
-            self.line("llm", f"{p.get('model')}: {said}; retrying")
+            self.line("llm", retry_note(p))
         elif p.get("error_class") != "cancelled":
             self.line("llm", f"call failed: {said}")
 

@@ -375,6 +375,10 @@ async def _follow(
             answered_by = p.get("model") or answered_by
         elif kind == "text.delta":
             reply.add(p.get("text", ""))
+        elif kind == "llm.call_failed" and p.get("will_retry"):
+            reply.note(retry_note(p))
+        elif kind == "llm.call_started" and p.get("failover_from"):
+            reply.note(f"{p['failover_from']} failed; failing over to {p.get('model')}")
         elif kind == "tool.use_start":
             tools.append({"id": p["tool_use_id"], "name": p.get("tool_name")})
         elif kind == "tool.use_end":
@@ -417,6 +421,18 @@ async def _kept_or_ended(
     except (aiohttp.ClientError, NotADaemon, TimeoutError):  # the daemon went away since
         return " (kept)"
     return " (kept)" if got["ended_at"] is None else " (ended elsewhere)"
+
+
+def retry_wait(p: dict[str, Any]) -> str:
+    """` in 8 s`: how long a retried call's `llm.call_failed` waits (`retry_in_s`), for the
+    clients' notes, so that a wait of seconds (a provider's `retry-after`) is not silence."""
+    wait = p.get("retry_in_s")
+    return f" in {wait:g} s" if isinstance(wait, int | float) else ""
+
+
+def retry_note(p: dict[str, Any]) -> str:
+    """What a retried call's `llm.call_failed` says: the model, why and when it is retried."""
+    return f"{p.get('model')}: {p.get('message') or p.get('error_class')}; retrying{retry_wait(p)}"
 
 
 def _name(tool: dict[str, Any]) -> str:

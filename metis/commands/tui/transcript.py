@@ -18,6 +18,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 
 from metis.commands.client import CALL_FAILURES, DaemonApi, turn_outcome
+from metis.commands.run import retry_wait
 from metis.commands.tui.confirmations import ConfirmationQueue
 from metis.commands.tui.turn import RunningTurn
 from metis.commands.tui.widgets import (
@@ -254,7 +255,7 @@ class TranscriptRenderer:
     async def _on_llm_call_failed(self, event: dict[str, Any], p: dict[str, Any]) -> None:
         if p.get("will_retry"):
             trouble = _LLM_TROUBLE.get(str(p.get("error_class")), "failed")
-            await self.host.note(f"{p.get('model')}: {trouble}, retrying")
+            await self.host.note(f"{p.get('model')}: {trouble}, retrying{retry_wait(p)}")
 
     async def _on_tool_called(self, event: dict[str, Any], p: dict[str, Any]) -> None:
         card = self.cards.get(p["tool_use_id"])
