@@ -65,6 +65,8 @@ class ProviderError(Exception):
         self.retry_after_s = retry_after_s
         self.attempts = attempts
         self.after_first_token = after_first_token
+        # set by the retry policy when it retries: the wait it chose, for the attempt's report
+        self.retry_in_s: float | None = None
 
     @property
     def retryable(self) -> bool:

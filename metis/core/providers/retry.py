@@ -37,8 +37,14 @@ class RetryPolicy:
         """Seconds to wait before attempt `attempt + 1`, or None when the error must be raised now.
 
         `retry_after_s` is honoured exactly (no jitter) up to `max_retry_after_s`; a longer one
-        means the provider wants us gone for a while, so the caller should fail over instead.
+        means the provider wants us gone for a while, so the caller should fail over instead
+        (availability takes the model out until then). The answer is also kept on the error
+        (`retry_in_s`): the jitter is drawn once, and the attempt's report says the same wait.
         """
+        error.retry_in_s = self._delay(attempt, error)
+        return error.retry_in_s
+
+    def _delay(self, attempt: int, error: ProviderError) -> float | None:
         if not error.retryable or error.after_first_token or attempt >= self.max_attempts:
             return None
         if error.retry_after_s is not None:

@@ -46,10 +46,11 @@ class _ScopeState:
     trigger: str | None = None
     message: str | None = None  # why, in words a user can act on (never a key)
     probation: bool = False
+    out_for_s: float = RECOVERY_AFTER_S  # how long after `since` routing tries it again
 
     def recovers_at(self) -> str:
         assert self.since_wall is not None
-        return format_datetime(self.since_wall + timedelta(seconds=RECOVERY_AFTER_S))
+        return format_datetime(self.since_wall + timedelta(seconds=self.out_for_s))
 
     def detail(self, scope: str) -> dict[str, Any]:
         assert self.since_wall is not None
@@ -88,6 +89,16 @@ _TRIGGER_TEXT = {
     "multi_model_failures": f"{MULTI_MODEL} of its models failed repeatedly",
     "probation_failure": "it failed again right after recovering",
 }
+_RETRY_AFTER_TEXT = {"rate_limit": "rate-limited", "server_error": "overloaded"}
+
+
+def retry_after_message(error_class: str, retry_after_s: float | None) -> str | None:
+    """Why a provider's `retry-after` takes a model out, e.g. `rate-limited; retry after 120 s`;
+    None when it does not (none sent, or a failure that does not count)."""
+    if not retry_after_s or error_class not in STREAK_ERRORS:
+        return None
+    what = _RETRY_AFTER_TEXT.get(error_class, "unavailable")
+    return f"{what}; retry after {retry_after_s:.0f} s"
 
 
 def key_refused_message(
@@ -186,12 +197,15 @@ class Availability:
         *,
         http_status: int | None = None,
         provider_error: str | None = None,
+        retry_after_s: float | None = None,
     ) -> None:
         """A logical call failed after the adapter's retries with `error_class`.
 
         Only `rate_limit`, `server_error`, `network` and `auth` count; anything else
         (`cancelled`, `invalid_request`, `context_overflow`, ...) changes nothing. An `auth`
-        failure's status and provider code make the unavailability's message precise.
+        failure's status and provider code make the unavailability's message precise. A
+        `retry_after_s` the provider sent takes the model out until then at once: the provider
+        said when it will answer, so a failure streak need not find it out turn by turn.
         """
         provider = split_model_id(model_id)[0]
         if provider == LOCAL_PROVIDER or error_class not in COUNTED_ERRORS:
@@ -213,6 +227,10 @@ class Availability:
                     self._trip_provider(provider, state, "network_burst")
         model = self._model(model_id)
         if model.unavailable:
+            return
+        retry_after = retry_after_message(error_class, retry_after_s)
+        if retry_after is not None and retry_after_s is not None:
+            self._trip_model(model_id, model, "retry_after", retry_after, out_for_s=retry_after_s)
             return
         if model.probation:
             if is_auth:
@@ -240,19 +258,20 @@ class Availability:
     # ---- time and resets --------------------------------------------------------------------
 
     def tick(self, now: float | None = None) -> None:
-        """Heal scopes unavailable for `RECOVERY_AFTER_S`, on probation (run before routing)."""
+        """Heal scopes whose time out is over (`RECOVERY_AFTER_S`, or the `retry-after` that took
+        them out), on probation (run before routing)."""
         if not self._down_providers and not self._down_models:
             return
         now = self._clock.monotonic() if now is None else now
         for name in sorted(self._down_providers):
             state = self._providers[name]
-            if now - state.since_mono >= RECOVERY_AFTER_S:
+            if now - state.since_mono >= state.out_for_s:
                 self._recover_provider(name, state, "timeout_elapsed", now)
                 state.probation = True
                 state.clear_windows()
         for model_id in sorted(self._down_models):
             model = self._models[model_id]
-            if now - model.since_mono >= RECOVERY_AFTER_S:
+            if now - model.since_mono >= model.out_for_s:
                 self._recover_model(model_id, model, "timeout_elapsed", now)
                 model.probation = True
                 model.streak, model.last_failure = 0, None
@@ -305,23 +324,32 @@ class Availability:
     def _provider_models(self, provider: str) -> list[str]:
         return [m.id for m in self._registry.models() if m.provider == provider]
 
-    def _trip(self, state: _ScopeState, trigger: str, message: str | None) -> None:
+    def _trip(
+        self, state: _ScopeState, trigger: str, message: str | None, out_for_s: float
+    ) -> None:
         state.unavailable, state.probation, state.trigger = True, False, trigger
         state.message = message or _TRIGGER_TEXT.get(trigger, trigger)
+        state.out_for_s = out_for_s
         state.since_mono = self._clock.monotonic()
         state.since_wall = self._clock.wall()
 
     def _trip_provider(
         self, name: str, state: _ProviderState, trigger: str, message: str | None = None
     ) -> None:
-        self._trip(state, trigger, message)
+        self._trip(state, trigger, message, RECOVERY_AFTER_S)
         self._down_providers.add(name)
         self._announce_down(name, "provider_wide", self._provider_models(name), state)
 
     def _trip_model(
-        self, model_id: str, state: _ModelState, trigger: str, message: str | None = None
+        self,
+        model_id: str,
+        state: _ModelState,
+        trigger: str,
+        message: str | None = None,
+        *,
+        out_for_s: float = RECOVERY_AFTER_S,
     ) -> None:
-        self._trip(state, trigger, message)
+        self._trip(state, trigger, message, out_for_s)
         self._down_models.add(model_id)
         self._announce_down(split_model_id(model_id)[0], "model_specific", [model_id], state)
 
@@ -393,4 +421,5 @@ __all__ = [
     "Availability",
     "EmitSystemEvent",
     "key_refused_message",
+    "retry_after_message",
 ]

@@ -32,7 +32,11 @@ from metis.core.models.registry import ModelRegistry
 from metis.core.models.types import ModelEntry
 from metis.core.providers.base import LLMRequest, MessageComplete, StreamEvent
 from metis.core.providers.errors import ProviderError
-from metis.core.routing.availability import Availability, key_refused_message
+from metis.core.routing.availability import (
+    Availability,
+    key_refused_message,
+    retry_after_message,
+)
 from metis.core.routing.context import prompt_size
 from metis.core.routing.engine import RouteDecision
 from metis.core.sessions.cache import CachedSession
@@ -144,7 +148,11 @@ def call_context(
 
 def failure_message(registry: ModelRegistry, error: ProviderError) -> str:
     """The turn's failure text: a refused key says which provider and variable, then what the
-    provider answered (already scrubbed of the key by the adapter)."""
+    provider answered (already scrubbed of the key by the adapter); a provider that said when to
+    come back (`retry-after`), when."""
+    retry_after = retry_after_message(error.error_class, error.retry_after_s)
+    if retry_after is not None:
+        return f"{error.message} ({retry_after})"
     if error.error_class != "auth":
         return error.message
     explained = key_refused_message(
@@ -280,6 +288,9 @@ class TurnRunner:
                 "provider_status": error.http_status,
                 "retryable": error.retryable,
                 "will_retry": will_retry,
+                "retry_in_s": round(error.retry_in_s, 1)
+                if will_retry and error.retry_in_s is not None
+                else None,
                 "latency_ms": int((time.monotonic() - hooks.started_at) * 1000)
                 if hooks.started_at
                 else 0,
@@ -371,6 +382,7 @@ class TurnRunner:
                     outcome.error_class,
                     http_status=outcome.http_status,
                     provider_error=outcome.provider_error,
+                    retry_after_s=outcome.retry_after_s,
                 )
                 next_model = self._failover(outcome, fallbacks)
                 if next_model is not None:
