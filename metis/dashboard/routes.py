@@ -219,7 +219,8 @@ def _zone(name: str | None) -> tzinfo:
 @routes.route("GET", "/costs", query_model=CostsQuery, response_model=CostsResponse)
 async def costs(request: web.Request) -> web.Response:
     """Spend of the last `days` days (in the browser's time zone, `tz`) by day, model and
-    session, from the turns table."""
+    session, from the turns table (whose model is the one that answered: a turn that failed
+    over is its fallback's)."""
     query = parse_query(request, CostsQuery)
     zone = _zone(query.tz)
     history = request.app[STATE_KEY].app.history

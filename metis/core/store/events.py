@@ -201,6 +201,14 @@ class EventStore:
 
         return await self.db.transaction(write)
 
+    async def set_turn_model(self, turn_id: str, model: str) -> None:
+        """A turn that failed over belongs to the model it went on with (its cost, `GET /costs`'
+        by model, `metis sessions show`), not to the one routing chose; the events keep both
+        (`llm.call_started.failover_from`)."""
+        await self.db.transaction(
+            lambda conn: conn.execute("UPDATE turns SET model=? WHERE id=?", (model, turn_id))
+        )
+
     async def of_turn(self, turn_id: str, event_type: str) -> list[Event]:
         """The turn's stored events of one type, in no particular order."""
         rows = await self.db.fetchall(

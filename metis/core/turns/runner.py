@@ -172,9 +172,11 @@ class _Hooks:
         entry: ModelEntry,
         estimate: int,
         max_out: int,
+        failover_from: str | None,
     ) -> None:
         self.runner, self.request_id, self.message_id = runner, request_id, message_id
         self.entry, self.estimate, self.max_out = entry, estimate, max_out
+        self.failover_from = failover_from  # said by the first attempt only
         self.attempt = 0
         self.started_at = 0.0
 
@@ -190,6 +192,7 @@ class _Hooks:
                 "provider": self.entry.provider,
                 "estimated_input_tokens": self.estimate,
                 "max_output_tokens": self.max_out,
+                "failover_from": self.failover_from if attempt == 1 else None,
             },
         )
 
@@ -337,6 +340,7 @@ class TurnRunner:
         model = self.run.decision.chosen_model
         assert model is not None
         fallbacks = list(self.run.decision.fallbacks)
+        failover_from: str | None = None  # the model the next call takes over from
         calls = 0
         dispatcher = self._dispatcher
         offered = dispatcher.offered(
@@ -373,7 +377,8 @@ class TurnRunner:
             calls += 1
             entry = self._registry.get(model)
             assert entry is not None, "routing chooses configured models only"
-            outcome = await self._call(entry, offered)
+            outcome = await self._call(entry, offered, failover_from)
+            failover_from = None
             if isinstance(outcome, ProviderError):
                 if outcome.error_class == "cancelled" or self._cancelled():
                     return self._end_cancelled()
@@ -392,7 +397,8 @@ class TurnRunner:
                         outcome.error_class,
                         next_model,
                     )
-                    model = next_model
+                    failover_from, model = model, next_model
+                    await self._events.set_turn_model(self.run.turn_id, model)
                     calls -= 1
                     continue
                 return self._end(
@@ -460,9 +466,10 @@ class TurnRunner:
         return None
 
     async def _call(
-        self, entry: ModelEntry, offered: list[ToolDefinition]
+        self, entry: ModelEntry, offered: list[ToolDefinition], failover_from: str | None
     ) -> tuple[Message, MessageComplete] | ProviderError:
-        """One logical LLM call; returns the committed assistant message or the error."""
+        """One logical LLM call (taking over from `failover_from`'s failed one, if named); returns
+        the committed assistant message or the error."""
         caps = entry.capabilities
         fitted = call_context(
             self.run.session.history,
@@ -475,7 +482,13 @@ class TurnRunner:
         self.run.session.last_context = fitted.messages
         message_id, request_id = new_ulid(), new_ulid()
         hooks = _Hooks(
-            self, request_id, message_id, entry, fitted.estimate, fitted.max_output_tokens
+            self,
+            request_id,
+            message_id,
+            entry,
+            fitted.estimate,
+            fitted.max_output_tokens,
+            failover_from,
         )
         request = LLMRequest(
             request_id=request_id,
