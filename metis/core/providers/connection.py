@@ -14,8 +14,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-import aiohttp
-
 from metis.core.models.types import ProviderConfig
 from metis.core.providers.errors import ProviderError
 
@@ -53,18 +51,19 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
-def _httpx2_types(*names: str) -> tuple[type[BaseException], ...]:
-    """Exception types of the SDKs' HTTP client; none until an adapter imported it."""
-    httpx2 = sys.modules.get("httpx2")
-    return tuple(getattr(httpx2, n) for n in names) if httpx2 is not None else ()
+def _types(module: str, *names: str) -> tuple[type[BaseException], ...]:
+    """Exception types of the SDKs' HTTP layers (httpx2, and aiohttp under it); none until an
+    adapter imported them. Looked up, not imported: the core knows no HTTP library itself."""
+    found = sys.modules.get(module)
+    return tuple(getattr(found, n) for n in names) if found is not None else ()
 
 
 def _why_not_connected(chain: list[BaseException]) -> str | None:
     """Why no connection was made (from the OS error under the HTTP client's), or None when the
     chain shows no failed connect."""
     connect_errors: tuple[type[BaseException], ...] = (
-        aiohttp.ClientConnectorError,
-        *_httpx2_types("ConnectError"),
+        *_types("aiohttp", "ClientConnectorError"),
+        *_types("httpx2", "ConnectError"),
     )
     for exc in chain:
         if isinstance(exc, ConnectionRefusedError):
@@ -83,14 +82,14 @@ def _timeout_kind(chain: list[BaseException]) -> str | None:
     """`connect` or `read` for a timeout the chain names, `unknown` for one it does not say,
     None for no timeout. aiohttp's own exception is exact where there is one: the SDKs' mapping
     of it is not (it calls a dropped connection a connect timeout)."""
-    if any(isinstance(e, aiohttp.ClientError) for e in chain):
-        connect: tuple[type[BaseException], ...] = (aiohttp.ConnectionTimeoutError,)
-        read: tuple[type[BaseException], ...] = (aiohttp.SocketTimeoutError,)
+    if any(isinstance(e, _types("aiohttp", "ClientError")) for e in chain):
+        connect = _types("aiohttp", "ConnectionTimeoutError")
+        read = _types("aiohttp", "SocketTimeoutError")
         timeouts: tuple[type[BaseException], ...] = (TimeoutError,)
     else:
-        connect = _httpx2_types("ConnectTimeout", "PoolTimeout")
-        read = _httpx2_types("ReadTimeout")
-        timeouts = (TimeoutError, *_httpx2_types("TimeoutException"))
+        connect = _types("httpx2", "ConnectTimeout", "PoolTimeout")
+        read = _types("httpx2", "ReadTimeout")
+        timeouts = (TimeoutError, *_types("httpx2", "TimeoutException"))
     if any(isinstance(e, connect) for e in chain):
         return "connect"
     if any(isinstance(e, read) for e in chain):
