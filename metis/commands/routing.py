@@ -89,7 +89,9 @@ def check_routing(args: argparse.Namespace) -> int:
     checked = f"against {models} with the provider keys this shell has"
     if args.models is None:
         checked += f" ({here})"
-    return _report(path, result.diagnostics, result.valid, result.version, checked)
+    # what a check here found may depend on the keys; with nothing found, nothing to qualify
+    basis = checked if result.diagnostics else None
+    return _report(path, result.diagnostics, result.valid, result.version, basis)
 
 
 def _policy_text(path: Path) -> str | None:
@@ -129,12 +131,14 @@ def _report(
     diagnostics: Sequence[Diagnostic],
     valid: bool,
     version: str,
-    checked: str,
+    checked: str | None,
 ) -> int:
-    """Every diagnostic, what the models were checked against, then the verdict; the exit code."""
+    """Every diagnostic, what the models were checked against (if said), then the verdict; the
+    exit code."""
     for diagnostic in diagnostics:
         print(format_diagnostic(path, diagnostic))
-    print(f"checked {checked}")
+    if checked is not None:
+        print(f"checked {checked}")
     errors = sum(d.severity == "error" for d in diagnostics)
     warnings = len(diagnostics) - errors
     verdict = "valid" if valid else "INVALID"
