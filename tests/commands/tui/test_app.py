@@ -1344,9 +1344,7 @@ async def test_a_retried_model_call_says_what_went_wrong_in_words(
             await type_text(pilot, app, "hello")
             await until(lambda: "turn completed" in notes(app), timeout=20)
             [said] = [line for line in notes(app).splitlines() if "retrying" in line]
-            assert said.endswith(": rate limited, retrying in 0.2 s"), (
-                said
-            )  # was "rate_limit from …"
+            assert said.endswith(": rate limited, retrying in 0.2 s"), said
             assert texts(app, AssistantMessage) == ["answered after the retry"]
 
 
