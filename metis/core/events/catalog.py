@@ -469,12 +469,14 @@ class ToolUseInputDelta(Payload):
 
 
 class ToolUseEnd(Payload):
-    """`tool.use_end` (streaming only): a tool call's input is complete and parsed."""
+    """`tool.use_end` (streaming only): a tool call's input is complete and parsed; `dropped`:
+    the output limit cut its arguments off, so it is left out of the message and never runs."""
 
     message_id: str
     content_block_index: int
     tool_use_id: str
     final_input: dict[str, Any]
+    dropped: bool = False
 
 
 class MessageComplete(Payload):
