@@ -19,17 +19,22 @@ SEARCH_CHARS = 4096
 SHOW_CHARS = 300
 
 
+class Changed(Exception):
+    """The file is gone or is no longer the one the daemon checked (replaced by a rename, or a
+    directory on its path swapped for a link): it is not read, and the reply says so."""
+
+
 def _read(real: str, dev: int, ino: int, max_bytes: int) -> bytes | None:
-    """The file's bytes, or None for anything that is not a small regular file, or not the one
-    the daemon checked."""
+    """The file's bytes, or None for anything that is not a small regular text file; `Changed`
+    for one that is not the file the daemon checked."""
     try:
         fd = os.open(real, _FLAGS)
     except OSError:
-        return None
+        raise Changed from None
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or not _opened_as_checked(fd, info, real, dev, ino):
-            return None
+            raise Changed
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes or b"\0" in data[:SNIFF_BYTES]:
         return None
@@ -55,8 +60,13 @@ def search(request: dict[str, Any]) -> dict[str, Any]:
     regex = re.compile(request["pattern"], re.IGNORECASE if request["ignore_case"] else 0)
     limit = request["max_results"]
     matches: list[list[Any]] = []
+    changed: list[str] = []
     for rel, real, dev, ino in request["files"]:
-        data = _read(real, dev, ino, request["max_file_bytes"])
+        try:
+            data = _read(real, dev, ino, request["max_file_bytes"])
+        except Changed:
+            changed.append(rel)
+            continue
         if data is None:
             continue
         lines = data.decode("utf-8", "replace").split("\n")
@@ -68,10 +78,10 @@ def search(request: dict[str, Any]) -> dict[str, Any]:
             if regex.search(line[:SEARCH_CHARS]) is None:
                 continue
             if len(matches) == limit:
-                return {"matches": matches, "stopped": True}
+                return {"matches": matches, "stopped": True, "changed": changed}
             shown = line if len(line) <= SHOW_CHARS else line[:SHOW_CHARS] + "…"
             matches.append([rel, number, shown])
-    return {"matches": matches, "stopped": False}
+    return {"matches": matches, "stopped": False, "changed": changed}
 
 
 def main() -> None:

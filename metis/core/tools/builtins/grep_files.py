@@ -139,7 +139,23 @@ async def search_files(
         "files": files,
     }
     reply = await _search_in_child(request, ctx)
-    return _format(reply["matches"], reply["stopped"])
+    return _format(reply["matches"], reply["stopped"]) + _changed_note(reply["changed"])
+
+
+# The most names of files changed mid-search the result lists.
+_CHANGED_NAMES = 5
+
+
+def _changed_note(changed: list[str]) -> str:
+    """A line naming the files that were not searched because they changed between the walk
+    and the read (a write replacing one, in the same batch of calls): without it, "No matches."
+    would claim a file that holds the pattern does not."""
+    if not changed:
+        return ""
+    names = ", ".join(display(rel) for rel in changed[:_CHANGED_NAMES])
+    more = f" and {len(changed) - _CHANGED_NAMES} more" if len(changed) > _CHANGED_NAMES else ""
+    count = f"{len(changed)} file{'s' if len(changed) > 1 else ''}"
+    return f"\n({count} changed during the search and not searched: {names}{more})"
 
 
 def _format(matches: list[list[Any]], stopped: bool) -> str:

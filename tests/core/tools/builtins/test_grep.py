@@ -177,7 +177,10 @@ async def test_the_matcher_skips_a_file_whose_directory_was_swapped_after_the_wa
     assert [file[0] for file in files] == ["d/api_key", "d/sub/api_key", "kept.txt"]
     assert (await search(sandbox, files)).startswith("3 matches in 3 files\n")
     elsewhere.swap(workspace / "d")
-    assert await search(sandbox, files) == "1 matches in 1 files\nkept.txt:1: kept"
+    assert await search(sandbox, files) == (
+        "1 matches in 1 files\nkept.txt:1: kept\n"
+        "(2 files changed during the search and not searched: d/api_key, d/sub/api_key)"
+    )
 
 
 async def test_the_matcher_skips_a_file_that_is_no_longer_the_one_checked(
@@ -193,8 +196,25 @@ async def test_the_matcher_skips_a_file_that_is_no_longer_the_one_checked(
     files = collect_files(sandbox, sandbox.resolve("."), None, lambda: False)
     (workspace / "notes.txt").unlink()
     (workspace / "notes.txt").hardlink_to(home / "api_key")
-    assert await search(sandbox, files) == "No matches."
+    assert await search(sandbox, files) == (
+        "No matches.\n(1 file changed during the search and not searched: notes.txt)"
+    )
     assert collect_files(sandbox, sandbox.resolve("."), None, lambda: False) == []
+
+
+async def test_a_file_replaced_by_a_write_during_the_search_is_named_not_missed(
+    workspace: Path,
+) -> None:
+    """A `write_file` of the same batch replaces a file by a rename between the walk and the
+    read: the result says it was not searched instead of a bare "No matches."."""
+    (workspace / "notes.txt").write_text("needle\n")
+    sandbox = Sandbox(workspace)
+    files = collect_files(sandbox, sandbox.resolve("."), None, lambda: False)
+    (workspace / "new.txt").write_text("needle again\n")
+    (workspace / "new.txt").replace(workspace / "notes.txt")
+    assert await search(sandbox, files) == (
+        "No matches.\n(1 file changed during the search and not searched: notes.txt)"
+    )
 
 
 async def test_a_directory_swapped_while_the_walk_runs_is_not_entered(
