@@ -256,7 +256,7 @@ async def with_daemon(
     except NOT_A_URL:
         return failed(2, "invalid_url", not_a_url(target.url))
     except aiohttp.ClientConnectionError:
-        return failed(1, "unreachable", unreachable(target.url))
+        return failed(1, "unreachable", unreachable(target.url, target.home))
     except aiohttp.ClientError as exc:
         return failed(1, "call_failed", f"the call to the daemon at {target.url} failed: {exc}")
     except ApiFailure as exc:

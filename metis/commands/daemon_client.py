@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from metis.commands.paths import printable
 from metis.config import (
     LOOPBACK_HOSTS,
     env_port,
@@ -45,8 +46,16 @@ def refused_key(url: str) -> str:
     return f"the daemon at {url} refused the key (METIS_API_KEY, else METIS_HOME/api_key)"
 
 
-def unreachable(url: str) -> str:
-    """What a client says when nothing answers at the daemon's URL, and how to start one."""
+def unreachable(url: str, home: Path | None = None) -> str:
+    """What a client says when nothing answers at the daemon's URL: where the daemon of `home`
+    runs instead, when its lock names another URL (METIS_PORT or `--port` pointing elsewhere:
+    starting one would be refused), else how to start one."""
+    running = running_url(home / LOCK_FILE) if home is not None else None
+    if running is not None and running != url:
+        return (
+            f"cannot reach the daemon at {url}; the daemon of {printable(home)} runs at "
+            f"{running} (`--url {running}`, or leave out the port that points elsewhere)"
+        )
     return f"cannot reach the daemon at {url}; {START_HINT}"
 
 

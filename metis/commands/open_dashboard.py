@@ -51,7 +51,7 @@ def request_login_url(target: DaemonTarget) -> dict[str, Any]:
             raise OpenFailed(refused_key(target.url)) from None
         raise OpenFailed(f"the daemon at {target.url} answered {exc.code}") from None
     except (urllib.error.URLError, OSError, ValueError):
-        raise OpenFailed(unreachable(target.url)) from None
+        raise OpenFailed(unreachable(target.url, target.home)) from None
     if not isinstance(body, dict) or not isinstance(body.get("url"), str):
         raise OpenFailed(f"the daemon at {target.url} gave no login URL")
     return body

@@ -9,7 +9,9 @@ leave it active. Confirmations are answered by flag: `--yes` allows, `--deny-all
 denies. `--json` prints one JSON object at the end instead of the text, also when the daemon
 went away mid-turn (`status: interrupted`, tokens and cost unknown) or the run could not be
 made (`status: refused` or `error`, with `reason` and `message`). The exit status is 0 when the
-turn completed, 1 when it failed, was cancelled or was interrupted, 2 for a refused request, a
+turn completed, 3 when it completed with its reply cut off by the output limit (`max_tokens`:
+the text is partial and a tool call it was writing never ran), 1 when it failed, was cancelled
+or was interrupted, 2 for a refused request, a
 usage or configuration error, 130 for Ctrl-C while the prompt is read or before the turn runs
 (during the turn, Ctrl-C cancels it; twice, it leaves at once: 130). SIGTERM (`kill`, `timeout`)
 does the same, with 143, and leaves if the cancelled turn has not ended within 5 seconds.
@@ -47,6 +49,11 @@ from metis.core.tools.textutil import visible_controls
 from metis.wire import tooldisplay
 
 TERMINAL_TYPES = ("turn.completed", "turn.cancelled", "turn.failed")
+TRUNCATED_EXIT = 3
+# How every client says a reply the output limit stopped, and the tool call it cut off
+# (`tool.use_end`'s `dropped`), which never runs
+CUT_OFF = "cut off by the output limit (max_tokens)"
+DROPPED = "dropped: its arguments were cut off by the output limit; not run"
 ENDED_WAIT_S = 2.0
 REFUSED_STATUSES = (400, 404, 409)
 
@@ -72,7 +79,9 @@ class RunError(Exception):
         """What the daemon said, refused (a bad request, a session that is not there or cannot
         take the turn) or failed."""
         exit_code = 2 if exc.status in REFUSED_STATUSES else 1
-        return cls(exc.code, str(exc).removeprefix(f"{exc.code}: "), exit_code, said=exc.said)
+        # a refused key reads as every client says it (whose key, where it comes from)
+        message = exc.said if exc.status == 401 else str(exc).removeprefix(f"{exc.code}: ")
+        return cls(exc.code, message, exit_code, said=exc.said)
 
 
 class _Reply:
@@ -200,6 +209,7 @@ async def run_turn(
                 await api.call("DELETE", f"/sessions/{session_id}", params={"purge": "true"})
             elif ending:
                 await api.call("DELETE", f"/sessions/{session_id}")
+    truncated = outcome["status"] == "completed" and outcome.get("stop_reason") == "max_tokens"
     if args.json:
         print(
             json.dumps(
@@ -209,6 +219,8 @@ async def run_turn(
                     "status": outcome["status"],
                     "reason": outcome.get("reason"),
                     "message": outcome.get("message"),
+                    "stop_reason": outcome.get("stop_reason"),
+                    "truncated": truncated,
                     "model": answered_by or accepted.get("model"),
                     "text": reply.text,
                     "tool_calls": [
@@ -219,7 +231,9 @@ async def run_turn(
                             "duration_ms": tool.get("duration_ms"),
                         }
                         for tool in tools
+                        if not tool.get("dropped")
                     ],
+                    "dropped_tool_calls": [_name(tool) for tool in tools if tool.get("dropped")],
                     "input_tokens": outcome.get("input_tokens", 0),
                     "output_tokens": outcome.get("output_tokens", 0),
                     "cost_usd": outcome.get("total_cost_usd", "0"),
@@ -235,7 +249,9 @@ async def run_turn(
         # worded as the chat clients word it (`--json` keeps the codes for scripts)
         ended = turn_outcome(f"turn.{outcome['status']}", outcome)
         _err(f"turn {ended} · session {session_id}{kept} · ${outcome.get('total_cost_usd')}")
-    return 0 if outcome["status"] == "completed" else 1
+    if outcome["status"] != "completed":
+        return 1
+    return TRUNCATED_EXIT if truncated else 0
 
 
 class _StopSignals:
@@ -383,11 +399,16 @@ async def _follow(
             tools.append({"id": p["tool_use_id"], "name": p.get("tool_name")})
         elif kind == "tool.use_end":
             for call in tools:
-                if call["id"] == p["tool_use_id"]:
+                if call["id"] == p["tool_use_id"] and p.get("dropped"):
+                    call["dropped"] = True
+                    reply.note(f"tool {_name(call)} {DROPPED}")
+                elif call["id"] == p["tool_use_id"]:
                     call["input"] = p.get("final_input")
                     summary = tooldisplay.summary(_name(call), call["input"])
                     if not args.json:
                         reply.note(f"tool {_name(call)} {summary}".rstrip())
+        elif kind == "message.complete" and p.get("stop_reason") == "max_tokens":
+            reply.note(f"reply {CUT_OFF}")
         elif kind == "tool.confirmation_requested":
             asked = p.get("command_summary") or p.get("input_summary")
             reply.note(f"{decision} {p.get('tool_name')}: {asked}")
@@ -478,7 +499,7 @@ async def _main(args: argparse.Namespace, prompt: str) -> int:
     except NOT_A_URL:
         raise RunError("not_a_url", not_a_url(target.url), 2) from None
     except aiohttp.ClientConnectionError:
-        raise RunError("daemon_unreachable", unreachable(target.url), 1) from None
+        raise RunError("daemon_unreachable", unreachable(target.url, target.home), 1) from None
     except (aiohttp.ClientError, NotADaemon, TimeoutError) as exc:
         raise RunError("daemon_failed", failure_text(exc, target.url), 1) from None
     except NotUtf8 as exc:
@@ -526,7 +547,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run one turn non-interactively and print the reply",
         description="Send PROMPT as one turn in a new session (ended after it unless --keep), "
         "or in an existing one (--session, --continue), stream the reply's text to "
-        "stdout, and exit 0 if the turn completed; 1 if it failed or was cancelled, or the daemon "
+        "stdout, and exit 0 if the turn completed; 3 if it completed with its reply cut off by "
+        "the output limit (max_tokens); 1 if it failed or was cancelled, or the daemon "
         "cannot be reached or refuses the key; 2 if the daemon refused the request (say, an unknown --model, a "
         "refused workspace, an ended session, one with a turn running or one working in another "
         "directory than --workspace; a session made for the refused turn is purged) or for a "

@@ -104,6 +104,20 @@ async def test_status_of_another_url_says_where_the_homes_daemon_runs(
     assert code == 3 and json.loads(out)["home_daemon_url"] == home_daemon.base_url
 
 
+async def test_clients_pointed_at_another_port_say_where_the_homes_daemon_runs(
+    home_daemon: Daemon,
+) -> None:
+    """Starting a daemon, the usual advice, would be refused: one runs on the home."""
+    for command in (["sessions", "list"], ["run", "hello"], ["open", "--print"]):
+        code, _, err = await metis(*command, env={"METIS_PORT": "1"})
+        assert code == 1, command
+        assert err == (
+            f"metis: cannot reach the daemon at http://127.0.0.1:1; the daemon of "
+            f"{home_daemon.settings.home} runs at {home_daemon.base_url} (`--url "
+            f"{home_daemon.base_url}`, or leave out the port that points elsewhere)\n"
+        ), command
+
+
 def test_models_with_no_daemon_says_so_in_words(
     metis_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

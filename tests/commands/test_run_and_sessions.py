@@ -297,6 +297,8 @@ async def test_client_commands_fail_with_a_message_not_a_traceback(
         for command in (("sessions", "list"), ("mcp", "list"), ("run", "hi")):
             code, _, err = await metis(*command, *url)
             assert code == 1 and err.startswith(f"metis: {refused}"), (command, err)
+        code, out, _ = await metis("run", "hi", "--json", *url)
+        assert code == 1 and json.loads(out)["message"].startswith(refused), out
     code, _, err = await metis("sessions", "list", "--url", daemon.base_url.split("//")[1])
     assert code == 2 and "is not a daemon URL" in err and "Traceback" not in err
     target = tmp_path / "absent" / "x.md"
