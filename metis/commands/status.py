@@ -91,8 +91,8 @@ def _models_line(models: dict[str, Any]) -> str:
     usable = [f"{m['id']} ({_availability(m)})" for m in models["models"]]
     line = ", ".join(usable) or "none"
     if models["unconfigured"]:
-        why = "offline" if models.get("offline_mode") else "no credentials"
-        line += f"; {len(models['unconfigured'])} more declared ({why}: `metis models`)"
+        why = "not served offline" if models.get("offline_mode") else "without a key"
+        line += f"; {len(models['unconfigured'])} more declared {why} (see `metis models`)"
     return line
 
 

@@ -131,7 +131,7 @@ def test_the_status_names_sessions_in_use_turns_unhealthy_models_and_servers() -
     assert lines[2:] == [
         "  sessions:   2 in use (1 turn running)",
         "  models:     anthropic:sonnet (healthy), openai:mini (unavailable: openai \\x1b[2Jrate-"
-        "limited it, until 2026-11-28 12:00:00 UTC); 1 more declared (no credentials: `metis "
+        "limited it, until 2026-11-28 12:00:00 UTC); 1 more declared without a key (see `metis "
         "models`)",
         "  routing:    routing.yaml has errors; its last version is in force (`metis routing"
         " check` says why)",
