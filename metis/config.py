@@ -265,8 +265,9 @@ def ensure_home(home: Path) -> Path:
     return home
 
 
-def _loc_to_message(path: Path, data: Any, error: ErrorDetails) -> str:
-    """Render one pydantic error as `file:line: key: problem`, never echoing the value."""
+def _loc_to_message(path: Path, data: Any, error: ErrorDetails) -> tuple[int, str]:
+    """One pydantic error as `file:line: key: problem`, never echoing the value, with its line
+    (0 when unknown) to put the file's errors in its order."""
     loc = [str(p) for p in error["loc"]]
     node, line = data, None
     for part in error["loc"]:
@@ -290,7 +291,7 @@ def _loc_to_message(path: Path, data: Any, error: ErrorDetails) -> str:
     elif error["type"] == "model_type":  # pydantic names the section's class
         problem = f"expected a mapping, got {type_name(error['input'])}"
     where = f"{path}:{line}" if line else str(path)
-    return f"{where}: {key}: {problem}"
+    return line or 0, f"{where}: {key}: {problem}"
 
 
 def _section_at(path: list[str]) -> type[BaseModel] | None:
@@ -326,8 +327,10 @@ def load_file_settings(path: Path) -> FileSettings:
     try:
         return FileSettings.model_validate(doc.data)
     except ValidationError as exc:
-        messages = [_loc_to_message(path, doc.data, e) for e in exc.errors()]
-        raise ConfigError("\n".join(messages)) from None
+        located = sorted(
+            (_loc_to_message(path, doc.data, e) for e in exc.errors()), key=lambda m: m[0]
+        )
+        raise ConfigError("\n".join(message for _, message in located)) from None
 
 
 class AddressError(ValueError):

@@ -138,6 +138,19 @@ def test_bad_config_names_file_line_and_key(tmp_path: Path) -> None:
     assert "nope" not in text  # values are never echoed
 
 
+def test_the_errors_of_a_config_yaml_are_listed_in_its_line_order(tmp_path: Path) -> None:
+    """pydantic reports unknown keys after the other errors; a person reads the file down."""
+    text = config_error(
+        tmp_path / "h", "port: 99999999\nbogus: 1\nlimits:\n  max_request_bytes: -5\nnope: 2\n"
+    )
+    assert [line.split(": ")[0].rsplit(":", 1)[1] for line in text.splitlines()] == [
+        "1",
+        "2",
+        "4",
+        "5",
+    ]
+
+
 def test_config_that_is_not_a_mapping_is_refused(tmp_path: Path) -> None:
     home = tmp_path / "h"
     home.mkdir()
