@@ -269,6 +269,13 @@ async def test_a_tool_use_cut_off_by_the_output_limit_is_dropped(
     assert messages[2]["content"][0]["tool_use_id"] == kept["id"]
     assert "write_file" not in json.dumps(messages)
 
+    # its streamed end says it was dropped, so clients say so instead of showing a call
+    ends = [e["payload"] for e in live if e["type"] == "tool.use_end"]
+    assert [(end["tool_use_id"] == kept["id"], end["dropped"]) for end in ends] == [
+        (True, False),
+        (False, True),
+    ]
+
     # not announced: message.complete (what clients and AAP render) holds the stored content
     [complete] = [e["payload"] for e in live if e["type"] == "message.complete"]
     assert complete["stop_reason"] == "max_tokens"

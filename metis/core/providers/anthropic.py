@@ -410,7 +410,9 @@ class AnthropicTranslator:
             if item is not None:
                 out.append(item)
         elif type(slot) is ToolSlot:
-            out.append(self.builder.tool_end(slot))
+            end = self.builder.tool_end(slot)
+            if end is not None:
+                out.append(end)
 
     def _message_start(self, event: dict[str, Any]) -> None:
         self.saw_start = True

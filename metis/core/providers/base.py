@@ -233,13 +233,15 @@ class ToolUseInputDelta(_FlatEvent):
 
 
 class ToolUseEnd(_Event):
-    """A tool call whose input is complete and parsed (`tool.use_end`)."""
+    """A tool call whose input is complete and parsed (`tool.use_end`); `dropped`: the output
+    limit cut its arguments off, so it is not part of the message and never runs."""
 
     type: Literal["tool.use_end"] = "tool.use_end"
     message_id: str
     content_block_index: int
     tool_use_id: str
     final_input: dict[str, Any]
+    dropped: bool = False
 
 
 class MessageComplete(_Event):

@@ -277,6 +277,9 @@ class _Call:
         self.slot: ToolSlot | None = None
 
 
+_CHUNK_EVENTS = frozenset({None, "message", "error"})
+
+
 class OpenAITranslator:
     """Chat completion chunks → canonical events."""
 
@@ -311,7 +314,13 @@ class OpenAITranslator:
 
     def feed(self, event: ServerEvent, out: list[StreamEvent]) -> None:
         """One `data:` chunk; the SDK's rules: `[DONE]` ends the body, a chunk carrying an
-        `error` fails the stream."""
+        `error` fails the stream. Chat Completions sends nothing but unnamed chunks, so a named
+        event other than `message` (the format's default name) or `error` is something a
+        compatible server added (a keep-alive, progress): skipped, as an SSE consumer skips an
+        event it has no listener for, rather than failing a good stream."""
+        if event.event not in _CHUNK_EVENTS:
+            log.debug("provider %s: skipping a %r stream event", self.provider, event.event)
+            return
         data = event.data
         if data.startswith(b"[DONE]"):
             self.end_of_body()
@@ -439,8 +448,9 @@ class OpenAITranslator:
                 )
         slots = sorted((c.slot for c in self._calls if c.slot is not None), key=lambda s: s.index)
         for slot in slots:
-            if not slot.ended:
-                out.append(self.builder.tool_end(slot))
+            end = self.builder.tool_end(slot)
+            if end is not None:
+                out.append(end)
 
     def end_of_body(self) -> None:
         if self.finish_raw is None:

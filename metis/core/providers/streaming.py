@@ -42,6 +42,7 @@ from metis.core.providers.base import (
 )
 from metis.core.providers.errors import ProviderError
 from metis.core.providers.retry import RetryPolicy
+from metis.core.tools.schema import unparsed_input
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -145,9 +146,10 @@ class CancelGuard:
 
 
 def parse_tool_input(text: str, *, context: str = "", warn: bool = True) -> dict[str, Any]:
-    """The accumulated argument JSON as an object; `{}` when empty, unparseable or not an object.
+    """The accumulated argument JSON as an object; `{}` when empty, and `unparsed_input` (why, in
+    words) when unparseable or not an object.
 
-    The dispatcher's schema check then reports a bad input, so a model's broken JSON never
+    The dispatcher's schema check then reports why to the model, so a model's broken JSON never
     breaks the stream. pydantic_core's parser also refuses what `json` would accept but
     nothing downstream can hold: lone surrogate escapes (not storable as UTF-8) and nesting
     deep enough to exhaust the recursion limit.
@@ -156,17 +158,26 @@ def parse_tool_input(text: str, *, context: str = "", warn: bool = True) -> dict
         return {}
     try:
         value = from_json(text)
-    except ValueError:
-        if warn:
-            log.warning(
-                "tool input of %s is not valid JSON (%d chars); using {}", context, len(text)
-            )
-        return {}
-    if not isinstance(value, dict):
-        if warn:
-            log.warning("tool input of %s is not a JSON object; using {}", context)
-        return {}
-    return value
+    except ValueError as exc:
+        reason = f"arguments were not valid JSON ({exc}, {len(text)} chars)"
+    else:
+        if isinstance(value, dict):
+            return value
+        reason = f"arguments were not a JSON object (a JSON {_json_kind(value)})"
+    if warn:
+        log.warning("tool input of %s: %s", context, reason)
+    return unparsed_input(reason)
+
+
+def _json_kind(value: Any) -> str:
+    """The JSON name of a parsed value's type, for the model to read."""
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    return "null" if value is None else "number"
 
 
 class TextSlot:
@@ -202,7 +213,7 @@ class RedactedSlot:
 
 class ToolSlot:
     """A tool call being streamed: its metis id and the wire's id, its input pieces, and the parsed
-    input once it ended."""
+    input once its `tool.use_end` was made (`ended`)."""
 
     __slots__ = ("ended", "final_input", "index", "name", "parts", "tool_use_id", "wire_id")
 
@@ -319,44 +330,61 @@ class ContentBuilder:
             partial_json=fragment,
         )
 
-    def tool_end(self, slot: ToolSlot, *, warn: bool = True) -> ToolUseEnd:
-        """Close a tool call and parse its input; input that does not parse becomes an empty object,
-        logged unless `warn` is off."""
+    def tool_end(self, slot: ToolSlot) -> ToolUseEnd | None:
+        """The wire closed a tool call: its end, with the parsed input. None for a call whose
+        arguments stop mid-JSON: cut off by the output limit or broken by the model, which only
+        the stop reason, still to come, tells apart; `settle` ends it then."""
+        if slot.cut_off:
+            return None
+        return self._end(slot, self._parsed(slot))
+
+    @staticmethod
+    def _parsed(slot: ToolSlot) -> dict[str, Any]:
+        return parse_tool_input("".join(slot.parts), context=f"{slot.name} ({slot.tool_use_id})")
+
+    def _end(
+        self, slot: ToolSlot, final_input: dict[str, Any], *, dropped: bool = False
+    ) -> ToolUseEnd:
         slot.ended = True
-        slot.final_input = parse_tool_input(
-            "".join(slot.parts), context=f"{slot.name} ({slot.tool_use_id})", warn=warn
-        )
+        slot.final_input = final_input
         return ToolUseEnd(
             message_id=self.message_id,
             content_block_index=slot.index,
             tool_use_id=slot.tool_use_id,
             final_input=slot.final_input,
+            dropped=dropped,
         )
 
-    def close_open_tools(self, *, warn: bool = True) -> list[ToolUseEnd]:
-        """Close every tool call the stream left open (a cut stream); their deltas must still end."""
-        return [
-            self.tool_end(b, warn=warn)
-            for b in self.blocks
-            if isinstance(b, ToolSlot) and not b.ended
-        ]
+    def settle(self, stop: StopReason) -> list[ToolUseEnd]:
+        """The ends still owed once the stream is over: of the calls it left open or whose
+        arguments did not parse (their deltas must still end).
 
-    def drop_cut_off_tools(self) -> None:
-        """Forget the calls the output limit cut mid-arguments: such a call was
-        never made, so it must not be stored, announced or answered. Only a cut-off call goes;
-        a complete one stays even when its input is not an object (the schema check reports it).
+        After a `max_tokens` stop the last block, when such a call, was cut off by the limit:
+        it was never made, so it leaves the message (not stored, run or answered) and its end
+        says `dropped`, for clients to say so. Being last keeps every other block's index its
+        position. A stream cut short (cancelled, failed) keeps no call, and its cut arguments
+        are no fault of the model's: `{}`. Any other such call keeps its arguments' fault as its
+        input, for the schema check to report to the model.
         """
-        kept: list[Slot] = []
+        last = self.blocks[-1] if self.blocks else None
+        ends: list[ToolUseEnd] = []
         for slot in self.blocks:
-            if isinstance(slot, ToolSlot) and slot.cut_off:
+            if not isinstance(slot, ToolSlot) or slot.ended:
+                continue
+            if stop == "max_tokens" and slot is last and slot.cut_off:
                 log.warning(
                     "tool call %s (%s) was cut off by the output limit; dropped",
                     slot.name,
                     slot.tool_use_id,
                 )
+                ends.append(self._end(slot, {}, dropped=True))
+            elif stop in ("cancelled", "error") and slot.cut_off:
+                ends.append(self._end(slot, {}))
             else:
-                kept.append(slot)
-        self.blocks = kept
+                ends.append(self._end(slot, self._parsed(slot)))
+        if ends and ends[-1].dropped:
+            self.blocks.pop()
+        return ends
 
     @property
     def tool_count(self) -> int:
@@ -373,10 +401,8 @@ class ContentBuilder:
             elif isinstance(b, RedactedSlot):
                 content.append(RedactedThinkingBlock(data=b.data))
             else:
-                final = b.final_input
-                if final is None:
-                    final = parse_tool_input("".join(b.parts), warn=False)
-                content.append(ToolUseBlock(id=b.tool_use_id, name=b.name, input=final))
+                assert b.final_input is not None, "settle ends every call before the content"
+                content.append(ToolUseBlock(id=b.tool_use_id, name=b.name, input=b.final_input))
         return content
 
 
@@ -494,7 +520,7 @@ def _interrupted(
 ) -> list[StreamEvent]:
     """The closing events of a stream cut short after `message.start`:
     a `tool.use_end` per open call, then `message.complete` with the partial content."""
-    closing: list[StreamEvent] = list(builder.close_open_tools(warn=False))
+    closing: list[StreamEvent] = list(builder.settle(stop_reason))
     _, raw = tr.stop()
     closing.append(
         MessageComplete(
@@ -564,8 +590,8 @@ async def drive_stream(spec: CallSpec, req: LLMRequest) -> AsyncIterator[StreamE
                     for item in out:
                         yield item
                 stop, raw = tr.stop()
-                if stop == "max_tokens":
-                    builder.drop_cut_off_tools()
+                for end in builder.settle(stop):
+                    yield end
                 yield MessageComplete(
                     message_id=req.message_id,
                     stop_reason=stop,

@@ -20,6 +20,7 @@ from typing import Any
 from metis.core.tools.base import ToolRegistrationError
 
 MAX_ERRORS = 20
+UNPARSED_ARGUMENTS = "metis_unparsed_arguments"
 
 ALLOWED_KEYWORDS = frozenset(
     {
@@ -185,8 +186,29 @@ def validate(schema: Mapping[str, Any], value: Any) -> list[InputError]:
     return out.errors
 
 
+def unparsed_input(reason: str) -> dict[str, Any]:
+    """The input of a call whose arguments were not a JSON object (the model's broken JSON).
+
+    It stays an object, so the stored call can be sent back to the provider as it is, and it
+    carries why, so `validate_input` reports that instead of every required field missing
+    (feedback that sends a model round in circles).
+    """
+    return {UNPARSED_ARGUMENTS: reason}
+
+
+def _unparsed_reason(value: Any) -> str | None:
+    if isinstance(value, dict) and len(value) == 1:
+        reason = value.get(UNPARSED_ARGUMENTS)
+        if isinstance(reason, str):
+            return reason
+    return None
+
+
 def validate_input(schema: Mapping[str, Any], value: Any) -> InputValidation:
     """Validate a tool input; on success return it with the schema's defaults filled in."""
+    unparsed = _unparsed_reason(value)
+    if unparsed is not None:
+        return InputValidation((InputError("$", unparsed),), None)
     errors = validate(schema, value)
     if errors:
         return InputValidation(tuple(errors), None)

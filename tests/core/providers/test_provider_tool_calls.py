@@ -9,6 +9,7 @@ import pytest
 from metis.core.canonical.content import TextBlock, ToolUseBlock
 from metis.core.providers.base import ToolIdMap, ToolUseEnd, ToolUseInputDelta, ToolUseStart
 from metis.core.providers.streaming import parse_tool_input
+from metis.core.tools.schema import InputError, unparsed_input, validate_input
 from metis.testing import FakeProviderServer, FakeReply
 from tests.core.providers.provider_kit import (
     APIS,
@@ -20,6 +21,7 @@ from tests.core.providers.provider_kit import (
     tool_msg,
     user,
 )
+from tests.e2e.test_turn_endings import CUT_OFF_REPLIES, anthropic_frame
 
 TWO_CALLS: list[dict[str, Any]] = [
     {"name": "read_file", "input": {"path": "a.txt"}},
@@ -115,7 +117,7 @@ def _chunk(delta: dict[str, Any], finish: str | None = None) -> str:
     return f"data: {json.dumps(body)}\n\n"
 
 
-async def test_openai_calls_without_ids_and_broken_json_end_with_empty_input(
+async def test_openai_calls_without_ids_and_broken_json_end_saying_what_was_wrong(
     fake: FakeProviderServer, make_adapter, caplog: pytest.LogCaptureFixture
 ) -> None:
     frames = [
@@ -131,9 +133,15 @@ async def test_openai_calls_without_ids_and_broken_json_end_with_empty_input(
     ]
     reply = FakeReply(raw_sse=frames)
     _, events, complete = await _stream(make_adapter, "openai", reply, fake)
+    broken = unparsed_input(
+        "arguments were not valid JSON (EOF while parsing a string at line 1 column 4, 4 chars)"
+    )
+    not_object = unparsed_input("arguments were not a JSON object (a JSON array)")
+    # a call whose JSON stops short ends once the stop reason says it was not cut off
     ends = [e for e in events if isinstance(e, ToolUseEnd)]
-    assert [e.final_input for e in ends] == [{}, {}]
-    assert _calls(complete) == [("read_file", {}), ("list_dir", {})]
+    assert [(e.content_block_index, e.final_input) for e in ends] == [(1, not_object), (0, broken)]
+    assert not any(e.dropped for e in ends)
+    assert _calls(complete) == [("read_file", broken), ("list_dir", not_object)]
     assert "not valid JSON" in caplog.text and "not a JSON object" in caplog.text
 
 
@@ -221,7 +229,81 @@ async def test_complete_mints_canonical_ids_for_json_tool_calls(
     "arguments",
     ['{"path": "\\ud800"}', "[" * 100_000 + "]" * 100_000, '{"a": ' * 5000 + "1" + "}" * 5000],
 )
-def test_unholdable_tool_arguments_parse_as_an_empty_input(arguments: str) -> None:
+def test_unholdable_tool_arguments_parse_as_unparsed_input(arguments: str) -> None:
     """A lone surrogate cannot be stored as UTF-8 and deep nesting exhausts the recursion
-    limit: both are unparseable input (`{}`, then the schema check), never an exception."""
-    assert parse_tool_input(arguments, warn=False) == {}
+    limit: both are unparseable input (said why, for the schema check), never an exception."""
+    [reason] = parse_tool_input(arguments, warn=False).values()
+    assert reason.startswith("arguments were not valid JSON (")
+    assert reason.endswith(f", {len(arguments)} chars)")
+
+
+@pytest.mark.parametrize("kind", APIS)
+async def test_a_call_cut_off_by_the_output_limit_ends_dropped_and_leaves_the_message(
+    kind: str, fake: FakeProviderServer, make_adapter
+) -> None:
+    """Its end comes last before `message.complete` (only the stop reason tells a cut-off call
+    from broken JSON), saying `dropped`, so clients never take it for a call that runs."""
+    reply = FakeReply(raw_sse=CUT_OFF_REPLIES[kind])
+    _, events, complete = await _stream(make_adapter, kind, reply, fake)
+    starts = {e.tool_use_id: e.tool_name for e in events if isinstance(e, ToolUseStart)}
+    ends = [e for e in events if isinstance(e, ToolUseEnd)]
+    assert [(starts[e.tool_use_id], e.dropped) for e in ends] == [
+        ("read_file", False),
+        ("write_file", True),
+    ]
+    assert events[-2] == ends[-1] and ends[-1].final_input == {}
+    assert complete.stop_reason == "max_tokens"
+    assert _calls(complete) == [("read_file", {"path": "README.md"})]
+
+
+def anthropic_call(arguments: str, stop: str) -> list[str]:
+    """One streamed tool_use whose arguments are `arguments`, ended by `stop`."""
+    block = {"type": "tool_use", "id": "toolu_1", "name": "write_file", "input": {}}
+    delta = {"type": "input_json_delta", "partial_json": arguments}
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "content": [], "usage": {}}
+    return [
+        anthropic_frame("message_start", {"message": message}),
+        anthropic_frame("content_block_start", {"index": 0, "content_block": block}),
+        anthropic_frame("content_block_delta", {"index": 0, "delta": delta}),
+        anthropic_frame("content_block_stop", {"index": 0}),
+        anthropic_frame("message_delta", {"delta": {"stop_reason": stop}, "usage": {}}),
+        anthropic_frame("message_stop", {}),
+    ]
+
+
+async def test_a_finished_call_with_broken_json_tells_the_schema_check_why(
+    fake: FakeProviderServer, make_adapter
+) -> None:
+    """Not cut off (the model stopped for `tool_use`): the call stays, with an input that can be
+    sent back to the provider and that validation reports as broken JSON, not as every
+    required field missing."""
+    arguments = '{"path": "a.txt", "content": "abc'
+    reply = FakeReply(raw_sse=anthropic_call(arguments, "tool_use"))
+    _, events, complete = await _stream(make_adapter, "anthropic", reply, fake)
+    [end] = [e for e in events if isinstance(e, ToolUseEnd)]
+    assert not end.dropped
+    why = "arguments were not valid JSON (EOF while parsing a string at line 1 column 33, 33 chars)"
+    assert _calls(complete) == [("write_file", unparsed_input(why))]
+    schema = {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+        "required": ["path", "content"],
+    }
+    assert validate_input(schema, end.final_input).errors == (InputError("$", why),)
+
+
+async def test_openai_skips_a_named_event_it_does_not_know(
+    fake: FakeProviderServer, make_adapter
+) -> None:
+    """Chat Completions sends unnamed chunks only; a compatible server's extra named event (not
+    JSON, here) is skipped as SSE consumers skip events they have no listener for, instead of
+    failing the call and forcing a retry."""
+    frames = [
+        _chunk({"role": "assistant", "content": "Hello"}),
+        "event: weird\ndata: hi\n\n",
+        _chunk({"content": " there"}, "stop"),
+        "data: [DONE]\n\n",
+    ]
+    _, _, complete = await _stream(make_adapter, "openai", FakeReply(raw_sse=frames), fake)
+    assert complete.final_content == [TextBlock(text="Hello there")]
+    assert len(fake.requests) == 1
