@@ -48,7 +48,7 @@ from metis.commands.daemon_client import (
     unreachable,
 )
 from metis.commands.failures import error_text
-from metis.commands.run import retry_note
+from metis.commands.run import CUT_OFF, DROPPED, retry_note
 from metis.core.errors import ConfigError
 from metis.core.tools.textutil import visible_controls
 from metis.wire import tooldisplay
@@ -92,6 +92,7 @@ class Renderer:
         self._open: str | None = None  # the label of the line being streamed, if any
         self.own_model_changes = 0  # PATCHes of this client whose event is still to come
         self._running: dict[str, str] = {}  # tool_use_id → tool name: `tool.completed` has none
+        self._calls: dict[str, str] = {}  # tool_use_id → tool name, of calls whose end is to come
 
     def _write(self, text: str) -> None:
         self.out.write(visible_controls(text))  # model text must not drive the terminal
@@ -137,19 +138,32 @@ class Renderer:
         self.stream("thinking", p.get("text", ""))
 
     def _on_tool_use_start(self, p: dict[str, Any]) -> None:
+        self._calls[str(p.get("tool_use_id"))] = str(p.get("tool_name"))
+        self._open_call(str(p.get("tool_name")))
+
+    def _open_call(self, name: str) -> None:
         self.end_stream()
-        self._write(f"tool> {p.get('tool_name')} ")
+        self._write(f"tool> {name} ")
         self._open = "tool-input"
 
     def _on_tool_use_end(self, p: dict[str, Any]) -> None:
-        text = json.dumps(p.get("final_input"), ensure_ascii=False)
-        self._write(text if len(text) <= 200 else text[:199] + "…")
+        name = self._calls.pop(str(p.get("tool_use_id")), None)
+        if self._open != "tool-input" and name is not None:
+            # a call whose JSON did not parse ends with the message, after what followed it
+            self._open_call(name)
+        if p.get("dropped"):
+            self._write(DROPPED)
+        else:
+            text = json.dumps(p.get("final_input"), ensure_ascii=False)
+            self._write(text if len(text) <= 200 else text[:199] + "…")
         self.end_stream()
 
     def _on_message_complete(self, p: dict[str, Any]) -> None:
         self.end_stream()
         if p.get("stop_reason") in ("cancelled", "error"):
             self.line("metis", f"the reply was cut short ({p['stop_reason']})")
+        elif p.get("stop_reason") == "max_tokens":
+            self.line("metis", f"the reply was {CUT_OFF}")
 
     # bus events
     def _on_route_decided(self, p: dict[str, Any]) -> None:

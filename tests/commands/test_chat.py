@@ -24,6 +24,7 @@ from metis.server.ws import handoff
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from tests.api import Api
 from tests.cli import start_metis
+from tests.e2e.test_turn_endings import CUT_OFF_REPLIES
 from tests.helpers import HOLD, model_changed
 from tests.ws_client import SLOW_SCRIPTED, fake_models
 
@@ -555,3 +556,20 @@ async def test_tool_outcomes_name_their_tool_and_the_instruction_file_is_named(
     )
     [done] = [line for line in term.labelled("tool") if " done (" in line]
     assert done.startswith("tool> read_file done (") and done.endswith(" bytes)")
+
+
+async def test_a_reply_cut_off_by_the_output_limit_says_so_and_its_dropped_call(
+    chat_with: Callable[..., Any], fake: FakeProviderServer
+) -> None:
+    fake.enqueue("anthropic", FakeReply(raw_sse=CUT_OFF_REPLIES["anthropic"]))
+    _, term, chat = await chat_with(models=fake_models(fake))
+    term.type("write the notes", "/quit")
+    assert await asyncio.wait_for(chat.run(), 15) == 0
+    tools = term.labelled("tool")
+    assert tools[:2] == [
+        'tool> read_file {"path": "README.md"}',
+        "tool> write_file dropped: its arguments were cut off by the output limit; not run",
+    ], tools
+    assert "metis> the reply was cut off by the output limit (max_tokens)" in term.labelled("metis")
+    [ended] = term.labelled("turn")
+    assert ended.startswith("turn> completed") and "0 tools run" in ended, ended

@@ -18,6 +18,7 @@ from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from tests.api import Api
 from tests.cli import at_a_terminal, metis, start_metis, terminal_lines
+from tests.e2e.test_turn_endings import CUT_OFF_REPLIES
 from tests.ws_client import SLOW_SCRIPTED, fake_models
 
 
@@ -348,3 +349,33 @@ async def test_a_standard_stream_closed_at_start_is_dev_null_not_a_traceback(
         said = err.decode()
         assert proc.returncode == code and "Traceback" not in said, (line, said)
     assert said == "metis: the prompt on stdin is empty\n"
+
+
+async def test_a_reply_cut_off_by_the_output_limit_is_said_and_exits_3(
+    start_daemon: Callable[..., Any], workspace: Path, fake: FakeProviderServer
+) -> None:
+    """Text, then a write_file whose arguments the limit cut: the call never ran, so it is not
+    reported as a tool call, and a script learns the reply is partial."""
+    cut = FakeReply(raw_sse=CUT_OFF_REPLIES["anthropic"])
+    fake.enqueue("anthropic", cut, cut)
+    d = await start_daemon(models=fake_models(fake))
+    run = ("run", "hi", "--workspace", str(workspace), "--url", d.base_url)
+    code, out, err = await metis(*run)
+    assert (code, out) == (3, "Reading, then writing.\n"), err
+    notes = [line for line in err.splitlines() if line.startswith("metis: ")]
+    assert notes[:3] == [
+        "metis: tool read_file README.md",
+        "metis: tool write_file dropped: its arguments were cut off by the output limit; not run",
+        "metis: reply cut off by the output limit (max_tokens)",
+    ], err
+    code, out, err = await metis(*run, "--json")
+    ended = json.loads(out)
+    assert code == 3, err
+    assert (ended["status"], ended["stop_reason"], ended["truncated"]) == (
+        "completed",
+        "max_tokens",
+        True,
+    )
+    assert [call["name"] for call in ended["tool_calls"]] == ["read_file"]
+    assert ended["dropped_tool_calls"] == ["write_file"]
+    assert "metis: reply cut off by the output limit (max_tokens)" in err.splitlines()

@@ -18,7 +18,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 
 from metis.commands.client import CALL_FAILURES, DaemonApi, turn_outcome
-from metis.commands.run import retry_wait
+from metis.commands.run import CUT_OFF, DROPPED, retry_wait
 from metis.commands.tui.confirmations import ConfirmationQueue
 from metis.commands.tui.turn import RunningTurn
 from metis.commands.tui.widgets import (
@@ -167,6 +167,8 @@ class TranscriptRenderer:
                 card.set_input(block.get("input") or {}, live=False)
         if text:
             self.replies[m["id"]] = await host.add(AssistantMessage(m["id"], text))
+        if (m.get("metadata") or {}).get("stop_reason") == "max_tokens":  # as it read live
+            await host.add(Note(plain(f"the reply was {CUT_OFF}"), classes="warning"))
 
     # live events ------------------------------------------------------------------------------
 
@@ -230,16 +232,18 @@ class TranscriptRenderer:
         await self.host.add(card)
 
     async def _on_tool_use_end(self, event: dict[str, Any], p: dict[str, Any]) -> None:
-        self.host.confirmations.tool_inputs[p["tool_use_id"]] = p.get("final_input") or {}
         card = self.cards.get(p["tool_use_id"])
+        if p.get("dropped"):  # never made: no input to show, no result to come
+            if card is not None:
+                card.set_state(DROPPED)
+            return
+        self.host.confirmations.tool_inputs[p["tool_use_id"]] = p.get("final_input") or {}
         if card is not None:
             card.set_input(p.get("final_input"))
 
     async def _on_message_complete(self, event: dict[str, Any], p: dict[str, Any]) -> None:
         reply = self.replies.get(p["message_id"])
-        note = None
-        if p.get("stop_reason") in ("cancelled", "error"):
-            note = f"the reply was cut short ({p['stop_reason']})"
+        note = _stop_note(p.get("stop_reason"))
         if reply is not None:
             reply.finish()
         thinking = self.thinking.get(p["message_id"])
@@ -402,6 +406,17 @@ class TranscriptRenderer:
 
 
 _CUT_SHORT = ("turn.failed", "turn.cancelled")
+
+
+def _stop_note(stop_reason: str | None) -> str | None:
+    """What a reply's end says when it stopped short of what the model meant to write."""
+    if stop_reason in ("cancelled", "error"):
+        return f"the reply was cut short ({stop_reason})"
+    if stop_reason == "max_tokens":
+        return f"the reply was {CUT_OFF}"
+    return None
+
+
 INTERRUPTED = "interrupted"
 """A call whose turn ended before it did (the daemon stopped under it): no end of its own came."""
 

@@ -35,6 +35,7 @@ from metis.testing import FakeProviderServer, FakeReply
 from metis.testing.bench import bench_models_yaml
 from tests.api import Api
 from tests.core.tools.mcp_servers import MALFORMED, python_server
+from tests.e2e.test_turn_endings import CUT_OFF_REPLIES
 from tests.helpers import insert_running_turn
 from tests.ws_client import SLOW_SCRIPTED
 
@@ -1636,3 +1637,26 @@ async def test_a_turn_sent_from_elsewhere_shows_its_prompt_and_keeps_the_session
         await pilot.press("ctrl+q")
     _, session = await api_of(d).call("GET", f"/sessions/{unsure.session_id}")
     assert session["ended_at"] is None and unsure.continuable
+
+
+async def test_a_reply_cut_off_by_the_output_limit_says_so_live_and_when_reopened(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    async with FakeProviderServer() as fake:
+        fake.enqueue("anthropic", FakeReply(raw_sse=CUT_OFF_REPLIES["anthropic"]))
+        d = await start_daemon(models=bench_models_yaml(fake.anthropic_base_url))
+        app = make_app(d, workspace)
+        cut_off = "the reply was cut off by the output limit (max_tokens)"
+        async with attached(app) as pilot:
+            await type_text(pilot, app, "write the notes")
+            await until(lambda: "turn completed" in notes(app), timeout=20)
+            states = {card.name_: card.state for card in app.query(ToolCard)}
+            assert states["write_file"] == (
+                "dropped: its arguments were cut off by the output limit; not run"
+            )
+            assert cut_off in notes(app)
+            screenshot(app, "cut-off-reply")
+        reopened = make_app(d, workspace, continue_latest=True)
+        async with attached(reopened) as pilot:
+            await pilot.pause()
+            assert cut_off in notes(reopened)  # as it read live (the dropped call was never stored)

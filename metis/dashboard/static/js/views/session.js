@@ -245,6 +245,13 @@ export function sessionView(root, sessionId, revealAt = null) {
     return c;
   }
 
+  // What a reply the output limit stopped says under it: a tool call it was writing (known
+  // only live, from its dropped tool.use_end) never ran.
+  function cutOffNote(dropped) {
+    const calls = dropped.length ? ` The call to ${dropped.join(", ")} it was writing was dropped; it did not run.` : "";
+    return `The reply was cut off by the output limit (max_tokens).${calls}`;
+  }
+
   // A text the daemon did not render, as plain text (as it streamed): one longer than the
   // daemon renders says so; one whose request failed is rendered at the next sync (renderLater).
   function markdown(text, html) {
@@ -300,6 +307,7 @@ export function sessionView(root, sessionId, revealAt = null) {
         out.push(h("span", { class: "muted" }, "[image]"));
       }
     }
+    if (m.cutOff) out.push(h("p", { class: "muted small cut-off", role: "note" }, m.cutOff));
     clear(m.body).append(...out);
     m.rendered = !failed;
     // a reply can be copied whole, as the model wrote it (its markdown; not its thinking)
@@ -328,6 +336,7 @@ export function sessionView(root, sessionId, revealAt = null) {
     const m = existing || bubble(message.id, message.role);
     m.live = false;
     m.el.classList.remove("streaming");
+    if (message.metadata?.stop_reason === "max_tokens") m.cutOff ||= cutOffNote([]);
     await renderBlocks(m, message.content);
   }
 
@@ -420,6 +429,9 @@ export function sessionView(root, sessionId, revealAt = null) {
       m.body.append(c.el);
     } else if (ev.type === "tool.use_input_delta") {
       card(p.tool_use_id).appendInput(p.partial_json);
+    } else if (ev.type === "tool.use_end" && p.dropped) {
+      // cut off by the output limit: never made, so not in the message the render shows
+      m.dropped = [...(m.dropped || []), card(p.tool_use_id).el.querySelector(".tool-name").textContent];
     } else if (ev.type === "tool.use_end") {
       card(p.tool_use_id).setInput(p.final_input);
     } else if (ev.type === "message.complete") {
@@ -427,6 +439,7 @@ export function sessionView(root, sessionId, revealAt = null) {
       m.live = false;
       m.el.classList.remove("streaming");
       m.el.dataset.stop = p.stop_reason;
+      if (p.stop_reason === "max_tokens") m.cutOff = cutOffNote(m.dropped || []);
       renderLater(m, p.final_content);
     }
   }
