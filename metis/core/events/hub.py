@@ -116,6 +116,7 @@ class _Block:
     tool_name: str | None = None
     final_input: dict[str, Any] | None = None
     ended: bool = False
+    dropped: bool = False  # cut off by the output limit: never run
 
 
 @dataclass
@@ -166,6 +167,7 @@ class StreamingMessage:
         elif kind == "tool.use_end":
             block = self._block(index, "tool_use", p["tool_use_id"])
             block.final_input, block.ended = p["final_input"], True
+            block.dropped = bool(p.get("dropped"))
 
     def _block(self, index: int, kind: str, tool_use_id: str | None = None) -> _Block:
         """The block at `index`, created on its first delta (not built anew for every delta, as
@@ -207,7 +209,10 @@ class StreamingMessage:
                 out.append(make("tool.use_start", {**ids, "tool_name": block.tool_name}))
                 out.append(make("tool.use_input_delta", {**ids, "partial_json": text}))
                 if block.ended:
-                    out.append(make("tool.use_end", {**ids, "final_input": block.final_input}))
+                    ended = {**ids, "final_input": block.final_input}
+                    if block.dropped:
+                        ended["dropped"] = True
+                    out.append(make("tool.use_end", ended))
         if self.complete is not None:
             out.append(self.complete)
         return out

@@ -52,3 +52,16 @@ def test_a_terminal_event_clears_a_message_no_bus_event_named() -> None:
     streaming(hub, "message.complete", final_content=[])
     bus(hub, 2, "turn.failed", {})
     assert handoff(hub)[0] == []
+
+
+def test_a_client_joining_after_a_dropped_call_ended_is_told_it_was_dropped() -> None:
+    hub = SessionHub()
+    bus(hub, 1, "turn.started", {"user_message_id": USER_MESSAGE})
+    streaming(hub, "message.start", model="m")
+    ids = {"content_block_index": 0, "tool_use_id": "tu_1"}
+    streaming(hub, "tool.use_start", **ids, tool_name="write_file")
+    streaming(hub, "tool.use_input_delta", **ids, partial_json='{"path": "a.txt", "con')
+    streaming(hub, "tool.use_end", **ids, final_input={}, dropped=True)
+    point = hub.handoff_point(HubClient(SID, maxsize=100), None, new_ulid)
+    [end] = [e for e in point.catch_up if e.type == "tool.use_end"]
+    assert end.payload["dropped"] is True and end.payload["final_input"] == {}
