@@ -91,6 +91,8 @@ class Renderer:
         self.out = out
         self._open: str | None = None  # the label of the line being streamed, if any
         self.own_model_changes = 0  # PATCHes of this client whose event is still to come
+        # confirmation requests this client answered: their `you>` line said it already
+        self.own_answers: set[str] = set()
         self._running: dict[str, str] = {}  # tool_use_id → tool name: `tool.completed` has none
         self._calls: dict[str, str] = {}  # tool_use_id → tool name, of calls whose end is to come
 
@@ -208,6 +210,9 @@ class Renderer:
         self.line("confirm", f"{p.get('tool_name')} ({p.get('side_effects')}) wants: {detail}")
 
     def _on_tool_confirmation_resolved(self, p: dict[str, Any]) -> None:
+        if p.get("confirmation_request_id") in self.own_answers:
+            self.own_answers.discard(p["confirmation_request_id"])
+            return
         scope = " for this session" if p.get("scope") == "session" else ""
         reason = f": {p['reason']}" if p.get("reason") else ""
         self.line("confirm", f"{p.get('decision')}{scope}{reason}")
@@ -576,12 +581,15 @@ class ChatSession:
                 + (" for this session" if body["scope"] == "session" else "")
                 + (f": {body['reason']}" if body.get("reason") else ""),
             )
+        answered = request["confirmation_request_id"]
+        typed = body.get("reason") != "input ended"
+        if typed:  # its `you>` line says it; its event may come before the call returns
+            self.render.own_answers.add(answered)
         try:
             assert self.api is not None and self.session_id is not None
-            await self.api.answer_confirmation(
-                self.session_id, turn_id, request["confirmation_request_id"], body
-            )
+            await self.api.answer_confirmation(self.session_id, turn_id, answered, body)
         except ApiFailure as exc:
+            self.render.own_answers.discard(answered)
             if exc.code == "confirmation_already_resolved":  # elsewhere, or the turn ended
                 self.render.line("confirm", tooldisplay.already_settled(request, exc.details))
             else:
