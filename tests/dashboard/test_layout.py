@@ -22,10 +22,11 @@ import pytest
 
 from metis.core.routing.predicates import PREDICATE_KEYS
 from metis.dashboard.routes import MAX_RENDER_CHARS
-from metis.testing.fake_provider import FakeProviderServer
+from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from tests.core.tools.mcp_servers import DEMO
 from tests.dashboard.conftest import SLOW_MODELS, DaemonThread, events_of, logged_in_page, rest
 from tests.dashboard.test_browser import open_session, send, wait_idle
+from tests.e2e.test_turn_endings import CUT_OFF_REPLIES
 from tests.helpers import insert_running_turn
 
 PHONE = (390, 844)
@@ -860,6 +861,30 @@ def test_a_cancelled_or_interrupted_tool_call_says_so_and_is_not_shown_failed(
     fpage.reload()
     fpage.wait_for_selector(".tool-card .tool-status:text-is('interrupted')")
     assert fpage.locator(".tool-card .tool-status", has_text="failed").count() == 0
+
+
+def test_a_reply_cut_off_by_the_output_limit_says_so_and_names_the_call_it_dropped(
+    fpage: Any, faked: Faked, workspace: Path
+) -> None:
+    """Live, the note names the call the limit cut off (it never ran, so no card is left);
+    after a reload, the stored reply still says it was cut off."""
+    cut_off = FakeReply(raw_sse=CUT_OFF_REPLIES["anthropic"])
+    faked.served.loop.call_soon_threadsafe(faked.fake.enqueue, "anthropic", cut_off)
+    faked.reply({"text": "done"})
+    open_session(fpage, workspace)
+    send(fpage, "read then write")
+    fpage.wait_for_selector("#turn-state:text-is('idle')")
+    note = fpage.locator(".msg.assistant .cut-off").first
+    assert note.text_content() == (
+        "The reply was cut off by the output limit (max_tokens). The call to write_file it was"
+        " writing was dropped; it did not run."
+    )
+    assert fpage.locator(".tool-card", has_text="write_file").count() == 0
+    fpage.reload()
+    fpage.locator(".msg.assistant .cut-off").first.wait_for()
+    assert fpage.locator(".msg.assistant .cut-off").first.text_content() == (
+        "The reply was cut off by the output limit (max_tokens)."
+    )
 
 
 def test_leaving_a_session_page_before_it_connects_leaves_no_socket_behind(
