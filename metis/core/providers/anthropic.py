@@ -499,7 +499,7 @@ def _status_error(
         else None
     )
     where = f"HTTP {reported}" if reported is not None else "stream error event"
-    text = f"anthropic {where} ({etype or 'unknown'})"
+    text = f"{provider} {where} ({etype or 'unknown'})"
     if api_message:
         text += f": {api_message}"
     return ProviderError(

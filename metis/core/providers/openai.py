@@ -526,7 +526,7 @@ def classify(
             if error_class in ("rate_limit", "server_error", "network")
             else None
         )
-        text = f"openai HTTP {status} ({code or etype or 'unknown'})"
+        text = f"{provider} HTTP {status} ({code or etype or 'unknown'})"
         if api_message:
             text += f": {api_message}"
         return ProviderError(
@@ -549,7 +549,7 @@ def classify(
         )
     if isinstance(exc, StreamErrorEvent):  # an error chunk inside the stream
         etype, code, api_message = error_fields(exc.body)
-        text = f"openai stream error ({code or etype or 'unknown'})"
+        text = f"{provider} stream error ({code or etype or 'unknown'})"
         if api_message:
             text += f": {api_message}"
         return ProviderError(

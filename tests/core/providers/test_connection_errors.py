@@ -65,6 +65,18 @@ async def test_a_read_timeout_names_the_setting(
     )
 
 
+@pytest.mark.parametrize("kind", APIS)
+async def test_an_error_answer_names_the_provider_not_its_adapter(
+    kind: str, fake: FakeProviderServer, make_adapter
+) -> None:
+    """Two providers on the openai adapter (a local server and OpenAI) are told apart."""
+    fake.enqueue(kind, FakeReply.fail(400))
+    adapter = make_adapter(kind, name="ollama")
+    events, error = await collect(adapter.stream(request(kind)))
+    assert events == [] and error is not None
+    assert error.message.startswith("ollama HTTP 400 ("), error.message
+
+
 @pytest.mark.parametrize(
     ("chain", "expected"),
     [
