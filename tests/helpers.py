@@ -1,12 +1,17 @@
-"""Small helpers for tests that need rows before the session service creates them."""
+"""Small helpers for tests that need rows before the session service creates them, or a
+daemon named by its home's lock."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from metis.core.canonical.ids import new_session_id, new_ulid
 from metis.core.canonical.times import now_us
 from metis.core.store.db import Database
+from metis.server.lock import acquire
 
 # config.yaml text under which every read_file call waits for a confirmation: a turn that
 # reads a file stays in flight until the test answers.
@@ -64,3 +69,15 @@ def text_delta(core: Any, sid: str, text: str) -> None:
         turn_id="01JZZZZZZZZZZZZZZZZZZZZZZY",
         parent_event_id=None,
     )
+
+
+@contextmanager
+def named_by_home_lock(home: Path, url: str) -> Iterator[None]:
+    """The home's lock held and naming `url`, as `metis serve` holds it: clients then take the
+    daemon at `url` for the one running on `home` (an in-process daemon holds no lock)."""
+    lock = acquire(home)
+    lock.record(url)
+    try:
+        yield
+    finally:
+        lock.release()

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from metis.cli import main
-from metis.server.lock import acquire
 from metis.server.runner import Daemon
 from tests.cli import metis
+from tests.helpers import named_by_home_lock
 
 BROKEN_CONFIG = "port: [oops\n"
 
@@ -22,12 +22,8 @@ BROKEN_CONFIG = "port: [oops\n"
 @pytest.fixture
 async def home_daemon(daemon: Daemon, metis_home: Path) -> AsyncIterator[Daemon]:
     """The daemon, named by its home's lock as the daemon running on it."""
-    lock = acquire(metis_home)
-    lock.record(daemon.base_url)
-    try:
+    with named_by_home_lock(metis_home, daemon.base_url):
         yield daemon
-    finally:
-        lock.release()
 
 
 @pytest.mark.parametrize("command", [["status"], ["sessions", "list"], ["serve"]])

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from metis.server.lock import acquire
 from metis.server.runner import Daemon
 from tests.cli import metis
+from tests.helpers import named_by_home_lock
 
 MODELS = """\
 pricing_version: "t-1"
@@ -37,12 +37,8 @@ async def keyed_daemon(
     monkeypatch.setenv("REV_ANTH_KEY", "sk-ant-test")
     daemon = await start_daemon(models=MODELS, routing=ROUTING)
     monkeypatch.delenv("REV_ANTH_KEY")
-    lock = acquire(metis_home)
-    lock.record(daemon.base_url)
-    try:
+    with named_by_home_lock(metis_home, daemon.base_url):
         yield daemon
-    finally:
-        lock.release()
 
 
 async def test_the_daemon_checks_the_file_against_its_own_keys(
