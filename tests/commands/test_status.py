@@ -16,12 +16,12 @@ import pytest
 from metis.cli import main
 from metis.commands.daemon_client import DaemonTarget
 from metis.commands.status import render
-from metis.server.lock import acquire
 from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from metis.version import metis_version
 from tests.api import Api
 from tests.cli import metis
+from tests.helpers import named_by_home_lock
 from tests.ws_client import fake_models
 
 
@@ -83,12 +83,10 @@ async def test_a_daemon_that_holds_its_home_but_does_not_answer_is_not_called_no
     metis_home.mkdir(parents=True)
     silent = await asyncio.start_server(lambda *_: None, "127.0.0.1", 0)  # accepts, never answers
     url = f"http://127.0.0.1:{silent.sockets[0].getsockname()[1]}"
-    lock = acquire(metis_home)
-    lock.record(url)  # held by this process, as a daemon holds its home's
     try:
-        code, out, err = await metis("status", "--json")
+        with named_by_home_lock(metis_home, url):  # held by this process
+            code, out, err = await metis("status", "--json")
     finally:
-        lock.release()
         silent.close()
     assert code == 1, err
     said = json.loads(out)
