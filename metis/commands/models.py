@@ -228,7 +228,11 @@ def show_live(target: DaemonTarget, body: dict[str, Any]) -> None:
     print()
     print(f"source: the daemon at {target.url} (live availability)")
     print(f"pricing_version: {body['pricing_version']}")
-    print(f"offline mode: {'on' if body['offline_mode'] else 'off'}")
+    print(f"offline mode: {_offline_mode(body['offline_mode'])}")
+
+
+def _offline_mode(on: bool) -> str:
+    return "on (only local:scripted is served unless asked)" if on else "off"
 
 
 def list_models(args: argparse.Namespace) -> int:
@@ -251,7 +255,11 @@ def list_models(args: argparse.Namespace) -> int:
     if registry is None:
         return 2
     rows = [("MODEL", "TIER", "ALIASES", "AVAILABILITY")]
-    for entry in registry.models():
+    # the models that can answer first, as the daemon lists them
+    entries = sorted(
+        registry.models(), key=lambda e: registry.not_configured_reason(e.id) is not None
+    )
+    for entry in entries:
         rows.append(
             (
                 entry.id,
@@ -265,8 +273,7 @@ def list_models(args: argparse.Namespace) -> int:
         print(note)
     print(f"source: {path}")
     print(f"pricing_version: {registry.pricing_version}")
-    mode = "on (only local:scripted is served unless asked)" if registry.offline_mode else "off"
-    print(f"offline mode: {mode}")
+    print(f"offline mode: {_offline_mode(registry.offline_mode)}")
     default = registry.default_model()
     print(f"default model: {default or 'none (no configured real model)'}")
     return 0

@@ -37,3 +37,19 @@ async def test_at_80_columns_a_models_availability_wraps_under_its_row(daemon: D
     assert lines[sonnet + 1] == "    no key (ANTHROPIC_API_KEY unset)"
     scripted = next(line for line in lines if line.startswith("local:scripted"))
     assert scripted.split()[-2:] == ["healthy", "[scripted]"]  # it fits: on its row
+
+
+async def test_with_or_without_a_daemon_the_list_has_the_same_order_and_words(
+    daemon: Daemon,
+) -> None:
+    """The models that can answer first, then the others; offline mode said alike."""
+    listings = []
+    for url in (daemon.base_url, "http://127.0.0.1:9"):
+        code, out, err = await metis("models", "--url", url)
+        assert code == 0, err
+        listings.append(out.splitlines())
+    live, local = listings
+    assert [line.split()[0] for line in live[1:7]] == [line.split()[0] for line in local[1:7]]
+    assert live[1].startswith("local:scripted")
+    said = "offline mode: on (only local:scripted is served unless asked)"
+    assert said in live and said in local
