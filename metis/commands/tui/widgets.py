@@ -404,6 +404,13 @@ OPEN_STATES = frozenset({"queued", "running", "allowed", "awaiting your answer"}
 """A tool card's states before its call has ended."""
 
 
+def _stopped(state: str) -> bool:
+    """A call that did not fail but was stopped or never ran (cancelled, interrupted by a
+    daemon restart, denied, dropped): its card is not painted as a failure, as the dashboard's
+    is not."""
+    return state in ("cancelled", "interrupted") or state.startswith(("denied", "dropped"))
+
+
 class ToolCard(Vertical):
     """One tool call: name, summary, state and duration, then its diff (or its command when
     the title cannot hold it whole) and its result: of each, the first lines, the rest in a
@@ -412,6 +419,7 @@ class ToolCard(Vertical):
     DEFAULT_CSS = """
     ToolCard { height: auto; margin: 1 0 0 2; padding: 0 1; border: round $primary 60%; }
     ToolCard.error { border: round $error; }
+    ToolCard.stopped { border: round $foreground 40%; border-title-color: $foreground 80%; }
     ToolCard.ok { border: round $success 60%; }
     ToolCard > .state { color: $text-muted; }
     ToolCard > .detail { height: auto; }
@@ -506,6 +514,8 @@ class ToolCard(Vertical):
 
     def set_state(self, state: str, duration_ms: int | None = None) -> None:
         self.state = state
+        if _stopped(state) and self.result is None:  # one never run has no result to come
+            self.add_class("stopped")
         if duration_ms is not None:
             self.duration_ms = duration_ms
         self._refresh_state()
@@ -517,7 +527,7 @@ class ToolCard(Vertical):
         code, body = tooldisplay.split_exit_code(output)
         self.exit_code = exit_code if exit_code is not None else code
         self.result = body
-        self.add_class("error" if is_error else "ok")
+        self.add_class(("stopped" if _stopped(self.state) else "error") if is_error else "ok")
         if self.state in OPEN_STATES:
             self.state = "error" if is_error else "done"
         self._refresh_state()

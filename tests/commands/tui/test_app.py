@@ -1655,6 +1655,10 @@ async def test_a_reply_cut_off_by_the_output_limit_says_so_live_and_when_reopene
                 "dropped: its arguments were cut off by the output limit; not run"
             )
             assert cut_off in notes(app)
+            # neither failed: the read was never run (the turn ended), the write never made
+            assert all(
+                c.has_class("stopped") and not c.has_class("error") for c in app.query(ToolCard)
+            )
             screenshot(app, "cut-off-reply")
         reopened = make_app(d, workspace, continue_latest=True)
         async with attached(reopened) as pilot:
