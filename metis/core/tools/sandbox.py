@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -76,6 +77,11 @@ def bounded_realpath(path: str) -> str:
             resolved = "/"
         pending.extend(target.split("/")[::-1])
     return resolved
+
+
+ASKS_THE_KERNEL = sys.platform.startswith("linux")
+"""Whether the kernel says what an fd is open on (`/proc/self/fd`). Where it should and cannot
+(a Linux without `/proc` mounted), a file tool refuses rather than go unchecked."""
 
 
 def opened_path(fd: int) -> str | None:
@@ -190,6 +196,8 @@ class Sandbox:
         directory on it may have been swapped for a link since. `shown` names it in the error."""
         real = opened_path(fd)
         if real is None:
+            if ASKS_THE_KERNEL:  # Linux without a readable /proc: refused, never unchecked
+                raise PathOutsideWorkspace(display(shown))
             return  # no way to ask on this system: the check before the open stands alone
         if not is_within(self.root, real):
             raise PathOutsideWorkspace(display(shown))

@@ -29,6 +29,8 @@ def _read(real: str, dev: int, ino: int, max_bytes: int) -> bytes | None:
     for one that is not the file the daemon checked."""
     try:
         fd = os.open(real, _FLAGS)
+    except PermissionError:
+        return None  # unreadable, as it was at the walk: skipped like any unreadable file
     except OSError:
         raise Changed from None
     with os.fdopen(fd, "rb") as handle:
@@ -52,8 +54,8 @@ def _opened_as_checked(fd: int, info: os.stat_result, real: str, dev: int, ino: 
         return False
     try:
         return os.readlink(f"/proc/self/fd/{fd}") == real
-    except OSError:
-        return True
+    except OSError:  # where Linux should say and cannot (no /proc), not read
+        return not sys.platform.startswith("linux")
 
 
 def search(request: dict[str, Any]) -> dict[str, Any]:

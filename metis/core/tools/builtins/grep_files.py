@@ -193,12 +193,18 @@ def collect_files(
 
 
 def _checked_stat(sandbox: Sandbox, target: ResolvedPath) -> os.stat_result:
-    """The stat of what `target` names now, opened (only to be looked at, where Linux's `O_PATH`
-    allows) and checked by what the kernel opened."""
+    """The stat of what `target` names now (`_opened_stat`); a missing one said as such."""
     try:
-        fd = open_checked(sandbox, target.real, target.rel, _LOOK_FLAGS)
+        return _opened_stat(sandbox, target.real, target.rel)
     except FileNotFoundError:
         raise ToolError(f"Path not found: {display(target.rel)}") from None
+
+
+def _opened_stat(sandbox: Sandbox, real: str, shown: str) -> os.stat_result:
+    """The stat of the file `real` names now, opened and checked by what the kernel opened (a
+    stat by path could follow a directory swapped for a link meanwhile and record another
+    file's identity as the one checked)."""
+    fd = open_checked(sandbox, real, shown, _LOOK_FLAGS)
     try:
         return os.fstat(fd)
     finally:
@@ -249,7 +255,7 @@ def _candidate(
             real = bounded_realpath(path)
             if not is_within(sandbox.root, real):
                 return None
-            info = os.stat(real)
+            info = _opened_stat(sandbox, real, path)  # the file's identity as checked
         elif entry.is_dir(follow_symlinks=False):
             if entry.name not in SKIP_DIRS and not sandbox.in_metis_home(path):
                 pending.append(path)
@@ -257,7 +263,7 @@ def _candidate(
         else:
             real = path
             info = entry.stat(follow_symlinks=False)
-    except (OSError, UnresolvablePath):
+    except (OSError, UnresolvablePath, PermissionDenied):
         return None
     if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE_BYTES:
         return None
