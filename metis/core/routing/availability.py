@@ -30,6 +30,9 @@ NETWORK_WINDOW_S = 30.0
 MULTI_MODEL = 3
 MULTI_MODEL_WINDOW_S = 120.0
 RECOVERY_AFTER_S = 300.0
+MAX_RETRY_AFTER_S = 3600.0
+"""The longest a provider's `retry-after` keeps a model out: a bogus header (a day, a year)
+must not take it out of routing for good; routing tries it again after an hour."""
 
 COUNTED_ERRORS = frozenset({"rate_limit", "server_error", "network", "auth"})
 STREAK_ERRORS = frozenset({"rate_limit", "server_error", "network"})
@@ -228,6 +231,8 @@ class Availability:
         model = self._model(model_id)
         if model.unavailable:
             return
+        if retry_after_s is not None:
+            retry_after_s = min(retry_after_s, MAX_RETRY_AFTER_S)
         retry_after = retry_after_message(error_class, retry_after_s)
         if retry_after is not None and retry_after_s is not None:
             self._trip_model(model_id, model, "retry_after", retry_after, out_for_s=retry_after_s)

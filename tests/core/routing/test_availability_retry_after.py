@@ -56,3 +56,17 @@ def test_no_retry_after_or_an_uncounted_failure_takes_nothing_out(
     availability.record_failure(SONNET, error_class, retry_after_s=retry_after_s)
     assert availability.unavailable_scope(SONNET) is None
     assert retry_after_message(error_class, retry_after_s) is None
+
+
+@pytest.mark.parametrize("retry_after_s", [86_400.0 * 365, 1e300])
+def test_a_retry_after_of_more_than_an_hour_keeps_the_model_out_for_an_hour(
+    availability: Availability, clock: ManualClock, retry_after_s: float
+) -> None:
+    """A bogus header (a year, 1e300 s) must not take a model out of routing for good."""
+    availability.record_failure(SONNET, "rate_limit", retry_after_s=retry_after_s)
+    detail = availability.unavailable_detail(SONNET)
+    assert detail is not None and detail["recovers_at"] == "2026-05-08T13:00:00.000000Z"
+    assert detail["message"] == "rate-limited; retry after 3600 s"
+    clock.advance(3600)
+    availability.tick()
+    assert availability.unavailable_scope(SONNET) is None
