@@ -48,7 +48,7 @@ from metis.commands.daemon_client import (
     unreachable,
 )
 from metis.commands.failures import error_text
-from metis.commands.run import CUT_OFF, DROPPED, retry_note
+from metis.commands.run import CUT_OFF, DROPPED, UNRUN, retry_note
 from metis.core.errors import ConfigError
 from metis.core.tools.textutil import visible_controls
 from metis.wire import tooldisplay
@@ -93,6 +93,8 @@ class Renderer:
         self.own_model_changes = 0  # PATCHes of this client whose event is still to come
         # confirmation requests this client answered: their `you>` line said it already
         self.own_answers: set[str] = set()
+        # the turn's reply stopped at the output limit: its calls are answered, never run
+        self._cut_off = False
         self._running: dict[str, str] = {}  # tool_use_id → tool name: `tool.completed` has none
         self._calls: dict[str, str] = {}  # tool_use_id → tool name, of calls whose end is to come
 
@@ -166,6 +168,7 @@ class Renderer:
             self.line("metis", f"the reply was cut short ({p['stop_reason']})")
         elif p.get("stop_reason") == "max_tokens":
             self.line("metis", f"the reply was {CUT_OFF}")
+            self._cut_off = True
 
     # bus events
     def _on_route_decided(self, p: dict[str, Any]) -> None:
@@ -196,6 +199,9 @@ class Renderer:
 
     def _on_tool_failed(self, p: dict[str, Any]) -> None:
         self._running.pop(str(p.get("tool_use_id")), None)
+        if self._cut_off and p.get("error_class") == "cancelled":
+            self.line("tool", f"{p.get('tool_name')} {UNRUN}")
+            return
         # a call someone or the policy refused never ran: it did not fail
         outcome = "not run" if p.get("error_class") in _REFUSED_CALLS else "failed"
         said = p.get("message") or p.get("error_class")
@@ -229,13 +235,16 @@ class Renderer:
         self.line("metis", "the session ended")
 
     def _on_turn_completed(self, p: dict[str, Any]) -> None:
+        self._cut_off = False
         seconds = (p.get("wall_time_ms") or 0) / 1000
         self.line("turn", f"completed in {seconds:.1f} s · {turn_totals(p)}")
 
     def _on_turn_cancelled(self, p: dict[str, Any]) -> None:
+        self._cut_off = False
         self.line("turn", turn_outcome("turn.cancelled", p))
 
     def _on_turn_failed(self, p: dict[str, Any]) -> None:
+        self._cut_off = False
         self.line("turn", turn_outcome("turn.failed", p))
 
 

@@ -54,6 +54,8 @@ TRUNCATED_EXIT = 3
 # (`tool.use_end`'s `dropped`), which never runs
 CUT_OFF = "cut off by the output limit (max_tokens)"
 DROPPED = "dropped: its arguments were cut off by the output limit; not run"
+# A complete call of such a reply: the turn ends with the reply, so it is answered, never run
+UNRUN = "not run: the reply was cut off by the output limit"
 ENDED_WAIT_S = 2.0
 REFUSED_STATUSES = (400, 404, 409)
 
@@ -228,6 +230,7 @@ async def run_turn(
                             "name": _name(tool),
                             "summary": tooldisplay.summary(_name(tool), tool.get("input")),
                             "is_error": bool(tool.get("is_error")),
+                            "not_run": bool(tool.get("not_run")),
                             "duration_ms": tool.get("duration_ms"),
                         }
                         for tool in tools
@@ -360,6 +363,7 @@ async def _follow(
     reply."""
     turn_id = accepted["turn_id"]
     answered_by: str | None = None
+    cut_off = False  # the reply stopped at the output limit: its calls are answered, not run
     decision = "allow" if args.yes else "deny"
     denial = "metis run --deny-all" if args.deny_all else "metis run without --yes"
     while True:
@@ -409,6 +413,7 @@ async def _follow(
                         reply.note(f"tool {_name(call)} {summary}".rstrip())
         elif kind == "message.complete" and p.get("stop_reason") == "max_tokens":
             reply.note(f"reply {CUT_OFF}")
+            cut_off = True
         elif kind == "tool.confirmation_requested":
             asked = p.get("command_summary") or p.get("input_summary")
             reply.note(f"{decision} {p.get('tool_name')}: {asked}")
@@ -421,6 +426,9 @@ async def _follow(
                 if call["id"] == p["tool_use_id"]:
                     call["is_error"] = kind == "tool.failed" or p.get("is_error")
                     call["duration_ms"] = p.get("duration_ms")
+                    if cut_off and p.get("error_class") == "cancelled":
+                        call["not_run"] = True
+                        reply.note(f"tool {_name(call)} {UNRUN}")
         elif kind in TERMINAL_TYPES:
             return {"status": kind.removeprefix("turn."), **p}, answered_by
 

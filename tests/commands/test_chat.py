@@ -566,9 +566,10 @@ async def test_a_reply_cut_off_by_the_output_limit_says_so_and_its_dropped_call(
     term.type("write the notes", "/quit")
     assert await asyncio.wait_for(chat.run(), 15) == 0
     tools = term.labelled("tool")
-    assert tools[:2] == [
+    assert tools[:3] == [
         'tool> read_file {"path": "README.md"}',
         "tool> write_file dropped: its arguments were cut off by the output limit; not run",
+        "tool> read_file not run: the reply was cut off by the output limit",
     ], tools
     assert "metis> the reply was cut off by the output limit (max_tokens)" in term.labelled("metis")
     [ended] = term.labelled("turn")

@@ -363,10 +363,12 @@ async def test_a_reply_cut_off_by_the_output_limit_is_said_and_exits_3(
     code, out, err = await metis(*run)
     assert (code, out) == (3, "Reading, then writing.\n"), err
     notes = [line for line in err.splitlines() if line.startswith("metis: ")]
-    assert notes[:3] == [
+    assert notes[:4] == [
         "metis: tool read_file README.md",
         "metis: tool write_file dropped: its arguments were cut off by the output limit; not run",
         "metis: reply cut off by the output limit (max_tokens)",
+        # complete, but the turn ends with the reply: answered, never run
+        "metis: tool read_file not run: the reply was cut off by the output limit",
     ], err
     code, out, err = await metis(*run, "--json")
     ended = json.loads(out)
@@ -376,6 +378,8 @@ async def test_a_reply_cut_off_by_the_output_limit_is_said_and_exits_3(
         "max_tokens",
         True,
     )
-    assert [call["name"] for call in ended["tool_calls"]] == ["read_file"]
+    assert [(call["name"], call["not_run"]) for call in ended["tool_calls"]] == [
+        ("read_file", True)
+    ]
     assert ended["dropped_tool_calls"] == ["write_file"]
     assert "metis: reply cut off by the output limit (max_tokens)" in err.splitlines()
