@@ -46,6 +46,14 @@ def _blocks() -> MarkdownIt:
     return MarkdownIt("commonmark").disable(["inline", "text_join"])
 
 
+@functools.cache
+def _full() -> MarkdownIt:
+    """A whole CommonMark parser, inline rules included (to find inline HTML)."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark")
+
+
 def render(data: dict[str, Any], fmt: str) -> str:
     """The document in `fmt` (a key of FORMATS)."""
     return to_json(data) if fmt == "json" else to_markdown(data)
@@ -143,15 +151,34 @@ def _assistant_label(metadata: dict[str, Any]) -> str:
 
 
 def _quote(text: str) -> str:
-    """`text` as a block quote: whatever Markdown it holds (headings, an unclosed fence, an
-    HTML block) ends with the quote and cannot pass for the export's own structure."""
+    """`text` as a block quote: whatever Markdown it holds (headings, an unclosed fence) ends
+    with the quote and cannot pass for the export's own structure. Raw HTML would not end with
+    it (a viewer that renders HTML keeps an unclosed `<details>` or `<b>` open over the rest of
+    the file): text holding any is quoted verbatim, fenced."""
+    if _has_raw_html(text):
+        text = _fence(text, "markdown").rstrip("\n")
     return "\n".join(f"> {line}".rstrip() for line in text.splitlines())
+
+
+def _has_raw_html(text: str) -> bool:
+    """Whether `text`, read as Markdown, holds raw HTML (a block or an inline tag)."""
+    if "<" not in text:
+        return False
+    for token in _full().parse(text):
+        if token.type == "html_block" or any(
+            child.type == "html_inline" for child in token.children or ()
+        ):
+            return True
+    return False
 
 
 def _confined(text: str) -> str:
     """The assistant's Markdown, rendered as Markdown but kept within its reply: its headings
     demoted below the export's, a code fence it leaves open closed. Text that would still take
-    in what follows (an unterminated HTML block such as `<!--`) is shown verbatim, fenced."""
+    in what follows (an unterminated HTML block such as `<!--`, any raw HTML: a viewer that
+    renders it keeps an unclosed tag open over the rest of the file) is shown verbatim, fenced."""
+    if _has_raw_html(text):
+        return _fence(text, "markdown").rstrip("\n")
     lines = re.sub(r"\r\n?", "\n", text).split("\n")
     tokens = _blocks().parse("\n".join([*lines, "", _PROBE]))
     for at in reversed(range(len(tokens))):
@@ -223,8 +250,9 @@ def _tool_block(
 
 def _heading(line: str, limit: int = 80) -> str:
     """A prompt's first line as a turn's heading: whole when it fits, else cut at the last word
-    that does, marked with an ellipsis."""
-    if len(line) <= limit:
-        return line
-    cut = line[: limit - 1]
-    return (cut.rsplit(" ", 1)[0] if " " in cut else cut).rstrip() + "…"
+    that does, marked with an ellipsis; a `<` in it escaped, so that no tag it holds opens in
+    a viewer that renders HTML."""
+    if len(line) > limit:
+        cut = line[: limit - 1]
+        line = (cut.rsplit(" ", 1)[0] if " " in cut else cut).rstrip() + "…"
+    return line.replace("<", "\\<")

@@ -130,7 +130,7 @@ def test_hostile_messages_leave_the_exports_own_structure_whole() -> None:
         "**Assistant** (local:scripted, interrupted):",
         "h3 Summary",
         "_Turn cancelled (user_cancelled)",
-        "h2 Turn 2: <!-- hidden",
+        "h2 Turn 2: \\<!-- hidden",  # escaped: the heading renders `<`, opens no comment
         "**You:**",
         "**Assistant** (interrupted: error):",
         "_Turn completed",
@@ -151,3 +151,27 @@ def test_a_replys_headings_go_below_the_turns_and_its_markdown_stays_markdown() 
     ]
     md = to_markdown({"session": SESSION, "messages": messages, "events": []})
     assert "### Plan\n\n### Steps\n\n- one\n- `two`\n\n###### Deep\n" in md
+
+
+def test_raw_html_in_a_message_is_shown_as_written_and_opens_nothing_in_a_viewer() -> None:
+    """A viewer that renders HTML would keep an unclosed `<details>` (collapsing every later
+    turn) or `<b>` open over the rest of the file: such a message is shown verbatim, fenced."""
+    messages = [
+        user("t1", {"type": "text", "text": "make it <b>bold"}),
+        {
+            "role": "assistant",
+            "turn_id": "t1",
+            "content": [
+                {"type": "text", "text": "Here is the log:\n<details>\n<summary>Log</summary>\n"}
+            ],
+        },
+        user("t2", {"type": "text", "text": "second turn"}),
+        {"role": "assistant", "turn_id": "t2", "content": [{"type": "text", "text": "Use `<b>`."}]},
+    ]
+    events = [ended("t1", "completed"), ended("t2", "completed")]
+    md = to_markdown({"session": SESSION, "messages": messages, "events": events})
+    html = MarkdownIt("commonmark").render(md)
+    assert "<details>" not in html and "<b>" not in html
+    assert "&lt;details&gt;" in html and "&lt;b&gt;bold" in html
+    assert outline(md)[-3:] == ["**You:**", "**Assistant**:", "_Turn completed"]
+    assert "Use `<b>`." in md  # code, not HTML: rendered as Markdown as before
