@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from metis.core.events.bus import EventBus
-from metis.core.tools.base import PermissionDenied
-from metis.core.tools.sandbox import MetisHome, Sandbox, is_within
+from metis.core.tools.base import PermissionDenied, ToolError
+from metis.core.tools.sandbox import MetisHome, Sandbox
 
 log = logging.getLogger(__name__)
 
@@ -142,16 +142,16 @@ class InstructionsReader:
     async def read(self, workspace: str) -> ProjectInstructions | None:
         """The workspace's instructions now: its first instruction file that can be used, or
         None when it has none."""
-        root = os.path.realpath(workspace)
+        sandbox = Sandbox(workspace, (), self.metis_home)
         for name in INSTRUCTION_FILES:
-            found = await self._file(root, name)
+            found = await self._file(sandbox, name)
             if found is not None:
                 return found
         return None
 
-    async def _file(self, root: str, name: str) -> ProjectInstructions | None:
+    async def _file(self, sandbox: Sandbox, name: str) -> ProjectInstructions | None:
         """One instruction file, if it exists and can be used."""
-        path = os.path.join(root, name)
+        path = os.path.join(sandbox.root, name)
         try:
             info = os.stat(path)
         except (OSError, ValueError):
@@ -163,25 +163,17 @@ class InstructionsReader:
         known = self._known.get(path)
         if known is not None and known[0] == key:
             return known[1]
-        refusal = self._refusal(root, path, info)
+        refusal = _refusal(sandbox, name, info)
         if refusal is not None:
             log.warning("%s %s; not used as instructions", path, refusal)
             self._known[path] = (key, None)  # said once, not at every turn
             return None
         try:
             loaded, key = await asyncio.to_thread(
-                read_instruction_file,
-                path,
-                name,
-                self.max_bytes,
-                Sandbox(root, (), self.metis_home),
+                read_instruction_file, path, name, self.max_bytes, sandbox
             )
         except (NotText, PermissionDenied) as exc:
-            reason = (
-                "is not a text file"
-                if isinstance(exc, NotText)
-                else "links outside the workspace or into METIS_HOME"
-            )
+            reason = "is not a text file" if isinstance(exc, NotText) else _LINKS_OUT
             log.warning("%s %s; not used as instructions", path, reason)
             self.reads += 1
             self._known[path] = (key, None)
@@ -196,16 +188,20 @@ class InstructionsReader:
         self._known[path] = (key, loaded)
         return loaded
 
-    def _refusal(self, root: str, path: str, info: os.stat_result) -> str | None:
-        """Why a file found by its stat is not read, or None."""
-        real = os.path.realpath(path) if os.path.islink(path) else path
-        if not is_within(root, real) or (
-            self.metis_home is not None and self.metis_home.private(real)
-        ):
-            return "links outside the workspace or into METIS_HOME"
-        if info.st_size > MAX_FILE_BYTES:
-            return f"is {info.st_size} bytes, over {MAX_FILE_BYTES}"
-        return None
+
+_LINKS_OUT = "links outside the workspace or into METIS_HOME"
+
+
+def _refusal(sandbox: Sandbox, name: str, info: os.stat_result) -> str | None:
+    """Why a file found by its stat is not read, or None: the sandbox would not let a tool
+    read it (a link out of the workspace, the daemon's own files), or it is too large."""
+    try:
+        sandbox.resolve(name)
+    except (PermissionDenied, ToolError):  # the workspace itself gone: nothing to read either
+        return _LINKS_OUT
+    if info.st_size > MAX_FILE_BYTES:
+        return f"is {info.st_size} bytes, over {MAX_FILE_BYTES}"
+    return None
 
 
 class SessionInstructions:
