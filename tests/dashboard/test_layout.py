@@ -22,6 +22,7 @@ import pytest
 
 from metis.core.routing.predicates import PREDICATE_KEYS
 from metis.dashboard.routes import MAX_RENDER_CHARS
+from metis.testing.bench import bench_models_yaml
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from tests.core.tools.mcp_servers import DEMO
 from tests.dashboard.conftest import SLOW_MODELS, DaemonThread, events_of, logged_in_page, rest
@@ -637,17 +638,6 @@ def test_the_composer_names_the_send_key_of_the_system(
 # -- a session's page, its model the fake provider's -----------------------------------------
 
 
-FAKE_MODELS = """
-pricing_version: "test"
-providers:
-  anthropic: {{adapter: anthropic, base_url: "{url}", api_key: "ak-test"}}
-models:
-  - id: anthropic:claude-haiku-4-5
-    capabilities: {{max_context_tokens: 200000, max_output_tokens: 8192}}
-    pricing: {{input_per_mtok: "1", output_per_mtok: "5"}}
-"""
-
-
 class Faked:
     """A daemon whose one model is the fake provider's, served on the daemon's own loop."""
 
@@ -663,9 +653,9 @@ class Faked:
 @pytest.fixture
 def faked(dash_home: Path, browser_path: str) -> Iterator[Faked]:
     served = DaemonThread(dash_home)
-    fake = FakeProviderServer(expected_keys={"anthropic": "ak-test"})
+    fake = FakeProviderServer(expected_keys={"anthropic": "bench-key"})
     served.run(fake.start())
-    (dash_home / "models.yaml").write_text(FAKE_MODELS.format(url=fake.anthropic_base_url))
+    (dash_home / "models.yaml").write_text(bench_models_yaml(fake.anthropic_base_url))
     try:
         served.start()
         yield Faked(served, fake)
