@@ -645,7 +645,7 @@ class Faked:
         self.served = served
         self.fake = fake
 
-    def reply(self, *replies: dict[str, Any]) -> None:
+    def reply(self, *replies: dict[str, Any] | FakeReply) -> None:
         """The model's next replies, in order (then the fake's default one)."""
         self.served.loop.call_soon_threadsafe(self.fake.enqueue, "any", *replies)
 
@@ -858,9 +858,7 @@ def test_a_reply_cut_off_by_the_output_limit_says_so_and_names_the_call_it_dropp
 ) -> None:
     """Live, the note names the call the limit cut off (it never ran, so no card is left);
     after a reload, the stored reply still says it was cut off."""
-    cut_off = FakeReply(raw_sse=CUT_OFF_REPLIES["anthropic"])
-    faked.served.loop.call_soon_threadsafe(faked.fake.enqueue, "anthropic", cut_off)
-    faked.reply({"text": "done"})
+    faked.reply(FakeReply(raw_sse=CUT_OFF_REPLIES["anthropic"]), {"text": "done"})
     open_session(fpage, workspace)
     send(fpage, "read then write")
     fpage.wait_for_selector("#turn-state:text-is('idle')")
