@@ -22,6 +22,7 @@ from metis.commands.run import CUT_OFF, DROPPED, retry_wait
 from metis.commands.tui.confirmations import ConfirmationQueue
 from metis.commands.tui.turn import RunningTurn
 from metis.commands.tui.widgets import (
+    INTERRUPTED,
     OPEN_STATES,
     AssistantMessage,
     Note,
@@ -415,10 +416,6 @@ def _stop_note(stop_reason: str | None) -> str | None:
     if stop_reason == "max_tokens":
         return f"the reply was {CUT_OFF}"
     return None
-
-
-INTERRUPTED = "interrupted"
-"""A call whose turn ended before it did (the daemon stopped under it): no end of its own came."""
 
 
 def _turn_line(p: dict[str, Any], outcome: str) -> str:

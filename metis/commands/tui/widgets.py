@@ -26,6 +26,7 @@ from textual.widgets import Collapsible, Static, TextArea
 
 from metis.commands.columns import columns
 from metis.commands.paths import printable, short_path
+from metis.commands.run import DROPPED
 from metis.core.tools.textutil import visible_controls
 from metis.wire import tooldisplay
 from metis.wire.counts import counted
@@ -402,13 +403,15 @@ Textual sets around a title, with one to spare."""
 
 OPEN_STATES = frozenset({"queued", "running", "allowed", "awaiting your answer"})
 """A tool card's states before its call has ended."""
+INTERRUPTED = "interrupted"
+"""A call whose turn ended before it did (the daemon stopped under it): no end of its own came."""
 
 
 def _stopped(state: str) -> bool:
     """A call that did not fail but was stopped or never ran (cancelled, interrupted by a
     daemon restart, denied, dropped): its card is not painted as a failure, as the dashboard's
     is not."""
-    return state in ("cancelled", "interrupted") or state.startswith(("denied", "dropped"))
+    return state in ("cancelled", INTERRUPTED, DROPPED) or state.startswith("denied")
 
 
 class ToolCard(Vertical):
