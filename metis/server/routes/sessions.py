@@ -299,13 +299,12 @@ def continued(request: web.Request, query: Q, filters: tuple[str, ...]) -> tuple
                     }
                 ]
             )
-    unknown = set(carried) - set(filters)
+    if not set(carried) <= set(filters):
+        raise _cursor_error()
     try:
         merged = type(query).model_validate({**query.model_dump(exclude=set(filters)), **carried})
     except ValidationError:
-        merged = None
-    if merged is None or unknown:
-        raise _cursor_error()
+        raise _cursor_error() from None
     return merged, position
 
 
