@@ -60,6 +60,7 @@ from metis.core.providers.streaming import (
     TextSlot,
     ThinkingSlot,
     ToolSlot,
+    arguments_cut_off,
     drive_complete,
     drive_stream,
     estimate_output_tokens,
@@ -593,6 +594,7 @@ def parse_completion(
     if text:
         content.append(TextBlock(text=text))
         chars += len(text)
+    last_cut_off = False
     for call in message.tool_calls or []:
         function = call.function
         if function is None or not function.name:
@@ -603,12 +605,17 @@ def parse_completion(
         chars += len(args or "")
         tool_use_id = new_tool_use_id()
         req.tool_ids.record(tool_use_id, call.id or None)
+        last_cut_off = arguments_cut_off(args or "")
         value = parse_tool_input(args or "", context=function.name)
         content.append(ToolUseBlock(id=tool_use_id, name=function.name, input=value))
     raw = choice.finish_reason
     stop = map_finish_reason(
         raw, produced_calls=any(isinstance(b, ToolUseBlock) for b in content), refused=bool(refusal)
     )
+    if stop == "max_tokens" and last_cut_off and isinstance(content[-1], ToolUseBlock):
+        # as in a stream (`ContentBuilder.settle`): the call the limit cut was never made
+        cut = content.pop()
+        log.warning("tool call %s (%s) was cut off by the output limit; dropped", cut.name, cut.id)
     usage = (
         usage_from_wire(completion.usage.model_dump(), provider)
         if completion.usage is not None

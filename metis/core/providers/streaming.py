@@ -169,6 +169,17 @@ def parse_tool_input(text: str, *, context: str = "", warn: bool = True) -> dict
     return unparsed_input(reason)
 
 
+def arguments_cut_off(text: str) -> bool:
+    """The arguments stop mid-JSON: what a call looks like when the output limit cuts it."""
+    if not text.strip():
+        return False
+    try:
+        from_json(text)
+    except ValueError:
+        return True
+    return False
+
+
 def _json_kind(value: Any) -> str:
     """The JSON name of a parsed value's type, for the model to read."""
     if isinstance(value, list):
@@ -228,15 +239,7 @@ class ToolSlot:
 
     @property
     def cut_off(self) -> bool:
-        """The arguments stop mid-JSON: what a call looks like when the output limit cuts it."""
-        text = "".join(self.parts)
-        if not text.strip():
-            return False
-        try:
-            from_json(text)
-        except ValueError:
-            return True
-        return False
+        return arguments_cut_off("".join(self.parts))
 
 
 Slot = TextSlot | ThinkingSlot | RedactedSlot | ToolSlot

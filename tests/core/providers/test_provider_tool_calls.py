@@ -256,6 +256,41 @@ async def test_a_call_cut_off_by_the_output_limit_ends_dropped_and_leaves_the_me
     assert _calls(complete) == [("read_file", {"path": "README.md"})]
 
 
+async def test_a_call_cut_off_by_the_output_limit_leaves_a_non_streaming_reply_too(
+    fake: FakeProviderServer, make_adapter
+) -> None:
+    """`complete()` keeps the streaming rule: the last call, its arguments stopping mid-JSON
+    under a `length` finish, was never made, so it is not in the message; the complete call
+    before it stays."""
+
+    def call(n: int, name: str, arguments: str) -> dict[str, Any]:
+        return {
+            "id": f"call_{n}",
+            "type": "function",
+            "function": {"name": name, "arguments": arguments},
+        }
+
+    message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            call(1, "read_file", '{"path": "README.md"}'),
+            call(2, "write_file", '{"path": "a.txt", "content": "abc'),
+        ],
+    }
+    body = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "gpt-test",
+        "choices": [{"index": 0, "message": message, "finish_reason": "length"}],
+    }
+    fake.enqueue("openai", FakeReply(raw_json=body))
+    result = await make_adapter("openai").complete(request("openai", user("go"), tools=[READ_FILE]))
+    assert result.stop_reason == "max_tokens"
+    assert _calls(result) == [("read_file", {"path": "README.md"})]
+
+
 def anthropic_call(arguments: str, stop: str) -> list[str]:
     """One streamed tool_use whose arguments are `arguments`, ended by `stop`."""
     block = {"type": "tool_use", "id": "toolu_1", "name": "write_file", "input": {}}
