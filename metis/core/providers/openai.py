@@ -612,9 +612,10 @@ def parse_completion(
     stop = map_finish_reason(
         raw, produced_calls=any(isinstance(b, ToolUseBlock) for b in content), refused=bool(refusal)
     )
-    if stop == "max_tokens" and last_cut_off and isinstance(content[-1], ToolUseBlock):
+    cut = content[-1] if last_cut_off else None
+    if stop == "max_tokens" and isinstance(cut, ToolUseBlock):
         # as in a stream (`ContentBuilder.settle`): the call the limit cut was never made
-        cut = content.pop()
+        content.pop()
         log.warning("tool call %s (%s) was cut off by the output limit; dropped", cut.name, cut.id)
     usage = (
         usage_from_wire(completion.usage.model_dump(), provider)
