@@ -1205,6 +1205,32 @@ def test_trace_lists_events_in_time_order_and_counts_all_llm_calls(
     assert page.inner_text("#trace-summary") == summary
 
 
+def test_the_trace_of_a_running_session_grows_as_its_turns_happen(
+    page: Any, served: DaemonThread, workspace: Path
+) -> None:
+    """Once its pages are in, the trace follows the session: a turn sent from elsewhere shows
+    up with its spans and the summary counts it, without a reload; an ended session says so."""
+    session_id = open_session(page, workspace)
+    send(page, "hello")
+    wait_idle(page)
+    page.click("#trace-link")
+    page.wait_for_selector("#trace .turn")
+    page.wait_for_selector("#trace-conn.live")
+    turn = {"content": [{"type": "text", "text": "again"}]}
+    status, body = rest(served, "POST", f"/sessions/{session_id}/turns", turn)
+    assert status == 202, body
+    page.wait_for_function(
+        "() => document.querySelectorAll('#trace > .turn .span-turn.completed').length === 2"
+    )
+    assert page.locator("#trace .ev.span-llm").count() == 2
+    llm = events_of(served, session_id, "llm.call_completed,llm.call_failed")
+    assert f"{len(llm)} LLM calls" in page.inner_text("#trace-summary")
+    status, body = rest(served, "DELETE", f"/sessions/{session_id}")
+    assert status == 200, body
+    page.wait_for_selector("#trace-conn:text-is('ended')")
+    assert page.locator("#trace > .turn").count() == 2
+
+
 def test_the_page_metis_open_writes_logs_the_browser_in(
     browser: Any, served: DaemonThread, tmp_path: Path
 ) -> None:

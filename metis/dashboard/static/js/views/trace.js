@@ -1,19 +1,23 @@
 // A session's trace: each turn a bar, its route decisions, LLM calls and tool calls nested
 // with durations, tokens, cost, retries and failovers; click a row for its JSON; filter; paging.
+// Once every page is in, it follows the session live, as the session view does.
 
 import { api, errorText } from "../api.js";
 import { turnEndReason } from "./session.js";
 import { OUTCOMES, pickedBy } from "./routing.js";
+import { SessionStream } from "../stream.js";
 import { h, clear, breakable, fmtCost, fmtInt, fmtMs, fmtTime, plural, shortId } from "../dom.js";
 
 const PAGE = 200;
+const REDRAW_MS = 250; // live events are drawn together: a redraw walks the whole trace
 const KINDS = { all: null, turn: "turn.", route: "route.", llm: "llm.", tool: "tool.", session: "session." };
 // what the filter's choices say (their values stay the kinds' names)
 const KIND_NAMES = { all: "All events", turn: "Turns", route: "Route decisions", llm: "LLM calls", tool: "Tool calls", session: "Session events" };
 
 export function traceView(root, sessionId) {
   document.title = `Trace · ${shortId(sessionId)} · metis`;
-  const events = [];
+  const events = []; // in seq order, each once (a live event may also come in a page)
+  const ids = new Set();
   let cursor = null;
   let kind = "all";
   let selected = null; // the id of the event whose JSON is shown
@@ -27,6 +31,7 @@ export function traceView(root, sessionId) {
   // the session's title (its first prompt unless set), read once: a person knows it by that
   const named = h("p", { id: "trace-session", class: "clamp", hidden: true });
   const error = h("p", { class: "error", id: "trace-error", role: "alert" });
+  const conn = h("span", { class: "badge conn-state", id: "trace-conn", role: "status", hidden: true });
   // The selected event's JSON: beside the timeline on a wide screen; on a narrow one, where
   // the panel would be under the whole timeline, out of sight, right under the row clicked.
   const panel = h("aside", { class: "event-panel" }, h("h2", { class: "small" }, "Event"), json);
@@ -41,7 +46,7 @@ export function traceView(root, sessionId) {
   root.append(h("section", { class: "view" },
     h("div", { class: "view-head" },
       h("div", {}, h("a", { href: `#/s/${sessionId}`, class: "small" }, "← Session"), h("h1", {}, "Trace"), named, h("p", { class: "muted small mono" }, sessionId)),
-      h("div", { class: "filters" }, h("label", { for: "trace-filter" }, "Show"), filter)),
+      h("div", { class: "filters" }, conn, h("label", { for: "trace-filter" }, "Show"), filter)),
     summary, error,
     layout));
 
@@ -204,11 +209,12 @@ export function traceView(root, sessionId) {
       return;
     }
     const first = page.events[0]?.id;
-    events.push(...page.events);
+    add(page.events);
     cursor = page.next_cursor;
     const hadKeys = document.activeElement === more;
     more.hidden = !cursor;
     draw();
+    follow();
     // the last page is in: the keyboard goes from the button that went to the first event it
     // added (its row, or its turn's when the filter or the turn's nesting shows no row of it)
     if (hadKeys && more.hidden) {
@@ -230,8 +236,59 @@ export function traceView(root, sessionId) {
     document.title = `Trace · ${session.title} · metis`;
   }
 
+  function add(list) {
+    let sorted = true;
+    for (const ev of list) {
+      if (ids.has(ev.id)) continue;
+      ids.add(ev.id);
+      if (events.length && events[events.length - 1].seq > ev.seq) sorted = false;
+      events.push(ev);
+    }
+    if (!sorted) events.sort((a, b) => a.seq - b.seq);
+  }
+
+  // Following starts once the last page is read, after its newest event (`since`): the
+  // stream replays what came meanwhile, so a turn under way grows on the page without a
+  // gap or a reload. Streaming deltas carry no id and are not trace events: skipped.
+  let stream = null;
+  let redraw = null;
+  function follow() {
+    if (stream || left || cursor) return;
+    stream = new SessionStream(sessionId, {
+      onEvent: (ev) => {
+        if (!ev.id || ids.has(ev.id)) return;
+        add([ev]);
+        redraw ??= setTimeout(() => { redraw = null; draw(); }, REDRAW_MS);
+      },
+      // a snapshot comes only when the event followed from is no longer kept (pruned):
+      // the trace is read again from its first page
+      onSnapshot: () => {
+        events.length = 0;
+        ids.clear();
+        cursor = null;
+        load();
+      },
+      onState: (state) => showConn(state),
+      onGone: (why) => showConn(why === "not found" ? "" : why),
+    });
+    stream.lastId = events.length ? events[events.length - 1].id : null;
+    stream.start();
+  }
+  function showConn(state) {
+    conn.hidden = !state;
+    conn.textContent = state;
+    conn.className = `badge conn-state ${state}`;
+  }
+
   let left = false;
   load();
   nameSession();
-  return { stop() { left = true; narrow.removeEventListener("change", placePanel); } };
+  return {
+    stop() {
+      left = true;
+      stream?.stop();
+      clearTimeout(redraw);
+      narrow.removeEventListener("change", placePanel);
+    },
+  };
 }
