@@ -228,7 +228,7 @@ class Database:
                 f"({latest}); refusing to start (no downgrade)"
             )
         if 0 < version < latest:
-            backup = self.path.with_name(f"{self.path.name}.pre-{backup_tag}.bak")
+            backup = _free_backup_path(self.path, backup_tag)
             log.info("backing up %s to %s before migrating", self.path, backup)
             await conn.execute("VACUUM INTO ?", (str(backup),))
             _chmod_private(backup)
@@ -461,6 +461,19 @@ def execute_all(conn: sqlite3.Connection, statements: list[Statement]) -> None:
     """Run prepared statements in order, inside a transaction (`Database.transaction`)."""
     for sql, params in statements:
         conn.execute(sql, params)
+
+
+def _free_backup_path(path: Path, tag: str) -> Path:
+    """`metis.db.pre-v1.bak`, or `metis.db.pre-v1-2.bak`, `-3`, … when an earlier upgrade from
+    the same version left its backup and then stopped (a crash, a full disk, a failing step):
+    `VACUUM INTO` refuses an existing file, so reusing the name kept the daemon from ever
+    starting again, and that earlier backup is not ours to overwrite."""
+    backup = path.with_name(f"{path.name}.pre-{tag}.bak")
+    attempt = 1
+    while backup.exists():
+        attempt += 1
+        backup = path.with_name(f"{path.name}.pre-{tag}-{attempt}.bak")
+    return backup
 
 
 def _split_sql(script: str) -> list[str]:
