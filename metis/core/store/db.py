@@ -242,7 +242,8 @@ class Database:
                     record(plain, step + 1)
                     plain.execute("COMMIT")
                 except BaseException:
-                    plain.execute("ROLLBACK")
+                    if plain.in_transaction:  # as in `_immediate`: the error is what to tell
+                        plain.execute("ROLLBACK")
                     raise
 
             await run_on_thread(conn, migrate)  # a step's statements in one round trip
@@ -297,7 +298,10 @@ class Database:
         try:
             yield conn
         except BaseException:
-            await conn.execute("ROLLBACK")
+            # Some errors (a full disk, an I/O error) have rolled back already: a ROLLBACK then
+            # fails, and its "no transaction is active" would hide what went wrong.
+            if conn.in_transaction:
+                await conn.execute("ROLLBACK")
             raise
         try:
             await conn.execute("COMMIT")

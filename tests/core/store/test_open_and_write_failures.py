@@ -9,6 +9,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from metis.core.store.db import Database
 from metis.core.store.migrations import LATEST_VERSION, MIGRATIONS
 
@@ -58,3 +60,30 @@ async def test_an_upgrade_interrupted_after_its_backup_runs_again_and_keeps_both
         assert check.execute("SELECT COUNT(*) FROM sessions").fetchone()[0] == 2
     finally:
         check.close()
+
+
+async def test_a_write_refused_by_a_full_disk_raises_that_and_the_writer_goes_on(
+    tmp_path: Path,
+) -> None:
+    """SQLite rolls a transaction back by itself on SQLITE_FULL; the rollback after it must not
+    replace "database or disk is full" with "no transaction is active"."""
+    db = Database(tmp_path / "metis.db")
+    await db.open()
+    try:
+        pages = (await db.fetchone("PRAGMA page_count"))[0]  # type: ignore[index]
+        await db.writer.execute(f"PRAGMA max_page_count={pages + 2}")
+        with pytest.raises(sqlite3.OperationalError, match="database or disk is full"):
+            async with db.write() as conn:
+                for i in range(500):
+                    await conn.execute(_SESSION, (f"sess_{i}", "/x" * 500))
+        assert not db.writer.in_transaction
+        with pytest.raises(sqlite3.OperationalError, match="database or disk is full"):
+            await db.transaction(
+                lambda conn: [conn.execute(_SESSION, (f"s{i}", "/x" * 500)) for i in range(500)]
+            )
+        await db.writer.execute(f"PRAGMA max_page_count={pages + 100}")
+        async with db.write() as conn:
+            await conn.execute(_SESSION, ("sess_fits", "/tmp"))
+        assert (await db.fetchone("SELECT COUNT(*) FROM sessions"))[0] == 1  # type: ignore[index]
+    finally:
+        await db.close()
