@@ -151,6 +151,7 @@ async def _serve(args: argparse.Namespace) -> int:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from metis.core.errors import ConfigError
+    from metis.core.store.db import StoreUnusable
     from metis.server.lock import DaemonAlreadyRunning
     from metis.server.runner import BindError
 
@@ -172,6 +173,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 2
     except (BindError, DaemonAlreadyRunning) as exc:
         print(f"metis: {exc}", file=sys.stderr)
+        return 1
+    except StoreUnusable as exc:
+        print(
+            f"metis: cannot start: cannot open the trace store {exc.path}: {exc}", file=sys.stderr
+        )
         return 1
     except OSError as exc:
         print(f"metis: cannot start: {exc}", file=sys.stderr)

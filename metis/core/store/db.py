@@ -112,6 +112,17 @@ def restrict_store_modes(path: Path) -> None:
         _chmod_private(each)
 
 
+class StoreUnusable(sqlite3.DatabaseError):
+    """The store's file cannot be opened or brought to the current schema (not a database, a
+    damaged one, no access). It carries the file's path, so `metis serve` can say which file
+    in one line where SQLite's own error came as a traceback naming none; it stays an
+    `sqlite3.Error` (with SQLite's message) for callers that already say the path."""
+
+    def __init__(self, path: Path, exc: sqlite3.Error) -> None:
+        super().__init__(str(exc))
+        self.path = path
+
+
 class Database:
     """The SQLite file: one writer connection behind `write_lock`, one query-only reader, the schema
     and extension migration tracks."""
@@ -144,7 +155,10 @@ class Database:
         then open the query-only reader."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         restrict_store_modes(self.path)
-        self._writer = await self._connect()
+        try:
+            self._writer = await self._connect()
+        except sqlite3.Error as exc:
+            raise StoreUnusable(self.path, exc) from exc
         try:
             await self._migrate(self._writer)
             for name, migrations in self._tracks.items():
@@ -154,8 +168,10 @@ class Database:
             await self._writer.execute("PRAGMA busy_timeout=0")
             self._reader = await self._connect()
             await self._reader.execute("PRAGMA query_only=ON")
-        except BaseException:
+        except BaseException as exc:
             await self.close()
+            if isinstance(exc, sqlite3.Error):
+                raise StoreUnusable(self.path, exc) from exc
             raise
 
     async def _connect(self) -> aiosqlite.Connection:

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from metis.core.store.db import Database
+from metis.core.store.db import Database, StoreUnusable
 from metis.core.store.migrations import LATEST_VERSION, MIGRATIONS
+from tests.cli import metis
 
 _SESSION = (
     "INSERT INTO sessions (id, workspace_path, routing_policy_version, status, created_at_us, "
@@ -60,6 +61,29 @@ async def test_an_upgrade_interrupted_after_its_backup_runs_again_and_keeps_both
         assert check.execute("SELECT COUNT(*) FROM sessions").fetchone()[0] == 2
     finally:
         check.close()
+
+
+async def test_a_file_that_is_not_a_database_is_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "metis.db"
+    path.write_bytes(b"this is not an SQLite file " * 200)
+    with pytest.raises(StoreUnusable) as refused:
+        await Database(path).open()
+    assert refused.value.path == path and str(refused.value) == "file is not a database"
+    assert path.read_bytes() == b"this is not an SQLite file " * 200  # left as it was
+
+
+async def test_metis_serve_on_a_file_that_is_not_a_database_says_so_in_one_line(
+    metis_home: Path,
+) -> None:
+    metis_home.mkdir()
+    store = metis_home / "metis.db"
+    store.write_text("garbage\n")
+    code, _, err = await metis("serve", "--port", "0")
+    said = [line for line in err.splitlines() if "level=" not in line]  # the log's own lines
+    assert code == 1, err
+    assert said == [
+        f"metis: cannot start: cannot open the trace store {store}: file is not a database"
+    ]
 
 
 async def test_a_write_refused_by_a_full_disk_raises_that_and_the_writer_goes_on(
