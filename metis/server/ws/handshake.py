@@ -24,15 +24,24 @@ log = logging.getLogger(__name__)
 routes = RouteTable()
 
 
+# What aiohttp closes with, on its own, for a frame it refuses: a malformed frame (1002) or a
+# text frame that is not UTF-8 (1007). This surface's close table has one pair for a bad frame
+# from the client, 1008 `protocol_error`, so a client dispatching on the code finds it there.
+_REFUSED_FRAME = (WSCloseCode.PROTOCOL_ERROR, WSCloseCode.INVALID_TEXT)
+
+
 class MetisWebSocket(web.WebSocketResponse):
     """aiohttp closes on its own for frames it refuses (over the size limit, malformed at the
-    protocol level) with an empty reason; every close reason of this surface is JSON."""
+    protocol level, text that is not UTF-8) with an empty reason; every close reason of this
+    surface is JSON, and its codes are those of the close table."""
 
     async def close(
         self, *, code: int = WSCloseCode.OK, message: bytes = b"", drain: bool = True
     ) -> bool:
         if not message and code != WSCloseCode.OK:
             reason = "message_too_big" if code == WSCloseCode.MESSAGE_TOO_BIG else "protocol_error"
+            if code in _REFUSED_FRAME:
+                code = WSCloseCode.POLICY_VIOLATION
             message = close_reason(reason, CLOSE_MESSAGES[reason])
         return await super().close(code=code, message=message, drain=drain)
 

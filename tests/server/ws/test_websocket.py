@@ -19,7 +19,7 @@ from metis.core.events.catalog import PERSISTED, STREAMING
 from metis.server.runner import Daemon
 from tests.api import Api, api_session
 from tests.helpers import HOLD
-from tests.ws_client import Ws, events_of, is_event, types_of
+from tests.ws_client import RawWs, Ws, events_of, is_event, types_of
 
 
 @pytest.fixture
@@ -355,6 +355,30 @@ async def test_binary_frame_is_1003_and_oversized_frame_is_1009(api: Api, sid: s
     await client.send({"type": "ping", "nonce": "fits", "pad": "p" * 60 * 1024})
     assert await client.recv() == {"type": "pong", "nonce": "fits"}
     await client.close()
+
+
+async def test_text_that_is_not_utf8_and_a_malformed_frame_are_1008_protocol_error(
+    daemon: Daemon, api: Api, sid: str
+) -> None:
+    """aiohttp refuses both itself, with the RFC's 1007 and 1002; the close table of this
+    surface has one pair for a bad frame from the client, 1008 `protocol_error`."""
+    client, _ = await Ws.subscribed(api, sid)
+    await client.ws.send_frame(b'{"type":"ping","nonce":"\xff"}', aiohttp.WSMsgType.TEXT)
+    closed = await client.closed()
+    assert closed.code == 1008 and closed.reason is not None
+    assert closed.reason["code"] == "protocol_error"
+    raw = await RawWs.connect(
+        "127.0.0.1", daemon.port, f"/sessions/{sid}/stream?attach={await token_of(api, sid)}"
+    )
+    try:
+        await raw.send_text('{"type":"subscribe"}')
+        # a text frame with a reserved bit set (RSV1: no extension was negotiated), masked
+        await asyncio.get_running_loop().sock_sendall(raw.sock, bytes([0xC1, 0x80]) + b"\0\0\0\0")
+        frames, code, reason = await raw.read_until_close()
+    finally:
+        raw.close()
+    assert [f["type"] for f in frames] == ["subscribe_ack"]
+    assert code == 1008 and reason is not None and reason["code"] == "protocol_error"
 
 
 async def test_unknown_frame_type_is_ignored_and_socket_stays_open(api: Api, sid: str) -> None:
