@@ -419,6 +419,9 @@ class SessionHub:
         Releases each affected session's held events up to the batch's last seq, in order,
         with the deltas held behind them. A lost event is never shown (the store does not have
         it): its clients see the `bus.gap_detected` that reports it instead."""
+        if not stored:
+            self._lost(batch)
+            return
         marks: dict[str, int] = {}
         for event in batch:
             marks[event.session_id] = event.seq  # a batch is in emission order
@@ -432,8 +435,31 @@ class SessionHub:
                 if not item.transient and item.seq > seq:  # type: ignore[union-attr]
                     break
                 held.popleft()
-                if stored or item.transient:
-                    self._deliver(live, item)
+                self._deliver(live, item)
+            if not held or len(held) < live.hold_limit:
+                self._unpress(live)
+
+    def _lost(self, batch: list[Event]) -> None:
+        """Forget the held events of a batch the store does not have, and only those.
+
+        Events held before them may still be stored: a change whose transaction fails puts the
+        events that were waiting with it back in the writer's queue. Dropping everything up to
+        the lost seqs, as a stored batch releases everything up to its own, hid those from live
+        clients although the next flush stored them. The deltas no longer behind a held event go
+        out at once, as they would have behind the lost ones."""
+        lost: dict[str, set[int]] = {}
+        for event in batch:
+            lost.setdefault(event.session_id, set()).add(event.seq)
+        for session_id, seqs in lost.items():
+            live = self._sessions.get(session_id)
+            if live is None or not live.held:
+                continue
+            held = live.held
+            kept = [e for e in held if e.transient or e.seq not in seqs]  # type: ignore[union-attr]
+            held.clear()
+            held.extend(kept)
+            while held and held[0].transient:
+                self._deliver(live, held.popleft())
             if not held or len(held) < live.hold_limit:
                 self._unpress(live)
 

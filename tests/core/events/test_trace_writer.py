@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from metis.core.events.hub import HubClient
 from metis.core.runtime import Core
 from tests.helpers import insert_session
 
@@ -145,3 +146,32 @@ async def test_a_flush_whose_caller_is_cancelled_still_stores_and_shows_its_batc
     await core.writer.flush()  # waits for the shielded write under the flush lock
     assert shown == [([1], True)]
     assert await _types(core, sid) == ["bus.gap_detected"]
+
+
+async def test_a_failed_change_hides_only_its_own_events_from_live_clients(core: Core) -> None:
+    """Events of the session waiting for the writer when a change fails go back to the queue
+    and are stored by the next flush, so live clients must see them. They used to be dropped
+    from what the hub held together with the failed change's own event: stored, yet never
+    shown live, a gap nothing reported."""
+    sid = await insert_session(core.db)
+    client = HubClient(sid, maxsize=100)
+    core.hub.attach(client)
+    core.hub.handoff_point(client, None, lambda: "0")
+    gap = ("bus.gap_detected", GAP)
+
+    def failing(conn: sqlite3.Connection) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    async with core.writer._flush_lock:  # a flush under way: what is emitted now waits
+        core.bus.emit(sid, *gap, actor="system")  # seq 1
+        # first in line for the lock, so seq 1 goes into the change's transaction
+        committing = core.writer.commit_with(
+            failing, lambda: core.bus.emit(sid, *gap, actor="system")
+        )
+    with pytest.raises(sqlite3.OperationalError):
+        await committing  # its own event is dropped (its seq taken back); seq 1 is queued again
+    await core.writer.flush()
+    rows = await core.db.fetchall("SELECT seq FROM events WHERE session_id=?", (sid,))
+    assert [r["seq"] for r in rows] == [1]
+    shown = [item.seq for item in client.queue]  # type: ignore[union-attr]
+    assert shown == [1]
