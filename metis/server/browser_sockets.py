@@ -23,7 +23,8 @@ class Closable(Protocol):
 class SocketsByLogin:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._tokens: dict[str, str] = {}  # attach token → login
+        # attach token → login; None once that browser session logged out (until it expires)
+        self._tokens: dict[str, str | None] = {}
         self._expiries: deque[tuple[float, str]] = deque()  # in minting order: one TTL
         self._open: dict[str, set[Closable]] = {}
 
@@ -35,6 +36,12 @@ class SocketsByLogin:
             self._tokens.pop(self._expiries.popleft()[1], None)
         self._tokens[token] = login
         self._expiries.append((now + ttl_s, token))
+
+    def revoked(self, token: str | None) -> bool:
+        """Whether `token` was given to a browser session that has logged out since: the
+        upgrade refuses it, or a tab that did not follow the logout (one reconnecting at that
+        moment) would open a socket no logout closes any more."""
+        return token is not None and token in self._tokens and self._tokens[token] is None
 
     def opened(self, token: str | None, socket: Closable) -> Callable[[], None]:
         """The socket `token` opened is filed under its browser session (if a browser session
@@ -53,9 +60,10 @@ class SocketsByLogin:
         return closed
 
     def logged_out(self, login: str) -> int:
-        """Close every socket browser session `login` opened (1008 `logged_out`), and forget
-        the tokens it was given; how many sockets were closed."""
-        self._tokens = {t: v for t, v in self._tokens.items() if v != login}
+        """Close every socket browser session `login` opened (1008 `logged_out`), and revoke
+        the tokens it was given and has not used yet (see `revoked`); how many sockets were
+        closed."""
+        self._tokens = {t: None if v == login else v for t, v in self._tokens.items()}
         sockets = self._open.pop(login, set())
         for socket in sockets:
             socket.close_out_of_band(1008, "logged_out")

@@ -82,7 +82,10 @@ async def stream(request: web.Request) -> web.StreamResponse:
     session_id = request.match_info["session_id"]
     await app.sessions.require_active(session_id)  # 404 session_not_found, 409 ended/ending
     token = request.query.get("attach")
+    auth = request.app[STATE_KEY].auth
     # ---- one synchronous step: check and consume the token, attach the connection ----------
+    if auth is not None and auth.sockets.revoked(token):  # its browser session logged out
+        raise ApiError("attach_token_invalid", "attach token missing, unknown, expired or used")
     verdict = app.streams.check_token(token, session_id)
     if verdict == "invalid":
         raise ApiError("attach_token_invalid", "attach token missing, unknown, expired or used")
@@ -90,7 +93,6 @@ async def stream(request: web.Request) -> web.StreamResponse:
         raise ApiError("attach_token_wrong_session", "attach token was minted for another session")
     connection = Connection(app, ws, session_id)
     connection.attach()
-    auth = request.app[STATE_KEY].auth
     closed = auth.sockets.opened(token, connection) if auth is not None else lambda: None
     # ---- end of the synchronous step --------------------------------------------------------
     log.info(
