@@ -360,25 +360,27 @@ async def _respond_sse(
         last = time.monotonic()
         while stop is None:
             item = await sub.next(min(POLL_S, settings.sse_heartbeat_seconds))
-            if item is None:
-                if sub.overflowed:
-                    break  # the turn is being cancelled; its events are gone
-                if writer.client_gone():
-                    raise ClientGone()
-                if time.monotonic() - last >= settings.sse_heartbeat_seconds:
-                    await writer.comment("keepalive")
-                    last = time.monotonic()
-                continue
+            if item is None and sub.overflowed:
+                break  # the turn is being cancelled; its events are gone
             if isinstance(item, CloseMarker):
                 break
-            if item.turn_id != turn_id:
-                continue
-            for name, data in await plan.renderer.render(item):
-                if name == "turn_stop":
-                    stop = data["stopReason"]
-                else:
-                    await writer.event(name, data)
-                    last = time.monotonic()
+            if item is not None and item.turn_id == turn_id:
+                for name, data in await plan.renderer.render(item):
+                    if name == "turn_stop":
+                        stop = data["stopReason"]
+                    else:
+                        await writer.event(name, data)
+                        last = time.monotonic()
+            if stop is not None:
+                break
+            # Checked after every event, not only when none came: most events write nothing
+            # (message mode's deltas, other turns'), and a model writing a long message in
+            # message mode would otherwise leave the wire silent and a departed client unseen.
+            if writer.client_gone():
+                raise ClientGone()
+            if time.monotonic() - last >= settings.sse_heartbeat_seconds:
+                await writer.comment("keepalive")
+                last = time.monotonic()
     except ClientGone:
         gone = True
         cancel_turn(app, plan.session_id, turn_id)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import json
 import socket
 from pathlib import Path
@@ -343,3 +344,51 @@ async def test_a_reader_that_stops_reading_cancels_the_turn(
         sock.close()
     [cancelled] = await _events(daemon, sid, "turn.cancelled")
     assert cancelled["reason"] == "client_disconnect"
+
+
+async def test_message_mode_keeps_an_idle_stream_alive_while_the_model_writes(
+    api_key: str, fake: FakeProviderServer, start_daemon: Any, client_for: Any, workspace: Path
+) -> None:
+    """In message mode the deltas of a long reply reach the response but write nothing: that is
+    silence on the wire, so keepalives must flow while they arrive (not only when no event
+    comes at all), or a proxy's idle timeout cuts the stream before the text is sent."""
+    overrides = roots(workspace)
+    overrides["aap"]["sse_heartbeat_seconds"] = 0.5
+    daemon = await start_daemon(models=fake_models(fake), **overrides)
+    aap = await client_for(daemon)
+    fake.enqueue("anthropic", FakeReply.say("y" * 240, **SLOW))  # ≥3.6 s of deltas
+    sid = await aap.create()
+    body = {"stream": "message", "messages": [{"role": "user", "content": "go"}]}
+    parser = SseParser()
+    loop = asyncio.get_running_loop()
+    arrivals: list[float] = []
+    async with aap.http.post(f"/aap/sessions/{sid}/turns", json=body, headers=aap.auth()) as r:
+        async for chunk in r.content.iter_any():
+            arrivals.append(loop.time())
+            parser.feed(chunk)
+    assert [e.event for e in parser.events] == ["turn_start", "text", "turn_stop"]
+    assert parser.events[1].json() == {"text": "y" * 240}
+    assert parser.comments.count("keepalive") >= 2
+    longest = max(b - a for a, b in itertools.pairwise(arrivals))
+    assert longest < 2.0, f"{longest:.1f} s without a byte"
+
+
+async def test_message_mode_notices_a_client_gone_while_the_model_writes(fake_aap: Fake) -> None:
+    """A message-mode client that leaves while the model is still writing gets its turn
+    cancelled then, not once the whole reply (and its cost) has been produced."""
+    daemon, aap, fake = fake_aap
+    fake.enqueue("anthropic", FakeReply.say("z" * 600, **SLOW))  # ≈9 s of deltas
+    sid = await aap.create()
+    body = {"stream": "message", "messages": [{"role": "user", "content": "go"}]}
+    parser = SseParser()
+    async with aap.http.post(f"/aap/sessions/{sid}/turns", json=body, headers=aap.auth()) as r:
+        async for chunk in r.content.iter_any():
+            if any(e.event == "turn_start" for e in parser.feed(chunk)):
+                break
+        await fake.wait_until(lambda: any(x.events_sent > 3 for x in fake.requests))
+    async with asyncio.timeout(4):
+        while not (cancelled := await _events(daemon, sid, "turn.cancelled")):
+            await asyncio.sleep(0.05)
+    assert cancelled[0]["reason"] == "client_disconnect"
+    [request] = fake.requests
+    assert request.events_sent < 400  # the reply was cut, not streamed to its end
