@@ -18,7 +18,7 @@ from metis.aap.http import (
     state_of,
 )
 from metis.aap.stream import respond
-from metis.aap.turns import plan_turn, prepare_turn
+from metis.aap.turns import check_shape, plan_turn, prepare_turn
 from metis.aap.wire import CreatedResponse, HistoryQuery, SessionsQuery
 from metis.aap.wire_v3 import (
     AgentResponse,
@@ -143,6 +143,7 @@ async def post_turn(request: web.Request) -> web.StreamResponse:
 async def run_turn(request: web.Request, body: Any, version: int) -> web.StreamResponse:
     """A parsed turn request (v3 `TurnRequest` or v1's) against the path's session."""
     state = state_of(request)
+    check_shape(body.messages)  # part of parsing the body: before the session is looked up
     session = await sessions.require(state, request.match_info["session_id"])
     prepared = await prepare_turn(
         state, session, body.agent, raw_body(request).get("tools"), body.messages, version

@@ -134,7 +134,7 @@ async def prepare_turn(
     version: int,
 ) -> PreparedTurn:
     """The checks after the session lookup, in the contract's order: overrides → answers vs
-    pending → content. Nothing is written."""
+    pending → content. `messages` passed `check_shape` with the body. Nothing is written."""
     agent = state.agents.get(session.agent_name)
     if agent is None:
         raise AapError("unknown_agent", f"agent {session.agent_name!r} is no longer served")
@@ -151,7 +151,6 @@ async def prepare_turn(
             updated = replace(updated, options=values.options, secret_options=values.secrets)
     if raw_tools is not None:
         updated = replace(updated, client_tools=check_client_tools(agent, raw_tools, version))
-    check_shape(messages)
     await check_answers(state, session.session_id, messages)
     parsed = parse_turn_messages(messages, state.settings.max_image_bytes)
     return PreparedTurn(updated, updated != session, parsed)

@@ -182,3 +182,23 @@ async def test_resolution_turn_events_follow_the_contract(
         "SELECT status, resolved_in_turn_id, reason FROM confirmations WHERE session_id=?", (sid,)
     )
     assert [tuple(r) for r in confirmations] == [("denied", turn["id"], "no")]
+
+
+async def test_a_turn_of_the_wrong_shape_is_refused_before_the_session_is_looked_up(
+    aap: AapClient,
+) -> None:
+    """No messages, or two user messages, is a malformed request (a shape error, as
+    `"messages": 5` is), whichever session it names and whatever overrides it carries: the
+    shape is judged with the body, before the session (404) and the overrides (400)."""
+    unknown = "sess_01ARZ3NDEKTSV4RRFFQ69G5FAV"
+    real = await aap.create()
+    user = {"role": "user", "content": "hi"}
+    for messages in ([], [user, user]):
+        for client in (aap, aap.v1):
+            for sid in (unknown, real):
+                reply = await client.turn(sid, messages)
+                assert reply.status == 400 and reply.error == "validation_error", (sid, messages)
+            bad_override = {"agent": {"options": {"nope": "x"}}}
+            reply = await client.turn(real, messages, **bad_override)
+            assert reply.status == 400 and reply.error == "validation_error", reply.body
+    assert await aap.history(real) == []
