@@ -126,7 +126,10 @@ async def _serve(args: argparse.Namespace) -> int:
         # before the banner: a supervisor may stop the daemon as soon as it reads it
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        # SIGHUP too: the terminal of a daemon in the foreground closed. Its default, an
+        # instant exit, would leave the running turns for the next start to find interrupted
+        # and an unsandboxed shell command running on its own.
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.add_signal_handler(sig, stop.set)
         lock.record(daemon.base_url)
         print_banner(daemon, detached=args.detached_child)
@@ -254,9 +257,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     serve = sub.add_parser(
         "serve",
         help="run the daemon (in the foreground, or in the background with --detach)",
-        description="Run the daemon in the foreground until Ctrl-C (or SIGTERM), or in the "
-        "background with --detach until `metis stop`. One daemon per METIS_HOME: a second "
-        "`metis serve` on the same home exits naming the first.",
+        description="Run the daemon in the foreground until Ctrl-C (or SIGTERM, or its terminal "
+        "closing), or in the background with --detach until `metis stop`. One daemon per "
+        "METIS_HOME: a second `metis serve` on the same home exits naming the first.",
         epilog=SERVE_ENVIRONMENT,
         formatter_class=_LaidOutText,
     )

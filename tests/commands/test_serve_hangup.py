@@ -1,0 +1,73 @@
+"""`metis serve` in the foreground when its terminal goes away (SIGHUP): the daemon stops as on
+Ctrl-C, so the turn it was running is cancelled for the shutdown and stored so, rather than
+left for the next start to find interrupted (with, when the shell is not sandboxed, the
+command it was running left behind)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from metis.testing.serving import SERVE_START_DEADLINE_S, free_port, wait_until_serving
+from tests.api import Api, home_headers
+
+SLOW = """
+pricing_version: "test"
+providers:
+  local: {adapter: scripted, options: {chunk_chars: 1, delta_delay_ms: 100}}
+models:
+  - id: local:scripted
+"""
+
+
+async def test_a_hangup_stops_the_daemon_as_ctrl_c_does(
+    metis_home: Path,
+    workspace: Path,
+    tmp_path: Path,
+    start_daemon: Callable[..., Any],
+) -> None:
+    metis_home.mkdir(parents=True, exist_ok=True)
+    (metis_home / "models.yaml").write_text(SLOW)
+    port = free_port()
+    with (tmp_path / "serve.log").open("wb") as log:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "metis.cli",
+            "serve",
+            "--port",
+            str(port),
+            env={**os.environ, "METIS_HOME": str(metis_home)},
+            stdout=log,
+            stderr=log,
+        )
+    try:
+        async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{port}") as http:
+            await wait_until_serving(http, "/health")
+            api = Api(http, home_headers(metis_home))
+            sid = (await api.create_session(workspace))["id"]
+            status, accepted = await api.submit(sid, "a reply long enough to be cut short")
+            assert status == 202, accepted
+            await api.wait_for_event(
+                sid, lambda e: e["type"] == "llm.call_started", SERVE_START_DEADLINE_S
+            )
+        proc.send_signal(signal.SIGHUP)
+        assert await asyncio.wait_for(proc.wait(), 30) == 0, (tmp_path / "serve.log").read_text()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    again = await start_daemon()
+    async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{again.port}") as http:
+        api = Api(http, home_headers(metis_home))
+        ends = await api.events(sid, event_types="turn.completed,turn.cancelled,turn.failed")
+    assert [(e["type"], e["payload"]["reason"]) for e in ends] == [
+        ("turn.cancelled", "server_shutdown")
+    ]
