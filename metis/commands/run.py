@@ -14,7 +14,9 @@ the text is partial and a tool call it was writing never ran), 1 when it failed,
 or was interrupted, 2 for a refused request, a
 usage or configuration error, 130 for Ctrl-C while the prompt is read or before the turn runs
 (during the turn, Ctrl-C cancels it; twice, it leaves at once: 130). SIGTERM (`kill`, `timeout`)
-does the same, with 143, and leaves if the cancelled turn has not ended within 5 seconds.
+does the same, with 143, and leaves if the cancelled turn has not ended within 5 seconds; so
+does SIGHUP during the turn (its terminal closed), with 129. A session the run made but could
+not end (the daemon stopping meanwhile) is said to be left active.
 """
 
 from __future__ import annotations
@@ -180,6 +182,7 @@ async def run_turn(
     ending = made_here and not (args.keep or args.continue_)
     ws: aiohttp.ClientWebSocketResponse | None = None
     accepted: dict[str, Any] = {}
+    left_active: str | None = None  # why the session this run made could not be ended
     try:
         got = await api.call("GET", f"/sessions/{session_id}")
         _check_session(args, got)
@@ -209,8 +212,23 @@ async def run_turn(
         with contextlib.suppress(ApiFailure, aiohttp.ClientError):
             if made_here and not accepted:  # refused: an empty session is not worth keeping
                 await api.call("DELETE", f"/sessions/{session_id}", params={"purge": "true"})
-            elif ending:
+        if ending and accepted:
+            try:
                 await api.call("DELETE", f"/sessions/{session_id}")
+            except (ApiFailure, aiohttp.ClientError, NotADaemon, TimeoutError) as exc:
+                # ended or purged elsewhere meanwhile (409, 404), or not: the daemon stopping
+                # (503) or gone, and the session stays active until someone ends it
+                if not (isinstance(exc, ApiFailure) and exc.status in (404, 409)):
+                    kept = " (left active)"
+                    why = (
+                        exc.said
+                        if isinstance(exc, ApiFailure)
+                        else "the daemon could not be reached"
+                    )
+                    left_active = (
+                        f"session {session_id} was left active, not ended ({why}); "
+                        f"`metis sessions end {session_id}` ends it"
+                    )
     truncated = outcome["status"] == "completed" and outcome.get("stop_reason") == "max_tokens"
     if args.json:
         print(
@@ -252,13 +270,16 @@ async def run_turn(
         # worded as the chat clients word it (`--json` keeps the codes for scripts)
         ended = turn_outcome(f"turn.{outcome['status']}", outcome)
         _err(f"turn {ended} · session {session_id}{kept} · ${outcome.get('total_cost_usd')}")
+    if left_active is not None:
+        _err(left_active)
     if outcome["status"] != "completed":
         return 1
     return TRUNCATED_EXIT if truncated else 0
 
 
 class _StopSignals:
-    """What Ctrl-C (SIGINT) and SIGTERM (`kill`, `timeout`) do to a run.
+    """What Ctrl-C (SIGINT), SIGTERM (`kill`, `timeout`) and SIGHUP (the terminal closed) do to
+    a run.
 
     Before the turn runs, either ends the run: its main task is cancelled, so the session it
     made is ended or purged on the way out. While the turn runs, either asks the daemon to
@@ -274,7 +295,7 @@ class _StopSignals:
         self.received: signal.Signals | None = None  # the first signal
         self._cancel_turn: Callable[[signal.Signals], None] | None = None
         self._cancel_sent = False
-        for stop in (signal.SIGINT, signal.SIGTERM):
+        for stop in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             self._loop.add_signal_handler(stop, self._on_signal, stop)
 
     def _on_signal(self, received: signal.Signals) -> None:
@@ -284,7 +305,7 @@ class _StopSignals:
             return
         self._cancel_sent = True
         self._cancel_turn(received)
-        if received is signal.SIGTERM:
+        if received is not signal.SIGINT:  # no one to press Ctrl-C a second time
             self._loop.call_later(self.TERM_GRACE_S, self._leave)
 
     @property
@@ -304,12 +325,16 @@ class _StopSignals:
         sent: list[asyncio.Task[None]] = []
 
         def cancel(received: signal.Signals) -> None:
-            if received is signal.SIGTERM:
-                reply.note("terminated: cancelling the turn")
-            else:
-                reply.note("cancelling the turn (Ctrl-C again leaves at once)")
             cancel = {"type": "cancel", "turn_id": turn_id, "reason": "user_cancel"}
             sent.append(asyncio.ensure_future(ws.send_json(cancel)))
+            # sent first: after a hangup the terminal may take no more output
+            with contextlib.suppress(OSError):
+                if received is signal.SIGTERM:
+                    reply.note("terminated: cancelling the turn")
+                elif received is signal.SIGHUP:
+                    reply.note("hung up: cancelling the turn")
+                else:
+                    reply.note("cancelling the turn (Ctrl-C again leaves at once)")
 
         self._cancel_turn = cancel
         try:
@@ -322,6 +347,8 @@ class _StopSignals:
         SIGTERM (128 + the signal's number, as a shell reports it)."""
         if self.received is signal.SIGTERM:
             return RunError("terminated", "terminated", 128 + signal.SIGTERM)
+        if self.received is signal.SIGHUP:
+            return RunError("hung_up", "hung up", 128 + signal.SIGHUP)
         return RunError("interrupted", "interrupted", 128 + signal.SIGINT)
 
 
@@ -562,8 +589,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "directory than --workspace; a session made for the refused turn is purged) or for a "
         "usage or configuration error; 130 for Ctrl-C while the prompt is read from stdin, or "
         "a second Ctrl-C during the turn (the first cancels it); 143 for SIGTERM, which "
-        "cancels the turn as Ctrl-C does and leaves after 5 s at most. With --json, stdout "
-        "holds one JSON object either way.",
+        "cancels the turn as Ctrl-C does and leaves after 5 s at most; 129 for SIGHUP (the "
+        "terminal closed), likewise. With --json, stdout holds one JSON object either way.",
     )
     parser.add_argument("prompt", help="the message to send; - reads it from stdin")
     parser.add_argument(
