@@ -5,7 +5,7 @@ middleware computed for this request. Route tables are the kernel's (`RouteTable
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -119,14 +119,35 @@ def raw_body(request: web.Request) -> dict[str, Any]:
     return request[BODY_KEY]
 
 
+def body_loc(body: Any, loc: Sequence[int | str]) -> list[int | str]:
+    """A pydantic error location as a path into the request body.
+
+    pydantic puts segments of its own into `loc` for a union: the tag of a tagged union (a
+    message's role) and the member a value failed (`str`, `list[any]`). They name no key of
+    what the client sent, so a client following the path would get lost: only the segments
+    found in the body are kept, and a last one that is missing (a required field).
+    """
+    path: list[int | str] = []
+    node = body
+    for i, part in enumerate(loc):
+        in_list = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        if in_list or (isinstance(node, dict) and part in node):
+            node = node[part]
+        elif not (isinstance(node, dict) and i == len(loc) - 1):
+            continue
+        path.append(part)
+    return path
+
+
 def parse_body(request: web.Request, model: type[M]) -> M:
     """The body as a wire model; shape and type errors → 400 `validation_error`."""
+    body = raw_body(request)
     try:
-        return model.model_validate(raw_body(request))
+        return model.model_validate(body)
     except ValidationError as exc:
         raise validation_error(
             [
-                {"loc": ["body", *e["loc"]], "msg": problem_said(e)}
+                {"loc": ["body", *body_loc(body, e["loc"])], "msg": problem_said(e)}
                 for e in exc.errors(include_input=False, include_url=False, include_context=False)
             ]
         ) from None

@@ -219,6 +219,29 @@ async def test_body_checks(daemon_and_aap: tuple[Daemon, AapClient]) -> None:
     assert "colour" not in dict(stored).__repr__() and "unknown" not in dict(stored).__repr__()
 
 
+async def test_a_validation_error_locates_the_field_in_the_body(aap: AapClient) -> None:
+    """`loc` is a path a client can follow into what it sent: the message's role (a tagged
+    union's tag) and the member types of a union (`str`, `list[any]`) are no keys of it."""
+    sid = await aap.create()
+    permission = {"role": "tool_permission", "toolCallId": "tu_1", "granted": "yes"}
+    for client, path in ((aap, f"/sessions/{sid}/turns"), (aap.v1, f"/session/{sid}")):
+        for messages, loc in (
+            ([permission], ["body", "messages", 0, "granted"]),
+            ([{"role": "user", "content": 5}], ["body", "messages", 0, "content"]),
+            ([{"role": "tool", "content": "x"}], ["body", "messages", 0, "toolCallId"]),
+        ):
+            reply = await client.request("POST", path, {"messages": messages})
+            assert reply.status == 400 and reply.error == "validation_error", reply.body
+            errors = reply.body["error"]["details"]["errors"]
+            assert errors and all(e["loc"] == loc for e in errors), errors
+    seed = [{"role": "assistant", "content": "x"}, {"role": "tool", "content": "y"}]
+    for client, method, path in ((aap, "POST", "/sessions"), (aap.v1, "PUT", "/session")):
+        reply = await client.request(method, path, {"agent": {"name": "metis"}, "messages": seed})
+        assert reply.status == 400 and reply.error == "validation_error", reply.body
+        [error] = reply.body["error"]["details"]["errors"]
+        assert error == {"loc": ["body", "messages", 1, "toolCallId"], "msg": "Field required"}
+
+
 async def test_oversized_body_is_413(start_daemon: Any, client_for: Any) -> None:
     daemon = await start_daemon(aap={"max_request_bytes": 2048})
     aap = await client_for(daemon)
