@@ -45,12 +45,25 @@ def request_login_url(target: DaemonTarget) -> dict[str, Any]:
     )
     try:
         with urllib.request.urlopen(req, timeout=DAEMON_TIMEOUT_S) as response:
-            body = json.loads(response.read())
+            status, content_type = response.status, response.headers.get_content_type()
+            try:
+                body = json.loads(response.read())
+            except ValueError:  # JSON or UTF-8 that does not decode: not a daemon's answer
+                raise OpenFailed(
+                    f"{target.url} does not answer as a metis daemon (HTTP {status}, "
+                    f"{content_type})"
+                ) from None
     except urllib.error.HTTPError as exc:
         if exc.code == 401:
             raise OpenFailed(refused_key(target.url)) from None
         raise OpenFailed(f"the daemon at {target.url} answered {exc.code}") from None
-    except (urllib.error.URLError, OSError, ValueError):
+    except (urllib.error.URLError, OSError) as exc:
+        # a daemon that accepts and then says nothing (stopped, stuck) is there: telling its
+        # user to start one would send them to a `metis serve` that refuses to start
+        if isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None), TimeoutError):
+            raise OpenFailed(
+                f"the daemon at {target.url} did not answer within {DAEMON_TIMEOUT_S:g} s"
+            ) from None
         raise OpenFailed(unreachable(target.url, target.home)) from None
     if not isinstance(body, dict) or not isinstance(body.get("url"), str):
         raise OpenFailed(f"the daemon at {target.url} gave no login URL")
