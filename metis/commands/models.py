@@ -28,11 +28,13 @@ from metis.commands.daemon_client import (
     refused_key,
     target_from_args,
 )
+from metis.commands.since_start import changed_since_start
 from metis.config import SHIPPED_CONFIG_DIR, home_from
 from metis.core.config.checks import format_diagnostic
 from metis.core.errors import ConfigError
 from metis.core.models.registry import ModelRegistry, load_models_file
 from metis.core.tools.textutil import visible_controls
+from metis.server.lock import LOCK_FILE, running_url
 from metis.wire.models import unconfigured_reason
 from metis.wire.table import table_lines
 from metis.wire.when import local_time
@@ -231,6 +233,23 @@ def show_live(target: DaemonTarget, body: dict[str, Any]) -> None:
     print(f"offline mode: {_offline_mode(body['offline_mode'])}")
 
 
+def _say_edited_since_start(target: DaemonTarget) -> None:
+    """The daemon read its home's models.yaml when it started: an edit since is not in what
+    it lists, and is said (asked only of the home's own daemon, which its lock names)."""
+    if running_url(target.home / LOCK_FILE) != target.url:
+        return
+    try:
+        _, health = daemon_call(target, "GET", "/health")
+    except NoDaemon:
+        return
+    started_at = health.get("started_at") if isinstance(health, dict) else None
+    if MODELS_FILE in changed_since_start(target.home, started_at):
+        print(
+            f"{target.home / MODELS_FILE} changed since the daemon started: it applies when "
+            "the daemon restarts (`metis models --models FILE` lists the file)"
+        )
+
+
 def _offline_mode(on: bool) -> str:
     return "on (only local:scripted is served unless asked)" if on else "off"
 
@@ -248,6 +267,7 @@ def list_models(args: argparse.Namespace) -> int:
         else:
             if status == 200:
                 show_live(target, body)
+                _say_edited_since_start(target)
                 return 0
             note = f"the daemon at {target.url} answered {status}: showing models.yaml only"
     path: Path = args.models or default_models_path(home_from(args.home))

@@ -3,7 +3,8 @@
 One look at what a person checks before (or instead of) opening the dashboard: the daemon's
 address, process and uptime, its sessions and running turns, which models can answer, the
 routing policy in force, the MCP servers and whether the shell tool is sandboxed (and a
-config.yaml broken since the daemon started, which the next start would refuse). Everything
+config.yaml broken since the daemon started, which the next start would refuse, and the files
+read at start-up that were edited since, in force only once it restarts). Everything
 comes from the daemon's public API with its key (`/health`, `/server/version`, `/models`,
 `/routing/policy`, `/mcp`), asked at once; the pid and home from the lock file of the home
 whose daemon it is (none for a `--url` elsewhere). Exit status: 0 running, 3 not running (as
@@ -21,6 +22,7 @@ import shutil
 import sys
 import textwrap
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,7 @@ from metis.commands.daemon_client import (
 )
 from metis.commands.detach import DAEMON_LOG
 from metis.commands.paths import printable
+from metis.commands.since_start import changed_since_start, models_problem
 from metis.core.tools.textutil import visible_controls
 from metis.server.lock import LOCK_FILE, read_holder, running_url
 from metis.wire.when import local_time
@@ -148,12 +151,46 @@ def _wrapped(line: str, width: int) -> str:
     return filled.replace("\0", " ")
 
 
+@dataclass(frozen=True)
+class Edits:
+    """The files the daemon read at start-up that were edited since (`since_start`), and the
+    first error of its models.yaml among them, which the next start would refuse."""
+
+    changed: tuple[str, ...] = ()
+    models_error: str | None = None
+
+    @classmethod
+    def of(cls, target: DaemonTarget, pid: int | None, health: dict[str, Any]) -> Edits:
+        """Asked only of the home's own daemon (its lock names it): files in the home of a
+        daemon found at another address say nothing about that daemon."""
+        if pid is None:
+            return cls()
+        changed = tuple(changed_since_start(target.home, health.get("started_at")))
+        return cls(changed, models_problem(target.home) if "models.yaml" in changed else None)
+
+
+def _restart_line(edits: Edits, config_error: str | None) -> str | None:
+    """What the edits since the start mean: nothing until a restart, which refuses a broken
+    models.yaml (a broken config.yaml has its own line)."""
+    changed = [n for n in edits.changed if not (n == "config.yaml" and config_error)]
+    if not changed:
+        return None
+    they = "they apply" if len(changed) > 1 else "it applies"
+    line = f"{', '.join(changed)} changed since the daemon started; {they} when it restarts"
+    if "config.yaml" in changed:
+        line += " (config.yaml's mcp section: `metis mcp reload` applies it now)"
+    if edits.models_error is not None:
+        line += f"; {edits.models_error} (the next start refuses it)"
+    return line
+
+
 def render(
     target: DaemonTarget,
     pid: int | None,
     body: dict[str, Any],
     log: Path | None = None,
     width: int | None = None,
+    edits: Edits | None = None,
 ) -> str:
     """The status as a person reads it; `width` (a terminal's) wraps each fact to it."""
     health, version = body["/health"], body["/server/version"]
@@ -179,6 +216,9 @@ def render(
         lines.insert(2, f"  log:        {printable(log)}")
     if target.config_error is not None:
         lines.insert(-1, f"  config:     {target.config_error} (the next start refuses it)")
+    restart = _restart_line(edits or Edits(), target.config_error)
+    if restart is not None:
+        lines.insert(-1, f"  restart:    {restart}")
     # a provider's or an MCP server's words are shown, never obeyed by a terminal
     lines = [visible_controls(line) for line in lines]
     if width is not None:
@@ -187,10 +227,15 @@ def render(
 
 
 def as_json(
-    target: DaemonTarget, pid: int | None, body: dict[str, Any], log: Path | None = None
+    target: DaemonTarget,
+    pid: int | None,
+    body: dict[str, Any],
+    log: Path | None = None,
+    edits: Edits | None = None,
 ) -> dict[str, Any]:
     """The status for scripts: the same facts, as the API gives them."""
     health = body["/health"]
+    edits = edits or Edits()
     policy = body["/routing/policy"]
     return {
         "running": True,
@@ -199,6 +244,9 @@ def as_json(
         "home": str(target.home) if pid is not None else None,
         "log": str(log) if log is not None else None,
         "config_error": target.config_error,
+        # read at start-up, edited since: in force once the daemon restarts
+        "changed_since_start": list(edits.changed),
+        "models_error": edits.models_error,
         "version": body["/server/version"]["version"],
         "started_at": health["started_at"],
         "uptime_seconds": health["uptime_seconds"],
@@ -295,11 +343,12 @@ async def _status(args: argparse.Namespace) -> int:
             return _failed(args, "key_refused", refused_key(target.url))
         pid = _pid(target)
         log = _log_of(target, pid, body["/health"])
+        edits = Edits.of(target, pid, body["/health"])
         if args.json:
-            print(json.dumps(as_json(target, pid, body, log), ensure_ascii=False))
+            print(json.dumps(as_json(target, pid, body, log, edits), ensure_ascii=False))
         else:
             width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
-            print(render(target, pid, body, log, width))
+            print(render(target, pid, body, log, width, edits))
         return 0
 
     # a bad config.yaml or URL, a refusal or an answer that is not a daemon's: said as every

@@ -1,0 +1,74 @@
+"""config.yaml and models.yaml are read once, when the daemon starts. An edit made while it
+runs changes nothing until it restarts: `metis status` and `metis models` say so (and what is
+wrong with a models.yaml the next start would refuse), rather than show the daemon's state as
+if the edit were in force."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.cli import metis
+from tests.helpers import named_by_home_lock
+
+MODELS = """
+pricing_version: "test"
+providers:
+  local: {adapter: scripted}
+models:
+  - id: local:scripted
+"""
+MORE_MODELS = MODELS + "    aliases: [echo]\n"
+BROKEN = MODELS + "  - id: nothing:\n    bogus: 1\n"
+
+
+async def test_status_names_the_files_edited_since_the_start_and_a_broken_models_yaml(
+    start_daemon: Callable[..., Any], metis_home: Path
+) -> None:
+    d = await start_daemon(models=MODELS, config="log_level: INFO\n")
+    with named_by_home_lock(metis_home, d.base_url):
+        code, out, err = await metis("status", "--json")
+        assert code == 0, err
+        said = json.loads(out)
+        assert (said["changed_since_start"], said["models_error"]) == ([], None), said
+
+        (metis_home / "models.yaml").write_text(MORE_MODELS)
+        (metis_home / "config.yaml").write_text("log_level: DEBUG\n")
+        code, out, err = await metis("status", "--json")
+        assert code == 0, err
+        said = json.loads(out)
+        assert said["changed_since_start"] == ["config.yaml", "models.yaml"], said
+        assert said["models_error"] is None
+        code, shown, err = await metis("status")
+        assert code == 0, err
+        assert (
+            "  restart:    config.yaml, models.yaml changed since the daemon started; they "
+            "apply when it restarts" in " ".join(shown.split("\n"))
+        ), shown
+
+        (metis_home / "models.yaml").write_text(BROKEN)
+        code, out, err = await metis("status", "--json")
+        said = json.loads(out)
+        assert said["models_error"].startswith(f"{metis_home / 'models.yaml'}:7"), said
+        code, shown, err = await metis("status")
+        assert "(the next start refuses it)" in shown, shown
+
+
+async def test_models_says_the_list_is_the_registry_loaded_before_an_edit(
+    start_daemon: Callable[..., Any], metis_home: Path
+) -> None:
+    d = await start_daemon(models=MODELS)
+    with named_by_home_lock(metis_home, d.base_url):
+        code, shown, err = await metis("models")
+        assert code == 0, err
+        assert "changed since" not in shown
+        (metis_home / "models.yaml").write_text(MORE_MODELS)
+        code, shown, err = await metis("models")
+    assert code == 0, err
+    assert "echo" not in shown  # the daemon's registry, as it was loaded
+    assert (
+        f"{metis_home / 'models.yaml'} changed since the daemon started: it applies when the "
+        "daemon restarts (`metis models --models FILE` lists the file)" in shown
+    ), shown
