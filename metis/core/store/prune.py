@@ -4,9 +4,6 @@ Only `events` rows of streams that have a `sessions` row are deleted, so the `sy
 messages, turns and tool calls are never touched. Each stream keeps its newest event whatever
 its age: the daemon seeds a stream's next seq from `MAX(seq)` and the hand-off point of a snapshot
 from the latest stored event, so an emptied stream would restart at seq 1 below its own floor.
-Nor does a prune reach into a turn still running (`--days 0` beside a daemon whose turn waits
-for a confirmation): the prefix stops before its first event, so a turn's trace is never left
-without its beginning once it ends.
 
 Rows go in short transactions of at most `CHUNK_EVENTS`, each deleting a run of the prefix and
 setting `sessions.events_floor_seq` to the highest seq it deleted. Everything at or below the
@@ -24,26 +21,14 @@ from metis.core.store.db import Database
 
 CHUNK_EVENTS = 5000
 
-# Per session stream: its floor, its newest seq, the first seq not older than the cutoff (NULL
-# when every event is older) and the first seq of a turn still running (NULL without one). The
-# prefix to delete ends below the last three.
+# Per session stream: its floor, its newest seq, and the first seq not older than the cutoff
+# (NULL when every event is older). The prefix to delete ends below both of the last two.
 _PLAN_SQL = """
 SELECT s.id AS session_id, s.events_floor_seq AS floor, MAX(e.seq) AS last_seq,
-       MIN(CASE WHEN e.timestamp_us >= ? THEN e.seq END) AS first_kept,
-       (SELECT MIN(r.seq) FROM turns t JOIN events r ON r.turn_id = t.id
-        WHERE t.session_id = s.id AND t.status = 'running') AS first_running
+       MIN(CASE WHEN e.timestamp_us >= ? THEN e.seq END) AS first_kept
 FROM sessions s JOIN events e ON e.session_id = s.id
 GROUP BY s.id ORDER BY s.id
 """
-
-
-def _prefix_end(plan: sqlite3.Row) -> int:
-    """The seq the stream's prunable prefix ends below."""
-    return min(
-        int(seq)
-        for seq in (plan["last_seq"], plan["first_kept"], plan["first_running"])
-        if seq is not None
-    )
 
 
 @dataclass(frozen=True)
@@ -65,7 +50,10 @@ async def prune_events(
     """
     pruned: list[PrunedStream] = []
     for plan in await db.fetchall(_PLAN_SQL, (older_than_us,)):
-        session_id, floor, end = plan["session_id"], int(plan["floor"]), _prefix_end(plan)
+        session_id, floor = plan["session_id"], int(plan["floor"])
+        end = int(plan["last_seq"])
+        if plan["first_kept"] is not None:
+            end = min(end, int(plan["first_kept"]))
         deleted = 0
         while True:
             chunk = await db.transaction(
@@ -87,9 +75,12 @@ async def count_prunable(db: Database, older_than_us: int) -> list[PrunedStream]
     that would lose events, with how many and the floor they would get."""
     would: list[PrunedStream] = []
     for plan in await db.fetchall(_PLAN_SQL, (older_than_us,)):
+        end = int(plan["last_seq"])
+        if plan["first_kept"] is not None:
+            end = min(end, int(plan["first_kept"]))
         row = await db.fetchone(
             "SELECT COUNT(*), MAX(seq) FROM events WHERE session_id=? AND seq>? AND seq<?",
-            (plan["session_id"], int(plan["floor"]), _prefix_end(plan)),
+            (plan["session_id"], int(plan["floor"]), end),
         )
         if row is not None and row[0]:
             would.append(PrunedStream(plan["session_id"], int(row[0]), int(row[1])))

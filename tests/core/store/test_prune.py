@@ -4,8 +4,6 @@ restart after it (seq continues, the pruned prefix is never reported as a gap)."
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 from metis.commands.trace import DAY_US
 from metis.config import Settings
@@ -14,9 +12,7 @@ from metis.core.events.catalog import SYSTEM_STREAM
 from metis.core.runtime import Core
 from metis.core.store.db import Database
 from metis.core.store.prune import PrunedStream, prune_events
-from metis.server.runner import Daemon
-from tests.api import TERMINAL, Api
-from tests.helpers import HOLD, insert_session, model_changed
+from tests.helpers import insert_session, model_changed
 
 
 async def stream_with(core: Core, events: int) -> str:
@@ -105,40 +101,3 @@ async def _seqs_of(settings: Settings, stream: str) -> list[int]:
         return await seqs(db, stream)
     finally:
         await db.close()
-
-
-async def test_a_prune_keeps_every_event_of_a_turn_still_running(
-    start_daemon: Callable[..., Any], api_of: Callable[[Daemon], Api], workspace: Path
-) -> None:
-    """`--days 0` beside a daemon whose turn waits for a confirmation: the session's older
-    events go, the running turn's stay, so once it ends its trace is whole (it used to begin
-    at whatever came after the prune, without its `turn.started`)."""
-    d = await start_daemon(config=HOLD)
-    api = api_of(d)
-    sid = (await api.create_session(workspace))["id"]
-    earlier, _ = await api.run_turn(sid, "an earlier turn")
-    status, accepted = await api.submit(sid, "please use server tool")
-    assert status == 202, accepted
-    turn_id = accepted["turn_id"]
-    requested = await api.wait_for_event(sid, lambda e: e["type"] == "tool.confirmation_requested")
-    before = await api.turn_events(sid, turn_id)
-
-    db = Database(d.settings.db_path)  # as `metis trace prune` opens it, beside the daemon
-    await db.open()
-    try:
-        (pruned,) = await prune_events(db, now_us() + 1)  # every event is older: days 0
-    finally:
-        await db.close()
-
-    assert pruned.session_id == sid and pruned.floor_seq == before[0]["seq"] - 1
-    assert await api.turn_events(sid, earlier["turn_id"]) == []  # the ended turn's went
-    assert await api.turn_events(sid, turn_id) == before
-    status, _ = await api.answer(
-        sid, turn_id, requested["payload"]["confirmation_request_id"], "deny"
-    )
-    assert status == 200
-    terminal = await api.wait_turn(sid, turn_id)
-    assert terminal["type"] in TERMINAL
-    whole = await api.turn_events(sid, turn_id)
-    assert whole[: len(before)] == before and whole[0]["type"] == "turn.started"
-    assert [e["seq"] for e in whole] == list(range(whole[0]["seq"], whole[-1]["seq"] + 1))
