@@ -96,8 +96,39 @@ TOOL_SCHEMA: JsonDict = {
     "properties": {"type": {"const": "object"}},
     "description": "a JSON Schema of an object",
 }
-# a turn carries one user message or the tool answers; a v1 seed ends with the user message
+# a v1 seed ends with the user message
 AT_LEAST_ONE: JsonDict = {"minItems": 1}
+
+
+def one_user_message_or_answers(schema: JsonDict) -> None:
+    """A turn's `messages` as `turns.check_shape` judges them with the body: exactly one user
+    message, or tool answers only. Said in the schema, a request the document calls valid is
+    not refused for its shape (which calls the answers must cover is the session's state)."""
+    items: Any = schema.pop("items")
+    mapping: dict[str, str] = items["discriminator"]["mapping"]  # role → its message's $ref
+    answers: dict[str, Any] = {role: mapping[role] for role in ("tool", "tool_permission")}
+    schema.pop("type", None)
+    schema.pop("minItems", None)
+    schema["anyOf"] = [
+        {
+            "type": "array",
+            "items": {"$ref": mapping["user"]},
+            "minItems": 1,
+            "maxItems": 1,
+            "description": "a new user message",
+        },
+        {
+            "type": "array",
+            "items": {
+                "oneOf": [{"$ref": ref} for ref in answers.values()],
+                "discriminator": {"propertyName": "role", "mapping": answers},
+            },
+            "minItems": 1,
+            "description": "the answers to the pending tool calls, each answered once",
+        },
+    ]
+
+
 _NON_EMPTY_TEXT = {
     **_TEXT,
     "properties": {**_TEXT["properties"], "text": {"type": "string", "minLength": 1}},

@@ -18,6 +18,7 @@ from metis.aap.wire import (
     StreamMode,
     TurnMessage,
     Wire,
+    one_user_message_or_answers,
 )
 from metis.aap.wire import HistoryMessage as HistoryMessage
 
@@ -41,7 +42,7 @@ class CreateSessionRequest(Wire):
 class TurnRequest(Wire):
     agent: AgentOverride | None = None
     stream: StreamMode | None = None
-    messages: list[TurnMessage] = Field(json_schema_extra=AT_LEAST_ONE)
+    messages: list[TurnMessage] = Field(json_schema_extra=one_user_message_or_answers)
     tools: list[ToolSpec] | None = None
 
 

@@ -5,7 +5,6 @@ from typing import Any
 from pydantic import Field
 
 from metis.aap.wire import (
-    AT_LEAST_ONE,
     TOOL_NAME,
     TOOL_SCHEMA,
     AgentConfig,
@@ -18,6 +17,7 @@ from metis.aap.wire import (
     StreamMode,
     TurnMessage,
     Wire,
+    one_user_message_or_answers,
 )
 
 
@@ -37,7 +37,7 @@ class CreateSessionRequest(Wire):
 class TurnRequest(Wire):
     agent: AgentOverride | None = None
     stream: StreamMode | None = None
-    messages: list[TurnMessage] = Field(json_schema_extra=AT_LEAST_ONE)
+    messages: list[TurnMessage] = Field(json_schema_extra=one_user_message_or_answers)
     tools: list[ToolSpec] | None = None
 
 
