@@ -104,6 +104,13 @@ async def test_a_prune_while_the_daemon_serves_expires_cursors_at_or_below_the_f
     assert after["streams"] == before["streams"]  # other sessions and the system stream
     for since in (events[0]["id"], events[floor - 1]["id"]):  # below and at the floor
         await expect_cursor_expired(api, old, since)
+        status, body = await api.call("GET", f"/sessions/{old}/events", params={"since": since})
+        assert status == 400, body  # REST says why too: pruned, not a wrong id
+        [error] = body["error"]["details"]["errors"]
+        assert (
+            error["msg"]
+            == f"names no event this session still keeps (its events up to seq {floor} were pruned)"
+        )
     client, ack = await Ws.subscribed(api, old, since=events[floor]["id"])  # above it
     assert ack["replay_event_count"] == len(events) - floor - 1
     await client.close()

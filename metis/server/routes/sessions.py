@@ -578,15 +578,17 @@ async def list_events(request: web.Request) -> web.Response:
 
 
 async def _seq_of(app: Application, session_id: str, event_id: str, name: str) -> int:
+    """The seq of a cursor's event; one that names none says whether pruning may be why, so a
+    client following the events across `metis trace prune` knows to start from the oldest kept
+    one rather than suspect its own id."""
     try:
         return await app.history.seq_of(session_id, event_id)
     except CursorNotFound:
+        row = await app.history.session_row(session_id)
+        floor = row.events_floor_seq if row is not None else 0
+        msg = "names no event of this session"
+        if floor:
+            msg = f"names no event this session still keeps (its events up to seq {floor} were pruned)"
         raise validation_error(
-            [
-                {
-                    "loc": ["query", name],
-                    "msg": "names no event of this session",
-                    "type": "cursor_not_found",
-                }
-            ]
+            [{"loc": ["query", name], "msg": msg, "type": "cursor_not_found"}]
         ) from None
