@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import importlib
 import logging
@@ -303,6 +304,18 @@ def command_of(argv: Sequence[str]) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command `argv` names; Ctrl-C that the command does not handle itself (one
+    waiting for a daemon that does not answer, an import under way) ends it with 130 and one
+    line, as a shell expects, rather than a traceback."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        with contextlib.suppress(OSError):
+            print("\nmetis: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     """Run the command `argv` names.
 
     The cyclic garbage collector is off while the command's modules are imported: they leave

@@ -266,9 +266,10 @@ def as_json(
 
 
 async def _ask(api: DaemonApi) -> dict[str, Any]:
-    answers = await asyncio.wait_for(
-        asyncio.gather(*(api.call("GET", path) for path in PATHS)), STATUS_TIMEOUT_S
-    )
+    # awaited here, not through wait_for: a Ctrl-C meanwhile cancels the calls and the
+    # gathering is seen to end, instead of being reported unretrieved at the exit
+    async with asyncio.timeout(STATUS_TIMEOUT_S):
+        answers = await asyncio.gather(*(api.call("GET", path) for path in PATHS))
     return dict(zip(PATHS, answers, strict=True))
 
 
