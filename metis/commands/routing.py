@@ -21,6 +21,7 @@ from metis.commands import usage
 from metis.commands.client import CALL_FAILURES, DaemonApi, NotADaemon, failure_text
 from metis.commands.daemon_client import DaemonTarget, add_home_argument
 from metis.commands.models import DAEMON_TIMEOUT_S, default_models_path, load_for_cli
+from metis.commands.since_start import changed_since_start
 from metis.config import SHIPPED_CONFIG_DIR, home_from
 from metis.core.config.checks import format_diagnostic
 from metis.core.config.yaml_source import Diagnostic
@@ -121,8 +122,16 @@ async def _check_by_daemon(daemon: DaemonTarget, path: Path, text: str) -> int:
     registry its turns use, with its provider keys."""
     async with DaemonApi(daemon.url, daemon.headers(), DAEMON_TIMEOUT_S) as api:
         body = await api.call("POST", "/routing/check", {"policy_yaml": text})
+        health = await api.call("GET", "/health")
     diagnostics = [Diagnostic(**d) for d in body["diagnostics"]]
     checked = f"by the daemon at {daemon.url}, against its models and provider keys"
+    # its registry is the models.yaml it read when it started: a model added since is unknown
+    # to it, and the check is to say why
+    if "models.yaml" in changed_since_start(daemon.home, health.get("started_at")):
+        checked += (
+            f" (the models it loaded when it started: {daemon.home / 'models.yaml'} changed "
+            "since, and applies when it restarts)"
+        )
     return _report(path, diagnostics, body["valid"], body["version"], checked)
 
 

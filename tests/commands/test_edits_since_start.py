@@ -72,3 +72,23 @@ async def test_models_says_the_list_is_the_registry_loaded_before_an_edit(
         f"{metis_home / 'models.yaml'} changed since the daemon started: it applies when the "
         "daemon restarts (`metis models --models FILE` lists the file)" in shown
     ), shown
+
+
+async def test_routing_check_by_the_daemon_says_its_models_predate_an_edit(
+    start_daemon: Callable[..., Any], metis_home: Path
+) -> None:
+    """A rule naming a model just added to models.yaml is unknown to the running daemon,
+    which checks the policy: the check says why the model is missing."""
+    d = await start_daemon(models=MODELS)
+    (metis_home / "models.yaml").write_text(MORE_MODELS)
+    policy = metis_home / "next-routing.yaml"
+    policy.write_text("schema_version: 1\nglobal_default: echo\n")
+    with named_by_home_lock(metis_home, d.base_url):
+        code, shown, err = await metis("routing", "check", str(policy))
+    assert code == 1, err
+    assert "unknown model" in shown, shown
+    assert (
+        f"checked by the daemon at {d.base_url}, against its models and provider keys (the "
+        f"models it loaded when it started: {metis_home / 'models.yaml'} changed since, and "
+        "applies when it restarts)" in shown
+    ), shown
