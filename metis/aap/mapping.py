@@ -70,7 +70,7 @@ def _block(role: str, raw: Any, max_image_bytes: int, where: str) -> Any:
         raise invalid_content("a content block must be an object", where)
     kind = raw.get("type")
     if kind not in _ALLOWED[role]:
-        raise invalid_content(f"block type {kind!r} is not allowed in a {role} message", where)
+        raise invalid_content(f"block type {kind!r} is not allowed in {role} messages", where)
     if kind == "text":
         text = raw.get("text")
         if not isinstance(text, str):
