@@ -10,9 +10,10 @@ import logging
 import os
 import typing
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import ErrorDetails
 
 from metis.core.canonical.content import MAX_IMAGE_BYTES
@@ -33,6 +34,49 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
 # The shipped `models.yaml` and `routing.yaml`, used when METIS_HOME has none. They live inside the
 # package (package data in pyproject.toml) so a wheel or a plain `pip install .` carries them too.
 SHIPPED_CONFIG_DIR = Path(__file__).resolve().parent / "defaults"
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def browser_origin(entry: str) -> str:
+    """An allowed origin written as a browser sends its `Origin` header: `scheme://host[:port]`,
+    lowercase, the scheme's default port left out.
+
+    Origins are compared as strings, so an entry with a path or a trailing slash, or without a
+    scheme, would never match any request: refused, not left to allow nothing in silence."""
+    try:
+        url = urlsplit(entry.strip())
+        port = url.port
+    except ValueError:
+        url, port = None, None
+    if (
+        url is None
+        or url.scheme.lower() not in _DEFAULT_PORTS
+        or not url.hostname
+        or url.username is not None
+        or url.password is not None
+        or url.path
+        or url.query
+        or url.fragment
+        or entry.strip().endswith(("?", "#"))
+    ):
+        raise ValueError(
+            "not an origin: write scheme://host[:port], e.g. http://localhost:5173 (no path, "
+            "no trailing slash)"
+        )
+    scheme, host = url.scheme.lower(), url.hostname
+    shown = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{shown}" + ("" if port in (None, _DEFAULT_PORTS[scheme]) else f":{port}")
+
+
+def _cors_origin(entry: str) -> str:
+    """An AAP CORS origin: an origin, or `*` for any."""
+    return "*" if entry.strip() == "*" else browser_origin(entry)
+
+
+Origin = Annotated[str, AfterValidator(browser_origin)]
+CorsOrigin = Annotated[str, AfterValidator(_cors_origin)]
 
 
 class _Section(DataModel):
@@ -126,7 +170,7 @@ CORS_ENV = "METIS_AAP_CORS_ORIGINS"
 class AapSettings(DataModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    cors_origins: tuple[str, ...] = ()
+    cors_origins: tuple[CorsOrigin, ...] = ()
     workspace_roots: tuple[str, ...] = ()
     page_size: int = Field(default=20, ge=1, le=200)
     max_request_bytes: int = Field(default=20 * 1024 * 1024, ge=1024)
@@ -135,11 +179,18 @@ class AapSettings(DataModel):
     stream_queue_limit: int = Field(default=10_000, ge=1)
 
     def effective_cors_origins(self) -> tuple[str, ...]:
-        """The env override wins over the file; empty entries are ignored."""
+        """The env override wins over the file; empty entries are ignored, one that is not an
+        origin stops start-up as the file's would."""
         raw = os.environ.get(CORS_ENV)
         if raw is None:
             return self.cors_origins
-        return tuple(o.strip() for o in raw.split(",") if o.strip())
+        origins = []
+        for n, entry in enumerate((o for o in raw.split(",") if o.strip()), start=1):
+            try:
+                origins.append(_cors_origin(entry))
+            except ValueError as exc:
+                raise ConfigError(f"{CORS_ENV}: entry {n}: {exc}") from None
+        return tuple(origins)
 
 
 class FileSettings(_Section):
@@ -147,7 +198,7 @@ class FileSettings(_Section):
 
     host: str = DEFAULT_HOST
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535, strict=True)  # `true` is no port
-    allowed_origins: tuple[str, ...] = ()
+    allowed_origins: tuple[Origin, ...] = ()
     allowed_workspace_roots: tuple[str, ...] = ()
     # The AAP `workspace` option's default (a top-level key, not under `aap`);
     # None → METIS_HOME/workspaces/default.
@@ -290,6 +341,8 @@ def _loc_to_message(path: Path, data: Any, error: ErrorDetails) -> tuple[int, st
         problem = f"unknown key{hint}"
     elif error["type"] == "model_type":  # pydantic names the section's class
         problem = f"expected a mapping, got {type_name(error['input'])}"
+    elif error["type"] == "value_error":  # a validator's own words, without pydantic's prefix
+        problem = problem.removeprefix("Value error, ")
     where = f"{path}:{line}" if line else str(path)
     return line or 0, f"{where}: {key}: {problem}"
 

@@ -157,3 +157,39 @@ def test_config_that_is_not_a_mapping_is_refused(tmp_path: Path) -> None:
     (home / "config.yaml").write_text("- a\n")
     with pytest.raises(ConfigError, match="mapping"):
         load_settings(home=home)
+
+
+def test_an_allowed_origin_that_no_browser_sends_is_refused(tmp_path: Path) -> None:
+    """Origins are compared as strings: a trailing slash, a path or a missing scheme would
+    match no request, so such an entry stops start-up instead of allowing nothing."""
+    config = (
+        "allowed_origins: [http://ok.example:8080]\n"
+        "aap:\n  cors_origins:\n    - http://app.example/\n    - localhost:3000\n"
+    )
+    lines = config_error(tmp_path / "h", config).splitlines()
+    problem = "not an origin: write scheme://host[:port], e.g. http://localhost:5173"
+    assert [line.split(": ", 1)[1] for line in lines] == [
+        f"aap.cors_origins.0: {problem} (no path, no trailing slash)",
+        f"aap.cors_origins.1: {problem} (no path, no trailing slash)",
+    ]
+
+
+def test_allowed_origins_are_kept_as_browsers_write_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    (home / "config.yaml").write_text(
+        "allowed_origins: ['HTTP://Tool.Example:80', 'https://[::1]:8443']\n"
+        "aap: {cors_origins: ['*', 'https://app.example:443']}\n"
+    )
+    settings = load_settings(home=home)
+    assert settings.file.allowed_origins == ("http://tool.example", "https://[::1]:8443")
+    assert settings.file.aap.effective_cors_origins() == ("*", "https://app.example")
+    monkeypatch.setenv("METIS_AAP_CORS_ORIGINS", "http://a.example, http://b.example/x")
+    with pytest.raises(ConfigError) as refused:
+        settings.file.aap.effective_cors_origins()
+    assert refused.value.message == (
+        "METIS_AAP_CORS_ORIGINS: entry 2: not an origin: write scheme://host[:port], "
+        "e.g. http://localhost:5173 (no path, no trailing slash)"
+    )
