@@ -13,9 +13,13 @@ import contextlib
 import fcntl
 import json
 import os
+import time
 from pathlib import Path
 
 LOCK_FILE = "daemon.lock"
+PROBE_WAIT_S = 0.2
+"""How long a start waits out a lock held only shared: a client's look (`is_held`) lasts an
+instant, a daemon's hold is exclusive and lasts its life."""
 
 
 class DaemonAlreadyRunning(Exception):
@@ -66,8 +70,9 @@ def read_holder(path: Path) -> tuple[int | None, str | None]:
 
 
 def running_url(path: Path) -> str | None:
-    """The URL of the daemon holding this lock file, if its process is alive; None when the file
-    says no URL or its process is gone (a daemon killed with -9 leaves its file as it was)."""
+    """The URL of the daemon holding this lock file; None when the file says no URL or no one
+    holds the lock. A daemon killed with -9 leaves its file as it was, naming a pid another
+    process may have by now (after a reboot, surely): a live pid alone is not a daemon."""
     pid, url = read_holder(path)
     if pid is None or url is None:
         return None
@@ -77,15 +82,15 @@ def running_url(path: Path) -> str | None:
         return None
     except PermissionError:  # alive, under another user
         pass
-    return url
+    return url if is_held(path) else None
 
 
 def is_held(path: Path) -> bool:
     """Whether a live process holds this lock file's lock, asked of the kernel rather than of
     the file's contents (a pid a killed daemon left may since name another process).
 
-    The probe takes a shared lock for an instant; a daemon starting in that instant would find
-    its home locked and say so, as it does when started twice at once."""
+    The probe takes a shared lock for an instant; a daemon starting in that instant waits it
+    out (`acquire`)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):  # no lock file, or no home to hold one
@@ -99,12 +104,39 @@ def is_held(path: Path) -> bool:
     return False
 
 
+def _lock_exclusively(fd: int, path: Path) -> None:
+    """`flock(LOCK_EX)` without blocking on a daemon, but past a client's look at the lock:
+    while nobody holds it exclusively (the test: a shared lock can be had), try again for
+    `PROBE_WAIT_S`. Raises BlockingIOError when a daemon holds it."""
+    deadline = time.monotonic() + PROBE_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline or _held_exclusively(path):
+                raise
+        time.sleep(0.005)
+
+
+def _held_exclusively(path: Path) -> bool:
+    """Whether a shared lock cannot be had: someone (a daemon) holds the lock exclusively."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 def acquire(home: Path) -> DaemonLock:
     """Take the home's lock or raise DaemonAlreadyRunning naming its holder."""
     path = home / LOCK_FILE
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _lock_exclusively(fd, path)
     except BlockingIOError:
         os.close(fd)
         raise DaemonAlreadyRunning(home, *read_holder(path)) from None
