@@ -59,7 +59,7 @@ DROPPED = "dropped: its arguments were cut off by the output limit; not run"
 # A complete call of such a reply: the turn ends with the reply, so it is answered, never run
 UNRUN = "not run: the reply was cut off by the output limit"
 ENDED_WAIT_S = 2.0
-REFUSED_STATUSES = (400, 404, 409)
+REFUSED_STATUSES = (400, 404, 409, 413)  # 413: a prompt larger than the daemon takes
 
 
 def _err(text: str) -> None:
@@ -584,9 +584,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "or in an existing one (--session, --continue), stream the reply's text to "
         "stdout, and exit 0 if the turn completed; 3 if it completed with its reply cut off by "
         "the output limit (max_tokens); 1 if it failed or was cancelled, or the daemon "
-        "cannot be reached or refuses the key; 2 if the daemon refused the request (say, an unknown --model, a "
-        "refused workspace, an ended session, one with a turn running or one working in another "
-        "directory than --workspace; a session made for the refused turn is purged) or for a "
+        "cannot be reached or refuses the key; 2 if the daemon refused the request (say, an "
+        "unknown --model, a prompt larger than it takes, a refused workspace, an ended "
+        "session, one with a turn running or one working in another directory than "
+        "--workspace; a session made for the refused turn is purged) or for a "
         "usage or configuration error; 130 for Ctrl-C while the prompt is read from stdin, or "
         "a second Ctrl-C during the turn (the first cancels it); 143 for SIGTERM, which "
         "cancels the turn as Ctrl-C does and leaves after 5 s at most; 129 for SIGHUP (the "
