@@ -104,6 +104,7 @@ def print_banner(daemon: Daemon, *, detached: bool = False) -> None:
 
 
 async def _serve(args: argparse.Namespace) -> int:
+    from metis.commands import hangup_unless_ignored
     from metis.config import home_from, load_settings
     from metis.http.ca_bundle import load_ca_bundle
     from metis.server.lock import acquire
@@ -127,10 +128,7 @@ async def _serve(args: argparse.Namespace) -> int:
         # before the banner: a supervisor may stop the daemon as soon as it reads it
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        # SIGHUP too: the terminal of a daemon in the foreground closed. Its default, an
-        # instant exit, would leave the running turns for the next start to find interrupted
-        # and an unsandboxed shell command running on its own.
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for sig in (signal.SIGINT, signal.SIGTERM, *hangup_unless_ignored()):
             loop.add_signal_handler(sig, stop.set)
         lock.record(daemon.base_url)
         print_banner(daemon, detached=args.detached_child)

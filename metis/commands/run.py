@@ -33,6 +33,7 @@ from typing import Any
 
 import aiohttp
 
+from metis.commands import hangup_unless_ignored
 from metis.commands.client import (
     NOT_A_URL,
     ApiFailure,
@@ -295,7 +296,7 @@ class _StopSignals:
         self.received: signal.Signals | None = None  # the first signal
         self._cancel_turn: Callable[[signal.Signals], None] | None = None
         self._cancel_sent = False
-        for stop in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for stop in (signal.SIGINT, signal.SIGTERM, *hangup_unless_ignored()):
             self._loop.add_signal_handler(stop, self._on_signal, stop)
 
     def _on_signal(self, received: signal.Signals) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -57,3 +58,34 @@ async def test_a_session_the_stopping_daemon_could_not_end_is_said_to_be_left_ac
     assert (ended["status"], ended["reason"]) == ("cancelled", "server_shutdown"), ended
     assert f"metis: session {sid} was left active" in said, said
     assert f"`metis sessions end {sid}`" in said, said
+
+
+def _ignoring_hangups() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as `nohup` starts a command
+
+
+async def test_a_run_started_under_nohup_goes_on_through_a_hangup(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    d = await start_daemon(models=SLOW_SCRIPTED)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "metis.cli",
+        "run",
+        "a short reply",
+        "--workspace",
+        str(workspace),
+        "--url",
+        d.base_url,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        preexec_fn=_ignoring_hangups,
+    )
+    assert proc.stdout is not None
+    await asyncio.wait_for(proc.stdout.read(1), 30)  # the reply is streaming
+    proc.send_signal(signal.SIGHUP)
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, err.decode()
+    assert "hung up" not in err.decode()

@@ -71,3 +71,37 @@ async def test_a_hangup_stops_the_daemon_as_ctrl_c_does(
     assert [(e["type"], e["payload"]["reason"]) for e in ends] == [
         ("turn.cancelled", "server_shutdown")
     ]
+
+
+def _ignoring_hangups() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as `nohup` starts a command
+
+
+async def test_a_daemon_started_under_nohup_keeps_serving_through_a_hangup(
+    metis_home: Path, tmp_path: Path
+) -> None:
+    port = free_port()
+    with (tmp_path / "serve.log").open("wb") as log:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "metis.cli",
+            "serve",
+            "--port",
+            str(port),
+            env={**os.environ, "METIS_HOME": str(metis_home)},
+            stdout=log,
+            stderr=log,
+            preexec_fn=_ignoring_hangups,
+        )
+    try:
+        async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{port}") as http:
+            await wait_until_serving(http, "/health")
+            proc.send_signal(signal.SIGHUP)
+            for _ in range(3):  # the loop has long seen a signal that came
+                async with http.get("/health") as r:
+                    assert r.status == 200
+        assert proc.returncode is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
