@@ -21,11 +21,25 @@ from pathlib import Path
 
 from metis.commands import seconds_argument
 from metis.commands.paths import printable
-from metis.config import home_from
+from metis.config import home_from, load_file_settings
+from metis.core.errors import ConfigError
 from metis.server.lock import LOCK_FILE, is_held, read_holder
 
 NOT_RUNNING = 3
 STOP_TIMEOUT_S = 60.0  # twice the default shutdown grace
+LEAST_WAIT_S = 1.0
+
+
+def _wait_for(home: Path) -> float:
+    """How long to wait by default: twice the shutdown grace config.yaml gives the daemon
+    (within it, running turns are cancelled and tools stopped; past it, the daemon closes its
+    store and exits), so that a daemon given a longer grace is not called stuck (and
+    `kill -9` proposed) while it is still within it; 60 s when the file does not say."""
+    try:
+        grace = load_file_settings(home / "config.yaml").limits.shutdown_grace_s
+    except (ConfigError, OSError):
+        return STOP_TIMEOUT_S
+    return max(2 * grace, LEAST_WAIT_S)
 
 
 def stop_command(args: argparse.Namespace) -> int:
@@ -35,6 +49,7 @@ def stop_command(args: argparse.Namespace) -> int:
         print(f"metis: no daemon is running on {printable(home)}", file=sys.stderr)
         return NOT_RUNNING
     pid, url = read_holder(lock)
+    timeout = args.timeout if args.timeout is not None else _wait_for(home)
     if pid is None:
         print(
             f"metis: the daemon on {printable(home)} does not name its pid in {printable(lock)}",
@@ -53,9 +68,9 @@ def stop_command(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
-        if not _gone_within(lock, args.timeout):
+        if not _gone_within(lock, timeout):
             print(
-                f"metis: the daemon (pid {pid}) is still stopping after {args.timeout:g} s; "
+                f"metis: the daemon (pid {pid}) is still stopping after {timeout:g} s; "
                 f"`kill -9 {pid}` ends it at once (its running turns are then marked "
                 "interrupted at the next start)",
                 file=sys.stderr,
@@ -95,8 +110,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--timeout",
         type=seconds_argument,
-        default=STOP_TIMEOUT_S,
+        default=None,
         metavar="SECONDS",
-        help=f"how long to wait for it to stop (default {STOP_TIMEOUT_S:g})",
+        help="how long to wait for it to stop (default: twice config.yaml's "
+        f"limits.shutdown_grace_s, {STOP_TIMEOUT_S:g} unless set)",
     )
     parser.set_defaults(func=stop_command)
