@@ -94,6 +94,10 @@ def print_banner(daemon: Daemon, *, detached: bool = False) -> None:
         f"  home:    {printable(daemon.settings.home)}",
         f"  models:  {_available_models(daemon)}",
     ]
+    policy = daemon.core.policy
+    if not policy.valid:  # said only in the log otherwise, which a detached start never shows
+        reason = policy.in_force()["reason"]
+        lines.append(f"  routing: {reason} (`metis routing check` says why)")
     if detached:
         lines.append("Dashboard: `metis open` logs a browser in. `metis stop` stops the daemon.")
     else:

@@ -30,7 +30,8 @@ LOG_ROTATE_BYTES = 10 * 1024 * 1024
 START_DEADLINE_S = 60.0
 LOG_LINES_SHOWN = 15
 BANNER_WAIT_S = 2.0
-MODELS = "  models:  "  # the banner's line (metis.cli.print_banner)
+MODELS = "  models:  "  # the banner's lines (metis.cli.print_banner) shown here too
+ROUTING = "  routing: "  # only when routing.yaml did not load
 
 
 def open_daemon_log(home: Path) -> tuple[Path, int]:
@@ -103,16 +104,19 @@ def _listening_url(child: subprocess.Popen[bytes], lock: Path) -> str | None:
     return None
 
 
-def _banner_models_line(log_path: Path, offset: int) -> str | None:
+def _banner_lines(log_path: Path, offset: int) -> list[str]:
     """The models line of the banner the child writes just after recording its URL (which
-    models answer, or that it is offline), given a moment to arrive."""
+    models answer, or that it is offline), given a moment to arrive, and its routing line
+    (a routing.yaml that did not load), which comes before the banner's end."""
     deadline = time.monotonic() + BANNER_WAIT_S
     while True:
-        for line in _logged_since(log_path, offset):
-            if line.startswith(MODELS):
-                return line
+        logged = _logged_since(log_path, offset)
+        banner = [line for line in logged if line.startswith(MODELS)]
+        if banner and any(line.startswith("Dashboard: ") for line in logged):
+            banner += [line for line in logged if line.startswith(ROUTING)]
+            return banner
         if time.monotonic() > deadline:
-            return None
+            return banner
         time.sleep(0.02)
 
 
@@ -168,9 +172,7 @@ def serve_detached(args: argparse.Namespace) -> int:
         f"metis is serving at {url} in the background (pid {child.pid})",
         f"  home:    {printable(home)}",
     ]
-    models = _banner_models_line(log_path, start_offset)
-    if models is not None:
-        lines.append(models)
+    lines += _banner_lines(log_path, start_offset)
     lines += [
         f"  log:     {printable(log_path)}",
         "Next: `metis chat`, `metis open` (the dashboard), `metis status`; `metis stop` stops it.",
