@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, NoReturn
 from metis.http.ca_bundle import deferring_ca_bundle
 
 if TYPE_CHECKING:
+    from metis.server.lock import DaemonLock
     from metis.server.runner import Daemon
 
 log = logging.getLogger("metis")
@@ -104,15 +105,20 @@ def print_banner(daemon: Daemon, *, detached: bool = False) -> None:
         ttl_min = round(daemon.settings.file.auth.login_token_ttl_s / 60)
         lines.append(f"Dashboard: {daemon.login_url()}  (one-time login link, valid {ttl_min} min)")
         lines.append("Next: run `metis chat` in another terminal (Ctrl-C here stops the daemon).")
-    print("\n".join(lines), flush=True)
+    try:
+        print("\n".join(lines), flush=True)
+    except OSError as exc:
+        # stdout's reader gone (`metis serve | …` that exited) or a terminal closed: the daemon
+        # serves all the same, its logs go to stderr; stdout is pointed away so that nothing
+        # written there later (the interpreter's last flush) fails again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        log.warning("the start-up banner could not be written to stdout (%s)", exc.strerror)
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from metis.commands import hangup_unless_ignored
     from metis.config import home_from, load_settings
-    from metis.http.ca_bundle import load_ca_bundle
     from metis.server.lock import acquire
-    from metis.server.runner import Daemon, freeze_startup_heap, protect_process_memory
+    from metis.server.runner import Daemon, protect_process_memory
 
     protected = protect_process_memory()
     if not protected:
@@ -124,35 +130,50 @@ async def _serve(args: argparse.Namespace) -> int:
     try:
         daemon = Daemon(settings)
         await daemon.start()
-        if protected and os.geteuid() == 0:  # root reads any /proc/<pid>/environ, dumpable or not
-            log.warning(
-                "metis runs as root: an unsandboxed shell command or an MCP server it starts "
-                "can read the provider keys in its environment; run it as an ordinary user"
-            )
-        # before the banner: a supervisor may stop the daemon as soon as it reads it
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM, *hangup_unless_ignored()):
-            loop.add_signal_handler(sig, stop.set)
-        lock.record(daemon.base_url)
-        print_banner(daemon, detached=args.detached_child)
-        # The collection that precedes the freeze walks the whole start-up heap (~35 ms on the
-        # 2-core machine): it waits for the deferred models' background build, so that the
-        # first requests are not held behind it. The SDKs, imported when the first client
-        # comes, have their types frozen once they are in; aiohttp's CA bundle is read then.
-        daemon.core.on_models_built = freeze_startup_heap
-
-        def client_came() -> None:
-            gc.freeze()
-            loop.run_in_executor(None, load_ca_bundle)  # joined before the process exits
-
-        daemon.core.registry.on_warm = client_came
-        await stop.wait()
-        log.info("signal received; shutting down")
-        await daemon.stop()
+        # whatever ends the serving, the daemon is stopped: a process that left with its store
+        # open would be kept alive by the store's threads, no longer serving
+        try:
+            await _serve_until_stopped(daemon, args, lock, protected)
+        finally:
+            await daemon.stop()
     finally:
         lock.release()
     return 0
+
+
+async def _serve_until_stopped(
+    daemon: Daemon, args: argparse.Namespace, lock: DaemonLock, protected: bool
+) -> None:
+    """Announce the started daemon (its URL in the lock, the banner) and serve until a signal."""
+    from metis.commands import hangup_unless_ignored
+    from metis.http.ca_bundle import load_ca_bundle
+    from metis.server.runner import freeze_startup_heap
+
+    if protected and os.geteuid() == 0:  # root reads any /proc/<pid>/environ, dumpable or not
+        log.warning(
+            "metis runs as root: an unsandboxed shell command or an MCP server it starts "
+            "can read the provider keys in its environment; run it as an ordinary user"
+        )
+    # before the banner: a supervisor may stop the daemon as soon as it reads it
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM, *hangup_unless_ignored()):
+        loop.add_signal_handler(sig, stop.set)
+    lock.record(daemon.base_url)
+    print_banner(daemon, detached=args.detached_child)
+    # The collection that precedes the freeze walks the whole start-up heap (~35 ms on the
+    # 2-core machine): it waits for the deferred models' background build, so that the
+    # first requests are not held behind it. The SDKs, imported when the first client
+    # comes, have their types frozen once they are in; aiohttp's CA bundle is read then.
+    daemon.core.on_models_built = freeze_startup_heap
+
+    def client_came() -> None:
+        gc.freeze()
+        loop.run_in_executor(None, load_ca_bundle)  # joined before the process exits
+
+    daemon.core.registry.on_warm = client_came
+    await stop.wait()
+    log.info("signal received; shutting down")
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:

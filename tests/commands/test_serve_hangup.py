@@ -105,3 +105,42 @@ async def test_a_daemon_started_under_nohup_keeps_serving_through_a_hangup(
     finally:
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 30) == 0
+
+
+async def test_a_daemon_whose_stdout_reader_is_gone_serves_and_stops_cleanly(
+    metis_home: Path, tmp_path: Path
+) -> None:
+    """`metis serve | something` whose reader has exited: the banner cannot be written. The
+    daemon serves all the same (its logs go to stderr), and stops on SIGTERM, instead of
+    saying it cannot start while its process lives on holding the store."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader left before the banner
+    port = free_port()
+    key = {"METIS_API_KEY": "k" * 32}  # a first start's note of the key it made goes there too
+    try:
+        with (tmp_path / "serve.log").open("wb") as log:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "metis.cli",
+                "serve",
+                "--port",
+                str(port),
+                env={**os.environ, "METIS_HOME": str(metis_home), **key},
+                stdout=write_end,
+                stderr=log,
+            )
+    finally:
+        os.close(write_end)
+    try:
+        async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{port}") as http:
+            try:
+                await wait_until_serving(http, "/health", deadline_s=30)
+            except AssertionError:
+                raise AssertionError((tmp_path / "serve.log").read_text()) from None
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 30) == 0, (tmp_path / "serve.log").read_text()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
