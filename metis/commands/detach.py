@@ -161,6 +161,11 @@ def serve_detached(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
+        holder, holder_url = read_holder(lock)
+        if holder is not None and holder != child.pid and is_held(lock):
+            # another start won the race for the home between the check above and the
+            # child's: said as that check says it, without the winner's lines of the log
+            raise DaemonAlreadyRunning(home, holder, holder_url)
         print(f"metis: the daemon did not start (exit status {child.returncode}).", file=sys.stderr)
         print(f"The end of its log, {log_path}:", file=sys.stderr)
         for line in _logged_since(log_path, start_offset)[-LOG_LINES_SHOWN:]:
