@@ -36,6 +36,18 @@ class DaemonAlreadyRunning(Exception):
         )
 
 
+class LockFileUnwritable(OSError):
+    """The lock file cannot be written (a full disk): said naming the file, which the bare
+    error of a write to an open descriptor does not."""
+
+    def __init__(self, path: Path, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror)
+        self.path = path
+
+    def __str__(self) -> str:
+        return f"cannot write {self.path}: {self.strerror}"
+
+
 class DaemonLock:
     """The held lock; `record(url)` once the address is known, `release()` at exit."""
 
@@ -46,8 +58,11 @@ class DaemonLock:
     def record(self, url: str | None) -> None:
         assert self._fd is not None, "lock released"
         data = json.dumps({"pid": os.getpid(), "url": url}).encode() + b"\n"
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, data, 0)
+        try:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, data, 0)
+        except OSError as exc:
+            raise LockFileUnwritable(self.path, exc) from None
 
     def release(self) -> None:
         if self._fd is not None:
@@ -144,5 +159,9 @@ def acquire(home: Path) -> DaemonLock:
         os.close(fd)
         raise
     lock = DaemonLock(path, fd)
-    lock.record(None)
+    try:
+        lock.record(None)
+    except BaseException:
+        lock.release()
+        raise
     return lock
