@@ -108,8 +108,12 @@ def _mcp_line(servers: list[dict[str, Any]]) -> str:
 
 
 def _routing_line(policy: dict[str, Any]) -> str:
+    # a warning may mean turns go elsewhere than the file says (a global_default with no key)
+    warnings = len(policy.get("warnings") or [])
+    them = "it" if warnings == 1 else "them"
+    warned = f", {warnings} warning{'s' * (warnings != 1)}: `metis routing check` shows {them}"
     if not policy["errors"] and policy["in_force"] == "user_file":
-        return "routing.yaml (valid)"
+        return f"routing.yaml (valid{warned if warnings else ''})"
     if not policy["errors"] and policy["in_force"] == "shipped_default":
         return "the shipped default (there is no routing.yaml)"
     return f"{policy['reason']} (`metis routing check` says why)"
@@ -260,6 +264,7 @@ def as_json(
             "in_force": policy["in_force"],
             "valid": policy["valid"],
             "reason": policy["reason"],
+            "warnings": list(policy.get("warnings") or []),
         },
         "mcp": [{"name": s["name"], "state": s["state"]} for s in body["/mcp"]["servers"]],
     }
