@@ -61,12 +61,3 @@ async def test_a_detached_start_shows_the_routing_line_of_its_banner(metis_home:
     finally:
         await metis("stop", env=env)
 
-
-async def test_a_valid_policy_adds_no_routing_line(metis_home: Path) -> None:
-    env = {"METIS_OFFLINE": "1", "METIS_PORT": str(free_port())}
-    code, out, err = await metis("serve", "--detach", env=env)
-    try:
-        assert code == 0, err
-        assert "routing:" not in out, out
-    finally:
-        await metis("stop", env=env)
