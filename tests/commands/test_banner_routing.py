@@ -60,4 +60,3 @@ async def test_a_detached_start_shows_the_routing_line_of_its_banner(metis_home:
         assert f"  routing: {metis_home / 'routing.yaml'} has errors;" in out, out
     finally:
         await metis("stop", env=env)
-
