@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web_app
 
 from metis.config import Settings, load_settings
 from metis.server.runner import Daemon
@@ -138,6 +139,24 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """
     gc.collect()
     gc.freeze()
+
+
+@pytest.hookimpl(trylast=True)  # after the test's fixtures have stopped its daemons
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Let the daemons a test stopped go: aiohttp keeps every application it served a request
+    for, long after it stopped.
+
+    aiohttp caches each handler's middleware chain keyed by the applications it ran in
+    (`web_app._cached_build_middleware`, an lru_cache of 1,024 entries), so a test process held
+    on to some hundreds of stopped daemons' applications, routers and signals, which every full
+    collection of the garbage collector walked again, and pytest's five at the end of the run
+    too (343 of the tests, run in one process: ~290,000 objects left in the oldest generation,
+    ~46,000 with the cache emptied after each test; the full collections 1.9 s of CPU, then
+    1.1 s). A daemon a fixture keeps for longer only builds its chains again.
+    """
+    cached = getattr(web_app, "_cached_build_middleware", None)
+    if cached is not None and hasattr(cached, "cache_clear"):
+        cached.cache_clear()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
