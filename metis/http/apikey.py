@@ -7,6 +7,7 @@ key is registered for redaction, compared in constant time, and only its file pa
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import logging
 import os
@@ -67,10 +68,20 @@ def load_api_key(home: Path, env_value: str | None) -> ApiKey:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         value = _read(path)
+    except NotADirectoryError:
+        raise home_not_a_directory(path.parent) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot create the API key file {path}: {exc.strerror}") from None
     else:
         value = secrets.token_urlsafe(32)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(value + "\n")
+        try:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(value + "\n")
+        except OSError as exc:
+            # a full disk: no empty key file left behind, which every later start would refuse
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise ConfigError(f"cannot write the API key file {path}: {exc.strerror}") from None
         created = True
     if not value:
         raise ConfigError(f"the API key file {path} is empty; {_RENEW}")
