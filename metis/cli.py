@@ -95,6 +95,11 @@ def print_banner(daemon: Daemon, *, detached: bool = False) -> None:
         f"  home:    {printable(daemon.settings.home)}",
         f"  models:  {_available_models(daemon)}",
     ]
+    auth = daemon.state.auth
+    if auth is not None and auth.api_key.created and auth.api_key.path is not None:
+        # the first start: where the key is, for an AAP or script client (never the key itself:
+        # a terminal's scrollback is not a secret store)
+        lines.append(f"  API key: created in {printable(auth.api_key.path)} (mode 0600)")
     policy = daemon.core.policy
     if not policy.valid:  # said only in the log otherwise, which a detached start never shows
         reason = policy.in_force()["reason"]

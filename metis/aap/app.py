@@ -310,11 +310,7 @@ def _sub_app(table: RouteTable, state: AapState) -> web.Application:
 def build_state(server: Host) -> AapState:
     settings = server.settings
     aap = settings.file.aap
-    api_key = load_api_key(settings.home, settings.api_key)
-    if api_key.created:
-        # First start: say where the key is so the user can configure an AAP client. The key
-        # itself is never printed or logged (a terminal's scrollback is not a secret store).
-        print(f"metis: API key created in {api_key.path} (mode 0600)", flush=True)
+    api_key = load_api_key(settings.home, settings.api_key)  # its creation: `metis serve`'s banner
     workspaces = Workspaces(settings.scratch_workspaces_path, aap, settings.file.default_workspace)
     workspaces.ensure_default()
     state = AapState(

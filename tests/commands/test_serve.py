@@ -264,6 +264,9 @@ async def test_serve_prints_its_url_home_models_and_next_step_once_healthy(
     assert f"metis is serving at {url}\n" in out
     assert f"home:    {metis_home}\n" in out
     assert "models:  local:scripted (offline: METIS_OFFLINE=1)\n" in out
+    key_file = metis_home / "api_key"  # the first start says where its key is, never the key
+    assert f"API key: created in {key_file} (mode 0600)\n" in out
+    assert key_file.read_text().strip() not in out
     assert "`metis chat`" in out
     assert "level=" not in out  # plain lines; the logs go to stderr
     [login] = [line.split()[1] for line in out.splitlines() if line.startswith("Dashboard: ")]
