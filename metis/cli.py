@@ -307,6 +307,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--log-level",
+        type=str.upper,  # `debug` too, as config.yaml takes it
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="log level on stderr (overrides config.yaml's log_level; default INFO)",
     )

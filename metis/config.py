@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 from pydantic_core import ErrorDetails
 
 from metis.core.canonical.content import MAX_IMAGE_BYTES
@@ -204,7 +212,10 @@ class FileSettings(_Section):
     # None → METIS_HOME/workspaces/default.
     default_workspace: str | None = None
     # `metis serve`'s log level unless `--log-level` says otherwise
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_level: Annotated[  # `debug` as well: a level is a name, not a spelling
+        Literal["DEBUG", "INFO", "WARNING", "ERROR"],
+        BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v),
+    ] = "INFO"
     limits: LimitsSettings = LimitsSettings()
     pages: PagesSettings = PagesSettings()
     websocket: WebSocketSettings = WebSocketSettings()

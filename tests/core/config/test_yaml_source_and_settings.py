@@ -193,3 +193,13 @@ def test_allowed_origins_are_kept_as_browsers_write_them(
         "METIS_AAP_CORS_ORIGINS: entry 2: not an origin: write scheme://host[:port], "
         "e.g. http://localhost:5173 (no path, no trailing slash)"
     )
+
+
+def test_a_log_level_is_taken_in_any_case(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    (home / "config.yaml").write_text("log_level: debug\n")
+    assert load_settings(home=home).file.log_level == "DEBUG"
+    (home / "config.yaml").write_text("log_level: loud\n")
+    with pytest.raises(ConfigError, match="log_level: Input should be 'DEBUG', 'INFO'"):
+        load_settings(home=home)
