@@ -170,7 +170,7 @@ def reset_models(args: argparse.Namespace) -> int:
         error = body.get("error", {}) if isinstance(body, dict) else {}
         said = error.get("message") or f"the daemon answered HTTP {status}"
         print(f"metis: {said}", file=sys.stderr)
-        return 1
+        return 2 if 400 <= status < 500 else 1  # a model it does not know: refused, as `run` says
     what = body["model"] or "every model"
     recovered = ", ".join(body["recovered"]) or "none was unavailable"
     print(f"reset {what}; healthy again: {recovered}")

@@ -187,6 +187,9 @@ async def test_metis_models_shows_the_daemons_availability_and_resets_it(
     _, listed, _ = await metis("models", "--url", url)
     [row] = [line for line in listed.splitlines() if line.startswith("openai:gpt-5 ")]
     assert row.endswith("healthy"), listed
+    code, out, err = await metis("models", "reset", "no-such-model", "--url", url)
+    assert (code, out) == (2, "")  # refused, as `metis run --model` refuses one
+    assert err.startswith("metis: ") and "no-such-model" in err, err
 
 
 async def test_metis_models_without_a_daemon_shows_models_yaml_and_says_so(
