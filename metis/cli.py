@@ -179,6 +179,22 @@ async def _serve_until_stopped(
     daemon.core.registry.on_warm = client_came
     await stop.wait()
     log.info("signal received; shutting down")
+    loop.add_signal_handler(signal.SIGINT, _exit_at_once)
+
+
+FORCED_EXIT = 130
+"""The exit status of a second Ctrl-C, as a shell gives a command SIGINT ended."""
+
+
+def _exit_at_once() -> NoReturn:
+    """A second Ctrl-C while the shutdown waits (a turn's grace, an MCP server slow to stop):
+    the user wants the terminal back. Leaving now loses nothing a client was told is stored
+    (each acknowledgement follows its commit); what the daemon started is taken care of all
+    the same: sandboxed shells die with it, and the next start reaps the process groups of the
+    other shells and of MCP servers from its ledger, and marks the turns it cut off."""
+    log.warning("interrupted again: exiting without waiting for the shutdown to finish")
+    logging.shutdown()
+    os._exit(FORCED_EXIT)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
