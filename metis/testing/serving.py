@@ -69,10 +69,13 @@ async def spawn_serve(
     *,
     output: int | IO[Any] = asyncio.subprocess.DEVNULL,
     environ: Mapping[str, str] | None = None,
+    **popen: Any,
 ) -> asyncio.subprocess.Process:
     """`metis serve` as a user starts it: its own interpreter, METIS_HOME from the environment;
-    stdout and stderr both go to `output`."""
+    stdout and stderr both go to `output` unless `popen` gives one its own (the banner read
+    from a pipe, say), and `popen` passes anything else on to the process's creation."""
     env = dict(os.environ if environ is None else environ)
+    streams = {"stdout": output, "stderr": output, **popen}
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -81,6 +84,5 @@ async def spawn_serve(
         "--port",
         str(port),
         env={**env, "METIS_HOME": str(metis_home)},
-        stdout=output,
-        stderr=output,
+        **streams,
     )

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 from pathlib import Path
 
-from metis.testing.serving import free_port
+from metis.testing.serving import free_port, spawn_serve
 from tests.cli import metis
 
 BROKEN = "rules: [\n"
@@ -22,16 +21,9 @@ async def test_the_banner_says_a_broken_routing_yaml_and_what_routes_instead(
     (metis_home / "routing.yaml").write_text(BROKEN)
     port = free_port()
     with (tmp_path / "serve.log").open("wb") as log:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "metis.cli",
-            "serve",
-            "--port",
-            str(port),
-            env={**os.environ, "METIS_HOME": str(metis_home), "METIS_OFFLINE": "1"},
-            stdout=asyncio.subprocess.PIPE,
-            stderr=log,
+        offline = {**os.environ, "METIS_OFFLINE": "1"}
+        proc = await spawn_serve(
+            metis_home, port, output=log, environ=offline, stdout=asyncio.subprocess.PIPE
         )
     try:
         assert proc.stdout is not None

@@ -199,6 +199,17 @@ async def slow_to_stop(home: Path) -> AsyncIterator[asyncio.subprocess.Process]:
         await holder.wait()
 
 
+async def test_stop_waits_twice_the_configured_shutdown_grace(
+    home: Path, slow_to_stop: asyncio.subprocess.Process
+) -> None:
+    """As long as the daemon may take: a daemon given a grace shorter or longer than the
+    default is not waited for a minute, or called stuck (`kill -9` proposed) within it."""
+    (home / "config.yaml").write_text("limits:\n  shutdown_grace_s: 0.75\n")
+    code, out, err = await metis("stop")
+    assert (code, out) == (1, "")
+    assert f"(pid {slow_to_stop.pid}) is still stopping after 1.5 s;" in err, err
+
+
 async def test_stop_gives_up_on_a_daemon_still_running_when_the_wait_ends(
     slow_to_stop: asyncio.subprocess.Process,
 ) -> None:

@@ -8,14 +8,18 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from metis.testing.serving import SERVE_START_DEADLINE_S, free_port, wait_until_serving
+from metis.testing.serving import (
+    SERVE_START_DEADLINE_S,
+    free_port,
+    spawn_serve,
+    wait_until_serving,
+)
 from tests.api import Api, home_headers
 
 SLOW = """
@@ -37,17 +41,7 @@ async def test_a_hangup_stops_the_daemon_as_ctrl_c_does(
     (metis_home / "models.yaml").write_text(SLOW)
     port = free_port()
     with (tmp_path / "serve.log").open("wb") as log:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "metis.cli",
-            "serve",
-            "--port",
-            str(port),
-            env={**os.environ, "METIS_HOME": str(metis_home)},
-            stdout=log,
-            stderr=log,
-        )
+        proc = await spawn_serve(metis_home, port, output=log)
     try:
         async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{port}") as http:
             await wait_until_serving(http, "/health")
@@ -82,18 +76,7 @@ async def test_a_daemon_started_under_nohup_keeps_serving_through_a_hangup(
 ) -> None:
     port = free_port()
     with (tmp_path / "serve.log").open("wb") as log:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "metis.cli",
-            "serve",
-            "--port",
-            str(port),
-            env={**os.environ, "METIS_HOME": str(metis_home)},
-            stdout=log,
-            stderr=log,
-            preexec_fn=_ignoring_hangups,
-        )
+        proc = await spawn_serve(metis_home, port, output=log, preexec_fn=_ignoring_hangups)
     try:
         async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{port}") as http:
             await wait_until_serving(http, "/health")
@@ -119,16 +102,8 @@ async def test_a_daemon_whose_stdout_reader_is_gone_serves_and_stops_cleanly(
     key = {"METIS_API_KEY": "k" * 32}  # a first start's note of the key it made goes there too
     try:
         with (tmp_path / "serve.log").open("wb") as log:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "metis.cli",
-                "serve",
-                "--port",
-                str(port),
-                env={**os.environ, "METIS_HOME": str(metis_home), **key},
-                stdout=write_end,
-                stderr=log,
+            proc = await spawn_serve(
+                metis_home, port, output=log, environ={**os.environ, **key}, stdout=write_end
             )
     finally:
         os.close(write_end)

@@ -7,14 +7,13 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from metis.testing.serving import free_port, wait_until_serving
+from metis.testing.serving import free_port, spawn_serve, wait_until_serving
 
 MARK = "61.25"  # the stubborn server's `sleep` argument, to find its process
 
@@ -50,17 +49,8 @@ async def test_a_second_ctrl_c_exits_at_once_and_the_next_start_reaps_what_was_l
     port = free_port()
     log_path = tmp_path / "serve.log"
     with log_path.open("wb") as log:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "metis.cli",
-            "serve",
-            "--port",
-            str(port),
-            env={**os.environ, "METIS_HOME": str(metis_home), "METIS_OFFLINE": "1"},
-            stdout=log,
-            stderr=log,
-        )
+        offline = {**os.environ, "METIS_OFFLINE": "1"}
+        proc = await spawn_serve(metis_home, port, output=log, environ=offline)
     try:
         async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{port}") as http:
             await wait_until_serving(http, "/health")
