@@ -20,7 +20,12 @@ from pathlib import Path
 from metis.commands import usage
 from metis.commands.client import CALL_FAILURES, DaemonApi, NotADaemon, failure_text
 from metis.commands.daemon_client import DaemonTarget, add_home_argument
-from metis.commands.models import DAEMON_TIMEOUT_S, default_models_path, load_for_cli
+from metis.commands.models import (
+    DAEMON_TIMEOUT_S,
+    MODELS_FILE,
+    default_models_path,
+    load_for_cli,
+)
 from metis.commands.since_start import changed_since_start
 from metis.config import SHIPPED_CONFIG_DIR, home_from
 from metis.core.config.checks import format_diagnostic
@@ -127,9 +132,9 @@ async def _check_by_daemon(daemon: DaemonTarget, path: Path, text: str) -> int:
     checked = f"by the daemon at {daemon.url}, against its models and provider keys"
     # its registry is the models.yaml it read when it started: a model added since is unknown
     # to it, and the check is to say why
-    if "models.yaml" in changed_since_start(daemon.home, health.get("started_at")):
+    if MODELS_FILE in changed_since_start(daemon.home, health.get("started_at")):
         checked += (
-            f" (the models it loaded when it started: {daemon.home / 'models.yaml'} changed "
+            f" (the models it loaded when it started: {daemon.home / MODELS_FILE} changed "
             "since, and applies when it restarts)"
         )
     return _report(path, diagnostics, body["valid"], body["version"], checked)
