@@ -182,8 +182,8 @@ async def _serve_until_stopped(
     loop.add_signal_handler(signal.SIGINT, _exit_at_once)
 
 
-FORCED_EXIT = 130
-"""The exit status of a second Ctrl-C, as a shell gives a command SIGINT ended."""
+INTERRUPTED = 130
+"""The exit status of a command Ctrl-C ended (128 + SIGINT, as a shell reports it)."""
 
 
 def _exit_at_once() -> NoReturn:
@@ -194,7 +194,7 @@ def _exit_at_once() -> NoReturn:
     other shells and of MCP servers from its ledger, and marks the turns it cut off."""
     log.warning("interrupted again: exiting without waiting for the shutdown to finish")
     logging.shutdown()
-    os._exit(FORCED_EXIT)
+    os._exit(INTERRUPTED)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -357,7 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         with contextlib.suppress(OSError):
             print("\nmetis: interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
