@@ -31,6 +31,7 @@ START_DEADLINE_S = 60.0
 LOG_LINES_SHOWN = 15
 BANNER_WAIT_S = 2.0
 MODELS = "  models:  "  # the banner's lines (metis.cli.print_banner) shown here too
+API_KEY = "  API key: "  # only at the start that created the key file
 ROUTING = "  routing: "  # only when routing.yaml did not load
 
 
@@ -106,14 +107,15 @@ def _listening_url(child: subprocess.Popen[bytes], lock: Path) -> str | None:
 
 def _banner_lines(log_path: Path, offset: int) -> list[str]:
     """The models line of the banner the child writes just after recording its URL (which
-    models answer, or that it is offline), given a moment to arrive, and its routing line
-    (a routing.yaml that did not load), which comes before the banner's end."""
+    models answer, or that it is offline), given a moment to arrive, then its API key line
+    (where the key file was created) and routing line (a routing.yaml that did not load),
+    which come before the banner's end."""
     deadline = time.monotonic() + BANNER_WAIT_S
     while True:
         logged = _logged_since(log_path, offset)
         banner = [line for line in logged if line.startswith(MODELS)]
         if banner and any(line.startswith("Dashboard: ") for line in logged):
-            banner += [line for line in logged if line.startswith(ROUTING)]
+            banner += [line for line in logged if line.startswith((API_KEY, ROUTING))]
             return banner
         if time.monotonic() > deadline:
             return banner

@@ -53,8 +53,9 @@ async def detached(home: Path) -> AsyncIterator[tuple[str, int]]:
     assert out.splitlines()[1:4] == [
         f"  home:    {home}",
         "  models:  local:scripted (offline: METIS_OFFLINE=1)",
-        f"  log:     {home / 'logs' / 'daemon.log'}",
+        f"  API key: created in {home / 'api_key'} (mode 0600)",  # where a script finds it
     ]
+    assert out.splitlines()[4] == f"  log:     {home / 'logs' / 'daemon.log'}"
     try:
         yield found.group(1), int(found.group(2))
     finally:
@@ -99,6 +100,10 @@ async def test_a_detached_daemon_serves_until_metis_stop_stops_it(
     assert code == 3 and f"The log of the daemon last started with --detach: {log}" in out
     code, out, _ = await metis("status", "--json")
     assert code == 3 and json.loads(out)["log"] == str(log)
+
+    code, out, err = await metis("serve", "--detach", "--port", "0")  # the key file is kept
+    assert code == 0 and "API key" not in out, err
+    assert (await metis("stop"))[0] == 0
 
 
 async def test_a_second_detach_on_the_same_home_names_the_daemon_running(
