@@ -25,6 +25,9 @@ KIB = 1024
 MIB = 1024 * KIB
 
 DEFAULT_MAX_RESULT_BYTES = 256 * KIB
+NOTE_ROOM_BYTES = 256
+"""Room a tool keeps under the result cap for its own lines around the output (the shell's
+`exit_code:` and omission marker, read_file's notes), so the cap never cuts them away."""
 ResultBlock = TextBlock | ImageBlock
 
 
@@ -34,7 +37,7 @@ def shell_keep_bytes(max_result_bytes: int) -> int:
     Less the room of the `exit_code:` line and the omission marker, so the shell's whole
     result fits the result cap and its tail is not cut away by it.
     """
-    return max(1, min(128 * KIB, (max_result_bytes - 256) // 2))
+    return max(1, min(128 * KIB, (max_result_bytes - NOTE_ROOM_BYTES) // 2))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -51,6 +54,7 @@ class ToolLimits:
     """
 
     max_write_bytes: int = 5 * MIB
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     env_passthrough: tuple[str, ...] = ()
     forbidden_env: frozenset[str] = frozenset({"METIS_API_KEY"})
     shell_head_bytes: int = shell_keep_bytes(DEFAULT_MAX_RESULT_BYTES)

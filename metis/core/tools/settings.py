@@ -211,6 +211,7 @@ def limits_from_settings(settings: ToolsSettings, forbidden_env: Iterable[str] =
     half = shell_keep_bytes(settings.max_result_bytes)
     return ToolLimits(
         max_write_bytes=settings.max_write_bytes,
+        max_result_bytes=settings.max_result_bytes,
         shell_head_bytes=half,
         shell_tail_bytes=half,
         env_passthrough=settings.shell.env_passthrough,

@@ -12,7 +12,14 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from metis.core.canonical.tools import ToolDefinition
-from metis.core.tools.base import ToolCancelled, ToolContext, ToolError, ToolOutput
+from metis.core.tools.base import (
+    DEFAULT_MAX_RESULT_BYTES,
+    NOTE_ROOM_BYTES,
+    ToolCancelled,
+    ToolContext,
+    ToolError,
+    ToolOutput,
+)
 from metis.core.tools.builtins._common import object_schema, path_schema
 from metis.core.tools.files import BINARY_SNIFF_BYTES, binary_file, is_binary, open_regular
 from metis.core.tools.sandbox import ResolvedPath, Sandbox, display
@@ -68,7 +75,13 @@ class ReadFileTool:
         offset = input.get("offset", 1)
         limit = input.get("limit", DEFAULT_LIMIT)
         text = await asyncio.to_thread(
-            read_lines, ctx.workspace, target, offset, limit, ctx.cancel_event.is_set
+            read_lines,
+            ctx.workspace,
+            target,
+            offset,
+            limit,
+            ctx.cancel_event.is_set,
+            ctx.limits.max_result_bytes,
         )
         return ToolOutput.text(text)
 
@@ -79,8 +92,11 @@ def read_lines(
     offset: int,
     limit: int,
     cancelled: Callable[[], bool],
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
 ) -> str:
-    """The result text for lines `offset .. offset+limit-1` of `target`."""
+    """The result text for lines `offset .. offset+limit-1` of `target`, fewer when they would
+    not fit the result cap: the cap would cut the text mid-line and the note with it, leaving
+    the model no line number to continue from."""
     fd, info = open_regular(sandbox, target)
     with os.fdopen(fd, "rb") as handle:
         head = handle.read(BINARY_SNIFF_BYTES)
@@ -89,16 +105,22 @@ def read_lines(
         if is_binary(head):
             raise binary_file(target.rel, info.st_size)
         handle.seek(0)
-        shown, invalid, total = _window(handle, offset, offset + limit - 1, cancelled)
+        budget = max(1, max_result_bytes - NOTE_ROOM_BYTES)
+        shown, invalid, total = _window(handle, offset, offset + limit - 1, budget, cancelled)
     path = display(target.rel)
     if offset > total:
         raise ToolError(f"offset {offset} is past the end of {path} ({total} lines).")
-    last = min(offset + limit - 1, total)
+    last = offset + len(shown) - 1
     notes: list[str] = []
     if invalid:
         notes.append(f"[{invalid} invalid UTF-8 sequences replaced]")
     if last < total:
-        notes.append(f"[lines {offset}-{last} of {total}; use offset={last + 1} to continue]")
+        why = (
+            f"; the next line would pass the {max_result_bytes}-byte result limit"
+            if last < offset + limit - 1
+            else ""
+        )
+        notes.append(f"[lines {offset}-{last} of {total}{why}; use offset={last + 1} to continue]")
     text = "".join(shown)
     if notes:
         if text and not text.endswith("\n"):
@@ -108,10 +130,12 @@ def read_lines(
 
 
 def _window(
-    handle: IO[bytes], first: int, last: int, cancelled: Callable[[], bool]
+    handle: IO[bytes], first: int, last: int, budget: int, cancelled: Callable[[], bool]
 ) -> tuple[list[str], int, int]:
-    """Render lines first..last; return them, the invalid-sequence count and the line total."""
+    """Render lines first..last, stopping before the first line past `budget` bytes (the first
+    line is always shown); return them, the invalid-sequence count and the line total."""
     shown: list[str] = []
+    used = 0
     invalid = 0
     number = 0
     unchecked = 0  # bytes read since cancel was last checked
@@ -131,6 +155,9 @@ def _window(
             ended = _skip_rest_of_line(handle, cancelled)
         if number >= first:
             text, bad = _render(chunk, ended, long_line)
+            used += len(text.encode("utf-8"))
+            if shown and used > budget:
+                return shown, invalid, number + _count_remaining(handle, cancelled)
             shown.append(text)
             invalid += bad
         if number == last:

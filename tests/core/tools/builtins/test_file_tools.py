@@ -19,6 +19,7 @@ from metis.core.tools.builtins.read_file import read_lines
 from metis.core.tools.builtins.write_file import WriteFileTool
 from metis.core.tools.files import replace_file
 from metis.core.tools.sandbox import Sandbox
+from metis.core.tools.settings import ToolsSettings
 
 MIB = 1024 * 1024
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
@@ -132,6 +133,26 @@ async def test_large_file_is_streamed_and_counted(harness: Any, workspace: Path)
     (workspace / "big.txt").write_text("".join(f"{i}\n" for i in range(1, 100_001)))
     _, text = await text_of(harness, "read_file", {"path": "big.txt", "offset": 50_000, "limit": 1})
     assert text == "50000\n[lines 50000-50000 of 100000; use offset=50001 to continue]"
+
+
+async def test_a_window_over_the_result_limit_ends_with_where_to_continue(
+    make_harness: Any, workspace: Path
+) -> None:
+    """2,000 lines of 1,000 characters are 2 MB, far over the 256 KiB result cap: the read stops
+    at the last whole line that fits and says where to continue, instead of being cut mid-line
+    by the cap with the continuation note cut away."""
+    harness = make_harness(ToolsSettings(max_result_bytes=8192))
+    (workspace / "wide.txt").write_text("".join(f"{i:04} " + "x" * 995 + "\n" for i in range(2000)))
+    call = await harness.call("read_file", {"path": "wide.txt"})
+    assert (call.outcome.error_class, call.outcome.truncated) == (None, False)
+    lines = call.text.split("\n")
+    assert lines[:-1] == [f"{i:04} " + "x" * 995 for i in range(7)]
+    assert lines[-1] == (
+        "[lines 1-7 of 2000; the next line would pass the 8192-byte result limit; "
+        "use offset=8 to continue]"
+    )
+    call = await harness.call("read_file", {"path": "wide.txt", "offset": 1999})
+    assert call.text == "1998 " + "x" * 995 + "\n1999 " + "x" * 995 + "\n"
 
 
 # ---------------------------------------------------------------------------------------------
