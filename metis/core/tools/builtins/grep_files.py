@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fnmatch
 import json
 import os
 import re
@@ -34,6 +33,7 @@ from metis.core.tools.base import (
 )
 from metis.core.tools.builtins._common import object_schema, path_schema
 from metis.core.tools.files import open_checked
+from metis.core.tools.globmatch import glob_matches
 from metis.core.tools.sandbox import (
     ResolvedPath,
     Sandbox,
@@ -94,7 +94,11 @@ DEFINITION = ToolDefinition(
             "glob": {
                 "type": "string",
                 "maxLength": 256,
-                "description": "Only files whose relative path or name matches, e.g. *.py.",
+                "description": (
+                    "Only files whose path (from the workspace root) or name matches: * and ? "
+                    "within one name, ** for any number of directories, e.g. *.py, "
+                    "src/**/*.ts."
+                ),
             },
             "ignore_case": {"type": "boolean", "default": False},
             "max_results": {"type": "integer", "minimum": 1, "maximum": 500, "default": 100},
@@ -183,12 +187,7 @@ def collect_files(
     else:
         raise ToolError(f"{display(target.rel)} is not a regular file or directory.")
     if glob:
-        found = [
-            file
-            for file in found
-            if fnmatch.fnmatchcase(file[0], glob)
-            or fnmatch.fnmatchcase(file[0].rsplit("/", 1)[-1], glob)
-        ]
+        found = [file for file in found if glob_matches(file[0], glob)]
     return sorted(found)
 
 

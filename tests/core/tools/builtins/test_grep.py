@@ -120,6 +120,32 @@ async def test_glob_sorting_and_results(harness: Any, workspace: Path) -> None:
     )
 
 
+async def test_a_double_star_glob_also_matches_no_directory(harness: Any, workspace: Path) -> None:
+    """`**/*.py` is how a model asks for every Python file: the top-level ones included, as
+    `src/**/*.py` includes those directly in src; `*` stays within one name."""
+    for name in ["top.py", "src/app.py", "src/pkg/mod.py", "src/pkg/deep/x.py", "docs/a.py"]:
+        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / name).write_text("hit\n")
+    _, text = await grep(harness, pattern="hit", glob="**/*.py")
+    assert text.split("\n")[1:] == [
+        "docs/a.py:1: hit",
+        "src/app.py:1: hit",
+        "src/pkg/deep/x.py:1: hit",
+        "src/pkg/mod.py:1: hit",
+        "top.py:1: hit",
+    ]
+    _, text = await grep(harness, pattern="hit", glob="src/**/*.py")
+    assert text.split("\n")[1:] == [
+        "src/app.py:1: hit",
+        "src/pkg/deep/x.py:1: hit",
+        "src/pkg/mod.py:1: hit",
+    ]
+    _, text = await grep(harness, pattern="hit", glob="src/*.py")
+    assert text.split("\n")[1:] == ["src/app.py:1: hit"]
+    _, text = await grep(harness, pattern="hit", glob="src/**/deep/**")
+    assert text.split("\n")[1:] == ["src/pkg/deep/x.py:1: hit"]
+
+
 async def test_max_results_cut_off(harness: Any, workspace: Path) -> None:
     (workspace / "f.txt").write_text("m\n" * 5)
     _, text = await grep(harness, pattern="m", max_results=3)
