@@ -32,7 +32,13 @@ from metis.core.tools.base import (
     ToolOutput,
 )
 from metis.core.tools.builtins._common import object_schema, path_schema
-from metis.core.tools.files import open_checked
+from metis.core.tools.files import (
+    BINARY_SNIFF_BYTES,
+    binary_file,
+    is_binary,
+    open_checked,
+    open_regular,
+)
 from metis.core.tools.globmatch import glob_matches
 from metis.core.tools.sandbox import (
     ResolvedPath,
@@ -181,7 +187,8 @@ def collect_files(
     the kernel opened, and refused as `resolve` would refuse it."""
     info = _checked_stat(sandbox, target)
     if stat.S_ISREG(info.st_mode):
-        found = [_checked(target.rel, target.real, info)] if info.st_size <= MAX_FILE_BYTES else []
+        _check_searchable(sandbox, target, info)
+        found = [_checked(target.rel, target.real, info)]
     elif stat.S_ISDIR(info.st_mode):
         found = _walk(sandbox, target.real, cancelled)
     else:
@@ -189,6 +196,21 @@ def collect_files(
     if glob:
         found = [file for file in found if glob_matches(file[0], glob)]
     return sorted(found)
+
+
+def _check_searchable(sandbox: Sandbox, target: ResolvedPath, info: os.stat_result) -> None:
+    """Refuse, saying why, a file the model named that the matcher would skip (too big,
+    binary): skipped quietly, it would be reported as holding no match."""
+    if info.st_size > MAX_FILE_BYTES:
+        raise ToolError(
+            f"{display(target.rel)} is {info.st_size} bytes; grep_files searches files up to "
+            f"{MAX_FILE_BYTES} bytes. Search it with the shell's grep, or read it in parts "
+            "with read_file."
+        )
+    fd, _ = open_regular(sandbox, target)
+    with os.fdopen(fd, "rb") as handle:
+        if is_binary(handle.read(BINARY_SNIFF_BYTES)):
+            raise binary_file(target.rel, info.st_size)
 
 
 def _checked_stat(sandbox: Sandbox, target: ResolvedPath) -> os.stat_result:

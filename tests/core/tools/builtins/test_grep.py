@@ -146,6 +146,22 @@ async def test_a_double_star_glob_also_matches_no_directory(harness: Any, worksp
     assert text.split("\n")[1:] == ["src/pkg/deep/x.py:1: hit"]
 
 
+async def test_a_named_file_that_cannot_be_searched_says_why(harness: Any, workspace: Path) -> None:
+    """A directory's big and binary files are skipped quietly, but a file the model names
+    itself answered "No matches." although it holds the pattern."""
+    (workspace / "huge.log").write_bytes(b"needle\n" + b"x" * (2 * 1024 * 1024))
+    assert await grep(harness, pattern="needle", path="huge.log") == (
+        "tool_error",
+        "huge.log is 2097159 bytes; grep_files searches files up to 2097152 bytes. Search it "
+        "with the shell's grep, or read it in parts with read_file.",
+    )
+    (workspace / "blob.bin").write_bytes(b"needle\x00\n")
+    assert await grep(harness, pattern="needle", path="blob.bin") == (
+        "tool_error",
+        "blob.bin is a binary file (8 bytes).",
+    )
+
+
 async def test_max_results_cut_off(harness: Any, workspace: Path) -> None:
     (workspace / "f.txt").write_text("m\n" * 5)
     _, text = await grep(harness, pattern="m", max_results=3)
