@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -89,14 +90,23 @@ class RunError(Exception):
         return cls(exc.code, message, exit_code, said=exc.said)
 
 
+def _one_reader() -> bool:
+    """Whether stdout and stderr are one open file: the same terminal, or one file or pipe
+    (`2>&1`)."""
+    try:
+        return os.path.samestat(os.fstat(sys.stdout.fileno()), os.fstat(sys.stderr.fileno()))
+    except (OSError, ValueError):  # a stream without a file descriptor, or a closed one
+        return False
+
+
 class _Reply:
-    """The turn's reply text as it streams, and what stdout shows of it: at a terminal showing
-    both, a note on stderr (a tool call, a confirmation) starts a line of its own instead of
-    continuing the reply's."""
+    """The turn's reply text as it streams, and what stdout shows of it: where one reader sees
+    both (a terminal, or `2>&1` into one file or pipe), a note on stderr (a tool call, a
+    confirmation) starts a line of its own instead of continuing the reply's."""
 
     def __init__(self, show: bool) -> None:
         self.show = show  # printed as it comes (not `--json`)
-        self.terminal = show and sys.stdout.isatty() and sys.stderr.isatty()
+        self.interleaved = show and _one_reader()
         # at a terminal, the model's escape sequences are shown, not obeyed (`\x1b]52;…`
         # would set the clipboard); into a pipe, the reply is passed on as written
         self._at_a_terminal = show and sys.stdout.isatty()
@@ -124,7 +134,7 @@ class _Reply:
             self._write(shown)
 
     def note(self, text: str) -> None:
-        if self.terminal:
+        if self.interleaved:
             self.end_line()
         _err(text)
 

@@ -90,6 +90,27 @@ async def test_at_a_terminal_a_note_starts_a_line_of_its_own_not_the_end_of_the_
     assert lines[last_note + 1 : last_note + 3] == ["", "Tool results received:"]
 
 
+async def test_into_one_pipe_2_and_1_a_note_starts_a_line_of_its_own_too(
+    daemon: Daemon, workspace: Path
+) -> None:
+    """`metis run … 2>&1 | tee log`: the reply and the notes reach one reader, as at a
+    terminal."""
+    proc = await start_metis(
+        "run",
+        "use all tools",
+        "--workspace",
+        str(workspace),
+        "--url",
+        daemon.base_url,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, out
+    lines = out.decode().splitlines()
+    first = lines.index("Calling read_file, write_file, patch_file, list_dir, grep_files, shell.")
+    assert lines[first + 1] == "metis: tool read_file metis-demo.txt"
+
+
 async def test_at_a_terminal_a_replys_escape_sequences_are_shown_and_into_a_pipe_kept(
     daemon: Daemon, workspace: Path
 ) -> None:
