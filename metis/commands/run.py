@@ -140,7 +140,7 @@ class _Reply:
 
     def end_line(self) -> None:
         """End the reply's last line on stdout, so that what is said next on stderr starts a
-        line of its own in a terminal showing both."""
+        line of its own where one reader sees both."""
         if self.show and not self._line_ended:
             self._write("\n")
 
