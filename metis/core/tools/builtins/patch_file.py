@@ -1,8 +1,10 @@
 """`patch_file`: replace one exact, unique occurrence of a text.
 
 An exact unique match (never a fuzzy one) means the model must quote the file as it is; the
-refusal texts tell it how to recover. Bytes other than the replaced span, line endings
-included, are written back unchanged.
+refusal texts tell it how to recover. One difference is bridged: a model quoting a CRLF file
+usually writes its line breaks as a bare LF, so a quote with LF breaks only that is not found
+as it is is looked for with CRLF breaks, and the new text written with them. Bytes other than
+the replaced span, line endings included, are written back unchanged.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ class PatchFileTool:
             raise ToolError("old_text and new_text are identical.")
         encode_text(old_text, "old_text")
         encode_text(new_text, "new_text")
-        line = await asyncio.to_thread(
+        line, crlf = await asyncio.to_thread(
             patch,
             ctx.workspace,
             target,
@@ -67,6 +69,8 @@ class PatchFileTool:
         )
         path = display(target.rel)
         summary = f"line {line}: -{count_lines(old_text)} +{count_lines(new_text)} lines"
+        if crlf:
+            summary += "; line endings written as the file's \\r\\n"
         return ToolOutput.text(f"Patched {path} ({summary}).", files_modified=[target.rel])
 
 
@@ -77,8 +81,9 @@ def patch(
     new_text: str,
     max_bytes: int,
     cancelled: Callable[[], bool],
-) -> int:
-    """Apply the replacement; return the 1-based line where `old_text` started."""
+) -> tuple[int, bool]:
+    """Apply the replacement; return the 1-based line where `old_text` started and whether its
+    line breaks were read as the file's CRLF."""
     path = display(target.rel)
     fd, info = open_regular(sandbox, target)
     with os.fdopen(fd, "rb") as handle:
@@ -93,19 +98,29 @@ def patch(
     except UnicodeDecodeError:
         raise ToolError(f"{path} is not valid UTF-8 text; patch_file cannot edit it.") from None
     matches = count_occurrences(text, old_text)
+    crlf = matches == 0 and "\r\n" in text and "\n" in old_text and "\r" not in old_text
+    if crlf:
+        old_text, new_text = _with_crlf(old_text), _with_crlf(new_text)
+        matches = count_occurrences(text, old_text)
     if matches == 0:
         raise ToolError(
             f"old_text was not found in {path}. Read the file again and copy the text "
             "exactly, including whitespace."
         )
     if matches > 1:
+        read_as = " (its line endings read as the file's \\r\\n)" if crlf else ""
         raise ToolError(
-            f"old_text occurs {matches} times in {path}; add surrounding lines so it matches "
-            "exactly once."
+            f"old_text occurs {matches} times in {path}{read_as}; add surrounding lines so it "
+            "matches exactly once."
         )
     start = text.index(old_text)
     result = (text[:start] + new_text + text[start + len(old_text) :]).encode("utf-8")
     if len(result) > max_bytes:
         raise ToolError(f"the patched {path} would be {len(result)} bytes, over {max_bytes}.")
     replace_file(sandbox, target, result, cancelled=cancelled)
-    return text.count("\n", 0, start) + 1
+    return text.count("\n", 0, start) + 1, crlf
+
+
+def _with_crlf(text: str) -> str:
+    """`text` with its bare LF line breaks made CRLF; a text holding a CR is left as written."""
+    return text if "\r" in text else text.replace("\n", "\r\n")

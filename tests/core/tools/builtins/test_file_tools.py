@@ -323,6 +323,33 @@ async def test_patch_keeps_crlf_and_reports_lines(harness: Any, workspace: Path)
     assert target.read_bytes() == b"a\r\nB1\r\nB2\r\nc\r\n"
 
 
+async def test_patch_quoting_a_crlf_file_with_lf_endings_keeps_crlf(
+    harness: Any, workspace: Path
+) -> None:
+    """A model quoting a Windows file usually writes its line breaks as \\n: the text is there,
+    only the endings differ, so it is matched with the file's \\r\\n and the new text written
+    with them too, instead of a "not found" the model cannot get past."""
+    target = workspace / "win.txt"
+    target.write_bytes(b"a\r\nb\r\nc\r\nb\r\n")
+    call = await harness.call(
+        "patch_file", {"path": "win.txt", "old_text": "a\nb\n", "new_text": "A\nB1\nB2\n"}
+    )
+    assert (call.outcome.error_class, call.text) == (
+        None,
+        "Patched win.txt (line 1: -2 +3 lines; line endings written as the file's \\r\\n).",
+    )
+    assert target.read_bytes() == b"A\r\nB1\r\nB2\r\nc\r\nb\r\n"
+    (workspace / "twice.txt").write_bytes(b"x\r\ny\r\nx\r\ny\r\n")
+    assert await text_of(
+        harness, "patch_file", {"path": "twice.txt", "old_text": "x\ny", "new_text": "z"}
+    ) == (
+        "tool_error",
+        "old_text occurs 2 times in twice.txt (its line endings read as the file's \\r\\n); "
+        "add surrounding lines so it matches exactly once.",
+    )
+    assert (workspace / "twice.txt").read_bytes() == b"x\r\ny\r\nx\r\ny\r\n"
+
+
 async def test_patch_refusals_reach_the_model_verbatim(harness: Any, workspace: Path) -> None:
     (workspace / "f.py").write_text("x = 1\ny = 1\n")
     cases = [
