@@ -139,7 +139,11 @@ class OutputCapture:
             return bytes(self.head + self.tail).decode("utf-8", "replace")
         head = codecs.getincrementaldecoder("utf-8")("replace").decode(bytes(self.head))
         tail = bytes(self.tail).lstrip(bytes(range(0x80, 0xC0)))  # resume on a char start
-        marker = f"[… {self.omitted} bytes omitted …]"
+        # How to get at the rest too: the model can rerun the command into a file.
+        marker = (
+            f"[… {self.omitted} bytes omitted; to see them, send the output to a file and "
+            "read it in parts …]"
+        )
         return f"{head}\n{marker}\n{tail.decode('utf-8', 'replace')}"
 
 

@@ -257,6 +257,17 @@ async def test_cancel_also_stops_a_process_that_left_the_group(
     assert await survivors([int((workspace / "escaped").read_text())]) == []
 
 
+SEE_THE_REST = "to see them, send the output to a file and read it in parts"
+
+
+async def test_cut_output_says_how_to_see_the_rest(harness: Any) -> None:
+    """The model is told the middle of a long output is gone and how to get at it, not only
+    how much is gone."""
+    outcome = await shell(harness, "seq 1 200000")
+    assert outcome.truncated
+    assert f"bytes omitted; {SEE_THE_REST} …]\n" in outcome.text
+
+
 async def test_huge_output_keeps_head_and_tail_within_the_cap(harness: Any) -> None:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     outcome = await shell(harness, "yes | head -c 100000000; echo; echo THE-END")
@@ -269,7 +280,7 @@ async def test_huge_output_keeps_head_and_tail_within_the_cap(harness: Any) -> N
     assert text.endswith("y\ny\n\nTHE-END\n")
     kept = 2 * limits_from_settings(ToolsSettings()).shell_head_bytes
     omitted = 100_000_000 + len("\nTHE-END\n") - kept
-    assert f"\n[… {omitted} bytes omitted …]\n" in text
+    assert f"\n[… {omitted} bytes omitted; {SEE_THE_REST} …]\n" in text
     assert outcome.truncated and outcome.output_bytes == size
     assert "[output truncated" not in text  # the shell's own bound already fits the cap
     assert grown_kib < 50 * 1024
@@ -280,10 +291,10 @@ def test_output_capture_bounds() -> None:
     for chunk in (b"ab", b"cdef", b"ghij", b"kl"):
         capture.feed(chunk)
     assert (bytes(capture.head), bytes(capture.tail), capture.total) == (b"abcd", b"ijkl", 12)
-    assert capture.text() == "abcd\n[… 4 bytes omitted …]\nijkl"
+    assert capture.text() == f"abcd\n[… 4 bytes omitted; {SEE_THE_REST} …]\nijkl"
     split = OutputCapture(3, 3)
     split.feed("éééü".encode())  # 8 bytes; both cuts fall inside a character
-    assert split.text() == "é\n[… 2 bytes omitted …]\nü"
+    assert split.text() == f"é\n[… 2 bytes omitted; {SEE_THE_REST} …]\nü"
     assert OutputCapture(4, 4).text() == "(no output)"
 
 
