@@ -156,6 +156,16 @@ class ProtectedPath(PermissionDenied):
         )
 
 
+class WorkspaceRootPath(ProtectedPath):
+    """A write to the workspace root itself (`.`, `sub/..`): a directory, never a file a tool
+    may replace. Said as such: it is no protected directory like `.git`."""
+
+    def __init__(self, path: str) -> None:
+        PermissionDenied.__init__(
+            self, f'Path "{path}" is the workspace root, a directory; name a file inside it.', path
+        )
+
+
 class MetisHomePath(PermissionDenied):
     """A path inside METIS_HOME (the daemon's key and database), which no tool reaches, even
     from a workspace that holds it (one created before such workspaces were refused)."""

@@ -18,7 +18,13 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from metis.core.tools.base import MetisHomePath, PathOutsideWorkspace, ProtectedPath, ToolError
+from metis.core.tools.base import (
+    MetisHomePath,
+    PathOutsideWorkspace,
+    ProtectedPath,
+    ToolError,
+    WorkspaceRootPath,
+)
 
 MAX_PATH_CHARS = 4096
 WORKSPACE_GONE = "The workspace directory no longer exists."
@@ -231,7 +237,7 @@ class Sandbox:
         rel = self.relative(real)
         if write:
             if real == self.root:
-                raise ProtectedPath(".")
+                raise WorkspaceRootPath(display(path))
             if any(part in self.protected_dirs for part in rel.split("/")):
                 raise ProtectedPath(display(rel))
         return ResolvedPath(real=real, rel=rel)

@@ -192,6 +192,19 @@ def test_resolve_rules(workspace: Path, tmp_path: Path) -> None:
     assert os.path.isabs(sandbox.root)
 
 
+async def test_a_write_to_the_workspace_root_is_refused_as_the_root(
+    harness: Any, workspace: Path
+) -> None:
+    """The root is refused as what it is; it is no protected directory such as `.git`."""
+    (workspace / "sub").mkdir()
+    for path in (".", "sub/..", str(workspace)):
+        call = await harness.call("write_file", {"path": path, "content": "x"})
+        assert call.outcome.error_class == "permission_denied"
+        assert call.text == (
+            f'Path "{path}" is the workspace root, a directory; name a file inside it.'
+        )
+
+
 def test_link_loops_long_chains_and_unencodable_names_are_refused_quickly(
     workspace: Path,
 ) -> None:
