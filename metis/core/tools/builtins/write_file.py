@@ -46,7 +46,14 @@ class WriteFileTool:
     `max_write_bytes`."""
 
     async def run(self, input: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-        target = ctx.workspace.resolve(input["path"], write=True)
+        path: str = input["path"]
+        if path.endswith("/"):  # resolved, `notes/` would become a file called `notes`
+            shown = display(path)
+            raise ToolError(
+                f'{shown} ends with "/", so it names a directory; write_file needs the path of '
+                f"a file (e.g. {shown}file.txt)."
+            )
+        target = ctx.workspace.resolve(path, write=True)
         data = encode_text(input["content"], "content")
         limit = ctx.limits.max_write_bytes
         if len(data) > limit:

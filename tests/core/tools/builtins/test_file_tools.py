@@ -191,6 +191,19 @@ async def test_write_refusals(harness: Any, workspace: Path) -> None:
     assert (error, text) == ("tool_error", "Cannot create file/child: a parent is not a directory.")
 
 
+async def test_a_write_to_a_path_ending_in_a_slash_is_refused_not_made_a_file(
+    harness: Any, workspace: Path
+) -> None:
+    """`notes/` names a directory: writing a file called `notes` instead would put the content
+    where the model does not think it is and block the directory it meant."""
+    assert await text_of(harness, "write_file", {"path": "notes/", "content": "x"}) == (
+        "tool_error",
+        'notes/ ends with "/", so it names a directory; write_file needs the path of a file '
+        "(e.g. notes/file.txt).",
+    )
+    assert not (workspace / "notes").exists()
+
+
 async def test_cancelled_write_leaves_the_old_file(workspace: Path) -> None:
     target = workspace / "keep.txt"
     target.write_text("old\n")
