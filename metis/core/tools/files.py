@@ -82,6 +82,10 @@ def open_regular(
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
         os.close(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise ToolError(
+                f"{display(target.rel)} is a directory, not a file; list_dir lists its entries."
+            )
         raise not_regular(target.rel)
     return fd, info
 

@@ -70,11 +70,22 @@ async def test_read_refuses_missing_binary_and_special_files(harness: Any, works
         "tool_error",
         "data.bin is a binary file (106 bytes).",
     )
-    (workspace / "dir").mkdir()
-    assert await text_of(harness, "read_file", {"path": "dir"}) == (
-        "tool_error",
-        "dir is not a regular file.",
-    )
+
+
+async def test_reading_or_patching_a_directory_says_it_is_one(
+    harness: Any, workspace: Path
+) -> None:
+    """The old "not a regular file" left the model guessing what `src` was; it is told it named a
+    directory and where its entries are."""
+    (workspace / "src").mkdir()
+    for name, input in [
+        ("read_file", {"path": "src"}),
+        ("patch_file", {"path": "src", "old_text": "a", "new_text": "b"}),
+    ]:
+        assert await text_of(harness, name, input) == (
+            "tool_error",
+            "src is a directory, not a file; list_dir lists its entries.",
+        )
 
 
 async def test_fifo_returns_at_once(harness: Any, workspace: Path) -> None:
