@@ -64,7 +64,10 @@ def list_entries(sandbox: Sandbox, target: ResolvedPath) -> str:
         return "[empty directory]"
     lines = [display(name) for name in names[:MAX_ENTRIES]]
     if len(names) > MAX_ENTRIES:
-        lines.append(f"[{len(names) - MAX_ENTRIES} more entries not shown]")
+        lines.append(
+            f"[{len(names) - MAX_ENTRIES} more entries not shown: list_dir shows the first "
+            f"{MAX_ENTRIES} by name; the shell's ls lists them all]"
+        )
     return "\n".join(lines)
 
 

@@ -459,13 +459,18 @@ async def test_list_dir_sorts_by_name_before_suffixing(harness: Any, workspace: 
     assert await text_of(harness, "list_dir", {}) == (None, "a/\na-b\na.txt\na0@")
 
 
-async def test_list_dir_caps_entries(harness: Any, workspace: Path) -> None:
+async def test_list_dir_caps_entries_and_says_how_to_see_the_rest(
+    harness: Any, workspace: Path
+) -> None:
     for i in range(1005):
         (workspace / f"f{i:04}").write_text("")
     _, text = await text_of(harness, "list_dir", {"path": "."})
     lines = text.split("\n")
     assert lines[0] == "f0000" and lines[999] == "f0999"
-    assert lines[1000:] == ["[5 more entries not shown]"]
+    assert lines[1000:] == [
+        "[5 more entries not shown: list_dir shows the first 1000 by name; the shell's ls "
+        "lists them all]"
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
