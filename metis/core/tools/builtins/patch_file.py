@@ -3,8 +3,9 @@
 An exact unique match (never a fuzzy one) means the model must quote the file as it is; the
 refusal texts tell it how to recover. One difference is bridged: a model quoting a CRLF file
 usually writes its line breaks as a bare LF, so a quote with LF breaks only that is not found
-as it is is looked for with CRLF breaks, and the new text written with them. Bytes other than
-the replaced span, line endings included, are written back unchanged.
+as it is is looked for with CRLF breaks, and the new text is written with them (also when the
+quote matched as it is, in a file whose every break is CRLF). Bytes other than the replaced
+span, line endings included, are written back unchanged.
 """
 
 from __future__ import annotations
@@ -82,8 +83,8 @@ def patch(
     max_bytes: int,
     cancelled: Callable[[], bool],
 ) -> tuple[int, bool]:
-    """Apply the replacement; return the 1-based line where `old_text` started and whether its
-    line breaks were read as the file's CRLF."""
+    """Apply the replacement; return the 1-based line where `old_text` started and whether
+    `new_text`'s line breaks were written as CRLF."""
     path = display(target.rel)
     fd, info = open_regular(sandbox, target)
     with os.fdopen(fd, "rb") as handle:
@@ -98,10 +99,14 @@ def patch(
     except UnicodeDecodeError:
         raise ToolError(f"{path} is not valid UTF-8 text; patch_file cannot edit it.") from None
     matches = count_occurrences(text, old_text)
-    crlf = matches == 0 and "\r\n" in text and "\n" in old_text and "\r" not in old_text
+    crlf = matches == 0 and "\r\n" in text and _bare_lf(old_text)
     if crlf:
-        old_text, new_text = _with_crlf(old_text), _with_crlf(new_text)
+        old_text = old_text.replace("\n", "\r\n")
         matches = count_occurrences(text, old_text)
+    # The new text takes CRLF breaks where the quote did, or where the file has only those.
+    crlf_written = _bare_lf(new_text) and (crlf or _only_crlf(text))
+    if crlf_written:
+        new_text = new_text.replace("\n", "\r\n")
     if matches == 0:
         raise ToolError(
             f"old_text was not found in {path}. Read the file again and copy the text "
@@ -118,9 +123,16 @@ def patch(
     if len(result) > max_bytes:
         raise ToolError(f"the patched {path} would be {len(result)} bytes, over {max_bytes}.")
     replace_file(sandbox, target, result, cancelled=cancelled)
-    return text.count("\n", 0, start) + 1, crlf
+    return text.count("\n", 0, start) + 1, crlf_written
 
 
-def _with_crlf(text: str) -> str:
-    """`text` with its bare LF line breaks made CRLF; a text holding a CR is left as written."""
-    return text if "\r" in text else text.replace("\n", "\r\n")
+def _bare_lf(text: str) -> bool:
+    """Whether `text` breaks lines with LF alone: it has LFs and no CR (one holding a CR is
+    taken as written)."""
+    return "\n" in text and "\r" not in text
+
+
+def _only_crlf(text: str) -> bool:
+    """Whether every line break of `text` is CRLF (and it has one)."""
+    breaks = text.count("\n")
+    return breaks > 0 and text.count("\r\n") == breaks

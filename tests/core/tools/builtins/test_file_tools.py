@@ -374,6 +374,30 @@ async def test_patch_quoting_a_crlf_file_with_lf_endings_keeps_crlf(
     assert (workspace / "twice.txt").read_bytes() == b"x\r\ny\r\nx\r\ny\r\n"
 
 
+async def test_patch_adding_lines_to_a_crlf_file_writes_them_with_crlf(
+    harness: Any, workspace: Path
+) -> None:
+    """A one-line quote matches as it is, but the lines the new text adds must not bring bare
+    LF breaks into a file whose every break is CRLF."""
+    target = workspace / "win.txt"
+    target.write_bytes(b"def f():\r\n    return 1\r\n")
+    call = await harness.call(
+        "patch_file",
+        {"path": "win.txt", "old_text": "def f():", "new_text": "def f():\n    x = 0"},
+    )
+    assert call.text == (
+        "Patched win.txt (line 1: -1 +2 lines; line endings written as the file's \\r\\n)."
+    )
+    assert target.read_bytes() == b"def f():\r\n    x = 0\r\n    return 1\r\n"
+    mixed = workspace / "mixed.txt"
+    mixed.write_bytes(b"a\r\nb\n")
+    call = await harness.call(
+        "patch_file", {"path": "mixed.txt", "old_text": "b", "new_text": "b\nc"}
+    )
+    assert call.text == "Patched mixed.txt (line 2: -1 +2 lines)."
+    assert mixed.read_bytes() == b"a\r\nb\nc\n"
+
+
 async def test_patch_refusals_reach_the_model_verbatim(harness: Any, workspace: Path) -> None:
     (workspace / "f.py").write_text("x = 1\ny = 1\n")
     cases = [
