@@ -218,7 +218,25 @@ def _checked_stat(sandbox: Sandbox, target: ResolvedPath) -> os.stat_result:
     try:
         return _opened_stat(sandbox, target.real, target.rel)
     except FileNotFoundError:
-        raise ToolError(f"Path not found: {display(target.rel)}") from None
+        raise ToolError(f"Path not found: {display(target.rel)}{_glob_hint(target.rel)}") from None
+
+
+_GLOB_CHARS = frozenset("*?[")
+
+
+def _glob_hint(rel: str) -> str:
+    """For a missing path that is a glob (`src/*.py`): how to ask for it, since a model often
+    puts the pattern in `path` and would otherwise only hear that no such file exists."""
+    parts = rel.split("/")
+    first = next((i for i, part in enumerate(parts) if _GLOB_CHARS & set(part)), None)
+    if first is None:
+        return ""
+    directory = "/".join(parts[:first]) or "."
+    pattern = "/".join(parts[first:])
+    return (
+        " (path names one directory or file; to pick files by a pattern, give "
+        f'path="{display(directory)}" and glob="{display(pattern)}")'
+    )
 
 
 def _opened_stat(sandbox: Sandbox, real: str, shown: str) -> os.stat_result:

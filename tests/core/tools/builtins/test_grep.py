@@ -162,6 +162,23 @@ async def test_a_named_file_that_cannot_be_searched_says_why(harness: Any, works
     )
 
 
+async def test_a_glob_given_as_the_path_is_pointed_to_the_glob_field(
+    harness: Any, workspace: Path
+) -> None:
+    (workspace / "src").mkdir()
+    (workspace / "src" / "a.py").write_text("hit\n")
+    assert await grep(harness, pattern="hit", path="src/*.py") == (
+        "tool_error",
+        "Path not found: src/*.py (path names one directory or file; to pick files by a "
+        'pattern, give path="src" and glob="*.py")',
+    )
+    assert await grep(harness, pattern="hit", path="**/*.py") == (
+        "tool_error",
+        "Path not found: **/*.py (path names one directory or file; to pick files by a "
+        'pattern, give path="." and glob="**/*.py")',
+    )
+
+
 async def test_max_results_cut_off(harness: Any, workspace: Path) -> None:
     (workspace / "f.txt").write_text("m\n" * 5)
     _, text = await grep(harness, pattern="m", max_results=3)
