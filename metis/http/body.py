@@ -26,6 +26,31 @@ _UNREADABLE = (web.RequestPayloadError, HttpProcessingError)
 UNREADABLE_MESSAGE = "the request body could not be parsed as HTTP/1.1 (bad chunked framing)"
 
 
+CONTINUE_DUE = web.RequestKey("metis.continue_due", bool)
+"""Set on a request whose client waits for `100 Continue` before sending its body
+(`metis.http.routes.expect_continue`); cleared once the interim answer is sent."""
+
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+async def solicit_body(request: web.Request) -> None:
+    """Send the interim `100 Continue` a waiting client needs before its body comes: only once
+    the body is about to be read, so that a request refused first (no key, too large, a bad
+    media type…) is answered before its client uploads anything."""
+    if request.get(CONTINUE_DUE):
+        request[CONTINUE_DUE] = False
+        await request.writer.write(CONTINUE)
+        request.writer.output_size = 0  # the interim answer is not part of the response's size
+
+
+def close_if_unsolicited(request: web.Request, response: web.StreamResponse) -> None:
+    """A response to a request whose body was never asked for closes the connection: whether
+    its client sends that body next or gives it up is unknown, so no further request on the
+    connection could be framed."""
+    if request.get(CONTINUE_DUE):
+        response.force_close()
+
+
 class BodyRefused(Exception):
     def __init__(self, reason: Reason, message: str) -> None:
         super().__init__(message)
@@ -63,6 +88,7 @@ async def read_whole(request: web.Request, timeout_s: float) -> bytes:
 
     A body that came whole with the headers (the usual small JSON body) has nothing to wait
     for: it is read without a timer (one scheduled and cancelled cost ~3 µs of every POST)."""
+    await solicit_body(request)
     async with _reading(None if request.content.is_eof() else timeout_s):
         return await request.read()
 
@@ -72,6 +98,7 @@ async def read_capped(request: web.Request, max_bytes: int, timeout_s: float) ->
     or `too_slow`, as in `read_whole`)."""
     if declared_too_large(request, max_bytes):
         raise BodyRefused("too_large", f"body exceeds {max_bytes} bytes")
+    await solicit_body(request)
     data = bytearray()
     async with _reading(timeout_s):
         while chunk := await request.content.read(65536):

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from aiohttp import HttpVersion11, hdrs, web
 from pydantic import BaseModel
 
+from metis.http.body import CONTINUE_DUE
 from metis.http.errors import WireError, error_response
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -78,23 +79,25 @@ EXPECTATION_FAILED_MESSAGE = "the only expectation this server meets is 100-cont
 
 
 async def expect_continue(request: web.Request) -> web.StreamResponse | None:
-    """The expect handler of every route with a `wire_error`: aiohttp calls it, before any
-    middleware, for a request carrying `Expect`.
+    """The expect handler of every route: aiohttp calls it, before any middleware, for a
+    request carrying `Expect`.
 
-    `100-continue` on HTTP/1.1 is met as aiohttp's default handler meets it (the interim
-    `100 Continue`, then the request goes on to the middleware and handler); HTTP/1.0 has no
-    expectations, so there it is ignored. Anything else is refused 417 `expectation_failed` in
-    the route's surface envelope with a fixed message: aiohttp's default answer is text/plain
-    quoting the header, and a header may carry anything. The connection is closed after it,
-    since whether the client sends the body it announced is unknown."""
+    `100-continue` on HTTP/1.1 is met when the body is about to be read (`solicit_body`), not
+    here: a request its surface refuses before reading the body (no key, declared too large,
+    not JSON…) is answered at once, and its client never uploads the body (the answer closes
+    the connection: `close_if_unsolicited`). HTTP/1.0 has no expectations, so there it is
+    ignored. Anything else is refused 417 `expectation_failed` in the route's surface envelope
+    with a fixed message: aiohttp's default answer is text/plain quoting the header, and a
+    header may carry anything. The connection is closed after it, since whether the client
+    sends the body it announced is unknown."""
     if request.version != HttpVersion11:
         return None
     if request.headers.get(hdrs.EXPECT, "").lower() == "100-continue":
-        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        request.writer.output_size = 0  # the interim answer is not part of the response's size
+        if request.body_exists:
+            request[CONTINUE_DUE] = True
         return None
     spec = spec_of(request)
-    if spec is None or spec.wire_error is None:  # not a route `add_routes` gave this handler
+    if spec is None or spec.wire_error is None:  # a surface without a metis envelope here
         raise web.HTTPExpectationFailed()
     response = error_response(spec.wire_error("expectation_failed", EXPECTATION_FAILED_MESSAGE))
     response.force_close()
@@ -102,12 +105,13 @@ async def expect_continue(request: web.Request) -> web.StreamResponse | None:
 
 
 def add_routes(app: web.Application, specs: Iterable[RouteSpec]) -> dict[Any, RouteSpec]:
-    """Register `specs` on `app`; `spec_of` finds a request's spec again. A route whose spec
-    names its surface's `wire_error` answers `Expect` with `expect_continue`."""
+    """Register `specs` on `app`, each answering `Expect` with `expect_continue`; `spec_of`
+    finds a request's spec again."""
     mapping: dict[Any, RouteSpec] = {}
     for spec in specs:
-        expect = expect_continue if spec.wire_error is not None else None
-        route = app.router.add_route(spec.method, spec.path, spec.handler, expect_handler=expect)
+        route = app.router.add_route(
+            spec.method, spec.path, spec.handler, expect_handler=expect_continue
+        )
         mapping[route] = spec
     app[ROUTE_SPEC_KEY] = mapping
     return mapping

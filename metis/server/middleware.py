@@ -22,6 +22,7 @@ from aiohttp import web
 
 from metis.core.errors import DomainError
 from metis.dashboard.routes import index, not_found_page, static
+from metis.http.body import close_if_unsolicited
 from metis.http.errors import error_response
 from metis.http.routes import STATE_CHANGING_METHODS, RouteSpec, loopback_origins, spec_of
 from metis.server.auth import CHALLENGE, Credential
@@ -197,6 +198,7 @@ async def metis_middleware(
     except Exception:
         errlog.exception("unhandled error on %s %s", request.method, request.rel_url.raw_path)
         response = error_response(ApiError("internal_error", "internal error"))
+    close_if_unsolicited(request, response)
     elapsed_ms = (time.perf_counter() - started) * 1000
     # paths are logged as sent (percent-encoded): a decoded `%0a` would start a forged line
     log.info(

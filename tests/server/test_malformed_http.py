@@ -178,7 +178,7 @@ def assert_envelope(
     ("method", "path"),
     [
         ("POST", "/sessions"),  # a metis route: its own expect handler (metis/http/routes.py)
-        ("GET", "/aap/sessions"),  # an AAP route: aiohttp's handler, answered by the server
+        ("GET", "/aap/sessions"),  # an AAP route: raised there, answered by the server
         ("GET", "/no-such-path"),  # no route at all (404)
         ("DELETE", "/health"),  # a path without that method (405)
     ],
@@ -231,6 +231,62 @@ async def test_a_body_sent_after_100_continue_is_served(daemon: Daemon, workspac
         writer.close()
     assert status_line.split()[1] == b"201", status_line
     assert created["id"].startswith("sess_")
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("POST", "/sessions"), ("POST", "/aap/sessions"), ("PUT", "/aap/v1/session")],
+)
+async def test_the_100_continue_comes_when_the_body_is_read_on_both_surfaces(
+    daemon: Daemon, method: str, path: str
+) -> None:
+    """A request that passes the checks before its body gets the interim answer, then its body
+    is read and judged (an empty object is refused by the handler's validation)."""
+    sent = b"{}"
+    head = (
+        f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{daemon.port}\r\n"
+        f"Authorization: {auth_headers(daemon)['Authorization']}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(sent)}\r\n"
+        "Expect: 100-continue\r\n\r\n"
+    )
+    reader, writer = await asyncio.open_connection("127.0.0.1", daemon.port)
+    try:
+        writer.write(head.encode())
+        interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+        writer.write(sent)
+        status_line, _ = await read_head(reader)
+    finally:
+        writer.close()
+    assert status_line.split()[1] == b"400", status_line
+
+
+@pytest.mark.parametrize("path", ["/sessions", "/aap/sessions"])
+@pytest.mark.parametrize(
+    ("with_key", "length", "status"),
+    [(False, 100, 401), (True, 10**9, 413)],
+    ids=["no key", "declared too large"],
+)
+async def test_a_request_refused_before_its_body_gets_no_100_continue_and_is_closed(
+    daemon: Daemon, path: str, with_key: bool, length: int, status: int
+) -> None:
+    """`curl -d @big.json` without the key, or with a body over the limit: the client waits
+    for `100 Continue` before uploading; the refusal comes instead, so nothing is uploaded,
+    and the connection is closed (whether the client sends the body next is unknown)."""
+    key = f"Authorization: {auth_headers(daemon)['Authorization']}\r\n" if with_key else ""
+    sent = (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{daemon.port}\r\n{key}"
+        f"Content-Type: application/json\r\nContent-Length: {length}\r\n"
+        "Expect: 100-continue\r\n\r\n"
+    ).encode()
+    status_line, headers, body = await exchange(daemon, sent)  # read to the close
+    assert status_line.split()[1] == str(status).encode(), status_line
+    assert headers["connection"] == "close"
+    assert json.loads(body)["error"]["code"] in (
+        "unauthorized",
+        "payload_too_large",
+        "request_too_large",
+    )
 
 
 async def send_a_bad_chunk_after_routing(
