@@ -225,10 +225,11 @@ class Sandbox:
         if not isinstance(path, str) or not 1 <= len(path) <= MAX_PATH_CHARS or "\0" in path:
             raise PathOutsideWorkspace(display(str(path)))
         self.ensure_root()
-        joined = os.path.join(self.root, path)  # an absolute `path` is taken as is
         try:
-            real = bounded_realpath(joined)
-        except UnresolvablePath:
+            # `~/…` is the home directory, as in a shell: taken literally it made a directory
+            # called `~` in the workspace. An absolute `path` is taken as is.
+            real = bounded_realpath(os.path.join(self.root, os.path.expanduser(path)))
+        except (UnresolvablePath, ValueError):  # ValueError: a `~user` no system can encode
             raise PathOutsideWorkspace(display(path)) from None
         if not is_within(self.root, real):
             raise PathOutsideWorkspace(display(path))

@@ -107,14 +107,6 @@ async def test_nul_and_overlong_paths(harness: Any, outside: Path) -> None:
         harness.sandbox.resolve("a" * 5000)
 
 
-async def test_tilde_is_a_literal_name(harness: Any, workspace: Path) -> None:
-    call = await harness.call("read_file", {"path": "~/.ssh/id_rsa"})
-    assert call.stage == "executed"
-    assert (call.outcome.error_class, call.text) == ("tool_error", "File not found: ~/.ssh/id_rsa")
-    await harness.call("write_file", {"path": "~/notes.txt", "content": "x"})
-    assert (workspace / "~" / "notes.txt").read_text() == "x"
-
-
 async def test_root_that_is_a_symlink_is_allowed(
     make_harness: Any, workspace: Path, tmp_path: Path
 ) -> None:
@@ -203,6 +195,26 @@ async def test_a_write_to_the_workspace_root_is_refused_as_the_root(
         assert call.text == (
             f'Path "{path}" is the workspace root, a directory; name a file inside it.'
         )
+
+
+async def test_a_path_starting_with_a_tilde_means_the_home_directory(
+    harness: Any, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`~/…` was taken literally: a write made a directory called `~` in the workspace (one a
+    user's `rm -rf ~` would then mistake for their home). It names the home directory, inside
+    the workspace or refused like any path outside it."""
+    monkeypatch.setenv("HOME", str(workspace.parent))
+    call = await harness.call("write_file", {"path": "~/ws/notes.txt", "content": "x"})
+    assert call.text == "Wrote 1 bytes to notes.txt (created)."
+    call = await harness.call("write_file", {"path": "~/notes.txt", "content": "x"})
+    assert (call.outcome.error_class, call.text) == (
+        "permission_denied",
+        'Path "~/notes.txt" is outside the workspace.',
+    )
+    assert sorted(p.name for p in workspace.iterdir()) == ["notes.txt"]
+    for path in ("~/.ssh/id_rsa", "~\ud800/x"):
+        call = await harness.call("read_file", {"path": path})
+        assert (call.stage, call.outcome.error_class) == ("precheck", "permission_denied")
 
 
 def test_link_loops_long_chains_and_unencodable_names_are_refused_quickly(
