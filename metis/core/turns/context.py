@@ -33,7 +33,7 @@ root; paths outside it are refused. Some tools need the user's confirmation; if 
 do not retry it unchanged — explain what you wanted to do instead. Answer concisely."""
 
 UNAVAILABLE_RESULT = "result unavailable"
-OMITTED_RESULT = "[older tool result omitted to fit the context window]"
+OMITTED_RESULT = "[tool result omitted to fit the context window]"
 MAX_LISTING = 40
 
 
@@ -259,12 +259,15 @@ COMPACTION_STEPS = 4
 
 
 def compact(messages: list[Message], budget_tokens: int, prompt: Size) -> tuple[list[Message], int]:
-    """Fit the context: first blank old tool results (oldest first), then drop old exchanges.
+    """Fit the context: first blank old tool results (oldest first), then drop old exchanges,
+    then blank the results of the newest request's own exchange (oldest first).
 
     Returns the messages to send and the estimate of the whole request (`prompt` is the size
-    of everything sent besides them). The newest user message and everything after it always
-    stay, so the model always sees the request it is answering. Exchanges are dropped from the
-    start up to a user message, which keeps tool_use/tool_result pairs together.
+    of everything sent besides them). The newest user message and every message after it always
+    stay (their tool results may be blanked), so the model always sees the request it is
+    answering and the calls it made for it. Exchanges are dropped from the start up to a user
+    message, which keeps tool_use/tool_result pairs together. The estimate may still exceed the
+    budget when what cannot be blanked or dropped does not fit.
 
     What is freed is the overflow rounded up to a quarter of the budget, not just the overflow:
     the start of the context then stays the same over the many calls it takes the history to
@@ -322,7 +325,29 @@ def compact(messages: list[Message], budget_tokens: int, prompt: Size) -> tuple[
         ),
     )
     cut = shape.users[found] if found < end else last_user
+    kept = _minus(total, shape.slim[cut - 1]) if cut else total
+    # The newest request's own exchange still outgrows the window (a turn that read many large
+    # files): blank its results too, oldest first. The model has seen all but the newest; one
+    # that alone outgrows the window is blanked as well rather than failing the call.
+    later = 0
+    if not fits(kept) and len(shape.blankable) > blankable:
+        before = shape.saved[blankable - 1] if blankable else (0, 0)
+        wanted = to_free(kept)
+        last = min(
+            len(shape.blankable) - 1,
+            bisect.bisect_left(
+                range(len(shape.blankable)),
+                True,
+                blankable,
+                key=lambda k: (
+                    tokens_for(_minus(shape.saved[k], before)) >= wanted
+                    and fits(_minus(kept, _minus(shape.saved[k], before)))
+                ),
+            ),
+        )
+        later = last + 1 - blankable
+        kept = _minus(kept, _minus(shape.saved[last], before))
     result = messages[cut:]
-    for position in shape.blankable[bisect.bisect_left(shape.blankable, cut) : blankable]:
+    for position in shape.blankable[bisect.bisect_left(shape.blankable, cut) : blankable + later]:
         result[position - cut] = _without_result_content(messages[position])
-    return result, tokens_for(_minus(total, shape.slim[cut - 1]) if cut else total)
+    return result, tokens_for(kept)

@@ -153,6 +153,23 @@ def test_compaction_keeps_the_newest_user_message_even_over_budget() -> None:
     assert out == history[-1:] and estimate == 250 + 100 + 1600
 
 
+def test_compaction_blanks_the_results_of_the_newest_request_when_they_outgrow_the_budget() -> None:
+    """One request whose tool calls read more than the window holds: its results are blanked,
+    oldest first, down to the newest one if need be, instead of sending an over-long request."""
+    history = [msg("user", TextBlock(text="read the three files"))]
+    for i in range(3):
+        history += [call(f"tu_{i}"), result(f"tu_{i}", "x" * 8000)]
+    out, estimate = compact(history, 5000, NO_PROMPT)
+    texts = [m.content[0].content[0].text for m in out if m.role == "tool"]
+    assert len(out) == len(history) and out[0] == history[0]
+    assert texts == [OMITTED_RESULT, "x" * 8000, "x" * 8000]
+    assert estimate == estimate_input_tokens(history=out) <= 5000
+    alone, estimate = compact(
+        [history[0], call("tu_9"), result("tu_9", "y" * 40000)], 5000, NO_PROMPT
+    )
+    assert alone[-1].content[0].content[0].text == OMITTED_RESULT and estimate <= 5000
+
+
 def test_compaction_is_a_no_op_within_budget() -> None:
     history = [msg("user", TextBlock(text="short"))]
     out, estimate = compact(history, 100, (40, 0))
@@ -164,7 +181,7 @@ def _compact_by_remeasuring(
 ) -> list[Message]:
     """The rule stated plainly, measuring the context again after every change: free at least
     the overflow rounded up to a quarter of the budget, blanking the oldest tool results first,
-    then dropping the oldest exchanges."""
+    then dropping the oldest exchanges, then blanking the results after the newest request."""
 
     def size(candidate: Sequence[Message], with_prompt: bool = True) -> tuple[int, int]:
         chars, images = prompt if with_prompt else (0, 0)
@@ -180,6 +197,23 @@ def _compact_by_remeasuring(
         step = max(1, budget // 4)
         return step * math.ceil((tokens_for(size(candidate)) - budget) / step)
 
+    def blank(candidate: list[Message], i: int) -> bool:
+        block = candidate[i].content[0] if candidate[i].content else None
+        pictured = any(isinstance(inner, ImageBlock) for inner in getattr(block, "content", ()))
+        if isinstance(block, ToolResultBlock) and (
+            chars([candidate[i]]) > len(OMITTED_RESULT) or pictured
+        ):
+            slim = ToolResultBlock(
+                tool_use_id=block.tool_use_id, content=[TextBlock(text=OMITTED_RESULT)]
+            )
+            candidate[i] = candidate[i].model_copy(update={"content": [slim]})
+            return True
+        return False
+
+    def freed(before: tuple[int, int], candidate: Sequence[Message]) -> int:
+        now = size(candidate)
+        return tokens_for((before[0] - now[0], before[1] - now[1]))
+
     if fits(messages):
         return messages
     out = list(messages)
@@ -187,27 +221,25 @@ def _compact_by_remeasuring(
     wanted, before = to_free(messages), size(messages)
     blanked = False
     for i in range(last_user):
-        block = out[i].content[0] if out[i].content else None
-        pictured = any(isinstance(inner, ImageBlock) for inner in getattr(block, "content", ()))
-        if isinstance(block, ToolResultBlock) and (
-            chars([out[i]]) > len(OMITTED_RESULT) or pictured
-        ):
-            slim = ToolResultBlock(
-                tool_use_id=block.tool_use_id, content=[TextBlock(text=OMITTED_RESULT)]
-            )
-            out[i], blanked = out[i].model_copy(update={"content": [slim]}), True
-            now = size(out)
-            freed = (before[0] - now[0], before[1] - now[1])
-            if tokens_for(freed) >= wanted and fits(out):
+        if blank(out, i):
+            blanked = True
+            if freed(before, out) >= wanted and fits(out):
                 return out
     if blanked and fits(out):
         return out  # all of them blanked fits, though it frees less than asked
-    wanted = to_free(out)
+    wanted, cut = to_free(out), 0
     for cut in range(1, last_user + 1):
         if out[cut].role == "user" and (
             cut == last_user or (tokens_for(size(out[:cut], False)) >= wanted and fits(out[cut:]))
         ):
-            return out[cut:]
+            break
+    out = out[cut:]
+    if fits(out):
+        return out
+    wanted, before = to_free(out), size(out)
+    for i in range(last_user - cut, len(out)):
+        if blank(out, i) and freed(before, out) >= wanted and fits(out):
+            break
     return out
 
 

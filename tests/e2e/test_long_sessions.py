@@ -1,0 +1,62 @@
+"""A session that outgrows its model's window, through the real daemon and the fake provider."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from metis.core.turns.context import OMITTED_RESULT
+from metis.server.runner import Daemon
+from metis.testing.fake_provider import FakeProviderServer, FakeReply
+from tests.api import Api, api_session
+from tests.e2e.test_provider_turns import AUTO_TOOLS
+
+SMALL = "anthropic:small"
+WINDOW, OUTPUT = 6000, 1000
+MODELS = """
+pricing_version: "long-1"
+providers:
+  anthropic: {{adapter: anthropic, base_url: "{anthropic}", api_key: "ak-test"}}
+models:
+  - id: anthropic:small
+    capabilities: {{max_context_tokens: {window}, max_output_tokens: {output}}}
+    pricing: {{input_per_mtok: "3.00", output_per_mtok: "15.00"}}
+"""
+
+Env = tuple[Daemon, Api, FakeProviderServer]
+
+
+@pytest.fixture
+async def small(fake: FakeProviderServer, start_daemon: Callable[..., Any]) -> AsyncIterator[Env]:
+    models = MODELS.format(anthropic=fake.anthropic_base_url, window=WINDOW, output=OUTPUT)
+    d = await start_daemon(config=AUTO_TOOLS, models=models)
+    async with api_session(d) as http:
+        yield d, Api(http), fake
+
+
+async def test_a_turn_whose_tool_results_outgrow_the_window_is_still_sent_within_it(
+    small: Env, workspace: Path
+) -> None:
+    _, api, fake = small
+    for name in "abcd":
+        (workspace / f"{name}.txt").write_text((name * 79 + "\n") * 100)  # 8,000 chars each
+    sid = (await api.create_session(workspace, initial_active_model=SMALL))["id"]
+    fake.enqueue(
+        "anthropic",
+        *(FakeReply.call("read_file", {"path": f"{name}.txt"}) for name in "abcd"),
+        FakeReply.say("read them all"),
+    )
+    accepted, terminal = await api.run_turn(sid, "read the four files")
+    assert terminal["type"] == "turn.completed", terminal
+    events = await api.turn_events(sid, accepted["turn_id"])
+    started = [e["payload"] for e in events if e["type"] == "llm.call_started"]
+    assert len(started) == 5 and all(
+        p["estimated_input_tokens"] <= WINDOW - OUTPUT for p in started
+    )
+    last = fake.requests_for("anthropic")[-1].body["messages"]
+    results = [b for m in last for b in m["content"] if b["type"] == "tool_result"]
+    assert len(results) == 4 and OMITTED_RESULT in str(results[0]["content"])
+    assert "d" * 79 in str(results[-1]["content"])  # the newest read, in full
