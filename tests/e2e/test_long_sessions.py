@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from metis.core.turns.context import OMITTED_RESULT
+from metis.core.turns.context import DROPPED_NOTE, OMITTED_RESULT
 from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from tests.api import Api, api_session
@@ -60,3 +60,20 @@ async def test_a_turn_whose_tool_results_outgrow_the_window_is_still_sent_within
     results = [b for m in last for b in m["content"] if b["type"] == "tool_result"]
     assert len(results) == 4 and OMITTED_RESULT in str(results[0]["content"])
     assert "d" * 79 in str(results[-1]["content"])  # the newest read, in full
+
+
+async def test_a_conversation_past_the_window_tells_the_model_its_start_was_left_out(
+    small: Env, workspace: Path
+) -> None:
+    _, api, fake = small
+    sid = (await api.create_session(workspace, initial_active_model=SMALL))["id"]
+    for i in range(4):  # ~2,000 tokens a turn against a budget of 5,000
+        fake.enqueue("anthropic", FakeReply.say(f"answer {i} " + "r" * 8000))
+        _, terminal = await api.run_turn(sid, f"question {i}")
+        assert terminal["type"] == "turn.completed", terminal
+    sent = [r.body for r in fake.requests_for("anthropic")]
+    assert DROPPED_NOTE not in str(sent[0]["system"]) and DROPPED_NOTE not in str(sent[1]["system"])
+    last = sent[-1]
+    assert DROPPED_NOTE in str(last["system"])
+    assert last["messages"][0]["content"] != [{"type": "text", "text": "question 0"}]
+    assert last["messages"][-1]["content"] == [{"type": "text", "text": "question 3"}]

@@ -34,6 +34,12 @@ do not retry it unchanged — explain what you wanted to do instead. Answer conc
 
 UNAVAILABLE_RESULT = "result unavailable"
 OMITTED_RESULT = "[tool result omitted to fit the context window]"
+DROPPED_NOTE = (
+    "The start of this conversation was left out to fit your context window: you see only its"
+    " most recent part, the user sees all of it. Say so rather than guess if asked about it."
+)
+"""Added to the system text of a call whose compacted context dropped earlier exchanges: a
+conversation that silently starts mid-way has the model answer about what it cannot see."""
 MAX_LISTING = 40
 
 

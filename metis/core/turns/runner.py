@@ -52,7 +52,13 @@ from metis.core.tools.dispatcher import (
 )
 from metis.core.tools.policy import SurfaceToolPolicy
 from metis.core.tools.sandbox import Sandboxes
-from metis.core.turns.context import SYSTEM_PROMPT, assemble, compact, workspace_facts
+from metis.core.turns.context import (
+    DROPPED_NOTE,
+    SYSTEM_PROMPT,
+    assemble,
+    compact,
+    workspace_facts,
+)
 from metis.core.turns.control import request_cancel
 from metis.core.turns.prefix_cache import PrefixCache
 from metis.core.turns.resume import Resolution, close_unanswered, run_resolution
@@ -138,11 +144,13 @@ def call_context(
         with_seeded_instructions(SYSTEM_PROMPT, history), instructions
     )
     volatile = workspace_facts(workspace)
-    messages, estimate = compact(
-        assemble(history),
-        caps.max_context_tokens - max_out,
-        prompt_size(system_prompt=f"{stable}\n{volatile}", tools=offered),
-    )
+    assembled, budget = assemble(history), caps.max_context_tokens - max_out
+    prompt = prompt_size(system_prompt=f"{stable}\n{volatile}", tools=offered)
+    messages, estimate = compact(assembled, budget, prompt)
+    if len(messages) < len(assembled):  # earlier exchanges left out: the model is told
+        volatile = f"{volatile}\n{DROPPED_NOTE}"
+        prompt = prompt_size(system_prompt=f"{stable}\n{volatile}", tools=offered)
+        messages, estimate = compact(assembled, budget, prompt)
     return CallContext(stable, volatile, messages, estimate, max_out)
 
 
