@@ -77,3 +77,62 @@ async def test_a_conversation_past_the_window_tells_the_model_its_start_was_left
     assert DROPPED_NOTE in str(last["system"])
     assert last["messages"][0]["content"] != [{"type": "text", "text": "question 0"}]
     assert last["messages"][-1]["content"] == [{"type": "text", "text": "question 3"}]
+
+
+async def test_a_provider_that_counts_more_than_the_estimate_gets_calls_within_its_count(
+    small: Env, workspace: Path
+) -> None:
+    """Code and most non-English text take more tokens than `chars / 4`: once the provider has
+    reported its count, a full session is compacted to what it counts, not to the estimate,
+    which it would refuse as over its window at every call from then on."""
+    _, api, fake = small
+    sid = (await api.create_session(workspace, initial_active_model=SMALL))["id"]
+    estimates, counts = [], []
+    for i in range(5):  # ~1,000 estimated tokens a turn; the first call is counted at twice that
+        usage = {"input_tokens": 2300} if i == 0 else None
+        fake.enqueue("anthropic", FakeReply.say(f"answer {i} " + "r" * 4000, usage=usage))
+        accepted, terminal = await api.run_turn(sid, f"question {i}")
+        assert terminal["type"] == "turn.completed", terminal
+        events = await api.turn_events(sid, accepted["turn_id"])
+        (started,) = [e["payload"] for e in events if e["type"] == "llm.call_started"]
+        (completed,) = [e["payload"] for e in events if e["type"] == "llm.call_completed"]
+        estimates.append(started["estimated_input_tokens"])
+        counts.append(completed["input_tokens"])
+    scale = counts[0] / estimates[0]
+    assert scale > 2 and all(c < e for e, c in zip(estimates[1:], counts[1:], strict=True))
+    assert all(e * scale <= WINDOW - OUTPUT for e in estimates[1:]), (scale, estimates)
+
+
+async def test_a_turn_the_provider_refused_as_too_long_leaves_room_for_its_count_next_time(
+    small: Env, workspace: Path
+) -> None:
+    """A provider's refusal (as on the first call after a restart, before any count was seen)
+    says it counts more than its window where the estimate was lower: the next turn is sent
+    with room for that many tokens per estimated one, instead of refused again and again."""
+    _, api, fake = small
+    sid = (await api.create_session(workspace, initial_active_model=SMALL))["id"]
+    for i in range(2):
+        fake.enqueue("anthropic", FakeReply.say(f"answer {i} " + "r" * 4000))
+        await api.run_turn(sid, f"question {i}")
+    fake.enqueue(
+        "anthropic",
+        FakeReply(
+            status=400,
+            error_type="invalid_request_error",
+            error_message=f"prompt is too long: {WINDOW + 100} tokens > {WINDOW} maximum",
+        ),
+        FakeReply.say("fits now"),
+    )
+    refused, failed = await api.run_turn(sid, "question 2")
+    assert failed["type"] == "turn.failed"
+    assert failed["payload"]["error_class"] == "context_overflow", failed
+    accepted, terminal = await api.run_turn(sid, "question 3")
+    assert terminal["type"] == "turn.completed", terminal
+
+    async def estimate(turn_id: str) -> int:
+        events = await api.turn_events(sid, turn_id)
+        (started,) = [e for e in events if e["type"] == "llm.call_started"]
+        return int(started["payload"]["estimated_input_tokens"])
+
+    at_least = WINDOW / await estimate(refused["turn_id"])  # tokens counted per estimated one
+    assert await estimate(accepted["turn_id"]) * at_least <= WINDOW - OUTPUT

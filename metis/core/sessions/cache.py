@@ -18,12 +18,15 @@ from metis.core.store.messages import MessageStore
 @dataclass
 class CachedSession:
     """One served session's history (loaded once, then appended to), its tool id map, the context of
-    its last call and whether its resume was announced."""
+    its last call, how its providers count tokens against the estimate and whether its resume
+    was announced."""
 
     session_id: str
     history: list[Message]
     tool_ids: ToolIdMap = field(default_factory=ToolIdMap)
     last_context: list[Message] = field(default_factory=list)
+    # per model: the most tokens its provider counted per estimated one (metis/core/turns/context.py)
+    token_scales: dict[str, float] = field(default_factory=dict)
     resumed: bool = False
     _tool_use_seen: bool = False
     _scanned: int = 0  # how many history messages `has_tool_calls` has looked at

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from metis.core.canonical.content import TextBlock, ToolResultBlock, ToolUseBlock
 from metis.core.canonical.messages import Message, MessageMetadata
+from metis.core.canonical.usage import TokenUsage
 from metis.core.routing.context import (
     Size,
     content_size,
@@ -357,3 +358,35 @@ def compact(messages: list[Message], budget_tokens: int, prompt: Size) -> tuple[
     for position in shape.blankable[bisect.bisect_left(shape.blankable, cut) : blankable + later]:
         result[position - cut] = _without_result_content(messages[position])
     return result, tokens_for(kept)
+
+
+OVERFLOW_MARGIN = 1.1
+"""A provider that refused a call as over its window counted more than the window: the scale
+then leaves this much more room than that bare bound."""
+
+
+def scaled_budget(budget: int, scale: float) -> int:
+    """The budget in estimated tokens, for a provider that counts `scale` tokens per estimated one."""
+    return int(budget / scale) if scale > 1 else budget
+
+
+def count_observed(scales: dict[str, float], model: str, estimate: int, usage: TokenUsage) -> None:
+    """Learn from a call's reported input how its provider counts against the estimate.
+
+    The estimate (`ceil(chars / 4)`) undercounts code, JSON and most non-English text; a
+    session compacted to the bare estimate then reached the provider over its window at every
+    call once it was full, and failed every turn from then on. The most tokens counted per
+    estimated one so far (never below one) scales the next calls' budgets down."""
+    if usage.estimated or estimate <= 0:
+        return
+    counted = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+    if counted > estimate * scales.get(model, 1.0):
+        scales[model] = counted / estimate
+
+
+def overflow_observed(scales: dict[str, float], model: str, estimate: int, window: int) -> None:
+    """The provider refused a call of `estimate` estimated tokens as over its `window` (a
+    session's first call after a restart, before any count was seen): the next call leaves
+    room for at least that many tokens per estimated one."""
+    bound = window / estimate if estimate > 0 else 1.0
+    scales[model] = max(scales.get(model, 1.0), bound) * OVERFLOW_MARGIN

@@ -57,6 +57,9 @@ from metis.core.turns.context import (
     SYSTEM_PROMPT,
     assemble,
     compact,
+    count_observed,
+    overflow_observed,
+    scaled_budget,
     workspace_facts,
 )
 from metis.core.turns.control import request_cancel
@@ -135,16 +138,19 @@ def call_context(
     entry: ModelEntry,
     limits: LimitsSettings,
     offered: Sequence[ToolDefinition],
+    scale: float = 1.0,
 ) -> CallContext:
     """The next model call's context. The runner sends it; the context view (AAP's compacted
-    history) shows it, so both read it here rather than each composing the prompt and budget."""
+    history) shows it, so both read it here rather than each composing the prompt and budget.
+    `scale`: the tokens the model's provider counts per estimated one (`count_observed`)."""
     caps = entry.capabilities
     max_out = min(caps.max_output_tokens, limits.max_output_tokens_per_call)
     stable = with_project_instructions(
         with_seeded_instructions(SYSTEM_PROMPT, history), instructions
     )
     volatile = workspace_facts(workspace)
-    assembled, budget = assemble(history), caps.max_context_tokens - max_out
+    assembled = assemble(history)
+    budget = scaled_budget(caps.max_context_tokens - max_out, scale)
     prompt = prompt_size(system_prompt=f"{stable}\n{volatile}", tools=offered)
     messages, estimate = compact(assembled, budget, prompt)
     if len(messages) < len(assembled):  # earlier exchanges left out: the model is told
@@ -479,6 +485,7 @@ class TurnRunner:
         """One logical LLM call (taking over from `failover_from`'s failed one, if named); returns
         the committed assistant message or the error."""
         caps = entry.capabilities
+        scales = self.run.session.token_scales
         fitted = call_context(
             self.run.session.history,
             self.instructions,
@@ -486,6 +493,7 @@ class TurnRunner:
             entry,
             self._limits,
             offered,
+            scales.get(entry.id, 1.0),
         )
         self.run.session.last_context = fitted.messages
         message_id, request_id = new_ulid(), new_ulid()
@@ -544,8 +552,11 @@ class TurnRunner:
                             typed=True,
                         )
         except ProviderError as error:
+            if error.error_class == "context_overflow":
+                overflow_observed(scales, entry.id, fitted.estimate, caps.max_context_tokens)
             return error  # the hooks emitted llm.call_failed (after committing any partial)
         assert complete is not None, "adapters end every stream with message.complete"
+        count_observed(scales, entry.id, fitted.estimate, complete.usage)
         if complete.stop_reason == "cancelled":
             message = await self.commit_assistant(entry, complete, "cancelled")
             cancelled = ProviderError(
