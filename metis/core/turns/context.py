@@ -370,14 +370,19 @@ def scaled_budget(budget: int, scale: float) -> int:
     return int(budget / scale) if scale > 1 else budget
 
 
-def count_observed(scales: dict[str, float], model: str, estimate: int, usage: TokenUsage) -> None:
+def count_observed(
+    scales: dict[str, float], model: str, estimate: int, budget: int, usage: TokenUsage
+) -> None:
     """Learn from a call's reported input how its provider counts against the estimate.
 
     The estimate (`ceil(chars / 4)`) undercounts code, JSON and most non-English text; a
     session compacted to the bare estimate then reached the provider over its window at every
     call once it was full, and failed every turn from then on. The most tokens counted per
-    estimated one so far (never below one) scales the next calls' budgets down."""
-    if usage.estimated or estimate <= 0:
+    estimated one so far (never below one) scales the next calls' budgets down. Only a call
+    filling a quarter of the `budget` or more teaches it: in a small one, what a provider adds
+    to every request (its tool-use instructions) would pass for a high ratio and shrink the
+    window of the whole session."""
+    if usage.estimated or estimate < max(1, budget // COMPACTION_STEPS):
         return
     counted = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
     if counted > estimate * scales.get(model, 1.0):

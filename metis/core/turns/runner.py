@@ -556,7 +556,8 @@ class TurnRunner:
                 overflow_observed(scales, entry.id, fitted.estimate, caps.max_context_tokens)
             return error  # the hooks emitted llm.call_failed (after committing any partial)
         assert complete is not None, "adapters end every stream with message.complete"
-        count_observed(scales, entry.id, fitted.estimate, complete.usage)
+        budget = caps.max_context_tokens - fitted.max_output_tokens
+        count_observed(scales, entry.id, fitted.estimate, budget, complete.usage)
         if complete.stop_reason == "cancelled":
             message = await self.commit_assistant(entry, complete, "cancelled")
             cancelled = ProviderError(

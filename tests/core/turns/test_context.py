@@ -18,12 +18,16 @@ from metis.core.canonical.content import (
 )
 from metis.core.canonical.ids import new_ulid
 from metis.core.canonical.messages import Message, MessageMetadata
+from metis.core.canonical.usage import TokenUsage
 from metis.core.routing.context import estimate_input_tokens, message_size, tokens_for
 from metis.core.turns.context import (
     OMITTED_RESULT,
     UNAVAILABLE_RESULT,
     assemble,
     compact,
+    count_observed,
+    overflow_observed,
+    scaled_budget,
     workspace_facts,
 )
 
@@ -335,3 +339,30 @@ def test_assembling_a_grown_history_equals_assembling_it_afresh() -> None:
     assert grown[5] is history[4]  # the stored result, not the synthetic one of the first call
     assert assemble(list(history)) == grown
     assert first[:5] == grown[:5]
+
+
+def test_a_provider_count_past_the_estimate_scales_the_budget_down() -> None:
+    scales: dict[str, float] = {}
+    count_observed(scales, "m", 30_000, 100_000, TokenUsage(input_tokens=30_000))
+    assert scaled_budget(100_000, scales.get("m", 1.0)) == 100_000  # counted as estimated
+    cached = TokenUsage(input_tokens=1_000, cache_read_tokens=35_000, cache_write_tokens=4_000)
+    count_observed(scales, "m", 30_000, 100_000, cached)
+    assert scaled_budget(100_000, scales["m"]) == 75_000  # 40,000 counted for 30,000 estimated
+    count_observed(scales, "m", 60_000, 100_000, TokenUsage(input_tokens=60_000))
+    assert scaled_budget(100_000, scales["m"]) == 75_000  # the most seen stays
+    assert "other" not in scales
+
+
+def test_a_small_call_or_an_estimated_count_does_not_scale_the_budget() -> None:
+    """What a provider adds to every request (its tool-use instructions) would read as a high
+    ratio in a small call, and an adapter's own estimate says nothing of the provider's count."""
+    scales: dict[str, float] = {}
+    count_observed(scales, "m", 2_000, 100_000, TokenUsage(input_tokens=5_000))
+    count_observed(scales, "m", 50_000, 100_000, TokenUsage(input_tokens=90_000, estimated=True))
+    assert scales == {}
+
+
+def test_a_refusal_as_too_long_leaves_room_for_more_than_the_window() -> None:
+    scales: dict[str, float] = {}
+    overflow_observed(scales, "m", 150_000, 200_000)
+    assert scaled_budget(150_000, scales["m"]) * 200_000 / 150_000 < 150_000
