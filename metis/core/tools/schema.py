@@ -3,6 +3,8 @@
 A tool's schema is checked once, when it is registered, so validation can trust its shape.
 Model input is validated strictly (no coercion: `"10"` is not an integer, `true` is not a
 number) because the model must learn the real types from the error, not have them guessed.
+A number written with a zero fraction (`10.0`) is an integer, as JSON Schema counts it (JSON has
+one number type, and local models write whole numbers so): it is handed to the tool as `10`.
 Errors come out in a stable order, at most 20, so an event and the model's result text agree.
 """
 
@@ -216,7 +218,10 @@ def validate_input(schema: Mapping[str, Any], value: Any) -> InputValidation:
 
 
 def apply_defaults(schema: Mapping[str, Any], value: Any) -> Any:
-    """A copy of a valid `value` with absent properties set to their `default` (recursively)."""
+    """A copy of a valid `value` with absent properties set to their `default` (recursively),
+    and whole numbers where an integer is expected as integers."""
+    if isinstance(value, float):
+        return _as_integer(schema, value)
     if isinstance(value, dict) and "properties" in schema:
         props: dict[str, Any] = schema["properties"]
         out = {k: apply_defaults(props.get(k, {}), v) for k, v in value.items()}
@@ -251,7 +256,20 @@ def _has_type(value: Any, expected: str) -> bool:
     actual = _type_name(value)
     if expected == "number":
         return actual in ("integer", "number")
+    if expected == "integer" and actual == "number":
+        return _whole(value)
     return actual == expected
+
+
+def _whole(value: float) -> bool:
+    return math.isfinite(value) and value.is_integer()
+
+
+def _as_integer(schema: Mapping[str, Any], value: float) -> int | float:
+    """`10.0` where the schema takes an integer (and not any number) as the tool expects it."""
+    kinds = schema.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    return int(value) if "integer" in kinds and "number" not in kinds and _whole(value) else value
 
 
 def _child(path: str, key: str) -> str:

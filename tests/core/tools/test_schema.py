@@ -120,12 +120,23 @@ def paths(value: Any) -> list[tuple[str, str]]:
 def test_validation_is_strict_without_coercion() -> None:
     assert paths({"path": "a", "offset": "10"}) == [("$.offset", "expected integer, got string")]
     assert paths({"path": "a", "offset": True}) == [("$.offset", "expected integer, got boolean")]
-    assert paths({"path": "a", "offset": 10.0}) == [("$.offset", "expected integer, got number")]
+    assert paths({"path": "a", "offset": 10.5}) == [("$.offset", "expected integer, got number")]
     assert paths({"path": "a", "ratio": "0.5"}) == [("$.ratio", "expected number, got string")]
     assert paths({"path": "a", "ratio": 1, "offset": 3}) == []
     assert paths({"path": "a", "flag": 0}) == [("$.flag", "expected boolean, got integer")]
     assert paths({"path": "a", "ratio": float("nan")}) == [("$.ratio", "must be a finite number")]
     assert paths([]) == [("$", "expected object, got array")]
+
+
+def test_a_whole_number_written_with_a_fraction_is_an_integer_and_reaches_the_tool_as_one() -> None:
+    """JSON Schema counts 10.0 as an integer, and local models write whole numbers so."""
+    result = validate_input(SCHEMA, {"path": "a", "offset": 10.0, "ratio": 1.0})
+    assert result.ok and result.value is not None
+    assert result.value["offset"] == 10 and isinstance(result.value["offset"], int)
+    assert isinstance(result.value["ratio"], float)  # a number stays as written
+    assert paths({"path": "a", "offset": float("inf")}) == [
+        ("$.offset", "expected integer, got number")
+    ]
 
 
 def test_error_messages_and_paths() -> None:
