@@ -334,26 +334,34 @@ def compact(messages: list[Message], budget_tokens: int, prompt: Size) -> tuple[
     cut = shape.users[found] if found < end else last_user
     kept = _minus(total, shape.slim[cut - 1]) if cut else total
     # The newest request's own exchange still outgrows the window (a turn that read many large
-    # files): blank its results too, oldest first. The model has seen all but the newest; one
-    # that alone outgrows the window is blanked as well rather than failing the call.
+    # files): blank its results too, oldest first. Those the model has not seen yet (after the
+    # last assistant message) are blanked only as far as fitting needs, never for the rounding:
+    # it asked for them to answer now. One that alone outgrows the window is blanked as well,
+    # rather than sending a call the provider refuses.
     later = 0
-    if not fits(kept) and len(shape.blankable) > blankable:
+    count = len(shape.blankable)
+    if not fits(kept) and count > blankable:
         before = shape.saved[blankable - 1] if blankable else (0, 0)
+
+        def freed(k: int) -> Size:
+            return _minus(shape.saved[k], before)
+
+        def first_where(key: Callable[[int], bool]) -> int:
+            return bisect.bisect_left(range(count), True, blankable, key=key)
+
         wanted = to_free(kept)
-        last = min(
-            len(shape.blankable) - 1,
-            bisect.bisect_left(
-                range(len(shape.blankable)),
-                True,
-                blankable,
-                key=lambda k: (
-                    tokens_for(_minus(shape.saved[k], before)) >= wanted
-                    and fits(_minus(kept, _minus(shape.saved[k], before)))
-                ),
-            ),
+        newest = len(messages)
+        while newest > 0 and messages[newest - 1].role == "tool":
+            newest -= 1
+        unseen = bisect.bisect_left(shape.blankable, newest)
+        last = first_where(
+            lambda k: tokens_for(freed(k)) >= wanted and fits(_minus(kept, freed(k)))
         )
+        if last >= unseen:
+            last = max(unseen - 1, first_where(lambda k: fits(_minus(kept, freed(k)))))
+        last = min(count - 1, last)
         later = last + 1 - blankable
-        kept = _minus(kept, _minus(shape.saved[last], before))
+        kept = _minus(kept, freed(last))
     result = messages[cut:]
     for position in shape.blankable[bisect.bisect_left(shape.blankable, cut) : blankable + later]:
         result[position - cut] = _without_result_content(messages[position])

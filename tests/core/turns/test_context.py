@@ -174,6 +174,21 @@ def test_compaction_blanks_the_results_of_the_newest_request_when_they_outgrow_t
     assert alone[-1].content[0].content[0].text == OMITTED_RESULT and estimate <= 5000
 
 
+def test_results_the_model_has_not_seen_are_blanked_only_as_far_as_fitting_needs() -> None:
+    """Freeing a quarter of the budget at a time would blank the newest result too, which the
+    model asked for to answer now: it stays when blanking the older ones makes the call fit."""
+    history = [
+        msg("user", TextBlock(text="read both")),
+        call("tu_1"),
+        result("tu_1", "x" * 1300),
+        msg("assistant", ToolUseBlock(id="tu_2", name="read_file", input={"path": "b"})),
+        result("tu_2", "y" * 3700),
+    ]
+    out, estimate = compact(history, 1000, NO_PROMPT)
+    assert out[2].content[0].content[0].text == OMITTED_RESULT
+    assert out[4].content[0].content[0].text == "y" * 3700 and estimate <= 1000
+
+
 def test_compaction_is_a_no_op_within_budget() -> None:
     history = [msg("user", TextBlock(text="short"))]
     out, estimate = compact(history, 100, (40, 0))
@@ -201,18 +216,21 @@ def _compact_by_remeasuring(
         step = max(1, budget // 4)
         return step * math.ceil((tokens_for(size(candidate)) - budget) / step)
 
-    def blank(candidate: list[Message], i: int) -> bool:
-        block = candidate[i].content[0] if candidate[i].content else None
+    def blankable(m: Message) -> bool:
+        block = m.content[0] if m.content else None
         pictured = any(isinstance(inner, ImageBlock) for inner in getattr(block, "content", ()))
-        if isinstance(block, ToolResultBlock) and (
-            chars([candidate[i]]) > len(OMITTED_RESULT) or pictured
-        ):
-            slim = ToolResultBlock(
-                tool_use_id=block.tool_use_id, content=[TextBlock(text=OMITTED_RESULT)]
-            )
-            candidate[i] = candidate[i].model_copy(update={"content": [slim]})
-            return True
-        return False
+        return isinstance(block, ToolResultBlock) and (chars([m]) > len(OMITTED_RESULT) or pictured)
+
+    def blank(candidate: list[Message], i: int) -> bool:
+        if not blankable(candidate[i]):
+            return False
+        block = candidate[i].content[0]
+        assert isinstance(block, ToolResultBlock)
+        slim = ToolResultBlock(
+            tool_use_id=block.tool_use_id, content=[TextBlock(text=OMITTED_RESULT)]
+        )
+        candidate[i] = candidate[i].model_copy(update={"content": [slim]})
+        return True
 
     def freed(before: tuple[int, int], candidate: Sequence[Message]) -> int:
         now = size(candidate)
@@ -241,8 +259,12 @@ def _compact_by_remeasuring(
     if fits(out):
         return out
     wanted, before = to_free(out), size(out)
+    newest = len(out)  # the results after it: the model has not seen them yet
+    while newest and out[newest - 1].role == "tool":
+        newest -= 1
     for i in range(last_user - cut, len(out)):
-        if blank(out, i) and freed(before, out) >= wanted and fits(out):
+        seen_left = any(blankable(m) for m in out[i + 1 : newest])
+        if blank(out, i) and fits(out) and (freed(before, out) >= wanted or not seen_left):
             break
     return out
 
