@@ -103,36 +103,34 @@ async def test_a_provider_that_counts_more_than_the_estimate_gets_calls_within_i
     assert all(e * scale <= WINDOW - OUTPUT for e in estimates[2:]), (scale, estimates)
 
 
-async def test_a_turn_the_provider_refused_as_too_long_leaves_room_for_its_count_next_time(
+async def test_a_call_the_provider_refuses_as_too_long_is_fitted_to_its_count_and_sent_again(
     small: Env, workspace: Path
 ) -> None:
     """A provider's refusal (as on the first call after a restart, before any count was seen)
-    says it counts more than its window where the estimate was lower: the next turn is sent
-    with room for that many tokens per estimated one, instead of refused again and again."""
+    says it counts more than its window where the estimate was lower: the call is fitted again
+    with room for that many tokens per estimated one, once; a second refusal fails the turn."""
     _, api, fake = small
     sid = (await api.create_session(workspace, initial_active_model=SMALL))["id"]
     for i in range(2):
         fake.enqueue("anthropic", FakeReply.say(f"answer {i} " + "r" * 4000))
         await api.run_turn(sid, f"question {i}")
-    fake.enqueue(
-        "anthropic",
-        FakeReply(
-            status=400,
-            error_type="invalid_request_error",
-            error_message=f"prompt is too long: {WINDOW + 100} tokens > {WINDOW} maximum",
-        ),
-        FakeReply.say("fits now"),
+    too_long = FakeReply(
+        status=400,
+        error_type="invalid_request_error",
+        error_message=f"prompt is too long: {WINDOW + 100} tokens > {WINDOW} maximum",
     )
-    refused, failed = await api.run_turn(sid, "question 2")
-    assert failed["type"] == "turn.failed"
-    assert failed["payload"]["error_class"] == "context_overflow", failed
-    accepted, terminal = await api.run_turn(sid, "question 3")
+    fake.enqueue("anthropic", too_long, FakeReply.say("fits now"))
+    accepted, terminal = await api.run_turn(sid, "question 2")
     assert terminal["type"] == "turn.completed", terminal
+    events = await api.turn_events(sid, accepted["turn_id"])
+    refused, sent = [e["payload"] for e in events if e["type"] == "llm.call_started"]
+    (failed,) = [e["payload"] for e in events if e["type"] == "llm.call_failed"]
+    assert failed["error_class"] == "context_overflow"
+    at_least = WINDOW / refused["estimated_input_tokens"]  # tokens counted per estimated one
+    assert sent["estimated_input_tokens"] * at_least <= WINDOW - OUTPUT
 
-    async def estimate(turn_id: str) -> int:
-        events = await api.turn_events(sid, turn_id)
-        (started,) = [e for e in events if e["type"] == "llm.call_started"]
-        return int(started["payload"]["estimated_input_tokens"])
-
-    at_least = WINDOW / await estimate(refused["turn_id"])  # tokens counted per estimated one
-    assert await estimate(accepted["turn_id"]) * at_least <= WINDOW - OUTPUT
+    fake.enqueue("anthropic", too_long, too_long)
+    _, terminal = await api.run_turn(sid, "question 3")
+    assert terminal["type"] == "turn.failed", terminal
+    assert terminal["payload"]["error_class"] == "context_overflow"
+    assert terminal["payload"]["llm_call_count"] == 2

@@ -355,6 +355,7 @@ class TurnRunner:
         assert model is not None
         fallbacks = list(self.run.decision.fallbacks)
         failover_from: str | None = None  # the model the next call takes over from
+        refitted = False  # a call refused as too long was fitted again (once per turn)
         calls = 0
         dispatcher = self._dispatcher
         offered = dispatcher.offered(
@@ -396,6 +397,11 @@ class TurnRunner:
             if isinstance(outcome, ProviderError):
                 if outcome.error_class == "cancelled" or self._cancelled():
                     return self._end_cancelled()
+                if outcome.error_class == "context_overflow" and not refitted:
+                    # fitted again to the count the refusal implies (`overflow_observed`)
+                    refitted = True
+                    calls -= 1
+                    continue
                 self._availability.record_failure(
                     model,
                     outcome.error_class,
