@@ -93,9 +93,9 @@ class Core:
         # for the daemon's life: refused in env_passthrough and stripped from every command.
         key_envs = [p.api_key_env for p in self.registry.providers() if p.api_key_env]
         check_env_passthrough(tools, key_envs)
-        self.tool_registry = ToolRegistry.with_builtins(tools)
-        self.shell_groups = ProcessGroupLedger(settings.home / "run" / "shell-groups")
         self.shell_sandbox = self._detect_shell_sandbox()
+        self.tool_registry = ToolRegistry.with_builtins(tools, self.shell_sandbox)
+        self.shell_groups = ProcessGroupLedger(settings.home / "run" / "shell-groups")
         self.broker = ConfirmationBroker(
             self.store, self.bus, timeout_s=tools.confirmation.timeout_seconds
         )

@@ -48,6 +48,9 @@ async def test_a_turns_shell_call_runs_sandboxed(
     assert f"/proc/{os.getpid()}': No such file or directory" in text  # the daemon is invisible
     assert "Read-only file system" in text and not Path("/etc/metis-e2e-probe").exists()
     assert (workspace / "made.txt").read_text() == "made\n"
+    # and the model was told so with the tool
+    offered = {t["name"]: t for t in fake.requests[0].body["tools"]}
+    assert "It runs in a sandbox" in offered["shell"]["description"]
 
 
 async def test_without_bwrap_every_shell_call_is_confirmed_as_unsandboxed(
@@ -84,6 +87,8 @@ async def test_without_bwrap_every_shell_call_is_confirmed_as_unsandboxed(
         payload = requested["payload"]
         assert payload["tool_name"] == "shell"
         assert payload["input_summary"] == "Run (unsandboxed): echo first > first.txt"
+        offered = {t["name"]: t for t in fake.requests[0].body["tools"]}
+        assert "sandbox" not in offered["shell"]["description"]  # nothing is promised
         assert not (workspace / "first.txt").exists()
         url = f"/sessions/{sid}/turns/{turn_id}/confirmations/{payload['confirmation_request_id']}"
         code, _ = await api.call("POST", url, {"decision": "allow", "scope": "session"})

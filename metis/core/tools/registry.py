@@ -14,6 +14,7 @@ from typing import Any
 from metis.core.canonical.tools import ToolDefinition
 from metis.core.errors import ConfigError
 from metis.core.tools.base import Tool, ToolNameConflict, ToolRegistrationError
+from metis.core.tools.bwrap import ShellSandbox
 from metis.core.tools.policy import SurfaceToolPolicy
 from metis.core.tools.schema import InputValidation, check_schema, validate_input
 from metis.core.tools.settings import TOOL_NAME_RE, Mode, ToolsSettings
@@ -54,21 +55,26 @@ class ToolRegistry:
         self._sources: dict[str, str] = {}
 
     @classmethod
-    def with_builtins(cls, settings: ToolsSettings) -> ToolRegistry:
-        """The six builtins in contract order, enabled per `settings.enabled`.
+    def with_builtins(
+        cls, settings: ToolsSettings, shell_sandbox: ShellSandbox | None = None
+    ) -> ToolRegistry:
+        """The six builtins in contract order, enabled per `settings.enabled`; the shell's
+        description says what `shell_sandbox` allows (None: the shell runs unsandboxed).
 
         Raises `ConfigError` when a setting names a tool that does not exist.
         """
         registry = cls(enabled=settings.enabled)
-        registry.register_builtins(settings)
+        registry.register_builtins(settings, shell_sandbox)
         registry.check_settings(settings)
         return registry
 
-    def register_builtins(self, settings: ToolsSettings) -> None:
+    def register_builtins(
+        self, settings: ToolsSettings, shell_sandbox: ShellSandbox | None = None
+    ) -> None:
         """Register the six builtins (the shell's schema follows `settings.shell`)."""
         from metis.core.tools.builtins import builtin_tools
 
-        for definition, factory, input_timeout in builtin_tools(settings):
+        for definition, factory, input_timeout in builtin_tools(settings, shell_sandbox):
             self.register(definition, factory, input_timeout=input_timeout)
 
     def register(

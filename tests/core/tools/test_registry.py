@@ -9,6 +9,7 @@ import pytest
 
 from metis.core.errors import ConfigError
 from metis.core.tools.base import ToolNameConflict
+from metis.core.tools.bwrap import ShellSandbox
 from metis.core.tools.policy import SurfaceToolPolicy
 from metis.core.tools.registry import ToolRegistry
 from metis.core.tools.settings import BUILTIN_TOOL_NAMES, ToolsSettings
@@ -138,6 +139,27 @@ def test_shell_schema_follows_the_configured_cap() -> None:
     assert shell.validate({"command": "x", "timeout_seconds": 91}).errors[0].message == (
         "must be <= 90"
     )
+
+
+@pytest.mark.parametrize(
+    ("sandbox", "said"),
+    [
+        (None, None),
+        (ShellSandbox("/usr/bin/bwrap", network=False, hidden=()), "there is no network access"),
+        (ShellSandbox("/usr/bin/bwrap", network=True, hidden=()), "the network is reachable"),
+    ],
+)
+def test_the_shell_description_tells_the_model_what_its_sandbox_allows(
+    sandbox: ShellSandbox | None, said: str | None
+) -> None:
+    shell = ToolRegistry.with_builtins(ToolsSettings(), sandbox).get("shell")
+    assert shell is not None
+    description = shell.definition.description
+    if said is None:  # unsandboxed: every call is confirmed, nothing is promised
+        assert "sandbox" not in description
+    else:
+        assert "only the workspace and a private, empty /tmp are writable" in description
+        assert description.endswith(f"{said}.")
 
 
 def test_application_tools_may_not_shadow_enabled_builtins() -> None:

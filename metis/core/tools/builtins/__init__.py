@@ -7,14 +7,18 @@ from collections.abc import Callable
 from metis.core.canonical.tools import ToolDefinition
 from metis.core.tools.base import Tool
 from metis.core.tools.builtins import grep_files, list_dir, patch_file, read_file, shell, write_file
+from metis.core.tools.bwrap import ShellSandbox
 from metis.core.tools.settings import BUILTIN_TOOL_NAMES, ToolsSettings
 from metis.core.tools.timeouts import InputTimeout
 
 BuiltinSpec = tuple[ToolDefinition, Callable[[], Tool], InputTimeout | None]
 
 
-def builtin_tools(settings: ToolsSettings) -> list[BuiltinSpec]:
-    """Definition, factory and input-timeout rule of each builtin, in contract order."""
+def builtin_tools(
+    settings: ToolsSettings, shell_sandbox: ShellSandbox | None = None
+) -> list[BuiltinSpec]:
+    """Definition, factory and input-timeout rule of each builtin, in contract order; the
+    shell's says what `shell_sandbox` (None: unsandboxed) allows."""
     shell_settings = settings.shell
     specs: list[BuiltinSpec] = [
         (read_file.DEFINITION, read_file.ReadFileTool, None),
@@ -24,7 +28,9 @@ def builtin_tools(settings: ToolsSettings) -> list[BuiltinSpec]:
         (grep_files.DEFINITION, grep_files.GrepFilesTool, None),
         (
             shell.definition(
-                shell_settings.default_timeout_seconds, shell_settings.max_timeout_seconds
+                shell_settings.default_timeout_seconds,
+                shell_settings.max_timeout_seconds,
+                shell_sandbox,
             ),
             shell.ShellTool,
             InputTimeout(

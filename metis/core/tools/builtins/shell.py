@@ -31,6 +31,7 @@ from metis.core.tools.base import (
     ToolTimedOut,
 )
 from metis.core.tools.builtins._common import object_schema
+from metis.core.tools.bwrap import ShellSandbox
 from metis.core.tools.groups import MARKER_ENV, group_members, kill_marked, new_marker
 
 SAFE_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TZ", "TMPDIR"})
@@ -48,8 +49,12 @@ _READ_CHUNK = 64 * 1024
 _AFTER_KILL_PIPE_WAIT = 1.0
 
 
-def definition(default_timeout: int = 120, max_timeout: int = 600) -> ToolDefinition:
-    """The shell's definition; the schema's `maximum` is the configured cap."""
+def definition(
+    default_timeout: int = 120, max_timeout: int = 600, sandbox: ShellSandbox | None = None
+) -> ToolDefinition:
+    """The shell's definition; the schema's `maximum` is the configured cap. With `sandbox`,
+    the description says what the sandbox allows, so the model expects a write outside the
+    workspace or a download to fail instead of learning it from a "Read-only file system"."""
     return ToolDefinition(
         name="shell",
         title="Run shell command",
@@ -58,6 +63,7 @@ def definition(default_timeout: int = 120, max_timeout: int = 600) -> ToolDefini
             "combined stdout/stderr. stdin is empty; there is no terminal. Very long output "
             "keeps its beginning and end. The command and everything it starts are stopped "
             "at the timeout; background processes do not survive the call."
+            + ("" if sandbox is None else _contained(sandbox))
         ),
         input_schema=object_schema(
             {
@@ -78,6 +84,14 @@ def definition(default_timeout: int = 120, max_timeout: int = 600) -> ToolDefini
             required=("command",),
         ),
         side_effects="execute",
+    )
+
+
+def _contained(sandbox: ShellSandbox) -> str:
+    network = "the network is reachable" if sandbox.network else "there is no network access"
+    return (
+        " It runs in a sandbox: only the workspace and a private, empty /tmp are writable, "
+        f"the user's credential folders are hidden, and {network}."
     )
 
 
