@@ -249,7 +249,10 @@ class History:
             instructions = await core.instructions.in_use(session_id, workspace)
             offered = core.dispatcher.offered(surface_policy, application_tools)
             limits = core.settings.limits
-            context = call_context(full, instructions, workspace, entry, limits, offered).messages
+            # fitted to the provider's count as the runner fits it, once a call reported one
+            scale = core.session_cache.token_scale(session_id, entry.id)
+            fitted = call_context(full, instructions, workspace, entry, limits, offered, scale)
+            context = fitted.messages
         owners = {m.id for m in full if m.role == "assistant"}
         kept = [
             m

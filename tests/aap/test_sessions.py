@@ -15,6 +15,7 @@ from metis.aap.http import AAP_STATE_KEY
 from metis.config import load_settings
 from metis.core.errors import ConfigError
 from metis.server.runner import Daemon
+from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from tests.aap.client import WEATHER, AapClient
 from tests.aap.conftest import roots
 from tests.api import Api
@@ -347,6 +348,40 @@ async def test_compacted_history_keeps_the_order_of_full_when_nothing_was_compac
     full = await aap.history(sid, "full")
     assert full[:3] == seed
     assert await aap.history(sid, "compacted") == full
+
+
+SMALL_WINDOW, SMALL_OUTPUT = 6000, 1000
+SMALL_MODELS = """
+pricing_version: "test"
+providers:
+  anthropic: {{adapter: anthropic, base_url: "{base_url}", api_key: "ak-test"}}
+models:
+  - id: anthropic:small
+    aliases: [small]
+    capabilities: {{max_context_tokens: {window}, max_output_tokens: {output}}}
+    pricing: {{input_per_mtok: "1", output_per_mtok: "5"}}
+"""
+
+
+async def test_the_compacted_view_follows_the_providers_count_as_the_next_call_does(
+    start_daemon: Any, client_for: Any, fake: FakeProviderServer, workspace: Path
+) -> None:
+    """Once the provider has counted four times the estimate, the runner fits the session to
+    that count; the compacted history shows that fit, not the estimate's (which still fits
+    the whole history in the window)."""
+    models = SMALL_MODELS.format(
+        base_url=fake.anthropic_base_url, window=SMALL_WINDOW, output=SMALL_OUTPUT
+    )
+    daemon = await start_daemon(models=models, **roots(workspace))
+    aap = await client_for(daemon)
+    sid = await aap.create(options={"model": "small", "workspace": str(workspace)})
+    for i, counted in enumerate((None, 12_000)):  # ~1,500 estimated tokens a reply
+        usage = {"input_tokens": counted} if counted else None
+        fake.enqueue("anthropic", FakeReply.say(f"answer {i} " + "r" * 6000, usage=usage))
+        assert (await aap.say(sid, f"question {i}")).status == 200
+    full, compacted = await aap.history(sid, "full"), await aap.history(sid, "compacted")
+    assert len(full) == 4 and len(compacted) < len(full)
+    assert compacted[-1] == full[-1]
 
 
 async def test_options_merge_by_key_and_the_workspace_and_name_are_fixed(

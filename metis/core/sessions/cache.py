@@ -88,6 +88,12 @@ class SessionCache:
         if cached is not None:
             cached.history.extend(messages)
 
+    def token_scale(self, session_id: str, model: str) -> float:
+        """How many tokens `model`'s provider counted per estimated one in this session so far
+        (1.0 before any count: `metis.core.turns.context.count_observed`)."""
+        cached = self._sessions.get(session_id)
+        return cached.token_scales.get(model, 1.0) if cached is not None else 1.0
+
     def forget(self, session_id: str) -> None:
         """The session is over (ended or purged): its history is read from the store again."""
         self._sessions.pop(session_id, None)
