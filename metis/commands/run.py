@@ -51,6 +51,7 @@ from metis.config import AddressError
 from metis.core.errors import ConfigError
 from metis.core.tools.textutil import visible_controls
 from metis.wire import tooldisplay
+from metis.wire.counts import INPUT_BUCKETS
 
 TERMINAL_TYPES = ("turn.completed", "turn.cancelled", "turn.failed")
 TRUNCATED_EXIT = 3
@@ -266,8 +267,9 @@ async def run_turn(
                         if not tool.get("dropped")
                     ],
                     "dropped_tool_calls": [_name(tool) for tool in tools if tool.get("dropped")],
-                    "input_tokens": outcome.get("input_tokens", 0),
-                    "output_tokens": outcome.get("output_tokens", 0),
+                    # the turn's usage buckets as its end event has them (disjoint: the
+                    # tokens read are the three input ones together)
+                    **{name: outcome.get(name, 0) for name in (*INPUT_BUCKETS, "output_tokens")},
                     "cost_usd": outcome.get("total_cost_usd", "0"),
                 },
                 ensure_ascii=False,
@@ -413,8 +415,7 @@ async def _follow(
                 "reason": "stream_closed",
                 "message": f"the daemon's stream closed before the turn ended (session "
                 f"{session_id}; `metis sessions show {session_id}` tells how it ended)",
-                "input_tokens": None,
-                "output_tokens": None,
+                **dict.fromkeys((*INPUT_BUCKETS, "output_tokens")),
                 "total_cost_usd": None,
             }
             return interrupted, answered_by

@@ -24,6 +24,7 @@ from metis.dashboard.render import highlight_css, render_markdown
 from metis.server.errors import ApiError
 from metis.server.http import RouteTable, json_response, parse_query, read_body
 from metis.server.state import STATE_KEY, ServerState
+from metis.wire.counts import tokens_in
 
 routes = RouteTable()
 
@@ -244,9 +245,7 @@ async def costs(request: web.Request) -> web.Response:
             )
             bucket["cost"] += turn.cost_usd
             bucket["turns"] += 1
-            bucket["input_tokens"] += sum(
-                turn.tokens[k] for k in ("input_tokens", "cache_read_tokens", "cache_write_tokens")
-            )
+            bucket["input_tokens"] += tokens_in(turn.tokens)
             bucket["output_tokens"] += turn.tokens["output_tokens"]
     for day in (d.isoformat() for d in window):  # every day of the window, zero when nothing ran
         groups["day"].setdefault(

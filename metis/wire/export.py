@@ -20,7 +20,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from metis.wire import tooldisplay
-from metis.wire.counts import counted
+from metis.wire.counts import counted, tokens_in
 from metis.wire.messages import text_of, tool_result_text
 
 if TYPE_CHECKING:
@@ -111,7 +111,7 @@ def to_markdown(data: dict[str, Any]) -> str:
         extra = f" ({why})" if outcome != "completed" and why else ""
         out.append(
             f"_Turn {outcome}{extra} · {counted(p.get('llm_call_count') or 0, 'model call')} · "
-            f"{p.get('input_tokens', 0)} in / {p.get('output_tokens', 0)} out tokens · "
+            f"{tokens_in(p)} in / {p.get('output_tokens', 0)} out tokens · "
             f"${p.get('total_cost_usd', '0')} · {(p.get('wall_time_ms') or 0) / 1000:.1f} s_\n"
         )
 

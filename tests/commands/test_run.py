@@ -372,6 +372,19 @@ async def test_a_standard_stream_closed_at_start_is_dev_null_not_a_traceback(
     assert said == "metis: the prompt on stdin is empty\n"
 
 
+async def test_json_gives_the_turns_usage_buckets_the_cached_ones_too(
+    start_daemon: Callable[..., Any], workspace: Path, fake: FakeProviderServer
+) -> None:
+    usage = {"input_tokens": 12, "cache_read_tokens": 5000, "cache_write_tokens": 300}
+    fake.enqueue("anthropic", FakeReply.say("cached", usage={**usage, "output_tokens": 7}))
+    d = await start_daemon(models=fake_models(fake))
+    run = ("run", "hi", "--json", "--workspace", str(workspace), "--url", d.base_url)
+    code, out, err = await metis(*run)
+    said = json.loads(out)
+    assert code == 0, err
+    assert {name: said[name] for name in (*usage, "output_tokens")} == {**usage, "output_tokens": 7}
+
+
 async def test_a_reply_cut_off_by_the_output_limit_is_said_and_exits_3(
     start_daemon: Callable[..., Any], workspace: Path, fake: FakeProviderServer
 ) -> None:

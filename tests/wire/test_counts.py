@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from metis.wire.counts import counted, turn_totals
+from metis.wire.counts import counted, tokens_in, turn_totals
 
 
 @pytest.mark.parametrize(
@@ -49,3 +49,10 @@ def test_a_turns_totals_count_its_model_calls_the_tools_run_and_its_cost(
     payload: dict[str, Any], said: str
 ) -> None:
     assert turn_totals(payload) == said
+
+
+def test_the_tokens_read_count_those_read_from_and_written_to_the_cache() -> None:
+    usage = {"input_tokens": 12, "cache_read_tokens": 5000, "cache_write_tokens": 300}
+    assert tokens_in({**usage, "output_tokens": 7}) == 5312
+    assert tokens_in({"input_tokens": 4}) == 4  # an older event without the cache buckets
+    assert tokens_in({"input_tokens": None}) == 0  # a run interrupted before its end

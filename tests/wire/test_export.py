@@ -58,6 +58,20 @@ def test_a_turn_ended_without_a_message_says_only_its_reason() -> None:
     assert "_Turn failed (provider_error: rate limited) ·" in md
 
 
+def test_a_turns_tokens_in_count_those_read_from_the_cache() -> None:
+    """With prompt caching most of a long session's input is read from the cache."""
+    usage = {"input_tokens": 12, "cache_read_tokens": 5000, "cache_write_tokens": 300}
+    events = [ended("t1", "completed", llm_call_count=1, output_tokens=7, **usage)]
+    md = to_markdown(
+        {
+            "session": SESSION,
+            "messages": [user("t1", {"type": "text", "text": "hi"})],
+            "events": events,
+        }
+    )
+    assert "· 5312 in / 7 out tokens ·" in md
+
+
 def test_a_long_first_line_is_cut_at_a_word_in_the_heading() -> None:
     prompt = "tell me about the sea " * 8
     messages = [user("t1", {"type": "text", "text": prompt})]

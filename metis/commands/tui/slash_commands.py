@@ -20,7 +20,7 @@ from metis.commands.client import CALL_FAILURES, ApiFailure, DaemonApi
 from metis.commands.export_file import export_path, write_export
 from metis.commands.tui.code_blocks import code_blocks
 from metis.commands.tui.screens import PickedSession, SessionPicker
-from metis.wire.counts import counted
+from metis.wire.counts import counted, tokens_in
 from metis.wire.export import FORMATS as EXPORT_FORMATS
 from metis.wire.mcp import reload_outcome
 from metis.wire.models import unconfigured_reason
@@ -186,13 +186,13 @@ class SlashCommands:
         host = self.host
         await host.refresh_status()
         events = await host.api.all_events(str(host.session_id), "llm.call_completed")
-        tokens_in = sum(e["payload"].get("input_tokens", 0) for e in events)
+        read = sum(tokens_in(e["payload"]) for e in events)
         tokens_out = sum(e["payload"].get("output_tokens", 0) for e in events)
         await host.note(
             f"session cost ${host.session.get('cost_so_far_usd')} · "
             f"{counted(int(host.session.get('turn_count') or 0), 'turn')} · "
             f"{counted(len(events), 'model call')} · "
-            f"{tokens_in:,} in / {tokens_out:,} out tokens"
+            f"{read:,} in / {tokens_out:,} out tokens"
         )
 
     async def _sessions(self, arg: str) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from metis.wire.counts import tokens_in
+
 
 def status_fields(
     session: dict[str, Any], last_call: dict[str, Any] | None, models: dict[str, dict[str, Any]]
@@ -23,11 +25,7 @@ def status_fields(
         "context": "",
     }
     if last_call:
-        used = (
-            last_call.get("input_tokens", 0)
-            + last_call.get("cache_read_tokens", 0)
-            + last_call.get("cache_write_tokens", 0)
-        )
+        used = tokens_in(last_call)
         fields["tokens"] = f"{used:,} in / {last_call.get('output_tokens', 0):,} out"
         window = (
             (models.get(last_call.get("model", "")) or {})

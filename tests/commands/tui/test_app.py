@@ -1263,6 +1263,24 @@ async def test_token_counts_group_their_thousands(
         await until(lambda: f" · {tokens:,} in / " in notes(app))
 
 
+async def test_the_tokens_read_count_those_read_from_the_cache(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """With prompt caching most of a call's input is read from the cache: the bar and /cost
+    say all the tokens read, not the few that were not cached."""
+    usage = {"input_tokens": 12, "cache_read_tokens": 5000, "cache_write_tokens": 300}
+    async with FakeProviderServer() as fake:
+        fake.enqueue("anthropic", FakeReply.say("cached", usage={**usage, "output_tokens": 7}))
+        d = await start_daemon(models=bench_models_yaml(fake.anthropic_base_url))
+        app = make_app(d, workspace)
+        async with attached(app) as pilot:
+            await type_text(pilot, app, "go")
+            await until(lambda: "turn completed" in notes(app))
+            await until(lambda: app.status.fields.get("tokens") == "5,312 in / 7 out")
+            await type_text(pilot, app, "/cost")
+            await until(lambda: " · 5,312 in / 7 out tokens" in notes(app))
+
+
 async def test_esc_puts_away_the_completions_when_no_turn_runs(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:

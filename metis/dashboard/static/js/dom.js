@@ -92,6 +92,12 @@ export function fmtInt(n) {
   return Number(n || 0).toLocaleString("en-US");
 }
 
+// The tokens a call or a turn read: its three input buckets are disjoint, and with prompt
+// caching most of a long session's input is read from the cache.
+export function tokensIn(p) {
+  return (p.input_tokens || 0) + (p.cache_read_tokens || 0) + (p.cache_write_tokens || 0);
+}
+
 // "1 turn", "3 turns", "1,024 events": the count with its noun, singular for one.
 export function plural(n, one, many = `${one}s`) {
   return `${fmtInt(n)} ${Number(n) === 1 ? one : many}`;

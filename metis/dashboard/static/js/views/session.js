@@ -8,7 +8,7 @@
 // per animation frame, so a burst of thousands of deltas never blocks the main thread.
 
 import { api, renderMarkdown, allEvents, prerender, download, errorText, RENDER_MAX_CHARS } from "../api.js";
-import { h, clear, setHtml, fmtCost, fmtInt, fmtMs, shortId, toast, copyButton, addCodeCopy } from "../dom.js";
+import { h, clear, setHtml, fmtCost, fmtInt, fmtMs, shortId, toast, copyButton, addCodeCopy, tokensIn } from "../dom.js";
 import { SessionStream } from "../stream.js";
 import { toolCard } from "./toolcard.js";
 import { confirmationCard } from "./confirm.js";
@@ -482,7 +482,7 @@ export function sessionView(root, sessionId, revealAt = null) {
         if (session && !session.title) refreshSession(); // its first prompt is its title now
         break;
       case "llm.call_completed":
-        totals.input += p.input_tokens + p.cache_read_tokens + p.cache_write_tokens;
+        totals.input += tokensIn(p);
         totals.output += p.output_tokens;
         totals.cost += Number(p.cost_usd);
         showTotals();
@@ -578,7 +578,7 @@ export function sessionView(root, sessionId, revealAt = null) {
       if (gen !== snapshotGen) return;
       for (const ev of events) {
         const p = ev.payload;
-        totals.input += p.input_tokens + p.cache_read_tokens + p.cache_write_tokens;
+        totals.input += tokensIn(p);
         totals.output += p.output_tokens;
         totals.cost += Number(p.cost_usd);
       }

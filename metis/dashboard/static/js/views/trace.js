@@ -6,7 +6,7 @@ import { api, errorText } from "../api.js";
 import { turnEndReason } from "./session.js";
 import { OUTCOMES, pickedBy } from "./routing.js";
 import { SessionStream } from "../stream.js";
-import { h, clear, breakable, fmtCost, fmtInt, fmtMs, fmtTime, plural, shortId } from "../dom.js";
+import { h, clear, breakable, fmtCost, fmtInt, fmtMs, fmtTime, plural, shortId, tokensIn } from "../dom.js";
 
 const PAGE = 200;
 const REDRAW_MS = 250; // live events are drawn together: a redraw walks the whole trace
@@ -157,7 +157,7 @@ export function traceView(root, sessionId) {
           const began = st ? Date.parse(st.timestamp) : at - p.latency_ms;
           const failed = ev.type === "llm.call_failed";
           const label = `LLM ${p.model}${p.attempt > 1 ? ` (retry ${p.attempt - 1})` : ""}${failed ? ` ✗ ${p.error_class}${p.will_retry ? ", will retry" : ""}` : ""}`;
-          children.append(eventRow(ev, label, `${fmtMs(p.latency_ms)} · ${fmtInt(p.input_tokens)} in / ${fmtInt(p.output_tokens)} out · ${fmtCost(p.cost_usd)}`, `span-llm${failed ? " failed" : ""}`, spanBar(began, p.latency_ms, t0, total)));
+          children.append(eventRow(ev, label, `${fmtMs(p.latency_ms)} · ${fmtInt(tokensIn(p))} in / ${fmtInt(p.output_tokens)} out · ${fmtCost(p.cost_usd)}`, `span-llm${failed ? " failed" : ""}`, spanBar(began, p.latency_ms, t0, total)));
         } else if (ev.type === "tool.called") {
           toolOpen.set(p.tool_use_id, ev);
         } else if (ev.type === "tool.completed" || ev.type === "tool.failed") {
@@ -177,7 +177,7 @@ export function traceView(root, sessionId) {
       const p = end?.payload || {};
       const figures = [fmtMs(total), plural(p.llm_call_count, "LLM call"), `${plural(p.tool_call_count, "tool call")} run`,
         ...(notRunIn.has(turnId) ? [`${fmtInt(notRunIn.get(turnId))} not run`] : []),
-        `${fmtInt(p.input_tokens)} in / ${fmtInt(p.output_tokens)} out`, fmtCost(p.total_cost_usd)];
+        `${fmtInt(tokensIn(p))} in / ${fmtInt(p.output_tokens)} out`, fmtCost(p.total_cost_usd)];
       // the totals wrap between figures, never inside one (no-break spaces)
       const totals = figures.map((f) => f.replaceAll(" ", "\u00a0")).join(" · ")
         + (models.size > 1 ? ` · failover: ${[...models].join(" → ")}` : "");
