@@ -101,7 +101,8 @@ class TriedCandidate(NamedTuple):
     """One rejected candidate, as listed in the 503 `details.tried`.
 
     An unavailable candidate also says why (`unavailable_reason`, the trigger such as
-    `auth_error`, and `message`, in words) and when routing tries it again (`recovers_at`).
+    `auth_error`, and `message`, in words) and when routing tries it again (`recovers_at`); one
+    whose window is too small says the sizes in `message`.
     """
 
     model: str
@@ -558,9 +559,22 @@ class RoutingEngine:
             estimated_input_tokens=ctx.estimated_input_tokens,
             elapsed_ms=round((time.perf_counter() - started) * 1000, 3),
             chain=tuple(walk.chain),
-            tried=() if chose else tuple(t.explained(self.availability) for t in walk.tried),
+            tried=() if chose else tuple(self._explained(t, ctx) for t in walk.tried),
             alternative_providers_configured=() if chose else self._alternatives(walk.tried),
         )
+
+    def _explained(self, tried: TriedCandidate, ctx: TurnContext) -> TriedCandidate:
+        """A rejected candidate with its why in words: an unavailable one's from availability,
+        and for a window too small the two sizes, so that whoever reads the refusal knows how
+        far the turn is from fitting (and whether any model could take it)."""
+        if tried.reason == "exceeds_context_window":
+            budget = self._models[tried.model].input_budget
+            return tried._replace(
+                message=f"this turn needs at least ~{ctx.context_floor_tokens:,} input tokens "
+                f"(its new content, the system prompt and the tools); the model takes "
+                f"{budget:,} beside its output reserve"
+            )
+        return tried.explained(self.availability)
 
     def _alternatives(self, tried: list[TriedCandidate]) -> tuple[str, ...]:
         """Configured, healthy providers owning no tried model (`local` only when offline)."""

@@ -200,6 +200,8 @@ def test_context_window_counts_the_output_reserve_capped_by_the_setting(make_eng
         make_ctx(per_message_override="ollama:small:3b", estimated_input_tokens=6145)
     )
     assert over.chain[0].validation_failure == "exceeds_context_window"
+    assert "needs at least ~6,145 input tokens" in over.routing_failed().message
+    assert "the model takes 6,144 beside its output reserve" in over.routing_failed().message
     # anthropic:opus: 200000 context, 32000 output capped to 1000 by the setting.
     capped = make_engine("", max_output_tokens_per_call=1000).decide(
         make_ctx(per_message_override="anthropic:opus", estimated_input_tokens=199_000)
