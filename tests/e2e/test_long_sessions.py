@@ -60,6 +60,10 @@ async def test_a_turn_whose_tool_results_outgrow_the_window_is_still_sent_within
     results = [b for m in last for b in m["content"] if b["type"] == "tool_result"]
     assert len(results) == 4 and OMITTED_RESULT in str(results[0]["content"])
     assert "d" * 79 in str(results[-1]["content"])  # the newest read, in full
+    # and the call says what fitting left out, for the clients to show
+    assert (started[0]["messages_left_out"], started[0]["tool_results_omitted"]) == (0, 0)
+    omitted = sum(OMITTED_RESULT in str(result["content"]) for result in results)
+    assert (started[-1]["messages_left_out"], started[-1]["tool_results_omitted"]) == (0, omitted)
 
 
 async def test_a_conversation_past_the_window_tells_the_model_its_start_was_left_out(
@@ -69,7 +73,7 @@ async def test_a_conversation_past_the_window_tells_the_model_its_start_was_left
     sid = (await api.create_session(workspace, initial_active_model=SMALL))["id"]
     for i in range(4):  # ~2,000 tokens a turn against a budget of 5,000
         fake.enqueue("anthropic", FakeReply.say(f"answer {i} " + "r" * 8000))
-        _, terminal = await api.run_turn(sid, f"question {i}")
+        accepted, terminal = await api.run_turn(sid, f"question {i}")
         assert terminal["type"] == "turn.completed", terminal
     sent = [r.body for r in fake.requests_for("anthropic")]
     assert DROPPED_NOTE not in str(sent[0]["system"]) and DROPPED_NOTE not in str(sent[1]["system"])
@@ -77,6 +81,9 @@ async def test_a_conversation_past_the_window_tells_the_model_its_start_was_left
     assert DROPPED_NOTE in str(last["system"])
     assert last["messages"][0]["content"] != [{"type": "text", "text": "question 0"}]
     assert last["messages"][-1]["content"] == [{"type": "text", "text": "question 3"}]
+    events = await api.turn_events(sid, accepted["turn_id"])
+    (started,) = [e["payload"] for e in events if e["type"] == "llm.call_started"]
+    assert started["messages_left_out"] == 7 - len(last["messages"])  # of 7 stored so far
 
 
 async def test_a_provider_that_counts_more_than_the_estimate_gets_calls_within_its_count(

@@ -112,6 +112,7 @@ class ChatApp(App[int]):
         self.models: dict[str, dict[str, Any]] = {}
         self.aliases: list[str] = []
         self.last_call: dict[str, Any] | None = None
+        self.left_out = 0  # the earliest messages the last model call did not see
         self.created = False
         self.ended = False
         self._last_ctrl_c = 0.0
@@ -256,6 +257,7 @@ class ChatApp(App[int]):
         self.turn.mark_over()
         self.ended = False
         self.last_call = None
+        self.left_out = 0
         await self.transcript.remove_children()
         session = snapshot["session"]
         self.session = session
@@ -392,7 +394,8 @@ class ChatApp(App[int]):
                 session = await self.api.call("GET", f"/sessions/{self.session_id}")
                 self.session = session
         if self.session:
-            self.status.show(**status_fields(self.session, self.last_call, self.models))
+            fields = status_fields(self.session, self.last_call, self.models, self.left_out)
+            self.status.show(**fields)
 
     # input ------------------------------------------------------------------------------------
 

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from metis.wire.counts import tokens_in
+from metis.wire.counts import counted, tokens_in
 
 
 def status_fields(
-    session: dict[str, Any], last_call: dict[str, Any] | None, models: dict[str, dict[str, Any]]
+    session: dict[str, Any],
+    last_call: dict[str, Any] | None,
+    models: dict[str, dict[str, Any]],
+    left_out: int = 0,
 ) -> dict[str, str]:
-    """The bar's fields; the context is the last call's share of its model's window."""
+    """The bar's fields; the context is the last call's share of its model's window, and how
+    many of the conversation's earliest messages that call left out to fit it."""
     how = "pinned" if session.get("sticky_model") else "routing"
     fields = {
         "workspace": session.get("workspace_path", ""),
@@ -35,4 +39,7 @@ def status_fields(
         if window:
             total = used + last_call.get("output_tokens", 0)
             fields["context"] = f"{100 * total / window:.1f}%"
+    if left_out:
+        shown = fields["context"] or "full"
+        fields["context"] = f"{shown}, {counted(left_out, 'message')} left out"
     return fields

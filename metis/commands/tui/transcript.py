@@ -35,6 +35,11 @@ from metis.wire.counts import turn_totals
 from metis.wire.instructions import instructions_label
 from metis.wire.messages import text_of, tool_result_text
 
+OUTGROWN_NOTE = (
+    "The conversation has outgrown the model's context window: its earliest messages are no "
+    "longer sent to the model (the status bar counts them)."
+)
+
 
 class TranscriptHost(Protocol):
     """What of the app drawing the events uses."""
@@ -43,6 +48,7 @@ class TranscriptHost(Protocol):
     session_id: str | None
     workspace: str
     last_call: dict[str, Any] | None
+    left_out: int
     ended: bool
     turn: RunningTurn
     confirmations: ConfirmationQueue
@@ -89,8 +95,8 @@ class TranscriptRenderer:
         messages = await host.api.all_messages(host.session_id)
         events = await host.api.all_events(
             host.session_id,
-            "tool.completed,tool.failed,llm.call_completed,tool.confirmation_resolved,"
-            "turn.started,turn.failed,turn.cancelled",
+            "tool.completed,tool.failed,llm.call_started,llm.call_completed,"
+            "tool.confirmation_resolved,turn.started,turn.failed,turn.cancelled",
         )
         self.started_at = {
             e["turn_id"]: e["timestamp"] for e in events if e["type"] == "turn.started"
@@ -107,6 +113,8 @@ class TranscriptRenderer:
         }
         calls = [e["payload"] for e in events if e["type"] == "llm.call_completed"]
         host.last_call = calls[-1] if calls else None
+        fits = [e["payload"] for e in events if e["type"] == "llm.call_started"]
+        host.left_out = int(fits[-1].get("messages_left_out") or 0) if fits else 0
         cut_short = {e["turn_id"]: e for e in events if e["type"] in _CUT_SHORT}
         shown_turn = None
         for m in messages:
@@ -252,6 +260,12 @@ class TranscriptRenderer:
             thinking.finish()
         if note:  # at the end, in the order things happened (after "cancelling the turn…")
             await self.host.add(Note(plain(note), classes="warning"))
+
+    async def _on_llm_call_started(self, event: dict[str, Any], p: dict[str, Any]) -> None:
+        left_out = int(p.get("messages_left_out") or 0)
+        if left_out and not self.host.left_out:  # said once, as it begins; then the bar counts
+            await self.host.add(Note(plain(OUTGROWN_NOTE), classes="warning"))
+        self.host.left_out = left_out
 
     async def _on_llm_call_completed(self, event: dict[str, Any], p: dict[str, Any]) -> None:
         self.host.last_call = p

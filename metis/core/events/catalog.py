@@ -296,6 +296,10 @@ class LlmCallStarted(_LlmCall):
     estimated_input_tokens: int
     max_output_tokens: int
     failover_from: str | None = None
+    # what fitting the model's window left out of this call: the conversation's earliest
+    # messages, and tool results sent as a placeholder (metis/core/turns/context.py)
+    messages_left_out: int = Field(default=0, ge=0)
+    tool_results_omitted: int = Field(default=0, ge=0)
 
 
 class LlmCallCompleted(_LlmCall, _Quartet):

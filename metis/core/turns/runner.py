@@ -129,6 +129,8 @@ class CallContext:
     messages: list[Message]  # the history, assembled and compacted
     estimate: int  # input tokens of the whole request
     max_output_tokens: int
+    left_out: int = 0  # the history's earliest messages not sent
+    omitted: int = 0  # sent messages whose tool results became the placeholder
 
 
 def call_context(
@@ -157,7 +159,13 @@ def call_context(
         volatile = f"{volatile}\n{DROPPED_NOTE}"
         prompt = prompt_size(system_prompt=f"{stable}\n{volatile}", tools=offered)
         messages, estimate = compact(assembled, budget, prompt)
-    return CallContext(stable, volatile, messages, estimate, max_out)
+    if messages is assembled:  # compaction hands back the list itself when all of it fits
+        return CallContext(stable, volatile, messages, estimate, max_out)
+    left_out = len(assembled) - len(messages)
+    # the rest is sent as it is, but for the messages whose tool results it blanked
+    sent = zip(messages, assembled[left_out:], strict=True)
+    omitted = sum(message is not original for message, original in sent)
+    return CallContext(stable, volatile, messages, estimate, max_out, left_out, omitted)
 
 
 def failure_message(registry: ModelRegistry, error: ProviderError) -> str:
@@ -184,12 +192,11 @@ class _Hooks:
         request_id: str,
         message_id: str,
         entry: ModelEntry,
-        estimate: int,
-        max_out: int,
+        fitted: CallContext,
         failover_from: str | None,
     ) -> None:
         self.runner, self.request_id, self.message_id = runner, request_id, message_id
-        self.entry, self.estimate, self.max_out = entry, estimate, max_out
+        self.entry, self.fitted = entry, fitted
         self.failover_from = failover_from  # said by the first attempt only
         self.attempt = 0
         self.started_at = 0.0
@@ -204,9 +211,11 @@ class _Hooks:
                 "message_id": self.message_id,
                 "model": self.entry.id,
                 "provider": self.entry.provider,
-                "estimated_input_tokens": self.estimate,
-                "max_output_tokens": self.max_out,
+                "estimated_input_tokens": self.fitted.estimate,
+                "max_output_tokens": self.fitted.max_output_tokens,
                 "failover_from": self.failover_from if attempt == 1 else None,
+                "messages_left_out": self.fitted.left_out,
+                "tool_results_omitted": self.fitted.omitted,
             },
         )
 
@@ -508,8 +517,7 @@ class TurnRunner:
             request_id,
             message_id,
             entry,
-            fitted.estimate,
-            fitted.max_output_tokens,
+            fitted,
             failover_from,
         )
         request = LLMRequest(

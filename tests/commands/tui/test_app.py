@@ -19,6 +19,7 @@ from metis.commands.daemon_client import resolve_daemon
 from metis.commands.tui.app import ChatApp, finish
 from metis.commands.tui.screens import ConfirmScreen, Decision, SessionPicker
 from metis.commands.tui.slash_commands import COMMANDS, mcp_summary
+from metis.commands.tui.transcript import OUTGROWN_NOTE
 from metis.commands.tui.widgets import (
     PIECE_CHARS,
     AssistantMessage,
@@ -35,6 +36,7 @@ from metis.testing import FakeProviderServer, FakeReply
 from metis.testing.bench import bench_models_yaml
 from tests.api import Api
 from tests.core.tools.mcp_servers import MALFORMED, python_server
+from tests.e2e.test_long_sessions import MODELS, OUTPUT, SMALL, WINDOW
 from tests.e2e.test_turn_endings import CUT_OFF_REPLIES
 from tests.helpers import insert_running_turn
 from tests.ws_client import SLOW_SCRIPTED
@@ -1279,6 +1281,31 @@ async def test_the_tokens_read_count_those_read_from_the_cache(
             await until(lambda: app.status.fields.get("tokens") == "5,312 in / 7 out")
             await type_text(pilot, app, "/cost")
             await until(lambda: " · 5,312 in / 7 out tokens" in notes(app))
+
+
+async def test_a_conversation_past_the_window_is_said_once_and_counted_on_the_bar(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """A small window (5,000 input tokens) and ~2,000-token replies: from the fourth turn on
+    the model no longer sees the first messages; the transcript says so once, the bar counts
+    them, and a re-attach finds the count again."""
+    async with FakeProviderServer() as fake:  # the long-session tests' small model
+        models = MODELS.format(anthropic=fake.anthropic_base_url, window=WINDOW, output=OUTPUT)
+        d = await start_daemon(models=models)
+        app = make_app(d, workspace, model=SMALL)
+        async with attached(app) as pilot:
+            for i in range(5):
+                fake.enqueue("anthropic", FakeReply.say(f"answer {i} " + "r" * 8000))
+                await type_text(pilot, app, f"question {i}")
+                await until(lambda i=i: notes(app).count("turn completed") == i + 1)
+            assert notes(app).count(OUTGROWN_NOTE) == 1
+            assert app.status.fields["context"].endswith(" messages left out")
+            screenshot(app, "window-outgrown")
+            shown = app.status.fields["context"]
+            await app.transcript.remove_children()
+            await app.renderer.show_history()  # as a re-attach does
+            await app.refresh_status(fetch=False)
+            assert app.status.fields["context"] == shown
 
 
 async def test_esc_puts_away_the_completions_when_no_turn_runs(

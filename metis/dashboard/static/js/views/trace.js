@@ -9,6 +9,14 @@ import { SessionStream } from "../stream.js";
 import { h, clear, breakable, fmtCost, fmtInt, fmtMs, fmtTime, plural, shortId, tokensIn } from "../dom.js";
 
 const PAGE = 200;
+
+// What fitting the model's window left out of a call (its llm.call_started), in words.
+function leftOut(started) {
+  const parts = [];
+  if (started.messages_left_out) parts.push(`${plural(started.messages_left_out, "earlier message")} left out`);
+  if (started.tool_results_omitted) parts.push(`${plural(started.tool_results_omitted, "tool result")} omitted`);
+  return parts.length ? ` · ${parts.join(", ")}` : "";
+}
 const REDRAW_MS = 250; // live events are drawn together: a redraw walks the whole trace
 const KINDS = { all: null, turn: "turn.", route: "route.", llm: "llm.", tool: "tool.", session: "session." };
 // what the filter's choices say (their values stay the kinds' names)
@@ -157,7 +165,7 @@ export function traceView(root, sessionId) {
           const began = st ? Date.parse(st.timestamp) : at - p.latency_ms;
           const failed = ev.type === "llm.call_failed";
           const label = `LLM ${p.model}${p.attempt > 1 ? ` (retry ${p.attempt - 1})` : ""}${failed ? ` ✗ ${p.error_class}${p.will_retry ? ", will retry" : ""}` : ""}`;
-          children.append(eventRow(ev, label, `${fmtMs(p.latency_ms)} · ${fmtInt(tokensIn(p))} in / ${fmtInt(p.output_tokens)} out · ${fmtCost(p.cost_usd)}`, `span-llm${failed ? " failed" : ""}`, spanBar(began, p.latency_ms, t0, total)));
+          children.append(eventRow(ev, label, `${fmtMs(p.latency_ms)} · ${fmtInt(tokensIn(p))} in / ${fmtInt(p.output_tokens)} out · ${fmtCost(p.cost_usd)}${st ? leftOut(st.payload) : ""}`, `span-llm${failed ? " failed" : ""}`, spanBar(began, p.latency_ms, t0, total)));
         } else if (ev.type === "tool.called") {
           toolOpen.set(p.tool_use_id, ev);
         } else if (ev.type === "tool.completed" || ev.type === "tool.failed") {
