@@ -919,9 +919,11 @@ def test_the_composer_stays_in_view_whatever_sits_above_it(
     """At 1280×800 the session's page fills the screen and the transcript is what scrolls: "Load
     earlier messages", a two-line title and a confirmation card take room from the transcript,
     never push the message box below the fold. A phone's page scrolls as a whole, no wider than
-    the screen."""
+    the screen, whatever the workspace's path (a long folder name has no place to break)."""
     long = "please look at every file of this project and tell me " * 3
-    session_id = open_session(page, workspace)
+    deep = workspace / ("a_long_project_folder_name_" * 2 + "without_a_hyphen")
+    deep.mkdir()
+    session_id = open_session(page, deep)
     for n in range(2):
         send(page, f"{long}{n}")
         page.wait_for_selector(f".msg.assistant .md:has-text('{n}')")
