@@ -671,6 +671,44 @@ def fpage(browser: Any, faked: Faked) -> Iterator[Any]:
         yield pg
 
 
+def test_the_trace_says_the_tokens_read_from_the_cache_and_what_a_full_window_left_out(
+    browser: Any, dash_home: Path, browser_path: str, workspace: Path
+) -> None:
+    """A model whose window takes 5,000 input tokens and ~2,000-token replies read mostly from
+    the prompt cache: each call's row counts the cached tokens as read, and the calls past the
+    window say how many earlier messages they left out."""
+    served = DaemonThread(dash_home)
+    fake = FakeProviderServer(expected_keys={"anthropic": "bench-key"})
+    served.run(fake.start())
+    window = 8192 + 5000  # the output reserve (limits.max_output_tokens_per_call) and the rest
+    models = bench_models_yaml(fake.anthropic_base_url, context_tokens=window)
+    (dash_home / "models.yaml").write_text(models)
+    usage = {"input_tokens": 12, "cache_read_tokens": 5000, "cache_write_tokens": 300}
+    try:
+        served.start()
+        faked = Faked(served, fake)
+        session_id = start_session(served, workspace)
+        for i in range(4):
+            faked.reply(
+                {"text": f"answer {i} " + "r" * 8000, "usage": {**usage, "output_tokens": 7}}
+            )
+            send_turn(served, session_id, f"question {i}")
+            session_once(served, session_id, lambda s: s["current_turn_id"] is None)
+        started = events_of(served, session_id, "llm.call_started")
+        left_out = started[-1]["payload"]["messages_left_out"]
+        assert left_out > 0 and started[0]["payload"]["messages_left_out"] == 0
+        with logged_in_page(browser, served, 1280, 800) as page:
+            page.goto(f"{served.url}/#/s/{session_id}/trace")
+            page.wait_for_selector("#trace .ev.span-llm")
+            calls = page.locator("#trace .ev.span-llm .ev-extra").all_inner_texts()
+            assert len(calls) == 4 and all(" · 5,312 in / 7 out · " in c for c in calls), calls
+            assert "left out" not in calls[0]
+            assert calls[-1].endswith(f" · {left_out} earlier messages left out"), calls
+    finally:
+        served.run(fake.stop())
+        served.close()
+
+
 def diff_lines(card: Any) -> list[str]:
     return card.locator("pre.diff > span").evaluate_all(
         "spans => spans.map(s => s.textContent.replace(/\\n$/, ''))"
