@@ -499,13 +499,15 @@ def _capabilities(check: Collector, value: Any, path: str, where: Any) -> Capabi
             position(body, "max_output_tokens"),
             minimum=1,
         )
-    if context is not None and output is not None and output > context:
+    if context is not None and output is not None and output >= context:
+        # the output is kept out of the window: with it all, no turn's input would fit
         out_path = join(path, "max_output_tokens")
         check.error(
             "out_of_range",
             out_path,
             position(body, "max_output_tokens"),
-            f"{out_path}: must not exceed max_context_tokens ({context})",
+            f"{out_path}: must be less than max_context_tokens ({context}), which holds the "
+            "input too",
         )
     if len(check.errors) > before or context is None or output is None:
         return None

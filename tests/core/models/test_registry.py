@@ -203,7 +203,7 @@ def test_structural_errors_name_path_and_key() -> None:
         capabilities: {max_context_tokens: 100, max_output_tokens: 1000, supports_tools: "yes"}
         pricing: {output_per_mtok: "1"}
       - id: both:m
-        capabilities: {max_context_tokens: 2000, max_output_tokens: 3000}
+        capabilities: {max_context_tokens: 2000, max_output_tokens: 2000}
         pricing: {input_per_mtok: "1", output_per_mtok: "1"}
       - id: "no-colon"
       - id: local:other
@@ -222,7 +222,8 @@ def test_structural_errors_name_path_and_key() -> None:
         "models[0].capabilities.max_context_tokens: must be at least 1024",
         "models[0].capabilities.supports_tools: expected a boolean",
         "models[0].pricing: missing required key 'input_per_mtok'",
-        "models[1].capabilities.max_output_tokens: must not exceed max_context_tokens (2000)",
+        "models[1].capabilities.max_output_tokens: must be less than max_context_tokens (2000), "
+        "which holds the input too",
         "models[2]: missing required key 'capabilities'",
         "models[2].id: 'no-colon' is not a model id",
         "models[3].id: provider 'local' only serves the built-in model local:scripted",
