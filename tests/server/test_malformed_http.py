@@ -209,12 +209,13 @@ async def read_head(reader: asyncio.StreamReader) -> tuple[bytes, dict[str, str]
     return status_line.encode(), headers
 
 
-async def test_a_body_sent_after_100_continue_is_served(daemon: Daemon, workspace: Path) -> None:
-    """`Expect: 100-continue` still works: the daemon answers the interim `100 Continue`
-    before the body is sent, then the request is served as usual."""
-    body = json.dumps({"workspace_path": str(workspace)}).encode()
+async def sent_after_100_continue(
+    daemon: Daemon, method: str, path: str, body: bytes
+) -> tuple[bytes, bytes]:
+    """A request asking `Expect: 100-continue`, its body sent once the interim answer came (it
+    must): the final answer's status line and body."""
     head = (
-        f"POST /sessions HTTP/1.1\r\nHost: 127.0.0.1:{daemon.port}\r\n"
+        f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{daemon.port}\r\n"
         f"Authorization: {auth_headers(daemon)['Authorization']}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
         "Expect: 100-continue\r\n\r\n"
@@ -226,11 +227,18 @@ async def test_a_body_sent_after_100_continue_is_served(daemon: Daemon, workspac
         assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
         writer.write(body)
         status_line, headers = await read_head(reader)
-        created = json.loads(await reader.readexactly(int(headers["content-length"])))
+        return status_line, await reader.readexactly(int(headers["content-length"]))
     finally:
         writer.close()
+
+
+async def test_a_body_sent_after_100_continue_is_served(daemon: Daemon, workspace: Path) -> None:
+    """`Expect: 100-continue` still works: the daemon answers the interim `100 Continue`
+    before the body is sent, then the request is served as usual."""
+    body = json.dumps({"workspace_path": str(workspace)}).encode()
+    status_line, answer = await sent_after_100_continue(daemon, "POST", "/sessions", body)
     assert status_line.split()[1] == b"201", status_line
-    assert created["id"].startswith("sess_")
+    assert json.loads(answer)["id"].startswith("sess_")
 
 
 @pytest.mark.parametrize(
@@ -242,22 +250,7 @@ async def test_the_100_continue_comes_when_the_body_is_read_on_both_surfaces(
 ) -> None:
     """A request that passes the checks before its body gets the interim answer, then its body
     is read and judged (an empty object is refused by the handler's validation)."""
-    sent = b"{}"
-    head = (
-        f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{daemon.port}\r\n"
-        f"Authorization: {auth_headers(daemon)['Authorization']}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(sent)}\r\n"
-        "Expect: 100-continue\r\n\r\n"
-    )
-    reader, writer = await asyncio.open_connection("127.0.0.1", daemon.port)
-    try:
-        writer.write(head.encode())
-        interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
-        assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
-        writer.write(sent)
-        status_line, _ = await read_head(reader)
-    finally:
-        writer.close()
+    status_line, _ = await sent_after_100_continue(daemon, method, path, b"{}")
     assert status_line.split()[1] == b"400", status_line
 
 
