@@ -19,6 +19,7 @@ from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from tests.aap.client import WEATHER, AapClient
 from tests.aap.conftest import roots
 from tests.api import Api
+from tests.e2e.test_long_sessions import MODELS, OUTPUT, SMALL, WINDOW
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 32).decode()
 DATA_URI = f"data:image/png;base64,{PNG}"
@@ -350,31 +351,16 @@ async def test_compacted_history_keeps_the_order_of_full_when_nothing_was_compac
     assert await aap.history(sid, "compacted") == full
 
 
-SMALL_WINDOW, SMALL_OUTPUT = 6000, 1000
-SMALL_MODELS = """
-pricing_version: "test"
-providers:
-  anthropic: {{adapter: anthropic, base_url: "{base_url}", api_key: "ak-test"}}
-models:
-  - id: anthropic:small
-    aliases: [small]
-    capabilities: {{max_context_tokens: {window}, max_output_tokens: {output}}}
-    pricing: {{input_per_mtok: "1", output_per_mtok: "5"}}
-"""
-
-
 async def test_the_compacted_view_follows_the_providers_count_as_the_next_call_does(
     start_daemon: Any, client_for: Any, fake: FakeProviderServer, workspace: Path
 ) -> None:
     """Once the provider has counted four times the estimate, the runner fits the session to
     that count; the compacted history shows that fit, not the estimate's (which still fits
     the whole history in the window)."""
-    models = SMALL_MODELS.format(
-        base_url=fake.anthropic_base_url, window=SMALL_WINDOW, output=SMALL_OUTPUT
-    )
+    models = MODELS.format(anthropic=fake.anthropic_base_url, window=WINDOW, output=OUTPUT)
     daemon = await start_daemon(models=models, **roots(workspace))
     aap = await client_for(daemon)
-    sid = await aap.create(options={"model": "small", "workspace": str(workspace)})
+    sid = await aap.create(options={"model": SMALL, "workspace": str(workspace)})
     for i, counted in enumerate((None, 12_000)):  # ~1,500 estimated tokens a reply
         usage = {"input_tokens": counted} if counted else None
         fake.enqueue("anthropic", FakeReply.say(f"answer {i} " + "r" * 6000, usage=usage))
