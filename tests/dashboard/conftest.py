@@ -48,7 +48,9 @@ models:
 
 
 def chromium_path() -> str | None:
-    for name in ("chromium", "chromium-browser"):
+    """Debian's headless shell build of Chromium first: the same engine without the desktop
+    browser's machinery, it drives the dashboard tests for about two thirds of the CPU."""
+    for name in ("chromium-headless-shell", "chromium", "chromium-browser"):
         found = shutil.which(name)
         if found:
             return found
@@ -58,7 +60,10 @@ def chromium_path() -> str | None:
 def _need_browser() -> str:
     path = chromium_path()
     if path is None:
-        message = "no chromium on PATH: `apt-get install chromium` to run the dashboard tests"
+        message = (
+            "no chromium on PATH: `apt-get install chromium-headless-shell` (or `chromium`) to "
+            "run the dashboard tests"
+        )
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
