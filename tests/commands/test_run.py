@@ -10,6 +10,7 @@ import pty
 import shlex
 import signal
 import sys
+from asyncio.subprocess import Process
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -63,21 +64,18 @@ async def test_sigterm_while_the_prompt_is_read_ends_the_run_with_its_json(
     assert err.decode() == "metis: terminated: no prompt was sent\n"
 
 
+async def run_all_tools(daemon: Daemon, workspace: Path, **streams: Any) -> Process:
+    """`metis run "use all tools"`: the scripted model's reply, then a note per tool call."""
+    run = ("run", "use all tools", "--workspace", str(workspace), "--url", daemon.base_url)
+    return await start_metis(*run, **streams)
+
+
 async def test_at_a_terminal_a_note_starts_a_line_of_its_own_not_the_end_of_the_reply(
     daemon: Daemon, workspace: Path
 ) -> None:
     controller, terminal = pty.openpty()
     try:
-        proc = await start_metis(
-            "run",
-            "use all tools",
-            "--workspace",
-            str(workspace),
-            "--url",
-            daemon.base_url,
-            stdout=terminal,
-            stderr=terminal,
-        )
+        proc = await run_all_tools(daemon, workspace, stdout=terminal, stderr=terminal)
         assert await asyncio.wait_for(proc.wait(), 30) == 0
         lines = terminal_lines(controller, terminal)
     finally:
@@ -95,15 +93,7 @@ async def test_into_one_pipe_2_and_1_a_note_starts_a_line_of_its_own_too(
 ) -> None:
     """`metis run … 2>&1 | tee log`: the reply and the notes reach one reader, as at a
     terminal."""
-    proc = await start_metis(
-        "run",
-        "use all tools",
-        "--workspace",
-        str(workspace),
-        "--url",
-        daemon.base_url,
-        stderr=asyncio.subprocess.STDOUT,
-    )
+    proc = await run_all_tools(daemon, workspace, stderr=asyncio.subprocess.STDOUT)
     out, _ = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0, out
     lines = out.decode().splitlines()
