@@ -26,3 +26,11 @@ def json_response(
 
 def no_content(headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(status=204, headers=headers)
+
+
+def json_head(status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    """The head of a JSON answer without its body, for a HEAD whose GET would do what a HEAD
+    must not (mint a token): no `Content-Length`, which only the body would determine."""
+    return web.Response(
+        status=status, content_type="application/json", charset="utf-8", headers=headers
+    )

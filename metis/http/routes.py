@@ -41,6 +41,14 @@ class RouteSpec:
     # the surface's wire-error class: renders what is refused on this route before the surface's
     # middleware runs (an unmet `Expect`); None keeps aiohttp's own answer
     wire_error: type[WireError] | None = None
+    # a GET route also answers HEAD, through the same handler and checks (aiohttp sends the
+    # head of the GET's answer without its body); False where running the GET spends what a
+    # HEAD must leave alone (a one-time token): such a HEAD is refused 405
+    head: bool = True
+
+    @property
+    def answers_head(self) -> bool:
+        return self.method == "GET" and self.head
 
     @property
     def needs_key(self) -> bool:
@@ -106,15 +114,27 @@ async def expect_continue(request: web.Request) -> web.StreamResponse | None:
 
 def add_routes(app: web.Application, specs: Iterable[RouteSpec]) -> dict[Any, RouteSpec]:
     """Register `specs` on `app`, each answering `Expect` with `expect_continue`; `spec_of`
-    finds a request's spec again."""
+    finds a request's spec again.
+
+    A GET route (`answers_head`) is registered for HEAD too, mapped to the same spec: HTTP
+    asks a general-purpose server to answer HEAD wherever it answers GET, and one handler
+    keeps the two answers' status and headers the same. The mapping's values may therefore
+    repeat a spec (`unique_specs`)."""
     mapping: dict[Any, RouteSpec] = {}
     for spec in specs:
-        route = app.router.add_route(
-            spec.method, spec.path, spec.handler, expect_handler=expect_continue
-        )
-        mapping[route] = spec
+        methods = (spec.method, hdrs.METH_HEAD) if spec.answers_head else (spec.method,)
+        for method in methods:
+            route = app.router.add_route(
+                method, spec.path, spec.handler, expect_handler=expect_continue
+            )
+            mapping[route] = spec
     app[ROUTE_SPEC_KEY] = mapping
     return mapping
+
+
+def unique_specs(mapping: dict[Any, RouteSpec]) -> list[RouteSpec]:
+    """The specs `add_routes` registered, each once (a GET's HEAD route shares its spec)."""
+    return list({id(spec): spec for spec in mapping.values()}.values())
 
 
 def spec_of(request: web.Request) -> RouteSpec | None:

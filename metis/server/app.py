@@ -12,7 +12,7 @@ from metis.aap import app as aap  # the one place the metis surface knows AAP: i
 from metis.config import Settings
 from metis.core.application import Application
 from metis.dashboard import routes as dashboard
-from metis.http.routes import RouteSpec, add_routes
+from metis.http.routes import RouteSpec, add_routes, unique_specs
 from metis.server import ws
 from metis.server.auth import SESSIONS_FILE, ServerAuth
 from metis.server.middleware import SELF_GUARDED_KEY, add_security_headers, metis_middleware
@@ -60,7 +60,7 @@ def create_app(state: ServerState) -> web.Application:
     )
     if not state.auth.required:
         app.on_startup.append(_warn_unauthenticated)
-    route_specs = list(specs.values())
+    route_specs = unique_specs(specs)
     document: Callable[[], dict[str, object]] = functools.cache(
         lambda: openapi_document(route_specs, metis_version(), state.settings)
     )

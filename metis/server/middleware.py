@@ -96,7 +96,7 @@ def _browser_went_nowhere(request: web.Request) -> bool:
     """A browser navigating (an address typed or a link followed: `Sec-Fetch-Mode: navigate`,
     which browsers set themselves and pages cannot) to a path no route serves."""
     return (
-        request.method == "GET"
+        request.method in ("GET", "HEAD")
         and request.headers.get("Sec-Fetch-Mode") == "navigate"
         and isinstance(request.match_info.http_exception, web.HTTPNotFound)
     )

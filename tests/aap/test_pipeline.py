@@ -177,7 +177,7 @@ async def test_routing_errors_use_the_aap_envelope(aap: AapClient) -> None:
         assert reply.status == 404, path
         envelope(reply.body, "not_found")
     reply = await aap.request("PATCH", "/sessions", {})
-    assert reply.status == 405 and reply.headers["Allow"] == "GET, POST, OPTIONS"
+    assert reply.status == 405 and reply.headers["Allow"] == "GET, HEAD, POST, OPTIONS"
     envelope(reply.body, "method_not_allowed")
     # auth comes first, even for unknown paths
     reply = await aap.request("GET", "/nowhere", auth=False)

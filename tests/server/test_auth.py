@@ -105,9 +105,14 @@ async def call(
         return r.status, dict(r.headers), body
 
 
-def assert_unauthorized(status: int, headers: dict[str, str], body: Any, where: Any) -> None:
+def assert_unauthorized(
+    status: int, headers: dict[str, str], body: Any, where: Any, *, head: bool = False
+) -> None:
     assert status == 401, (where, status, body)
     assert headers.get("WWW-Authenticate") == "Bearer", where
+    if head:  # the GET's refusal without its body
+        assert body is None and headers["Content-Type"].startswith("application/json"), where
+        return
     assert body["error"]["code"] == "unauthorized" and body["error"]["details"] == {}, where
     assert isinstance(body["error"]["message"], str) and body["error"]["message"], where
 
@@ -129,10 +134,15 @@ async def closing() -> AsyncIterator[Callable[[aiohttp.ClientSession], aiohttp.C
 
 
 async def test_the_router_has_exactly_the_expected_public_routes(daemon: Daemon) -> None:
-    specs = daemon.app[ROUTE_SPEC_KEY].values()
+    mapping = daemon.app[ROUTE_SPEC_KEY]
+    specs = mapping.values()
     routes = set(metis_routes(daemon))
-    # every entry comes from a route table
-    assert {(s.method, canonical(s.path)) for s in specs} == routes
+    # every entry comes from a route table; a HEAD route is its GET's, every GET has one but
+    # the login exchange's (a HEAD must not spend the one-time token)
+    assert {(route.method, canonical(s.path)) for route, s in mapping.items()} == routes
+    assert all(s.method == "GET" for route, s in mapping.items() if route.method == "HEAD")
+    heads = {("HEAD", path) for method, path in routes if method == "GET"} - {("HEAD", "/login")}
+    assert {r for r in routes if r[0] == "HEAD"} == heads
     assert {(s.method, canonical(s.path)) for s in specs if s.public} == PUBLIC
     assert routes >= KEY_ONLY
     assert STREAM in routes
@@ -151,16 +161,23 @@ async def test_every_route_refuses_a_request_without_the_key(
     http = closing(aiohttp.ClientSession(headers=headers))
     checked = 0
     for method, template in metis_routes(daemon):
-        if (method, template) == STREAM:
+        as_get = ("GET" if method == "HEAD" else method, template)
+        if as_get == STREAM:
             continue  # test_the_websocket_is_authorised_by_its_attach_token
         body = {} if method in WRITES else None
         status, resp_headers, payload = await call(
             http, daemon, method, concrete(template), json=body
         )
-        if (method, template) in SERVED_TO_ANYONE:
-            assert status == 200, (template, payload)
+        if as_get in SERVED_TO_ANYONE:
+            assert status == 200, (method, template, payload)
             continue
-        assert_unauthorized(status, resp_headers, payload, (credential, method, template))
+        assert_unauthorized(
+            status,
+            resp_headers,
+            payload,
+            (credential, method, template),
+            head=method == "HEAD",
+        )
         checked += 1
     assert checked >= 15
     # an unknown path says nothing about what exists either
@@ -518,6 +535,8 @@ async def test_openapi_declares_the_bearer_scheme(daemon: Daemon) -> None:
     scheme = doc["components"]["securitySchemes"]["metisBearer"]
     assert scheme["type"] == "http" and scheme["scheme"] == "bearer"
     for method, template in metis_routes(daemon):
+        if method == "HEAD":
+            continue  # not an operation of its own: every GET's (docs/api.md)
         op = doc["paths"][template][method.lower()]
         if (method, template) in PUBLIC or (method, template) == STREAM:
             assert op["security"] == [], template

@@ -7,7 +7,7 @@
 - 415 on the optional-body routes (cancel, `/routing/check`), with
   `details.content_type`; an empty body with any Content-Type is no body and passes.
 - `PUT /sessions` and `OPTIONS /health` → 405 with `Allow` and
-  `details.allowed`; `HEAD /sessions/{id}` → 405 and mints no attach token.
+  `details.allowed`; `HEAD /sessions/{id}` → 200 and mints no attach token.
 - after a purge, every metis route for the id and the upgrade
   → 404 `session_not_found`; so is every AAP route; the SQLite file has no row left for the id
   (`aap_message_forms` and `aap_sessions` included).
@@ -472,9 +472,9 @@ async def test_put_sessions_is_405_with_allow_and_details_allowed(
 ) -> None:
     _, client = api
     for method, path, allowed in (
-        ("PUT", "/sessions", {"GET", "POST"}),
-        ("OPTIONS", "/health", {"GET"}),
-        ("PUT", f"/sessions/{NEVER}", {"GET", "PATCH", "DELETE"}),
+        ("PUT", "/sessions", {"GET", "HEAD", "POST"}),
+        ("OPTIONS", "/health", {"GET", "HEAD"}),
+        ("PUT", f"/sessions/{NEVER}", {"GET", "HEAD", "PATCH", "DELETE"}),
     ):
         async with client.http.request(method, path) as r:
             assert r.status == 405, (method, path)
@@ -485,7 +485,6 @@ async def test_put_sessions_is_405_with_allow_and_details_allowed(
         assert body["error"]["code"] == "method_not_allowed"
         assert set(body["error"]["details"]["allowed"]) == allowed
         assert len(body["error"]["details"]["allowed"]) == len(allowed)
-        assert "HEAD" not in body["error"]["details"]["allowed"]
 
     # 405 precedes origin, media-type and body checks, and writes nothing.
     sessions_before = len((await client.call("GET", "/sessions"))[1]["sessions"])
@@ -515,9 +514,9 @@ async def test_a_preflight_on_metis_routes_is_405_without_cors_even_with_aap_ori
         preflight = {"Access-Control-Request-Method": "POST"}
         for origin in (app_origin, "http://evil.example"):
             for path, allowed in (
-                ("/sessions", {"GET", "POST"}),
-                (f"/sessions/{sid}", {"GET", "PATCH", "DELETE"}),
-                ("/health", {"GET"}),
+                ("/sessions", {"GET", "HEAD", "POST"}),
+                (f"/sessions/{sid}", {"GET", "HEAD", "PATCH", "DELETE"}),
+                ("/health", {"GET", "HEAD"}),
             ):
                 async with http.options(path, headers={"Origin": origin, **preflight}) as r:
                     assert r.status == 405, (origin, path, r.status)
@@ -528,7 +527,7 @@ async def test_a_preflight_on_metis_routes_is_405_without_cors_even_with_aap_ori
                 assert set(body["error"]["details"]["allowed"]) == allowed
 
 
-async def test_head_on_a_session_is_405_and_mints_no_token(
+async def test_head_on_a_session_answers_as_get_and_mints_no_token(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
     # One outstanding token per session: any extra mint would evict the first one.
@@ -541,12 +540,15 @@ async def test_head_on_a_session_is_405_and_mints_no_token(
         assert d.core.hub.token_count(sid) == 1
         for _ in range(3):
             async with http.head(f"/sessions/{sid}") as r:
-                assert r.status == 405
-                assert _allowed(r.headers["Allow"]) == {"GET", "PATCH", "DELETE"}
+                assert r.status == 200
+                assert r.headers["Content-Type"] == "application/json; charset=utf-8"
                 assert r.headers["Cache-Control"] == "no-store"
+                # the length only the minted token would determine is not claimed
+                assert "Content-Length" not in r.headers
                 assert await r.read() == b""
-        async with http.head(f"/sessions/{NEVER}") as r:  # the method check precedes the lookup
-            assert r.status == 405
+        async with http.head(f"/sessions/{NEVER}") as r:  # the lookup still runs
+            assert r.status == 404
+            assert await r.read() == b""
         assert d.core.hub.token_count() == 1
         # The token minted by the GET is still the one outstanding: it attaches.
         ws = await http.ws_connect(got["ws_url"])

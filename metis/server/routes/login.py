@@ -42,6 +42,9 @@ class LoginQuery(DataModel):
     public=True,
     query_model=LoginQuery,
     errors=("unauthorized",),
+    # the GET spends the token and opens a session: a HEAD (a link checker's, a prefetch)
+    # must not, and the answer's Location would carry the session's secret
+    head=False,
     summary="Browser login: trade a one-time token for a browser-session secret, handed to "
     "the page in the fragment of a 303 to /#login=<secret>",
 )

@@ -4,7 +4,7 @@ import base64
 import json
 from typing import Any, Literal, TypeVar
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 from pydantic.config import JsonDict
 
@@ -23,6 +23,7 @@ from metis.core.datamodel import DataModel
 from metis.core.errors import CursorNotFound
 from metis.core.events.catalog import PERSISTED
 from metis.http.openapi import from_setting
+from metis.http.responses import json_head
 from metis.server.errors import ApiError
 from metis.server.http import (
     RouteTable,
@@ -412,6 +413,10 @@ async def get_session(request: web.Request) -> web.Response:
     """A session with a fresh single-use attach token for its WebSocket stream."""
     state = request.app[STATE_KEY]
     view = await state.app.sessions.get(request.match_info["session_id"])
+    if request.method == hdrs.METH_HEAD:
+        # a token minted for a HEAD is never seen, yet evicts an outstanding one (the
+        # per-session cap): the same status and media type, nothing minted
+        return json_head()
     return json_response(
         {
             **render_session(view),
