@@ -88,7 +88,7 @@ def _available_models(daemon: Daemon) -> str:
 def print_banner(daemon: Daemon, *, detached: bool = False) -> None:
     """What a user needs once the daemon is healthy: plain stdout lines, not log records.
     `detached`: they go to the daemon's log file, where a login link does not belong."""
-    from metis.commands.paths import printable
+    from metis.commands.printable import printable
 
     lines = [
         f"metis is serving at {daemon.base_url}",

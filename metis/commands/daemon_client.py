@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from metis.commands.paths import printable
+from metis.commands.printable import printable
 from metis.config import (
     LOOPBACK_HOSTS,
     env_port,

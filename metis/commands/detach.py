@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from metis.commands.paths import printable
+from metis.commands.printable import printable
 from metis.server.lock import LOCK_FILE, DaemonAlreadyRunning, is_held, read_holder
 
 DAEMON_LOG = Path("logs") / "daemon.log"

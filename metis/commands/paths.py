@@ -5,14 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from metis.commands.columns import columns, cut_start
-from metis.core.tools.textutil import visible_controls
-
-
-def printable(value: object) -> str:
-    """A path (or a stored value) as one line should print it: a path may hold any character
-    but `/` and NUL, an escape sequence would rewrite the user's screen, and a newline or a tab
-    would split a line or a field (written `\\n`, `\\t`, as control characters are)."""
-    return visible_controls(str(value)).replace("\n", "\\n").replace("\t", "\\t")
 
 
 def short_path(path: str, limit: int, home: str | None = None) -> str:

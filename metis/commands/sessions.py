@@ -23,7 +23,8 @@ from metis.commands.client import ApiFailure, DaemonApi, turn_outcome, with_daem
 from metis.commands.columns import columns, cut
 from metis.commands.daemon_client import add_arguments, session_id
 from metis.commands.export_file import export_path, write_export
-from metis.commands.paths import printable, short_path
+from metis.commands.paths import short_path
+from metis.commands.printable import printable
 from metis.core.sessions.search import SEARCH_CHARS
 from metis.core.tools.textutil import visible_controls
 from metis.wire.counts import counted, turn_totals

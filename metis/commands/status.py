@@ -37,7 +37,7 @@ from metis.commands.daemon_client import (
     target_from_args,
 )
 from metis.commands.detach import DAEMON_LOG
-from metis.commands.paths import printable
+from metis.commands.printable import printable
 from metis.commands.since_start import changed_since_start, models_problem
 from metis.core.tools.textutil import visible_controls
 from metis.server.lock import LOCK_FILE, read_holder, running_url

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from metis.commands import seconds_argument
-from metis.commands.paths import printable
+from metis.commands.printable import printable
 from metis.config import home_from, load_file_settings
 from metis.core.errors import ConfigError
 from metis.server.lock import LOCK_FILE, is_held, read_holder

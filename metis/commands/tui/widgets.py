@@ -25,7 +25,8 @@ from textual.widget import Widget
 from textual.widgets import Collapsible, Static, TextArea
 
 from metis.commands.columns import columns
-from metis.commands.paths import printable, short_path
+from metis.commands.paths import short_path
+from metis.commands.printable import printable
 from metis.commands.run import DROPPED
 from metis.core.tools.textutil import visible_controls
 from metis.wire import tooldisplay
