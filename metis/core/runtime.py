@@ -175,6 +175,7 @@ class Core:
             bus=self.bus,
             broker=self.broker,
             flush=self.writer.flush,
+            instructions=self.instructions,
             runner_for=self._runner_for,
         )
         self.started_at_us = 0

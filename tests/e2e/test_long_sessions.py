@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -141,3 +142,30 @@ async def test_a_call_the_provider_refuses_as_too_long_is_fitted_to_its_count_an
     assert terminal["type"] == "turn.failed", terminal
     assert terminal["payload"]["error_class"] == "context_overflow"
     assert terminal["payload"]["llm_call_count"] == 2
+
+
+async def test_a_project_instruction_file_counts_when_routing_sizes_a_turn(
+    small: Env, workspace: Path
+) -> None:
+    """The window check happens before any model is called: an AGENTS.md the small model cannot
+    hold beside its output refuses the turn there, naming both sizes, instead of a call the
+    provider would refuse."""
+    _, api, fake = small
+    sid = (await api.create_session(workspace, initial_active_model=SMALL))["id"]
+    (workspace / "AGENTS.md").write_text("Always answer in haiku.\n" * 1000)  # 24,000 chars
+    status, body = await api.submit(sid, "hi")
+    assert status == 503 and body["error"]["code"] == "routing_failed", body
+    needed = re.search(r"needs at least ~([\d,]+) input tokens", body["error"]["message"])
+    assert needed is not None and int(needed[1].replace(",", "")) > 6000, body  # the file's 6,000
+    assert f"takes {WINDOW - OUTPUT:,} beside its output reserve" in body["error"]["message"]
+    assert fake.requests_for("anthropic") == []
+    # a file it holds is sized in: the decision's estimate counts it
+    (workspace / "AGENTS.md").write_text("Always answer in haiku.\n" * 100)  # 2,400 chars
+    fake.enqueue("anthropic", FakeReply.say("ok"))
+    accepted, terminal = await api.run_turn(sid, "hi")
+    assert terminal["type"] == "turn.completed", terminal
+    events = await api.turn_events(sid, accepted["turn_id"])
+    decided = next(e["payload"] for e in events if e["type"] == "route.decided")
+    sent = next(e["payload"] for e in events if e["type"] == "llm.call_started")
+    assert decided["estimated_input_tokens"] > 600
+    assert abs(decided["estimated_input_tokens"] - sent["estimated_input_tokens"]) < 50

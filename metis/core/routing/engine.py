@@ -571,7 +571,8 @@ class RoutingEngine:
             budget = self._models[tried.model].input_budget
             return tried._replace(
                 message=f"this turn needs at least ~{ctx.context_floor_tokens:,} input tokens "
-                f"(its new content, the system prompt and the tools); the model takes "
+                f"(its new content, the system prompt with the project's instructions, and the "
+                f"tools); the model takes "
                 f"{budget:,} beside its output reserve"
             )
         return tried.explained(self.availability)

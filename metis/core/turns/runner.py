@@ -120,6 +120,17 @@ def with_project_instructions(prompt: str, instructions: ProjectInstructions | N
     return f"{prompt}\n\n{instructions.prompt_section()}" if instructions is not None else prompt
 
 
+def system_text(
+    history: Sequence[Message], instructions: ProjectInstructions | None, workspace: str
+) -> tuple[str, str]:
+    """(stable, volatile): the system text a model call is sent. Routing sizes a turn by it
+    too, so that a long instruction file counts before a model is chosen, not only after."""
+    stable = with_project_instructions(
+        with_seeded_instructions(SYSTEM_PROMPT, history), instructions
+    )
+    return stable, workspace_facts(workspace)
+
+
 @dataclass(frozen=True, slots=True)
 class CallContext:
     """What one model call is sent besides its tools, fitted to the model's window."""
@@ -147,10 +158,7 @@ def call_context(
     `scale`: the tokens the model's provider counts per estimated one (`count_observed`)."""
     caps = entry.capabilities
     max_out = min(caps.max_output_tokens, limits.max_output_tokens_per_call)
-    stable = with_project_instructions(
-        with_seeded_instructions(SYSTEM_PROMPT, history), instructions
-    )
-    volatile = workspace_facts(workspace)
+    stable, volatile = system_text(history, instructions, workspace)
     assembled = assemble(history)
     budget = scaled_budget(caps.max_context_tokens - max_out, scale)
     prompt = prompt_size(system_prompt=f"{stable}\n{volatile}", tools=offered)

@@ -47,12 +47,12 @@ from metis.core.routing.engine import RoutingEngine
 from metis.core.routing.manager import PolicyManager
 from metis.core.sessions.cache import CachedSession, SessionCache
 from metis.core.sessions.history import Flush, HistoryWriter
+from metis.core.sessions.instructions import SessionInstructions
 from metis.core.store.sessions import NewTurn, SessionRow, TurnRow
 from metis.core.store.store import Store
 from metis.core.store.tx import Transaction
 from metis.core.tools.dispatcher import ConfirmationPolicy, Dispatcher
 from metis.core.tools.policy import SurfaceToolPolicy
-from metis.core.turns.context import SYSTEM_PROMPT
 from metis.core.turns.control import CancelReason, TurnControl, request_cancel
 from metis.core.turns.resume import (
     Answer,
@@ -62,7 +62,7 @@ from metis.core.turns.resume import (
     acceptance_rows,
     check_answer_ids,
 )
-from metis.core.turns.runner import TurnRun, TurnRunner
+from metis.core.turns.runner import TurnRun, TurnRunner, system_text
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +193,7 @@ class TurnService:
         bus: EventBus,
         broker: ConfirmationBroker,
         flush: Flush,
+        instructions: SessionInstructions,
         runner_for: Callable[[TurnRun], TurnRunner],
     ) -> None:
         self._sessions = sessions
@@ -210,6 +211,7 @@ class TurnService:
         self._bus = bus
         self._broker = broker
         self._flush = flush
+        self._instructions = instructions
         self._runner_for = runner_for
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._background: set[asyncio.Task[Any]] = set()
@@ -221,7 +223,7 @@ class TurnService:
         announce and start — each a step below."""
         row = await self._session_of(request)
         turn_input = await self._parse(request)
-        facts = await self._facts(request, turn_input)
+        facts = await self._facts(request, row, turn_input)
         await self._wait_for_release(request.session_id)
         try:
             run = self._claim_and_route(request, row, turn_input, facts)  # no await inside
@@ -275,7 +277,7 @@ class TurnService:
         resolved = request.strategy.override(blocks, self._registry, request.per_message_override)
         return _Input(resolved.content, resolved.override, plan)
 
-    async def _facts(self, request: TurnRequest, turn_input: _Input) -> _Facts:
+    async def _facts(self, request: TurnRequest, row: SessionRow, turn_input: _Input) -> _Facts:
         await self._policy.ensure_current()
         session = await self._session_cache.get(request.session_id)
         offered = self._dispatcher.offered(
@@ -284,18 +286,17 @@ class TurnService:
             confirmation_policy=request.strategy.confirmation_policy,
         )
         blocks = turn_input.blocks
+        # sized as the runner will send it: project instructions and seeded ones included
+        instructions = await self._instructions.reader.read(row.workspace_path)
+        stable, volatile = system_text(session.history, instructions, row.workspace_path)
+        prompt = f"{stable}\n{volatile}"
         return _Facts(
             session=session,
             offered=len(offered),
             estimate=estimate_input_tokens(
-                system_prompt=SYSTEM_PROMPT,
-                tools=offered,
-                history=session.history,
-                new_content=blocks,
+                system_prompt=prompt, tools=offered, history=session.history, new_content=blocks
             ),
-            floor=estimate_input_tokens(
-                system_prompt=SYSTEM_PROMPT, tools=offered, new_content=blocks
-            ),
+            floor=estimate_input_tokens(system_prompt=prompt, tools=offered, new_content=blocks),
             has_tool_calls=session.has_tool_calls(),
             cost=self._costs.session(request.session_id).cost,
         )
