@@ -124,6 +124,8 @@ def _operation(route: RouteSpec, version: int, components: dict[str, Any]) -> di
     codes = list(dict.fromkeys((*route.errors, *_ALWAYS, *(_WITH_BODY if has_body else ()))))
     if route.method == "DELETE":
         codes.append("origin_not_allowed")
+    if route.method != "GET":  # a write that finds the store locked by another process
+        codes.append("store_locked")
     op: dict[str, Any] = {
         "summary": route.summary,
         "tags": [route.tag],

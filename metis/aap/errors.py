@@ -39,6 +39,8 @@ AAP_ERROR_CODES: dict[str, int] = {
     "internal_error": 500,
     "routing_failed": 503,
     "service_shutting_down": 503,
+    # another process holds the store's write lock (with `Retry-After`); nothing was written
+    "store_locked": 503,
 }
 
 
@@ -74,6 +76,9 @@ def from_domain(exc: core.DomainError) -> AapError:
         return AapError("invalid_option", exc.message, {"option": "model"})
     if isinstance(exc, ToolNameConflict):
         return AapError("invalid_tools", exc.message, dict(exc.details))
+    if isinstance(exc, core.StoreBusy):
+        retry = {"Retry-After": str(exc.retry_after_s)}
+        return AapError("store_locked", exc.message, dict(exc.details), headers=retry)
     return AapError("internal_error", "internal error")
 
 

@@ -7,6 +7,7 @@ the machine-readable facts a surface may render; it never contains secrets.
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
 
 
@@ -179,6 +180,25 @@ class TurnAlreadyCompleted(DomainError):
 
 class RoutingFailed(DomainError):
     """No model can serve the turn; details list the candidates tried and why."""
+
+
+class StoreBusy(DomainError, sqlite3.OperationalError):
+    """A write found the session store's write lock held by another process (a `sqlite3`
+    shell's open transaction, `metis trace prune`) for the whole write wait, and was not made:
+    the same request succeeds once the lock is released, so each surface answers 503 with a
+    `Retry-After` of `retry_after_s` rather than an internal error. It stays the
+    `sqlite3.OperationalError` it replaces (SQLITE_BUSY), so the store's own callers that
+    retry or log a failed write (the trace writer, checkpoints) treat it as before."""
+
+    def __init__(self, waited_s: float, retry_after_s: int = 1) -> None:
+        super().__init__(
+            "the session store is locked by another process; try again",
+            waited_s=waited_s,
+            retry_after_s=retry_after_s,
+        )
+        self.retry_after_s = retry_after_s
+        self.sqlite_errorcode = sqlite3.SQLITE_BUSY
+        self.sqlite_errorname = "SQLITE_BUSY"
 
 
 class ConfirmationNotFound(DomainError):

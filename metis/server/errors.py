@@ -49,6 +49,8 @@ ERROR_CODES: dict[str, int] = {
     "internal_error": 500,
     "routing_failed": 503,
     "service_shutting_down": 503,
+    # another process holds the store's write lock (with `Retry-After`); nothing was written
+    "store_locked": 503,
 }
 
 # Domain error class -> wire code. Subclasses resolve through the MRO.
@@ -71,6 +73,7 @@ _DOMAIN_CODES: dict[type[core.DomainError], str] = {
     core.McpServerNotFound: "mcp_server_not_found",
     core.McpServerDisabled: "mcp_server_disabled",
     core.McpConfigInvalid: "config_invalid",
+    core.StoreBusy: "store_locked",
 }
 
 
@@ -87,5 +90,8 @@ def from_domain(exc: core.DomainError) -> ApiError:
             if isinstance(exc, core.ConfirmationPolicyMismatch):
                 # a `suspend` request belongs to the AAP façade (core names no surface)
                 return ApiError(code, "this request is answered through AAP", {"surface": "aap"})
+            if isinstance(exc, core.StoreBusy):
+                retry = {"Retry-After": str(exc.retry_after_s)}
+                return ApiError(code, exc.message, dict(exc.details), headers=retry)
             return ApiError(code, exc.message, dict(exc.details))
     return ApiError("internal_error", "internal error")

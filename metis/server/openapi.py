@@ -15,7 +15,7 @@ from typing import Any
 from metis.config import Settings
 from metis.core.canonical.ids import ULID_CHARS
 from metis.http import openapi
-from metis.http.routes import RouteSpec
+from metis.http.routes import STATE_CHANGING_METHODS, RouteSpec
 from metis.server.errors import ERROR_CODES
 
 _ALWAYS = ("host_not_allowed", "service_shutting_down", "internal_error")
@@ -79,6 +79,8 @@ def _operation(spec: RouteSpec, components: dict[str, Any]) -> dict[str, Any]:
                 *_ALWAYS,
                 *(("unauthorized",) if spec.needs_key else ()),
                 *(("origin_not_allowed",) if spec.origin_checked else ()),
+                # a write that finds the store locked by another process (metis/core/errors.py)
+                *(("store_locked",) if spec.method in STATE_CHANGING_METHODS else ()),
                 *(_WITH_BODY if spec.body != "none" else ()),
                 # every route refuses a query parameter it does not declare, and a body when
                 # it takes none (`refuse_undeclared` in metis/server/http.py)

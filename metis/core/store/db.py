@@ -20,7 +20,9 @@ Waiting for another process's write. SQLite's own wait (`busy_timeout`) sleeps i
 thread; on the event loop's it would freeze the daemon while, say, `metis trace prune` or an
 open `sqlite3` shell holds the write lock. The writer therefore does not wait in SQLite
 (`busy_timeout=0`): a refused `BEGIN IMMEDIATE` is retried with asyncio sleeps, up to
-`write_wait_s`, while everything else goes on.
+`write_wait_s`, while everything else goes on (reads too: under WAL they never wait for a
+writer). A write still refused then fails with `StoreBusy` before anything of it was done, so
+the surfaces answer 503 and the same request, repeated once the lock is released, succeeds.
 
 Checkpoints. SQLite checkpoints the WAL inside the commit that grows it past a threshold, and a
 checkpoint copies pages into the database file and syncs it: milliseconds that would stall the
@@ -60,7 +62,7 @@ from typing import TypeVar, cast
 
 import aiosqlite
 
-from metis.core.errors import ConfigError
+from metis.core.errors import ConfigError, StoreBusy
 from metis.core.store.migrations import LATEST_VERSION, MIGRATIONS
 from metis.core.store.search import register_functions
 
@@ -77,8 +79,10 @@ _PRAGMAS = (
 )
 
 WRITE_WAIT_S = 5.0
-"""How long a write waits for another process's write lock before it fails ("database is
-locked"), as SQLite's `busy_timeout` did."""
+"""How long a write waits for another process's write lock before it fails with `StoreBusy`
+(a 503 on the surfaces), as SQLite's `busy_timeout` did: long enough for another process's
+short write (a prune's chunk), short enough that a request held behind a lock someone keeps
+open answers within seconds."""
 
 _BUSY_RETRY_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05)
 """The sleeps between two attempts at the write lock; the last repeats."""
@@ -361,8 +365,18 @@ class Database:
                 await attempt()
                 return
             except sqlite3.OperationalError as exc:
-                if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or waited >= self.write_wait_s:
+                if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY:
                     raise
+                if waited >= self.write_wait_s:
+                    # nothing was begun, so nothing is half-written: the caller's request can
+                    # simply be repeated once the other process lets go (503, not 500)
+                    log.warning(
+                        "a write gave up after %.1f s: another process holds the write lock "
+                        "of %s (an open sqlite3 transaction?)",
+                        waited,
+                        self.path,
+                    )
+                    raise StoreBusy(round(waited, 3)) from exc
             delay = next(delays, _BUSY_RETRY_S[-1])
             await asyncio.sleep(delay)
             waited += delay

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from metis.core.errors import StoreBusy
 from metis.core.store.db import CHECKPOINT_EVERY, Database
 
 
@@ -190,14 +191,18 @@ async def awaiting_write(db: Database) -> None:
         await conn.execute("INSERT INTO notes VALUES (-1)")
 
 
-async def test_a_write_gives_up_after_its_wait_and_the_writer_stays_usable(
+async def test_a_write_gives_up_after_its_wait_with_store_busy_and_the_writer_stays_usable(
     db: Database, other_writer: sqlite3.Connection
 ) -> None:
     db.write_wait_s = 0.05
     other_writer.execute("BEGIN IMMEDIATE")
-    with pytest.raises(sqlite3.OperationalError, match="locked"):
+    with pytest.raises(StoreBusy, match="locked by another process") as refused:
         await add_notes(db, 1)
-    with pytest.raises(sqlite3.OperationalError, match="locked"):
+    # still the SQLITE_BUSY it replaces, for the store's callers that catch sqlite3 errors
+    assert isinstance(refused.value, sqlite3.OperationalError)
+    assert refused.value.sqlite_errorcode == sqlite3.SQLITE_BUSY
+    assert refused.value.details["waited_s"] >= 0.05
+    with pytest.raises(StoreBusy):
         await awaiting_write(db)
     other_writer.execute("ROLLBACK")
     await add_notes(db, 1)
