@@ -8,6 +8,10 @@ The child opens each file by path tens of milliseconds after the walk checked it
 model's shell may swap a directory on that path for a link (to METIS_HOME, say). So the walk
 hands over each file's device and inode as checked, and the child reads a file only if what it
 opened is that very file, at the same real path (`_grep_search.py`).
+
+What git ignores (`.gitignore` files, `.git/info/exclude`; `gitignore.py`) the walk leaves
+out, as a user of ripgrep-like search expects, unless the model asks for ignored files too; a
+directory or file it names in `path` is searched all the same.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import re
 import stat
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +44,7 @@ from metis.core.tools.files import (
     open_checked,
     open_regular,
 )
+from metis.core.tools.gitignore import IgnoreRules, exclude_rules, ignored, with_directory
 from metis.core.tools.globmatch import glob_matches
 from metis.core.tools.sandbox import (
     ResolvedPath,
@@ -84,7 +90,9 @@ DEFINITION = ToolDefinition(
         "Search the text files under a workspace directory (or one file) for a Python "
         "regular expression. Prints path:line: text per match, sorted by path and line. "
         "Dependency, cache and build directories (.git, node_modules, .venv, dist, …), "
-        "binary files and files over 2 MiB are skipped."
+        "binary files and files over 2 MiB are skipped, and so is what .gitignore files (and "
+        ".git/info/exclude) ignore, unless include_ignored is true; a directory or file given "
+        "as path is searched even if ignored."
     ),
     input_schema=object_schema(
         {
@@ -107,6 +115,11 @@ DEFINITION = ToolDefinition(
                 ),
             },
             "ignore_case": {"type": "boolean", "default": False},
+            "include_ignored": {
+                "type": "boolean",
+                "default": False,
+                "description": "Also search files that .gitignore rules leave out.",
+            },
             "max_results": {"type": "integer", "minimum": 1, "maximum": 500, "default": 100},
         },
         required=("pattern",),
@@ -128,19 +141,58 @@ class GrepFilesTool:
         except re.error as exc:
             raise ToolError(f"Invalid regular expression: {exc}") from None
         target = ctx.workspace.resolve(input.get("path", "."))
+        left_out = LeftOut()
         files = await asyncio.to_thread(
-            collect_files, ctx.workspace, target, input.get("glob"), ctx.cancel_event.is_set
+            collect_files,
+            ctx.workspace,
+            target,
+            input.get("glob"),
+            ctx.cancel_event.is_set,
+            include_ignored=input.get("include_ignored", False),
+            left_out=left_out,
         )
         max_results = input.get("max_results", 100)
-        return ToolOutput.text(await search_files(files, pattern, ignore_case, max_results, ctx))
+        text = await search_files(files, pattern, ignore_case, max_results, ctx, left_out)
+        return ToolOutput.text(text)
+
+
+@dataclass
+class LeftOut:
+    """What the walk left out by git's ignore rules: files (those the glob selects) and
+    directories, not entered, so what they hold is not counted."""
+
+    files: int = 0
+    dirs: int = 0
+
+    def no_matches(self) -> str:
+        """The answer when nothing matched: it says when ignored files might have, so that a
+        model does not take "No matches." for the whole workspace."""
+        if not self.files and not self.dirs:
+            return "No matches."
+        counts = []
+        if self.files:
+            counts.append(f"{self.files} file{'' if self.files == 1 else 's'}")
+        if self.dirs:
+            counts.append(f"{self.dirs} director{'y' if self.dirs == 1 else 'ies'}")
+        return (
+            f"No matches ({' and '.join(counts)} ignored by .gitignore; "
+            "include_ignored=true searches them)."
+        )
 
 
 async def search_files(
-    files: list[CheckedFile], pattern: str, ignore_case: bool, max_results: int, ctx: ToolContext
+    files: list[CheckedFile],
+    pattern: str,
+    ignore_case: bool,
+    max_results: int,
+    ctx: ToolContext,
+    left_out: LeftOut | None = None,
 ) -> str:
-    """The result text of a search of `files` (from `collect_files`) in the matcher process."""
+    """The result text of a search of `files` (from `collect_files`) in the matcher process;
+    `left_out`, what ignore rules kept from the search, is named when nothing matched."""
+    no_matches = left_out.no_matches() if left_out else "No matches."
     if not files:
-        return "No matches."
+        return no_matches
     request = {
         "pattern": pattern,
         "ignore_case": ignore_case,
@@ -149,7 +201,8 @@ async def search_files(
         "files": files,
     }
     reply = await _search_in_child(request, ctx)
-    return _format(reply["matches"], reply["stopped"]) + _changed_note(reply["changed"])
+    text = _format(reply["matches"], reply["stopped"], no_matches)
+    return text + _changed_note(reply["changed"])
 
 
 # The most names of files changed mid-search the result lists.
@@ -168,9 +221,9 @@ def _changed_note(changed: list[str]) -> str:
     return f"\n({count} changed during the search and not searched: {names}{more})"
 
 
-def _format(matches: list[list[Any]], stopped: bool) -> str:
+def _format(matches: list[list[Any]], stopped: bool, no_matches: str) -> str:
     if not matches:
-        return "No matches."
+        return no_matches
     files = len({m[0] for m in matches})
     header = f"{len(matches)} matches in {files} files"
     if stopped:
@@ -181,21 +234,66 @@ def _format(matches: list[list[Any]], stopped: bool) -> str:
 
 
 def collect_files(
-    sandbox: Sandbox, target: ResolvedPath, glob: str | None, cancelled: Callable[[], bool]
+    sandbox: Sandbox,
+    target: ResolvedPath,
+    glob: str | None,
+    cancelled: Callable[[], bool],
+    *,
+    include_ignored: bool = False,
+    left_out: LeftOut | None = None,
 ) -> list[CheckedFile]:
     """Candidate files, sorted by relative path. `target` itself is opened and checked by what
-    the kernel opened, and refused as `resolve` would refuse it."""
+    the kernel opened, and refused as `resolve` would refuse it. Below a directory, what git's
+    ignore rules ignore is left out (counted in `left_out`) unless `include_ignored`; `target`
+    itself is searched whatever they say."""
     info = _checked_stat(sandbox, target)
     if stat.S_ISREG(info.st_mode):
         _check_searchable(sandbox, target, info)
         found = [_checked(target.rel, target.real, info)]
     elif stat.S_ISDIR(info.st_mode):
-        found = _walk(sandbox, target.real, cancelled)
+        walk = _Walk(sandbox, cancelled, glob, left_out or LeftOut())
+        if include_ignored:
+            walk.run(target.real, None, honour=False)
+        else:
+            walk.run(target.real, _rules_above(sandbox, target), honour=True)
+        found = walk.found
     else:
         raise ToolError(f"{display(target.rel)} is not a regular file or directory.")
     if glob:
         found = [file for file in found if glob_matches(file[0], glob)]
     return sorted(found)
+
+
+def _rules_above(sandbox: Sandbox, target: ResolvedPath) -> IgnoreRules | None:
+    """The ignore rules in force in the directory `target` from the files above it (its own is
+    read by the walk): `.git/info/exclude` and each `.gitignore` from the workspace root down.
+    Should they ignore `target` or a directory on its way, none: the model named a directory a
+    search from the root would not enter, and gets it searched with the rules found inside it
+    only (those above, by git's rule, would leave out everything below it)."""
+    rules: IgnoreRules | None = None
+    base = ""
+    try:
+        fd = open_checked(sandbox, sandbox.root, ".", _DIR_FLAGS)
+    except (OSError, PermissionDenied):
+        return None
+    try:
+        rules = exclude_rules(sandbox, fd)
+        for name in [] if target.rel == "." else target.rel.split("/"):
+            rules = with_directory(sandbox, fd, base, rules)
+            if ignored(rules, base + name, is_dir=True):
+                return None
+            base += name + "/"
+            parent, fd = fd, -1
+            try:  # by name in the directory checked: nothing on the way can be swapped
+                fd = open_checked(sandbox, name, base, _DIR_FLAGS, dir_fd=parent)
+            finally:
+                os.close(parent)
+    except (OSError, PermissionDenied):
+        return rules  # gone meanwhile: the walk of `target` finds nothing to search
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    return rules
 
 
 def _check_searchable(sandbox: Sandbox, target: ResolvedPath, info: os.stat_result) -> None:
@@ -255,40 +353,88 @@ def _checked(rel: str, real: str, info: os.stat_result) -> CheckedFile:
     return (rel, real, info.st_dev, info.st_ino)
 
 
-def _walk(sandbox: Sandbox, top: str, cancelled: Callable[[], bool]) -> list[CheckedFile]:
-    """Regular files under `top`. Each directory is opened without following a link and checked
-    by what the kernel opened (one swapped for a link since it was listed is skipped); its
-    entries are looked at through that fd. Directory symlinks are never followed, and a file
-    symlink counts only when its target is a regular file inside the workspace."""
-    found: list[CheckedFile] = []
-    pending = [top]
-    seen = 0
-    while pending:
-        directory = pending.pop()
+class _Walk:
+    """A walk for regular files under a directory (`run`), with what it found and, when it
+    honours git's ignore rules, what they left out."""
+
+    def __init__(
+        self, sandbox: Sandbox, cancelled: Callable[[], bool], glob: str | None, left_out: LeftOut
+    ) -> None:
+        self.sandbox = sandbox
+        self.cancelled = cancelled
+        self.glob = glob
+        self.left_out = left_out
+        self.found: list[CheckedFile] = []
+
+    def run(self, top: str, rules: IgnoreRules | None, *, honour: bool) -> None:
+        """Each directory is opened without following a link and checked by what the kernel
+        opened (one swapped for a link since it was listed is skipped); its entries are looked
+        at through that fd. Directory symlinks are never followed, and a file symlink counts
+        only when its target is a regular file inside the workspace. With `honour`, each
+        directory's `.gitignore` is read once, through that fd, when it is opened, and its rules
+        (`rules` those of the directories above `top`) go down with its subdirectories."""
+        sandbox = self.sandbox
+        pending: list[tuple[str, IgnoreRules | None]] = [(top, rules)]
+        seen = 0
+        while pending:
+            directory, rules = pending.pop()
+            try:
+                fd = open_checked(sandbox, directory, directory, _DIR_FLAGS)
+            except (OSError, PermissionDenied):
+                continue
+            try:
+                base = ""
+                if honour:
+                    rel = sandbox.relative(directory)
+                    base = "" if rel == "." else rel + "/"
+                    rules = with_directory(sandbox, fd, base, rules)
+                with os.scandir(fd) as scan:
+                    for entry in scan:
+                        seen += 1
+                        if seen % _CANCEL_CHECK_ENTRIES == 0 and self.cancelled():
+                            raise ToolCancelled()
+                        path = os.path.join(directory, entry.name)
+                        if honour and self._ignored(entry, path, base + entry.name, rules):
+                            continue
+                        candidate = _candidate(sandbox, entry, path, pending, rules)
+                        if candidate is not None:
+                            self.found.append(_checked(sandbox.relative(path), *candidate))
+            finally:
+                os.close(fd)
+
+    def _ignored(
+        self, entry: os.DirEntry[str], path: str, rel: str, rules: IgnoreRules | None
+    ) -> bool:
+        """Whether git's rules ignore `entry` (at `path`, workspace path `rel`), counting it if
+        so. A directory the walk skips anyway (SKIP_DIRS, METIS_HOME) is not counted: asking for
+        ignored files would not search it either."""
+        if rules is None:
+            return False
         try:
-            fd = open_checked(sandbox, directory, directory, _DIR_FLAGS)
-        except (OSError, PermissionDenied):
-            continue
-        try:
-            with os.scandir(fd) as scan:
-                for entry in scan:
-                    seen += 1
-                    if seen % _CANCEL_CHECK_ENTRIES == 0 and cancelled():
-                        raise ToolCancelled()
-                    path = os.path.join(directory, entry.name)
-                    candidate = _candidate(sandbox, entry, path, pending)
-                    if candidate is not None:
-                        found.append(_checked(sandbox.relative(path), *candidate))
-        finally:
-            os.close(fd)
-    return found
+            is_dir = entry.is_dir(follow_symlinks=False)
+        except OSError:
+            return False  # left to `_candidate`, which skips what it cannot look at
+        if is_dir and entry.name in SKIP_DIRS:
+            return False
+        if not ignored(rules, rel, is_dir):
+            return False
+        if is_dir:
+            if not self.sandbox.in_metis_home(path):
+                self.left_out.dirs += 1
+        elif not self.glob or glob_matches(rel, self.glob):
+            self.left_out.files += 1
+        return True
 
 
 def _candidate(
-    sandbox: Sandbox, entry: os.DirEntry[str], path: str, pending: list[str]
+    sandbox: Sandbox,
+    entry: os.DirEntry[str],
+    path: str,
+    pending: list[tuple[str, IgnoreRules | None]],
+    rules: IgnoreRules | None,
 ) -> tuple[str, os.stat_result] | None:
-    """The real path to search for `entry` (at `path`) and its stat, queueing subdirectories;
-    None to skip it."""
+    """The real path to search for `entry` (at `path`) and its stat, queueing subdirectories
+    with the ignore `rules` in force where they lie; None to skip it."""
     try:
         if entry.is_symlink():
             real = bounded_realpath(path)
@@ -297,7 +443,7 @@ def _candidate(
             info = _opened_stat(sandbox, real, path)  # the file's identity as checked
         elif entry.is_dir(follow_symlinks=False):
             if entry.name not in SKIP_DIRS and not sandbox.in_metis_home(path):
-                pending.append(path)
+                pending.append((path, rules))
             return None
         else:
             real = path
