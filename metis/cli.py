@@ -123,7 +123,7 @@ def print_banner(daemon: Daemon, *, detached: bool = False) -> None:
 async def _serve(args: argparse.Namespace) -> int:
     from metis.config import home_from, load_settings
     from metis.server.lock import acquire
-    from metis.server.runner import Daemon, protect_process_memory
+    from metis.server.runner import Daemon, bind_port, protect_process_memory
 
     protected = protect_process_memory()
     if not protected:
@@ -133,8 +133,13 @@ async def _serve(args: argparse.Namespace) -> int:
         logging.getLogger().setLevel(settings.file.log_level)
     lock = acquire(settings.home)  # before the store opens: one daemon per METIS_HOME
     try:
-        daemon = Daemon(settings)
-        await daemon.start()
+        sock = bind_port(settings.host, settings.port)  # a busy port: no home file made
+        try:
+            daemon = Daemon(settings)
+        except BaseException:
+            sock.close()
+            raise
+        await daemon.start(sock)
         # whatever ends the serving, the daemon is stopped: a process that left with its store
         # open would be kept alive by the store's threads, no longer serving
         try:

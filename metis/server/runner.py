@@ -44,9 +44,11 @@ class BindError(Exception):
         )
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def bind_port(host: str, port: int) -> socket.socket:
     """Bind without listening: a busy port fails here, before the store is opened, and
-    connections are refused (not queued) until `Daemon.start` listens."""
+    connections are refused (not queued) until `Daemon.start` listens. `metis serve` binds
+    before it builds the daemon, which creates the home's files (the API key, the default
+    workspace): a start that cannot listen leaves nothing behind for a daemon that never ran."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
@@ -149,10 +151,12 @@ class Daemon:
             raise RuntimeError("the daemon's app has no authentication state")
         return self.base_url + auth.login_path()
 
-    async def start(self) -> None:
+    async def start(self, sock: socket.socket | None = None) -> None:
+        """`sock`: the daemon's port bound beforehand (`bind_port`); bound here when None."""
         # The port is bound first (a busy one stops start-up before SQLite opens); then
         # config → registry → SQLite → subscribers → tools in Core.start; only then listen.
-        sock = _bind(self.state.host, self.settings.port)
+        if sock is None:
+            sock = bind_port(self.state.host, self.settings.port)
         self.state.port = sock.getsockname()[1]
         try:
             await self.application.start()
