@@ -139,12 +139,30 @@ class PageSize(_Section):
         return self
 
 
+_PAGE_SIZES = {"sessions": (50, 200), "messages": (50, 200), "events": (100, 1000)}
+
+
 class PagesSettings(_Section):
     """Page sizes of the REST list endpoints."""
 
     sessions: PageSize = PageSize(default=50, maximum=200)
     messages: PageSize = PageSize(default=50, maximum=200)
     events: PageSize = PageSize(default=100, maximum=1000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unset_keys_keep_their_defaults(cls, data: Any) -> Any:
+        """`sessions: {maximum: 500}` changes the maximum only: every key of config.yaml has a
+        default, so a page size given in part keeps the shipped value of the other key instead
+        of being refused as incomplete."""
+        if not isinstance(data, dict):
+            return data
+        filled = dict(data)
+        for name, (default, maximum) in _PAGE_SIZES.items():
+            given = data.get(name)
+            if isinstance(given, dict):
+                filled[name] = {"default": default, "maximum": maximum, **given}
+        return filled
 
 
 class EventsSettings(_Section):
@@ -327,6 +345,22 @@ def ensure_home(home: Path) -> Path:
     return home
 
 
+# pydantic's type errors in the words a YAML file is written in ("a valid tuple" is a list there)
+_EXPECTED = {
+    "tuple_type": "a list",
+    "list_type": "a list",
+    "dict_type": "a mapping",
+    "string_type": "a string",
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+}
+
+
 def _loc_to_message(path: Path, data: Any, error: ErrorDetails) -> tuple[int, str]:
     """One pydantic error as `file:line: key: problem`, never echoing the value, with its line
     (0 when unknown) to put the file's errors in its order."""
@@ -348,10 +382,15 @@ def _loc_to_message(path: Path, data: Any, error: ErrorDetails) -> tuple[int, st
     problem = error["msg"]
     if error["type"] == "extra_forbidden":
         parent = _section_at(loc[:-1])
-        hint = suggest(loc[-1], list(parent.model_fields)) if parent is not None else ""
+        hint = ""
+        if parent is not None:
+            allowed = list(parent.model_fields)
+            hint = f"{suggest(loc[-1], allowed)} (allowed: {', '.join(allowed)})"
         problem = f"unknown key{hint}"
     elif error["type"] == "model_type":  # pydantic names the section's class
         problem = f"expected a mapping, got {type_name(error['input'])}"
+    elif error["type"] in _EXPECTED:  # "a valid tuple": the YAML words for what is wanted
+        problem = f"expected {_EXPECTED[error['type']]}, got {type_name(error['input'])}"
     elif error["type"] == "value_error":  # a validator's own words, without pydantic's prefix
         problem = problem.removeprefix("Value error, ")
     where = f"{path}:{line}" if line else str(path)

@@ -122,7 +122,7 @@ def test_a_section_that_is_not_a_mapping_says_what_it_is_not_a_class_name(
 def test_a_port_of_true_is_no_port(tmp_path: Path) -> None:
     """YAML's true is an int to a lax validator: port 1."""
     text = config_error(tmp_path / "h", "port: true\n")
-    assert "config.yaml:1: port: Input should be a valid integer" in text
+    assert "config.yaml:1: port: expected an integer, got boolean" in text
 
 
 def test_bad_config_names_file_line_and_key(tmp_path: Path) -> None:
@@ -203,3 +203,45 @@ def test_a_log_level_is_taken_in_any_case(tmp_path: Path) -> None:
     (home / "config.yaml").write_text("log_level: loud\n")
     with pytest.raises(ConfigError, match="log_level: Input should be 'DEBUG', 'INFO'"):
         load_settings(home=home)
+
+
+def test_a_page_size_given_in_part_keeps_the_default_of_the_other_key(tmp_path: Path) -> None:
+    """Every key of config.yaml has a default, those of a page size too."""
+    home = tmp_path / "h"
+    home.mkdir()
+    (home / "config.yaml").write_text(
+        "pages:\n  sessions: {maximum: 500}\n  events: {default: 10}\n"
+    )
+    pages = load_settings(home=home).pages
+    assert (pages.sessions.default, pages.sessions.maximum) == (50, 500)
+    assert (pages.events.default, pages.events.maximum) == (10, 1000)
+    assert (pages.messages.default, pages.messages.maximum) == (50, 200)
+
+
+def test_a_page_default_over_the_maximum_it_keeps_is_refused(tmp_path: Path) -> None:
+    text = config_error(tmp_path / "h", "pages:\n  sessions: {default: 500}\n")
+    assert "config.yaml:2: pages.sessions: default must not exceed maximum" in text
+
+
+def test_an_unknown_key_is_told_the_keys_its_section_allows(tmp_path: Path) -> None:
+    text = config_error(tmp_path / "h", "prot: 9001\nauth:\n  bogus: 1\n")
+    assert "config.yaml:1: prot: unknown key; did you mean 'port'? (allowed: host, port," in text
+    assert (
+        "config.yaml:3: auth.bogus: unknown key "
+        "(allowed: required, login_token_ttl_s, browser_session_ttl_s)"
+    ) in text
+
+
+def test_a_value_of_the_wrong_type_is_told_what_yaml_is_wanted(tmp_path: Path) -> None:
+    """pydantic's "a valid tuple" means nothing in a YAML file: a list is what is written."""
+    text = config_error(
+        tmp_path / "h",
+        "port: '8000'\nallowed_workspace_roots: /srv/code\nauth: {required: maybe}\n"
+        "limits: {turn_timeout_s: soon}\n",
+    )
+    assert "config.yaml:1: port: expected an integer, got string" in text
+    assert "config.yaml:2: allowed_workspace_roots: expected a list, got string" in text
+    assert "config.yaml:3: auth.required: expected true or false, got string" in text
+    assert "config.yaml:4: limits.turn_timeout_s: expected a number, got string" in text
+    assert "Input should" not in text and "tuple" not in text
+    assert "/srv/code" not in text and "maybe" not in text and "soon" not in text
