@@ -103,6 +103,8 @@ class PolicyManager:
         self.warnings: list[str] = []
         self.using_last_known_good = False
         self.file_version: str | None = None
+        # why the persisted last-known-good was not used at start-up (None: it was, or none)
+        self.lkg_rejection: str | None = None
 
         self._lock = asyncio.Lock()
         self._attempted = False
@@ -203,6 +205,16 @@ class PolicyManager:
         except OSError as exc:
             log.warning("cannot read %s: %s", self.lkg_path, exc.strerror)
         using_lkg = lkg is not None and lkg.policy is not None
+        if lkg is not None and lkg.policy is None:
+            # said, or the user who reads "the built-in empty policy is in force" cannot tell
+            # why the last version that loaded was not used (a model it names is gone)
+            self.lkg_rejection = "; ".join(lkg.errors)
+            log.warning(
+                "%s (the last version of %s that loaded) is not used, it no longer validates: %s",
+                self.lkg_path,
+                self.user_path.name,
+                self.lkg_rejection,
+            )
         self.using_last_known_good = using_lkg
         active_version = lkg.version if lkg is not None and using_lkg else BUILTIN_EMPTY.version
         self._report_invalid(key, invalid, active_version=active_version)
@@ -264,6 +276,8 @@ class PolicyManager:
             reason = f"{user} has errors; {in_force} is in force"
         else:
             reason = f"{self.errors_file} has errors; {in_force} is in force"
+        if source == "builtin_empty" and self.lkg_rejection is not None:
+            reason += f" ({self.lkg_path} no longer validates: {self.lkg_rejection})"
         errors_file = str(self.errors_file) if self.errors_file is not None else None
         return {
             "in_force": source,
@@ -296,6 +310,8 @@ class PolicyManager:
         self.loaded_at = self._clock.wall()
         self.warnings = result.warnings if result is not None else []
         self.using_last_known_good = source == "last_known_good"
+        if source != "builtin_empty":
+            self.lkg_rejection = None
         self._loaded_once = True
         log.info("routing policy %s loaded from %s (%s)", policy.version[:12], source, reason)
         if policy.version != previous:

@@ -203,6 +203,31 @@ async def test_an_lkg_that_no_longer_validates_is_not_used(
     assert manager.source == "builtin_empty"
 
 
+async def test_an_lkg_left_unused_at_startup_says_why_in_the_log_and_the_reason(
+    make_manager: Callable[..., PolicyManager], home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A model the last good version names was removed from models.yaml: without a word, the
+    user only sees the empty policy in force where the one that loaded last was promised."""
+    (home / "routing.lkg.yaml").write_bytes(BAD2)
+    (home / "routing.yaml").write_bytes(BAD)
+    manager = make_manager()
+    await manager.start()
+    unknown = "global_default references unknown model: nonexistent:other (line 2)"
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert (
+        f"{home / 'routing.lkg.yaml'} (the last version of routing.yaml that loaded) is not "
+        f"used, it no longer validates: {unknown}"
+    ) in warned
+    assert manager.in_force()["reason"] == (
+        f"{home / 'routing.yaml'} has errors; the built-in empty policy (no rules: turns go to "
+        f"the default model) is in force ({home / 'routing.lkg.yaml'} no longer validates: "
+        f"{unknown})"
+    )
+    (home / "routing.yaml").write_bytes(GOOD)
+    await manager.reload("api")
+    assert manager.in_force()["reason"] == f"{home / 'routing.yaml'} is valid; it is in force"
+
+
 # ---- reloads -------------------------------------------------------------------------------------
 
 
