@@ -138,6 +138,18 @@ class ModelRegistry:
             return "unknown"
         return self.credential(entry.provider).reason
 
+    def why_not_configured(self, model_id: str) -> str | None:
+        """`not_configured_reason` in a user's words, naming what to change (the provider's
+        `api_key_env`), or None when the model can be used."""
+        reason = self.not_configured_reason(model_id)
+        entry = self._by_id.get(model_id)
+        if reason is None or entry is None:
+            return None if reason is None else "not in models.yaml"
+        env_var = self.credential(entry.provider).env_var
+        if reason == "offline_forced":
+            return "METIS_OFFLINE=1"
+        return f"no key: {env_var} is not set" if env_var else "no key"
+
     def configured_providers(self) -> list[str]:
         """Names of providers whose credential resolved, sorted."""
         return sorted(name for name, cred in self._credentials.items() if cred.configured)

@@ -257,13 +257,13 @@ class _Loader:
                 f"{path} references unknown model: {ref}{suggest(ref, known)}",
             )
             return None
-        reason = self.registry.not_configured_reason(model_id)
-        if reason is not None:
+        why = self.registry.why_not_configured(model_id)
+        if why is not None:
             self.check.warning(
                 "model_not_configured",
                 path,
                 where,
-                f"{path} references {model_id}, which is not configured ({reason}); "
+                f"{path} references {model_id}, which is not configured ({why}); "
                 "turns will reject it",
             )
         entry = self.registry.get(model_id)

@@ -333,7 +333,7 @@ class PolicyManager:
         global_default: its warnings are only reported through the API, and every turn no rule
         picks then goes to another model (or fails) with nothing said where an operator looks."""
         chosen = policy.global_default
-        why = self.registry.not_configured_reason(chosen) if chosen else None
+        why = self.registry.why_not_configured(chosen) if chosen else None
         if chosen is None or why is None:
             return
         floor = self.registry.default_model()

@@ -102,8 +102,8 @@ async def test_an_unconfigured_global_default_is_one_warning_in_the_log(
     await manager.reload("api")
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert warned == [
-        "global_default anthropic:haiku is not configured (no_credentials); turns no rule "
-        "picks go to openai:gpt-5, the first configured model"
+        "global_default anthropic:haiku is not configured (no key: ANTHROPIC_API_KEY is not "
+        "set); turns no rule picks go to openai:gpt-5, the first configured model"
     ]
 
 

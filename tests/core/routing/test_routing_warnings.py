@@ -168,14 +168,26 @@ def test_references_to_unconfigured_models_load_with_a_warning() -> None:
     assert found == [
         (
             "model_not_configured",
-            "global_default references openai:gpt-5, which is not configured (no_credentials); "
+            "global_default references openai:gpt-5, which is not configured (no key: OPENAI_API_KEY is not set); "
             "turns will reject it",
         ),
         (
             "model_not_configured",
-            "rules[0].use references openai:mini, which is not configured (no_credentials); "
+            "rules[0].use references openai:mini, which is not configured (no key: OPENAI_API_KEY is not set); "
             "turns will reject it",
         ),
+    ]
+
+
+def test_a_reference_unconfigured_offline_names_metis_offline() -> None:
+    registry = make_registry({"ANTHROPIC_API_KEY": "k", "METIS_OFFLINE": "1"})
+    found = warnings_of(registry, "global_default: haiku\n")
+    assert found == [
+        (
+            "model_not_configured",
+            "global_default references anthropic:haiku, which is not configured "
+            "(METIS_OFFLINE=1); turns will reject it",
+        )
     ]
 
 
