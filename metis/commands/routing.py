@@ -29,7 +29,7 @@ from metis.commands.models import (
 from metis.commands.since_start import changed_since_start
 from metis.config import SHIPPED_CONFIG_DIR, home_from
 from metis.core.config.checks import format_diagnostic
-from metis.core.config.yaml_source import Diagnostic
+from metis.core.config.yaml_source import Diagnostic, load_yaml_bytes
 from metis.core.errors import ConfigError
 from metis.core.routing.loader import read_policy_file
 from metis.http.apikey import existing_api_key
@@ -75,18 +75,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def check_routing(args: argparse.Namespace) -> int:
     home = home_from(args.home)
     path: Path = args.file or default_routing_path(home)
+    text, unreadable = _policy_text(path)
+    if text is None:  # its problem depends on no model and no key: said as it is
+        return _report(path, unreadable, False, "", None)
     daemon = _home_daemon(home) if args.models is None else None
     here = f"no daemon runs on {home}; a daemon's keys may differ"
     if daemon is not None:
-        text = _policy_text(path)
-        if text is None:
-            here = f"the daemon at {daemon.url} is not sent a file unreadable as UTF-8 text"
-        else:
-            try:
-                return asyncio.run(_check_by_daemon(daemon, path, text))
-            except (*CALL_FAILURES, NotADaemon) as exc:
-                said = failure_text(exc, daemon.url)
-                here = f"the daemon at {daemon.url} did not check it: {said}"
+        try:
+            return asyncio.run(_check_by_daemon(daemon, path, text))
+        except (*CALL_FAILURES, NotADaemon) as exc:
+            said = failure_text(exc, daemon.url)
+            here = f"the daemon at {daemon.url} did not check it: {said}"
     models: Path = args.models or default_models_path(home)
     registry = load_for_cli(models)
     if registry is None:
@@ -100,13 +99,20 @@ def check_routing(args: argparse.Namespace) -> int:
     return _report(path, result.diagnostics, result.valid, result.version, basis)
 
 
-def _policy_text(path: Path) -> str | None:
-    """The file as text for the daemon; None when it cannot be read or is not UTF-8, which is
-    checked here (what is wrong with such a file does not depend on any key)."""
+def _policy_text(path: Path) -> tuple[str | None, list[Diagnostic]]:
+    """The file as text (for the daemon), or None and the error of a file that cannot be read
+    as UTF-8 text (missing, a directory, not UTF-8). What is wrong with such a file depends on
+    no model and no key, so it is said without checking models.yaml (a broken one would hide
+    it) or asking the daemon, and without a line on what it was checked against."""
     try:
-        return path.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
+        raw = path.read_bytes()
+    except OSError as exc:
+        message = f"cannot read {path}: {exc.strerror}"
+        return None, [Diagnostic("error", "unreadable", "", None, None, message)]
+    try:
+        return raw.decode("utf-8"), []
+    except UnicodeDecodeError:
+        return None, list(load_yaml_bytes(raw).errors)
 
 
 def _home_daemon(home: Path) -> DaemonTarget | None:

@@ -86,3 +86,25 @@ async def test_a_daemon_that_does_not_check_it_is_named_beside_the_shell_s_check
     assert NOT_CONFIGURED in out
     assert f"with the provider keys this shell has (the daemon at {keyed_daemon.base_url} " in out
     assert "did not check it: unauthorized" in out
+
+
+async def test_a_file_that_cannot_be_read_is_said_alone_whatever_the_models_and_keys(
+    keyed_daemon: Daemon, metis_home: Path
+) -> None:
+    """A missing file or one that is not UTF-8 has the same problem for every models.yaml and
+    every key: no line on what it was checked against, and a broken models.yaml hides it not."""
+    missing = metis_home / "nope.yaml"
+    code, out, err = await metis("routing", "check", str(missing), "--home", str(metis_home))
+    assert (code, err) == (1, "")
+    assert out.splitlines() == [
+        f"{missing}: error: cannot read {missing}: No such file or directory [unreadable]",
+        f"{missing}: INVALID (1 error, 0 warnings)",
+    ]
+    latin1 = metis_home / "latin1.yaml"
+    latin1.write_bytes(b"global_default: caf\xe9\n")
+    (metis_home / "models.yaml").write_text("pricing_version: 5\n")  # broken since the start
+    code, out, _ = await metis("routing", "check", str(latin1), "--home", str(metis_home))
+    assert code == 1
+    [error, verdict] = out.splitlines()
+    assert error.startswith(f"{latin1}:") and error.endswith("[not_utf8]")
+    assert verdict == f"{latin1}: INVALID (1 error, 0 warnings)"
