@@ -356,7 +356,9 @@ class PolicyManager:
             "routing.policy_invalid",
             {
                 "policy_path": str(self.user_path),
-                "file_version": self.file_version,
+                # an unreadable file has no bytes to hash: the check's version stands in, as
+                # POST /routing/check reports it (None would get the event dropped as invalid)
+                "file_version": self.file_version or result.version,
                 "errors": result.errors,
                 "using_last_known_good": self.using_last_known_good,
                 "active_version": active_version or self.active.version,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from metis.core.events.catalog import RoutingPolicyInvalid
 from metis.core.models.registry import ModelRegistry
 from metis.core.routing.availability import Availability
 from metis.core.routing.engine import RoutingEngine
@@ -226,6 +227,27 @@ async def test_an_lkg_left_unused_at_startup_says_why_in_the_log_and_the_reason(
     (home / "routing.yaml").write_bytes(GOOD)
     await manager.reload("api")
     assert manager.in_force()["reason"] == f"{home / 'routing.yaml'} is valid; it is in force"
+
+
+async def test_a_routing_yaml_that_cannot_be_read_is_reported_by_a_valid_event(
+    make_manager: Callable[..., PolicyManager], home: Path, events: EventLog
+) -> None:
+    """A directory in its place, at start-up and on a reload: the bus drops an event whose
+    payload does not fit the catalog, so the refusal must fit it."""
+    (home / "routing.yaml").mkdir()
+    manager = make_manager()
+    await manager.start()
+    (home / "routing.yaml").rmdir()
+    (home / "routing.yaml").write_bytes(GOOD)
+    await manager.reload("api")
+    (home / "routing.yaml").unlink()
+    (home / "routing.yaml").mkdir()
+    await manager.reload("api")
+    refused = events.of("routing.policy_invalid")
+    assert len(refused) == 2
+    for payload in refused:
+        RoutingPolicyInvalid.model_validate(payload)
+        assert payload["errors"] == [f"cannot read {home / 'routing.yaml'}: Is a directory"]
 
 
 # ---- reloads -------------------------------------------------------------------------------------
