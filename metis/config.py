@@ -422,7 +422,13 @@ def load_file_settings(path: Path) -> FileSettings:
         return FileSettings()
     doc = read_yaml_file(path)
     if doc.errors:
-        raise ConfigError("; ".join(f"{path}:{d.line or '?'}: {d.message}" for d in doc.errors))
+        # a problem of the whole file (unreadable, not UTF-8) has no line: none is made up
+        raise ConfigError(
+            "; ".join(
+                f"{path}:{d.line}: {d.message}" if d.line else f"{path}: {d.message}"
+                for d in doc.errors
+            )
+        )
     if doc.data is None:
         return FileSettings()
     if not isinstance(doc.data, dict):

@@ -245,3 +245,17 @@ def test_a_value_of_the_wrong_type_is_told_what_yaml_is_wanted(tmp_path: Path) -
     assert "config.yaml:4: limits.turn_timeout_s: expected a number, got string" in text
     assert "Input should" not in text and "tuple" not in text
     assert "/srv/code" not in text and "maybe" not in text and "soon" not in text
+
+
+def test_a_config_yaml_that_cannot_be_read_as_text_gets_no_made_up_line(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    (home / "config.yaml").mkdir(parents=True)
+    with pytest.raises(ConfigError) as info:
+        load_settings(home=home)
+    config = home / "config.yaml"
+    assert info.value.message == f"{config}: cannot read {config}: Is a directory"
+    config.rmdir()
+    config.write_bytes(b"port: 1\n\xff\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(home=home)
+    assert info.value.message.startswith(f"{config}: file is not UTF-8")
