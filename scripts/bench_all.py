@@ -24,7 +24,9 @@ Groups:
   turns 91–100 are compacted at every model call; then, for reference, the CPU of a turn whose
   reply is one delta (the part no reply length changes) and what the SDK's request layers add
   to one model call over the same request on bare aiohttp (`bench_request.py`);
-- ws (`bench_ws.py`): 30 turns × 200 deltas to 1 and to 10 raw-socket clients;
+- ws (`bench_ws.py`): 30 turns × 200 deltas to 1 and to 10 raw-socket clients, with the share
+  of a CPU the daemon and the fake provider each used meanwhile (a daemon far from 100 % is
+  not what bounds the figure);
 - aap (`bench_aap.py`): `text_delta` events/s of one 20,000-delta SSE turn;
 - burst: the fake provider writes a 5,000- and a 50,000-delta reply in one socket write, read
   by 1 and by 10 WebSocket clients: did every client get every frame of the turn.
@@ -499,14 +501,19 @@ async def in_process(table: Table, groups: set[str]) -> None:
                 ) as http,
             ):
                 await bench_ws.run_turns(daemon, http, fake_url, 1, 2, 200)  # warm-up
-                one = await bench_ws.run_turns(daemon, http, fake_url, 1, 30, 200)
-                many = await bench_ws.run_turns(daemon, http, fake_url, 10, 30, 200)
-            table.figure("ws1", "WS frames/s, 1 client", "/s", 40_000, True).samples.append(
-                one["rate"]
-            )
-            table.figure(
-                "ws10", "WS frames/s, 10 clients total", "/s", 250_000, True
-            ).samples.append(many["rate"])
+                one = await bench_ws.run_turns(daemon, http, fake_url, 1, 30, 200, fake.pid)
+                many = await bench_ws.run_turns(daemon, http, fake_url, 10, 30, 200, fake.pid)
+            for key, label, goal, run in (
+                ("ws1", "WS frames/s, 1 client", 40_000, one),
+                ("ws10", "WS frames/s, 10 clients total", 250_000, many),
+            ):
+                table.figure(key, label, "/s", goal, True).samples.append(run["rate"])
+                table.figure(
+                    f"{key}_busy", "  CPU share meanwhile: daemon", "%", None
+                ).samples.append(100 * run["daemon_busy"])
+                table.figure(
+                    f"{key}_provider", "  CPU share meanwhile: fake provider", "%", None
+                ).samples.append(100 * run["provider_busy"])
         if "aap" in groups:
             async with running_daemon(fake_url) as daemon, aiohttp.ClientSession() as http:
                 rate = await bench_aap.relay(http, daemon.base_url, fake_url, 20_000)
