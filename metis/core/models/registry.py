@@ -449,6 +449,15 @@ def load_registry(path: Path, *, env: Mapping[str, str] | None = None) -> ModelR
     return result.registry
 
 
+def _bare(key: str | None) -> str | None:
+    """A key without the whitespace around it, None when nothing is left. A key read from a
+    file (`export K=$(cat key)` keeps no newline, but an `EnvironmentFile` line may keep a
+    trailing space, a pasted key a newline) is never meant to carry it, and the HTTP client
+    refuses a header holding a control character: every call failed as "internal adapter
+    error: ValueError", naming neither the key nor its variable."""
+    return (key or "").strip() or None
+
+
 def _resolve_credentials(
     drafts: dict[str, ProviderDraft], env: Mapping[str, str], offline: bool
 ) -> tuple[dict[str, ProviderConfig], dict[str, Credential]]:
@@ -463,13 +472,13 @@ def _resolve_credentials(
     for name, draft in drafts.items():
         fields = {k: v for k, v in draft.fields.items() if v is not None}
         env_var = fields.get("api_key_env")
-        key: str | None = fields.get("api_key")
+        key: str | None = _bare(fields.get("api_key"))
         if draft.adapter == "scripted":
             credential = Credential(True)
         elif offline:
             credential = Credential(False, "offline_forced", env_var)
         elif env_var is not None:
-            key = env.get(env_var) or None
+            key = _bare(env.get(env_var))
             credential = Credential(True) if key else Credential(False, "no_credentials", env_var)
         else:
             credential = Credential(True)  # literal key, or keyless (SDK gets the placeholder)

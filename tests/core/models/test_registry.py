@@ -327,6 +327,24 @@ def test_resolved_keys_are_registered_for_redaction_and_never_dumped() -> None:
     assert redact("boom zz-very-secret-key") == "boom [redacted]"
 
 
+def test_whitespace_around_a_key_is_not_part_of_it() -> None:
+    """A trailing newline would reach the Authorization header, which the HTTP client refuses."""
+    reg = registry(BASE, {"ANTHROPIC_API_KEY": " zz-key-with-newline\n"})
+    assert (
+        next(p for p in reg.providers() if p.name == "anthropic").sdk_key == "zz-key-with-newline"
+    )
+    assert redact("boom zz-key-with-newline") == "boom [redacted]"
+    blank = registry(BASE, {"ANTHROPIC_API_KEY": " \n"})
+    assert blank.not_configured_reason("anthropic:claude-sonnet-4-6") == "no_credentials"
+    literal = registry(
+        BASE.replace(
+            "    base_url: http://127.0.0.1:11434/v1",
+            "    base_url: http://h/v1\n    api_key: 'dummy '",
+        )
+    )
+    assert next(p for p in literal.providers() if p.name == "ollama").sdk_key == "dummy"
+
+
 def test_keyless_and_literal_key_providers_are_configured_and_end_offline_mode() -> None:
     reg = registry(BASE, {})
     assert reg.is_configured("ollama:qwen2.5-coder:14b")
