@@ -345,6 +345,18 @@ def test_whitespace_around_a_key_is_not_part_of_it() -> None:
     assert next(p for p in literal.providers() if p.name == "ollama").sdk_key == "dummy"
 
 
+def test_a_key_no_http_header_can_carry_is_named_in_the_log_not_shown(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    registry(BASE, {"ANTHROPIC_API_KEY": "\u201czz-quoted-key\u201d"})
+    [warning] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warning.startswith(
+        "the key of provider 'anthropic' (ANTHROPIC_API_KEY) holds a character an HTTP header "
+        "cannot carry"
+    )
+    assert "zz-quoted-key" not in caplog.text
+
+
 def test_keyless_and_literal_key_providers_are_configured_and_end_offline_mode() -> None:
     reg = registry(BASE, {})
     assert reg.is_configured("ollama:qwen2.5-coder:14b")
