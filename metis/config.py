@@ -87,6 +87,20 @@ Origin = Annotated[str, AfterValidator(browser_origin)]
 CorsOrigin = Annotated[str, AfterValidator(_cors_origin)]
 
 
+def _anchored_path(entry: str) -> str:
+    """A directory named in config.yaml: absolute, or under `~`. A relative one would be read
+    against whatever directory `metis serve` was started in (`/` under systemd), so
+    `allowed_workspace_roots: [code]` would allow `/code`, not `~/code`: refused instead."""
+    if not Path(entry).expanduser().is_absolute():
+        raise ValueError(
+            "must be an absolute path or start with ~ (a relative one would depend on where metis serve starts)"
+        )
+    return entry
+
+
+DirPath = Annotated[str, AfterValidator(_anchored_path)]
+
+
 class _Section(DataModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -197,7 +211,7 @@ class AapSettings(DataModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     cors_origins: tuple[CorsOrigin, ...] = ()
-    workspace_roots: tuple[str, ...] = ()
+    workspace_roots: tuple[DirPath, ...] = ()
     page_size: int = Field(default=20, ge=1, le=200)
     max_request_bytes: int = Field(default=20 * 1024 * 1024, ge=1024)
     max_image_bytes: int = Field(default=MAX_IMAGE_BYTES, ge=1, le=MAX_IMAGE_BYTES)
@@ -225,10 +239,10 @@ class FileSettings(_Section):
     host: str = DEFAULT_HOST
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535, strict=True)  # `true` is no port
     allowed_origins: tuple[Origin, ...] = ()
-    allowed_workspace_roots: tuple[str, ...] = ()
+    allowed_workspace_roots: tuple[DirPath, ...] = ()
     # The AAP `workspace` option's default (a top-level key, not under `aap`);
     # None → METIS_HOME/workspaces/default.
-    default_workspace: str | None = None
+    default_workspace: DirPath | None = None
     # `metis serve`'s log level unless `--log-level` says otherwise
     log_level: Annotated[  # `debug` as well: a level is a name, not a spelling
         Literal["DEBUG", "INFO", "WARNING", "ERROR"],

@@ -259,3 +259,23 @@ def test_a_config_yaml_that_cannot_be_read_as_text_gets_no_made_up_line(tmp_path
     with pytest.raises(ConfigError) as info:
         load_settings(home=home)
     assert info.value.message.startswith(f"{config}: file is not UTF-8")
+
+
+def test_a_directory_of_config_yaml_must_not_depend_on_where_the_daemon_starts(
+    tmp_path: Path,
+) -> None:
+    """`[code]` meant ~/code; read against the start directory it was /code under systemd."""
+    text = config_error(
+        tmp_path / "h",
+        "allowed_workspace_roots: [code, ~/work, /srv]\ndefault_workspace: ./ws\n"
+        "aap:\n  workspace_roots: [scratch]\n",
+    )
+    assert text.splitlines() == [
+        f"{tmp_path / 'h' / 'config.yaml'}:{line}: {key}: must be an absolute path or start "
+        "with ~ (a relative one would depend on where metis serve starts)"
+        for line, key in (
+            (1, "allowed_workspace_roots.0"),
+            (2, "default_workspace"),
+            (4, "aap.workspace_roots.0"),
+        )
+    ]
