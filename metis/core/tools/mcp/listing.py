@@ -7,6 +7,13 @@ a clashing name) and says why; this relay, between the transport and the SDK's s
 the same for entries the SDK would refuse: it drops them from the answer before the session
 reads it and records a reason for each, which the server's status shows.
 
+An entry is read twice, as the SDK reads the answer: by the protocol's `Tool` model, and by the
+wire model of the protocol version the server answered `initialize` with, which is stricter (an
+`inputSchema` without `"type": "object"`, such as the `{}` of a tool that takes no arguments,
+passes the first and fails the second). Checking only the first let such an entry through, and
+the SDK then refused the whole answer: every tool of the server was lost, and the server was
+restarted for ever with the same answer.
+
 An answer is recognised by its shape: a result with a top-level `tools` list is a `tools/list`
 answer (no other MCP result has that member). Anything else passes through untouched,
 including an answer whose `tools` is not a list at all: the SDK refuses that one whole, as
@@ -24,51 +31,89 @@ import anyio
 import mcp_types
 from anyio.streams.memory import MemoryObjectReceiveStream
 from mcp.shared.message import SessionMessage
+from mcp_types import methods as mcp_methods
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 Incoming = SessionMessage | Exception
 
 SHOWN_PROBLEMS = 3
 """Problems named per skipped tool; the rest are counted."""
 
+ASSUMED_VERSION = "2025-11-25"
+"""The protocol version the SDK checks an answer against before one was negotiated."""
 
-def skip_reason(position: int, raw: object, exc: ValidationError) -> str:
+
+def skip_reason(position: int, raw: object, problems: list[ErrorDetails]) -> str:
     """`tool 'bad' (#2) skipped: not valid MCP (description: Input should be a valid string)`"""
     name = raw.get("name") if isinstance(raw, dict) else None
     who = f"tool {name!r} (#{position})" if isinstance(name, str) else f"tool #{position}"
-    problems = [
+    shown = [
         f"{'.'.join(str(part) for part in error['loc']) or 'the entry'}: {error['msg']}"
-        for error in exc.errors()[:SHOWN_PROBLEMS]
+        for error in problems[:SHOWN_PROBLEMS]
     ]
-    hidden = exc.error_count() - SHOWN_PROBLEMS
+    hidden = len(problems) - SHOWN_PROBLEMS
     more = f" (and {hidden} more)" if hidden > 0 else ""
-    return f"{who} skipped: not valid MCP ({'; '.join(problems)}{more})"
+    return f"{who} skipped: not valid MCP ({'; '.join(shown)}{more})"
 
 
-def readable_tools(result: dict[str, Any], skipped: list[str]) -> dict[str, Any]:
-    """`result` without the tool entries the SDK would refuse, a reason appended to `skipped`
-    for each; the same object when there is nothing to drop."""
+def _entry_problems(result: dict[str, Any], raw: object, version: str) -> list[ErrorDetails]:
+    """Why the SDK would refuse the answer because of this entry (none: it would not). Read
+    first as a `Tool`, then within the answer as the negotiated version's wire model has it,
+    only the problems located in the entry counting: the answer's own are the SDK's to refuse."""
+    try:
+        mcp_types.Tool.model_validate(raw, by_name=False)  # as the SDK reads a result
+    except ValidationError as exc:
+        return exc.errors()
+    try:
+        mcp_methods.validate_server_result("tools/list", version, {**result, "tools": [raw]})
+    except ValidationError as exc:
+        return [
+            {**error, "loc": error["loc"][2:]}
+            for error in exc.errors()
+            if error["loc"][:2] == ("tools", 0)
+        ]
+    except (KeyError, ValueError):  # a version the SDK has no wire model for: it checks none
+        return []
+    return []
+
+
+def readable_tools(
+    result: dict[str, Any], skipped: list[str], version: str = ASSUMED_VERSION
+) -> dict[str, Any]:
+    """`result` without the tool entries the SDK would refuse under protocol `version`, a
+    reason appended to `skipped` for each; the same object when there is nothing to drop."""
     tools = result.get("tools")
     if not isinstance(tools, list):
         return result
     kept: list[object] = []
     for position, raw in enumerate(tools, start=1):
-        try:
-            mcp_types.Tool.model_validate(raw, by_name=False)  # as the SDK reads a result
-        except ValidationError as exc:
-            skipped.append(skip_reason(position, raw, exc))
+        problems = _entry_problems(result, raw, version)
+        if problems:
+            skipped.append(skip_reason(position, raw, problems))
         else:
             kept.append(raw)
     return result if len(kept) == len(tools) else {**result, "tools": kept}
 
 
-def _filtered(item: Incoming, skipped: list[str]) -> Incoming:
+@dataclasses.dataclass
+class _Negotiated:
+    """The protocol version the server's `initialize` answer named, which the SDK then checks
+    every answer against."""
+
+    version: str = ASSUMED_VERSION
+
+
+def _filtered(item: Incoming, skipped: list[str], negotiated: _Negotiated) -> Incoming:
     if isinstance(item, Exception):
         return item
     message = item.message
     if not isinstance(message, mcp_types.JSONRPCResponse) or not isinstance(message.result, dict):
         return item
-    result = readable_tools(message.result, skipped)
+    answered = message.result.get("protocolVersion")
+    if isinstance(answered, str) and "serverInfo" in message.result:  # initialize's answer
+        negotiated.version = answered
+    result = readable_tools(message.result, skipped, negotiated.version)
     if result is message.result:
         return item
     return dataclasses.replace(item, message=message.model_copy(update={"result": result}))
@@ -81,12 +126,13 @@ async def tolerant_tool_listings(
     """The transport's incoming stream, relayed with unreadable tool entries dropped (reasons go
     to `skipped`). It ends when the transport's does."""
     relay_in, relayed = anyio.create_memory_object_stream[Incoming](0)
+    negotiated = _Negotiated()
 
     async def relay() -> None:
         async with relay_in:  # the transport's stream stays the transport's to close
             try:
                 async for item in read:
-                    await relay_in.send(_filtered(item, skipped))
+                    await relay_in.send(_filtered(item, skipped, negotiated))
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 return  # the session stopped reading (it is closing): nothing is waited for
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import anyio
 import mcp_types
 from mcp.shared.message import SessionMessage
+from mcp_types import methods as mcp_methods
 
 from metis.core.tools.mcp.listing import readable_tools, tolerant_tool_listings
 
@@ -19,7 +20,11 @@ def test_a_listing_the_sdk_reads_is_passed_on_as_the_same_object() -> None:
 
 
 def test_unreadable_entries_are_dropped_with_a_reason_each_and_the_rest_kept_in_order() -> None:
-    other = {"name": "other", "inputSchema": {}, "annotations": {"readOnlyHint": True}}
+    other = {
+        "name": "other",
+        "inputSchema": GOOD["inputSchema"],
+        "annotations": {"readOnlyHint": True},
+    }
     result = {
         "tools": [{"name": "bad"}, GOOD, "not an entry", other, {"name": 7, "inputSchema": {}}],
         "nextCursor": "2",
@@ -34,6 +39,29 @@ def test_unreadable_entries_are_dropped_with_a_reason_each_and_the_rest_kept_in_
         "instance of Tool)",
         "tool #5 skipped: not valid MCP (name: Input should be a valid string)",
     ]
+
+
+def test_an_input_schema_without_type_object_drops_that_tool_not_the_whole_answer() -> None:
+    # the SDK reads the answer by the negotiated version's wire model, which requires
+    # `"type": "object"`: an entry without it used to pass here and fail every tool of the server
+    no_arguments = {"name": "ping", "inputSchema": {}}
+    a_string = {"name": "echo", "inputSchema": {"type": "string"}}
+    skipped: list[str] = []
+    kept = readable_tools({"tools": [no_arguments, GOOD, a_string]}, skipped, "2025-06-18")
+    assert kept == {"tools": [GOOD]}
+    assert skipped == [
+        "tool 'ping' (#1) skipped: not valid MCP (inputSchema.type: Field required)",
+        "tool 'echo' (#3) skipped: not valid MCP (inputSchema.type: Input should be 'object')",
+    ]
+    mcp_methods.validate_server_result("tools/list", "2025-06-18", kept)  # the SDK reads it
+
+
+def test_problems_of_the_answer_itself_are_left_for_the_sdk_to_refuse() -> None:
+    # 2026-07-28 wants members a 2025 answer lacks: no entry is to blame for them
+    result = {"tools": [GOOD]}
+    skipped: list[str] = []
+    assert readable_tools(result, skipped, "2026-07-28") is result and skipped == []
+    assert readable_tools(result, skipped, "1999-01-01") is result and skipped == []
 
 
 def test_a_tools_member_that_is_not_a_list_is_left_for_the_sdk_to_refuse() -> None:
@@ -54,18 +82,34 @@ async def test_the_relay_passes_messages_on_filters_listings_and_ends_with_the_t
     send, read = anyio.create_memory_object_stream[SessionMessage | Exception](4)
     ping = SessionMessage(mcp_types.JSONRPCRequest(jsonrpc="2.0", id=1, method="ping"))
     broken = ValueError("a line that is not JSON")
+    initialized = SessionMessage(
+        mcp_types.JSONRPCResponse(
+            jsonrpc="2.0",
+            id=1,
+            result={
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "serverInfo": {"name": "s", "version": "1"},
+            },
+        )
+    )
     listing = mcp_types.JSONRPCResponse(
-        jsonrpc="2.0", id=2, result={"tools": [{"name": "bad"}, GOOD]}
+        jsonrpc="2.0",
+        id=2,
+        result={"tools": [{"name": "bad"}, GOOD, {"name": "loose", "inputSchema": {}}]},
     )
     skipped: list[str] = []
     async with tolerant_tool_listings(read, skipped) as relayed:
         async with send:
-            for item in (ping, broken, SessionMessage(listing)):
+            for item in (ping, broken, initialized, SessionMessage(listing)):
                 await send.send(item)
         received = [item async for item in relayed]  # ends when the transport's stream does
-    assert received[0] is ping and received[1] is broken
-    third = received[2]
-    assert isinstance(third, SessionMessage)
-    assert isinstance(third.message, mcp_types.JSONRPCResponse)
-    assert third.message.id == 2 and third.message.result == {"tools": [GOOD]}
-    assert skipped == ["tool 'bad' (#1) skipped: not valid MCP (inputSchema: Field required)"]
+    assert received[0] is ping and received[1] is broken and received[2] is initialized
+    fourth = received[3]
+    assert isinstance(fourth, SessionMessage)
+    assert isinstance(fourth.message, mcp_types.JSONRPCResponse)
+    assert fourth.message.id == 2 and fourth.message.result == {"tools": [GOOD]}
+    assert skipped == [
+        "tool 'bad' (#1) skipped: not valid MCP (inputSchema: Field required)",
+        "tool 'loose' (#3) skipped: not valid MCP (inputSchema.type: Field required)",
+    ]

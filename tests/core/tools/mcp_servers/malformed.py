@@ -1,7 +1,9 @@
 """An MCP server over stdio, written by hand (JSON-RPC lines), whose `tools/list` the SDK cannot
 read as it is. `one-bad-tool` (the default) lists a well-formed `good` tool between two the SDK
 refuses (`bad`: no `inputSchema` and a number for its description; an entry with no name at
-all), and answers calls of `good`; `not-a-list` answers `tools/list` with a string for `tools`."""
+all), and answers calls of `good`; `not-a-list` answers `tools/list` with a string for `tools`;
+`no-type` lists `good` after `bare`, whose `inputSchema` is `{}` (no `"type": "object"`, which
+the protocol's wire model requires)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import sys
 from typing import Any
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "one-bad-tool"
+GOOD = {"name": "good", "inputSchema": {"type": "object"}}
 
 
 def answer(message: dict[str, Any]) -> dict[str, Any]:
@@ -23,10 +26,12 @@ def answer(message: dict[str, Any]) -> dict[str, Any]:
     if method == "tools/list":
         if MODE == "not-a-list":
             return {"tools": "good, bad"}
+        if MODE == "no-type":
+            return {"tools": [{"name": "bare", "inputSchema": {}}, GOOD]}
         return {
             "tools": [
                 {"name": "bad", "description": 5},
-                {"name": "good", "inputSchema": {"type": "object"}},
+                GOOD,
                 {"inputSchema": {"type": "object"}},
             ]
         }
