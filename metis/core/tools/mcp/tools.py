@@ -34,6 +34,7 @@ from metis.core.canonical.content import (
     ImageBlock,
     TextBlock,
 )
+from metis.core.canonical.redaction import redact
 from metis.core.canonical.tools import SideEffects, ToolDefinition
 from metis.core.tools.base import ResultBlock, ToolCancelled, ToolContext, ToolError, ToolOutput
 from metis.core.tools.registry import RegisteredTool
@@ -203,7 +204,10 @@ class McpTool:
 
     async def run(self, input: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         """Call the tool on its server; a turn cancel or timeout cancels the request (the SDK tells
-        the server) and the call ends as cancelled."""
+        the server) and the call ends as cancelled. A failure's text is scrubbed of the secrets
+        the server was given (`redact`) before it becomes the tool result: a server that echoes
+        its connection string or token when it fails would otherwise hand it to the provider
+        and the stored conversation, where only the event was scrubbed."""
         call = asyncio.ensure_future(self.server.call(self.remote_name, input, ctx.remaining()))
         cancelled = asyncio.ensure_future(ctx.cancel_event.wait())
         try:
@@ -215,11 +219,14 @@ class McpTool:
             call.cancel()
             await asyncio.wait({call})
             raise ToolCancelled()
-        result = call.result()  # McpUnavailable / ToolError propagate
+        try:
+            result = call.result()
+        except ToolError as exc:  # McpUnavailable / ToolError: the same kind, scrubbed
+            raise type(exc)(redact(exc.message)) from None
         blocks = result_blocks(result)
         if result.is_error:
             text = "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
-            raise ToolError(text or f'MCP tool "{self.remote_name}" reported an error')
+            raise ToolError(redact(text) or f'MCP tool "{self.remote_name}" reported an error')
         return ToolOutput(content=blocks)
 
 

@@ -3,13 +3,16 @@ fake provider over loopback): how a server's odd answers reach the person and th
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from tests.api import Api, api_session
-from tests.core.tools.mcp_servers import MALFORMED, python_server
+from tests.core.tools.mcp_servers import MALFORMED, TELLTALE, python_server
 from tests.e2e.test_mcp import AUTO, mcp_status
 from tests.e2e.test_provider_turns import models_yaml, session_on, types_of
 
@@ -40,3 +43,40 @@ async def test_a_tool_whose_input_schema_lacks_type_object_is_skipped_not_the_se
         accepted, terminal = await api.run_turn(sid, "use it")
         assert terminal["type"] == "turn.completed", terminal
         assert "tool.completed" in types_of(await api.turn_events(sid, accepted["turn_id"]))
+
+
+async def test_secrets_a_server_repeats_in_its_failures_are_scrubbed_from_what_the_model_sees(
+    fake: FakeProviderServer,
+    start_daemon: Callable[..., Any],
+    workspace: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the event was scrubbed, but the tool result stored and sent to the provider was not
+    monkeypatch.setenv("METIS_TEST_TELLTALE", "tt-5ecret-from-env-77")
+    env = {"FROM_ENV": "${METIS_TEST_TELLTALE}", "DB_PASSWORD": "pw-literal-4242"}
+    config = servers_config(tell=python_server(TELLTALE, env=env, policy="auto"))
+    d = await start_daemon(config=config, models=models_yaml(fake))
+    await d.core.mcp.wait_ready(30)
+    async with api_session(d) as http:
+        api = Api(http)
+        sid = await session_on(api, workspace, "anthropic")
+        for tool in ("error_result", "error_answer"):
+            for name in ("FROM_ENV", "DB_PASSWORD"):
+                fake.enqueue(
+                    "anthropic",
+                    FakeReply.call(f"mcp__tell__{tool}", {"name": name}),
+                    FakeReply.say("noted"),
+                )
+                accepted, terminal = await api.run_turn(sid, f"{tool} {name}")
+                assert terminal["type"] == "turn.completed", terminal
+                failed = next(
+                    e
+                    for e in await api.turn_events(sid, accepted["turn_id"])
+                    if e["type"] == "tool.failed"
+                )
+                assert "cannot connect with [redacted]" in failed["payload"]["message"]
+        stored = json.dumps((await api.messages(sid))["messages"])
+        sent = json.dumps([r.body for r in fake.requests_for("anthropic")])
+    for seen in (stored, sent):
+        assert seen.count("cannot connect with [redacted]") >= 4
+        assert "tt-5ecret-from-env-77" not in seen and "pw-literal-4242" not in seen
