@@ -238,6 +238,35 @@ def glob_to_regex(pattern: str) -> str:
     return "".join(out)
 
 
+def _nested_repeat(regex: str) -> bool:
+    """Whether a repeat (`+`, `*`, `{2,}`) holds another unbounded one: the shape whose
+    backtracking is exponential (`(a+)+$` against `aaaa…b`). Python's `re` has no time limit
+    and runs on the daemon's event loop, so such a rule could stall every session; it is only
+    flagged (a warning), as some such patterns are harmless."""
+    import importlib  # the parser's tree, which has no stubs: a configuration check needs it
+
+    c = importlib.import_module("re._constants")
+    parser = importlib.import_module("re._parser")
+
+    def repeats(items: Any, inside: bool) -> bool:
+        for op, arg in items:
+            if op in (c.MAX_REPEAT, c.MIN_REPEAT):
+                _, high, body = arg
+                if (inside and high == c.MAXREPEAT) or repeats(body, inside or high > 1):
+                    return True
+            elif op is c.SUBPATTERN:
+                if repeats(arg[3], inside):
+                    return True
+            elif op is c.BRANCH and any(repeats(branch, inside) for branch in arg[1]):
+                return True
+        return False
+
+    try:
+        return repeats(parser.parse(regex), False)
+    except Exception:  # compiled already; a parser of another Python version need not match
+        return False
+
+
 def _parse_time(text: str) -> int | None:
     match = _TIME_RE.fullmatch(text)
     return int(match.group(1)) * 60 + int(match.group(2)) if match else None
@@ -382,6 +411,15 @@ class _Compiler:
         except re.error as exc:
             self.check.error("invalid_regex", path, where, f"{path}: invalid regex: {exc}")
             return None
+        if _nested_repeat(text):
+            self.check.warning(
+                "regex_backtracking",
+                path,
+                where,
+                f"{path}: a repeated group holds an unbounded repeat, as in '(a+)+': on some "
+                "messages matching it takes exponential time, during which the daemon answers "
+                "nothing; write it without the inner repeat",
+            )
         search = pattern.search
         return Condition(
             "message_matches",

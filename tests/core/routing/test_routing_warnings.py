@@ -191,6 +191,21 @@ def test_a_reference_unconfigured_offline_names_metis_offline() -> None:
     ]
 
 
+def test_a_regex_whose_backtracking_can_explode_is_flagged(registry: ModelRegistry) -> None:
+    """`(a+)+$` against "aaaa…b" takes exponential time on the daemon's event loop."""
+    text = (
+        "rules:\n"
+        "  - {name: a, when: {message_matches: '^(a+)+$'}, use: haiku}\n"
+        "  - {name: b, when: {not: {message_matches: '(\\w+\\s?)*!'}}, use: opus}\n"
+        "  - {name: c, when: {message_matches: '(?i)\\b(commit|push)+ (a|the)? ?msg'}, use: haiku}\n"
+    )
+    found = [(code, message.split(":")[0]) for code, message in warnings_of(registry, text)]
+    assert found == [
+        ("regex_backtracking", "rules[0].when.message_matches"),
+        ("regex_backtracking", "rules[1].when.not.message_matches"),
+    ]
+
+
 def test_use_and_default_targets_without_tool_support_warn(
     registry: ModelRegistry, tmp_path: Path
 ) -> None:
