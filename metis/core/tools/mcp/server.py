@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -122,6 +123,7 @@ class McpServer:
         self._connecting: anyio.CancelScope | None = None
         self._processes: list[StdioProcess] = []
         self._skipped: list[str] = []
+        self._http_refusal: str | None = None  # `HTTP 401 Unauthorized`, seen in this attempt
 
     # -- wire view --------------------------------------------------------------------------
 
@@ -307,6 +309,8 @@ class McpServer:
         if invalid is not None:  # the client hung up on it: the process's exit is not the cause
             return _describe_invalid_answer(invalid)
         refused = _found_in(exc, MCPError)
+        if self.settings.transport == "http" and self._http_refusal is not None:
+            return self._describe_http_refusal(self._http_refusal, refused)
         if refused is not None and refused.code != CONNECTION_CLOSED:
             return self._describe(refused)
         if process is not None and process.liveness.ended_by_itself:
@@ -324,8 +328,37 @@ class McpServer:
     def _stderr_path(self) -> Path | None:
         return self.log_dir / f"{self.key}.stderr.log" if self.log_dir is not None else None
 
+    def _describe_http_refusal(self, status: str, refused: MCPError | None) -> str:
+        """An HTTP server's refusal by its status: the SDK turns a 401 into `Server returned an
+        error response`, which does not tell a person that the token is wrong. The server's own
+        JSON-RPC error, when it sent one, follows."""
+        hint = ""
+        if status.startswith(("HTTP 401", "HTTP 403")):
+            hint = " (check the credentials in its headers or url)"
+        elif status.startswith("HTTP 404"):
+            hint = " (check the url's path)"
+        said = ""
+        if refused is not None and refused.message not in _SDK_STAND_INS:
+            said = f": {self._describe(refused)}"
+        return f"the server refused the request: {status}{hint}{said}"
+
+    def _describe_unreachable(self, exc: httpx2.TransportError) -> str:
+        """`cannot connect to 127.0.0.1:8768 (connection refused)` rather than the HTTP
+        client's `ConnectError: All connection attempts failed`, which names neither."""
+        url = httpx2.URL(self.settings.url or "")
+        where = f"{url.host}:{url.port or (443 if url.scheme == 'https' else 80)}"
+        if isinstance(exc, httpx2.ConnectTimeout):
+            return f"cannot connect to {where} (no answer in time)"
+        if isinstance(exc, httpx2.ConnectError):
+            return f"cannot connect to {where} ({_connect_failure(exc)})"
+        if isinstance(exc, httpx2.TimeoutException):
+            return f"no answer from {where} in time"
+        return f"the connection to {where} failed: {str(exc) or type(exc).__name__}"
+
     def _describe(self, exc: BaseException) -> str:
         """An error as a person reads it: what went wrong, not which Python class said so."""
+        if isinstance(exc, httpx2.TransportError):
+            return self._describe_unreachable(exc)
         if isinstance(exc, ValidationError):
             return _describe_invalid_answer(exc)
         if isinstance(exc, MCPError):
@@ -440,9 +473,17 @@ class McpServer:
         }
         for value in [*configured_secrets(s.headers, headers), *url_secrets(s.url)]:
             register_secret(value)  # an error naming the URL shows it without them
+        self._http_refusal = None
+
+        async def note_refusal(response: httpx2.Response) -> None:
+            # the SDK keeps only a stand-in JSON-RPC error of a refused POST: its status says why
+            if response.status_code >= 400 and response.request.method == "POST":
+                self._http_refusal = f"HTTP {response.status_code} {response.reason_phrase}"
+
         client = httpx2.AsyncClient(
             headers=headers,
             timeout=httpx2.Timeout(30.0, read=300.0),
+            event_hooks={"response": [note_refusal]},
         )
         async with client, streamable_http_client(s.url, http_client=client) as streams:
             yield streams
@@ -547,6 +588,22 @@ class McpServer:
             raise McpUnavailable(
                 f'MCP server "{self.name}" failed the call: {self._describe(exc)}'
             ) from None
+
+
+_SDK_STAND_INS = frozenset({"Server returned an error response", "Not Found", "Session terminated"})
+"""The errors the SDK makes up for a refused HTTP request: they say nothing the status does not."""
+
+
+def _connect_failure(exc: BaseException) -> str:
+    """Why a connection could not be made, from the OS error under the HTTP client's."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(seen, socket.gaierror):
+            return "host not found"
+        seen = seen.__cause__ or seen.__context__
+    return str(exc) or type(exc).__name__
 
 
 async def _any_of(*events: asyncio.Event | anyio.Event, timeout: float | None = None) -> None:

@@ -3,14 +3,18 @@ fake provider over loopback): how a server's odd answers reach the person and th
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
+from metis.testing.serving import free_port
 from tests.api import Api, api_session
 from tests.core.tools.mcp_servers import MALFORMED, TELLTALE, python_server
 from tests.e2e.test_mcp import AUTO, mcp_status
@@ -80,3 +84,60 @@ async def test_secrets_a_server_repeats_in_its_failures_are_scrubbed_from_what_t
     for seen in (stored, sent):
         assert seen.count("cannot connect with [redacted]") >= 4
         assert "tt-5ecret-from-env-77" not in seen and "pw-literal-4242" not in seen
+
+
+@contextlib.asynccontextmanager
+async def answering(status: int) -> AsyncIterator[str]:
+    """An HTTP server on loopback that answers every request with `status`; its MCP url."""
+
+    async def refuse(request: web.Request) -> web.Response:
+        return web.Response(status=status, text="no")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", refuse)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        await runner.cleanup()
+
+
+async def test_an_http_server_that_is_refused_or_unreachable_says_so_by_status_or_address(
+    fake: FakeProviderServer, start_daemon: Callable[..., Any]
+) -> None:
+    # the SDK made a 401 `MCP error -32603: Server returned an error response`, and a closed
+    # port `ConnectError: All connection attempts failed`: neither named the cause
+    closed = free_port()
+    async with answering(401) as unauthorized, answering(404) as misplaced:
+        config = servers_config(
+            locked=json.dumps({"url": unauthorized, "headers": {"Authorization": "Bearer x"}}),
+            moved=json.dumps({"url": misplaced}),
+            away=json.dumps({"url": f"http://127.0.0.1:{closed}/mcp"}),
+        )
+        d = await start_daemon(config=config, models=models_yaml(fake))
+        async with api_session(d) as http:
+            api = Api(http)
+            servers: dict[str, Any] = {}
+
+            async def all_failed() -> bool:
+                servers.update(await mcp_status(api))
+                return all(s["last_error"] for s in servers.values())
+
+            for _ in range(200):
+                if await all_failed():
+                    break
+                await asyncio.sleep(0.05)
+    assert servers["locked"]["last_error"] == (
+        "the server refused the request: HTTP 401 Unauthorized "
+        "(check the credentials in its headers or url)"
+    )
+    assert servers["moved"]["last_error"] == (
+        "the server refused the request: HTTP 404 Not Found (check the url's path)"
+    )
+    assert (
+        servers["away"]["last_error"]
+        == f"cannot connect to 127.0.0.1:{closed} (connection refused)"
+    )
