@@ -44,6 +44,8 @@ SCRIPTED_PRICING = Pricing(
 
 _PROVIDER_NAME_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 _ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]*")
+# `$NAME` or `${NAME}` written as a key: a shell's or a compose file's way, not this file's
+_ENV_REFERENCE_RE = re.compile(r"\$\{?(?P<name>[A-Za-z_][A-Za-z0-9_]*)\}?")
 _ALIAS_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 _URL_RE = re.compile(r"https?://[^\s/?#]+[^\s]*")
 
@@ -207,13 +209,7 @@ def _parse_provider(
             )
         fields["base_url"] = url
     if "api_key_env" in body and body["api_key_env"] is not None:
-        fields["api_key_env"] = check.string(
-            body["api_key_env"],
-            join(path, "api_key_env"),
-            position(body, "api_key_env"),
-            pattern=_ENV_NAME_RE,
-            pattern_text="^[A-Z_][A-Z0-9_]*$",
-        )
+        fields["api_key_env"] = _env_name(check, body, path)
     if "api_key" in body and body["api_key"] is not None:
         # The literal value is never put into a message.
         if not isinstance(body["api_key"], str):
@@ -221,6 +217,16 @@ def _parse_provider(
                 join(path, "api_key"), position(body, "api_key"), "a string", body["api_key"]
             )
         fields["api_key"] = body["api_key"] if isinstance(body["api_key"], str) else None
+        reference = _ENV_REFERENCE_RE.fullmatch(fields["api_key"] or "")
+        if reference is not None:  # a variable's name (no secret): it is said back
+            name = reference["name"]
+            check.error(
+                "out_of_range",
+                join(path, "api_key"),
+                position(body, "api_key"),
+                f"{join(path, 'api_key')}: {fields['api_key']} would be sent as the key itself: "
+                f"this file expands no variables; name the variable instead (api_key_env: {name})",
+            )
     if "api_key" in fields and "api_key_env" in fields:
         check.error(
             "conflicting_keys",
@@ -237,6 +243,25 @@ def _parse_provider(
     if adapter is None:
         return None
     return ProviderDraft(name, adapter, fields)
+
+
+def _env_name(check: Collector, body: dict[str, Any], path: str) -> str | None:
+    """`api_key_env`: the name of the variable holding the key. What is written there is never
+    put into a message: a key pasted in place of the name would be printed back by every
+    command that checks the file, and into the daemon's log."""
+    key_path, where = join(path, "api_key_env"), position(body, "api_key_env")
+    value = check.string(body["api_key_env"], key_path, where)
+    if value is None or _ENV_NAME_RE.fullmatch(value):
+        return value
+    check.error(
+        "out_of_range",
+        key_path,
+        where,
+        f"{key_path}: must be the name of an environment variable (A-Z, 0-9 and _, not "
+        "starting with a digit), such as OPENAI_API_KEY; the value written is not shown, in "
+        "case it is the key itself (put the key in that variable, never in this file)",
+    )
+    return None
 
 
 def _parse_options(

@@ -29,3 +29,39 @@ def test_a_duplicate_id_is_reported_when_its_first_entry_has_another_error() -> 
     assert (
         diagnostics[1].message == "models[1].id: duplicate model id 'loc:m1' (first at models[0])"
     )
+
+
+KEY_IN_PLACE_OF_NAME = """\
+schema_version: 1
+pricing_version: "t-1"
+providers:
+  openai: {adapter: openai, api_key_env: sk-proj-Abc123SECRETvalue}
+models: []
+"""
+
+
+def test_a_key_written_where_its_variable_is_named_is_refused_without_being_shown() -> None:
+    """Every command that checks the file prints its errors, and the daemon logs them: a key
+    pasted into `api_key_env` must not be printed back."""
+    diagnostics = load_models_bytes(KEY_IN_PLACE_OF_NAME.encode(), env={}).diagnostics
+    assert [(d.code, d.path, d.line) for d in diagnostics] == [
+        ("out_of_range", "providers.openai.api_key_env", 4)
+    ]
+    message = diagnostics[0].message
+    assert "SECRET" not in message and "sk-proj" not in message
+    assert "name of an environment variable" in message and "OPENAI_API_KEY" in message
+
+
+def test_a_variable_written_as_the_key_is_refused_naming_the_key_to_use_instead() -> None:
+    """`api_key: ${OPENAI_API_KEY}` is a shell's idiom: taken literally, every call would send
+    those 17 characters as the key and be refused by the provider."""
+    text = KEY_IN_PLACE_OF_NAME.replace("api_key_env: sk-proj-Abc123SECRETvalue", "api_key: $X")
+    for written in ("${OPENAI_API_KEY}", "$OPENAI_API_KEY"):
+        source = text.replace("$X", f'"{written}"')
+        diagnostics = load_models_bytes(source.encode(), env={}).diagnostics
+        assert [(d.code, d.path) for d in diagnostics] == [
+            ("out_of_range", "providers.openai.api_key")
+        ]
+        assert "(api_key_env: OPENAI_API_KEY)" in diagnostics[0].message
+    plain = text.replace("$X", '"sk-local-not-a-reference"')
+    assert load_models_bytes(plain.encode(), env={}).diagnostics == []
