@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from metis.core.canonical.tools import ToolDefinition
+from metis.core.config.yaml_source import suggest
 from metis.core.errors import ConfigError
 from metis.core.tools.base import Tool, ToolNameConflict, ToolRegistrationError
 from metis.core.tools.bwrap import ShellSandbox
@@ -132,14 +133,15 @@ class ToolRegistry:
             "tools.timeouts.per_tool": tuple(settings.timeouts.per_tool),
             "tools.confirmation.per_tool": tuple(settings.confirmation.per_tool),
         }
+        known = sorted(self._tools)
         problems = [
-            f"{key}: unknown tool {name!r}"
+            f"config.yaml {key}: unknown tool {name!r}{suggest(name, known)}"
             for key, names in named.items()
             for name in names
             if name not in self._tools
         ]
         if problems:
-            raise ConfigError("; ".join(problems))
+            raise ConfigError("\n".join([*problems, f"(the tools are: {', '.join(known)})"]))
 
     def get(self, name: str) -> RegisteredTool | None:
         """A registered tool whether or not it is enabled (AAP `/meta`, config checks)."""

@@ -198,8 +198,8 @@ def check_env_passthrough(settings: ToolsSettings, forbidden: Iterable[str]) -> 
     names = sorted(set(settings.shell.env_passthrough) & (set(forbidden) | ALWAYS_FORBIDDEN_ENV))
     if names:
         raise ConfigError(
-            f"tools.shell.env_passthrough: {', '.join(names)} holds an API key and is never "
-            "passed to commands"
+            f"config.yaml tools.shell.env_passthrough: {', '.join(names)} holds an API key and "
+            "is never passed to commands; remove it from the list"
         )
 
 

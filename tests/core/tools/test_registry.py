@@ -180,6 +180,17 @@ def test_settings_naming_unknown_tools_are_a_config_error() -> None:
             ToolRegistry.with_builtins(ToolsSettings.model_validate(raw))
 
 
+def test_an_unknown_tool_in_the_settings_is_said_with_the_file_a_likely_name_and_the_tools() -> (
+    None
+):
+    with pytest.raises(ConfigError) as refused:
+        ToolRegistry.with_builtins(ToolsSettings.model_validate({"enabled": ["read_file", "shel"]}))
+    assert refused.value.message.splitlines() == [
+        "config.yaml tools.enabled: unknown tool 'shel'; did you mean 'shell'?",
+        "(the tools are: grep_files, list_dir, patch_file, read_file, shell, write_file)",
+    ]
+
+
 def test_every_dispatch_gets_a_fresh_instance() -> None:
     entry = ToolRegistry.with_builtins(ToolsSettings()).get("read_file")
     assert entry is not None

@@ -10,7 +10,12 @@ from pydantic import ValidationError
 
 from metis.config import load_settings
 from metis.core.errors import ConfigError
-from metis.core.tools.settings import BUILTIN_TOOL_NAMES, ToolsSettings, limits_from_settings
+from metis.core.tools.settings import (
+    BUILTIN_TOOL_NAMES,
+    ToolsSettings,
+    check_env_passthrough,
+    limits_from_settings,
+)
 
 
 def test_defaults() -> None:
@@ -76,3 +81,14 @@ def test_sandbox_off_written_unquoted_is_off(tmp_path: Path) -> None:
 def test_invalid_settings_are_refused(raw: dict[str, Any]) -> None:
     with pytest.raises(ValidationError):
         ToolsSettings.model_validate(raw)
+
+
+def test_a_provider_key_in_the_shell_passthrough_is_refused_naming_the_file_and_the_fix() -> None:
+    settings = ToolsSettings.model_validate({"shell": {"env_passthrough": ["PATH_EXTRA", "K"]}})
+    check_env_passthrough(settings, ["OTHER"])  # no key named: accepted
+    with pytest.raises(ConfigError) as refused:
+        check_env_passthrough(settings, ["K"])
+    assert refused.value.message == (
+        "config.yaml tools.shell.env_passthrough: K holds an API key and is never passed to "
+        "commands; remove it from the list"
+    )
