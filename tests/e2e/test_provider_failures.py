@@ -146,3 +146,28 @@ async def test_a_failed_over_turn_is_charged_to_the_model_that_answered(
             (SONNET, None),
             (GPT5, SONNET),
         ]
+
+
+async def test_a_base_url_without_its_v1_is_named_as_what_to_check(
+    fake: FakeProviderServer, start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """A local server's base_url written without `/v1` answers every call 404; the server's
+    own words ("no route") do not say which setting is wrong."""
+    no_v1 = (
+        f'  nov1: {{adapter: openai, base_url: "{fake.base_url}", api_key: "x"}}\n'
+        "models:\n"
+        "  - id: nov1:m\n    aliases: [nov1]\n"
+        "    capabilities: {max_context_tokens: 8000, max_output_tokens: 1000}\n"
+        '    pricing: {input_per_mtok: "0", output_per_mtok: "0"}\n'
+    )
+    models = models_yaml(fake).replace("models:\n", no_v1, 1)
+    d = await start_daemon(config=AUTO_TOOLS, models=models)
+    code, out, err = await metis(
+        "run", "--model", "nov1", "hi", "--workspace", str(workspace), "--url", d.base_url
+    )
+    assert code == 1 and out == "", err
+    assert "nov1 HTTP 404 (unknown_url): no route for POST /chat/completions" in err, err
+    assert (
+        f"the server has no {fake.base_url}/chat/completions: check the provider's base_url "
+        "in models.yaml (OpenAI-compatible servers usually serve under /v1)"
+    ) in err, err

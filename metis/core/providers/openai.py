@@ -511,6 +511,19 @@ def _stream_error_class(etype: str | None, code: str | None, message: str) -> Er
     return "server_error"
 
 
+def _route_hint(exc: openai.APIStatusError, code: str | None, message: str) -> str:
+    """What to check when the server has no such route (a 404 that is not about the model): most
+    often a local server's base_url written without its `/v1`, whose answer alone ("404 page not
+    found") does not say so."""
+    if exc.status_code != 404 or code == "model_not_found" or "model" in message.lower():
+        return ""
+    url = exc.request.url.copy_with(query=None)
+    return (
+        f"; the server has no {url}: check the provider's base_url in models.yaml "
+        "(OpenAI-compatible servers usually serve under /v1)"
+    )
+
+
 def classify(
     exc: BaseException, *, endpoint: Endpoint, model: str, secret: str | None = None
 ) -> ProviderError:
@@ -530,6 +543,7 @@ def classify(
         text = f"{provider} HTTP {status} ({code or etype or 'unknown'})"
         if api_message:
             text += f": {api_message}"
+        text += _route_hint(exc, code, api_message or "")
         return ProviderError(
             error_class,
             safe_text(text, secret),
