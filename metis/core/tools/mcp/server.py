@@ -506,6 +506,9 @@ class McpServer:
         self._skipped = list(unreadable)
         taken: set[str] = set()
         for tool in listed:
+            if not tool.name.strip():  # offered as a bare `mcp__<server>__`, named by nothing
+                self._skipped.append("a tool with an empty name skipped")
+                continue
             name = mcp_tools.tool_name(self.key, tool.name)
             if name in taken:
                 self._skipped.append(f"tool {tool.name!r} skipped: its name clashes as {name}")

@@ -141,3 +141,17 @@ async def test_an_http_server_that_is_refused_or_unreachable_says_so_by_status_o
         servers["away"]["last_error"]
         == f"cannot connect to 127.0.0.1:{closed} (connection refused)"
     )
+
+
+async def test_a_tool_with_an_empty_name_is_skipped_not_offered_as_the_bare_prefix(
+    fake: FakeProviderServer, start_daemon: Callable[..., Any]
+) -> None:
+    # it was offered to the model as `mcp__blank__`, a name that says nothing
+    config = servers_config(blank=python_server(MALFORMED, "blank-name"))
+    d = await start_daemon(config=config, models=models_yaml(fake))
+    await d.core.mcp.wait_ready(30)
+    async with api_session(d) as http:
+        blank = (await mcp_status(Api(http)))["blank"]
+    assert [t["name"] for t in blank["tools"]] == ["mcp__blank__good"]
+    assert blank["last_error"] == "a tool with an empty name skipped"
+    assert "mcp__blank__" not in d.core.tool_registry.offered_names(None)

@@ -3,7 +3,8 @@ read as it is. `one-bad-tool` (the default) lists a well-formed `good` tool betw
 refuses (`bad`: no `inputSchema` and a number for its description; an entry with no name at
 all), and answers calls of `good`; `not-a-list` answers `tools/list` with a string for `tools`;
 `no-type` lists `good` after `bare`, whose `inputSchema` is `{}` (no `"type": "object"`, which
-the protocol's wire model requires)."""
+the protocol's wire model requires); `blank-name` lists `good` after a tool whose name is
+empty."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ def answer(message: dict[str, Any]) -> dict[str, Any]:
             return {"tools": "good, bad"}
         if MODE == "no-type":
             return {"tools": [{"name": "bare", "inputSchema": {}}, GOOD]}
+        if MODE == "blank-name":
+            return {"tools": [{**GOOD, "name": ""}, GOOD]}
         return {
             "tools": [
                 {"name": "bad", "description": 5},
