@@ -332,11 +332,7 @@ class McpServer:
         """An HTTP server's refusal by its status: the SDK turns a 401 into `Server returned an
         error response`, which does not tell a person that the token is wrong. The server's own
         JSON-RPC error, when it sent one, follows."""
-        hint = ""
-        if status.startswith(("HTTP 401", "HTTP 403")):
-            hint = " (check the credentials in its headers or url)"
-        elif status.startswith("HTTP 404"):
-            hint = " (check the url's path)"
+        hint = _refusal_hint(status)
         said = ""
         if refused is not None and refused.message not in _SDK_STAND_INS:
             said = f": {self._describe(refused)}"
@@ -586,6 +582,12 @@ class McpServer:
                     f'MCP server "{self.name}" stopped during the call ({liveness.reason}); '
                     "the call's outcome is unknown."
                 ) from None
+            refusal = self._http_refusal if self.settings.transport == "http" else None
+            if refusal is not None and exc.message in _SDK_STAND_INS:
+                # the SDK's stand-in for a refused POST: the status says why (an expired token)
+                raise ToolError(
+                    f'MCP server "{self.name}" refused the call: {refusal}{_refusal_hint(refusal)}'
+                ) from None
             raise ToolError(f'MCP server "{self.name}": {exc.message}') from None
         except Exception as exc:
             raise McpUnavailable(
@@ -595,6 +597,15 @@ class McpServer:
 
 _SDK_STAND_INS = frozenset({"Server returned an error response", "Not Found", "Session terminated"})
 """The errors the SDK makes up for a refused HTTP request: they say nothing the status does not."""
+
+
+def _refusal_hint(status: str) -> str:
+    """What a person checks for an HTTP refusal that the configuration can cause."""
+    if status.startswith(("HTTP 401", "HTTP 403")):
+        return " (check the credentials in its headers or url)"
+    if status.startswith("HTTP 404"):
+        return " (check the url's path)"
+    return ""
 
 
 def _connect_failure(exc: BaseException) -> str:

@@ -155,3 +155,69 @@ async def test_a_tool_with_an_empty_name_is_skipped_not_offered_as_the_bare_pref
     assert [t["name"] for t in blank["tools"]] == ["mcp__blank__good"]
     assert blank["last_error"] == "a tool with an empty name skipped"
     assert "mcp__blank__" not in d.core.tool_registry.offered_names(None)
+
+
+@contextlib.asynccontextmanager
+async def gatekeeper(call_status: int) -> AsyncIterator[str]:
+    """A Streamable HTTP MCP server on loopback answering in JSON (no event stream) that
+    initializes and lists its tool `guarded`, then refuses every `tools/call` with
+    `call_status`, as a server whose token expired mid-session does; its MCP url."""
+
+    async def post(request: web.Request) -> web.Response:
+        message = await request.json()
+        method = message.get("method")
+        if "id" not in message:
+            return web.Response(status=202)
+        if method == "tools/call":
+            return web.Response(status=call_status, text="refused")
+        if method == "initialize":
+            result: dict[str, Any] = {
+                "protocolVersion": message["params"]["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "gatekeeper", "version": "1"},
+            }
+        elif method == "tools/list":
+            result = {"tools": [{"name": "guarded", "inputSchema": {"type": "object"}}]}
+        else:
+            result = {}
+        return web.json_response({"jsonrpc": "2.0", "id": message["id"], "result": result})
+
+    async def not_offered(request: web.Request) -> web.Response:
+        return web.Response(status=405)
+
+    app = web.Application()
+    app.router.add_post("/mcp", post)
+    app.router.add_route("*", "/mcp", not_offered)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_call_an_http_server_refuses_says_the_status_not_the_sdks_stand_in(
+    fake: FakeProviderServer, start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    # it read `MCP server "gate": Server returned an error response`, which hides an expired token
+    async with gatekeeper(401) as url:
+        config = servers_config(gate=json.dumps({"url": url, "policy": "auto"}))
+        d = await start_daemon(config=config, models=models_yaml(fake))
+        await d.core.mcp.wait_ready(30)
+        async with api_session(d) as http:
+            api = Api(http)
+            sid = await session_on(api, workspace, "anthropic")
+            fake.enqueue("anthropic", FakeReply.call("mcp__gate__guarded", {}), FakeReply.say("ok"))
+            accepted, terminal = await api.run_turn(sid, "try it")
+            assert terminal["type"] == "turn.completed", terminal
+            failed = next(
+                e
+                for e in await api.turn_events(sid, accepted["turn_id"])
+                if e["type"] == "tool.failed"
+            )
+    assert failed["payload"]["message"] == (
+        'MCP server "gate" refused the call: HTTP 401 Unauthorized '
+        "(check the credentials in its headers or url)"
+    )
