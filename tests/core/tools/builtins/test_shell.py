@@ -160,7 +160,9 @@ async def test_timeout_keeps_earlier_output(harness: Any) -> None:
 
 async def test_cancel_stops_every_process_of_the_group(harness: Any, workspace: Path) -> None:
     cancel = asyncio.Event()
-    command = "echo $$ > pids; sleep 300 & echo $! >> pids; echo started; sleep 300; wait"
+    # "started" is written before the pids the test waits for: written after them, a cancel on
+    # a loaded machine could come before the shell had run the echo
+    command = "echo started; echo $$ > pids; sleep 300 & echo $! >> pids; sleep 300; wait"
     call = asyncio.create_task(harness.call("shell", {"command": command}, cancel_event=cancel))
     main_pid, background_pid = map(int, await wait_for_lines(workspace / "pids", 2))
     members = live_group_members(main_pid)
