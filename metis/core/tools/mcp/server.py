@@ -389,8 +389,16 @@ class McpServer:
             read, write = streams
             unreadable: list[str] = []  # tools dropped from the listing, with why
             read = await stack.enter_async_context(tolerant_tool_listings(read, unreadable))
+            tools_changed = asyncio.Event()
+
+            async def on_message(message: Any) -> None:
+                # only noted here: the session's own reader runs this, and a listing awaited
+                # from it would wait on itself; the owner task lists again (`_until_down`)
+                if isinstance(message, mcp_types.ToolListChangedNotification):
+                    tools_changed.set()
+
             session = await stack.enter_async_context(
-                ClientSession(read, write, client_info=CLIENT_INFO)
+                ClientSession(read, write, message_handler=on_message, client_info=CLIENT_INFO)
             )
             with anyio.CancelScope() as connecting:  # `restart()` cancels it
                 self._connecting = connecting
@@ -412,21 +420,31 @@ class McpServer:
             self.last_error = redact("; ".join(self._skipped), limit=1000) or None
             self._ready.set()
             log.info("MCP server %s ready with %d tool(s)", self.name, len(self.tools))
-            reason = await self._until_down(session, liveness)
+            reason = await self._until_down(session, liveness, tools_changed, unreadable)
             if not self._stop.is_set() and not self._restart_now.is_set():
                 self._fail(reason)
             liveness.end(reason)
             return True
 
-    async def _until_down(self, session: ClientSession, liveness: Liveness) -> str:
+    async def _until_down(
+        self,
+        session: ClientSession,
+        liveness: Liveness,
+        tools_changed: asyncio.Event,
+        unreadable: list[str],
+    ) -> str:
         """Wait until the connection ends or the daemon stops; the reason it ended. An HTTP
-        server has no process to watch: it is pinged every `ping_interval_seconds`."""
+        server has no process to watch: it is pinged every `ping_interval_seconds`. A server
+        that says its tools changed (`notifications/tools/list_changed`) is listed again and
+        its tools replaced: one that adds tools as it goes would otherwise offer only those
+        of its start, and a withdrawn one would stay offered until the next restart."""
         http = self.settings.transport == "http"
         while True:
             await _any_of(
                 liveness.dead,
                 self._stop,
                 self._restart_now,
+                tools_changed,
                 timeout=self.section.ping_interval_seconds if http else None,
             )
             if self._stop.is_set():
@@ -435,6 +453,18 @@ class McpServer:
                 return "restarted on request"
             if liveness.dead.is_set():
                 return liveness.reason
+            if tools_changed.is_set():
+                tools_changed.clear()
+                unreadable.clear()
+                try:
+                    with anyio.fail_after(self.settings.connect_timeout_seconds):
+                        listed = await self._list_tools(session)
+                except Exception as exc:
+                    return f"listing its changed tools failed: {self._describe(exc)}"
+                self._register(listed, unreadable)
+                self.last_error = redact("; ".join(self._skipped), limit=1000) or None
+                log.info("MCP server %s: tools changed, now %d", self.name, len(self.tools))
+                continue
             try:
                 with anyio.fail_after(10):
                     await session.send_ping()

@@ -16,7 +16,7 @@ from aiohttp import web
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from metis.testing.serving import free_port
 from tests.api import Api, api_session
-from tests.core.tools.mcp_servers import MALFORMED, TELLTALE, python_server
+from tests.core.tools.mcp_servers import GROWING, MALFORMED, TELLTALE, python_server
 from tests.e2e.test_mcp import AUTO, mcp_status
 from tests.e2e.test_provider_turns import models_yaml, session_on, types_of
 
@@ -221,3 +221,33 @@ async def test_a_call_an_http_server_refuses_says_the_status_not_the_sdks_stand_
         'MCP server "gate" refused the call: HTTP 401 Unauthorized '
         "(check the credentials in its headers or url)"
     )
+
+
+async def test_a_server_whose_tools_change_is_listed_again_and_offers_its_new_tools(
+    fake: FakeProviderServer, start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    # `notifications/tools/list_changed` was ignored: the new tool was never offered, and the
+    # withdrawn one stayed offered until the server restarted
+    config = servers_config(growing=python_server(GROWING, policy="auto"))
+    d = await start_daemon(config=config, models=models_yaml(fake))
+    await d.core.mcp.wait_ready(30)
+    offered = d.core.tool_registry.offered_names
+    assert "mcp__growing__grow" in offered(None)
+    async with api_session(d) as http:
+        api = Api(http)
+        sid = await session_on(api, workspace, "anthropic")
+        fake.enqueue("anthropic", FakeReply.call("mcp__growing__grow", {}), FakeReply.say("ok"))
+        _, terminal = await api.run_turn(sid, "grow")
+        assert terminal["type"] == "turn.completed", terminal
+        for _ in range(200):
+            if "mcp__growing__grown" in offered(None):
+                break
+            await asyncio.sleep(0.05)
+        assert "mcp__growing__grown" in offered(None) and "mcp__growing__grow" not in offered(None)
+        growing = (await mcp_status(api))["growing"]
+        assert [t["name"] for t in growing["tools"]] == ["mcp__growing__grown"]
+        assert growing["state"] == "ready" and growing["restarts"] == 0
+        fake.enqueue("anthropic", FakeReply.call("mcp__growing__grown", {}), FakeReply.say("ok"))
+        accepted, terminal = await api.run_turn(sid, "use the new one")
+        assert terminal["type"] == "turn.completed", terminal
+        assert "tool.completed" in types_of(await api.turn_events(sid, accepted["turn_id"]))
