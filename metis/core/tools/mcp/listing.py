@@ -14,6 +14,12 @@ passes the first and fails the second). Checking only the first let such an entr
 the SDK then refused the whole answer: every tool of the server was lost, and the server was
 restarted for ever with the same answer.
 
+The relay also takes every tool's `outputSchema` out of the answer. metis does not use it (a
+result reaches the model as its content), and the SDK, given one, checks each structured result
+against it with `jsonschema` on the event loop: a `pattern` such as `(a+)+$` there held the
+whole daemon for as long as Python's `re` backtracked (minutes, for a result a server chose),
+and a result that did not match lost its text content to a multi-line error.
+
 An answer is recognised by its shape: a result with a top-level `tools` list is a `tools/list`
 answer (no other MCP result has that member). Anything else passes through untouched,
 including an answer whose `tools` is not a list at all: the SDK refuses that one whole, as
@@ -82,18 +88,24 @@ def readable_tools(
     result: dict[str, Any], skipped: list[str], version: str = ASSUMED_VERSION
 ) -> dict[str, Any]:
     """`result` without the tool entries the SDK would refuse under protocol `version`, a
-    reason appended to `skipped` for each; the same object when there is nothing to drop."""
+    reason appended to `skipped` for each, and without the kept entries' `outputSchema` (never
+    checked, see the module's docstring); the same object when there is nothing to change."""
     tools = result.get("tools")
     if not isinstance(tools, list):
         return result
     kept: list[object] = []
+    changed = False
     for position, raw in enumerate(tools, start=1):
-        problems = _entry_problems(result, raw, version)
+        entry = raw
+        if isinstance(raw, dict) and "outputSchema" in raw:  # unused: not a reason to skip
+            entry = {k: v for k, v in raw.items() if k != "outputSchema"}
+        problems = _entry_problems(result, entry, version)
         if problems:
             skipped.append(skip_reason(position, raw, problems))
         else:
-            kept.append(raw)
-    return result if len(kept) == len(tools) else {**result, "tools": kept}
+            kept.append(entry)
+        changed = changed or entry is not raw or bool(problems)
+    return {**result, "tools": kept} if changed else result
 
 
 @dataclasses.dataclass

@@ -64,6 +64,22 @@ def test_problems_of_the_answer_itself_are_left_for_the_sdk_to_refuse() -> None:
     assert readable_tools(result, skipped, "1999-01-01") is result and skipped == []
 
 
+def test_output_schemas_are_taken_out_so_the_sdk_never_checks_results_against_them() -> None:
+    # the SDK checked a structured result against it with a backtracking regex engine, on the
+    # daemon's event loop; metis never uses it, and a broken one is no reason to skip the tool
+    backtracking = {"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a+)+$"}}}
+    shaped = {**GOOD, "name": "shaped", "outputSchema": backtracking}
+    broken = {**GOOD, "name": "broken", "outputSchema": {"type": "nonsense"}}
+    result = {"tools": [shaped, GOOD, broken], "nextCursor": "2"}
+    skipped: list[str] = []
+    kept = readable_tools(result, skipped)
+    assert kept == {
+        "tools": [{**GOOD, "name": "shaped"}, GOOD, {**GOOD, "name": "broken"}],
+        "nextCursor": "2",
+    }
+    assert skipped == [] and result["tools"][0] is shaped and "outputSchema" in shaped
+
+
 def test_a_tools_member_that_is_not_a_list_is_left_for_the_sdk_to_refuse() -> None:
     for result in ({"tools": "a, b"}, {"content": []}):
         skipped: list[str] = []

@@ -251,3 +251,22 @@ async def test_a_server_whose_tools_change_is_listed_again_and_offers_its_new_to
         accepted, terminal = await api.run_turn(sid, "use the new one")
         assert terminal["type"] == "turn.completed", terminal
         assert "tool.completed" in types_of(await api.turn_events(sid, accepted["turn_id"]))
+
+
+async def test_a_result_is_never_checked_against_the_tools_output_schema(
+    fake: FakeProviderServer, start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    # the SDK checked it with a backtracking regex on the event loop: a result a server chose
+    # held the whole daemon for minutes, and one that did not match lost its text to an error
+    config = servers_config(shaped=python_server(MALFORMED, "output-schema", policy="auto"))
+    d = await start_daemon(config=config, models=models_yaml(fake))
+    await d.core.mcp.wait_ready(30)
+    async with api_session(d) as http:
+        api = Api(http)
+        sid = await session_on(api, workspace, "anthropic")
+        fake.enqueue("anthropic", FakeReply.call("mcp__shaped__good", {}), FakeReply.say("ok"))
+        accepted, terminal = await api.run_turn(sid, "use it")
+        assert terminal["type"] == "turn.completed", terminal
+        assert "tool.completed" in types_of(await api.turn_events(sid, accepted["turn_id"]))
+        results = [m for m in (await api.messages(sid))["messages"] if m["role"] == "tool"]
+        assert results[0]["content"][0]["content"] == [{"type": "text", "text": "good ran"}]

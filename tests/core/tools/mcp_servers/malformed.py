@@ -4,7 +4,9 @@ refuses (`bad`: no `inputSchema` and a number for its description; an entry with
 all), and answers calls of `good`; `not-a-list` answers `tools/list` with a string for `tools`;
 `no-type` lists `good` after `bare`, whose `inputSchema` is `{}` (no `"type": "object"`, which
 the protocol's wire model requires); `blank-name` lists `good` after a tool whose name is
-empty."""
+empty; `output-schema` lists `good` with an `outputSchema` whose `pattern` backtracks without
+bound in Python's `re`, and answers its calls with a structured result that makes it do so
+(a short one: the backtracking takes a fraction of a second)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import Any
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "one-bad-tool"
 GOOD = {"name": "good", "inputSchema": {"type": "object"}}
+BACKTRACKING = {"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a+)+$"}}}
 
 
 def answer(message: dict[str, Any]) -> dict[str, Any]:
@@ -31,6 +34,8 @@ def answer(message: dict[str, Any]) -> dict[str, Any]:
             return {"tools": [{"name": "bare", "inputSchema": {}}, GOOD]}
         if MODE == "blank-name":
             return {"tools": [{**GOOD, "name": ""}, GOOD]}
+        if MODE == "output-schema":
+            return {"tools": [{**GOOD, "outputSchema": BACKTRACKING}]}
         return {
             "tools": [
                 {"name": "bad", "description": 5},
@@ -39,7 +44,8 @@ def answer(message: dict[str, Any]) -> dict[str, Any]:
             ]
         }
     if method == "tools/call" and message["params"]["name"] == "good":
-        return {"content": [{"type": "text", "text": "good ran"}]}
+        structured = {"structuredContent": {"s": "a" * 22 + "!"}} if MODE == "output-schema" else {}
+        return {"content": [{"type": "text", "text": "good ran"}], **structured}
     return {}
 
 
