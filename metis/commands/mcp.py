@@ -106,7 +106,15 @@ async def _restart(args: argparse.Namespace) -> int:
                 break
             await asyncio.sleep(RESTART_POLL_S)
             servers = (await api.call("GET", "/mcp"))["servers"]
-            server = next(s for s in servers if s["name"] == args.name)
+            now = next((s for s in servers if s["name"] == args.name), None)
+            if now is None:  # a reload meanwhile applied a config.yaml without it
+                print(
+                    f"metis: MCP server {args.name!r} is no longer configured: config.yaml was "
+                    "applied without it while it restarted",
+                    file=sys.stderr,
+                )
+                return 1
+            server = now
         count = len(server["tools"])
         line = f"{server['name']}: {server['state']}, {count} tool{'s' * (count != 1)}"
         if server["last_error"]:
