@@ -456,11 +456,18 @@ class McpServer:
             if tools_changed.is_set():
                 tools_changed.clear()
                 unreadable.clear()
-                try:
-                    with anyio.fail_after(self.settings.connect_timeout_seconds):
-                        listed = await self._list_tools(session)
-                except Exception as exc:
-                    return f"listing its changed tools failed: {self._describe(exc)}"
+                # a stop or a restart ends a listing the server is slow to answer, as at start
+                with anyio.CancelScope() as listing:
+                    self._connecting = listing
+                    try:
+                        with anyio.fail_after(self.settings.connect_timeout_seconds):
+                            listed = await self._list_tools(session)
+                    except Exception as exc:
+                        return f"listing its changed tools failed: {self._describe(exc)}"
+                    finally:
+                        self._connecting = None
+                if listing.cancelled_caught:
+                    continue  # the loop's next wait sees the stop or the restart
                 self._register(listed, unreadable)
                 self.last_error = redact("; ".join(self._skipped), limit=1000) or None
                 log.info("MCP server %s: tools changed, now %d", self.name, len(self.tools))

@@ -270,3 +270,32 @@ async def test_a_result_is_never_checked_against_the_tools_output_schema(
         assert "tool.completed" in types_of(await api.turn_events(sid, accepted["turn_id"]))
         results = [m for m in (await api.messages(sid))["messages"] if m["role"] == "tool"]
         assert results[0]["content"][0]["content"] == [{"type": "text", "text": "good ran"}]
+
+
+async def test_a_restart_ends_a_listing_of_changed_tools_the_server_never_answers(
+    fake: FakeProviderServer, start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    # the listing held the owner task until connect_timeout_seconds: a restart or a stop
+    # asked for meanwhile waited that long
+    entry = python_server(GROWING, "stalls", policy="auto", connect_timeout_seconds=120)
+    d = await start_daemon(config=servers_config(growing=entry), models=models_yaml(fake))
+    await d.core.mcp.wait_ready(30)
+    server = d.core.mcp.servers["growing"]
+    async with api_session(d) as http:
+        api = Api(http)
+        sid = await session_on(api, workspace, "anthropic")
+        fake.enqueue("anthropic", FakeReply.call("mcp__growing__grow", {}), FakeReply.say("ok"))
+        _, terminal = await api.run_turn(sid, "grow")
+        assert terminal["type"] == "turn.completed", terminal
+        await asyncio.sleep(0.5)  # the listing it asked for goes unanswered
+        first = server.pid
+        code, _ = await api.call("POST", "/mcp/growing/restart")
+        assert code == 202
+        for _ in range(400):  # well inside the 120 s the listing was allowed
+            if server.state == "ready" and server.pid not in (None, first):
+                break
+            await asyncio.sleep(0.05)
+        assert server.state == "ready" and server.pid not in (None, first), server.status()
+        assert [t["name"] for t in (await mcp_status(api))["growing"]["tools"]] == [
+            "mcp__growing__grow"
+        ]

@@ -1,7 +1,7 @@
 """An MCP server over stdio, written by hand (JSON-RPC lines), whose tools change as it runs:
 it lists `grow`; calling `grow` replaces it by `grown` and says so with
 `notifications/tools/list_changed`, as a server that offers tools once a login or a project
-is open does."""
+is open does. Given `stalls`, it never answers the listing that follows."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 tools = ["grow"]
+STALLS = sys.argv[1:] == ["stalls"]
 
 
 def send(message: dict[str, Any]) -> None:
@@ -38,5 +39,7 @@ def answer(message: dict[str, Any]) -> dict[str, Any]:
 
 for line in sys.stdin:
     message = json.loads(line)
+    if STALLS and tools == ["grown"] and message.get("method") == "tools/list":
+        continue  # never answered
     if "id" in message:  # notifications get no answer
         send({"id": message["id"], "result": answer(message)})
