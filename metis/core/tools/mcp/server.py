@@ -475,6 +475,11 @@ class McpServer:
             try:
                 with anyio.fail_after(10):
                     await session.send_ping()
+            except MCPError as exc:
+                refusal = self._http_refusal
+                if refusal is not None and exc.message in _SDK_STAND_INS:  # a revoked token
+                    return f"ping refused: {refusal}{_refusal_hint(refusal)}"
+                return f"ping failed: {self._describe(exc)}"
             except Exception as exc:
                 return f"ping failed: {self._describe(exc)}"
 

@@ -158,17 +158,17 @@ async def test_a_tool_with_an_empty_name_is_skipped_not_offered_as_the_bare_pref
 
 
 @contextlib.asynccontextmanager
-async def gatekeeper(call_status: int) -> AsyncIterator[str]:
+async def gatekeeper(call_status: int, refused: str = "tools/call") -> AsyncIterator[str]:
     """A Streamable HTTP MCP server on loopback answering in JSON (no event stream) that
-    initializes and lists its tool `guarded`, then refuses every `tools/call` with
-    `call_status`, as a server whose token expired mid-session does; its MCP url."""
+    initializes and lists its tool `guarded`, then refuses every request of method `refused`
+    with `call_status`, as a server whose token expired mid-session does; its MCP url."""
 
     async def post(request: web.Request) -> web.Response:
         message = await request.json()
         method = message.get("method")
         if "id" not in message:
             return web.Response(status=202)
-        if method == "tools/call":
+        if method == refused:
             return web.Response(status=call_status, text="refused")
         if method == "initialize":
             result: dict[str, Any] = {
@@ -299,3 +299,20 @@ async def test_a_restart_ends_a_listing_of_changed_tools_the_server_never_answer
         assert [t["name"] for t in (await mcp_status(api))["growing"]["tools"]] == [
             "mcp__growing__grow"
         ]
+
+
+async def test_a_ping_an_http_server_refuses_says_the_status(
+    fake: FakeProviderServer, start_daemon: Callable[..., Any]
+) -> None:
+    # it read `ping failed: MCP error -32603: Server returned an error response`
+    async with gatekeeper(403, refused="ping") as url:
+        config = servers_config(gate=json.dumps({"url": url})) + "  ping_interval_seconds: 0.2\n"
+        d = await start_daemon(config=config, models=models_yaml(fake))
+        server = d.core.mcp.servers["gate"]
+        for _ in range(200):
+            if server.last_error is not None:
+                break
+            await asyncio.sleep(0.05)
+    assert server.last_error == (
+        "ping refused: HTTP 403 Forbidden (check the credentials in its headers or url)"
+    )
