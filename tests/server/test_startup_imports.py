@@ -25,8 +25,9 @@ from metis.testing.serving import free_port, spawn_serve, wait_until_serving
 HEAVY = ("anthropic", "openai", "mcp", "markdown_it", "pygments", "nh3", "textual")
 # Smaller, but each is memory of an idle daemon that no request has needed yet: the client
 # commands are imported only by the command that runs them, and the terminal column measure
-# (`rich`'s width tables) only by a command that draws a table or a status bar.
-LATE = ("difflib", "metis.commands", "rich")
+# (`rich`'s width tables) only by a command that draws a table or a status bar; `grep_files`'
+# ignore-file matcher only when a search meets a `.gitignore`.
+LATE = ("difflib", "metis.commands", "rich", "pathspec")
 # What the start-up banner does need of the client side: making a path safe to print.
 BANNER = {"metis.commands", "metis.commands.printable"}
 

@@ -19,12 +19,14 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
-
-from pathspec import GitIgnoreSpec
+from typing import TYPE_CHECKING
 
 from metis.core.tools.base import PermissionDenied
 from metis.core.tools.files import open_checked
 from metis.core.tools.sandbox import Sandbox
+
+if TYPE_CHECKING:
+    from pathspec import GitIgnoreSpec
 
 IGNORE_FILE = ".gitignore"
 EXCLUDE_PATH = (".git", "info", "exclude")
@@ -109,6 +111,10 @@ def _read_spec(sandbox: Sandbox, dir_fd: int, name: str, shown: str) -> GitIgnor
     # `os.scandir` gives); patterns decoded the same way match them byte for byte.
     text = data.decode("utf-8", "surrogateescape").removeprefix("\ufeff")
     lines = [line.removesuffix("\r") for line in text.split("\n")]
+    # imported at the first ignore file a search meets: an idle daemon does not hold pathspec's
+    # thirty modules in memory
+    from pathspec import GitIgnoreSpec
+
     try:
         spec = GitIgnoreSpec.from_lines([line for line in lines if not _costly(line)])
     except Exception:  # pathspec raises ValueError and re.error; none may fail a search
