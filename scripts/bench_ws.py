@@ -127,9 +127,15 @@ def client_main(host: str, port: int, ends: int, marker: str, paths: list[str]) 
         selector.register(counter.sock, selectors.EVENT_READ, counter)
     print("READY", flush=True)
     while not all(c.done for c in counters):
-        for key, _ in selector.select(timeout=30):
+        ready = selector.select(timeout=30)
+        if not ready:
+            raise SystemExit("no frame for 30 s: the daemon is gone or stuck")
+        for key, _ in ready:
             counter: _Counter = key.data
-            counter.feed(counter.sock.recv(1 << 20))  # the ack is not an event: not counted
+            data = counter.sock.recv(1 << 20)
+            if not data:  # closed: read again, it would answer at once, for ever
+                raise SystemExit("the daemon closed a WebSocket before the run ended")
+            counter.feed(data)  # the ack is not an event: not counted
     print(json.dumps([{"frames": c.frames, "first": c.first, "last": c.last} for c in counters]))
 
 
