@@ -87,14 +87,8 @@ async def test_secrets_a_server_repeats_in_its_failures_are_scrubbed_from_what_t
 
 
 @contextlib.asynccontextmanager
-async def answering(status: int) -> AsyncIterator[str]:
-    """An HTTP server on loopback that answers every request with `status`; its MCP url."""
-
-    async def refuse(request: web.Request) -> web.Response:
-        return web.Response(status=status, text="no")
-
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", refuse)
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    """`app` served on a loopback port for the test's length; its `/mcp` url."""
     runner = web.AppRunner(app)
     await runner.setup()
     port = free_port()
@@ -103,6 +97,19 @@ async def answering(status: int) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def answering(status: int) -> AsyncIterator[str]:
+    """An HTTP server on loopback that answers every request with `status`; its MCP url."""
+
+    async def refuse(request: web.Request) -> web.Response:
+        return web.Response(status=status, text="no")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", refuse)
+    async with serving(app) as url:
+        yield url
 
 
 async def test_an_http_server_that_is_refused_or_unreachable_says_so_by_status_or_address(
@@ -188,14 +195,8 @@ async def gatekeeper(call_status: int, refused: str = "tools/call") -> AsyncIter
     app = web.Application()
     app.router.add_post("/mcp", post)
     app.router.add_route("*", "/mcp", not_offered)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url:
+        yield url
 
 
 async def test_a_call_an_http_server_refuses_says_the_status_not_the_sdks_stand_in(
