@@ -305,7 +305,8 @@ async def test_a_server_that_cannot_start_says_why_and_keeps_the_last_runs_stder
         status = await mcp_status(api)
         assert status["refuses"]["last_error"] == "MCP error -32001: bad licence key"
         assert status["chatty"]["last_error"] == (
-            "no answer to initialize / tools/list in time; the server wrote non-JSON-RPC to "
+            "no answer to initialize / tools/list within 0.5 s (connect_timeout_seconds); the "
+            "server wrote non-JSON-RPC to "
             "stdout: 'hello world' (stdout carries MCP messages only; logs belong on stderr)"
         )
         assert status["noexec"]["last_error"] == (

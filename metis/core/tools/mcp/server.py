@@ -365,7 +365,10 @@ class McpServer:
         if isinstance(exc, FileNotFoundError):
             return f"command not found: {exc.filename or exc}"
         if isinstance(exc, TimeoutError):  # an OSError too: before those
-            return "no answer to initialize / tools/list in time"
+            limit = self.settings.connect_timeout_seconds
+            return (
+                f"no answer to initialize / tools/list within {limit:g} s (connect_timeout_seconds)"
+            )
         if isinstance(exc, PermissionError):
             if exc.filename is not None and exc.filename == self.settings.cwd:
                 return f"working directory not accessible: {exc.filename}"
