@@ -562,6 +562,12 @@ class McpServer:
                     f"tool {tool.name!r} skipped: invalid input schema ({exc.message})"
                 )
                 continue
+            length = len(tool.description or "")
+            if length > mcp_tools.MAX_DESCRIPTION_CHARS:
+                self._skipped.append(
+                    f"tool {tool.name!r}: its description cut to "
+                    f"{mcp_tools.MAX_DESCRIPTION_CHARS:,} of its {length:,} characters"
+                )
             mode = self.settings.mode_for(tool.name)
             entries.append(
                 mcp_tools.registered(
@@ -573,7 +579,7 @@ class McpServer:
                     timeout_seconds=self.settings.timeout_for(tool.name),
                 )
             )
-            infos.append(ToolInfo(name, tool.name, tool.description or "", mode))
+            infos.append(ToolInfo(name, tool.name, mcp_tools.description_of(tool), mode))
             taken.add(name)
         refused = set(self.on_tools(self, entries))
         for info in infos:

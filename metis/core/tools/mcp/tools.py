@@ -230,6 +230,18 @@ class McpTool:
         return ToolOutput(content=blocks)
 
 
+MAX_DESCRIPTION_CHARS = 8_000
+"""The most of a tool's description offered to the model. It is sent with every model call of
+every session: a server's 200 KB description would cost ~50,000 input tokens a call, and leave a
+small model no room. The long descriptions of common servers are a few thousand characters."""
+
+
+def description_of(tool: mcp_types.Tool) -> str:
+    """The tool's description as offered and listed: cut at `MAX_DESCRIPTION_CHARS`."""
+    text = tool.description or ""
+    return text if len(text) <= MAX_DESCRIPTION_CHARS else text[:MAX_DESCRIPTION_CHARS] + "…"
+
+
 def registered(
     server: McpServer,
     tool: mcp_types.Tool,
@@ -245,7 +257,7 @@ def registered(
     definition = ToolDefinition(
         name=name,
         title=f"{server.name}: {title or tool.name}",
-        description=(tool.description or "")
+        description=description_of(tool)
         + f"\n\n(Tool {tool.name!r} of the MCP server {server.name!r}.)",
         input_schema=offered_schema(tool.input_schema),
         side_effects=side_effects_of(tool),
@@ -256,10 +268,12 @@ def registered(
 
 
 __all__ = [
+    "MAX_DESCRIPTION_CHARS",
     "McpRegisteredTool",
     "McpTool",
     "UnusableSchema",
     "compile_validator",
+    "description_of",
     "offered_schema",
     "registered",
     "result_blocks",

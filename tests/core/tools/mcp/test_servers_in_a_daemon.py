@@ -273,6 +273,33 @@ async def test_a_result_is_never_checked_against_the_tools_output_schema(
         assert results[0]["content"][0]["content"] == [{"type": "text", "text": "good ran"}]
 
 
+async def test_a_tool_description_past_the_cap_is_cut_and_said_not_sent_whole_every_call(
+    fake: FakeProviderServer, start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    # a 208,000-character description went with every model call: ~52,000 tokens each
+    config = servers_config(wordy=python_server(MALFORMED, "long-description", policy="auto"))
+    d = await start_daemon(config=config, models=models_yaml(fake))
+    await d.core.mcp.wait_ready(30)
+    async with api_session(d) as http:
+        api = Api(http)
+        wordy = (await mcp_status(api))["wordy"]
+        assert wordy["state"] == "ready", wordy
+        assert wordy["last_error"] == (
+            "tool 'good': its description cut to 8,000 of its 208,000 characters"
+        )
+        sid = await session_on(api, workspace, "anthropic")
+        fake.enqueue("anthropic", FakeReply.say("ok"))
+        _, terminal = await api.run_turn(sid, "hi")
+        assert terminal["type"] == "turn.completed", terminal
+    offered = next(
+        t
+        for t in fake.requests_for("anthropic")[-1].body["tools"]
+        if t["name"] == "mcp__wordy__good"
+    )
+    assert offered["description"].startswith("Use it well. ")
+    assert len(offered["description"]) < 8_100
+
+
 async def test_a_restart_ends_a_listing_of_changed_tools_the_server_never_answers(
     fake: FakeProviderServer, start_daemon: Callable[..., Any], workspace: Path
 ) -> None:

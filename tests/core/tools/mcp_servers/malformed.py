@@ -6,7 +6,8 @@ all), and answers calls of `good`; `not-a-list` answers `tools/list` with a stri
 the protocol's wire model requires); `blank-name` lists `good` after a tool whose name is
 empty; `output-schema` lists `good` with an `outputSchema` whose `pattern` backtracks without
 bound in Python's `re`, and answers its calls with a structured result that makes it do so
-(a short one: the backtracking takes a fraction of a second)."""
+(a short one: the backtracking takes a fraction of a second); `long-description` lists `good`
+with a 208,000-character description."""
 
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ def answer(message: dict[str, Any]) -> dict[str, Any]:
             return {"tools": [{**GOOD, "name": ""}, GOOD]}
         if MODE == "output-schema":
             return {"tools": [{**GOOD, "outputSchema": BACKTRACKING}]}
+        if MODE == "long-description":
+            return {"tools": [{**GOOD, "description": "Use it well. " * 16_000}]}
         return {
             "tools": [
                 {"name": "bad", "description": 5},
