@@ -185,4 +185,5 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "error changes nothing (exit 1, naming file, line and key).",
     )
     add_arguments(p)
-    p.set_defaults(func=lambda a: asyncio.run(_reload(a)))
+    # a broken config.yaml is this command's own answer (exit 1): not a warning said before it
+    p.set_defaults(func=lambda a: asyncio.run(_reload(a)), config_warning=False)
