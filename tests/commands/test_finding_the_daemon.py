@@ -171,3 +171,13 @@ async def test_a_key_file_that_cannot_be_used_is_named_by_clients_and_serve(
     assert code == 2 and err.endswith(
         f"the API key file {key_file} is not text; delete it and the next start writes a new key\n"
     )
+
+
+async def test_a_reload_refused_for_a_broken_config_yaml_says_it_once_not_also_as_a_warning(
+    home_daemon: Daemon, metis_home: Path
+) -> None:
+    (metis_home / "config.yaml").write_text(BROKEN_CONFIG)
+    code, out, err = await metis("mcp", "reload")
+    assert (code, out) == (1, ""), err
+    assert err.startswith("metis: config.yaml cannot be applied: ") and err.count("\n") == 1, err
+    assert "YAML syntax" in err

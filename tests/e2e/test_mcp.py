@@ -720,10 +720,6 @@ async def test_a_reload_applies_what_changed_in_config_yaml_and_leaves_the_rest(
         code, body = await api.call("POST", "/mcp/reload")
         assert code == 409 and body["error"]["code"] == "config_invalid", body
         assert set(mcp.servers) == {"kept", "changed", "added"}
-        code, out, err = await metis("mcp", "reload", "--url", d.base_url)
-        assert (code, out) == (1, ""), err
-        # said once, as the command's answer: not also as a warning before it
-        assert err.startswith("metis: config.yaml cannot be applied: ") and err.count("\n") == 1
         # removed from the file: stopped, their tools withdrawn, gone
         write(kept=python_server(DEMO))
         code, body = await api.call("POST", "/mcp/reload")
