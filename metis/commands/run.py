@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import json
 import os
+import select
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -176,7 +177,7 @@ def read_prompt(args: argparse.Namespace) -> str:
     try:
         if sys.stdin.isatty():
             _err("reading the prompt from stdin (end it with Ctrl-D)")
-        text = sys.stdin.buffer.read().decode("utf-8")
+        text = _read_stdin().decode("utf-8")
     except UnicodeDecodeError:
         raise RunError("prompt_not_utf8", "the prompt on stdin is not UTF-8 text", 2) from None
     except KeyboardInterrupt:  # Ctrl-C while it is typed: nothing is sent
@@ -184,6 +185,37 @@ def read_prompt(args: argparse.Namespace) -> str:
     if not text.strip():
         raise RunError("empty_prompt", "the prompt on stdin is empty", 2)
     return text.rstrip("\n")  # the line end `echo` or a file's last line leaves
+
+
+def _read_stdin() -> bytes:
+    """All of stdin, in a way a signal always interrupts.
+
+    A plain blocking `read` misses a SIGTERM or Ctrl-C that lands after Python's last check
+    for signals and before the system call starts: its handler would run only once the read
+    returns, so a run killed while the prompt is typed could wait for ever. Here the signal
+    also writes to a pipe (`set_wakeup_fd`) that `select` watches with stdin: whenever it came,
+    `select` returns, and the handler runs before the next read."""
+    if os.name != "posix":  # select takes no pipes or consoles elsewhere: the plain read
+        return sys.stdin.buffer.read()
+    woken, wake = os.pipe()
+    os.set_blocking(wake, False)
+    previous = signal.set_wakeup_fd(wake)
+    try:
+        fd = sys.stdin.fileno()
+        chunks: list[bytes] = []
+        while True:
+            ready, _, _ = select.select([fd, woken], [], [])
+            if woken in ready:
+                os.read(woken, 512)  # a signal's byte: its handler has run or runs now
+            if fd in ready:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    return b"".join(chunks)
+                chunks.append(chunk)
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.close(woken)
+        os.close(wake)
 
 
 async def run_turn(
