@@ -153,9 +153,6 @@ class PageSize(_Section):
         return self
 
 
-_PAGE_SIZES = {"sessions": (50, 200), "messages": (50, 200), "events": (100, 1000)}
-
-
 class PagesSettings(_Section):
     """Page sizes of the REST list endpoints."""
 
@@ -172,10 +169,10 @@ class PagesSettings(_Section):
         if not isinstance(data, dict):
             return data
         filled = dict(data)
-        for name, (default, maximum) in _PAGE_SIZES.items():
+        for name, field in cls.model_fields.items():
             given = data.get(name)
-            if isinstance(given, dict):
-                filled[name] = {"default": default, "maximum": maximum, **given}
+            if isinstance(given, dict) and isinstance(field.default, PageSize):
+                filled[name] = {**field.default.model_dump(), **given}
         return filled
 
 
