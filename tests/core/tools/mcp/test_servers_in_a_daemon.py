@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from metis.server.runner import Daemon
 from metis.testing.fake_provider import FakeProviderServer, FakeReply
 from metis.testing.serving import free_port
 from tests.api import Api, api_session
@@ -26,14 +27,23 @@ def servers_config(**servers: str) -> str:
     return f"tools:\n  confirmation: {{default: {AUTO}}}\nmcp:\n  servers:\n{entries}"
 
 
+async def started_with(
+    start_daemon: Callable[..., Any], fake: FakeProviderServer, **servers: str
+) -> Daemon:
+    """A daemon whose config.yaml runs `servers` (their entries), once each has settled."""
+    d: Daemon = await start_daemon(config=servers_config(**servers), models=models_yaml(fake))
+    await d.core.mcp.wait_ready(30)
+    return d
+
+
 async def test_a_tool_whose_input_schema_lacks_type_object_is_skipped_not_the_server(
     fake: FakeProviderServer, start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
     # `inputSchema: {}` (a tool without arguments, written loosely) used to fail the SDK's
     # reading of the whole listing: no tool of the server was offered, and it restarted for ever
-    config = servers_config(loose=python_server(MALFORMED, "no-type", policy="auto"))
-    d = await start_daemon(config=config, models=models_yaml(fake))
-    await d.core.mcp.wait_ready(30)
+    d = await started_with(
+        start_daemon, fake, loose=python_server(MALFORMED, "no-type", policy="auto")
+    )
     async with api_session(d) as http:
         api = Api(http)
         loose = (await mcp_status(api))["loose"]
@@ -58,9 +68,7 @@ async def test_secrets_a_server_repeats_in_its_failures_are_scrubbed_from_what_t
     # the event was scrubbed, but the tool result stored and sent to the provider was not
     monkeypatch.setenv("METIS_TEST_TELLTALE", "tt-5ecret-from-env-77")
     env = {"FROM_ENV": "${METIS_TEST_TELLTALE}", "DB_PASSWORD": "pw-literal-4242"}
-    config = servers_config(tell=python_server(TELLTALE, env=env, policy="auto"))
-    d = await start_daemon(config=config, models=models_yaml(fake))
-    await d.core.mcp.wait_ready(30)
+    d = await started_with(start_daemon, fake, tell=python_server(TELLTALE, env=env, policy="auto"))
     async with api_session(d) as http:
         api = Api(http)
         sid = await session_on(api, workspace, "anthropic")
@@ -154,9 +162,7 @@ async def test_a_tool_with_an_empty_name_is_skipped_not_offered_as_the_bare_pref
     fake: FakeProviderServer, start_daemon: Callable[..., Any]
 ) -> None:
     # it was offered to the model as `mcp__blank__`, a name that says nothing
-    config = servers_config(blank=python_server(MALFORMED, "blank-name"))
-    d = await start_daemon(config=config, models=models_yaml(fake))
-    await d.core.mcp.wait_ready(30)
+    d = await started_with(start_daemon, fake, blank=python_server(MALFORMED, "blank-name"))
     async with api_session(d) as http:
         blank = (await mcp_status(Api(http)))["blank"]
     assert [t["name"] for t in blank["tools"]] == ["mcp__blank__good"]
@@ -204,9 +210,7 @@ async def test_a_call_an_http_server_refuses_says_the_status_not_the_sdks_stand_
 ) -> None:
     # it read `MCP server "gate": Server returned an error response`, which hides an expired token
     async with gatekeeper(401) as url:
-        config = servers_config(gate=json.dumps({"url": url, "policy": "auto"}))
-        d = await start_daemon(config=config, models=models_yaml(fake))
-        await d.core.mcp.wait_ready(30)
+        d = await started_with(start_daemon, fake, gate=json.dumps({"url": url, "policy": "auto"}))
         async with api_session(d) as http:
             api = Api(http)
             sid = await session_on(api, workspace, "anthropic")
@@ -229,9 +233,7 @@ async def test_a_server_whose_tools_change_is_listed_again_and_offers_its_new_to
 ) -> None:
     # `notifications/tools/list_changed` was ignored: the new tool was never offered, and the
     # withdrawn one stayed offered until the server restarted
-    config = servers_config(growing=python_server(GROWING, policy="auto"))
-    d = await start_daemon(config=config, models=models_yaml(fake))
-    await d.core.mcp.wait_ready(30)
+    d = await started_with(start_daemon, fake, growing=python_server(GROWING, policy="auto"))
     offered = d.core.tool_registry.offered_names
     assert "mcp__growing__grow" in offered(None)
     async with api_session(d) as http:
@@ -259,9 +261,9 @@ async def test_a_result_is_never_checked_against_the_tools_output_schema(
 ) -> None:
     # the SDK checked it with a backtracking regex on the event loop: a result a server chose
     # held the whole daemon for minutes, and one that did not match lost its text to an error
-    config = servers_config(shaped=python_server(MALFORMED, "output-schema", policy="auto"))
-    d = await start_daemon(config=config, models=models_yaml(fake))
-    await d.core.mcp.wait_ready(30)
+    d = await started_with(
+        start_daemon, fake, shaped=python_server(MALFORMED, "output-schema", policy="auto")
+    )
     async with api_session(d) as http:
         api = Api(http)
         sid = await session_on(api, workspace, "anthropic")
@@ -277,9 +279,9 @@ async def test_a_tool_description_past_the_cap_is_cut_and_said_not_sent_whole_ev
     fake: FakeProviderServer, start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
     # a 208,000-character description went with every model call: ~52,000 tokens each
-    config = servers_config(wordy=python_server(MALFORMED, "long-description", policy="auto"))
-    d = await start_daemon(config=config, models=models_yaml(fake))
-    await d.core.mcp.wait_ready(30)
+    d = await started_with(
+        start_daemon, fake, wordy=python_server(MALFORMED, "long-description", policy="auto")
+    )
     async with api_session(d) as http:
         api = Api(http)
         wordy = (await mcp_status(api))["wordy"]
@@ -306,8 +308,7 @@ async def test_a_restart_ends_a_listing_of_changed_tools_the_server_never_answer
     # the listing held the owner task until connect_timeout_seconds: a restart or a stop
     # asked for meanwhile waited that long
     entry = python_server(GROWING, "stalls", policy="auto", connect_timeout_seconds=120)
-    d = await start_daemon(config=servers_config(growing=entry), models=models_yaml(fake))
-    await d.core.mcp.wait_ready(30)
+    d = await started_with(start_daemon, fake, growing=entry)
     server = d.core.mcp.servers["growing"]
     async with api_session(d) as http:
         api = Api(http)
