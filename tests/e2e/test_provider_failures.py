@@ -28,6 +28,19 @@ def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(providers, "DEFAULT_RETRY_POLICY", RetryPolicy(base_delay_s=0.01))
 
 
+def with_local_model(fake: FakeProviderServer, provider: str, base_url: str, alias: str) -> str:
+    """The suite's models.yaml plus an OpenAI-compatible `provider` at `base_url` serving one
+    model, `<provider>:m`, also called `alias`."""
+    local = (
+        f'  {provider}: {{adapter: openai, base_url: "{base_url}", api_key: "x"}}\n'
+        "models:\n"
+        f"  - id: {provider}:m\n    aliases: [{alias}]\n"
+        "    capabilities: {max_context_tokens: 8000, max_output_tokens: 1000}\n"
+        '    pricing: {input_per_mtok: "0", output_per_mtok: "0"}\n'
+    )
+    return models_yaml(fake).replace("models:\n", local, 1)
+
+
 def _closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -48,14 +61,7 @@ async def test_a_server_that_is_not_running_is_named_with_its_address(
     fake: FakeProviderServer, start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
     port = _closed_port()
-    dead = (
-        f'  deadai: {{adapter: openai, base_url: "http://127.0.0.1:{port}/v1", api_key: "x"}}\n'
-        "models:\n"
-        "  - id: deadai:m\n    aliases: [dead]\n"
-        "    capabilities: {max_context_tokens: 8000, max_output_tokens: 1000}\n"
-        '    pricing: {input_per_mtok: "0", output_per_mtok: "0"}\n'
-    )
-    models = models_yaml(fake).replace("models:\n", dead, 1)
+    models = with_local_model(fake, "deadai", f"http://127.0.0.1:{port}/v1", alias="dead")
     d = await start_daemon(config=AUTO_TOOLS, models=models)
     code, out, err = await metis(
         "run", "--model", "dead", "hi", "--workspace", str(workspace), "--url", d.base_url
@@ -153,14 +159,7 @@ async def test_a_base_url_without_its_v1_is_named_as_what_to_check(
 ) -> None:
     """A local server's base_url written without `/v1` answers every call 404; the server's
     own words ("no route") do not say which setting is wrong."""
-    no_v1 = (
-        f'  nov1: {{adapter: openai, base_url: "{fake.base_url}", api_key: "x"}}\n'
-        "models:\n"
-        "  - id: nov1:m\n    aliases: [nov1]\n"
-        "    capabilities: {max_context_tokens: 8000, max_output_tokens: 1000}\n"
-        '    pricing: {input_per_mtok: "0", output_per_mtok: "0"}\n'
-    )
-    models = models_yaml(fake).replace("models:\n", no_v1, 1)
+    models = with_local_model(fake, "nov1", fake.base_url, alias="nov1")
     d = await start_daemon(config=AUTO_TOOLS, models=models)
     code, out, err = await metis(
         "run", "--model", "nov1", "hi", "--workspace", str(workspace), "--url", d.base_url
