@@ -8,12 +8,11 @@ wrapper and the HTTP client's), so the message is read from there.
 
 from __future__ import annotations
 
-import socket
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from metis.core.connect_errors import exception_chain, os_refusal
 from metis.core.models.types import ProviderConfig
 from metis.core.providers.errors import ProviderError
 
@@ -41,16 +40,6 @@ class Endpoint:
         return cls(config.name, f"{host}:{port}", config.connect_timeout_s, config.read_timeout_s)
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    """`exc`, then what it was raised from or while handling, innermost last."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
 def _types(module: str, *names: str) -> tuple[type[BaseException], ...]:
     """Exception types of the SDKs' HTTP layers (httpx2, and aiohttp under it); none until an
     adapter imported them. Looked up, not imported: the core knows no HTTP library itself."""
@@ -65,11 +54,9 @@ def _why_not_connected(chain: list[BaseException]) -> str | None:
         *_types("aiohttp", "ClientConnectorError"),
         *_types("httpx2", "ConnectError"),
     )
-    for exc in chain:
-        if isinstance(exc, ConnectionRefusedError):
-            return "connection refused"
-        if isinstance(exc, socket.gaierror):
-            return "host not found"
+    refused = os_refusal(chain)
+    if refused is not None:
+        return refused
     if not any(isinstance(e, connect_errors) for e in chain):
         return None
     for exc in chain:
@@ -101,7 +88,7 @@ def _timeout_kind(chain: list[BaseException]) -> str | None:
 
 def describe(exc: BaseException, endpoint: Endpoint) -> str:
     """What went wrong, e.g. `ollama: cannot connect to 127.0.0.1:11434 (connection refused)`."""
-    chain = list(_chain(exc))
+    chain = list(exception_chain(exc))
     name, address = endpoint.provider, endpoint.address
     refused = _why_not_connected(chain)
     if refused is not None:

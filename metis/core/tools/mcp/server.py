@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from mcp_types import CONNECTION_CLOSED
 from pydantic import ValidationError
 
 from metis.core.canonical.redaction import redact, register_secret
+from metis.core.connect_errors import exception_chain, os_refusal
 from metis.core.errors import ConfigError, McpServerDisabled
 from metis.core.tools.base import ToolError
 from metis.core.tools.groups import ProcessGroupLedger
@@ -346,7 +346,8 @@ class McpServer:
         if isinstance(exc, httpx2.ConnectTimeout):
             return f"cannot connect to {where} (no answer in time)"
         if isinstance(exc, httpx2.ConnectError):
-            return f"cannot connect to {where} ({_connect_failure(exc)})"
+            why = os_refusal(exception_chain(exc)) or str(exc) or type(exc).__name__
+            return f"cannot connect to {where} ({why})"
         if isinstance(exc, httpx2.TimeoutException):
             return f"no answer from {where} in time"
         return f"the connection to {where} failed: {str(exc) or type(exc).__name__}"
@@ -657,18 +658,6 @@ def _refusal_hint(status: str) -> str:
     if status.startswith("HTTP 404"):
         return " (check the url's path)"
     return ""
-
-
-def _connect_failure(exc: BaseException) -> str:
-    """Why a connection could not be made, from the OS error under the HTTP client's."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ConnectionRefusedError):
-            return "connection refused"
-        if isinstance(seen, socket.gaierror):
-            return "host not found"
-        seen = seen.__cause__ or seen.__context__
-    return str(exc) or type(exc).__name__
 
 
 async def _any_of(*events: asyncio.Event | anyio.Event, timeout: float | None = None) -> None:
