@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from tests.core.tools.mcp_servers import DEMO
+from tests.core.tools.mcp_servers import DEMO, MALFORMED
 from tests.dashboard.conftest import ARTIFACTS, DaemonThread, events_of, rest
 from tests.helpers import insert_running_turn
 
@@ -704,6 +704,7 @@ SECRET = "s3cret-demo-token-value"
                 },
                 "broken": {"command": "/no/such/mcp-server"},
                 "spare": {"command": "/bin/true", "enabled": False},
+                "wordy": {"command": sys.executable, "args": [str(MALFORMED), "long-description"]},
             },
         }
     }
@@ -728,6 +729,13 @@ def test_mcp_servers_show_their_state_tools_and_why_one_is_not_ready(
     spare = page.locator(".mcp-server[data-name=spare]")
     assert spare.locator(".state").inner_text() == "disabled"
     assert spare.locator("button.restart").count() == 0  # a disabled server never runs
+    # a description pages long: a few lines of it in the table, the whole on hover
+    wordy = page.locator(".mcp-server[data-name=wordy]")
+    wordy.locator(".state:text-is('ready')").wait_for(timeout=30_000)
+    described = wordy.locator("td.description")
+    assert described.inner_text().endswith("…") and len(described.inner_text()) <= 241
+    assert len(described.get_attribute("title") or "") == 8_001  # as offered: cut at 8,000
+    assert "description cut to 8,000" in wordy.locator(".last-error").inner_text()
     shot(page, "mcp-servers")
     # Restart: a new process now, the card follows it, the keyboard stays on the button
     assert served.daemon is not None

@@ -55,8 +55,9 @@ function serverCard(s, restart) {
         // labelled for a phone, where the table's rows are stacked without its head
         h("td", { class: "mono", dataset: { label: "Server's name" } }, breakable(t.remote_name)),
         h("td", { dataset: { label: "Policy" } }, h("span", { title: POLICY_TEXT[t.policy] || "" }, t.policy)),
-        // the server's description (plain text, never markup): its first line, all of it on hover
-        h("td", { class: "description", title: t.description }, t.description.split("\n")[0]))))))
+        // the server's description (plain text, never markup): its first line, at most a few
+        // lines' worth of it (some descriptions are pages long), all of it on hover
+        h("td", { class: "description", title: t.description }, summary(t.description)))))))
     : h("p", { class: "muted" }, {
       ready: "This server offers no tools.",
       disabled: "None: it is disabled in config.yaml (enabled: false).",
@@ -139,4 +140,11 @@ export function mcpView(root) {
   const poll = whileVisible(refresh, POLL_MS);
   refresh();
   return { stop() { stopped = true; poll.stop(); } };
+}
+
+const SUMMARY_CHARS = 240;
+
+function summary(description) {
+  const first = description.split("\n")[0];
+  return first.length > SUMMARY_CHARS ? `${first.slice(0, SUMMARY_CHARS).trimEnd()}…` : first;
 }
