@@ -99,6 +99,36 @@ async def test_a_refused_key_is_named_in_the_turn_models_and_routing_failed(
         assert not unavailable or unavailable[0]["payload"]["message"].startswith(REFUSED)
 
 
+async def test_a_key_no_http_header_can_carry_is_never_sent_and_the_turn_says_where_it_is_set(
+    fake: FakeProviderServer,
+    start_daemon: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    workspace: Path,
+) -> None:
+    """A key pasted with typographic quotes fails the turn before any request, naming the
+    variable, never the key, and without claiming the provider refused it; routing then takes
+    the provider out as it does for a refused key."""
+    monkeypatch.setenv(ENV_VAR, "\u201cok-the-right-key\u201d")
+    d = await start_daemon(models=MODELS.format(openai=fake.openai_base_url, env=ENV_VAR))
+    unsendable = (
+        f"the key of provider 'openai' ({ENV_VAR}) holds a character an HTTP header cannot "
+        "carry (a typographic quote copied with it?); fix it and restart metis"
+    )
+    async with client(d) as http:
+        api = Api(http)
+        sid = (await api.create_session(workspace))["id"]
+        _, terminal = await api.run_turn(sid, "hello")
+        assert terminal["type"] == "turn.failed"
+        assert terminal["payload"]["error_class"] == "auth"
+        assert terminal["payload"]["message"] == unsendable
+        _, models = await api.call("GET", "/models")
+        assert models["models"][0]["availability_detail"]["message"] == unsendable
+        status, body = await api.submit(sid, "hello again")
+        assert status == 503 and unsendable in body["error"]["message"], body
+        assert fake.requests_for("openai") == []
+        assert "ok-the-right-key" not in json.dumps(await api.events(sid))
+
+
 async def test_metis_chat_shows_why_the_key_was_refused(
     daemon_with_wrong_key: Daemon, workspace: Path
 ) -> None:

@@ -482,19 +482,13 @@ def _resolve_credentials(
             credential = Credential(True) if key else Credential(False, "no_credentials", env_var)
         else:
             credential = Credential(True)  # literal key, or keyless (SDK gets the placeholder)
-        if key is not None and not (key.isascii() and key.isprintable()):
-            # an HTTP header carries neither: every call would fail as an "internal adapter
-            # error" (UnicodeEncodeError), so the start-up log says where to look, not the key
-            where = env_var or f"providers.{name}.api_key"
-            log.warning(
-                "the key of provider '%s' (%s) holds a character an HTTP header cannot carry "
-                "(a typographic quote copied with it?); its calls will fail until it is fixed",
-                name,
-                where,
-            )
         register_secret(key)
         fields.pop("api_key", None)
-        configs[name] = ProviderConfig(name=name, adapter=draft.adapter, api_key=key, **fields)  # type: ignore[arg-type]
+        config = ProviderConfig(name=name, adapter=draft.adapter, api_key=key, **fields)  # type: ignore[arg-type]
+        unusable = config.unusable_key()
+        if unusable is not None:  # said at start-up too, before the first call fails with it
+            log.warning("%s", unusable)
+        configs[name] = config
         credentials[name] = credential
     return configs, credentials
 

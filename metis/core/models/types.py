@@ -39,6 +39,25 @@ class ProviderConfig(DataModel):
         """The key handed to the SDK: the resolved one, else the keyless placeholder."""
         return self.api_key or KEYLESS_PLACEHOLDER
 
+    @property
+    def key_source(self) -> str:
+        """Where the key was set, as a person would look for it: its environment variable, else
+        the provider's entry in models.yaml."""
+        return self.api_key_env or f"providers.{self.name}.api_key"
+
+    def unusable_key(self) -> str | None:
+        """Why the key can never be sent, or None. An HTTP header carries printable ASCII only;
+        a key pasted with typographic quotes or a stray control character would make every call
+        fail inside the HTTP client, so the adapters refuse it up front with this message,
+        which names where the key is set and never the key."""
+        key = self.api_key
+        if key is None or (key.isascii() and key.isprintable()):
+            return None
+        return (
+            f"the key of provider '{self.name}' ({self.key_source}) holds a character an HTTP "
+            "header cannot carry (a typographic quote copied with it?); fix it and restart metis"
+        )
+
 
 class Capabilities(DataModel):
     """What a model can do and its token limits; routing validates candidates against these."""

@@ -596,6 +596,7 @@ class AnthropicAdapter:
         self.provider_name = provider.name
         self.policy = policy
         self._secret = provider.api_key
+        self.unusable_key = provider.unusable_key()
         self._history = HistoryEncoder()
         self._tools = ToolsEncoder()
         self._client = anthropic.AsyncAnthropic(**sdk_client_options(anthropic, provider))

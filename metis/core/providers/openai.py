@@ -656,6 +656,7 @@ class OpenAIAdapter:
         self._history = HistoryEncoder()
         self._tools = ToolsEncoder()
         self._secret = provider.api_key
+        self.unusable_key = provider.unusable_key()
         self._client = openai.AsyncOpenAI(**sdk_client_options(openai, provider))
         self._endpoint = Endpoint.of(provider, self._client.base_url)
 

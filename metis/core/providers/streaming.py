@@ -455,6 +455,8 @@ class CallSpec(Protocol):
 
     provider_name: str
     policy: RetryPolicy
+    unusable_key: str | None
+    """Why the provider's key can never be sent (`ProviderConfig.unusable_key`), or None."""
 
     async def open_stream(self, req: LLMRequest) -> WireStream:
         """Send the streamed request and return its body; failures raise the SDK's or HTTP stack's
@@ -508,6 +510,13 @@ async def _before_retry(
         raise cancelled_error(req, spec.provider_name, attempt) from None
 
 
+def _refuse_an_unusable_key(spec: CallSpec, req: LLMRequest) -> None:
+    """Fail the attempt before any request when the key cannot be sent: as `auth`, which is not
+    retried and counts toward the provider's availability, as a key the provider refused does."""
+    if spec.unusable_key is not None:
+        raise ProviderError("auth", spec.unusable_key, provider=spec.provider_name, model=req.model)
+
+
 def _as_provider_error(spec: CallSpec, req: LLMRequest, exc: BaseException) -> ProviderError:
     return exc if isinstance(exc, ProviderError) else spec.classify(exc, req)
 
@@ -556,6 +565,7 @@ async def drive_stream(spec: CallSpec, req: LLMRequest) -> AsyncIterator[StreamE
             handle: WireStream | None = None
             out: list[StreamEvent] = []
             try:
+                _refuse_an_unusable_key(spec, req)
                 handle = await guard.run(spec.open_stream(req))
                 iterator = handle.__aiter__()
                 cancelled, feed = req.cancel.is_set, tr.feed  # looked up once, used per event
@@ -657,6 +667,7 @@ async def drive_complete(
             await req.hooks.attempt_started(attempt)
             t0 = perf_counter()
             try:
+                _refuse_an_unusable_key(spec, req)
                 response = await guard.run(call(req))
                 content, stop, raw, usage = parse(req, response)
                 latency = _ms(t0)

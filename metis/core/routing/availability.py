@@ -104,13 +104,24 @@ def retry_after_message(error_class: str, retry_after_s: float | None) -> str | 
     return f"{what}; retry after {retry_after_s:.0f} s"
 
 
+def unsendable_key(registry: ModelRegistry, provider: str) -> str | None:
+    """Why `provider`'s key can never be sent (`ProviderConfig.unusable_key`), or None."""
+    config = registry.provider(provider)
+    return config.unusable_key() if config is not None else None
+
+
 def key_refused_message(
     registry: ModelRegistry,
     provider: str,
     http_status: int | None = None,
     provider_error: str | None = None,
 ) -> str:
-    """What a provider's auth refusal means, naming where the key comes from (never the key)."""
+    """What a provider's auth refusal means, naming where the key comes from (never the key).
+    A key no HTTP header can carry was never sent: no provider refused it, and its own message
+    says so."""
+    unsendable = unsendable_key(registry, provider)
+    if unsendable is not None:
+        return unsendable
     config = registry.provider(provider)
     env_var = config.api_key_env if config is not None else None
     source = f"${env_var}" if env_var else f"providers.{provider}.api_key in models.yaml"

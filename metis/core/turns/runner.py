@@ -36,6 +36,7 @@ from metis.core.routing.availability import (
     Availability,
     key_refused_message,
     retry_after_message,
+    unsendable_key,
 )
 from metis.core.routing.context import prompt_size
 from metis.core.routing.engine import RouteDecision
@@ -183,8 +184,8 @@ def failure_message(registry: ModelRegistry, error: ProviderError) -> str:
     retry_after = retry_after_message(error.error_class, error.retry_after_s)
     if retry_after is not None:
         return f"{error.message} ({retry_after})"
-    if error.error_class != "auth":
-        return error.message
+    if error.error_class != "auth" or unsendable_key(registry, error.provider) is not None:
+        return error.message  # a key that could not be sent: the provider said nothing
     explained = key_refused_message(
         registry, error.provider, error.http_status, error.provider_error
     )

@@ -202,3 +202,34 @@ def test_retry_after_parsing() -> None:
     assert parse_retry_after({"retry-after": future}, now=now.timestamp()) == 30.0
     past = format_datetime(now - timedelta(seconds=30), usegmt=True)
     assert parse_retry_after({"retry-after": past}, now=now.timestamp()) == 0.0
+
+
+@pytest.mark.parametrize("kind", APIS)
+@pytest.mark.parametrize("streamed", [True, False])
+async def test_a_key_no_http_header_can_carry_fails_the_call_as_auth_naming_where_it_came_from(
+    kind: str,
+    streamed: bool,
+    fake: FakeProviderServer,
+    make_adapter,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A key pasted with typographic quotes cannot be sent: the call fails before any request
+    as an `auth` error (so availability counts it) that says where the key came from, not as
+    an "internal adapter error" with a traceback; the key itself is never shown."""
+    key = "\u201czz-quoted-key\u201d"
+    adapter = make_adapter(kind, api_key=key, api_key_env="QUOTED_KEY")
+    with caplog.at_level(logging.DEBUG):
+        if streamed:
+            events, error = await collect(adapter.stream(request(kind)))
+            assert events == []
+        else:
+            with pytest.raises(ProviderError) as info:
+                await adapter.complete(request(kind))
+            error = info.value
+    assert error is not None and error.error_class == "auth" and error.attempts == 1
+    assert error.message == (
+        f"the key of provider '{kind}' (QUOTED_KEY) holds a character an HTTP header cannot "
+        "carry (a typographic quote copied with it?); fix it and restart metis"
+    )
+    assert fake.requests == []
+    assert "zz-quoted-key" not in caplog.text and "Traceback" not in caplog.text
