@@ -3,7 +3,8 @@
 Listing asks the running daemon (`GET /models`, with its key) so it shows live availability:
 which models routing skips, why, and until when; with no daemon answering (or `--models FILE`)
 it shows the registry from models.yaml alone. `reset` asks the daemon to treat a model (and its
-provider), or every model, as healthy again. `check` runs exactly the validation `metis serve`
+provider), or every model, as healthy again, and says which stay unusable all the same (no
+key: a reset does not configure a model). `check` runs exactly the validation `metis serve`
 runs at start-up, so a file that passes here starts the daemon.
 """
 
@@ -156,24 +157,65 @@ def _target(args: argparse.Namespace) -> DaemonTarget | None:
         return None
 
 
+class Refused(Exception):
+    """The daemon answered a call with an error: its message, and the exit status to leave
+    with (2 for a request it refuses, as `run` refuses a model it does not know; else 1)."""
+
+    def __init__(self, message: str, exit_status: int) -> None:
+        super().__init__(message)
+        self.exit_status = exit_status
+
+
+def _answer(target: DaemonTarget, method: str, path: str) -> Any:
+    """The body of the daemon's 200 answer; `NoDaemon` or `Refused` when there is none."""
+    status, body = daemon_call(target, method, path)
+    if status != 200:
+        error = body.get("error", {}) if isinstance(body, dict) else {}
+        said = error.get("message") or f"the daemon answered HTTP {status}"
+        raise Refused(said, 2 if 400 <= status < 500 else 1)
+    return body
+
+
+def _reset_lines(reset: dict[str, Any], unconfigured: list[dict[str, Any]]) -> list[str]:
+    """What a reset did, without claiming more: a reset clears availability only, so a model
+    the registry declares but cannot use (no key, METIS_OFFLINE=1: fixed when the daemon
+    started) stays unavailable, said in `metis models`' words."""
+    recovered = ", ".join(reset["recovered"]) or "none was unavailable"
+    model = reset["model"]
+    if model is None:
+        lines = [f"reset every model; healthy again: {recovered}"]
+        if unconfigured:
+            lines.append("still unavailable, not configured:")
+            lines += [f"  {m['id']}: {unconfigured_reason(m)}" for m in unconfigured]
+    else:
+        stays = next((m for m in unconfigured if m["id"] == model), None)
+        if stays is None:
+            return [f"reset {model}; healthy again: {recovered}"]
+        lines = [f"reset {model}; it stays unavailable: {unconfigured_reason(stays)}"]
+    if unconfigured:
+        lines.append(
+            "a reset does not configure a model: the daemon reads provider keys and "
+            "METIS_OFFLINE when it starts"
+        )
+    return lines
+
+
 def reset_models(args: argparse.Namespace) -> int:
     target = _target(args)
     if target is None:
         return 2
     path = f"/models/{quote(args.model, safe=':')}/reset" if args.model else "/models/reset"
     try:
-        status, body = daemon_call(target, "POST", path)
+        # the models it cannot use, asked first: a failure then leaves nothing reset
+        unconfigured = _answer(target, "GET", "/models")["unconfigured"]
+        reset = _answer(target, "POST", path)
     except NoDaemon as exc:
         print(f"metis: {exc}; availability lives in the running daemon", file=sys.stderr)
         return 1
-    if status != 200:
-        error = body.get("error", {}) if isinstance(body, dict) else {}
-        said = error.get("message") or f"the daemon answered HTTP {status}"
-        print(f"metis: {said}", file=sys.stderr)
-        return 2 if 400 <= status < 500 else 1  # a model it does not know: refused, as `run` says
-    what = body["model"] or "every model"
-    recovered = ", ".join(body["recovered"]) or "none was unavailable"
-    print(f"reset {what}; healthy again: {recovered}")
+    except Refused as exc:
+        print(f"metis: {exc}", file=sys.stderr)
+        return exc.exit_status
+    print("\n".join(_reset_lines(reset, unconfigured)))
     return 0
 
 

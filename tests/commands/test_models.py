@@ -53,3 +53,42 @@ async def test_with_or_without_a_daemon_the_list_has_the_same_order_and_words(
     assert live[1].startswith("local:scripted")
     said = "offline mode: on (only local:scripted is served unless asked)"
     assert said in live and said in local
+
+
+SONNET = "anthropic:claude-sonnet-4-6"
+NOT_CONFIGURING = (
+    "a reset does not configure a model: the daemon reads provider keys and METIS_OFFLINE "
+    "when it starts"
+)
+
+
+async def test_resetting_a_model_without_a_key_says_it_stays_unavailable(daemon: Daemon) -> None:
+    """A reset clears availability only: a model whose provider has no key cannot answer
+    after it either, and the command says so in `metis models`' words, never "healthy"."""
+    code, out, err = await metis("models", "reset", "sonnet", "--url", daemon.base_url)
+    assert code == 0, err
+    assert out.splitlines() == [
+        f"reset {SONNET}; it stays unavailable: no key (ANTHROPIC_API_KEY unset)",
+        NOT_CONFIGURING,
+    ]
+
+
+async def test_resetting_every_model_names_those_that_stay_unavailable_and_why(
+    daemon: Daemon,
+) -> None:
+    code, out, err = await metis("models", "reset", "--url", daemon.base_url)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[:2] == [
+        "reset every model; healthy again: none was unavailable",
+        "still unavailable, not configured:",
+    ]
+    assert f"  {SONNET}: no key (ANTHROPIC_API_KEY unset)" in lines[2:-1]
+    assert not any("local:scripted" in line for line in lines)  # it can answer
+    assert lines[-1] == NOT_CONFIGURING
+
+
+async def test_resetting_a_configured_model_says_only_what_the_reset_did(daemon: Daemon) -> None:
+    code, out, err = await metis("models", "reset", "local:scripted", "--url", daemon.base_url)
+    assert code == 0, err
+    assert out.splitlines() == ["reset local:scripted; healthy again: none was unavailable"]
