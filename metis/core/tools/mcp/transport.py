@@ -4,7 +4,8 @@ The SDK's `stdio_client` runs the server in its own session but does not say whi
 started. metis must know: the server's process group is noted in the `ProcessGroupLedger`
 while it runs (start-up recovery kills what a SIGKILLed daemon left behind), and the server
 carries the ledger's run marker, so a process that leaves the group is found and killed too.
-This transport spawns the process itself and speaks the same newline-delimited JSON-RPC.
+This transport spawns the process itself and speaks the same newline-delimited JSON-RPC. The
+server's stderr goes through the daemon into a log of bounded size (`stderr_log`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import subprocess
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 import anyio
 import anyio.abc
@@ -26,6 +26,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.shared.message import SessionMessage
 
 from metis.core.tools.groups import MARKER_ENV, ProcessGroupLedger, kill_marked, new_marker
+from metis.core.tools.mcp.stderr_log import StderrPipe
 from metis.core.tools.textutil import cut
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,10 @@ log = logging.getLogger(__name__)
 INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR")
 EXIT_GRACE_SECONDS = 2.0  # after stdin closes, before SIGTERM to the group
 KILL_GRACE_SECONDS = 2.0  # after SIGTERM, before SIGKILL
+STDERR_DRAIN_SECONDS = 1.0
+"""After the server's group is stopped, how long its stderr is still read for the end of file:
+what it wrote last is in the pipe until then. A process that escaped both the group and the
+marker may hold the pipe open for ever; the log then ends here."""
 
 
 def server_environment(
@@ -102,14 +107,6 @@ class StdioProcess:
             self.stray_line = repr(cut(line.strip(), STRAY_SHOWN))
 
 
-def keep_previous_log(path: Path) -> None:
-    """Move a non-empty stderr log to `<name>.1` before a (re)start writes a new one: the run
-    that died, whose traceback says why, stays readable next to the one that replaced it."""
-    with contextlib.suppress(OSError):
-        if path.stat().st_size > 0:
-            path.replace(path.with_name(path.name + ".1"))
-
-
 def _parse(line: str) -> SessionMessage | Exception:
     try:
         message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
@@ -139,25 +136,21 @@ async def stdio_transport(
     `started` receives the process (pid, marker, liveness) once it runs.
     """
     marker = new_marker()
-    errlog: IO[bytes] | int = subprocess.DEVNULL
-    if stderr_path is not None:
-        stderr_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        keep_previous_log(stderr_path)
-        errlog = open(stderr_path, "wb")  # noqa: SIM115 - closed below
-        with contextlib.suppress(OSError):
-            os.chmod(stderr_path, 0o600)
+    errpipe = StderrPipe(stderr_path) if stderr_path is not None else None
     try:
         process = await anyio.open_process(
             [command, *args],
             env={**env, MARKER_ENV: marker},
             cwd=cwd,
-            stderr=errlog,
+            stderr=subprocess.DEVNULL if errpipe is None else errpipe.child_fd,
             start_new_session=True,
         )
     except BaseException:
-        if not isinstance(errlog, int):
-            errlog.close()
+        if errpipe is not None:
+            errpipe.close()
         raise
+    if errpipe is not None:
+        errpipe.started()
     if ledger is not None:
         ledger.enter(process.pid, marker)
     liveness = Liveness()
@@ -239,19 +232,24 @@ async def stdio_transport(
             tg.start_soon(stdout_reader)
             tg.start_soon(stdin_writer)
             tg.start_soon(exit_watcher)
+            if errpipe is not None:
+                tg.start_soon(errpipe.copy)
             try:
                 yield read_stream, write_stream
             finally:
                 liveness.end(STOPPED)
                 with anyio.CancelScope(shield=True):
                     await _stop(process, marker)
+                    if errpipe is not None:  # its last lines, a crash's traceback, are kept
+                        with anyio.move_on_after(STDERR_DRAIN_SECONDS):
+                            await errpipe.ended.wait()
                     for stream in (read_stream, write_stream, read_writer, write_reader):
                         await stream.aclose()
                 tg.cancel_scope.cancel()
     finally:
         _stopped(process, entry, ledger)
-        if not isinstance(errlog, int):
-            errlog.close()
+        if errpipe is not None:
+            errpipe.close()
 
 
 def _stopped(
