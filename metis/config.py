@@ -26,6 +26,7 @@ from pydantic_core import ErrorDetails
 
 from metis.core.canonical.content import MAX_IMAGE_BYTES
 from metis.core.config.checks import type_name
+from metis.core.config.start_up import digests_at_start
 from metis.core.config.yaml_source import MarkedDict, line_of, read_yaml_file, suggest
 from metis.core.datamodel import DataModel
 from metis.core.errors import ConfigError
@@ -270,6 +271,10 @@ class Settings(DataModel):
     # what `load_settings` merged into the file's settings (tests), kept so that a re-read of
     # the file (`current_file_settings`) gives what start-up gave
     overrides: dict[str, Any] = Field(default_factory=dict, repr=False, exclude=True)
+    # the sha256 of each file read once at start-up (config.yaml, models.yaml), None for one
+    # the home did not hold: what `GET /server/version` reports, so that a client can tell an
+    # edit since, not in force, from a save that changed nothing (`metis.core.config.start_up`)
+    start_up_digests: dict[str, str | None] = Field(default_factory=dict, repr=False, exclude=True)
 
     @property
     def db_path(self) -> Path:
@@ -509,6 +514,7 @@ def load_settings(
     if port is None:
         port = env_port()  # before the home is made: a bad METIS_PORT leaves nothing behind
     home = ensure_home(home or default_home())
+    start_up_digests = digests_at_start(home)  # before the files are read
     file_settings = _file_settings(home / "config.yaml", overrides)
     requested_host, effective_port = resolve_address(file_settings, host=host, port=port)
     bound_host = requested_host
@@ -528,6 +534,7 @@ def load_settings(
         api_key=os.environ.get("METIS_API_KEY") or None,
         file=file_settings,
         overrides=overrides or {},
+        start_up_digests=start_up_digests,
     )
 
 

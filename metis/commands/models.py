@@ -281,11 +281,11 @@ def _say_edited_since_start(target: DaemonTarget) -> None:
     if running_url(target.home / LOCK_FILE) != target.url:
         return
     try:
-        _, health = daemon_call(target, "GET", "/health")
+        _, version = daemon_call(target, "GET", "/server/version")
     except NoDaemon:
         return
-    started_at = health.get("started_at") if isinstance(health, dict) else None
-    if MODELS_FILE in changed_since_start(target.home, started_at):
+    read = version.get("start_up_files") if isinstance(version, dict) else None
+    if MODELS_FILE in changed_since_start(target.home, read):
         print(
             f"{target.home / MODELS_FILE} changed since the daemon started: it applies when "
             "the daemon restarts (`metis models --models FILE` lists the file)"

@@ -133,12 +133,12 @@ async def _check_by_daemon(daemon: DaemonTarget, path: Path, text: str) -> int:
     registry its turns use, with its provider keys."""
     async with DaemonApi(daemon.url, daemon.headers(), DAEMON_TIMEOUT_S) as api:
         body = await api.call("POST", "/routing/check", {"policy_yaml": text})
-        health = await api.call("GET", "/health")
+        version = await api.call("GET", "/server/version")
     diagnostics = [Diagnostic(**d) for d in body["diagnostics"]]
     checked = f"by the daemon at {daemon.url}, against its models and provider keys"
     # its registry is the models.yaml it read when it started: a model added since is unknown
     # to it, and the check is to say why
-    if MODELS_FILE in changed_since_start(daemon.home, health.get("started_at")):
+    if MODELS_FILE in changed_since_start(daemon.home, version.get("start_up_files")):
         checked += (
             f" (the models it loaded when it started: {daemon.home / MODELS_FILE} changed "
             "since, and applies when it restarts)"

@@ -3,36 +3,39 @@
 `config.yaml` and `models.yaml` are read when `metis serve` starts and never again (only
 config.yaml's `mcp` section is applied on demand, by `metis mcp reload`; routing.yaml is
 hot-reloaded and is not one of them). An edit made while the daemon runs is therefore not in
-force, and nothing the daemon answers shows it: `metis status` and `metis models` compare the
-files' change times with the daemon's start (`GET /health`'s `started_at`) so that a user who
-edited one is told it applies at the next start, and, for a models.yaml, what that start would
-refuse in it.
+force, and nothing else the daemon answers shows it: `metis status`, `metis models` and
+`metis routing check` compare the sha256 of each file as the daemon read it
+(`GET /server/version`'s `start_up_files`) with the file's bytes now, so that a user who edited
+one is told it applies at the next start (and, for a models.yaml, what that start would refuse
+in it), and one who saved it unchanged is not.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 
-READ_AT_START = ("config.yaml", "models.yaml")
+from metis.core.config.start_up import READ_AT_START, content_digest
+
+_UNREADABLE = "unreadable"
+"""What a file that cannot be read now compares as: unlike any digest, or no file."""
 
 
-def changed_since_start(home: Path, started_at: str | None) -> list[str]:
-    """The names of `home`'s files read at start-up that were written (or replaced, as an
-    editor saving by rename does) after `started_at`; a file deleted since is not noticed."""
-    if not started_at:
-        return []
-    try:
-        started = datetime.fromisoformat(started_at.replace("Z", "+00:00")).timestamp()
-    except ValueError:
+def changed_since_start(home: Path, start_up_files: object) -> list[str]:
+    """The names of `home`'s files read at start-up whose content is not what the daemon read
+    (`start_up_files`, by name: a digest, None for a file it did not find): edited, created,
+    deleted or unreadable since. A daemon that does not say what it read (one older than this
+    command) is never said to have been edited under."""
+    if not isinstance(start_up_files, dict):
         return []
     changed = []
     for name in READ_AT_START:
-        try:
-            st = (home / name).stat()
-        except OSError:
+        if name not in start_up_files:
             continue
-        if max(st.st_mtime, st.st_ctime) > started:
+        try:
+            now = content_digest(home / name)
+        except OSError:
+            now = _UNREADABLE
+        if now != start_up_files[name]:
             changed.append(name)
     return changed
 

@@ -164,12 +164,12 @@ class Edits:
     models_error: str | None = None
 
     @classmethod
-    def of(cls, target: DaemonTarget, pid: int | None, health: dict[str, Any]) -> Edits:
+    def of(cls, target: DaemonTarget, pid: int | None, version: dict[str, Any]) -> Edits:
         """Asked only of the home's own daemon (its lock names it): files in the home of a
         daemon found at another address say nothing about that daemon."""
         if pid is None:
             return cls()
-        changed = tuple(changed_since_start(target.home, health.get("started_at")))
+        changed = tuple(changed_since_start(target.home, version.get("start_up_files")))
         return cls(changed, models_problem(target.home) if "models.yaml" in changed else None)
 
 
@@ -349,7 +349,7 @@ async def _status(args: argparse.Namespace) -> int:
             return _failed(args, "key_refused", refused_key(target.url))
         pid = _pid(target)
         log = _log_of(target, pid, body["/health"])
-        edits = Edits.of(target, pid, body["/health"])
+        edits = Edits.of(target, pid, body["/server/version"])
         if args.json:
             print(json.dumps(as_json(target, pid, body, log, edits), ensure_ascii=False))
         else:

@@ -411,6 +411,12 @@ class SystemInfo:
     def schema_version(self) -> int:
         return self._core.db.schema_version
 
+    @property
+    def start_up_digests(self) -> dict[str, str | None]:
+        """The sha256 of each file read once at start-up, as it was read (None: the home held
+        none), for a client to tell whether the file has changed since (`/server/version`)."""
+        return dict(self._core.settings.start_up_digests)
+
     def active_turn_count(self) -> int:
         return self._core.active_turn_count()
 

@@ -6,10 +6,13 @@ if the edit were in force."""
 from __future__ import annotations
 
 import json
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from metis.commands.since_start import changed_since_start
 from tests.cli import metis
 from tests.helpers import named_by_home_lock
 
@@ -92,3 +95,63 @@ async def test_routing_check_by_the_daemon_says_its_models_predate_an_edit(
         f"models it loaded when it started: {metis_home / 'models.yaml'} changed since, and "
         "applies when it restarts)" in shown
     ), shown
+
+
+async def _changed(metis_home: Path, url: str) -> list[str]:
+    """`metis status --json`'s files edited since the start, asked of the home's daemon."""
+    with named_by_home_lock(metis_home, url):
+        code, out, err = await metis("status", "--json")
+    assert code == 0, err
+    changed: list[str] = json.loads(out)["changed_since_start"]
+    return changed
+
+
+async def test_a_save_that_changes_nothing_is_not_an_edit(
+    start_daemon: Callable[..., Any], metis_home: Path
+) -> None:
+    """An editor's `:w` or a `touch` writes the file (a newer change time) with the bytes the
+    daemon read: nothing waits for a restart, and nothing says so."""
+    d = await start_daemon(models=MODELS, config="log_level: INFO\n")
+    later = time.time() + 60
+    for name, text in (("models.yaml", MODELS), ("config.yaml", "log_level: INFO\n")):
+        (metis_home / name).write_text(text)
+        os.utime(metis_home / name, (later, later))
+    assert await _changed(metis_home, d.base_url) == []
+    with named_by_home_lock(metis_home, d.base_url):
+        code, shown, err = await metis("models")
+    assert code == 0, err
+    assert "changed since" not in shown, shown
+
+
+async def test_a_file_deleted_or_created_since_the_start_is_an_edit(
+    start_daemon: Callable[..., Any], metis_home: Path
+) -> None:
+    """The daemon started with a models.yaml and no config.yaml: removing the one and writing
+    the other both change what the next start reads."""
+    d = await start_daemon(models=MODELS)
+    assert not (metis_home / "config.yaml").exists()
+    (metis_home / "models.yaml").unlink()
+    (metis_home / "config.yaml").write_text("log_level: DEBUG\n")
+    assert await _changed(metis_home, d.base_url) == ["config.yaml", "models.yaml"]
+
+
+async def test_a_file_that_cannot_be_read_now_is_an_edit(
+    start_daemon: Callable[..., Any], metis_home: Path
+) -> None:
+    """What cannot be read cannot be shown to be what the daemon read (and the next start
+    refuses it)."""
+    d = await start_daemon(models=MODELS)
+    (metis_home / "models.yaml").unlink()
+    (metis_home / "models.yaml").mkdir()  # read as a file: an error, even for root
+    assert await _changed(metis_home, d.base_url) == ["models.yaml"]
+
+
+def test_a_daemon_that_does_not_say_what_it_read_is_never_said_edited_under(
+    tmp_path: Path,
+) -> None:
+    """A daemon older than the command (no `start_up_files`), or one that names no file:
+    nothing is claimed either way."""
+    (tmp_path / "models.yaml").write_text(MODELS)
+    assert changed_since_start(tmp_path, None) == []
+    assert changed_since_start(tmp_path, {}) == []
+    assert changed_since_start(tmp_path, {"models.yaml": None}) == ["models.yaml"]

@@ -4,6 +4,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from aiohttp import web
+from pydantic import Field
 
 from metis.core.canonical.messages import SCHEMA_VERSION
 from metis.core.canonical.times import format_us
@@ -39,6 +40,12 @@ class VersionResponse(DataModel):
     schema_versions: SchemaVersions
     streaming_protocol: int
     shell_sandbox: Literal["bubblewrap", "none"]
+    start_up_files: dict[str, str | None] = Field(
+        description="the sha256 (hex) of each file of METIS_HOME read once at start-up "
+        "(`config.yaml`, `models.yaml`), as the daemon read it; null when the home held none "
+        "(the defaults, or the shipped models.yaml, are in force). A file whose bytes differ "
+        "now was edited since: the edit applies when the daemon restarts"
+    )
 
 
 @routes.route(
@@ -78,6 +85,7 @@ async def server_version(request: web.Request) -> web.Response:
             },
             "streaming_protocol": 1,
             "shell_sandbox": system.shell_sandbox,
+            "start_up_files": system.start_up_digests,
         }
     )
 
