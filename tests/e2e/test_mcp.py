@@ -211,31 +211,72 @@ async def test_get_mcp_lists_servers_tools_and_only_secret_names(
     assert results == ["set", "unset"]
 
 
-async def test_a_tool_name_another_server_holds_is_skipped_and_the_rest_registered(
-    fake: FakeProviderServer, start_daemon: Callable[..., Any], tmp_path: Path
+def late_demo(**env: str) -> str:
+    """A `demo` server entry that starts 1.5 s late: servers listed before it start sooner."""
+    script = f"sleep 1.5; exec {sys.executable} {DEMO}"
+    return json.dumps({"command": "/bin/sh", "args": ["-c", script], "env": env})
+
+
+async def test_a_tool_name_two_servers_offer_is_held_by_the_one_listed_first_in_config_yaml(
+    fake: FakeProviderServer, start_daemon: Callable[..., Any], metis_home: Path
 ) -> None:
-    """`demo`'s `x__add` and `demo__x`'s `add` are both offered as `mcp__demo__x__add`: one
-    server gets it, the other says so in `last_error`, and both keep their other tools."""
-    config = (
-        "mcp:\n  servers:\n"
-        f"    demo: {python_server(DEMO, env={'MCP_DEMO_ALIAS': 'x__add'})}\n"
-        f"    demo__x: {python_server(DEMO)}\n"
-    )
-    d = await start_daemon(config=config, models=models_yaml(fake))
+    """`demo`'s `x__add` and `demo__x`'s `add` are both offered as `mcp__demo__x__add`: the
+    server listed first holds it even when it finishes starting last, and after a restart of
+    either; the other says so in `last_error` and keeps its other tools. Reordered in the file
+    and reloaded, the name moves; the holder withdrawn, the other gets it back."""
+    name = "mcp__demo__x__add"
+
+    def config(**servers: str) -> str:
+        return "mcp:\n  servers:\n" + "".join(f"    {n}: {e}\n" for n, e in servers.items())
+
+    def write(**servers: str) -> None:
+        (metis_home / "config.yaml").write_text(config(**servers))
+
+    demo, demo_x = late_demo(MCP_DEMO_ALIAS="x__add"), python_server(DEMO)
+    d = await start_daemon(config=config(demo=demo, demo__x=demo_x), models=models_yaml(fake))
+    registry = d.core.tool_registry
+    servers = d.core.mcp.servers
+    await until(lambda: servers["demo__x"].state == "ready")
+    assert registry.source_of(name) == "mcp:demo__x"  # alone so far
     await d.core.mcp.wait_ready(30)
+
+    async def holder_and_notes() -> tuple[str | None, dict[str, str | None]]:
+        status = await mcp_status(api)
+        holders = [n for n, s in status.items() if name in {t["name"] for t in s["tools"]}]
+        assert len(holders) == 1 and registry.source_of(name) == f"mcp:{holders[0]}"
+        assert all(s["state"] == "ready" for s in status.values())
+        assert "mcp__demo__slow" in {t["name"] for t in status["demo"]["tools"]}
+        assert "mcp__demo__x__slow" in {t["name"] for t in status["demo__x"]["tools"]}
+        return holders[0], {n: s["last_error"] for n, s in status.items()}
+
+    def taken_from(remote: str, holder: str) -> str:
+        return (
+            f"tool {remote!r} skipped: {name} is taken by MCP server "
+            f'"{holder}", listed before it in config.yaml'
+        )
+
     async with api_session(d) as http:
-        servers = await mcp_status(Api(http))
-    offered = {name: {t["name"] for t in s["tools"]} for name, s in servers.items()}
-    assert [name for name, tools in offered.items() if "mcp__demo__x__add" in tools] in (
-        ["demo"],
-        ["demo__x"],
-    )
-    assert {"mcp__demo__slow", "mcp__demo__x__slow"} <= offered["demo"] | offered["demo__x"]
-    assert "mcp__demo__slow" in offered["demo"] and "mcp__demo__x__slow" in offered["demo__x"]
-    errors = [s["last_error"] for s in servers.values() if s["last_error"]]
-    assert len(errors) == 1 and "mcp__demo__x__add is taken" in errors[0]
-    assert all(s["state"] == "ready" for s in servers.values())
-    assert set(d.core.tool_registry.offered_names(None)) >= {"mcp__demo__x__add", "mcp__demo__add"}
+        api = Api(http)
+        expected = ("demo", {"demo": None, "demo__x": taken_from("add", "demo")})
+        assert await holder_and_notes() == expected
+        for restarted in ("demo", "demo__x"):
+            code, body = await api.call("POST", f"/mcp/{restarted}/restart")
+            assert code == 202, body
+            await until(lambda: all(s.state == "ready" for s in servers.values()))
+            assert await holder_and_notes() == expected
+        write(demo__x=demo_x, demo=demo)  # the same entries, in the other order
+        code, body = await api.call("POST", "/mcp/reload")
+        assert code == 200 and [s["name"] for s in body["servers"]] == ["demo__x", "demo"], body
+        assert await holder_and_notes() == (
+            "demo__x",
+            {"demo__x": None, "demo": taken_from("x__add", "demo__x")},
+        )
+        write(demo__x=json.dumps({**json.loads(demo_x), "enabled": False}), demo=demo)
+        code, body = await api.call("POST", "/mcp/reload")
+        assert code == 200, body
+        status = await mcp_status(api)
+        assert name in {t["name"] for t in status["demo"]["tools"]}
+        assert status["demo"]["last_error"] is None and registry.source_of(name) == "mcp:demo"
 
 
 async def test_a_listing_with_unreadable_tools_offers_the_others_and_says_which_were_skipped(

@@ -1,5 +1,12 @@
 """All configured MCP servers: started in the background once the daemon listens, stopped
-with it, their tools kept in the tool registry under the source `mcp:<server>`."""
+with it, their tools kept in the tool registry under the source `mcp:<server>`.
+
+Two servers may offer tools under one name (`demo`'s `x__add` and `demo__x`'s `add` are both
+`mcp__demo__x__add`). The server listed first in config.yaml holds it, and the other says in
+its status that it skipped its tool: whichever finishes starting first, and again after any
+restart or reload. So every registration registers all the servers' tools again, in the
+file's order.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +20,7 @@ from metis.core.canonical.redaction import redact
 from metis.core.errors import ConfigError, McpConfigInvalid, McpServerDisabled, McpServerNotFound
 from metis.core.tools.groups import ProcessGroupLedger
 from metis.core.tools.mcp.settings import McpServerSettings, McpSettings
-from metis.core.tools.registry import RegisteredTool, ToolRegistry
+from metis.core.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
     from metis.core.tools.mcp.server import McpServer
@@ -60,11 +67,24 @@ class McpManager:
         self.servers[name] = server
         return server
 
-    def _tools_listed(self, server: McpServer, entries: list[RegisteredTool]) -> list[str]:
-        refused = self.registry.replace_source(f"mcp:{server.name}", entries)
-        if refused:  # names a builtin or another server holds: the server says which
-            log.warning("MCP server %s: tools not registered: %s", server.name, ", ".join(refused))
-        return refused
+    def _tools_listed(self, server: McpServer) -> None:
+        """A server listed its tools (or withdrew them): register every server's again."""
+        self._register_all()
+
+    def _register_all(self) -> None:
+        """Register the tools of every server in config.yaml's order, each server told which of
+        its names an earlier server or a builtin holds (`settle`). All are taken out first: a
+        name a later server holds goes to an earlier one that offers it now."""
+        for server in self.servers.values():
+            self.registry.replace_source(_source(server), [])
+        holders: dict[str, str] = {}
+        for server in self.servers.values():
+            entries = [entry for _, entry in server.offered]
+            refused = self.registry.replace_source(_source(server), entries)
+            held = {name: holders.get(name, "a builtin") for name in refused}
+            for name in {entry.name for entry in entries} - set(refused):
+                holders[name] = f'MCP server "{server.name}", listed before it in config.yaml'
+            server.settle(held)
 
     def start(self) -> None:
         """Start every enabled server in the background (returns at once)."""
@@ -138,7 +158,18 @@ class McpManager:
                 if server is not None and server.settings.enabled:
                     server.restart()
             self.settings = section
+            self._follow_file_order(section)
             return {**self.status(), "applied": applied}
+
+    def _follow_file_order(self, section: McpSettings) -> None:
+        """Keep the servers in the order `section` (config.yaml now) lists them, which decides
+        who holds a tool name two servers offer: once it changed, the tools are registered
+        again in the new order."""
+        ordered = [n for n in section.servers if n in self.servers]
+        servers = {n: self.servers[n] for n in [*ordered, *self.servers]}
+        if list(servers) != list(self.servers):
+            self.servers = servers
+            self._register_all()
 
     async def _apply(self, name: str, section: McpSettings) -> McpServer | None:
         """Give server `name` its entry as `section` (config.yaml now) has it: added if new,
@@ -154,8 +185,7 @@ class McpManager:
             return None
         if server is None:
             server = self._add(name, entry, section)
-            ordered = [n for n in section.servers if n in self.servers]
-            self.servers = {n: self.servers[n] for n in [*ordered, *self.servers]}
+            self._follow_file_order(section)
         server.reconfigure(entry, section)
         if not entry.enabled and server.state != "disabled":
             await server.withdraw()
@@ -173,3 +203,8 @@ class McpManager:
     def status(self) -> dict[str, Any]:
         """`GET /mcp`'s object: every configured server, enabled or not."""
         return {"servers": [s.status() for s in self.servers.values()]}
+
+
+def _source(server: McpServer) -> str:
+    """A server's source in the tool registry."""
+    return f"mcp:{server.name}"

@@ -97,7 +97,7 @@ class McpServer:
         settings: McpServerSettings,
         section: McpSettings,
         *,
-        on_tools: Callable[[McpServer, list[RegisteredTool]], list[str]],
+        on_tools: Callable[[McpServer], None],
         ledger: ProcessGroupLedger | None,
         log_dir: Path | None,
     ) -> None:
@@ -123,6 +123,9 @@ class McpServer:
         self._connecting: anyio.CancelScope | None = None
         self._processes: list[StdioProcess] = []
         self._skipped: list[str] = []
+        self._listed_notes: list[str] = []  # of its own listing: the tools it cannot offer
+        self.offered: list[tuple[ToolInfo, RegisteredTool]] = []  # as it would offer them
+        self._held_elsewhere: dict[str, str] = {}  # names of `offered` it does not hold
         self._http_refusal: str | None = None  # `HTTP 401 Unauthorized`, seen in this attempt
 
     # -- wire view --------------------------------------------------------------------------
@@ -205,8 +208,8 @@ class McpServer:
         """Stop the server for good and take its tools back from the registry: config.yaml no
         longer runs it (disabled, or removed). Enabled again, `restart` starts it afresh."""
         await self.stop()
-        self.on_tools(self, [])
-        self.tools, self._skipped = [], []
+        self._listed_notes, self.offered = [], []
+        self.on_tools(self)
         self.state = "disabled"
         self.last_error = None
         self._task = None
@@ -420,8 +423,7 @@ class McpServer:
             self._session, self._liveness = session, liveness
             self.state = "ready"
             self.connected_at = time.monotonic()
-            # the tools not offered, each with why (cut and redacted as any error)
-            self.last_error = redact("; ".join(self._skipped), limit=1000) or None
+            self.last_error = self._skipped_notes()
             self._ready.set()
             log.info("MCP server %s ready with %d tool(s)", self.name, len(self.tools))
             reason = await self._until_down(session, liveness, tools_changed, unreadable)
@@ -472,8 +474,7 @@ class McpServer:
                         self._connecting = None
                 if listing.cancelled_caught:
                     continue  # the loop's next wait sees the stop or the restart
-                self._register(listed, unreadable)
-                self.last_error = redact("; ".join(self._skipped), limit=1000) or None
+                self._register(listed, unreadable)  # its `last_error` follows (`settle`)
                 log.info("MCP server %s: tools changed, now %d", self.name, len(self.tools))
                 continue
             try:
@@ -543,53 +544,71 @@ class McpServer:
         return tools
 
     def _register(self, listed: list[mcp_types.Tool], unreadable: list[str]) -> None:
-        entries: list[RegisteredTool] = []
-        infos: list[ToolInfo] = []
-        self._skipped = list(unreadable)
+        """Make the tools of `listed` offerable, noting those skipped, and have the manager
+        register them (`on_tools`, which then `settle`s which of them this server holds)."""
+        notes = list(unreadable)
+        offered: list[tuple[ToolInfo, RegisteredTool]] = []
         taken: set[str] = set()
         for tool in listed:
             if not tool.name.strip():  # offered as a bare `mcp__<server>__`, named by nothing
-                self._skipped.append("a tool with an empty name skipped")
+                notes.append("a tool with an empty name skipped")
                 continue
             name = mcp_tools.tool_name(self.key, tool.name)
             if name in taken:
-                self._skipped.append(f"tool {tool.name!r} skipped: its name clashes as {name}")
+                notes.append(f"tool {tool.name!r} skipped: its name clashes as {name}")
                 continue
             schema = mcp_tools.offered_schema(tool.input_schema)
             try:
                 validator = mcp_tools.compile_validator(schema)
             except mcp_tools.UnusableSchema as exc:
-                self._skipped.append(
-                    f"tool {tool.name!r} skipped: invalid input schema ({exc.message})"
-                )
+                notes.append(f"tool {tool.name!r} skipped: invalid input schema ({exc.message})")
                 continue
             length = len(tool.description or "")
             if length > mcp_tools.MAX_DESCRIPTION_CHARS:
-                self._skipped.append(
+                notes.append(
                     f"tool {tool.name!r}: its description cut to "
                     f"{mcp_tools.MAX_DESCRIPTION_CHARS:,} of its {length:,} characters"
                 )
             mode = self.settings.mode_for(tool.name)
-            entries.append(
-                mcp_tools.registered(
-                    self,
-                    tool,
-                    name=name,
-                    validator=validator,
-                    mode=mode,
-                    timeout_seconds=self.settings.timeout_for(tool.name),
-                )
+            entry = mcp_tools.registered(
+                self,
+                tool,
+                name=name,
+                validator=validator,
+                mode=mode,
+                timeout_seconds=self.settings.timeout_for(tool.name),
             )
-            infos.append(ToolInfo(name, tool.name, mcp_tools.description_of(tool), mode))
+            offered.append((ToolInfo(name, tool.name, mcp_tools.description_of(tool), mode), entry))
             taken.add(name)
-        refused = set(self.on_tools(self, entries))
-        for info in infos:
-            if info.name in refused:
-                self._skipped.append(
-                    f"tool {info.remote_name!r} skipped: {info.name} is taken by a builtin or "
-                    "another server"
-                )
-        self.tools = [info for info in infos if info.name not in refused]
+        self._listed_notes, self.offered = notes, offered
+        self.on_tools(self)
+
+    def settle(self, held_elsewhere: dict[str, str]) -> None:
+        """Take the outcome of a registration: of the tools it offers, those whose name is
+        `held_elsewhere` (name → by whom) are not its own and are noted as skipped; a ready
+        server's `last_error` says so at once (another server's start or reload may take a
+        name from it, or give one back, while it runs)."""
+        if held_elsewhere and held_elsewhere != self._held_elsewhere:  # not again at each listing
+            log.warning(
+                "MCP server %s: tools not registered: %s", self.name, ", ".join(held_elsewhere)
+            )
+        self._held_elsewhere = held_elsewhere
+        self.tools = [info for info, _ in self.offered if info.name not in held_elsewhere]
+        self._skipped = [
+            *self._listed_notes,
+            *(
+                f"tool {info.remote_name!r} skipped: {info.name} is taken by "
+                f"{held_elsewhere[info.name]}"
+                for info, _ in self.offered
+                if info.name in held_elsewhere
+            ),
+        ]
+        if self.state == "ready":
+            self.last_error = self._skipped_notes()
+
+    def _skipped_notes(self) -> str | None:
+        """The tools not offered, each with why (cut and redacted as any error)."""
+        return redact("; ".join(self._skipped), limit=1000) or None
 
     # -- calls ------------------------------------------------------------------------------
 
