@@ -25,7 +25,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from metis.core.canonical.content import MAX_IMAGE_BYTES
-from metis.core.config.checks import type_name
+from metis.core.config.checks import type_name, yaml_key
 from metis.core.config.start_up import digests_at_start
 from metis.core.config.yaml_source import MarkedDict, line_of, read_yaml_file, suggest
 from metis.core.datamodel import DataModel
@@ -377,40 +377,76 @@ _EXPECTED = {
 }
 
 
+_KEY_ITSELF = "[key]"
+"""How pydantic's location of an error ends when it is the mapping's key that is wrong."""
+
+
 def _loc_to_message(path: Path, data: Any, error: ErrorDetails) -> tuple[int, str]:
     """One pydantic error as `file:line: key: problem`, never echoing the value, with its line
     (0 when unknown) to put the file's errors in its order."""
-    loc = [str(p) for p in error["loc"]]
-    node, line = data, None
-    for part in error["loc"]:
-        match node:
-            case MarkedDict() if part in node:
-                child = node[part]
-            case list() if isinstance(part, int) and part < len(node):
-                child = node[part]
-            case _:
-                if isinstance(node, MarkedDict):
-                    line = line_of(node, part) or node.line or line
-                break
-        line = line_of(node, part) or line
-        node = child
-    key = ".".join(loc) or "(root)"
+    about_key = error["type"] == "invalid_key" or error["loc"][-1:] == (_KEY_ITSELF,)
+    keys, line = _located(data, error, about_key)
+    key = ".".join(yaml_key(k) for k in keys) or "(root)"
     problem = error["msg"]
-    if error["type"] == "extra_forbidden":
-        parent = _section_at(loc[:-1])
+    expected = _EXPECTED.get(error["type"])
+    if error["type"] in ("extra_forbidden", "invalid_key"):  # invalid_key: one not a string
+        parent = _section_at([str(k) for k in keys[:-1]])
         hint = ""
         if parent is not None:
             allowed = list(parent.model_fields)
-            hint = f"{suggest(loc[-1], allowed)} (allowed: {', '.join(allowed)})"
+            close = suggest(keys[-1], allowed) if isinstance(keys[-1], str) else ""
+            hint = f"{close} (allowed: {', '.join(allowed)})"
         problem = f"unknown key{hint}"
+    elif about_key:  # a map of names (`mcp.servers`) given a key that is not a name (`~:`)
+        said = f"expected {expected}, got {type_name(error['input'])}" if expected else problem
+        problem = f"not a valid key: {said}"
     elif error["type"] == "model_type":  # pydantic names the section's class
         problem = f"expected a mapping, got {type_name(error['input'])}"
-    elif error["type"] in _EXPECTED:  # "a valid tuple": the YAML words for what is wanted
-        problem = f"expected {_EXPECTED[error['type']]}, got {type_name(error['input'])}"
+    elif expected is not None:  # "a valid tuple": the YAML words for what is wanted
+        problem = f"expected {expected}, got {type_name(error['input'])}"
     elif error["type"] == "value_error":  # a validator's own words, without pydantic's prefix
         problem = problem.removeprefix("Value error, ")
     where = f"{path}:{line}" if line else str(path)
     return line or 0, f"{where}: {key}: {problem}"
+
+
+def _located(data: Any, error: ErrorDetails, about_key: bool) -> tuple[list[Any], int | None]:
+    """The keys (and list indexes) leading to the error as the file has them, and the line
+    of the last one found in it. Pydantic's location writes a key that is not a string as
+    `str()` does (`None` for YAML's null): the key named is the document's, so that the
+    message spells it as the user wrote it."""
+    parts = list(error["loc"])
+    if parts[-1:] == [_KEY_ITSELF]:
+        parts.pop()
+    keys: list[Any] = []
+    node, line = data, None
+    for i, part in enumerate(parts):
+        if about_key and i == len(parts) - 1:
+            key: Any = error["input"]  # the wrong key itself, whatever YAML made of it
+        elif isinstance(node, MarkedDict):
+            key = _document_key(node, part)
+        else:
+            key = part
+        keys.append(key)
+        found = (isinstance(node, MarkedDict) and key in node) or (
+            isinstance(node, list) and isinstance(key, int) and key < len(node)
+        )
+        if not found:  # a key the file does not have (a required one): where its mapping is
+            if isinstance(node, MarkedDict):
+                line = line_of(node, key) or node.line or line
+            return keys + parts[i + 1 :], line
+        line = line_of(node, key) or line
+        node = node[key]
+    return keys, line
+
+
+def _document_key(node: MarkedDict, part: str | int) -> Any:
+    """The key of `node` that a part of pydantic's location stands for: the part itself (the
+    key `true` where pydantic wrote 1), else the key that is not a string it wrote as `str()`
+    does (`None`, `1.5`)."""
+    if part in node:
+        return next(key for key in node if key == part)
+    return next((key for key in node if not isinstance(key, str) and str(key) == part), part)
 
 
 def _section_at(path: list[str]) -> type[BaseModel] | None:

@@ -17,7 +17,13 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any, TypeVar
 
-from metis.core.config.yaml_source import Diagnostic, MarkedDict, MarkedList, suggest
+from metis.core.config.yaml_source import (
+    THE_CONTAINER,
+    Diagnostic,
+    MarkedDict,
+    MarkedList,
+    suggest,
+)
 
 _Number = TypeVar("_Number", int, float)
 
@@ -25,10 +31,10 @@ Position = tuple[int | None, int | None]
 NO_POSITION: Position = (None, None)
 
 
-def position(container: Any, key: Any = None) -> Position:
+def position(container: Any, key: Any = THE_CONTAINER) -> Position:
     """Line and column of a key (mapping) or item (sequence), else of the container itself."""
     if isinstance(container, MarkedDict):
-        if key is not None and key in container.key_marks:
+        if key is not THE_CONTAINER and key in container.key_marks:
             return container.key_marks[key]
         return (container.line, container.column)
     if isinstance(container, MarkedList):
@@ -45,6 +51,30 @@ def join(path: str, key: str | int) -> str:
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", key):
         return f"{path}[{json.dumps(key)}]"
     return f"{path}.{key}" if path else key
+
+
+def yaml_key(key: object) -> str:
+    """A mapping key as YAML spells it: a key left empty or written `~` or `null` is `null`
+    (never Python's `None`), a boolean `true` or `false`; a string or a number as it is."""
+    if key is None:
+        return "null"
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    return str(key)
+
+
+def join_key(path: str, key: object) -> str:
+    """The path of a mapping's entry, whatever YAML made of its key: a string as `join` words
+    it, any other scalar in YAML's spelling (`workspaces.null`, `providers.true`)."""
+    if isinstance(key, str):
+        return join(path, key)
+    return f"{path}.{yaml_key(key)}" if path else yaml_key(key)
+
+
+def quoted_key(key: object) -> str:
+    """A key named in a message: a string in quotes, any other scalar in YAML's spelling
+    (`unknown key null`), so that neither reads as the other."""
+    return f"'{key}'" if isinstance(key, str) else yaml_key(key)
 
 
 def prefix(path: str) -> str:
@@ -124,13 +154,13 @@ class Collector:
         """Unknown keys (naming the allowed ones, with a close-match hint) and missing keys."""
         for key in mapping:
             if key not in allowed:
-                hint = suggest(str(key), list(allowed))
+                hint = suggest(key, list(allowed)) if isinstance(key, str) else ""
                 allowed_text = f" (allowed: {', '.join(allowed)})" if list_allowed else ""
                 self.error(
                     code,
                     path,
                     position(mapping, key),
-                    f"{prefix(path)}unknown {noun} '{key}'{allowed_text}{hint}",
+                    f"{prefix(path)}unknown {noun} {quoted_key(key)}{allowed_text}{hint}",
                 )
         for key in required:
             if key not in mapping:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from metis.core.config.checks import Collector, join, position
+from metis.core.config.checks import Collector, join, join_key, position
 from metis.core.config.yaml_source import Diagnostic, MarkedDict, load_yaml_bytes
 from metis.core.models.types import Capabilities, ModelEntry, Pricing, split_model_id
 
@@ -162,7 +162,7 @@ def _parse_providers(check: Collector, data: MarkedDict) -> dict[str, ProviderDr
     if section is None:
         return drafts
     for name, value in section.items():
-        path = join("providers", str(name))
+        path = join_key("providers", name)
         where = position(section, name)
         if not isinstance(name, str) or not _PROVIDER_NAME_RE.fullmatch(name):
             check.error(
@@ -280,7 +280,7 @@ def _parse_options(
         return options
     check.check_keys(section, opt_path, tuple(defaults))
     for key, value in section.items():
-        key_path, where = join(opt_path, str(key)), position(section, key)
+        key_path, where = join_key(opt_path, key), position(section, key)
         if key == "max_tokens_field":
             options[key] = check.string(
                 value, key_path, where, choices=("max_completion_tokens", "max_tokens")

@@ -185,7 +185,7 @@ def _duplicate_key_errors(
     """
     if not duplicates:
         return []
-    from metis.core.config.checks import join  # configcheck imports this module
+    from metis.core.config.checks import join, join_key, quoted_key  # it imports this module
 
     paths: dict[int, str] = {}
     stack: list[tuple[Any, str]] = [(data, "")]
@@ -195,14 +195,14 @@ def _duplicate_key_errors(
             continue  # an alias repeats a node: its first place names it
         paths[id(node)] = path
         if isinstance(node, dict):
-            children = [(value, join(path, str(key))) for key, value in node.items()]
+            children = [(value, join_key(path, key)) for key, value in node.items()]
         else:
             children = [(value, join(path, index)) for index, value in enumerate(node)]
         stack.extend(reversed(children))
     errors = []
     for container, key, line, column in duplicates:
-        path = join(paths.get(id(container), ""), str(key))
-        message = f"{path}: duplicate key '{key}'"
+        path = join_key(paths.get(id(container), ""), key)
+        message = f"{path}: duplicate key {quoted_key(key)}"
         errors.append(Diagnostic("error", "duplicate_key", path, line, column, message))
     return errors
 
@@ -232,10 +232,15 @@ def suggest(key: str, allowed: list[str] | tuple[str, ...]) -> str:
     return f"; did you mean '{match[0]}'?" if match else ""
 
 
-def line_of(container: Any, key: Any = None) -> int | None:
+THE_CONTAINER: Any = object()
+"""The key of no entry: where a mapping or sequence itself stands (`line_of`, `position`). Not
+None, which is a key as well: YAML's null, written `~` or left empty."""
+
+
+def line_of(container: Any, key: Any = THE_CONTAINER) -> int | None:
     """Best-known line of a key (for a MarkedDict) or item (for a MarkedList)."""
     if isinstance(container, MarkedDict):
-        return container.key_line(key) if key is not None else container.line
+        return container.key_line(key) if key is not THE_CONTAINER else container.line
     if isinstance(container, MarkedList):
         return container.item_line(key) if isinstance(key, int) else container.line
     return None

@@ -65,3 +65,37 @@ def test_a_variable_written_as_the_key_is_refused_naming_the_key_to_use_instead(
         assert "(api_key_env: OPENAI_API_KEY)" in diagnostics[0].message
     plain = text.replace("$X", '"sk-local-not-a-reference"')
     assert load_models_bytes(plain.encode(), env={}).diagnostics == []
+
+
+NULL_KEYS = """\
+pricing_version: "t-1"
+~: 1
+providers:
+  local: {adapter: scripted}
+  ~: {adapter: openai}
+  loc:
+    adapter: openai
+    base_url: "http://127.0.0.1:9/v1"
+    options: {~: 1}
+models:
+  - id: local:scripted
+"""
+
+
+def test_a_key_left_null_is_named_null_at_its_own_line() -> None:
+    """Not `None` (Python's word) nor the line of the mapping that holds it."""
+    diagnostics = load_models_bytes(NULL_KEYS.encode(), env={}).diagnostics
+    assert [(d.path, d.line, d.message) for d in diagnostics] == [
+        (
+            "",
+            2,
+            "unknown key null (allowed: schema_version, pricing_version, providers, models)",
+        ),
+        ("providers.null", 5, "providers.null: provider name must match ^[a-z][a-z0-9_-]{0,31}$"),
+        (
+            "providers.loc.options",
+            9,
+            "providers.loc.options: unknown key null "
+            "(allowed: max_tokens_field, stream_include_usage)",
+        ),
+    ]

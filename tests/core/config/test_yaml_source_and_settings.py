@@ -279,3 +279,33 @@ def test_a_directory_of_config_yaml_must_not_depend_on_where_the_daemon_starts(
             (4, "aap.workspace_roots.0"),
         )
     ]
+
+
+def test_a_key_left_empty_or_null_is_named_null_at_its_own_line(tmp_path: Path) -> None:
+    """YAML reads `~:` and an empty key as null; a message names it as YAML writes it, never
+    as Python's `None`, in a section (an unknown key) and in a map of names alike."""
+    text = config_error(
+        tmp_path / "h",
+        "limits:\n  ~: 1\nmcp:\n  servers:\n    ? \n    : {command: x}\n"
+        "tools:\n  timeouts:\n    per_tool:\n      true: 3\n",
+    )
+    assert "config.yaml:2: limits.null: unknown key (allowed: max_request_bytes," in text
+    assert "config.yaml:5: mcp.servers.null: not a valid key: expected a string, got null" in text
+    assert (
+        "config.yaml:10: tools.timeouts.per_tool.true: not a valid key: expected a string, "
+        "got boolean"
+    ) in text
+    assert "None" not in text and "[key]" not in text and ".1:" not in text
+
+
+def test_a_null_key_at_the_top_is_an_unknown_key(tmp_path: Path) -> None:
+    text = config_error(tmp_path / "h", "port: 9001\n~: 1\n")
+    assert "config.yaml:2: null: unknown key (allowed: host, port," in text
+
+
+def test_a_null_key_given_twice_is_a_duplicate_named_null() -> None:
+    """`~` and `null` are the same key to YAML."""
+    doc = load_yaml_bytes(b"a:\n  ~: 1\n  null: 2\n")
+    assert [(d.path, d.line, d.message) for d in doc.errors] == [
+        ("a.null", 3, "a.null: duplicate key null")
+    ]
