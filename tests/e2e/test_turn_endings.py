@@ -328,10 +328,24 @@ async def test_a_call_cut_off_alone_leaves_an_empty_reply_and_nothing_pending(
 # -- usage of failed and cancelled calls ----------------------------------------------------------
 
 
-async def test_a_call_dropped_before_any_usage_reports_and_bills_nothing(
+def streamed_text(live: list[dict[str, Any]]) -> str:
+    """The text a turn's `text.delta` events carried."""
+    return "".join(e["text"] for e in of_type(live, "text.delta"))
+
+
+def assert_costed_as_estimated(usage: dict[str, Any], input_tokens: int, text: str) -> None:
+    """A cut-short call's usage: its prompt, the streamed output at four characters a token
+    (ceiling), and the flag that says they are estimates."""
+    assert usage["input_tokens"] == input_tokens > 0
+    assert usage["output_tokens"] == -(-len(text) // 4) > 1
+    assert usage["usage_estimated"] is True and usage["cost_usd"] != "0"
+
+
+async def test_a_call_dropped_before_its_usage_chunk_is_costed_as_estimated(
     env: Env, workspace: Path, metis_home: Path
 ) -> None:
-    """OpenAI sends usage only in its last chunk: a stream dropped before it reported nothing."""
+    """OpenAI sends usage only in its last chunk: a stream dropped before it is billed all the
+    same, so its prompt and the output streamed so far are estimated, flagged, and counted."""
     _, api, fake = env
     sid = await session_on(api, workspace, "openai")
     fake.enqueue(
@@ -346,45 +360,49 @@ async def test_a_call_dropped_before_any_usage_reports_and_bills_nothing(
     assert terminal["type"] == "turn.failed" and terminal["payload"]["error_class"] == "network"
 
     events = await api.turn_events(sid, accepted["turn_id"])
+    [started] = of_type(events, "llm.call_started")
     [failed] = of_type(events, "llm.call_failed")
-    assert {k: failed[k] for k in USAGE} == dict.fromkeys(USAGE, 0)
-    assert failed["cost_usd"] == "0"
-    assert terminal["payload"]["total_cost_usd"] == "0"
-    assert {k: terminal["payload"][k] for k in USAGE} == dict.fromkeys(USAGE, 0)
+    assert_costed_as_estimated(failed, started["estimated_input_tokens"], streamed_text(live))
+    assert terminal["payload"]["total_cost_usd"] == failed["cost_usd"]
     _, session = await api.call("GET", f"/sessions/{sid}")
-    assert session["cost_so_far_usd"] == "0"
+    assert session["cost_so_far_usd"] == failed["cost_usd"]
 
-    # the partial message is stored and streamed with the same (unknown, so zero) usage
+    # the partial message is stored and streamed with the same usage
     [complete] = [e["payload"] for e in live if e["type"] == "message.complete"]
     assert complete["stop_reason"] == "error"
-    assert complete["usage"]["cost_usd"] == "0" and complete["usage"]["output_tokens"] == 0
+    assert complete["usage"]["cost_usd"] == failed["cost_usd"]
+    assert complete["usage"]["estimated"] is True
     assistant = (await api.messages(sid))["messages"][-1]
     assert assistant["metadata"]["status"] == "error"
-    assert assistant["metadata"]["usage"]["cost_usd"] == "0"
+    assert assistant["metadata"]["usage"]["cost_usd"] == failed["cost_usd"]
     assert_store_invariants(metis_home, sid)
 
 
-async def test_a_call_dropped_after_message_start_reports_only_what_it_reported(
+async def test_a_call_dropped_after_message_start_adds_the_streamed_output_to_what_it_reported(
     env: Env, workspace: Path, metis_home: Path
 ) -> None:
     """Anthropic's message_start reports the prompt's buckets and `output_tokens: 1`; the output
-    streamed after it is not guessed at."""
+    streamed after it, never reported, is estimated."""
     _, api, fake = env
     sid = await session_on(api, workspace, "anthropic")
     fake.enqueue(
         "anthropic",
         FakeReply.drop_after(8, text="cut off in the middle", chunk_chars=4, usage=USAGE),
     )
-    accepted, terminal = await api.run_turn(sid, "hello")
+    ws, _ = await Ws.subscribed(api, sid)
+    try:
+        accepted, terminal = await api.run_turn(sid, "hello")
+        live = await ws.turn(accepted["turn_id"])
+    finally:
+        await ws.close()
     assert terminal["type"] == "turn.failed"
     [failed] = of_type(await api.turn_events(sid, accepted["turn_id"]), "llm.call_failed")
-    assert failed["input_tokens"] == USAGE["input_tokens"]
-    assert failed["output_tokens"] == 1  # message_start's count, not an estimate of the text
-    assert failed["cost_usd"] == terminal["payload"]["total_cost_usd"] != "0"
+    assert_costed_as_estimated(failed, USAGE["input_tokens"], streamed_text(live))
+    assert failed["cost_usd"] == terminal["payload"]["total_cost_usd"]
     assert_store_invariants(metis_home, sid)
 
 
-async def test_a_call_cancelled_before_any_usage_reports_and_bills_nothing(
+async def test_a_call_cancelled_before_its_usage_chunk_is_costed_as_estimated(
     env: Env, workspace: Path, metis_home: Path
 ) -> None:
     _, api, fake = env
@@ -402,13 +420,16 @@ async def test_a_call_cancelled_before_any_usage_reports_and_bills_nothing(
     finally:
         await ws.close()
     [complete] = of_type(live, "message.complete")
-    assert complete["stop_reason"] == "cancelled" and complete["usage"]["cost_usd"] == "0"
+    assert complete["stop_reason"] == "cancelled" and complete["usage"]["estimated"] is True
     terminal = await api.wait_turn(sid, turn_id)  # read back once stored
     assert terminal["type"] == "turn.cancelled"
-    [failed] = of_type(await api.turn_events(sid, turn_id), "llm.call_failed")
+    events = await api.turn_events(sid, turn_id)
+    [started] = of_type(events, "llm.call_started")
+    [failed] = of_type(events, "llm.call_failed")
     assert failed["error_class"] == "cancelled"
-    assert {k: failed[k] for k in USAGE} == dict.fromkeys(USAGE, 0)
-    assert failed["cost_usd"] == "0" and terminal["payload"]["total_cost_usd"] == "0"
+    assert_costed_as_estimated(failed, started["estimated_input_tokens"], streamed_text(live))
+    assert failed["cost_usd"] == complete["usage"]["cost_usd"]
+    assert terminal["payload"]["total_cost_usd"] == failed["cost_usd"]
     assert_store_invariants(metis_home, sid)
 
 

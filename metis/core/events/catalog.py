@@ -328,6 +328,9 @@ class LlmCallFailed(_LlmCall, _Quartet):
     latency_ms: int
     cost_usd: DecimalStr = Decimal(0)
     pricing_version: str
+    # the usage of an attempt cut short after its first token is partly estimated (the output
+    # streamed so far, and an OpenAI prompt whose usage chunk never came)
+    usage_estimated: bool = False
 
 
 # --- tools -----------------------------------------------------------------------------------

@@ -62,6 +62,7 @@ from metis.core.providers.streaming import (
     ToolSlot,
     drive_complete,
     drive_stream,
+    estimate_output_tokens,
     parse_tool_input,
 )
 from metis.core.providers.transport import post_event_stream, post_json, sdk_client_options
@@ -450,15 +451,22 @@ class AnthropicTranslator:
         return map_stop_reason(self.raw_stop), self.raw_stop
 
     def usage(self, *, partial: bool) -> TokenUsage:
-        """The counts of `message_start`, updated by `message_delta`; a cut-short stream adds
-        nothing to them (the output streamed since is not guessed at)."""
-        estimated = not self.saw_start and not partial
+        """The counts of `message_start`, updated by `message_delta`. A stream cut short (a
+        cancel, a failure) never got its final `message_delta`, yet the provider bills what it
+        generated: the output streamed since is estimated (chars / 4) when that is more than the
+        count reported so far, and the usage is then flagged `estimated`."""
+        input_estimated = not self.saw_start and not partial
+        output = self.output_tokens
+        if partial:
+            output = max(output, estimate_output_tokens(self.builder.emitted_chars))
         return TokenUsage(
-            input_tokens=estimate_request_tokens(self._req) if estimated else self.input_tokens,
-            output_tokens=self.output_tokens,
+            input_tokens=estimate_request_tokens(self._req)
+            if input_estimated
+            else self.input_tokens,
+            output_tokens=output,
             cache_read_tokens=self.cache_read,
             cache_write_tokens=self.cache_write,
-            estimated=estimated,
+            estimated=input_estimated or output != self.output_tokens,
         )
 
 

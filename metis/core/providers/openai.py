@@ -250,9 +250,13 @@ def usage_from_wire(usage: Mapping[str, Any], provider: str) -> TokenUsage:
     )
 
 
-def estimated_usage(req: LLMRequest, output_chars: int, provider: str) -> TokenUsage:
-    """Routing-formula input and chars/4 output, flagged `estimated` so the cost is labelled."""
-    if provider not in _estimate_warned:
+def estimated_usage(
+    req: LLMRequest, output_chars: int, provider: str, *, cut_short: bool = False
+) -> TokenUsage:
+    """Routing-formula input and chars/4 output, flagged `estimated` so the cost is labelled.
+    The warning is for a provider that never sends usage, not for a stream `cut_short` before
+    its usage chunk (a cancel), which any provider's can be."""
+    if not cut_short and provider not in _estimate_warned:
         _estimate_warned.add(provider)
         log.warning("provider %s sent no usage; token counts are estimated", provider)
     return TokenUsage(
@@ -473,9 +477,10 @@ class OpenAITranslator:
     def usage(self, *, partial: bool) -> TokenUsage:
         if self.wire_usage is not None:
             return usage_from_wire(self.wire_usage, self.provider)
-        if partial:  # not at its usage chunk yet: the provider reported nothing
-            return TokenUsage()
-        return estimated_usage(self._req, self.builder.emitted_chars, self.provider)
+        # A stream cut short before its usage chunk is billed all the same (the prompt and the
+        # output generated so far): estimated, as a stream that never sends usage is.
+        chars = self.builder.emitted_chars
+        return estimated_usage(self._req, chars, self.provider, cut_short=partial)
 
 
 # ---------------------------------------------------------------------------------------------

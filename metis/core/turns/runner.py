@@ -616,7 +616,6 @@ class TurnRunner:
                     "thinking_block_count": sum(
                         isinstance(b, ThinkingBlock) for b in complete.final_content
                     ),
-                    "usage_estimated": complete.usage.estimated,
                 },
             )
             if ends_turn:
@@ -781,4 +780,5 @@ def usage_fields(usage: Usage) -> dict[str, Any]:
         "output_tokens": usage.output_tokens,
         "cost_usd": usage.cost_usd,
         "pricing_version": usage.pricing_version,
+        "usage_estimated": usage.estimated,
     }
