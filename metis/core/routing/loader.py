@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from metis.core.config.checks import Collector, Position, join, position
+from metis.core.config.checks import Collector, Position, join, join_key, position
 from metis.core.config.yaml_source import Diagnostic, MarkedDict, load_yaml_bytes, suggest
 from metis.core.models.registry import ModelRegistry
 from metis.core.routing.predicates import Chain, When, compile_chain, compile_when, implies
@@ -367,7 +367,7 @@ class _Loader:
         scopes: list[Scope] = []
         seen: dict[str, str] = {}
         for key, value in section.items():
-            path, where = join("workspaces", str(key)), position(section, key)
+            path, where = join_key("workspaces", key), position(section, key)
             if not isinstance(key, str):
                 self.check.wrong_type(path, where, "a path string key", key)
                 continue

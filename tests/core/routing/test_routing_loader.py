@@ -336,6 +336,15 @@ workspaces:
     assert policy.scopes[0].path == str(Path(home, "proj").resolve())
 
 
+def test_a_workspace_key_left_empty_or_null_is_named_null_at_its_line(
+    registry: ModelRegistry,
+) -> None:
+    """YAML reads `~:` and an empty key as null: named as YAML writes it, not Python's `None`."""
+    for written in ("~:", "? \n  :"):
+        found = errors_of(registry, f"workspaces:\n  /tmp: {{}}\n  {written} {{default: haiku}}\n")
+        assert found == ["workspaces.null: expected a path string key, got null (line 3)"]
+
+
 def test_every_top_level_problem_is_reported_together(registry: ModelRegistry) -> None:
     text = """\
 schema_version: 2
