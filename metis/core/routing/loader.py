@@ -386,7 +386,7 @@ class _Loader:
                     "duplicate_workspace",
                     path,
                     where,
-                    f"{path}: resolves to {resolved}, like workspaces[{seen[resolved]!r}]",
+                    f"{path}: resolves to {resolved}, like {join_key('workspaces', seen[resolved])}",
                 )
                 continue
             seen[resolved] = key

@@ -329,7 +329,10 @@ workspaces:
 """
     found = errors_of(registry, text)
     assert len(found) == 2
-    assert f"resolves to {tmp_path}/a" in found[0] and "(line 3)" in found[0]
+    assert found[0] == (
+        f'workspaces["{tmp_path}/a/"]: resolves to {tmp_path}/a, '
+        f'like workspaces["{tmp_path}/a/../a"] (line 3)'
+    )
     assert found[1].startswith('workspaces["relative/dir"]: workspace key must be an absolute path')
     home = os.path.expanduser("~")
     policy = make_policy("workspaces: {'~/proj': {default: haiku}}\n", registry)
