@@ -541,6 +541,41 @@ async def test_cancel_during_a_slow_mcp_call_cancels_it_on_the_server(
     assert (await mcp_status(api))["demo"]["state"] == "ready"  # the server stays up
 
 
+async def test_an_mcp_tool_timeout_names_the_server_and_the_setting_that_raises_it(
+    fake: FakeProviderServer, start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """`Timed out after N s.` (as for a builtin), then which server's tool it was and what in
+    config.yaml allows it longer: the tool's own timeout when it has one (the server's would
+    change nothing), else that or the server's."""
+    config = (
+        f"tools:\n  confirmation: {{default: {AUTO}}}\nmcp:\n  servers:\n"
+        f"    demo: {python_server(DEMO, policy='auto', tools={'slow': {'timeout_seconds': 1}})}\n"
+        f"    other-demo: {python_server(DEMO, policy='auto', timeout_seconds=1)}\n"
+    )
+    d = await start_daemon(config=config, models=models_yaml(fake))
+    await d.core.mcp.wait_ready(30)
+    said = "was cancelled at its limit; raise"
+    expected = {
+        "mcp__demo__slow": 'Timed out after 1 s.\nThe call to tool "slow" of MCP server "demo" '
+        f"{said} mcp.servers.demo.tools.slow.timeout_seconds in config.yaml to allow it longer.",
+        "mcp__other_demo__slow": 'Timed out after 1 s.\nThe call to tool "slow" of MCP server '
+        f'"other-demo" {said} mcp.servers.other-demo.tools.slow.timeout_seconds or '
+        "mcp.servers.other-demo.timeout_seconds in config.yaml to allow it longer.",
+    }
+    async with api_session(d) as http:
+        api = Api(http)
+        for tool, text in expected.items():
+            sid = await session_on(api, workspace, "anthropic")
+            fake.enqueue("anthropic", FakeReply.call(tool, {"seconds": 60}), FakeReply.say("ok"))
+            accepted, terminal = await api.run_turn(sid, "wait")
+            assert terminal["type"] == "turn.completed", terminal
+            failed = await tool_failed(api, sid, accepted["turn_id"])
+            assert failed["payload"]["error_class"] == "timeout"
+            assert failed["payload"]["message"] == text
+            results = [m for m in (await api.messages(sid))["messages"] if m["role"] == "tool"]
+            assert results[0]["content"][0]["content"] == [{"type": "text", "text": text}]
+
+
 async def a_slow_call_running(
     env: tuple[Daemon, Api, FakeProviderServer, Path], workspace: Path
 ) -> tuple[McpServer, int, str, str]:

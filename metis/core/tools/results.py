@@ -82,6 +82,16 @@ def timeout_text(timeout_seconds: float, partial_output: str | None = None) -> s
     return f"{head}\n{partial_output}" if partial_output else head
 
 
+def mcp_timeout_note(server: str, tool: str, settings: Sequence[str]) -> str:
+    """What follows `Timed out after N s.` for an MCP tool: which server's tool it was and the
+    config.yaml settings that allow it longer (any of `settings`), so that a person knows what
+    to change; a builtin's timeout says nothing more."""
+    return (
+        f'The call to tool "{tool}" of MCP server "{server}" was cancelled at its limit; raise '
+        f"{' or '.join(settings)} in config.yaml to allow it longer."
+    )
+
+
 def cancelled_text(partial_output: str | None = None) -> str:
     """The result for a cancelled call, with whatever output it had produced."""
     return f"{CANCELLED}\n{partial_output}" if partial_output else CANCELLED

@@ -28,6 +28,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from metis.core.config.checks import join
 from metis.core.datamodel import DataModel
 from metis.core.errors import ConfigError
 
@@ -117,6 +118,17 @@ class McpServerSettings(_Section):
         if configured and configured.timeout_seconds is not None:
             return configured.timeout_seconds
         return self.timeout_seconds
+
+    def timeout_keys(self, server: str, tool: str) -> tuple[str, ...]:
+        """The config.yaml keys that raise the call timeout of `tool` of this server (named
+        `server` there), the narrowest first: the tool's own override (only that one when it is
+        set, the server's no longer applies), then the server's."""
+        entry = join(join("mcp", "servers"), server)
+        own = join(join(join(entry, "tools"), tool), "timeout_seconds")
+        configured = self.tools.get(tool)
+        if configured and configured.timeout_seconds is not None:
+            return (own,)
+        return own, join(entry, "timeout_seconds")
 
 
 class McpSettings(_Section):

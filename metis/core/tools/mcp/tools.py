@@ -36,8 +36,16 @@ from metis.core.canonical.content import (
 )
 from metis.core.canonical.redaction import redact
 from metis.core.canonical.tools import SideEffects, ToolDefinition
-from metis.core.tools.base import ResultBlock, ToolCancelled, ToolContext, ToolError, ToolOutput
+from metis.core.tools.base import (
+    ResultBlock,
+    ToolCancelled,
+    ToolContext,
+    ToolError,
+    ToolOutput,
+    ToolTimedOut,
+)
 from metis.core.tools.registry import RegisteredTool
+from metis.core.tools.results import mcp_timeout_note
 from metis.core.tools.schema import MAX_ERRORS, InputError, InputValidation
 from metis.core.tools.summary import MCP_PREFIX
 
@@ -204,7 +212,8 @@ class McpTool:
 
     async def run(self, input: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         """Call the tool on its server; a turn cancel or timeout cancels the request (the SDK tells
-        the server) and the call ends as cancelled. A failure's text is scrubbed of the secrets
+        the server) and the call ends as cancelled, or at its timeout as timed out, saying what
+        raises the limit. A failure's text is scrubbed of the secrets
         the server was given (`redact`) before it becomes the tool result: a server that echoes
         its connection string or token when it fails would otherwise hand it to the provider
         and the stored conversation, where only the event was scrubbed."""
@@ -218,6 +227,8 @@ class McpTool:
             # a turn cancel or the timeout: the SDK sends notifications/cancelled for the request
             call.cancel()
             await asyncio.wait({call})
+            if ctx.remaining() <= 0:  # the timeout: its text says what raises the limit
+                raise ToolTimedOut(self._timeout_note())
             raise ToolCancelled()
         try:
             result = call.result()
@@ -228,6 +239,12 @@ class McpTool:
             text = "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
             raise ToolError(redact(text) or f'MCP tool "{self.remote_name}" reported an error')
         return ToolOutput(content=blocks)
+
+    def _timeout_note(self) -> str:
+        """Appended to the timeout's `Timed out after N s.`: which server's tool timed out and
+        which setting gives it longer (`tools.timeouts` does not apply to MCP tools)."""
+        keys = self.server.settings.timeout_keys(self.server.name, self.remote_name)
+        return mcp_timeout_note(self.server.name, self.remote_name, keys)
 
 
 MAX_DESCRIPTION_CHARS = 8_000

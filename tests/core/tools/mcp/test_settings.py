@@ -243,3 +243,14 @@ def test_get_mcp_shows_arguments_without_the_value_of_a_credential_option() -> N
         "--port",
         "1",
     ]
+
+
+def test_the_timeout_keys_name_the_tools_own_override_first_and_only_it_once_set() -> None:
+    """What a timed-out call tells a person to raise: the tool's own override, which alone
+    counts once set; a tool name that is not a plain key is quoted as config errors quote it."""
+    server = McpServerSettings(command="x", tools={"slow": {"timeout_seconds": 5}})
+    assert server.timeout_keys("files", "slow") == ("mcp.servers.files.tools.slow.timeout_seconds",)
+    assert server.timeout_keys("files", "read.file") == (
+        'mcp.servers.files.tools["read.file"].timeout_seconds',
+        "mcp.servers.files.timeout_seconds",
+    )
