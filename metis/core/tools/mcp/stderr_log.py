@@ -103,11 +103,11 @@ class StderrPipe:
     once it has it), the daemon reads the other end into the `CappedLog` at `path` until the
     end of file, which comes when every process holding the pipe has exited."""
 
-    def __init__(self, path: Path, cap: int = MAX_STDERR_LOG_BYTES) -> None:
+    def __init__(self, path: Path) -> None:
         self._read_fd, self.child_fd = os.pipe()
         try:
             os.set_blocking(self._read_fd, False)
-            self.log_file = CappedLog(path, cap)
+            self.log_file = CappedLog(path)
         except BaseException:
             os.close(self._read_fd)
             os.close(self.child_fd)
@@ -117,6 +117,9 @@ class StderrPipe:
     def started(self) -> None:
         """The process has its copy of the write end: the daemon's goes, so that the end of
         file comes with the process's exit."""
+        self._close_child_end()
+
+    def _close_child_end(self) -> None:
         if self.child_fd >= 0:
             os.close(self.child_fd)
             self.child_fd = -1
@@ -139,7 +142,7 @@ class StderrPipe:
     def close(self) -> None:
         """Close both ends still open and the log. Only once `copy` no longer runs: a
         descriptor closed under a pending wait would be watched in vain."""
-        self.started()
+        self._close_child_end()
         if self._read_fd >= 0:
             os.close(self._read_fd)
             self._read_fd = -1
