@@ -305,6 +305,33 @@ def test_a_sessions_turn_count_says_what_it_counts_on_a_phone(
             assert cell.inner_text() == shown
 
 
+def test_the_sessions_list_never_scrolls_sideways_and_keeps_its_buttons_in_view_on_a_laptop(
+    browser: Any, served: DaemonThread, tmp_path: Path
+) -> None:
+    """Between a phone and a wide desktop (a 1024 px laptop, half a screen) the list's nine
+    columns did not fit: the table scrolled sideways, Purge was cut off at its right edge and a
+    workspace path broke every ten characters. Up to 1200 px each session is a block."""
+    deep = tmp_path / "a-rather-long-workspace-folder-name" / "with" / "nested" / "project-dir"
+    deep.mkdir(parents=True)
+    session_id = start_session(served, deep)
+    send_turn(served, session_id, "hello")
+    session_once(served, session_id, lambda s: s["current_turn_id"] is None)
+    with logged_in_page(browser, served, 1024, 800) as pg:
+        purge = pg.locator(f"tr[data-id='{session_id}'] button[data-control=purge]")
+        purge.wait_for()
+        for width in (900, 1024, 1201, 1280):
+            pg.set_viewport_size({"width": width, "height": 800})
+            wrap = pg.locator(".table-wrap")
+            sideways = wrap.evaluate("w => w.scrollWidth - w.clientWidth")
+            assert sideways <= 0, f"at {width} px the list scrolls {sideways} px sideways"
+            right = purge.evaluate("b => b.getBoundingClientRect().right")
+            assert right <= wrap.evaluate("w => w.getBoundingClientRect().right"), width
+            # the path has room to be read (at 1024 px its column was 80 px wide)
+            cell = pg.locator(f"tr[data-id='{session_id}'] td.workspace")
+            wide = cell.evaluate("td => td.getBoundingClientRect().width")
+            assert wide >= 150, f"at {width} px the workspace is {wide} px wide"
+
+
 def test_the_purge_dialog_names_the_session_and_keeps_clear_of_a_phones_edges(
     browser: Any, served: DaemonThread, workspace: Path
 ) -> None:

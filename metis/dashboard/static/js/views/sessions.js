@@ -187,7 +187,7 @@ export function sessionsView(root) {
     return h("tr", { dataset: { id: s.id }, class: s.status },
       // a long first prompt is clamped to two lines; the tooltip holds all of it
       h("td", { class: "title" }, h("a", { href: `#/s/${s.id}${atMatch(s.match)}`, class: "clamp", title: s.title || null }, s.title ? h("bdi", {}, s.title) : h("span", { class: "muted" }, "(no prompt yet)")), said(s.match), h("div", { class: "muted small mono" }, s.id)),
-      h("td", { class: "mono small wrap" }, s.workspace_path),
+      h("td", { class: "workspace mono small wrap" }, s.workspace_path),
       h("td", {}, h("span", { class: `badge surface-${s.surface}` }, s.surface)),
       h("td", { class: "status" }, h("span", { class: `badge ${s.status}` }, s.status), " ", running, " ", waiting),
       h("td", { class: "mono small" }, s.active_model || "", s.sticky_model ? h("span", { class: "muted", title: "pinned" }, " 📌", h("span", { class: "sr-only" }, "(pinned)")) : null),
