@@ -606,6 +606,25 @@ def test_a_tables_column_alignment_shows(page: Any, served: DaemonThread, worksp
     assert aligned == ["left", "right", "center"], aligned
 
 
+def test_a_replys_headings_stay_below_the_session_title_and_a_quote_is_marked(
+    page: Any, served: DaemonThread, workspace: Path
+) -> None:
+    """A model's "# Plan" is a section of its reply: its h1 was the browser's 2em, twice the
+    size of the session's title; a blockquote was only indented. (A prompt is rendered as a
+    reply is, and the scripted model quotes it rather than repeat its Markdown.)"""
+    open_session(page, workspace)
+    send(page, "# Plan\n\n## Steps\n\n> quoted\n")
+    wait_idle(page)
+    reply = page.locator(".msg.user .md")
+    reply.locator("h1").wait_for()
+    size = "el => parseFloat(getComputedStyle(el).fontSize)"
+    title = page.locator("h1.session-title").evaluate(size)
+    h1, h2 = reply.locator("h1").evaluate(size), reply.locator("h2").evaluate(size)
+    assert h2 < h1 <= title, (h2, h1, title)
+    quote = reply.locator("blockquote").evaluate("q => getComputedStyle(q).borderLeftWidth")
+    assert quote == "3px", quote
+
+
 def test_trace_shows_nested_spans(
     page: Any, served: DaemonThread, workspace: Path, shot: Any
 ) -> None:
