@@ -22,6 +22,7 @@ from metis.commands.run import CUT_OFF, DROPPED, retry_wait
 from metis.commands.tui.confirmations import ConfirmationQueue
 from metis.commands.tui.turn import RunningTurn
 from metis.commands.tui.widgets import (
+    FAILED,
     INTERRUPTED,
     OPEN_STATES,
     AssistantMessage,
@@ -284,7 +285,7 @@ class TranscriptRenderer:
     async def _on_tool_completed(self, event: dict[str, Any], p: dict[str, Any]) -> None:
         card = self.cards.get(p["tool_use_id"])
         if card is not None:
-            card.set_state("error" if p.get("is_error") else "done", p.get("duration_ms"))
+            card.set_state(FAILED if p.get("is_error") else "done", p.get("duration_ms"))
             card.exit_code = p.get("exit_code")
             self.host.run_worker(self._fill_result(card, p), group="results")
 
@@ -458,7 +459,7 @@ _FAILED_BECAUSE = {
     "permission_denied": "failed: permission denied",
     "policy_denied": "refused by the tool policy",
     "user_denied": "denied",
-    "tool_error": "failed",
+    "tool_error": FAILED,
     "internal_error": "failed: an error in metis",
 }
 

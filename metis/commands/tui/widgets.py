@@ -406,6 +406,10 @@ OPEN_STATES = frozenset({"queued", "running", "allowed", "awaiting your answer"}
 """A tool card's states before its call has ended."""
 INTERRUPTED = "interrupted"
 """A call whose turn ended before it did (the daemon stopped under it): no end of its own came."""
+FAILED = "failed"
+"""A call that ran and failed: the tool said so (a file not found, a command's non-zero exit),
+in the one word whichever of the daemon's events told it (`tool.failed`, or `tool.completed`
+with `is_error`)."""
 
 
 def _stopped(state: str) -> bool:
@@ -413,6 +417,12 @@ def _stopped(state: str) -> bool:
     daemon restart, denied, dropped): its card is not painted as a failure, as the dashboard's
     is not."""
     return state in ("cancelled", INTERRUPTED, DROPPED) or state.startswith("denied")
+
+
+def took(duration_ms: int) -> str:
+    """A call's duration as the turn's end note gives the turn's: in seconds from one second
+    on (`1.1 s`, not `1142 ms`), so that two times side by side read in the same unit."""
+    return f"{duration_ms} ms" if duration_ms < 1000 else f"{duration_ms / 1000:.1f} s"
 
 
 class ToolCard(Vertical):
@@ -461,7 +471,7 @@ class ToolCard(Vertical):
     def _refresh_state(self) -> None:
         parts = [self.state]
         if self.duration_ms is not None:
-            parts.append(f"{self.duration_ms} ms")
+            parts.append(took(self.duration_ms))
         if self.exit_code is not None:
             parts.append(f"exit {self.exit_code}")
         self._state.update(plain(" · ".join(parts)))  # a denial quotes its reason
@@ -533,7 +543,7 @@ class ToolCard(Vertical):
         self.result = body
         self.add_class(("stopped" if _stopped(self.state) else "error") if is_error else "ok")
         if self.state in OPEN_STATES:
-            self.state = "error" if is_error else "done"
+            self.state = FAILED if is_error else "done"
         self._refresh_state()
         preview, hidden = tooldisplay.truncate_lines(body, PREVIEW_LINES)
         widgets: list[Any] = [Static(plain(preview or "(no output)"))]

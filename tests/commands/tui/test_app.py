@@ -729,6 +729,36 @@ async def test_a_shell_cards_long_output_opens_with_show_all(
             await until(lambda: more.collapsed and first.display)
 
 
+async def test_a_command_that_exits_non_zero_reads_failed_as_any_failed_call(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """A tool that fails says `failed` whichever event tells it: a missing file (`tool.failed`)
+    and a command's non-zero exit (`tool.completed`, `is_error`) read alike, not `error` for
+    one of them."""
+    async with FakeProviderServer() as fake:
+        fake.enqueue(
+            "anthropic",
+            FakeReply.call("read_file", {"path": "missing.txt"}),
+            FakeReply.call("shell", {"command": "false"}),
+            FakeReply.say("both failed"),
+        )
+        d = await start_daemon(
+            models=bench_models_yaml(fake.anthropic_base_url),
+            config="tools:\n  confirmation:\n    per_tool: {shell: auto}\n",
+        )
+        app = make_app(d, workspace)
+        async with attached(app) as pilot:
+            send(app, "fail twice")
+            await until(lambda: "turn completed" in notes(app), timeout=30)
+            cards = {c.name_: c for c in app.query(ToolCard)}
+            await until(lambda: all(c.result is not None for c in cards.values()))
+            await pilot.pause()
+            assert [c.state for c in cards.values()] == ["failed", "failed"]
+            shown = str(cards["shell"]._state.render())
+            assert shown.startswith("failed · ") and shown.endswith(" · exit 1"), shown
+            assert all(c.has_class("error") for c in cards.values())
+
+
 async def test_a_stream_that_cannot_be_replayed_reloads_the_transcript(
     start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
 ) -> None:

@@ -125,3 +125,13 @@ async def test_a_confirmation_on_a_40_by_12_terminal_shows_the_path_and_the_diff
 def test_a_call_that_timed_out_is_said_in_words() -> None:
     """The session picker's search says it as the app's other calls do, not `()`."""
     assert error_text(TimeoutError()) == "the daemon did not answer in time"
+
+
+async def test_a_call_of_a_second_or_more_says_its_time_in_seconds_as_the_turn_does() -> None:
+    quick, slow = ToolCard("toolu_1", "read_file", None), ToolCard("toolu_2", "shell", None)
+    async with _Bare(quick, slow).run_test(size=(80, 20)) as pilot:
+        quick.set_state("done", 42)
+        slow.set_state("cancelled", 1142)
+        await pilot.pause()
+        assert str(quick._state.render()) == "done · 42 ms"
+        assert str(slow._state.render()) == "cancelled · 1.1 s"
