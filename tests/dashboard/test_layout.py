@@ -698,6 +698,23 @@ def fpage(browser: Any, faked: Faked) -> Iterator[Any]:
         yield pg
 
 
+def test_a_sessions_model_breaks_after_its_provider_and_says_pinned_in_words(
+    fpage: Any, faked: Faked, workspace: Path
+) -> None:
+    """In the Model column "anthropic:claude-" sat above "sonnet-4-6"; and a pinned model was
+    marked by an emoji, a blank box where the system has no emoji font."""
+    session_id = start_session(faked.served, workspace)
+    pin = {"active_model": "sonnet"}
+    status, body = rest(faked.served, "PATCH", f"/sessions/{session_id}", pin)
+    assert status == 200, body
+    cell = fpage.locator(f"tr[data-id='{session_id}'] td.model")
+    cell.wait_for()
+    assert cell.inner_text().replace("\n", "") == "anthropic:claude-sonnet-4-6 · pinned"
+    name = cell.locator(".model-name")
+    assert name.inner_text() == "claude-sonnet-4-6"
+    assert name.evaluate("n => n.getClientRects().length") == 1  # on one line
+
+
 def test_the_trace_says_the_tokens_read_from_the_cache_and_what_a_full_window_left_out(
     browser: Any, dash_home: Path, browser_path: str, workspace: Path
 ) -> None:

@@ -109,6 +109,13 @@ export function breakable(text) {
   return text.split(/(?<=[_.])(?![_.])/).flatMap((part, i) => (i ? [h("wbr"), part] : [part]));
 }
 
+// A model's id (provider:model) that breaks after its provider in a narrow column, never
+// inside the model's name ("claude-" on one line and "sonnet-4-6" on the next).
+export function modelId(id) {
+  const at = id.indexOf(":");
+  return [id.slice(0, at + 1), h("wbr"), h("span", { class: "model-name" }, id.slice(at + 1))];
+}
+
 export function fmtMs(ms) {
   if (ms === null || ms === undefined) return "";
   if (ms < 1000) return `${Math.round(ms)} ms`;

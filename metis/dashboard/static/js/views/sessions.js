@@ -5,7 +5,7 @@
 // same control.
 
 import { api, errorText } from "../api.js";
-import { h, fmtCost, ago, fmtTime, toast } from "../dom.js";
+import { h, fmtCost, ago, fmtTime, modelId, toast } from "../dom.js";
 import { confirmDialog } from "./dialog.js";
 import { whileVisible } from "../poll.js";
 
@@ -190,7 +190,8 @@ export function sessionsView(root) {
       h("td", { class: "workspace mono small wrap" }, s.workspace_path),
       h("td", {}, h("span", { class: `badge surface-${s.surface}` }, s.surface)),
       h("td", { class: "status" }, h("span", { class: `badge ${s.status}` }, s.status), " ", running, " ", waiting),
-      h("td", { class: "mono small" }, s.active_model || "", s.sticky_model ? h("span", { class: "muted", title: "pinned" }, " 📌", h("span", { class: "sr-only" }, "(pinned)")) : null),
+      // "pinned" in words, as the session's page says it: an emoji is a box without an emoji font
+      h("td", { class: "model mono small" }, s.active_model ? modelId(s.active_model) : "", s.sticky_model ? h("span", { class: "muted" }, " · pinned") : null),
       // on a phone the table's head is hidden: the count says what it counts
       h("td", { class: "num turns" }, String(s.turn_count), h("span", { class: "unit" }, s.turn_count === 1 ? " turn" : " turns")),
       h("td", { class: "num" }, fmtCost(s.cost_so_far_usd)),
