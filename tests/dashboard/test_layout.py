@@ -332,6 +332,24 @@ def test_the_sessions_list_never_scrolls_sideways_and_keeps_its_buttons_in_view_
             assert wide >= 150, f"at {width} px the workspace is {wide} px wide"
 
 
+def test_on_a_phone_a_route_decision_shows_the_model_it_chose(
+    phone: Any, served: DaemonThread, workspace: Path
+) -> None:
+    """The last route decisions were a six-column table that scrolled sideways on a phone: the
+    model chosen, what a reader comes for, was past the screen's right edge."""
+    session_id = start_session(served, workspace)
+    send_turn(served, session_id, "hello")
+    session_once(served, session_id, lambda s: s["current_turn_id"] is None)
+    phone.goto(f"{served.url}/#/routing")
+    chosen = phone.locator("#decisions tbody td:nth-child(3)").first
+    chosen.wait_for()
+    assert chosen.inner_text() == "local:scripted"
+    right = chosen.evaluate("td => td.getBoundingClientRect().right")
+    assert right <= phone.viewport_size["width"], right
+    wrap = phone.locator("#decisions").locator("xpath=..")
+    assert wrap.evaluate("w => w.scrollWidth <= w.clientWidth")
+
+
 def test_the_purge_dialog_names_the_session_and_keeps_clear_of_a_phones_edges(
     browser: Any, served: DaemonThread, workspace: Path
 ) -> None:

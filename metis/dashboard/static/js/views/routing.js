@@ -270,13 +270,14 @@ export function routingView(root) {
       const refused = [...p.chain].reverse().find((c) => c.verdict === "rejected");
       return h("tr", {},
         h("td", {}, fmtTime(ev.timestamp)),
-        h("td", {}, h("a", { href: `#/s/${ev.session_id}/trace`, class: "mono small", title: ev.session_id }, shortId(ev.session_id))),
-        h("td", { class: p.chosen_model ? "mono" : "muted" }, p.chosen_model || "none"),
-        h("td", {}, by ? pickedBy(by) : [
+        // labelled for a phone, where each decision is a block without the table's head
+        h("td", { "data-label": "Session" }, h("a", { href: `#/s/${ev.session_id}/trace`, class: "mono small", title: ev.session_id }, shortId(ev.session_id))),
+        h("td", { class: p.chosen_model ? "mono" : "muted", "data-label": "Chosen" }, p.chosen_model || "none"),
+        h("td", { "data-label": "By" }, by ? pickedBy(by) : [
           h("span", { class: "error" }, OUTCOMES[p.outcome] || p.outcome),
           refused ? h("div", { class: "small muted" }, refused.reason) : null]),
-        h("td", { class: "mono small" }, p.fallbacks.join(", ")),
-        h("td", { class: "mono small" }, p.policy_version.slice(0, VERSION_CHARS)));
+        h("td", { class: "mono small", "data-label": "Fallbacks" }, p.fallbacks.join(", ")),
+        h("td", { class: "mono small", "data-label": "Policy" }, p.policy_version.slice(0, VERSION_CHARS)));
     }));
     if (!rows.length) decisions.append(h("tr", {}, h("td", { colspan: 6, class: "muted" }, "No decisions yet.")));
   }
