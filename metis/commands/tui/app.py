@@ -166,11 +166,24 @@ class ChatApp(App[int]):
         self.transcript.scroll_end(animate=False)
         return widget
 
-    async def note(self, text: str, *, error: bool = False) -> Widget:
-        """A line from metis in the transcript; the widget, for a note that goes once moot."""
+    async def note(self, text: str, *, error: bool = False, listing: bool = False) -> Widget:
+        """A line from metis in the transcript; the widget, for a note that goes once moot. A
+        `listing` (/help, /models, /mcp) taller than the transcript is shown from its first
+        line: following the end, /help showed its keys with its commands scrolled away."""
         note = Note(plain(text), classes="error" if error else "")
         await self.add(note)
+        if listing:
+            # once laid out: before, its height is not known
+            self.transcript.call_after_refresh(self._show_from_its_top, note)
         return note
+
+    def _show_from_its_top(self, note: Widget) -> None:
+        """Scroll to a note's first line if its whole does not fit; the transcript then stays
+        there until its end is scrolled to again (or something new arrives)."""
+        transcript = self.transcript
+        if note.outer_size.height > transcript.scrollable_content_region.height:
+            transcript.release_anchor()
+            transcript.scroll_to_widget(note, animate=False, top=True)
 
     # start and stop ---------------------------------------------------------------------------
 

@@ -71,7 +71,7 @@ class CommandHost(Protocol):
     @property
     def note_width(self) -> int: ...
 
-    async def note(self, text: str, *, error: bool = False) -> object: ...
+    async def note(self, text: str, *, error: bool = False, listing: bool = False) -> object: ...
 
     def call_failed(self, exc: ApiFailure | aiohttp.ClientError | TimeoutError) -> str: ...
 
@@ -142,7 +142,7 @@ class SlashCommands:
         the terminal wraps within its column."""
         commands = [tuple(line.split("  ", 1)) for line in COMMANDS.values()]
         rows = [*commands, ("", ""), *KEYS]
-        await self.host.note("\n".join(table_lines(rows, self.host.note_width)))
+        await self.host.note("\n".join(table_lines(rows, self.host.note_width)), listing=True)
 
     async def _model(self, arg: str) -> None:
         host = self.host
@@ -180,7 +180,7 @@ class SlashCommands:
         for m in listing.get("unconfigured", []):
             rows.append((m["id"], ", ".join(m.get("aliases") or []), "-", unconfigured_reason(m)))
         # metis's own output: a note, not a reply
-        await self.host.note("\n".join(table_lines(rows, self.host.note_width)))
+        await self.host.note("\n".join(table_lines(rows, self.host.note_width)), listing=True)
 
     async def _cost(self, arg: str) -> None:
         host = self.host
@@ -292,7 +292,7 @@ class SlashCommands:
             reloaded = await self.host.api.reload_mcp_servers()
             outcome = reload_outcome(reloaded["applied"])
             summary = mcp_summary(reloaded["servers"], self.host.note_width)
-            await self.host.note(f"{outcome}\n{summary}")
+            await self.host.note(f"{outcome}\n{summary}", listing=True)
             return
         if arg:
             await self.host.note(
@@ -300,7 +300,7 @@ class SlashCommands:
             )
             return
         body = await self.host.api.call("GET", "/mcp")
-        await self.host.note(mcp_summary(body["servers"], self.host.note_width))
+        await self.host.note(mcp_summary(body["servers"], self.host.note_width), listing=True)
 
 
 def _names_a_file(word: str) -> bool:

@@ -1249,6 +1249,32 @@ async def test_help_at_80_columns_lists_commands_and_keys_in_columns(
         screenshot(app, "help-80")
 
 
+async def test_help_taller_than_the_transcript_opens_at_its_first_command(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """At 80x24 /help is taller than the transcript: it is shown from its first line (the
+    commands), not its last (the keys, with the commands scrolled away); what comes next
+    is followed again."""
+    d = await start_daemon(models=SLOW_SCRIPTED)
+    app = make_app(d, workspace)
+    async with attached(app, size=(80, 24)) as pilot:
+        await type_text(pilot, app, "/help")
+        await until(lambda: "Ctrl-Q" in notes(app))
+        [note] = [n for n in app.query(Note) if "Ctrl-Q" in str(n.render())]
+        transcript = app.transcript
+        await until(
+            lambda: transcript.scroll_y > 0 and transcript.scroll_y < transcript.max_scroll_y
+        )
+        assert note.outer_size.height > transcript.scrollable_content_region.height
+        # its first line at the top, only its margin above it
+        assert 0 <= note.virtual_region.y - transcript.scroll_y <= 1
+        screenshot(app, "help-80x24")
+        await type_text(pilot, app, "hello")
+        await until(lambda: "turn completed" in notes(app), timeout=20)
+        await pilot.pause()
+        assert transcript.scroll_y == transcript.max_scroll_y  # the end followed again
+
+
 async def test_a_refused_message_says_why_in_the_daemons_words_without_its_code(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
