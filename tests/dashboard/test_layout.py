@@ -733,6 +733,24 @@ def test_a_sessions_model_breaks_after_its_provider_and_says_pinned_in_words(
     assert name.evaluate("n => n.getClientRects().length") == 1  # on one line
 
 
+def test_the_trace_keeps_a_models_name_whole_on_one_line(
+    fpage: Any, faked: Faked, workspace: Path
+) -> None:
+    """Each turn's route row read "route → anthropic:claude-sonnet-4-" with a lone "6" below."""
+    session_id = start_session(faked.served, workspace)
+    faked.reply({"text": "hi"})
+    send_turn(faked.served, session_id, "hello")
+    session_once(faked.served, session_id, lambda s: s["current_turn_id"] is None)
+    fpage.goto(f"{faked.served.url}/#/s/{session_id}/trace")
+    for kind in ("route", "llm"):
+        label = fpage.locator(f"#trace .ev.span-{kind} .ev-label").first
+        label.wait_for()
+        assert label.inner_text().endswith("anthropic:claude-sonnet-4-6")
+        name = label.locator(".model-name")
+        assert name.inner_text() == "claude-sonnet-4-6"
+        assert name.evaluate("n => n.getClientRects().length") == 1, kind
+
+
 def test_the_trace_says_the_tokens_read_from_the_cache_and_what_a_full_window_left_out(
     browser: Any, dash_home: Path, browser_path: str, workspace: Path
 ) -> None:

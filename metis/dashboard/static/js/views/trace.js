@@ -6,7 +6,7 @@ import { api, errorText } from "../api.js";
 import { turnEndReason } from "./session.js";
 import { OUTCOMES, pickedBy } from "./routing.js";
 import { SessionStream } from "../stream.js";
-import { h, clear, breakable, fmtCost, fmtInt, fmtMs, fmtTime, plural, shortId, tokensIn } from "../dom.js";
+import { h, clear, breakable, fmtCost, fmtInt, fmtMs, fmtTime, modelId, plural, shortId, tokensIn } from "../dom.js";
 
 const PAGE = 200;
 
@@ -83,7 +83,7 @@ export function traceView(root, sessionId) {
 
   function eventRow(ev, label, extra, cls, bar) {
     const row = h("button", { type: "button", class: `ev ${cls}`, dataset: { type: ev.type, id: ev.id } },
-      h("span", { class: "ev-label" }, breakable(label)),
+      h("span", { class: "ev-label" }, typeof label === "string" ? breakable(label) : label),
       bar || null,
       h("span", { class: "ev-extra muted small" }, extra || ""));
     row.addEventListener("click", () => select(ev, row));
@@ -156,7 +156,7 @@ export function traceView(root, sessionId) {
         if (prefix && !ev.type.startsWith(prefix)) continue;
         if (ev.type === "route.decided") {
           const by = p.chain.find((c) => c.verdict === "chose");
-          children.append(eventRow(ev, `route → ${p.chosen_model || "none"}`, `${by ? pickedBy(by) : OUTCOMES[p.outcome] || p.outcome} · ${fmtMs(p.elapsed_ms)}`, "span-route"));
+          children.append(eventRow(ev, ["route → ", p.chosen_model ? modelId(p.chosen_model) : "none"], `${by ? pickedBy(by) : OUTCOMES[p.outcome] || p.outcome} · ${fmtMs(p.elapsed_ms)}`, "span-route"));
         } else if (ev.type === "llm.call_started") {
           llmOpen.set(`${p.request_id}:${p.attempt}`, ev);
         } else if (ev.type === "llm.call_completed" || ev.type === "llm.call_failed") {
@@ -164,7 +164,7 @@ export function traceView(root, sessionId) {
           const st = llmOpen.get(`${p.request_id}:${p.attempt}`);
           const began = st ? Date.parse(st.timestamp) : at - p.latency_ms;
           const failed = ev.type === "llm.call_failed";
-          const label = `LLM ${p.model}${p.attempt > 1 ? ` (retry ${p.attempt - 1})` : ""}${failed ? ` ✗ ${p.error_class}${p.will_retry ? ", will retry" : ""}` : ""}`;
+          const label = ["LLM ", modelId(p.model), `${p.attempt > 1 ? ` (retry ${p.attempt - 1})` : ""}${failed ? ` ✗ ${p.error_class}${p.will_retry ? ", will retry" : ""}` : ""}`];
           children.append(eventRow(ev, label, `${fmtMs(p.latency_ms)} · ${fmtInt(tokensIn(p))} in / ${fmtInt(p.output_tokens)} out · ${fmtCost(p.cost_usd)}${st ? leftOut(st.payload) : ""}`, `span-llm${failed ? " failed" : ""}`, spanBar(began, p.latency_ms, t0, total)));
         } else if (ev.type === "tool.called") {
           toolOpen.set(p.tool_use_id, ev);
