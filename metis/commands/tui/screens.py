@@ -241,10 +241,20 @@ class SessionPicker(ModalScreen[PickedSession | None]):
             yield Static(Text("type: search   ↑↓ Enter: switch   Esc: close"), classes="keys")
 
     def on_mount(self) -> None:
+        self.query_one(OptionList).highlighted = self._first_choice()
         self.call_after_refresh(self._fit)
 
     def on_resize(self) -> None:
         self.call_after_refresh(self._fit)
+
+    def _first_choice(self) -> int | None:
+        """The row highlighted first: the newest session other than the one shown, which the
+        picker is opened to switch to (on the one shown, Enter only closed it), else the
+        first; none when nothing is listed."""
+        ids = [s["id"] for s in self.sessions]
+        if not ids:
+            return None
+        return next((i for i, sid in enumerate(ids) if sid != self.current), 0)
 
     def _fit(self) -> None:  # the picker takes at most 80% of the screen (its CSS)
         fit_scroll(self.query_one(Vertical), self.query_one(OptionList), share=0.8, cap=30)
@@ -264,8 +274,9 @@ class SessionPicker(ModalScreen[PickedSession | None]):
             if asks:  # a session waiting for its user stands out, before a title cut short
                 head.append(f"{asks} to confirm · ", "bold yellow")
             head.append((title.splitlines() or [title])[0], "bold")
+            shown = "this session · " if s["id"] == self.current else ""  # what ● means
             details = Text(
-                f"  {when} · {counted(s.get('turn_count') or 0, 'turn')} · {s['id']}",
+                f"  {shown}{when} · {counted(s.get('turn_count') or 0, 'turn')} · {s['id']}",
                 style="dim",
                 no_wrap=True,
                 overflow="ellipsis",
@@ -310,7 +321,7 @@ class SessionPicker(ModalScreen[PickedSession | None]):
         rows = self.query_one(OptionList)
         rows.clear_options()
         rows.add_options(self._options())
-        rows.highlighted = 0 if found else None
+        rows.highlighted = self._first_choice()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()

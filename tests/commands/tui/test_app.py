@@ -502,11 +502,16 @@ async def test_slash_commands_model_cost_title_sessions_new_and_export(
         assert isinstance(picker, SessionPicker)
         assert [s["id"] for s in picker.sessions][:2][-1] == first
         options = picker.query_one(OptionList)
-        assert app.screen.focused is picker.query_one("#search") and options.highlighted == 0
-        await pilot.press("down")  # the list moves while the search has the keys
-        assert options.highlighted == [s["id"] for s in picker.sessions].index(first)
-        await pilot.press("up")
-        assert options.highlighted == 0
+        # the first choice is the newest session but the one shown: the one to switch to
+        listed = [s["id"] for s in picker.sessions]
+        assert app.screen.focused is picker.query_one("#search")
+        assert options.highlighted == listed.index(first) == 1
+        await pilot.press("up")  # the list moves while the search has the keys
+        assert options.highlighted == 0 and listed[0] == app.session_id
+        shown = options.get_option_at_index(0).prompt.renderables[1].plain
+        assert shown.startswith("  this session · "), shown  # what its ● means
+        await pilot.press("down")
+        assert options.highlighted == 1
         await pilot.press(*"HELLO")  # searched by the daemon: words of the conversation
         await until(lambda: [s["id"] for s in picker.sessions] == [first])
         # titled otherwise: a third line shows where the words were said
