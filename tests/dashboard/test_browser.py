@@ -1406,6 +1406,23 @@ def test_send_and_cancel_leave_the_keyboard_in_the_message_box(
     assert page.evaluate("document.activeElement.id") != "composer-input"
 
 
+def test_the_send_keys_during_a_reply_say_why_nothing_was_sent(
+    page: Any, served: DaemonThread, workspace: Path
+) -> None:
+    """Send is disabled while a turn runs, and Ctrl+Enter then did nothing at all: now it says
+    why, keeps the message, and the note goes once the reply is done."""
+    open_session(page, workspace)
+    send(page, LONG)
+    page.wait_for_selector("#cancel:visible")
+    page.fill("#composer-input", "next question")
+    page.press("#composer-input", "Control+Enter")
+    error = page.locator("#composer-error")
+    assert "the reply is still coming" in error.inner_text()
+    assert page.input_value("#composer-input") == "next question"
+    wait_idle(page)
+    page.wait_for_function("() => document.getElementById('composer-error').textContent === ''")
+
+
 def test_a_session_ends_from_its_own_page(page: Any, served: DaemonThread, workspace: Path) -> None:
     session_id = open_session(page, workspace)
     send(page, "hello end")

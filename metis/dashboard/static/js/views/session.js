@@ -43,6 +43,9 @@ export function turnEndReason(ev) {
 }
 
 // `revealAt`: a message to open the transcript at (a search result's, `#/s/<id>?at=<message id>`).
+// What the send keys say while a turn runs: Send is disabled then, and a key did nothing.
+const REPLY_STILL_COMING = "Not sent: the reply is still coming. Send this once it is done, or Cancel the turn.";
+
 export function sessionView(root, sessionId, revealAt = null) {
   const msgs = new Map(); // message id → {el, role, live, rendered}
   const cards = new Map(); // tool_use_id → toolCard
@@ -798,8 +801,11 @@ export function sessionView(root, sessionId, revealAt = null) {
     }
   });
   input.addEventListener("keydown", (e) => {
-    // as Send does: not while a turn runs (requestSubmit ignores the button's state)
-    if (e.key === "Enter" && (e.ctrlKey || e.metaKey) && !send.disabled) composer.requestSubmit();
+    if (e.key !== "Enter" || !(e.ctrlKey || e.metaKey)) return;
+    // as Send does: not while a turn runs (requestSubmit ignores the button's state); the keys
+    // then say why nothing was sent rather than do nothing (the note goes with the turn)
+    if (!send.disabled) composer.requestSubmit();
+    else if (turnId) setComposerError({ code: "turn_in_flight", message: REPLY_STILL_COMING });
   });
   cancel.addEventListener("click", async () => {
     const cancelling = turnId;
