@@ -314,7 +314,7 @@ class SessionPicker(ModalScreen[PickedSession | None]):
         try:
             found = await self._search(text)
         except (ApiFailure, aiohttp.ClientError, TimeoutError) as exc:
-            self.notify(error_text(exc), severity="error")
+            self.notify(error_text(exc), severity="error", markup=False)  # the daemon's words
             return
         self.sessions = found
         self._query = text
