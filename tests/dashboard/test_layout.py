@@ -414,6 +414,32 @@ def test_on_a_phone_an_events_json_opens_under_its_row(
         assert '"type": "llm.call_completed"' in pg.inner_text("#event-json")
 
 
+def test_an_events_json_closes_with_escape_or_a_second_press_of_its_row(
+    browser: Any, served: DaemonThread, workspace: Path
+) -> None:
+    """On a phone the JSON is a long block under its row, and nothing put it away but opening
+    another event's: Escape (the keyboard back on the row) or pressing the row again does."""
+    session_id = start_session(served, workspace)
+    send_turn(served, session_id, "hello")
+    session_once(served, session_id, lambda s: s["current_turn_id"] is None)
+    with logged_in_page(browser, served, *PHONE) as pg:
+        pg.goto(f"{served.url}/#/s/{session_id}/trace")
+        row = pg.locator("#trace .ev.span-llm").first
+        row.focus()
+        pg.keyboard.press("Enter")
+        assert row.get_attribute("aria-pressed") == "true"
+        assert '"type": "llm.call_completed"' in pg.inner_text("#event-json")
+        pg.keyboard.press("Escape")
+        assert pg.inner_text("#event-json") == PLACEHOLDER
+        assert row.get_attribute("aria-pressed") == "false"
+        assert row.evaluate("r => r === document.activeElement")
+        row.click()
+        assert pg.locator(".ev.selected + .event-panel").is_visible()
+        row.click()
+        assert pg.locator(".ev.selected").count() == 0
+        assert pg.inner_text("#event-json") == PLACEHOLDER
+
+
 def test_the_routing_page_follows_the_models_and_the_decisions(
     keyed_models: Path, page: Any, served: DaemonThread, workspace: Path
 ) -> None:

@@ -51,38 +51,63 @@ export function traceView(root, sessionId) {
     else if (panel.parentNode !== layout) layout.append(panel);
   }
   narrow.addEventListener("change", placePanel);
-  root.append(h("section", { class: "view" },
+  const view = h("section", { class: "view" },
     h("div", { class: "view-head" },
       h("div", {}, h("a", { href: `#/s/${sessionId}`, class: "small" }, "← Session"), h("h1", {}, "Trace"), named, h("p", { class: "muted small mono" }, sessionId)),
       h("div", { class: "filters" }, conn, h("label", { for: "trace-filter" }, "Show"), filter)),
     summary, error,
-    layout));
+    layout);
+  root.append(view);
 
   filter.addEventListener("change", () => { kind = filter.value; draw(); });
   more.addEventListener("click", () => load());
 
+  // A row pressed again, or Escape, closes its JSON (on a phone a long block under the row,
+  // with no other way to put it away).
   function select(ev, row) {
-    for (const r of tree.querySelectorAll(".selected")) r.classList.remove("selected");
-    row.classList.add("selected");
+    const again = row.classList.contains("selected");
+    unselect();
+    if (again) return;
+    mark(row);
     selected = ev.id;
     json.textContent = JSON.stringify(ev, null, 2);
     placePanel();
   }
 
+  function mark(row) {
+    row.classList.add("selected");
+    row.setAttribute("aria-pressed", "true");
+  }
+
+  function unselect() {
+    for (const r of tree.querySelectorAll(".selected")) {
+      r.classList.remove("selected");
+      r.setAttribute("aria-pressed", "false");
+    }
+    selected = null;
+    json.textContent = PLACEHOLDER;
+    placePanel();
+  }
+
+  // the keyboard goes back to the row whose JSON it closed
+  view.addEventListener("keydown", (e) => {
+    const row = e.key === "Escape" && selected ? tree.querySelector(".ev.selected") : null;
+    if (!row) return;
+    unselect();
+    row.focus();
+  });
+
   // After a redraw the selected event's row is marked again; a filter that hides it empties
   // the panel, which would otherwise show an event no longer on the page.
   function reselect() {
     const row = [...tree.querySelectorAll(".ev")].find((r) => r.dataset.id === selected);
-    if (row) row.classList.add("selected");
-    else {
-      selected = null;
-      json.textContent = PLACEHOLDER;
-    }
+    if (!row) return unselect();
+    mark(row);
     placePanel();
   }
 
   function eventRow(ev, label, extra, cls, bar) {
-    const row = h("button", { type: "button", class: `ev ${cls}`, dataset: { type: ev.type, id: ev.id } },
+    const row = h("button", { type: "button", class: `ev ${cls}`, "aria-pressed": "false", dataset: { type: ev.type, id: ev.id } },
       h("span", { class: "ev-label" }, typeof label === "string" ? breakable(label) : label),
       bar || null,
       h("span", { class: "ev-extra muted small" }, extra || ""));
