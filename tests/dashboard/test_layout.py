@@ -777,6 +777,22 @@ def test_the_trace_keeps_a_models_name_whole_on_one_line(
         assert name.evaluate("n => n.getClientRects().length") == 1, kind
 
 
+def test_an_llm_calls_figures_in_the_trace_are_never_cut_off(
+    fpage: Any, faked: Faked, workspace: Path
+) -> None:
+    """At 1024 px an LLM call's row ended "497 in / 535 out · $…": its cost, cut off."""
+    session_id = start_session(faked.served, workspace)
+    faked.reply({"text": "hi", "usage": {"input_tokens": 123456, "output_tokens": 54321}})
+    send_turn(faked.served, session_id, "hello")
+    session_once(faked.served, session_id, lambda s: s["current_turn_id"] is None)
+    fpage.set_viewport_size({"width": 1024, "height": 800})
+    fpage.goto(f"{faked.served.url}/#/s/{session_id}/trace")
+    figures = fpage.locator("#trace .ev.span-llm .ev-extra").first
+    figures.wait_for()
+    assert figures.evaluate("e => e.scrollWidth <= e.clientWidth"), figures.inner_text()
+    assert "123,456 in / 54,321 out · $" in figures.inner_text()
+
+
 def test_the_trace_says_the_tokens_read_from_the_cache_and_what_a_full_window_left_out(
     browser: Any, dash_home: Path, browser_path: str, workspace: Path
 ) -> None:
