@@ -57,6 +57,9 @@ class TranscriptHost(Protocol):
     @property
     def transcript(self) -> VerticalScroll: ...
 
+    @property
+    def note_width(self) -> int: ...
+
     async def add(self, widget: Any) -> Any: ...
 
     async def note(self, text: str, *, error: bool = False) -> object: ...
@@ -154,7 +157,7 @@ class TranscriptRenderer:
     async def _show_stored_end(self, event: dict[str, Any] | None) -> None:
         if event is not None:
             outcome = turn_outcome(event["type"], event.get("payload") or {})
-            line = _turn_line(event.get("payload") or {}, outcome)
+            line = _turn_line(event.get("payload") or {}, outcome, self.host.note_width)
             await self.host.note(line, error=outcome.startswith("failed"))
 
     async def _show_stored_reply(self, m: dict[str, Any]) -> None:
@@ -389,7 +392,8 @@ class TranscriptRenderer:
         self.host.ended = True
         if self._unexplained_cancel is not None:
             note, totals = self._unexplained_cancel
-            note.update(Text(_turn_line(totals, "cancelled: the session was ended elsewhere")))
+            why = "cancelled: the session was ended elsewhere"
+            note.update(Text(_turn_line(totals, why, self.host.note_width)))
 
     async def _on_turn_completed(self, event: dict[str, Any], p: dict[str, Any]) -> None:
         await self._turn_ended(event)
@@ -410,7 +414,8 @@ class TranscriptRenderer:
             self.interrupt_open_calls()
         payload = event.get("payload") or {}
         failed = "error" if outcome.startswith("failed") else ""
-        note = await self.host.add(Note(plain(_turn_line(payload, outcome)), classes=failed))
+        line = _turn_line(payload, outcome, self.host.note_width)
+        note = await self.host.add(Note(plain(line), classes=failed))
         turn_id = event.get("turn_id")
         if payload.get("reason") == "user_cancel" and not self.host.turn.cancel_asked(turn_id):
             self._unexplained_cancel = (note, payload)
@@ -433,10 +438,14 @@ def _stop_note(stop_reason: str | None) -> str | None:
     return None
 
 
-def _turn_line(p: dict[str, Any], outcome: str) -> str:
-    """The line a turn's end shows: its outcome, wall time, calls, tools and cost."""
+def _turn_line(p: dict[str, Any], outcome: str, width: int) -> str:
+    """The line a turn's end shows: its outcome, wall time, calls, tools and cost. Too long for
+    the note's `width` (a failure's reason, a narrow terminal), the figures go on a line of
+    their own: wrapped after the reason, they ended mid-line and read as part of it."""
     seconds = (p.get("wall_time_ms") or 0) / 1000
-    return f"turn {outcome} · {seconds:.1f} s · {turn_totals(p)}"
+    figures = f"{seconds:.1f} s · {turn_totals(p)}"
+    line = f"turn {outcome} · {figures}"
+    return line if len(line) <= width else f"turn {outcome}\n{figures}"
 
 
 # What went wrong with a model call that is retried, in words (`llm.call_failed`'s error_class)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -762,6 +763,25 @@ async def test_a_command_that_exits_non_zero_reads_failed_as_any_failed_call(
             shown = str(cards["shell"]._state.render())
             assert shown.startswith("failed · ") and shown.endswith(" · exit 1"), shown
             assert all(c.has_class("error") for c in cards.values())
+
+
+async def test_a_failed_turns_figures_follow_its_reason_on_a_line_of_their_own(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """A refused key's reason fills lines of an 80-column note: the turn's time, calls and
+    cost come on a line of their own, not at the end of the reason's last line."""
+    async with FakeProviderServer(expected_keys={"anthropic": "another-key"}) as fake:
+        d = await start_daemon(models=bench_models_yaml(fake.anthropic_base_url))
+        app = make_app(d, workspace)
+        async with attached(app, size=(80, 24)) as pilot:
+            send(app, "hello")
+            await until(lambda: "turn failed" in notes(app), timeout=30)
+            await pilot.pause()
+            [note] = [n for n in app.query(Note) if "turn failed" in str(n.render())]
+            first, *_, figures = str(note.render()).splitlines()
+            assert first.startswith("turn failed: ") and "refused the key" in first
+            assert re.fullmatch(r"\d+\.\d s · 1 model call · 0 tools run · \$0", figures), figures
+            screenshot(app, "turn-failed-80")
 
 
 async def test_a_stream_that_cannot_be_replayed_reloads_the_transcript(
