@@ -131,7 +131,9 @@ class ChatApp(App[int]):
     # layout -----------------------------------------------------------------------------------
 
     def compose(self) -> Any:
-        yield VerticalScroll(id="transcript")
+        # never focused itself, only its collapsed parts: Shift+Tab stopped on it on the way
+        # back to the prompt, a stop that showed nothing (PageUp / PageDown scroll it)
+        yield VerticalScroll(id="transcript", can_focus=False)
         yield self.turn.spinner
         yield Static("", id="hints")
         yield PromptInput(id="prompt", placeholder="message, /help for commands")

@@ -1576,10 +1576,7 @@ async def test_shift_tab_reaches_the_collapsed_thinking_and_enter_opens_it(
         assert isinstance(app.focused, CollapsibleTitle) and app.focused.parent is thinking
         await pilot.press("enter")
         assert not thinking.collapsed
-        for _ in range(3):
-            if app.focused is app.prompt:
-                break
-            await pilot.press("shift+tab")
+        await pilot.press("shift+tab")  # the only collapsed part: straight back to the prompt
         assert app.focused is app.prompt
         assert app.prompt.text == ""  # the Enter opened the thinking, it sent nothing
         assert texts(app, UserMessage) == ["think please"]
@@ -1587,6 +1584,22 @@ async def test_shift_tab_reaches_the_collapsed_thinking_and_enter_opens_it(
         assert app.focused is not app.prompt
         await pilot.press(*"hi")  # typed away from the prompt: it goes there, not nowhere
         assert app.focused is app.prompt and app.prompt.text == "hi"
+
+
+async def test_with_nothing_collapsed_shift_tab_leaves_the_focus_in_the_prompt(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """The transcript itself takes no focus: Shift+Tab with no collapsed part to reach moved
+    the focus to it, where nothing showed it (the prompt's border only dimmed)."""
+    d = await start_daemon(models=SLOW_SCRIPTED)
+    app = make_app(d, workspace)
+    async with attached(app) as pilot:
+        await type_text(pilot, app, "hello")
+        await until(lambda: "turn completed" in notes(app), timeout=20)
+        await pilot.press("shift+tab")
+        assert app.focused is app.prompt
+        await pilot.click("#transcript")  # a click on it leaves the typing where it was
+        assert app.focused is app.prompt
 
 
 async def test_model_completions_say_which_model_each_alias_names(
