@@ -498,6 +498,10 @@ class ChatApp(App[int]):
         self.exit(self.exit_code)
 
     def action_open_confirmation(self) -> None:
+        """Ctrl-O: the question put off; with none waiting, said so (the key did nothing)."""
+        if not self.confirmations.pending:
+            self.notify("no tool call is waiting for your answer", timeout=QUIT_WINDOW_S)
+            return
         self.confirmations.show_next()
 
 

@@ -394,6 +394,18 @@ async def test_a_question_put_off_with_esc_is_noted_until_it_is_answered(
         assert end.endswith(" s · 2 model calls · 1 tool run · $0"), end
 
 
+async def test_ctrl_o_with_no_question_waiting_says_so(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    d = await start_daemon(models=SLOW_SCRIPTED)
+    app = make_app(d, workspace)
+    async with attached(app) as pilot:
+        await pilot.press("ctrl+o")
+        said = [n.message for n in app._notifications]
+        assert said == ["no tool call is waiting for your answer"]
+        assert app.screen is app.screen_stack[0] and app.focused is app.prompt
+
+
 async def test_escape_cancels_the_running_turn(
     start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
 ) -> None:
