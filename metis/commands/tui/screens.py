@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -70,6 +71,11 @@ class ConfirmScreen(ModalScreen[Decision | None]):
     """`y` allow once, `a` allow for this session, `n` deny (then an optional reason), Esc
     decide later. `None` is the result when it is closed without an answer."""
 
+    ARMING_S = 0.5
+    """`y`, `a` and `n` this soon after the dialog opened are not answers: it opens whenever a
+    call asks, also while a message is being typed, whose next letters (the `a` of a word)
+    allowed a call no one had read. Esc, which answers nothing, works at once."""
+
     DEFAULT_CSS = """
     ConfirmScreen { align: center middle; }
     ConfirmScreen > Vertical {
@@ -103,6 +109,7 @@ class ConfirmScreen(ModalScreen[Decision | None]):
         self.tool_input = tool_input
         self.workspace = workspace
         self.detail = ""  # the diff or the command shown
+        self._opened = time.monotonic()  # set again when shown (on_mount)
 
     def compose(self) -> Any:
         name = str(self.request.get("tool_name"))
@@ -150,7 +157,13 @@ class ConfirmScreen(ModalScreen[Decision | None]):
         return None
 
     def on_mount(self) -> None:
+        self._opened = time.monotonic()
         self.call_after_refresh(self._fit)
+
+    @property
+    def armed(self) -> bool:
+        """Whether `y`, `a` and `n` answer yet (ARMING_S)."""
+        return time.monotonic() - self._opened >= self.ARMING_S
 
     def on_resize(self) -> None:
         self.call_after_refresh(self._fit)
@@ -171,17 +184,17 @@ class ConfirmScreen(ModalScreen[Decision | None]):
         return self.query_one("#reason", Input).has_class("asking")
 
     def action_allow(self) -> None:
-        if not self._asking_reason():
+        if self.armed and not self._asking_reason():
             self.dismiss(Decision("allow"))
 
     def action_allow_session(self) -> None:
         scopes = self.request.get("allowed_scopes") or ["once"]
-        if not self._asking_reason() and "session" in scopes:
+        if self.armed and not self._asking_reason() and "session" in scopes:
             self.dismiss(Decision("allow", "session"))
 
     def action_deny(self) -> None:
         reason = self.query_one("#reason", Input)
-        if not reason.has_class("asking"):
+        if self.armed and not reason.has_class("asking"):
             reason.add_class("asking")
             reason.focus()
             self.call_after_refresh(self._fit)  # the reason's field takes rows from the diff

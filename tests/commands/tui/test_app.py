@@ -185,10 +185,13 @@ CONFIRM_ALL = "tools:\n  confirmation:\n    per_tool: {read_file: prompt}\n"
 
 
 async def wait_modal(app: ChatApp) -> ConfirmScreen:
+    """The confirmation dialog shown, once its keys answer (ConfirmScreen.ARMING_S)."""
     await until(lambda: isinstance(app.screen, ConfirmScreen) and app.screen.is_mounted)
     await until(lambda: bool(app.screen.query(".keys")))
     assert isinstance(app.screen, ConfirmScreen)
-    return app.screen
+    modal = app.screen
+    await until(lambda: modal.armed)
+    return modal
 
 
 async def test_confirmations_y_a_and_n_with_a_reason(
@@ -221,6 +224,7 @@ async def test_confirmations_y_a_and_n_with_a_reason(
                 isinstance(app.screen, ConfirmScreen) and app.screen.request["tool_name"] == "shell"
             )
         )
+        await wait_modal(app)
         assert app.screen.detail == "conformance"
         # the command once, highlighted: not also as the summary line above it
         assert not any("conformance" in str(w.render()) for w in app.screen.query(Static))
@@ -245,6 +249,30 @@ async def test_confirmations_y_a_and_n_with_a_reason(
         await pilot.pause()
         [shell] = [c for c in resumed.query(ToolCard) if c.name_ == "shell"]
         assert str(shell._state.render()) == "denied: not here"
+
+
+async def test_keys_typed_as_the_dialog_opens_do_not_answer_it(
+    start_daemon: Callable[..., Any],
+    workspace: Path,
+    api_of: Callable[[Daemon], Api],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A question can open while a message is being typed: the letters that follow at once
+    (`a` allowed the tool for the whole session) answer nothing; once read, `y` does."""
+    monkeypatch.setattr(ConfirmScreen, "ARMING_S", 1.5)  # a loaded machine is slow to look
+    d = await start_daemon(config=CONFIRM_ALL)
+    app = make_app(d, workspace)
+    async with attached(app) as pilot:
+        send(app, "please use server tool")
+        await until(lambda: isinstance(app.screen, ConfirmScreen) and app.screen.is_mounted)
+        modal = app.screen
+        assert isinstance(modal, ConfirmScreen) and not modal.armed
+        await pilot.press(*"an")
+        assert app.screen is modal and not modal.query_one("#reason").has_class("asking")
+        await until(lambda: modal.armed)
+        await pilot.press("y")
+        await until(lambda: app.turn.id is None and "turn completed" in notes(app))
+    assert await api_of(d).decisions(app.session_id) == [("allow", "once", None)]
 
 
 async def test_an_answer_given_elsewhere_closes_the_modal(
