@@ -793,6 +793,28 @@ def test_an_llm_calls_figures_in_the_trace_are_never_cut_off(
     assert "123,456 in / 54,321 out · $" in figures.inner_text()
 
 
+def test_the_trace_says_why_a_tool_or_model_call_failed_in_words_not_codes(
+    fpage: Any, faked: Faked, workspace: Path
+) -> None:
+    """A failed call's row read `✗ tool_error` or `✗ invalid_request`: the event's code, which
+    its JSON still holds, where a person reads what happened."""
+    session_id = start_session(faked.served, workspace)
+    faked.reply(
+        {"tool_calls": [{"name": "read_file", "input": {"path": "no-such-file.txt"}}]},
+        {"text": "done"},
+        FakeReply.fail(400),
+    )
+    for prompt in ("read it", "again"):
+        send_turn(faked.served, session_id, prompt)
+        session_once(faked.served, session_id, lambda s: s["current_turn_id"] is None)
+    fpage.goto(f"{faked.served.url}/#/s/{session_id}/trace")
+    failed_llm = fpage.locator("#trace .ev.span-llm.failed .ev-label")
+    failed_llm.wait_for()
+    assert failed_llm.inner_text().endswith("✗ request refused"), failed_llm.inner_text()
+    tool = fpage.locator("#trace .ev.span-tool.failed .ev-label").inner_text()
+    assert tool == "tool read_file ✗ failed", tool
+
+
 def test_the_trace_says_the_tokens_read_from_the_cache_and_what_a_full_window_left_out(
     browser: Any, dash_home: Path, browser_path: str, workspace: Path
 ) -> None:

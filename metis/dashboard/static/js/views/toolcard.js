@@ -17,6 +17,11 @@ const FAILED_BECAUSE = {
   confirmation_timeout: "not answered in time",
   policy_denied: "refused by policy",
 };
+
+// A failed call's state in words, for its card and its row in the trace.
+export function toolFailure(errorClass) {
+  return FAILED_BECAUSE[errorClass] || "failed";
+}
 const STOPPED = new Set(["cancelled", "interrupted"]);
 // The result the daemon stores, when it starts again, for a call it was killed under (there
 // is no tool.failed for it): metis/core/tools/results.py INTERRUPTED.
@@ -114,7 +119,7 @@ export function toolCard(toolUseId, name) {
       duration.textContent = fmtMs(p.duration_ms);
       outcome = true;
       if (type === "tool.failed") {
-        c.setStatus(FAILED_BECAUSE[p.error_class] || "failed");
+        c.setStatus(toolFailure(p.error_class));
         if (!resultBox.childElementCount) c.setResult({ is_error: true, content: [{ type: "text", text: p.message || p.error_class }] });
       } else {
         c.setStatus(p.is_error ? "error" : "done");

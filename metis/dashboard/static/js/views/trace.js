@@ -6,6 +6,7 @@ import { api, errorText } from "../api.js";
 import { turnEndReason } from "./session.js";
 import { OUTCOMES, pickedBy } from "./routing.js";
 import { SessionStream } from "../stream.js";
+import { toolFailure } from "./toolcard.js";
 import { h, clear, breakable, fmtCost, fmtInt, fmtMs, fmtTime, modelId, plural, shortId, tokensIn } from "../dom.js";
 
 const PAGE = 200;
@@ -17,6 +18,18 @@ function leftOut(started) {
   if (started.tool_results_omitted) parts.push(`${plural(started.tool_results_omitted, "tool result")} omitted`);
   return parts.length ? ` · ${parts.join(", ")}` : "";
 }
+// Why a model call failed, in words (the keys are llm.call_failed's error_class); the code
+// itself is in the event's JSON.
+const LLM_FAILED_BECAUSE = {
+  auth: "key refused",
+  rate_limit: "rate-limited",
+  server_error: "provider error",
+  network: "network error",
+  invalid_request: "request refused",
+  context_overflow: "too long for the model",
+  content_filter: "refused by the provider's filter",
+  cancelled: "cancelled",
+};
 const REDRAW_MS = 250; // live events are drawn together: a redraw walks the whole trace
 const KINDS = { all: null, turn: "turn.", route: "route.", llm: "llm.", tool: "tool.", session: "session." };
 // what the filter's choices say (their values stay the kinds' names)
@@ -189,7 +202,7 @@ export function traceView(root, sessionId) {
           const st = llmOpen.get(`${p.request_id}:${p.attempt}`);
           const began = st ? Date.parse(st.timestamp) : at - p.latency_ms;
           const failed = ev.type === "llm.call_failed";
-          const label = ["LLM ", modelId(p.model), `${p.attempt > 1 ? ` (retry ${p.attempt - 1})` : ""}${failed ? ` ✗ ${p.error_class}${p.will_retry ? ", will retry" : ""}` : ""}`];
+          const label = ["LLM ", modelId(p.model), `${p.attempt > 1 ? ` (retry ${p.attempt - 1})` : ""}${failed ? ` ✗ ${LLM_FAILED_BECAUSE[p.error_class] || "failed"}${p.will_retry ? ", will retry" : ""}` : ""}`];
           children.append(eventRow(ev, label, `${fmtMs(p.latency_ms)} · ${fmtInt(tokensIn(p))} in / ${fmtInt(p.output_tokens)} out · ${fmtCost(p.cost_usd)}${st ? leftOut(st.payload) : ""}`, `span-llm${failed ? " failed" : ""}`, spanBar(began, p.latency_ms, t0, total)));
         } else if (ev.type === "tool.called") {
           toolOpen.set(p.tool_use_id, ev);
@@ -198,7 +211,7 @@ export function traceView(root, sessionId) {
           const name = p.tool_name || st?.payload.tool_name || "tool";
           const began = st ? Date.parse(st.timestamp) : at - p.duration_ms;
           const failed = ev.type === "tool.failed" || p.is_error;
-          children.append(eventRow(ev, `tool ${name}${failed ? ` ✗ ${p.error_class || "error"}` : ""}`, `${fmtMs(p.duration_ms)}${p.exit_code != null ? ` · exit ${p.exit_code}` : ""}`, `span-tool${failed ? " failed" : ""}`, spanBar(began, p.duration_ms, t0, total)));
+          children.append(eventRow(ev, `tool ${name}${failed ? ` ✗ ${toolFailure(p.error_class)}` : ""}`, `${fmtMs(p.duration_ms)}${p.exit_code != null ? ` · exit ${p.exit_code}` : ""}`, `span-tool${failed ? " failed" : ""}`, spanBar(began, p.duration_ms, t0, total)));
         } else if (ev.type.startsWith("tool.confirmation")) {
           children.append(eventRow(ev, ev.type === "tool.confirmation_requested" ? `confirm? ${p.tool_name}` : `confirmation: ${p.decision}`, p.input_summary || p.reason || "", "span-confirm"));
         } else if (!ev.type.startsWith("turn.") && ev.type !== "tool.called") {
