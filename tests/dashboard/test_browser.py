@@ -321,9 +321,12 @@ def test_cancel_mid_stream(page: Any, served: DaemonThread, workspace: Path) -> 
     assert posted == []
     assert "the reply is still coming" in page.inner_text("#composer-error")
     assert page.input_value("#composer-input") == "and another thing"  # kept for later
+    # the faded Send button says why to a mouse pointing at it
+    assert "still coming" in (page.get_attribute("#send", "title") or "")
     page.click("#cancel")
     page.wait_for_selector("#turn-state:text-is('cancelled')")
     assert page.locator("#cancel").is_hidden()
+    assert page.get_attribute("#send", "title") == ""
     assert page.inner_text("#composer-error") == ""
     assert events_of(served, session_id, "turn.cancelled")
     text = page.inner_text(".msg.assistant")

@@ -163,6 +163,8 @@ export function sessionView(root, sessionId, revealAt = null) {
     const hadKeys = cancel.matches(":focus-visible");
     cancel.hidden = !id;
     send.disabled = !!id || ended;
+    // a faded button says why to the mouse too (the send keys say it in the composer's note)
+    send.title = id ? "A reply is still coming: send once it is done, or Cancel the turn" : "";
     if (hadKeys && !id) keysToComposer(); // Cancel went with the turn
     if (!id && composerError.dataset.code === "turn_in_flight") setComposerError(null);
   }
