@@ -132,12 +132,17 @@ class ConfirmScreen(ModalScreen[Decision | None]):
             # docked at the dialog's foot: a long diff scrolls above them, never hides them
             with Vertical(id="answer"):
                 yield Static(self._keys(narrow=False), classes="keys")
-                yield Input(placeholder="reason for denying (optional), Enter to send", id="reason")
+                yield Input(placeholder="reason for denying (optional)", id="reason")
 
-    def _keys(self, *, narrow: bool) -> Text:
+    def _keys(self, *, narrow: bool, asking: bool = False) -> Text:
         """Allowing, then the rest, a line each (one line wrapped inside a key's words at 80
         columns: "[n] deny (with a" / "reason)"); in a narrow dialog, in fewer words, so that
-        each stays on its line and the diff keeps its rows."""
+        each stays on its line and the diff keeps its rows. While a reason is typed, the keys
+        that work then: `y` and `a` are letters of the reason."""
+        if asking:
+            return Text(
+                "[Enter] deny  [Esc] later" if narrow else "[Enter] deny   [Esc] decide later"
+            )
         session = "session" in (self.request.get("allowed_scopes") or ["once"])
         if narrow:
             keys = "[y] allow once" + ("  [a] session" if session else "")
@@ -175,7 +180,8 @@ class ConfirmScreen(ModalScreen[Decision | None]):
         short = self.size.height < SHORT_SCREEN_ROWS
         dialog.styles.padding = (0, 1) if short else (1, 2)
         narrow = self.size.width < NARROW_SCREEN_COLUMNS
-        self.query_one(".keys", Static).update(self._keys(narrow=narrow))
+        keys = self._keys(narrow=narrow, asking=self._asking_reason())
+        self.query_one(".keys", Static).update(keys)
         if scrolls:  # the dialog takes at most 90% of the screen (its CSS)
             scrolls.first().styles.margin = (0, 0) if short else (1, 0)
             fit_scroll(dialog, scrolls.first(), share=0.9, cap=24)

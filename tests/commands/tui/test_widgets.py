@@ -3,6 +3,7 @@ they show of text written by a model, a tool or a file."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ from textual.app import App
 from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.widget import Widget
+from textual.widgets import Input
 
 from metis.commands.failures import error_text
 from metis.commands.tui.screens import ConfirmScreen
@@ -135,3 +137,32 @@ async def test_a_call_of_a_second_or_more_says_its_time_in_seconds_as_the_turn_d
         await pilot.pause()
         assert str(quick._state.render()) == "done · 42 ms"
         assert str(slow._state.render()) == "cancelled · 1.1 s"
+
+
+async def test_denying_shows_the_keys_that_work_while_the_reason_is_typed(
+    tmp_path: Path,
+) -> None:
+    """After `n`, `y` and `a` are letters of the reason: the keys line says Enter denies and
+    Esc puts the question off, and the field's hint is whole at 60 columns."""
+    request = {
+        "confirmation_request_id": "conf_1",
+        "tool_name": "shell",
+        "side_effects": "execute",
+        "command_summary": "make test",
+        "allowed_scopes": ["once", "session"],
+    }
+    screen = ConfirmScreen(request, {"command": "make test"}, str(tmp_path))
+    app = _Bare()
+    async with app.run_test(size=(60, 20)) as pilot:
+        app.push_screen(screen)
+        async with asyncio.timeout(5):
+            while not screen.armed:
+                await pilot.pause(0.05)
+        await pilot.press("n")
+        await pilot.pause(0.2)
+        keys = _shown(screen.query_one(".keys"))
+        assert "[Enter] deny" in keys and "[Esc] decide later" in keys and "[y]" not in keys
+        reason = screen.query_one("#reason", Input)
+        assert "reason for denying (optional)" in _shown(reason)
+        await pilot.press(*"yay")
+        assert reason.value == "yay" and app.screen is screen
