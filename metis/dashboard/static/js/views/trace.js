@@ -102,8 +102,10 @@ export function traceView(root, sessionId) {
     placePanel();
   }
 
-  // the keyboard goes back to the row whose JSON it closed
+  // the keyboard goes back to the row whose JSON it closed; an Escape that closes the filter's
+  // list of choices is that list's own
   view.addEventListener("keydown", (e) => {
+    if (e.target instanceof HTMLSelectElement) return;
     const row = e.key === "Escape" && selected ? tree.querySelector(".ev.selected") : null;
     if (!row) return;
     unselect();
