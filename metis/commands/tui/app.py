@@ -164,8 +164,13 @@ class ChatApp(App[int]):
         return max(20, transcript.scrollable_content_region.width - scrollbar - 2)
 
     async def add(self, widget: Any) -> Any:
+        """Mount at the transcript's end, brought into view only if the end was in view: one
+        scrolled up to read is not pulled down by each card or note that arrives (sending
+        anything brings the end back: `on_prompt_input_submitted`)."""
+        following = self.transcript.is_vertical_scroll_end
         await self.transcript.mount(widget)
-        self.transcript.scroll_end(animate=False)
+        if following:
+            self.transcript.scroll_end(animate=False)
         return widget
 
     async def note(self, text: str, *, error: bool = False, listing: bool = False) -> Widget:
@@ -421,6 +426,7 @@ class ChatApp(App[int]):
         if text not in ("/quit", "/exit"):  # leaving is not worth recalling
             self.history.add(message.text.rstrip())
         self.completion.show_hints([])
+        self.transcript.scroll_end(animate=False)  # what it brings is read at the end
         command = _is_command(message.text)
         if command and self.slash_commands.knows(text):  # an unknown one is kept to be fixed
             self.prompt.set_text("")

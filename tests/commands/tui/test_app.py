@@ -1222,6 +1222,39 @@ async def test_page_up_and_down_scroll_the_transcript_from_the_prompt(
         await until(lambda: app.transcript.scroll_y == app.transcript.max_scroll_y > bottom)
 
 
+async def test_scrolled_up_the_transcript_stays_put_as_cards_arrive_until_a_message_is_sent(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """Each tool card and note that arrived scrolled the transcript to its end, taking away
+    the page being read; it now stays, and sending a message brings the end back."""
+    async with FakeProviderServer() as fake:
+        fake.enqueue("anthropic", FakeReply.say("\n\n".join(f"paragraph {i}" for i in range(40))))
+        d = await start_daemon(
+            models=bench_models_yaml(fake.anthropic_base_url),
+            config="tools:\n  confirmation:\n    per_tool: {shell: auto}\n",
+        )
+        app = make_app(d, workspace)
+        async with attached(app, size=(80, 24)) as pilot:
+            await type_text(pilot, app, "a long reply")
+            await until(lambda: notes(app).count("turn completed") == 1, timeout=30)
+            calls = [FakeReply.call("shell", {"command": "sleep 0.3"}) for _ in range(2)]
+            fake.enqueue("anthropic", *calls, FakeReply.say("done"))
+            send(app, "two slow calls")
+            await until(lambda: len(app.query(ToolCard)) == 1, timeout=30)
+            await pilot.press("pageup")
+            transcript = app.transcript
+            await until(lambda: transcript.scroll_y < transcript.max_scroll_y)
+            reading = transcript.scroll_y
+            await until(lambda: notes(app).count("turn completed") == 2, timeout=30)
+            await pilot.pause()
+            assert len(app.query(ToolCard)) == 2
+            assert transcript.scroll_y == reading < transcript.max_scroll_y  # not pulled down
+            fake.enqueue("anthropic", FakeReply.say("here"))
+            await type_text(pilot, app, "and now?")
+            await until(lambda: notes(app).count("turn completed") == 3, timeout=30)
+            await until(lambda: transcript.scroll_y == transcript.max_scroll_y)
+
+
 async def test_a_call_cancelled_with_its_turn_says_cancelled_live_and_resumed(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
