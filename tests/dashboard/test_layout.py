@@ -797,6 +797,29 @@ def test_an_llm_calls_figures_in_the_trace_are_never_cut_off(
     assert "123,456 in / 54,321 out · $" in figures.inner_text()
 
 
+def test_the_sessions_cost_counts_a_call_cut_short_and_says_it_is_estimated(
+    fpage: Any, faked: Faked, workspace: Path
+) -> None:
+    """The page added up completed calls only, so a cancelled call the provider billed (and
+    `metis sessions show` counts) was left out; now its estimated cost is in, marked `≈`, live
+    and after a reload."""
+    session_id = start_session(faked.served, workspace)
+    faked.reply(FakeReply.hang_after(5, text="this never finishes", chunk_chars=3))
+    fpage.goto(f"{faked.served.url}/#/s/{session_id}")
+    send(fpage, "go")
+    fpage.wait_for_selector(".msg.assistant.streaming .stream-text")
+    fpage.click("#cancel")
+    fpage.wait_for_selector("#turn-state:text-is('cancelled')")
+    session = session_once(faked.served, session_id, lambda s: s["current_turn_id"] is None)
+    cost = float(session["cost_so_far_usd"])
+    assert cost > 0
+    shown = f"Cost ≈${cost:.4f}"
+    fpage.wait_for_selector(f"#cost:text-is('{shown}')")
+    assert "estimated" in (fpage.get_attribute("#cost", "title") or "")
+    fpage.reload()
+    fpage.wait_for_selector(f"#cost:text-is('{shown}')")
+
+
 def test_the_trace_says_why_a_tool_or_model_call_failed_in_words_not_codes(
     fpage: Any, faked: Faked, workspace: Path
 ) -> None:

@@ -61,7 +61,9 @@ export function sessionView(root, sessionId, revealAt = null) {
   const finished = new Set(); // turns whose terminal event was handled (it can beat the POST's answer)
   let ended = false;
   let left = false; // the view was left: a late answer no longer names the browser's tab
-  const totals = { input: 0, output: 0, cost: 0 };
+  // every model call's usage, a failed one's too (a call cut short is billed all the same);
+  // `estimated` once a call's usage was partly estimated (llm.call_*'s usage_estimated)
+  const totals = { input: 0, output: 0, cost: 0, estimated: false };
 
   const title = h("h1", { class: "session-title clamp" }, "Session");
   document.title = `${shortId(sessionId)} · metis`; // until the session says its title
@@ -151,8 +153,20 @@ export function sessionView(root, sessionId, revealAt = null) {
     else transcript.scrollTop = transcript.scrollHeight;
   }
 
+  function addUsage(p) {
+    totals.input += tokensIn(p);
+    totals.output += p.output_tokens;
+    totals.cost += Number(p.cost_usd);
+    totals.estimated ||= !!p.usage_estimated;
+  }
+
+  function resetTotals() {
+    Object.assign(totals, { input: 0, output: 0, cost: 0, estimated: false });
+  }
+
   function showTotals() {
-    costEl.textContent = `Cost ${fmtCost(totals.cost)}`;
+    costEl.textContent = `Cost ${totals.estimated ? "≈" : ""}${fmtCost(totals.cost)}`;
+    costEl.title = totals.estimated ? "Partly estimated: a model call cut short before the provider counted its tokens" : "";
     tokensEl.textContent = `Tokens ${fmtInt(totals.input)} in · ${fmtInt(totals.output)} out`;
   }
 
@@ -487,9 +501,8 @@ export function sessionView(root, sessionId, revealAt = null) {
         if (session && !session.title) refreshSession(); // its first prompt is its title now
         break;
       case "llm.call_completed":
-        totals.input += tokensIn(p);
-        totals.output += p.output_tokens;
-        totals.cost += Number(p.cost_usd);
+      case "llm.call_failed":
+        addUsage(p);
         showTotals();
         break;
       case "tool.confirmation_requested":
@@ -552,7 +565,7 @@ export function sessionView(root, sessionId, revealAt = null) {
     for (const message of frame.messages) await addStored(message);
     oldest = frame.messages[0] || null;
     earlier.hidden = !frame.has_more_before;
-    totals.input = totals.output = totals.cost = 0;
+    resetTotals();
     showTotals();
     setTurn(session.current_turn_id);
     const open = new Set(session.pending_confirmations.map((pc) => pc.confirmation_request_id));
@@ -579,14 +592,9 @@ export function sessionView(root, sessionId, revealAt = null) {
 
   async function loadTotals(gen) {
     try {
-      const events = await allEvents(sessionId, { event_types: "llm.call_completed", ...upTo() });
+      const events = await allEvents(sessionId, { event_types: "llm.call_completed,llm.call_failed", ...upTo() });
       if (gen !== snapshotGen) return;
-      for (const ev of events) {
-        const p = ev.payload;
-        totals.input += tokensIn(p);
-        totals.output += p.output_tokens;
-        totals.cost += Number(p.cost_usd);
-      }
+      for (const ev of events) addUsage(ev.payload);
       showTotals();
     } catch { /* the stream re-attaches and takes a new snapshot */ }
   }
@@ -866,7 +874,7 @@ export function sessionView(root, sessionId, revealAt = null) {
       // tokens and cost, tool outcomes, turns that failed or were cancelled
       const gen = ++snapshotGen;
       snapshotAt = turnStarts = null;
-      totals.input = totals.output = totals.cost = 0;
+      resetTotals();
       loadTotals(gen);
       loadOutcomes(gen, oldest, null);
       await reveal();
