@@ -2,7 +2,7 @@
 
 Commands, `/model`'s aliases, `/export`'s formats, `/copy code` and `@alias` overrides are all
 completed the same way: Tab fills in what every option shares, the hints show what is left to
-choose from.
+choose from; once they share nothing more, Tab puts each in the prompt in turn.
 What can be completed depends only on the prompt's text and the configured aliases, so this is
 kept apart from sending and from the commands themselves.
 """
@@ -38,6 +38,7 @@ class PromptCompletion:
 
     def __init__(self, host: CompletionHost) -> None:
         self.host = host
+        self._cycle: list[str] = []  # the options Tab goes through, while one is in the prompt
 
     def completions(self, text: str) -> list[str]:
         """What Tab could complete the prompt's text to (whole replacement texts)."""
@@ -60,8 +61,11 @@ class PromptCompletion:
         return []
 
     def complete(self) -> None:
+        """Tab: the one option, else what the options share, else the next option (Tab with
+        nothing more to fill in did nothing: a choice had to be typed out)."""
         prompt = self.host.prompt
-        options = self.completions(prompt.text)
+        cycling = prompt.text in self._cycle
+        options = self._cycle if cycling else self.completions(prompt.text)
         if not options:
             return
         if len(options) == 1:
@@ -72,12 +76,21 @@ class PromptCompletion:
         for option in options[1:]:
             while not option.startswith(common):
                 common = common[:-1]
-        if len(common) > len(prompt.text):
+        if not cycling and len(common) > len(prompt.text):
             prompt.set_text(common)
-        self.show_hints(options)
+            return
+        self._cycle = options
+        after = options.index(prompt.text) + 1 if prompt.text in options else 0
+        prompt.set_text(options[after % len(options)])
 
     def text_changed(self) -> None:
+        """The hints for the prompt's text; while Tab goes through options, all of them, the
+        one in the prompt marked."""
         text = self.host.prompt.text
+        if text in self._cycle:
+            self.show_hints(self._cycle, chosen=text)
+            return
+        self._cycle = []
         self.show_hints(
             self.completions(text) if text.startswith(("/", "@")) or " @" in text else []
         )
@@ -97,8 +110,8 @@ class PromptCompletion:
         named = (m for m, d in self.host.models.items() if alias in d.get("aliases", []))
         return next(named, "")
 
-    def show_hints(self, options: list[str]) -> None:
-        """List `options` under the prompt; none hides the list."""
+    def show_hints(self, options: list[str], chosen: str | None = None) -> None:
+        """List `options` under the prompt (`chosen` marked); none hides the list."""
         hints = self.host.hints
         if not options:
             hints.remove_class("shown")
@@ -110,8 +123,9 @@ class PromptCompletion:
         for option in options[:MAX_HINTS]:
             usage, _, what = COMMANDS.get(option, option).partition("  ")
             what = what or self._meaning(option)
-            text.append(f"{usage.rstrip()}  ", style="bold")
-            text.append(f"{what}\n")
+            marked = "reverse" if option == chosen else ""
+            text.append(f"{usage.rstrip()}  ", style=f"bold {marked}")
+            text.append(f"{what}\n", style=marked)
         if len(options) > MAX_HINTS:
             text.append(f"… {len(options) - MAX_HINTS} more\n")
         text.rstrip()

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.text import Text
 from textual.containers import Vertical, VerticalScroll
 from textual.pilot import Pilot
 from textual.widgets import Collapsible, OptionList, Static
@@ -1689,6 +1690,34 @@ async def test_model_completions_say_which_model_each_alias_names(
         await pilot.press("@")
         hints = str(app.query_one("#hints", Static).render()).splitlines()
         assert hints == ["@scripted  local:scripted"]
+
+
+async def test_tab_with_nothing_more_to_fill_in_goes_through_the_options(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """`/` + Tab did nothing (the commands share only the slash): Tab now puts each in the
+    prompt in turn, the list staying whole with the one chosen marked; typing ends it."""
+    d = await start_daemon(models=SLOW_SCRIPTED)
+    app = make_app(d, workspace)
+    async with attached(app) as pilot:
+        app.prompt.focus()
+        await pilot.press("/")
+        await pilot.press("tab")
+        assert app.prompt.text == "/model"
+        await pilot.press("tab", "tab")
+        assert app.prompt.text == "/cost"
+        await pilot.pause()
+        listed = app.query_one("#hints", Static).content
+        assert isinstance(listed, Text) and len(listed.plain.splitlines()) == len(COMMANDS)
+        [chosen, *_] = [span for span in listed.spans if "reverse" in str(span.style)]
+        assert listed.plain[chosen.start :].startswith("/cost  this session's cost")
+        app.prompt.set_text("/mo")
+        await pilot.press("tab")
+        assert app.prompt.text == "/model"  # what both share, first
+        await pilot.press("tab")
+        assert app.prompt.text == "/models"
+        await pilot.press("tab")
+        assert app.prompt.text == "/model"
 
 
 async def test_a_session_ended_elsewhere_says_so_in_the_status_bar_until_another_is_shown(
