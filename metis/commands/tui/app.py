@@ -26,7 +26,6 @@ from rich.text import Text
 from textual import events
 from textual.app import App
 from textual.binding import Binding
-from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Static
 
@@ -48,6 +47,7 @@ from metis.commands.tui.widgets import (
     Note,
     PromptInput,
     StatusBar,
+    Transcript,
     plain,
     warm_up_markdown,
 )
@@ -56,6 +56,8 @@ from metis.wire.counts import counted
 from metis.wire.instructions import instructions_note
 
 QUIT_WINDOW_S = 2.0
+MORE_BELOW = "↓ more below: PageDown"
+"""The status bar's word that the transcript, scrolled up, has had something added below."""
 QUIT_WAIT_S = 3.0
 """Leaving waits this long at most for the daemon (closing the stream, ending an unused
 session): one that does not answer must not hold the terminal."""
@@ -133,15 +135,15 @@ class ChatApp(App[int]):
     def compose(self) -> Any:
         # never focused itself, only its collapsed parts: Shift+Tab stopped on it on the way
         # back to the prompt, a stop that showed nothing (PageUp / PageDown scroll it)
-        yield VerticalScroll(id="transcript", can_focus=False)
+        yield Transcript(id="transcript", can_focus=False)
         yield self.turn.spinner
         yield Static("", id="hints")
         yield PromptInput(id="prompt", placeholder="message, /help for commands")
         yield StatusBar()
 
     @property
-    def transcript(self) -> VerticalScroll:
-        return self.query_one("#transcript", VerticalScroll)
+    def transcript(self) -> Transcript:
+        return self.query_one("#transcript", Transcript)
 
     @property
     def prompt(self) -> PromptInput:
@@ -164,14 +166,18 @@ class ChatApp(App[int]):
         return max(20, transcript.scrollable_content_region.width - scrollbar - 2)
 
     async def add(self, widget: Any) -> Any:
-        """Mount at the transcript's end, brought into view only if the end was in view: one
-        scrolled up to read is not pulled down by each card or note that arrives (sending
-        anything brings the end back: `on_prompt_input_submitted`)."""
-        following = self.transcript.is_vertical_scroll_end
+        """Mount at the transcript's end, in view while the transcript follows its end (its
+        anchor). One scrolled up to read is not pulled down by each card or note that arrives:
+        the bar says something did, until the end is scrolled to (`_on_transcript_scrolled`);
+        sending anything brings the end back (`on_prompt_input_submitted`)."""
         await self.transcript.mount(widget)
-        if following:
-            self.transcript.scroll_end(animate=False)
+        if not self.transcript.following:
+            self.status.show(below=MORE_BELOW)
         return widget
+
+    def _on_transcript_scrolled(self) -> None:
+        if self.status.fields.get("below") and self.transcript.following:
+            self.status.show(below="")
 
     async def note(self, text: str, *, error: bool = False, listing: bool = False) -> Widget:
         """A line from metis in the transcript; the widget, for a note that goes once moot. A
@@ -196,6 +202,7 @@ class ChatApp(App[int]):
 
     async def on_mount(self) -> None:
         self.transcript.anchor()
+        self.watch(self.transcript, "scroll_y", self._on_transcript_scrolled, init=False)
         self.prompt.focus()
         self.set_interval(0.1, self.turn.spin)
         await self.api.__aenter__()
@@ -279,6 +286,7 @@ class ChatApp(App[int]):
         self.last_call = None
         self.left_out = 0
         await self.transcript.remove_children()
+        self.status.show(below="")
         session = snapshot["session"]
         self.session = session
         self.workspace = session["workspace_path"]

@@ -15,7 +15,7 @@ from rich.markdown import Markdown as RichMarkdown
 from rich.syntax import Syntax
 from rich.text import Text
 from textual import events
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.geometry import Size
 from textual.message import Message
@@ -52,6 +52,18 @@ def plain_code(text: str, lexer: str) -> Syntax:
     """A diff or a command, highlighted, its control characters made visible (`plain`), its
     long lines wrapped: a command cut at the card's edge hid what ran."""
     return Syntax(visible_controls(text), lexer, theme="ansi_dark", word_wrap=True)
+
+
+class Transcript(VerticalScroll):
+    """The conversation, kept at its end as things arrive (Textual's anchor) until it is
+    scrolled up to read, or set at a message found by a search."""
+
+    @property
+    def following(self) -> bool:
+        """Whether the end is kept in view: the anchor not released by a scroll up. Its own
+        flag, not the scroll position: a card mounted right after another is below an end
+        that Textual scrolls to only on the next refresh."""
+        return self.is_anchored and not self._anchor_released
 
 
 class UserMessage(Static):
@@ -661,7 +673,7 @@ class StatusBar(Widget):
     StatusBar { dock: bottom; height: 1; padding: 0 1; background: $panel; color: $text; }
     """
 
-    ORDER = ("connection", "model", "tokens", "context", "cost")
+    ORDER = ("connection", "below", "model", "tokens", "context", "cost")
     # what a narrow line leaves out, in turn: (fields dropped, labels kept)
     NARROWER = ((("tokens",), True), (("tokens",), False), (("tokens", "context"), False))
     NARROWEST = (("tokens", "context", "cost"), False)
@@ -703,6 +715,9 @@ class StatusBar(Widget):
                 text.append(self._separator(labels), style="dim")
             if name == "connection":
                 text.append(self.fields[name], style="bold reverse red")
+                continue
+            if name == "below":  # what arrived while the transcript was scrolled up
+                text.append(self.fields[name], style="bold yellow")
                 continue
             if labels or name == "context":  # a bare percentage would not say what it is
                 text.append(f"{name} ", style="dim")

@@ -1256,6 +1256,30 @@ async def test_scrolled_up_the_transcript_stays_put_as_cards_arrive_until_a_mess
             await until(lambda: transcript.scroll_y == transcript.max_scroll_y)
 
 
+async def test_what_arrives_below_a_transcript_scrolled_up_is_said_on_the_status_bar(
+    start_daemon: Callable[..., Any], workspace: Path, api_of: Callable[[Daemon], Api]
+) -> None:
+    """Scrolled up, the transcript stays put: a turn sent from elsewhere (nothing typed here
+    to bring the end back) is said on the bar until the end is scrolled to."""
+    d = await start_daemon()
+    app = make_app(d, workspace)
+    async with attached(app, size=(80, 24)) as pilot:
+        for i in range(4):
+            await type_text(pilot, app, f"message {i}")
+            await until(lambda done=i: notes(app).count("turn completed") == done + 1)
+        await pilot.press("pageup")
+        await until(lambda: app.transcript.scroll_y < app.transcript.max_scroll_y)
+        assert not app.status.fields.get("below")
+        await api_of(d).run_turn(str(app.session_id), "from elsewhere")
+        await until(lambda: notes(app).count("turn completed") == 5)
+        assert "↓ more below: PageDown" in str(app.status.render())
+        assert app.transcript.scroll_y < app.transcript.max_scroll_y
+        screenshot(app, "more-below-80")
+        for _ in range(5):
+            await pilot.press("pagedown")
+        await until(lambda: "more below" not in str(app.status.render()))
+
+
 async def test_a_call_cancelled_with_its_turn_says_cancelled_live_and_resumed(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
