@@ -67,11 +67,13 @@ def _workspace_reason(reason: str) -> str:
 
 class WorkspaceNotFound(DomainError):
     """A workspace path that is not an accessible directory; `reason` says which check failed
-    (not_found, not_absolute, not_a_directory, not_accessible)."""
+    (not_found, not_absolute, not_a_directory, not_accessible). `why` words a reason whose code
+    covers more than one cause (a directory outside the allowed roots is `not_accessible` too,
+    but not for want of permission)."""
 
-    def __init__(self, path: str, reason: str) -> None:
+    def __init__(self, path: str, reason: str, why: str | None = None) -> None:
         super().__init__(
-            f"workspace {path!r} is not usable: {_workspace_reason(reason)}", reason=reason
+            f"workspace {path!r} is not usable: {why or _workspace_reason(reason)}", reason=reason
         )
 
 

@@ -253,7 +253,8 @@ def resolve_workspace(
         if metis_home is not None and is_within(resolved, metis_home.root):
             raise WorkspaceRefused(raw, resolved, holds=metis_home.root)
     if roots and not any(is_within(root, resolved) for root in roots):
-        raise WorkspaceNotFound(raw, "not_accessible")
+        outside = f"outside the directories this daemon allows sessions in ({', '.join(roots)})"
+        raise WorkspaceNotFound(raw, "not_accessible", outside)
     return resolved
 
 

@@ -44,6 +44,12 @@ def test_outside_every_allowed_root_is_not_accessible(tmp_path: Path) -> None:
     roots = ((tmp_path / "inside").resolve(),)
     assert resolve_workspace(str(tmp_path / "inside" / "deeper"), roots, PROTECTED)
     assert refusal(str(tmp_path / "inside-not"), roots) == "not_accessible"
+    # the code is the contract's; the message says why, not "permission denied"
+    with pytest.raises(WorkspaceNotFound) as caught:
+        resolve_workspace(str(tmp_path / "inside-not"), roots, PROTECTED)
+    assert str(caught.value).endswith(
+        f"is not usable: outside the directories this daemon allows sessions in ({roots[0]})"
+    )
 
 
 def test_protected_directories_and_pseudo_file_systems_are_refused_unless_listed() -> None:
