@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from metis.core.canonical.times import format_datetime
 from metis.core.config.yaml_source import Diagnostic
-from metis.core.models.registry import ModelRegistry
+from metis.core.models.registry import SCRIPTED_MODEL_ID, ModelRegistry
 from metis.core.routing.availability import Availability, EmitSystemEvent
 from metis.core.routing.clock import SYSTEM_CLOCK, Clock
 from metis.core.routing.loader import (
@@ -337,7 +337,12 @@ class PolicyManager:
         if chosen is None or why is None:
             return
         floor = self.registry.default_model()
-        instead = f"go to {floor}, the first configured model" if floor else "find no model"
+        if floor:
+            instead = f"go to {floor}, the first configured model"
+        elif self.registry.offline_mode:  # the engine's last default: the scripted model
+            instead = f"go to {SCRIPTED_MODEL_ID} (offline)"
+        else:
+            instead = "find no model"
         log.warning(
             "global_default %s is not configured (%s); turns no rule picks %s",
             chosen,

@@ -108,6 +108,20 @@ async def test_an_unconfigured_global_default_is_one_warning_in_the_log(
     ]
 
 
+async def test_offline_an_unconfigured_global_default_is_said_to_give_way_to_the_scripted_model(
+    home: Path, shipped: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With no model configured the engine's last default is the scripted model: the log said
+    such turns "find no model" while they were answered."""
+    (home / "routing.yaml").write_bytes(GOOD)
+    registry = make_registry({})
+    assert registry.offline_mode and registry.default_model() is None
+    manager = PolicyManager(registry, home=home, shipped_path=shipped)
+    await manager.start()
+    [warned] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warned.endswith("; turns no rule picks go to local:scripted (offline)"), warned
+
+
 async def test_startup_loads_a_valid_user_file_and_persists_it_as_lkg(
     make_manager: Callable[..., PolicyManager], home: Path, events: EventLog
 ) -> None:
