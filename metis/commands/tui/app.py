@@ -516,7 +516,7 @@ class ChatApp(App[int]):
         if not self.confirmations.pending:
             self.notify("no tool call is waiting for your answer", timeout=QUIT_WINDOW_S)
             return
-        self.confirmations.show_next()
+        self.confirmations.show_next(asked=True)
 
 
 def _is_command(typed: str) -> bool:

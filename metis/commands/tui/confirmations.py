@@ -58,12 +58,17 @@ class ConfirmationQueue:
         self.pending[request_id] = request
         self.show_next()
 
-    def show_next(self) -> None:
+    def show_next(self, *, asked: bool = False) -> None:
+        """The next question's dialog; `asked` when opened with Ctrl-O, whose keys answer at
+        once (one that opens by itself waits ConfirmScreen.ARMING_S)."""
         if self.screen is not None or not self.pending:
             return
         request = next(iter(self.pending.values()))
         screen = ConfirmScreen(
-            request, self.tool_inputs.get(request["tool_use_id"]), self.host.workspace
+            request,
+            self.tool_inputs.get(request["tool_use_id"]),
+            self.host.workspace,
+            armed=asked,
         )
         self.screen = screen
 

@@ -72,9 +72,10 @@ class ConfirmScreen(ModalScreen[Decision | None]):
     decide later. `None` is the result when it is closed without an answer."""
 
     ARMING_S = 0.5
-    """`y`, `a` and `n` this soon after the dialog opened are not answers: it opens whenever a
-    call asks, also while a message is being typed, whose next letters (the `a` of a word)
-    allowed a call no one had read. Esc, which answers nothing, works at once."""
+    """`y`, `a` and `n` this soon after the dialog opened by itself are not answers: it opens
+    whenever a call asks, also while a message is being typed, whose next letters (the `a` of
+    a word) allowed a call no one had read. Esc, which answers nothing, works at once, and so
+    do all keys in a dialog asked for with Ctrl-O (`armed`)."""
 
     DEFAULT_CSS = """
     ConfirmScreen { align: center middle; }
@@ -101,7 +102,12 @@ class ConfirmScreen(ModalScreen[Decision | None]):
     ]
 
     def __init__(
-        self, request: dict[str, Any], tool_input: dict[str, Any] | None, workspace: str | None
+        self,
+        request: dict[str, Any],
+        tool_input: dict[str, Any] | None,
+        workspace: str | None,
+        *,
+        armed: bool = False,
     ) -> None:
         super().__init__()
         self.request = request
@@ -110,6 +116,7 @@ class ConfirmScreen(ModalScreen[Decision | None]):
         self.workspace = workspace
         self.detail = ""  # the diff or the command shown
         self._opened = time.monotonic()  # set again when shown (on_mount)
+        self._arming_s = 0.0 if armed else self.ARMING_S  # asked for (Ctrl-O): no wait
 
     def compose(self) -> Any:
         name = str(self.request.get("tool_name"))
@@ -168,7 +175,7 @@ class ConfirmScreen(ModalScreen[Decision | None]):
     @property
     def armed(self) -> bool:
         """Whether `y`, `a` and `n` answer yet (ARMING_S)."""
-        return time.monotonic() - self._opened >= self.ARMING_S
+        return time.monotonic() - self._opened >= self._arming_s
 
     def on_resize(self) -> None:
         self.call_after_refresh(self._fit)

@@ -259,7 +259,8 @@ async def test_keys_typed_as_the_dialog_opens_do_not_answer_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A question can open while a message is being typed: the letters that follow at once
-    (`a` allowed the tool for the whole session) answer nothing; once read, `y` does."""
+    (`a` allowed the tool for the whole session) answer nothing; in the dialog asked for again
+    with Ctrl-O, `y` answers at once."""
     monkeypatch.setattr(ConfirmScreen, "ARMING_S", 1.5)  # a loaded machine is slow to look
     d = await start_daemon(config=CONFIRM_ALL)
     app = make_app(d, workspace)
@@ -270,7 +271,11 @@ async def test_keys_typed_as_the_dialog_opens_do_not_answer_it(
         assert isinstance(modal, ConfirmScreen) and not modal.armed
         await pilot.press(*"an")
         assert app.screen is modal and not modal.query_one("#reason").has_class("asking")
-        await until(lambda: modal.armed)
+        await pilot.press("escape")  # answers nothing: at once
+        await until(lambda: app.screen is app.screen_stack[0])
+        await pilot.press("ctrl+o")  # asked for: its keys answer at once
+        await until(lambda: isinstance(app.screen, ConfirmScreen) and app.screen.is_mounted)
+        assert app.screen.armed
         await pilot.press("y")
         await until(lambda: app.turn.id is None and "turn completed" in notes(app))
     assert await api_of(d).decisions(app.session_id) == [("allow", "once", None)]
