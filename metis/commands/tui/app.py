@@ -56,7 +56,7 @@ from metis.wire.counts import counted
 from metis.wire.instructions import instructions_note
 
 QUIT_WINDOW_S = 2.0
-MORE_BELOW = "↓ more below: PageDown"
+MORE_BELOW = "↓ more below"  # short: at 60 columns the model's name must fit beside it
 """The status bar's word that the transcript, scrolled up, has had something added below."""
 QUIT_WAIT_S = 3.0
 """Leaving waits this long at most for the daemon (closing the stream, ending an unused

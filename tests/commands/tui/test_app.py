@@ -1277,9 +1277,15 @@ async def test_what_arrives_below_a_transcript_scrolled_up_is_said_on_the_status
         assert not app.status.fields.get("below")
         await api_of(d).run_turn(str(app.session_id), "from elsewhere")
         await until(lambda: notes(app).count("turn completed") == 5)
-        assert "↓ more below: PageDown" in str(app.status.render())
+        assert "↓ more below" in str(app.status.render())
         assert app.transcript.scroll_y < app.transcript.max_scroll_y
         screenshot(app, "more-below-80")
+        await pilot.resize_terminal(60, 20)  # the model still shows whole beside it
+        await pilot.pause()
+        bar = str(app.status.render())
+        assert bar.startswith("↓ more below") and "local:scripted (routing)" in bar, bar
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
         for _ in range(5):
             await pilot.press("pagedown")
         await until(lambda: "more below" not in str(app.status.render()))
