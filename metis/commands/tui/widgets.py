@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from markdown_it.token import Token
 from rich.console import Console, JustifyMethod
-from rich.markdown import Heading
+from rich.markdown import Heading, TableDataElement
 from rich.markdown import Markdown as RichMarkdown
 from rich.syntax import Syntax
 from rich.text import Text
@@ -336,7 +336,19 @@ class _LeftHeading(Heading):
     )
 
 
+class _FoldedCell(TableDataElement):
+    """A table cell whose word is too long for its column goes on over the next lines rather
+    than being cut with an ellipsis: at 60 columns a path read `/v1/in…`, and nothing showed
+    the rest (the transcript does not scroll sideways)."""
+
+    def __init__(self, justify: JustifyMethod) -> None:
+        super().__init__(justify)
+        self.content.overflow = "fold"
+
+
 LeftMarkdown.elements["heading_open"] = _LeftHeading
+LeftMarkdown.elements["td_open"] = _FoldedCell
+LeftMarkdown.elements["th_open"] = _FoldedCell
 
 _LIST_ITEM = re.compile(r"(?:[-*+]|\d{1,9}[.)])(?:[ \t]|$)")
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")

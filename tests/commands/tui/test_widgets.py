@@ -166,3 +166,23 @@ async def test_denying_shows_the_keys_that_work_while_the_reason_is_typed(
         assert "reason for denying (optional)" in _shown(reason)
         await pilot.press(*"yay")
         assert reason.value == "yay" and app.screen is screen
+
+
+async def test_a_tables_long_words_are_folded_at_60_columns_never_cut() -> None:
+    """A reply's table wider than the terminal: a word too long for its column goes on over
+    the next lines; cut with an ellipsis (`/v1/in…`), the rest of it showed nowhere."""
+    path = "/v1/" + "invoices/" * 10 + "lines"
+    reply = AssistantMessage(None)
+    app = _Bare(reply)
+    async with app.run_test(size=(60, 30)) as pilot:
+        reply.append(f"| endpoint | method |\n| --- | --- |\n| {path} | POST |\n")
+        reply.finish()
+        async with asyncio.timeout(5):
+            while reply.shown < len(reply.text):
+                await pilot.pause(0.05)
+        await pilot.pause()
+        lines = ["".join(s.text for s in reply.render_line(y)) for y in range(reply.size.height)]
+        assert not any("…" in line for line in lines), lines
+        firsts = [line.split()[0] for line in lines if line.strip()]  # the first column's
+        start = next(i for i, cell in enumerate(firsts) if cell.startswith("/v1/"))
+        assert "".join(firsts[start:]) == path, lines
