@@ -31,7 +31,7 @@ from metis.core.config.yaml_source import MarkedDict, line_of, read_yaml_file, s
 from metis.core.datamodel import DataModel
 from metis.core.errors import ConfigError
 from metis.core.tools.mcp.settings import McpSettings
-from metis.core.tools.settings import ToolsSettings
+from metis.core.tools.settings import BUILTINS_ONLY, ToolsSettings
 
 log = logging.getLogger(__name__)
 
@@ -397,6 +397,8 @@ def _loc_to_message(path: Path, data: Any, error: ErrorDetails) -> tuple[int, st
             close = suggest(keys[-1], allowed) if isinstance(keys[-1], str) else ""
             hint = f"{close} (allowed: {', '.join(allowed)})"
         problem = f"unknown key{hint}"
+    elif error["type"] == "value_error":  # a validator's own words, without pydantic's prefix
+        problem = problem.removeprefix("Value error, ")
     elif about_key:  # a map of names (`mcp.servers`) given a key that is not a name (`~:`)
         said = f"expected {expected}, got {type_name(error['input'])}" if expected else problem
         problem = f"not a valid key: {said}"
@@ -404,8 +406,6 @@ def _loc_to_message(path: Path, data: Any, error: ErrorDetails) -> tuple[int, st
         problem = f"expected a mapping, got {type_name(error['input'])}"
     elif expected is not None:  # "a valid tuple": the YAML words for what is wanted
         problem = f"expected {expected}, got {type_name(error['input'])}"
-    elif error["type"] == "value_error":  # a validator's own words, without pydantic's prefix
-        problem = problem.removeprefix("Value error, ")
     where = f"{path}:{line}" if line else str(path)
     return line or 0, f"{where}: {key}: {problem}"
 
@@ -468,6 +468,10 @@ def _section_at(path: list[str]) -> type[BaseModel] | None:
     return current if isinstance(current, type) and issubclass(current, BaseModel) else None
 
 
+CONFIG_FILE_CONTEXT = {BUILTINS_ONLY: True}
+"""How config.yaml is validated: its tool settings name builtins only."""
+
+
 def load_file_settings(path: Path) -> FileSettings:
     """Parse `config.yaml`; raise ConfigError naming file, line and key on any problem."""
     if not path.exists():
@@ -486,7 +490,7 @@ def load_file_settings(path: Path) -> FileSettings:
     if not isinstance(doc.data, dict):
         raise ConfigError(f"{path}:1: the top level must be a mapping")
     try:
-        return FileSettings.model_validate(doc.data)
+        return FileSettings.model_validate(doc.data, context=CONFIG_FILE_CONTEXT)
     except ValidationError as exc:
         located = sorted(
             (_loc_to_message(path, doc.data, e) for e in exc.errors()), key=lambda m: m[0]
@@ -585,7 +589,7 @@ def _file_settings(path: Path, overrides: dict[str, Any] | None) -> FileSettings
             merged[key] = {**merged[key], **value}
         else:
             merged[key] = value
-    return FileSettings.model_validate(merged)
+    return FileSettings.model_validate(merged, context=CONFIG_FILE_CONTEXT)
 
 
 def current_file_settings(settings: Settings) -> FileSettings:

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from metis.core.canonical.tools import ToolDefinition
-from metis.core.config.yaml_source import suggest
-from metis.core.errors import ConfigError
 from metis.core.tools.base import Tool, ToolNameConflict, ToolRegistrationError
 from metis.core.tools.bwrap import ShellSandbox
 from metis.core.tools.policy import SurfaceToolPolicy
@@ -60,13 +58,10 @@ class ToolRegistry:
         cls, settings: ToolsSettings, shell_sandbox: ShellSandbox | None = None
     ) -> ToolRegistry:
         """The six builtins in contract order, enabled per `settings.enabled`; the shell's
-        description says what `shell_sandbox` allows (None: the shell runs unsandboxed).
-
-        Raises `ConfigError` when a setting names a tool that does not exist.
-        """
+        description says what `shell_sandbox` allows (None: the shell runs unsandboxed). The
+        settings name builtins only (`ToolsSettings` checks that as config.yaml is read)."""
         registry = cls(enabled=settings.enabled)
         registry.register_builtins(settings, shell_sandbox)
-        registry.check_settings(settings)
         return registry
 
     def register_builtins(
@@ -125,23 +120,6 @@ class ToolRegistry:
         """The source (`mcp:<server>`) a tool was registered from; None for builtins and tests' own
         tools."""
         return self._sources.get(name)
-
-    def check_settings(self, settings: ToolsSettings) -> None:
-        """Refuse tool names in the settings that name no registered tool."""
-        named = {
-            "tools.enabled": settings.enabled,
-            "tools.timeouts.per_tool": tuple(settings.timeouts.per_tool),
-            "tools.confirmation.per_tool": tuple(settings.confirmation.per_tool),
-        }
-        known = sorted(self._tools)
-        problems = [
-            f"config.yaml {key}: unknown tool {name!r}{suggest(name, known)}"
-            for key, names in named.items()
-            for name in names
-            if name not in self._tools
-        ]
-        if problems:
-            raise ConfigError("\n".join([*problems, f"(the tools are: {', '.join(known)})"]))
 
     def get(self, name: str) -> RegisteredTool | None:
         """A registered tool whether or not it is enabled (AAP `/meta`, config checks)."""

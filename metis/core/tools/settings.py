@@ -8,9 +8,16 @@ weakening the confirmation policy. `metis/config.py` embeds `ToolsSettings`.
 import os
 import re
 from collections.abc import Iterable
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from metis.core.canonical.tools import SideEffects
 from metis.core.datamodel import DataModel
@@ -52,6 +59,29 @@ def _check_tool_names(names: Iterable[str]) -> None:
         raise ValueError(f"invalid tool names: {', '.join(bad)}")
 
 
+BUILTINS_ONLY = "builtin_tool_names_only"
+"""The validation context key under which tool names must be builtins: config.yaml's (an MCP
+server's tools take their policy and timeouts from its own entry). Settings a program builds for
+a registry of its own tools (the tests') name those."""
+
+
+def _builtin(name: str, info: ValidationInfo) -> str:
+    """A name config.yaml's tool settings may use: a builtin. Checked as the file is read, so a
+    typo is said with the file, line and key, a likely name and the list."""
+    builtins_only = bool(info.context and info.context.get(BUILTINS_ONLY))
+    if builtins_only and TOOL_NAME_RE.match(name) and name not in BUILTIN_TOOL_NAMES:
+        from metis.core.config.yaml_source import suggest
+
+        raise ValueError(
+            f"unknown tool {name!r}{suggest(name, BUILTIN_TOOL_NAMES)} "
+            f"(the tools are: {', '.join(sorted(BUILTIN_TOOL_NAMES))})"
+        )
+    return name
+
+
+BuiltinToolName = Annotated[str, AfterValidator(_builtin)]
+
+
 class _Section(DataModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -62,7 +92,7 @@ class TimeoutsSettings(_Section):
     per_class: dict[SideEffects, float] = Field(
         default_factory=lambda: dict(DEFAULT_CLASS_TIMEOUTS)
     )
-    per_tool: dict[str, float] = Field(default_factory=dict)
+    per_tool: dict[BuiltinToolName, float] = Field(default_factory=dict)
 
     @field_validator("per_class")
     @classmethod
@@ -148,7 +178,7 @@ class ConfirmationSettings(_Section):
     """A class missing from a user-given `default` resolves to `prompt`."""
 
     default: dict[SideEffects, Mode] = Field(default_factory=_default_modes)
-    per_tool: dict[str, Mode] = Field(default_factory=dict)
+    per_tool: dict[BuiltinToolName, Mode] = Field(default_factory=dict)
     trusted_workspaces: tuple[str, ...] = ()
     trusted_workspace_modes: dict[SideEffects, Mode] = Field(
         default_factory=_trusted_workspace_modes
@@ -170,7 +200,7 @@ class ToolsSettings(_Section):
     """The `tools` section of config.yaml: which tools exist for sessions, concurrency, timeouts,
     size limits, the shell, the sandbox and the confirmation policy."""
 
-    enabled: tuple[str, ...] = BUILTIN_TOOL_NAMES
+    enabled: tuple[BuiltinToolName, ...] = BUILTIN_TOOL_NAMES
     max_concurrent_per_session: int = Field(default=4, ge=1, le=16)
     max_concurrent_global: int = Field(default=16, ge=1)
     timeouts: TimeoutsSettings = Field(default_factory=TimeoutsSettings)

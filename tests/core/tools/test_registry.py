@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from metis.config import load_file_settings
 from metis.core.errors import ConfigError
 from metis.core.tools.base import ToolNameConflict
 from metis.core.tools.bwrap import ShellSandbox
@@ -170,24 +171,24 @@ def test_application_tools_may_not_shadow_enabled_builtins() -> None:
     registry.check_application_tools(["shell"], SurfaceToolPolicy(enabled=frozenset({"read_file"})))
 
 
-def test_settings_naming_unknown_tools_are_a_config_error() -> None:
-    for raw in (
-        {"enabled": ["read_file", "web_fetch"]},
-        {"timeouts": {"per_tool": {"web_fetch": 5}}},
-        {"confirmation": {"per_tool": {"web_fetch": "auto"}}},
-    ):
-        with pytest.raises(ConfigError, match="web_fetch"):
-            ToolRegistry.with_builtins(ToolsSettings.model_validate(raw))
-
-
-def test_an_unknown_tool_in_the_settings_is_said_with_the_file_a_likely_name_and_the_tools() -> (
-    None
-):
+def test_an_unknown_tool_in_the_settings_is_said_at_its_line_with_a_likely_name_and_the_tools(
+    tmp_path: Path,
+) -> None:
+    """Every other config.yaml error names the file, line and key: so does a tool name that
+    no builtin has, where the daemon used to say only `config.yaml tools.enabled`."""
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "tools:\n  enabled: [read_file, shel]\n  timeouts:\n    per_tool: {read_fil: 3}\n"
+        "  confirmation:\n    per_tool:\n      web_fetch: auto\n"
+    )
     with pytest.raises(ConfigError) as refused:
-        ToolRegistry.with_builtins(ToolsSettings.model_validate({"enabled": ["read_file", "shel"]}))
+        load_file_settings(config)
+    tools = "(the tools are: grep_files, list_dir, patch_file, read_file, shell, write_file)"
     assert refused.value.message.splitlines() == [
-        "config.yaml tools.enabled: unknown tool 'shel'; did you mean 'shell'?",
-        "(the tools are: grep_files, list_dir, patch_file, read_file, shell, write_file)",
+        f"{config}:2: tools.enabled.1: unknown tool 'shel'; did you mean 'shell'? {tools}",
+        f"{config}:4: tools.timeouts.per_tool.read_fil: unknown tool 'read_fil'; did you mean "
+        f"'read_file'? {tools}",
+        f"{config}:7: tools.confirmation.per_tool.web_fetch: unknown tool 'web_fetch' {tools}",
     ]
 
 
