@@ -123,10 +123,10 @@ class ConfirmScreen(ModalScreen[Decision | None]):
         summary = self.request.get("command_summary") or self.request.get("input_summary") or ""
         with Vertical():
             yield Static(
-                Text.assemble(
+                Text.assemble(  # an MCP server names its tools: shown as written, never obeyed
                     ("Allow ", "bold"),
-                    (name, "bold yellow"),
-                    (f" ({self.request.get('side_effects')})?", "bold"),
+                    (visible_controls(name), "bold yellow"),
+                    (f" ({visible_controls(str(self.request.get('side_effects')))})?", "bold"),
                 ),
                 classes="title",
             )

@@ -186,3 +186,23 @@ async def test_a_tables_long_words_are_folded_at_60_columns_never_cut() -> None:
         firsts = [line.split()[0] for line in lines if line.strip()]  # the first column's
         start = next(i for i, cell in enumerate(firsts) if cell.startswith("/v1/"))
         assert "".join(firsts[start:]) == path, lines
+
+
+async def test_a_confirmations_tool_name_is_shown_as_written_never_obeyed() -> None:
+    """An MCP server names its tools: the dialog's title shows the name's escape sequences,
+    as the card's title does, rather than handing them to the terminal."""
+    request = {
+        "confirmation_request_id": "conf_1",
+        "tool_name": f"mcp_tool{ESCAPES}",
+        "side_effects": "execute",
+        "input_summary": "{}",
+        "allowed_scopes": ["once"],
+    }
+    screen = ConfirmScreen(request, {}, None)
+    app = _Bare()
+    async with app.run_test(size=(120, 30)) as pilot:
+        app.push_screen(screen)
+        await pilot.pause(0.2)
+        shown = _shown(screen)
+        assert "mcp_tool\\x1b]52;c;ZXZpbA==\\x1b\\ \\x1b]0;PWNED\\x07" in shown
+        assert not {"\x1b", "\x07", "\r"} & set(shown)
