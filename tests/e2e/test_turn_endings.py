@@ -126,6 +126,33 @@ async def test_a_complete_tool_use_of_a_non_tool_use_ending_gets_a_cancelled_res
     assert sent.count(CANCELLED) == 2
 
 
+async def run_watched(
+    api: Api, sid: str, text: str
+) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    """Run a turn with a WebSocket subscribed: its acceptance, its stored terminal event, and
+    what the socket received of it."""
+    ws, _ = await Ws.subscribed(api, sid)
+    try:
+        accepted, terminal = await api.run_turn(sid, text)
+        live = await ws.turn(accepted["turn_id"])
+    finally:
+        await ws.close()
+    return accepted, terminal, live
+
+
+def streamed_text(live: list[dict[str, Any]]) -> str:
+    """The text a turn's `text.delta` events carried."""
+    return "".join(e["text"] for e in of_type(live, "text.delta"))
+
+
+def assert_costed_as_estimated(usage: dict[str, Any], input_tokens: int, text: str) -> None:
+    """A cut-short call's usage: its prompt, the streamed output at four characters a token
+    (ceiling), and the flag that says they are estimates."""
+    assert usage["input_tokens"] == input_tokens > 0
+    assert usage["output_tokens"] == -(-len(text) // 4) > 1
+    assert usage["usage_estimated"] is True and usage["cost_usd"] != "0"
+
+
 def anthropic_frame(kind: str, data: dict[str, Any]) -> str:
     return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n"
 
@@ -249,12 +276,7 @@ async def test_a_tool_use_cut_off_by_the_output_limit_is_dropped(
     daemon, api, fake = env
     sid = await session_on(api, workspace, api_name)
     fake.enqueue(api_name, FakeReply(raw_sse=CUT_OFF_REPLIES[api_name]))
-    ws, _ = await Ws.subscribed(api, sid)
-    try:
-        accepted, terminal = await api.run_turn(sid, "read, then write the notes")
-        live = await ws.turn(accepted["turn_id"])
-    finally:
-        await ws.close()
+    accepted, terminal, live = await run_watched(api, sid, "read, then write the notes")
     assert terminal["type"] == "turn.completed"
     assert terminal["payload"]["stop_reason"] == "max_tokens"
     assert not (workspace / "notes.txt").exists()
@@ -328,19 +350,6 @@ async def test_a_call_cut_off_alone_leaves_an_empty_reply_and_nothing_pending(
 # -- usage of failed and cancelled calls ----------------------------------------------------------
 
 
-def streamed_text(live: list[dict[str, Any]]) -> str:
-    """The text a turn's `text.delta` events carried."""
-    return "".join(e["text"] for e in of_type(live, "text.delta"))
-
-
-def assert_costed_as_estimated(usage: dict[str, Any], input_tokens: int, text: str) -> None:
-    """A cut-short call's usage: its prompt, the streamed output at four characters a token
-    (ceiling), and the flag that says they are estimates."""
-    assert usage["input_tokens"] == input_tokens > 0
-    assert usage["output_tokens"] == -(-len(text) // 4) > 1
-    assert usage["usage_estimated"] is True and usage["cost_usd"] != "0"
-
-
 async def test_a_call_dropped_before_its_usage_chunk_is_costed_as_estimated(
     env: Env, workspace: Path, metis_home: Path
 ) -> None:
@@ -351,12 +360,7 @@ async def test_a_call_dropped_before_its_usage_chunk_is_costed_as_estimated(
     fake.enqueue(
         "openai", FakeReply.drop_after(6, text="cut off in the middle", chunk_chars=4, usage=USAGE)
     )
-    ws, _ = await Ws.subscribed(api, sid)
-    try:
-        accepted, terminal = await api.run_turn(sid, "hello")
-        live = await ws.turn(accepted["turn_id"])
-    finally:
-        await ws.close()
+    accepted, terminal, live = await run_watched(api, sid, "hello")
     assert terminal["type"] == "turn.failed" and terminal["payload"]["error_class"] == "network"
 
     events = await api.turn_events(sid, accepted["turn_id"])
@@ -389,12 +393,7 @@ async def test_a_call_dropped_after_message_start_adds_the_streamed_output_to_wh
         "anthropic",
         FakeReply.drop_after(8, text="cut off in the middle", chunk_chars=4, usage=USAGE),
     )
-    ws, _ = await Ws.subscribed(api, sid)
-    try:
-        accepted, terminal = await api.run_turn(sid, "hello")
-        live = await ws.turn(accepted["turn_id"])
-    finally:
-        await ws.close()
+    accepted, terminal, live = await run_watched(api, sid, "hello")
     assert terminal["type"] == "turn.failed"
     [failed] = of_type(await api.turn_events(sid, accepted["turn_id"]), "llm.call_failed")
     assert_costed_as_estimated(failed, USAGE["input_tokens"], streamed_text(live))
