@@ -23,6 +23,26 @@ from metis.core.tools.mcp.transport import (
 from tests.processes import gone
 
 
+async def held_open(
+    script: str,
+    started: list[StdioProcess],
+    *,
+    ledger: ProcessGroupLedger | None,
+    stderr_path: Path | None,
+) -> None:
+    """A stdio transport to `/bin/sh -c script`, held open until the task is cancelled."""
+    async with stdio_transport(
+        "/bin/sh",
+        ("-c", script),
+        server_environment({}),
+        None,
+        ledger=ledger,
+        stderr_path=stderr_path,
+        started=started,
+    ):
+        await anyio.sleep(3600)
+
+
 async def test_a_stop_cut_short_kills_the_group_at_once_and_keeps_its_note(tmp_path: Path) -> None:
     """A shutdown past its grace cancels the owner task while the transport stops a server
     that ignores SIGTERM: the group is SIGKILLed there and then, and its note stays in the
@@ -30,19 +50,9 @@ async def test_a_stop_cut_short_kills_the_group_at_once_and_keeps_its_note(tmp_p
     ledger = ProcessGroupLedger(tmp_path / "groups")
     started: list[StdioProcess] = []
 
-    async def connection() -> None:
-        async with stdio_transport(
-            "/bin/sh",
-            ("-c", "trap '' TERM; exec sleep 1003"),
-            server_environment({}),
-            None,
-            ledger=ledger,
-            stderr_path=None,
-            started=started,
-        ):
-            await anyio.sleep(3600)
-
-    task = asyncio.create_task(connection())
+    task = asyncio.create_task(
+        held_open("trap '' TERM; exec sleep 1003", started, ledger=ledger, stderr_path=None)
+    )
     while not started:
         await asyncio.sleep(0.01)
     pid = started[0].pid
@@ -130,20 +140,9 @@ async def test_a_server_writing_stderr_without_end_leaves_no_task_or_descriptor_
     tasks_before = asyncio.all_tasks()
     for cut_short in (False, True):
         started: list[StdioProcess] = []
-
-        async def connection(log: Path = log, started: list[StdioProcess] = started) -> None:
-            async with stdio_transport(
-                "/bin/sh",
-                ("-c", "trap '' TERM; yes spam >&2"),
-                server_environment({}),
-                None,
-                ledger=None,
-                stderr_path=log,
-                started=started,
-            ):
-                await anyio.sleep(3600)
-
-        task = asyncio.create_task(connection())
+        task = asyncio.create_task(
+            held_open("trap '' TERM; yes spam >&2", started, ledger=None, stderr_path=log)
+        )
         while not started or log.stat().st_size < MAX_STDERR_LOG_BYTES // 2:
             await asyncio.sleep(0.05)
         task.cancel()
