@@ -86,6 +86,7 @@ class ConfirmScreen(ModalScreen[Decision | None]):
     ConfirmScreen .title { text-style: bold; }
     ConfirmScreen VerticalScroll { height: auto; max-height: 24; margin: 1 0; }
     ConfirmScreen .keys { color: $text-muted; }
+    ConfirmScreen.arming .keys { text-opacity: 40%; }
     ConfirmScreen #answer { dock: bottom; height: auto; }
     ConfirmScreen Input { display: none; }
     ConfirmScreen Input.asking { display: block; }
@@ -170,6 +171,9 @@ class ConfirmScreen(ModalScreen[Decision | None]):
 
     def on_mount(self) -> None:
         self._opened = time.monotonic()
+        if self._arming_s:  # the keys dimmed until they answer
+            self.add_class("arming")
+            self.set_timer(self._arming_s, lambda: self.remove_class("arming"))
         self.call_after_refresh(self._fit)
 
     @property

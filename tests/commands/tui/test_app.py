@@ -191,7 +191,7 @@ async def wait_modal(app: ChatApp) -> ConfirmScreen:
     await until(lambda: bool(app.screen.query(".keys")))
     assert isinstance(app.screen, ConfirmScreen)
     modal = app.screen
-    await until(lambda: modal.armed)
+    await until(lambda: modal.armed and not modal.has_class("arming"))  # its keys not dimmed
     return modal
 
 
@@ -269,13 +269,14 @@ async def test_keys_typed_as_the_dialog_opens_do_not_answer_it(
         await until(lambda: isinstance(app.screen, ConfirmScreen) and app.screen.is_mounted)
         modal = app.screen
         assert isinstance(modal, ConfirmScreen) and not modal.armed
+        assert modal.has_class("arming")  # its keys dimmed meanwhile
         await pilot.press(*"an")
         assert app.screen is modal and not modal.query_one("#reason").has_class("asking")
         await pilot.press("escape")  # answers nothing: at once
         await until(lambda: app.screen is app.screen_stack[0])
         await pilot.press("ctrl+o")  # asked for: its keys answer at once
         await until(lambda: isinstance(app.screen, ConfirmScreen) and app.screen.is_mounted)
-        assert app.screen.armed
+        assert app.screen.armed and not app.screen.has_class("arming")
         await pilot.press("y")
         await until(lambda: app.turn.id is None and "turn completed" in notes(app))
     assert await api_of(d).decisions(app.session_id) == [("allow", "once", None)]
