@@ -48,7 +48,7 @@ KEYS = (
     ("Enter", "send"),
     ("Shift+Enter, Ctrl+J", "new line"),
     ("↑ / ↓", "prompt history (on the first / last line)"),
-    ("Tab", "complete a /command, /model's alias or @alias"),
+    ("Tab", "complete a /command, /model's alias or @alias; again, the next one"),
     ("PageUp / PageDown", "scroll the transcript"),
     ("Shift+Tab", "to the collapsed parts (thinking, show all…), Enter opens; back to the prompt"),
     ("Esc, Ctrl-C", "cancel the running turn"),

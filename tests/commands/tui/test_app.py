@@ -1381,6 +1381,7 @@ async def test_help_at_80_columns_lists_commands_and_keys_in_columns(
         assert all(line[:column].isspace() for line in lines if line.startswith(" ")), lines
         for key in ("PageUp / PageDown", "Ctrl-C twice, Ctrl-Q", "@alias message", "Ctrl-O"):
             assert any(line.startswith(key) for line in lines), key
+        assert "again, the next one" in str(note.render())  # Tab goes through the options
         screenshot(app, "help-80")
 
 
