@@ -708,6 +708,9 @@ class StatusBar(Widget):
                 break
             labels = narrower_labels  # the separator before the workspace matches the line's
             text = self._line([n for n in present if n not in dropped], labels=labels)
+        if text.cell_len > width:  # narrower still: the state in its first words, for the model
+            kept = [n for n in present if n not in self.NARROWEST[0]]
+            text = self._line(kept, labels=False, terse=True)
         workspace = self.fields.get("workspace")
         separator = self._separator(labels)
         room = width - text.cell_len - len(separator)
@@ -720,13 +723,16 @@ class StatusBar(Widget):
     def _separator(labels: bool) -> str:
         return "  │  " if labels else " │ "
 
-    def _line(self, names: list[str], *, labels: bool) -> Text:
+    def _line(self, names: list[str], *, labels: bool, terse: bool = False) -> Text:
+        """The fields named; `terse`, the connection's state without what follows its colon
+        (`disconnected`, not `disconnected: re-attaching…`)."""
         text = Text(no_wrap=True, overflow="ellipsis")
         for name in names:
             if text:
                 text.append(self._separator(labels), style="dim")
             if name == "connection":
-                text.append(self.fields[name], style="bold reverse red")
+                state = self.fields[name].partition(":")[0] if terse else self.fields[name]
+                text.append(state, style="bold reverse red")
                 continue
             if name == "below":  # what arrived while the transcript was scrolled up
                 text.append(self.fields[name], style="bold yellow")

@@ -15,7 +15,13 @@ from textual.widgets import Input
 
 from metis.commands.failures import error_text
 from metis.commands.tui.screens import ConfirmScreen
-from metis.commands.tui.widgets import AssistantMessage, ThinkingBlock, ToolCard, UserMessage
+from metis.commands.tui.widgets import (
+    AssistantMessage,
+    StatusBar,
+    ThinkingBlock,
+    ToolCard,
+    UserMessage,
+)
 
 # set the clipboard, set the window's title, clear the screen, move the cursor home
 ESCAPES = "\x1b]52;c;ZXZpbA==\x1b\\ \x1b]0;PWNED\x07 \x1b[2J\r"
@@ -206,3 +212,22 @@ async def test_a_confirmations_tool_name_is_shown_as_written_never_obeyed() -> N
         shown = _shown(screen)
         assert "mcp_tool\\x1b]52;c;ZXZpbA==\\x1b\\ \\x1b]0;PWNED\\x07" in shown
         assert not {"\x1b", "\x07", "\r"} & set(shown)
+
+
+async def test_at_60_columns_a_lost_connection_leaves_a_long_models_name_whole() -> None:
+    """`disconnected: re-attaching…` and a long model's name did not fit 60 columns: the
+    name was cut; the state is said in its first word then, and the name shows whole."""
+    bar = StatusBar()
+    async with _Bare(bar).run_test(size=(60, 10)) as pilot:
+        bar.show(
+            connection="disconnected: re-attaching…",
+            model="anthropic:claude-sonnet-4-6 (routing)",
+            cost="$0.003102",
+            workspace="/home/me/code/api",
+        )
+        await pilot.pause()
+        shown = str(bar.render())
+        assert shown.startswith("disconnected │ anthropic:claude-sonnet-4-6 (routing)"), shown
+        await pilot.resize_terminal(120, 10)  # room enough: the whole state
+        await pilot.pause()
+        assert str(bar.render()).startswith("disconnected: re-attaching…")
