@@ -17,14 +17,18 @@ TURN_GONE_CODES = (*SESSION_GONE_CODES, "turn_not_found", "turn_already_complete
 
 def failure_text(exc: ApiFailure) -> str:
     """The daemon's error in its words (`ApiFailure.said`); a routing failure also says why
-    each model it tried was refused."""
+    each model it tried was refused, for those its message does not name (it names them all,
+    but for a refused explicit choice)."""
     text = exc.said
     tried = exc.details.get("tried") if isinstance(exc.details, dict) else None
     if tried:
-        reasons = "; ".join(
-            f"{t.get('model')}: {t.get('message') or t.get('reason')}" for t in tried[:4]
-        )
-        text += f" ({reasons})"
+        untold = [
+            f"{t.get('model')}: {t.get('message') or str(t.get('reason')).replace('_', ' ')}"
+            for t in tried[:4]
+            if str(t.get("model")) not in text
+        ]
+        if untold:
+            text += f" ({'; '.join(untold)})"
     return text
 
 

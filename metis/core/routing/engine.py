@@ -131,11 +131,23 @@ class TriedCandidate(NamedTuple):
         )
 
     def why(self) -> str:
-        """The reason code, and for an unavailable model what happened and until when."""
+        """The reason in words (the code is `reason`, in the error's details), and for an
+        unavailable model what happened and until when."""
+        words = _REJECTED_BECAUSE.get(self.reason, self.reason)
         if self.message is None:
-            return self.reason
+            return words
         until = f"; routing tries it again after {self.recovers_at}" if self.recovers_at else ""
-        return f"{self.reason}: {self.message}{until}"
+        return f"{words}: {self.message}{until}"
+
+
+_REJECTED_BECAUSE = {
+    "not_configured": "not configured",
+    "provider_unavailable": "unavailable",
+    "no_vision_support": "it cannot read images",
+    "exceeds_context_window": "too small for this turn",
+    "no_tool_support": "it cannot use tools",
+}
+"""A rejected candidate's `reason` as the refusal's message says it."""
 
 
 class RouteDecision(NamedTuple):

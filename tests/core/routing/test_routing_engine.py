@@ -429,11 +429,11 @@ def test_no_candidate_lists_every_rejection_in_chain_order(
     error = decision.routing_failed()
     assert isinstance(error, RoutingFailed)
     assert error.message == (
-        "no model can serve this turn; tried: anthropic:opus (provider_unavailable: "
+        "no model can serve this turn; tried: anthropic:opus (unavailable: "
         "anthropic refused the key from $ANTHROPIC_API_KEY (HTTP 401): the provider refused "
         "this key; set a valid key in ANTHROPIC_API_KEY and restart the daemon; routing tries "
-        "it again after 2026-05-08T12:05:00.000000Z), openai:gpt-5 (not_configured), "
-        "anthropic:sonnet (provider_unavailable: anthropic refused the key from "
+        "it again after 2026-05-08T12:05:00.000000Z), openai:gpt-5 (not configured), "
+        "anthropic:sonnet (unavailable: anthropic refused the key from "
         "$ANTHROPIC_API_KEY (HTTP 401): the provider refused this key; set a valid key in "
         "ANTHROPIC_API_KEY and restart the daemon; routing tries it again after "
         "2026-05-08T12:05:00.000000Z)"
