@@ -63,7 +63,9 @@ class Transcript(VerticalScroll):
         """Whether the end is kept in view: the anchor not released by a scroll up. Its own
         flag, not the scroll position: a card mounted right after another is below an end
         that Textual scrolls to only on the next refresh."""
-        return self.is_anchored and not self._anchor_released
+        # Textual's own flag, private: read so that a version without it degrades to the
+        # anchor alone rather than failing
+        return self.is_anchored and not getattr(self, "_anchor_released", False)
 
 
 class UserMessage(Static):
