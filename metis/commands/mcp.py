@@ -16,6 +16,7 @@ from metis.commands import seconds_argument, usage
 from metis.commands.client import DaemonApi, with_daemon
 from metis.commands.columns import columns, cut, pad
 from metis.commands.daemon_client import add_arguments
+from metis.commands.event_loop import run_command
 from metis.core.tools.textutil import visible_controls
 from metis.wire.mcp import reload_outcome
 
@@ -154,7 +155,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("--json", action="store_true", help="the GET /mcp body as JSON")
     add_arguments(p)
-    p.set_defaults(func=lambda a: asyncio.run(_list(a)))
+    p.set_defaults(func=lambda a: run_command(_list(a)))
     p = sub.add_parser(
         "restart",
         help="connect to a server again now and wait until it is ready",
@@ -174,7 +175,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="how long to wait for it to be ready (default 30)",
     )
     add_arguments(p)
-    p.set_defaults(func=lambda a: asyncio.run(_restart(a)))
+    p.set_defaults(func=lambda a: run_command(_restart(a)))
     p = sub.add_parser(
         "reload",
         help="apply config.yaml's mcp section as it is now",
@@ -186,4 +187,4 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add_arguments(p)
     # a broken config.yaml is this command's own answer (exit 1): not a warning said before it
-    p.set_defaults(func=lambda a: asyncio.run(_reload(a)), config_warning=False)
+    p.set_defaults(func=lambda a: run_command(_reload(a)), config_warning=False)

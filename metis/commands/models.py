@@ -11,7 +11,6 @@ runs at start-up, so a file that passes here starts the daemon.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import shutil
 import sys
 from collections.abc import Sequence
@@ -29,6 +28,7 @@ from metis.commands.daemon_client import (
     refused_key,
     target_from_args,
 )
+from metis.commands.event_loop import run_command
 from metis.commands.since_start import changed_since_start
 from metis.config import SHIPPED_CONFIG_DIR, home_from
 from metis.core.config.checks import format_diagnostic
@@ -71,7 +71,7 @@ async def _daemon_call(target: DaemonTarget, method: str, path: str) -> tuple[in
 
 def daemon_call(target: DaemonTarget, method: str, path: str) -> tuple[int, Any]:
     """One REST call to the daemon; raises `NoDaemon` when there is no usable answer."""
-    return asyncio.run(_daemon_call(target, method, path))
+    return run_command(_daemon_call(target, method, path))
 
 
 def default_models_path(home: Path) -> Path:

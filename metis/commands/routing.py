@@ -12,7 +12,6 @@ is checked by it (`POST /routing/check`) against the registry its turns use; onl
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 from metis.commands import usage
 from metis.commands.client import CALL_FAILURES, DaemonApi, NotADaemon, failure_text
 from metis.commands.daemon_client import DaemonTarget, add_home_argument
+from metis.commands.event_loop import run_command
 from metis.commands.models import (
     DAEMON_TIMEOUT_S,
     MODELS_FILE,
@@ -82,7 +82,7 @@ def check_routing(args: argparse.Namespace) -> int:
     here = f"no daemon runs on {home}; a daemon's keys may differ"
     if daemon is not None:
         try:
-            return asyncio.run(_check_by_daemon(daemon, path, text))
+            return run_command(_check_by_daemon(daemon, path, text))
         except (*CALL_FAILURES, NotADaemon) as exc:
             said = failure_text(exc, daemon.url)
             here = f"the daemon at {daemon.url} did not check it: {said}"

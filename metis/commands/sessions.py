@@ -10,7 +10,6 @@ canonical messages and events) to stdout or `--output FILE`.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import shutil
 import sys
@@ -22,6 +21,7 @@ from metis.commands import usage
 from metis.commands.client import ApiFailure, DaemonApi, turn_outcome, with_daemon
 from metis.commands.columns import columns, cut
 from metis.commands.daemon_client import add_arguments, session_id
+from metis.commands.event_loop import run_command
 from metis.commands.export_file import export_path, write_export
 from metis.commands.paths import short_path
 from metis.commands.printable import printable
@@ -296,7 +296,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         sentence, followed by `more`."""
         description = f"{help_text[:1].upper()}{help_text[1:]}. {more}".strip()
         p = sub.add_parser(name, help=help_text, description=description)
-        p.set_defaults(func=lambda a: asyncio.run(_main(a)), action=action)
+        p.set_defaults(func=lambda a: run_command(_main(a)), action=action)
         add_arguments(p)
         return p
 

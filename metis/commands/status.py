@@ -37,6 +37,7 @@ from metis.commands.daemon_client import (
     target_from_args,
 )
 from metis.commands.detach import DAEMON_LOG
+from metis.commands.event_loop import run_command
 from metis.commands.printable import printable
 from metis.commands.since_start import changed_since_start, models_problem
 from metis.core.tools.textutil import visible_controls
@@ -363,7 +364,7 @@ async def _status(args: argparse.Namespace) -> int:
 
 
 def status_command(args: argparse.Namespace) -> int:
-    return asyncio.run(_status(args))
+    return run_command(_status(args))
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

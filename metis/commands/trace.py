@@ -10,13 +10,13 @@ with a snapshot.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sqlite3
 import sys
 from pathlib import Path
 
 from metis.commands import usage
 from metis.commands.daemon_client import add_home_argument
+from metis.commands.event_loop import run_command
 from metis.config import DB_FILE, home_from
 from metis.core.canonical.times import format_datetime, now_us, us_to_datetime
 from metis.core.errors import ConfigError
@@ -90,7 +90,7 @@ def prune_command(args: argparse.Namespace) -> int:
     before = "before " + local_time(format_datetime(us_to_datetime(cutoff_us)), zone=True)
     asking = not (args.dry_run or args.yes) and sys.stdin.isatty()
     try:
-        pruned = asyncio.run(_prune(path, cutoff_us, dry_run=args.dry_run or asking))
+        pruned = run_command(_prune(path, cutoff_us, dry_run=args.dry_run or asking))
         if asking and pruned:
             # asked with no event loop running: Ctrl-C at the question leaves at once
             try:
@@ -101,7 +101,7 @@ def prune_command(args: argparse.Namespace) -> int:
             if not agreed:
                 print("nothing deleted")
                 return 1
-            pruned = asyncio.run(_prune(path, cutoff_us))
+            pruned = run_command(_prune(path, cutoff_us))
     except ConfigError as exc:  # a store newer than this metis
         print(f"metis trace prune: {exc.message}", file=sys.stderr)
         return 2
