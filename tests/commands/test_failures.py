@@ -23,7 +23,7 @@ def test_a_routing_failure_says_each_models_reason_once() -> None:
     reasons again after it."""
     said = (
         "no model can serve this turn; tried: anthropic:opus (unavailable: the key was "
-        "refused; routing tries it again after 2026-05-08T12:05:00Z), openai:gpt-5 (not "
+        "refused; routing tries it again after 2026-05-08 12:05:00 UTC), openai:gpt-5 (not "
         "configured)"
     )
     failure = routing_failed(said, TRIED)

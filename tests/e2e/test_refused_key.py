@@ -75,6 +75,10 @@ async def test_a_refused_key_is_named_in_the_turn_models_and_routing_failed(
         assert failure["message"].startswith(REFUSED), failure
         assert "the provider refused this key" in failure["message"]
         assert f"set a valid key in {ENV_VAR}" in failure["message"]
+        # what the provider said, once: its status and code are in the sentence already
+        assert failure["message"].endswith("restart the daemon (provider said: fake 401 error)"), (
+            failure["message"]
+        )
         assert len(fake.requests_for("openai")) == 1
 
         _, models = await api.call("GET", "/models")
@@ -89,7 +93,9 @@ async def test_a_refused_key_is_named_in_the_turn_models_and_routing_failed(
         assert tried["unavailable_reason"] == "auth_error"
         assert tried["recovers_at"] == detail["recovers_at"]
         assert tried["message"].startswith(REFUSED)
-        assert tried["recovers_at"] in body["error"]["message"]
+        # said to a person to the second, in UTC; the exact stamp is in the details
+        readable = tried["recovers_at"][:19].replace("T", " ") + " UTC"
+        assert f"routing tries it again after {readable})" in body["error"]["message"]
         assert len(fake.requests_for("openai")) == 1  # routing skipped the refused provider
 
         events = await api.events(sid)

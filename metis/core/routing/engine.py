@@ -136,8 +136,18 @@ class TriedCandidate(NamedTuple):
         words = _REJECTED_BECAUSE.get(self.reason, self.reason)
         if self.message is None:
             return words
-        until = f"; routing tries it again after {self.recovers_at}" if self.recovers_at else ""
+        until = (
+            f"; routing tries it again after {_readable(self.recovers_at)}"
+            if self.recovers_at
+            else ""
+        )
         return f"{words}: {self.message}{until}"
+
+
+def _readable(stamp: str) -> str:
+    """`2026-11-29T16:20:42.819646Z` as `2026-11-29 16:20:42 UTC`: a person reads the refusal's
+    message; the exact stamp stays in its details (`recovers_at`)."""
+    return f"{stamp[:19].replace('T', ' ')} UTC" if stamp.endswith("Z") else stamp
 
 
 _REJECTED_BECAUSE = {

@@ -432,11 +432,11 @@ def test_no_candidate_lists_every_rejection_in_chain_order(
         "no model can serve this turn; tried: anthropic:opus (unavailable: "
         "anthropic refused the key from $ANTHROPIC_API_KEY (HTTP 401): the provider refused "
         "this key; set a valid key in ANTHROPIC_API_KEY and restart the daemon; routing tries "
-        "it again after 2026-05-08T12:05:00.000000Z), openai:gpt-5 (not configured), "
+        "it again after 2026-05-08 12:05:00 UTC), openai:gpt-5 (not configured), "
         "anthropic:sonnet (unavailable: anthropic refused the key from "
         "$ANTHROPIC_API_KEY (HTTP 401): the provider refused this key; set a valid key in "
         "ANTHROPIC_API_KEY and restart the daemon; routing tries it again after "
-        "2026-05-08T12:05:00.000000Z)"
+        "2026-05-08 12:05:00 UTC)"
     )
     assert error.details == {
         "tried": [
