@@ -171,9 +171,14 @@ class ChatApp(App[int]):
         the bar says something did, until the end is scrolled to (`_on_transcript_scrolled`);
         sending anything brings the end back (`on_prompt_input_submitted`)."""
         await self.transcript.mount(widget)
-        if not self.transcript.following:
-            self.status.show(below=MORE_BELOW)
+        self.grew()
         return widget
+
+    def grew(self) -> None:
+        """Something was added to the transcript, or a reply in it grew: said on the bar while
+        the transcript is scrolled up (once: a reply grows at every piece of text)."""
+        if not self.transcript.following and not self.status.fields.get("below"):
+            self.status.show(below=MORE_BELOW)
 
     def _on_transcript_scrolled(self) -> None:
         if self.status.fields.get("below") and self.transcript.following:

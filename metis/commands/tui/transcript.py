@@ -232,12 +232,14 @@ class TranscriptRenderer:
                 AssistantMessage(p["message_id"], model=self.host.turn.model)
             )
         reply.append(p.get("text", ""))  # drawn on the next frame; the anchor keeps it in view
+        self.host.grew()  # or, scrolled up, the bar says it grows
 
     async def _on_thinking_delta(self, event: dict[str, Any], p: dict[str, Any]) -> None:
         block = self.thinking.get(p["message_id"])
         if block is None:
             block = self.thinking[p["message_id"]] = await self.host.add(ThinkingBlock())
         block.append(p.get("text", ""))
+        self.host.grew()
 
     async def _on_tool_use_start(self, event: dict[str, Any], p: dict[str, Any]) -> None:
         card = ToolCard(p["tool_use_id"], p.get("tool_name", ""), self.host.workspace)

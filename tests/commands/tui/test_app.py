@@ -1292,6 +1292,25 @@ async def test_what_arrives_below_a_transcript_scrolled_up_is_said_on_the_status
         await until(lambda: "more below" not in str(app.status.render()))
 
 
+async def test_a_reply_growing_below_a_transcript_scrolled_up_is_said_on_the_status_bar(
+    start_daemon: Callable[..., Any], workspace: Path
+) -> None:
+    """Not only a new card or note: text added to a reply already shown is news below too."""
+    d = await start_daemon(models=SLOW_SCRIPTED)
+    app = make_app(d, workspace)
+    async with attached(app, size=(80, 24)) as pilot:
+        for i in range(3):
+            await type_text(pilot, app, f"message {i}")
+            await until(lambda done=i: notes(app).count("turn completed") == done + 1)
+        send(app, "a reply long enough to go on streaming for a while " * 4)
+        await until(lambda: len(texts(app, AssistantMessage)) == 4)
+        await pilot.press("pageup")
+        await until(lambda: not app.transcript.following)
+        assert app.turn.id is not None  # still streaming: no card or note was added since
+        await until(lambda: "↓ more below" in str(app.status.render()))
+        assert app.turn.id is not None
+
+
 async def test_a_call_cancelled_with_its_turn_says_cancelled_live_and_resumed(
     start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
