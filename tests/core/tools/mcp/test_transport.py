@@ -11,8 +11,10 @@ import sys
 from pathlib import Path
 
 import anyio
+import pytest
 
 from metis.core.tools.groups import ProcessGroupLedger
+from metis.core.tools.mcp import transport
 from metis.core.tools.mcp.stderr_log import MAX_STDERR_LOG_BYTES, CappedLog
 from metis.core.tools.mcp.transport import (
     Liveness,
@@ -130,11 +132,16 @@ async def test_a_servers_stderr_log_keeps_its_newest_part_and_the_crash_at_its_e
 
 
 async def test_a_server_writing_stderr_without_end_leaves_no_task_or_descriptor_once_stopped(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The log is read as long as the server writes; the stop ends the reading (the whole group
     wrote to the pipe: a child shell's `yes` too), closes the pipe and the file, and no task is
-    left behind; so does a stop cut short."""
+    left behind; so does a stop cut short.
+
+    The group ignores SIGTERM, so the whole stop runs: both its graces are shortened to 0.5 s
+    (2 s each, 4 s a stop), still longer than the 0.3 s after which the second stop is cut."""
+    monkeypatch.setattr(transport, "EXIT_GRACE_SECONDS", 0.5)
+    monkeypatch.setattr(transport, "KILL_GRACE_SECONDS", 0.5)
     log = tmp_path / "spam.stderr.log"
     before = open_descriptors()
     tasks_before = asyncio.all_tasks()
