@@ -211,14 +211,16 @@ async def test_get_mcp_lists_servers_tools_and_only_secret_names(
     assert results == ["set", "unset"]
 
 
-def late_demo(**env: str) -> str:
-    """A `demo` server entry that starts 1.5 s late: servers listed before it start sooner."""
-    script = f"sleep 1.5; exec {sys.executable} {DEMO}"
+def gated_demo(gate: Path, **env: str) -> str:
+    """A `demo` server entry that starts only once `gate` exists: the test decides that it
+    finishes starting after the others, where a fixed delay (1.5 s a start, restarts included)
+    only made it likely."""
+    script = f"while [ ! -e {gate} ]; do sleep 0.02; done; exec {sys.executable} {DEMO}"
     return json.dumps({"command": "/bin/sh", "args": ["-c", script], "env": env})
 
 
 async def test_a_tool_name_two_servers_offer_is_held_by_the_one_listed_first_in_config_yaml(
-    fake: FakeProviderServer, start_daemon: Callable[..., Any], metis_home: Path
+    fake: FakeProviderServer, start_daemon: Callable[..., Any], metis_home: Path, tmp_path: Path
 ) -> None:
     """`demo`'s `x__add` and `demo__x`'s `add` are both offered as `mcp__demo__x__add`: the
     server listed first holds it even when it finishes starting last, and after a restart of
@@ -232,12 +234,15 @@ async def test_a_tool_name_two_servers_offer_is_held_by_the_one_listed_first_in_
     def write(**servers: str) -> None:
         (metis_home / "config.yaml").write_text(config(**servers))
 
-    demo, demo_x = late_demo(MCP_DEMO_ALIAS="x__add"), python_server(DEMO)
+    gate = tmp_path / "demo-may-start"
+    demo, demo_x = gated_demo(gate, MCP_DEMO_ALIAS="x__add"), python_server(DEMO)
     d = await start_daemon(config=config(demo=demo, demo__x=demo_x), models=models_yaml(fake))
     registry = d.core.tool_registry
     servers = d.core.mcp.servers
     await until(lambda: servers["demo__x"].state == "ready")
     assert registry.source_of(name) == "mcp:demo__x"  # alone so far
+    assert servers["demo"].state != "ready"
+    gate.touch()  # `demo`, listed first, finishes starting last
     await d.core.mcp.wait_ready(30)
 
     async def holder_and_notes() -> tuple[str | None, dict[str, str | None]]:
