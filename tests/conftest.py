@@ -85,6 +85,16 @@ def workspace(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
+def brief_mcp_exit_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An MCP server that an in-process daemon stops is sent SIGTERM 0.1 s after its stdin
+    closes, not 2 s after: for tests whose servers never read their stdin (so never exit by
+    themselves) and that prove they end, not how long they were given (~2 s of waiting a stop)."""
+    from metis.core.tools.mcp import transport
+
+    monkeypatch.setattr(transport, "EXIT_GRACE_SECONDS", 0.1)
+
+
+@pytest.fixture
 async def api_of() -> AsyncIterator[Callable[[Daemon], Api]]:
     """Factory: an Api on a daemon's base URL (its HTTP session closed at teardown)."""
     opened: list[aiohttp.ClientSession] = []

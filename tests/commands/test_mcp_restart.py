@@ -7,6 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from metis.testing.fake_provider import FakeProviderServer
 from tests.api import Api, api_session
 from tests.cli import metis
@@ -14,6 +16,7 @@ from tests.core.tools.mcp_servers import python_server
 from tests.e2e.test_provider_turns import models_yaml
 
 
+@pytest.mark.usefixtures("brief_mcp_exit_grace")
 async def test_a_restart_whose_server_a_reload_removes_meanwhile_says_so_without_a_traceback(
     fake: FakeProviderServer, start_daemon: Callable[..., Any], metis_home: Path
 ) -> None:

@@ -399,6 +399,7 @@ async def with_a_silent_server(
     return d, server, server.pid
 
 
+@pytest.mark.usefixtures("brief_mcp_exit_grace")
 async def test_shutdown_does_not_wait_for_a_server_that_never_answers_initialize(
     fake: FakeProviderServer, start_daemon: Callable[..., Any]
 ) -> None:
@@ -813,6 +814,7 @@ async def test_a_reload_applies_what_changed_in_config_yaml_and_leaves_the_rest(
         assert kept.pid == pid and kept.state == "ready"
 
 
+@pytest.mark.usefixtures("brief_mcp_exit_grace")
 async def test_a_restart_on_request_ends_a_server_stuck_starting(
     fake: FakeProviderServer, start_daemon: Callable[..., Any]
 ) -> None:
