@@ -433,11 +433,11 @@ async def test_a_call_cancelled_before_its_usage_chunk_is_costed_as_estimated(
 
 
 async def test_a_turn_or_patch_sent_while_an_end_runs_is_refused_with_the_ends_time(
-    env: Env, workspace: Path
+    brief_shell_kill_grace: None, env: Env, workspace: Path
 ) -> None:
     """An end waits for its turn's cancel; a shell that ignores SIGTERM holds it for the kill's
-    grace (5 s). A turn or model PATCH sent meanwhile waits for the end, so its 409 says when
-    the session ended, as one sent after it would (a title may change after an end)."""
+    grace (5 s, 1.5 s here). A turn or model PATCH sent meanwhile waits for the end, so its 409
+    says when the session ended, as one sent after it would (a title may change after an end)."""
     d, api, fake = env
     command = "trap '' TERM; echo ready > ready; sleep 30"
     fake.enqueue("anthropic", FakeReply.call("shell", {"command": command, "timeout_seconds": 60}))
