@@ -36,6 +36,18 @@ async def started_with(
     return d
 
 
+async def call_in_a_turn(
+    api: Api, fake: FakeProviderServer, sid: str, tool: str
+) -> list[dict[str, Any]]:
+    """A turn of session `sid` in which the model calls `tool` (no arguments), then answers; it
+    must complete. Its events."""
+    fake.enqueue("anthropic", FakeReply.call(tool, {}), FakeReply.say("ok"))
+    accepted, terminal = await api.run_turn(sid, f"use {tool}")
+    assert terminal["type"] == "turn.completed", terminal
+    events: list[dict[str, Any]] = await api.turn_events(sid, accepted["turn_id"])
+    return events
+
+
 async def test_a_tool_whose_input_schema_lacks_type_object_is_skipped_not_the_server(
     fake: FakeProviderServer, start_daemon: Callable[..., Any], workspace: Path
 ) -> None:
@@ -53,10 +65,8 @@ async def test_a_tool_whose_input_schema_lacks_type_object_is_skipped_not_the_se
             "tool 'bare' (#1) skipped: not valid MCP (inputSchema.type: Field required)"
         )
         sid = await session_on(api, workspace, "anthropic")
-        fake.enqueue("anthropic", FakeReply.call("mcp__loose__good", {}), FakeReply.say("done"))
-        accepted, terminal = await api.run_turn(sid, "use it")
-        assert terminal["type"] == "turn.completed", terminal
-        assert "tool.completed" in types_of(await api.turn_events(sid, accepted["turn_id"]))
+        events = await call_in_a_turn(api, fake, sid, "mcp__loose__good")
+        assert "tool.completed" in types_of(events)
 
 
 async def test_secrets_a_server_repeats_in_its_failures_are_scrubbed_from_what_the_model_sees(
@@ -214,14 +224,8 @@ async def test_a_call_an_http_server_refuses_says_the_status_not_the_sdks_stand_
         async with api_session(d) as http:
             api = Api(http)
             sid = await session_on(api, workspace, "anthropic")
-            fake.enqueue("anthropic", FakeReply.call("mcp__gate__guarded", {}), FakeReply.say("ok"))
-            accepted, terminal = await api.run_turn(sid, "try it")
-            assert terminal["type"] == "turn.completed", terminal
-            failed = next(
-                e
-                for e in await api.turn_events(sid, accepted["turn_id"])
-                if e["type"] == "tool.failed"
-            )
+            events = await call_in_a_turn(api, fake, sid, "mcp__gate__guarded")
+            failed = next(e for e in events if e["type"] == "tool.failed")
     assert failed["payload"]["message"] == (
         'MCP server "gate" refused the call: HTTP 401 Unauthorized '
         "(check the credentials in its headers or url)"
@@ -239,9 +243,7 @@ async def test_a_server_whose_tools_change_is_listed_again_and_offers_its_new_to
     async with api_session(d) as http:
         api = Api(http)
         sid = await session_on(api, workspace, "anthropic")
-        fake.enqueue("anthropic", FakeReply.call("mcp__growing__grow", {}), FakeReply.say("ok"))
-        _, terminal = await api.run_turn(sid, "grow")
-        assert terminal["type"] == "turn.completed", terminal
+        await call_in_a_turn(api, fake, sid, "mcp__growing__grow")
         for _ in range(200):
             if "mcp__growing__grown" in offered(None):
                 break
@@ -250,10 +252,8 @@ async def test_a_server_whose_tools_change_is_listed_again_and_offers_its_new_to
         growing = (await mcp_status(api))["growing"]
         assert [t["name"] for t in growing["tools"]] == ["mcp__growing__grown"]
         assert growing["state"] == "ready" and growing["restarts"] == 0
-        fake.enqueue("anthropic", FakeReply.call("mcp__growing__grown", {}), FakeReply.say("ok"))
-        accepted, terminal = await api.run_turn(sid, "use the new one")
-        assert terminal["type"] == "turn.completed", terminal
-        assert "tool.completed" in types_of(await api.turn_events(sid, accepted["turn_id"]))
+        events = await call_in_a_turn(api, fake, sid, "mcp__growing__grown")
+        assert "tool.completed" in types_of(events)
 
 
 async def test_a_result_is_never_checked_against_the_tools_output_schema(
@@ -267,10 +267,8 @@ async def test_a_result_is_never_checked_against_the_tools_output_schema(
     async with api_session(d) as http:
         api = Api(http)
         sid = await session_on(api, workspace, "anthropic")
-        fake.enqueue("anthropic", FakeReply.call("mcp__shaped__good", {}), FakeReply.say("ok"))
-        accepted, terminal = await api.run_turn(sid, "use it")
-        assert terminal["type"] == "turn.completed", terminal
-        assert "tool.completed" in types_of(await api.turn_events(sid, accepted["turn_id"]))
+        events = await call_in_a_turn(api, fake, sid, "mcp__shaped__good")
+        assert "tool.completed" in types_of(events)
         results = [m for m in (await api.messages(sid))["messages"] if m["role"] == "tool"]
         assert results[0]["content"][0]["content"] == [{"type": "text", "text": "good ran"}]
 
@@ -313,9 +311,7 @@ async def test_a_restart_ends_a_listing_of_changed_tools_the_server_never_answer
     async with api_session(d) as http:
         api = Api(http)
         sid = await session_on(api, workspace, "anthropic")
-        fake.enqueue("anthropic", FakeReply.call("mcp__growing__grow", {}), FakeReply.say("ok"))
-        _, terminal = await api.run_turn(sid, "grow")
-        assert terminal["type"] == "turn.completed", terminal
+        await call_in_a_turn(api, fake, sid, "mcp__growing__grow")
         await asyncio.sleep(0.5)  # the listing it asked for goes unanswered
         first = server.pid
         code, _ = await api.call("POST", "/mcp/growing/restart")
