@@ -517,6 +517,7 @@ def _status_error(
         model=model,
         http_status=reported,
         provider_error=etype or code,
+        provider_said=safe_text(api_message, secret) if api_message else None,
         retry_after_s=retry_after,
     )
 

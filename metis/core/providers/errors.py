@@ -51,6 +51,7 @@ class ProviderError(Exception):
         model: str,
         http_status: int | None = None,
         provider_error: str | None = None,
+        provider_said: str | None = None,
         retry_after_s: float | None = None,
         attempts: int = 1,
         after_first_token: bool = False,
@@ -62,6 +63,9 @@ class ProviderError(Exception):
         self.model = model
         self.http_status = http_status
         self.provider_error = provider_error
+        # the provider's own words (its error body's message), scrubbed as `message` is: what
+        # a refusal adds to the sentence metis makes of the status and code
+        self.provider_said = provider_said
         self.retry_after_s = retry_after_s
         self.attempts = attempts
         self.after_first_token = after_first_token

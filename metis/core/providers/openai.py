@@ -556,6 +556,7 @@ def classify(
             model=model,
             http_status=status,
             provider_error=code or etype,
+            provider_said=safe_text(api_message, secret) if api_message else None,
             retry_after_s=retry_after,
         )
     if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
@@ -578,6 +579,7 @@ def classify(
             provider=provider,
             model=model,
             provider_error=code or etype,
+            provider_said=safe_text(api_message, secret) if api_message else None,
         )
     if is_transport_error(exc):
         return network_error(exc, endpoint=endpoint, model=model)

@@ -189,19 +189,9 @@ def failure_message(registry: ModelRegistry, error: ProviderError) -> str:
     explained = key_refused_message(
         registry, error.provider, error.http_status, error.provider_error
     )
-    said = _provider_words(error)
+    # the provider's own words only: its status and code are in the sentence already
+    said = error.provider_said
     return f"{explained} (provider said: {said})" if said else explained
-
-
-def _provider_words(error: ProviderError) -> str | None:
-    """What the provider itself said of a refusal: the adapter's message without its head
-    (`anthropic HTTP 401 (authentication_error): `), which the refusal's sentence already
-    gives; None when it said nothing more."""
-    head = f"{error.provider} HTTP {error.http_status} ("
-    if error.http_status is None or not error.message.startswith(head):
-        return error.message
-    _, found, rest = error.message.partition("): ")
-    return rest.strip() or None if found else None
 
 
 class _Hooks:
